@@ -1,0 +1,12 @@
+"""Executable companion to "Provably Learning Attention with Queries".
+
+Bhattamishra, Shah, Hahn, Kanade, ICML 2026 (arXiv 2601.16873). A learner talks to an oracle, never
+to the model: :mod:`companion.attention` holds the models, :mod:`companion.oracles` the value-query
+oracles, and one module per paper section holds its learner (:mod:`companion.exact` for
+Theorem 4.1, ...). Every learner returns a :class:`~companion.recovery.Recovery`.
+"""
+
+from .recovery import Recovery
+
+__version__ = "0.1.0"
+__all__ = ["Recovery", "__version__"]

@@ -1,0 +1,287 @@
+"""Attention models of the paper in merged form: one head, several heads (§3).
+
+A single softmax head with merged query-key matrix ``W`` (d, d) and value vector ``v`` (d,) maps a
+sequence ``X`` of ``N`` tokens (rows ``x_1 ... x_N``; the last token is the query) to the real number
+
+.. math:: f_{W,v}(X) = \\alpha(X, W)^\\top X v, \\qquad
+          \\alpha(X, W) = \\operatorname{softmax}(x_1^\\top W x_N, \\dots, x_N^\\top W x_N).
+
+The native parameters ``Q, K, V`` (r, d) and ``w_o`` (r,) enter only through ``W = K^T Q`` and
+``v = V^T w_o``; only the merged pair is identifiable from queries.
+
+Every model here is callable on one sequence ``(N, d)`` (returns a ``float``), a batch ``(B, N, d)`` of
+equal-length sequences (returns ``(B,)``) or a list of sequences of different lengths (returns ``(B,)``),
+in float64, vectorised over the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import softmax
+
+from ._validation import as_float_array, as_sequences, check_int, check_real
+from .errors import InvalidInputError
+
+__all__ = [
+    "softmax",
+    "attention_weights",
+    "SingleHead",
+    "MultiHead",
+    "random_single_head",
+]
+
+
+def _check_W_v(W, v):
+    W = as_float_array(W, "W", ndim=2)
+    if W.shape[0] != W.shape[1]:
+        raise InvalidInputError(f"W must be square (d, d); got {W.shape=}.")
+    d = W.shape[0]
+    if d == 0:
+        raise InvalidInputError("W is empty (d=0); the input dimension d must be >= 1.")
+    v = as_float_array(v, "v", ndim=1, shape=(d,))
+    return W, v
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, dtype=np.float64, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+def attention_weights(X, W) -> np.ndarray:
+    """Softmax attention weights of the last token over all tokens.
+
+    Parameters
+    ----------
+    X : ndarray of shape (B, N, d)
+        A batch of equal-length sequences (already validated, float64).
+    W : ndarray of shape (d, d)
+        Merged query-key matrix.
+
+    Returns
+    -------
+    ndarray of shape (B, N)
+        ``softmax(x_i^T W x_N)`` over ``i``, computed with :func:`scipy.special.softmax`, which
+        subtracts the largest score first and so never overflows.
+    """
+    Wq = X[:, -1, :] @ W.T                     # (B, d): W x_N for every sequence
+    scores = np.einsum("bnd,bd->bn", X, Wq)    # (B, N): x_i^T W x_N
+    return softmax(scores, axis=-1)
+
+
+def _per_length(X, batch_fn) -> np.ndarray:
+    """Apply ``batch_fn`` ((B, N, d) -> (B,)) to a batch, or to a list grouped by length."""
+    if isinstance(X, np.ndarray):
+        return batch_fn(X)
+    out = np.empty(len(X))
+    lengths = np.array([x.shape[0] for x in X])
+    for n in np.unique(lengths):
+        idx = np.flatnonzero(lengths == n)
+        out[idx] = batch_fn(np.stack([X[i] for i in idx]))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class SingleHead:
+    """One softmax attention head in merged form, the regressor f_{W,v} of §3.
+
+    Parameters
+    ----------
+    W : array-like of shape (d, d)
+        Merged query-key matrix ``K^T Q``.
+    v : array-like of shape (d,)
+        Merged value vector ``V^T w_o``.
+    native : tuple of (Q, K, V, w_o), optional
+        The native parameters the head was built from, kept for checks; see :meth:`from_native`.
+
+    Attributes
+    ----------
+    d : int
+        Input dimension.
+    rank : int
+        Numerical rank of ``W`` (``numpy.linalg.matrix_rank``).
+
+    Raises
+    ------
+    InvalidInputError
+        If ``W`` is not square, ``v`` does not have length ``d``, or either holds NaN or inf.
+
+    Notes
+    -----
+    Section 3 of Bhattamishra et al. 2026 [1]_. No ``1/sqrt(d)`` scaling, mask, positional
+    encoding, LayerNorm or residual: any of these can be folded into ``W`` and ``v`` or the input.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> head = SingleHead(W=np.zeros((2, 2)), v=np.array([1.0, 3.0]))
+    >>> head(np.array([[1.0, 0.0], [0.0, 1.0]]))   # equal scores: the mean of x_i^T v
+    2.0
+    """
+
+    W: np.ndarray
+    v: np.ndarray
+    native: tuple | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        W, v = _check_W_v(self.W, self.v)
+        object.__setattr__(self, "W", _frozen(W))
+        object.__setattr__(self, "v", _frozen(v))
+
+    @property
+    def d(self) -> int:
+        return self.W.shape[0]
+
+    @property
+    def rank(self) -> int:
+        return int(np.linalg.matrix_rank(self.W))
+
+    @classmethod
+    def from_native(cls, Q, K, V, w_o) -> "SingleHead":
+        """Build the head from native parameters: ``W = K^T Q``, ``v = V^T w_o``.
+
+        Parameters
+        ----------
+        Q, K, V : array-like of shape (r, d)
+            Query, key and value projections (head dimension ``r``).
+        w_o : array-like of shape (r,)
+            Output vector.
+
+        Raises
+        ------
+        InvalidInputError
+            If the shapes disagree or an entry is NaN or inf.
+        """
+        Q = as_float_array(Q, "Q", ndim=2)
+        r, d = Q.shape
+        K = as_float_array(K, "K", ndim=2, shape=(r, d))
+        V = as_float_array(V, "V", ndim=2, shape=(r, d))
+        w_o = as_float_array(w_o, "w_o", ndim=1, shape=(r,))
+        return cls(K.T @ Q, V.T @ w_o, native=(Q, K, V, w_o))
+
+    def _batch(self, X: np.ndarray) -> np.ndarray:
+        return np.sum(attention_weights(X, self.W) * (X @ self.v), axis=-1)
+
+    def __call__(self, X):
+        """Evaluate f_{W,v} on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        out = _per_length(seqs, self._batch)
+        return float(out[0]) if single else out
+
+
+@dataclass(frozen=True, eq=False)
+class MultiHead:
+    """A sum of ``H`` single heads, f^H(X) = sum_h alpha(X, W^(h))^T X v^(h) (§3, §7).
+
+    Parameters
+    ----------
+    Ws : array-like of shape (H, d, d)
+        Merged query-key matrices, one per head.
+    vs : array-like of shape (H, d)
+        Merged value vectors, one per head.
+
+    Raises
+    ------
+    InvalidInputError
+        If the shapes disagree or an entry is NaN or inf.
+
+    Notes
+    -----
+    Proposition 7.1 of [1]_: the parameters of a multi-head model are not identifiable from its
+    function, so a learner can at best recover a canonical form.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+    """
+
+    Ws: np.ndarray
+    vs: np.ndarray
+
+    def __post_init__(self):
+        Ws = as_float_array(self.Ws, "Ws", ndim=3)
+        H, d, d2 = Ws.shape
+        if d != d2 or H == 0 or d == 0:
+            raise InvalidInputError(f"Ws must have shape (H, d, d) with H, d >= 1; got {Ws.shape=}.")
+        vs = as_float_array(self.vs, "vs", ndim=2, shape=(H, d))
+        object.__setattr__(self, "Ws", _frozen(Ws))
+        object.__setattr__(self, "vs", _frozen(vs))
+
+    @property
+    def d(self) -> int:
+        return self.Ws.shape[1]
+
+    @property
+    def n_heads(self) -> int:
+        return self.Ws.shape[0]
+
+    @property
+    def heads(self) -> list[SingleHead]:
+        """The heads as :class:`SingleHead` objects."""
+        return [SingleHead(W, v) for W, v in zip(self.Ws, self.vs)]
+
+    def _batch(self, X: np.ndarray) -> np.ndarray:
+        return sum(np.sum(attention_weights(X, W) * (X @ v), axis=-1) for W, v in zip(self.Ws, self.vs))
+
+    def __call__(self, X):
+        """Evaluate f^H on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        out = _per_length(seqs, self._batch)
+        return float(out[0]) if single else out
+
+
+def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, seed) -> SingleHead:
+    """Draw a random head with ``W = Q_f K_f^T / sqrt(r)`` of rank ``r`` and Gaussian ``v``.
+
+    Parameters
+    ----------
+    d : int
+        Input dimension, ``d >= 1``.
+    rank : int, default=None
+        Rank ``r`` of ``W``, ``1 <= r <= d``; ``None`` means ``r = d`` (full rank almost surely).
+    W_norm : float, default=None
+        If given, ``W`` is rescaled to this Frobenius norm (``>= 0``). By default its entries have
+        variance 1, so ``||W||_F`` is about ``d``.
+    v_norm : float, default=None
+        If given, ``v`` is rescaled to this Euclidean norm (``> 0``). By default ``v ~ N(0, I_d)``.
+    seed : int
+        Seed of ``numpy.random.default_rng``; the only source of randomness.
+
+    Returns
+    -------
+    SingleHead
+        Built by :meth:`SingleHead.from_native` from Gaussian factors ``Q, K, V`` of shape
+        ``(r, d)`` and ``w_o`` of shape ``(r,)``, which stay available as ``head.native``.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``d`` or ``rank`` is not an integer in range, or a norm is negative or not finite.
+
+    Examples
+    --------
+    >>> head = random_single_head(5, rank=2, seed=0)
+    >>> head.d, head.rank
+    (5, 2)
+    """
+    d = check_int(d, "d", minimum=1)
+    r = d if rank is None else check_int(rank, "rank", minimum=1, maximum=d)
+    seed = check_int(seed, "seed", minimum=0)
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((r, d))
+    K = rng.standard_normal((r, d)) / np.sqrt(r)
+    V = rng.standard_normal((r, d))
+    w_o = rng.standard_normal(r) / np.sqrt(r)
+    if W_norm is not None:
+        W_norm = check_real(W_norm, "W_norm", minimum=0.0)
+        K = K * (W_norm / np.linalg.norm(K.T @ Q))
+    if v_norm is not None:
+        v_norm = check_real(v_norm, "v_norm", minimum=0.0, strict=True)
+        w_o = w_o * (v_norm / np.linalg.norm(V.T @ w_o))
+    return SingleHead.from_native(Q, K, V, w_o)

@@ -1,0 +1,91 @@
+"""Exception classes of the companion library, with their standard messages.
+
+Every error the library raises on purpose is one of the classes below, so that a caller can catch
+exactly the failure it can handle. Messages say what was wrong, the offending value, and what to do.
+The message templates live next to their classes (``MESSAGES``), as ``scipy.optimize`` keeps its
+``_status_message`` in one place; tests match them with ``pytest.raises(match=...)``.
+
+========================== ==================================================================
+class                      raised when
+========================== ==================================================================
+``InvalidInputError``      an argument has the wrong shape, type, range, or holds NaN / inf
+``BudgetExceededError``    a query would take an oracle past its budget (raised before it)
+``NotIdentifiableError``   the queries cannot determine the parameters (e.g. ``v* = 0``)
+``OracleInconsistentError`` the oracle's answers contradict the model the learner assumes
+``SolverError``            a numerical solver (cvxpy, least squares) did not reach optimality
+``ParameterError``         a chapter was given an unknown or ill-typed parameter
+========================== ==================================================================
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompanionError",
+    "InvalidInputError",
+    "BudgetExceededError",
+    "NotIdentifiableError",
+    "OracleInconsistentError",
+    "SolverError",
+    "ParameterError",
+    "MESSAGES",
+]
+
+#: Standard message templates, formatted with ``str.format`` by the raising code.
+MESSAGES = {
+    "budget": (
+        "query budget exceeded: {needed} more queries requested, but only {remaining} of the "
+        "budget of {budget} remain ({used} used). Raise the budget or ask for fewer queries."
+    ),
+    "budget_upfront": (
+        "{learner} needs {needed} queries, but the oracle has only {remaining} left of its budget "
+        "of {budget}. Raise the budget to at least {total}."
+    ),
+    "v_zero": (
+        "the recovered value vector v is 0, so f is identically 0 and no query can reveal W "
+        "(Theorem 4.1, remark on v* = 0). Nothing about W is identifiable from this oracle."
+    ),
+    "not_single_head": (
+        "the oracle is not a single attention head: on {n} fresh random queries the recovered "
+        "head disagrees with the oracle by up to {err:.3g} (tolerance {tol:.3g}). "
+        "The target may be a multi-head model, a Transformer, or a noisy oracle."
+    ),
+    "needs_exact": (
+        "{learner} needs an exact value-query oracle, got {cls} with tau={tau!r}; "
+        "use companion.robust.learn_robust for approximate oracles."
+    ),
+    "nonfinite_answer": (
+        "the oracle's target returned a non-finite answer ({value!r}) for query {index}; "
+        "a value-query oracle must return finite reals. Check the target's parameters."
+    ),
+}
+
+
+class CompanionError(Exception):
+    """Base class of every error raised on purpose by :mod:`companion`."""
+
+
+class InvalidInputError(CompanionError, ValueError):
+    """An argument has the wrong shape, type or range, or contains NaN or inf.
+
+    Subclasses :class:`ValueError`, so code that catches ``ValueError`` keeps working.
+    """
+
+
+class BudgetExceededError(CompanionError, RuntimeError):
+    """A query would exceed the oracle's budget. Raised *before* the query, so no answer is lost."""
+
+
+class NotIdentifiableError(CompanionError):
+    """The oracle's answers cannot determine the parameters (for example ``v* = 0``)."""
+
+
+class OracleInconsistentError(CompanionError):
+    """The oracle's answers contradict the model the learner assumes (e.g. not a single head)."""
+
+
+class SolverError(CompanionError, RuntimeError):
+    """A numerical solver did not reach an optimal solution; the message names solver and status."""
+
+
+class ParameterError(CompanionError, ValueError):
+    """A chapter was given an unknown parameter name or a value of the wrong type."""

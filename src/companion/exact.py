@@ -1,0 +1,341 @@
+"""Exact recovery of one attention head from d + d² value queries (Theorem 4.1).
+
+Two kinds of query suffice:
+
+1. Length 1, ``X = [e_i^T]``: the softmax of one score is 1, so ``VQ(X) = v_i``.
+2. Length 2, ``X = c [(u + e_j)^T; e_j^T]`` for a probe ``u``: by the two-token identity
+   ``f([a^T; x^T]) = x^T v + sigma(a^T W x - x^T W x) (a^T v - x^T v)`` the answer is
+   ``y = c (v_j + sigma(c^2 u^T W e_j) u^T v)``, so
+   ``u^T W e_j = sigma^{-1}((y / c - v_j) / u^T v) / c^2``.
+
+``d`` linearly independent probes with ``u^T v != 0`` give column ``j`` of ``W`` by one linear
+solve. The paper's queries have ``c = 1``; the scale ``c`` (the score is bilinear in the tokens,
+so the logit scales by ``c^2`` while the answer scales by ``c``) keeps the sigmoid away from 0 and
+1 for targets with a large ``W``, where ``c = 1`` would leave only a bound on the logit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import lu_factor, lu_solve
+from scipy.special import expit, logit
+
+from ._validation import check_choice, check_int, check_real
+from .attention import SingleHead
+from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
+from .recovery import Recovery
+
+__all__ = [
+    "learn_single_head",
+    "read_value_vector",
+    "probe_matrix",
+    "column_queries",
+    "invert_two_token",
+    "verify_single_head",
+    "check_exact_oracle",
+    "SATURATION",
+]
+
+#: An attention weight outside [SATURATION, 1 - SATURATION] is re-measured at a smaller scale.
+SATURATION = 1e-3
+_MAX_ROUNDS = 40          # each round shrinks the logit at least 6.9-fold
+_BLIND_SHRINK = 1 / 64     # factor on c^2 when sigma^-1 gave no estimate (alpha rounded to 0 or 1)
+_CHUNK_BYTES = 32 * 2**20  # size of one batch of length-2 queries sent to the oracle
+
+
+def check_exact_oracle(oracle, learner: str) -> int:
+    """Return ``oracle.d``; raise TypeError if the oracle is not exact (``tau > 0``) or not an oracle."""
+    if not callable(oracle) or not hasattr(oracle, "d") or not hasattr(oracle, "n_queries"):
+        raise TypeError(
+            f"{learner} needs a value-query oracle (callable, with attributes d and n_queries), "
+            f"got {type(oracle).__name__}; wrap the model in companion.oracles.ValueQueryOracle."
+        )
+    tau = getattr(oracle, "tau", 0.0)
+    if tau:
+        raise TypeError(MESSAGES["needs_exact"].format(
+            learner=learner, cls=type(oracle).__name__, tau=tau))
+    return int(oracle.d)
+
+
+def read_value_vector(oracle) -> np.ndarray:
+    """Read ``v`` off ``d`` length-1 queries ``[e_i^T]`` (Theorem 4.1, step 1).
+
+    Returns
+    -------
+    ndarray of shape (d,)
+        ``VQ([e_i^T])`` for ``i = 1 .. d``.
+    """
+    d = int(oracle.d)
+    return np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)
+
+
+def probe_matrix(v, probes="basis", *, seed=0) -> np.ndarray:
+    """Probe vectors ``u_l`` (rows) with ``u_l^T v != 0`` and full rank (Theorem 4.1, step 3).
+
+    Parameters
+    ----------
+    v : ndarray of shape (d,)
+        The value vector, nonzero.
+    probes : {"basis", "gaussian"}, default="basis"
+        ``"basis"``: ``u_l = e_l``, replaced by ``e_l + e_p`` (``p = argmax |v|``) when ``v_l = 0``
+        (the paper's rule) and, for precision, whenever ``|v_l| < |v_p| / 2``, so that
+        ``|u_l^T v| >= |v_p| / 2`` for every probe. ``"gaussian"``: rows i.i.d. ``N(0, I_d / d)``;
+        a row with ``|u^T v| < 0.1 ||v|| / sqrt(d)`` is redrawn (no query is spent on it).
+    seed : int, default=0
+        Seed of ``numpy.random.default_rng`` for ``"gaussian"``.
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+        The probes as rows.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    d = v.shape[0]
+    check_choice(probes, "probes", ("basis", "gaussian"))
+    if probes == "basis":
+        p = int(np.argmax(np.abs(v)))
+        U = np.eye(d)
+        small = np.abs(v) < 0.5 * np.abs(v[p])
+        U[small, p] += 1.0
+        return U
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    U = rng.standard_normal((d, d)) / np.sqrt(d)
+    floor = 0.1 * np.linalg.norm(v) / np.sqrt(d)
+    bad = np.abs(U @ v) < floor
+    while np.any(bad):
+        U[bad] = rng.standard_normal((int(bad.sum()), d)) / np.sqrt(d)
+        bad = np.abs(U @ v) < floor
+    return U
+
+
+def column_queries(U, j, c) -> np.ndarray:
+    """The length-2 queries ``c_l [(u_l + e_j)^T; e_j^T]`` for column ``j``.
+
+    Parameters
+    ----------
+    U : ndarray of shape (k, d)
+        Probes as rows.
+    j : int
+        Column index, ``0 <= j < d``.
+    c : float or ndarray of shape (k,)
+        Scale of each query.
+
+    Returns
+    -------
+    ndarray of shape (k, 2, d)
+    """
+    k, d = U.shape
+    X = np.zeros((k, 2, d))
+    X[:, 0, :] = U
+    X[:, :, j] += 1.0
+    return X * np.reshape(c, (-1, 1, 1))
+
+
+def invert_two_token(y, v_j, uv, c):
+    """Solve ``y = c (v_j + sigma(t) u^T v)`` for the logit ``t`` and the attention weight.
+
+    Parameters
+    ----------
+    y : ndarray of shape (k,)
+        Oracle answers to :func:`column_queries`.
+    v_j : float
+        Entry ``j`` of the value vector.
+    uv : ndarray of shape (k,)
+        ``u_l^T v`` for each probe.
+    c : float or ndarray of shape (k,)
+        The query scales.
+
+    Returns
+    -------
+    t : ndarray of shape (k,)
+        ``sigma^{-1}(alpha)``, which equals ``c^2 u_l^T W e_j``.
+    alpha : ndarray of shape (k,)
+        The attention weight ``(y / c - v_j) / u^T v`` on the first token.
+    """
+    alpha = (np.asarray(y) / c - v_j) / uv
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return logit(alpha), alpha
+
+
+def verify_single_head(oracle, W, v, n, *, rtol=1e-6, scale=1.0, seed=0):
+    """Compare the oracle with the head ``(W, v)`` on ``n`` fresh random queries.
+
+    Queries have random lengths 1 to 8 and tokens ``N(0, scale^2 I_d / d)``. The disagreement on a
+    query is ``|VQ(X) - f_{W,v}(X)|`` divided by the output scale ``max_i |x_i^T v|``.
+
+    Returns
+    -------
+    float
+        The largest relative disagreement.
+
+    Raises
+    ------
+    OracleInconsistentError
+        If it exceeds ``rtol``: the oracle is not the single head ``(W, v)``.
+    """
+    d = W.shape[0]
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 9, size=n)
+    X = [rng.standard_normal((int(m), d)) * (scale / np.sqrt(d)) for m in lengths]
+    y = oracle(X)
+    y_hat = SingleHead(W, v)(X)
+    out_scale = np.array([np.max(np.abs(x @ v)) for x in X])
+    err = np.abs(y - y_hat) / np.maximum(out_scale, np.finfo(float).tiny)
+    worst = float(np.max(err))
+    if worst > rtol:
+        raise OracleInconsistentError(
+            MESSAGES["not_single_head"].format(n=n, err=worst, tol=rtol)
+        )
+    return worst
+
+
+def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_rtol=1e-6, seed=0):
+    """Recover the merged parameters (W, v) of one attention head from exact value queries.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle for f_{W*, v*} with ``d = oracle.d``. It must answer sequences of length 1 and
+        2 (and 1 to 8 with ``verify``); its budget, if set, must allow ``d + d**2 + verify`` queries.
+    probes : {"basis", "gaussian"}, default="basis"
+        Deterministic probes (Theorem 4.1, step 3) or i.i.d. Gaussian probes; see
+        :func:`probe_matrix`.
+    scale : "auto" or float, default="auto"
+        Scale ``c`` of the length-2 queries. ``"auto"`` starts at ``c = 1`` (the paper's queries) and
+        re-measures, at a smaller ``c``, every probe whose attention weight falls outside
+        ``[SATURATION, 1 - SATURATION]`` = [0.001, 0.999], where ``sigma^{-1}`` loses precision.
+        **Each re-measurement is one extra query**, counted by the oracle and reported in
+        ``diagnostics["n_requeries"]``; a head with moderate logits (``|u^T W e_j| < 6.9``) needs
+        none. A float fixes ``c`` and never re-measures.
+    verify : int, default=0
+        Number of fresh random queries on which to check the recovered head against the oracle
+        (:func:`verify_single_head`). 0 skips the check.
+    verify_rtol : float, default=1e-6
+        Largest relative disagreement accepted by the check.
+    seed : int, default=0
+        Seed of the Gaussian probes and of the verification queries.
+
+    Returns
+    -------
+    Recovery
+        ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` (plus
+        re-measurements and ``verify``). ``diagnostics`` holds ``probes`` (the probe matrix
+        ``(d, d)``), ``cond_probes`` (its condition number), ``logits`` (``(d, d)``: the measured
+        ``c^2 u_l^T W e_j``, row ``l``, column ``j``), ``scales`` (``(d, d)``: each probe's final
+        ``c``), ``n_requeries``, ``max_abs_logit`` and, with ``verify``, ``verify_max_error``.
+
+    Raises
+    ------
+    TypeError
+        If ``oracle`` is approximate (``tau > 0``): use :func:`companion.robust.learn_robust`.
+    InvalidInputError
+        For an unknown ``probes``, a bad ``scale``, or a negative ``verify``.
+    NotIdentifiableError
+        If the recovered v is 0. Then f is identically 0, and no query reveals W.
+    BudgetExceededError
+        If the budget is below ``d + d**2 + verify``: raised before the first query. Re-measurements
+        beyond that raise when they would pass the budget.
+    OracleInconsistentError
+        If an attention weight stays saturated after 40 re-measurements, or the verification
+        queries disagree with the recovered head (the oracle is not a single head).
+
+    Notes
+    -----
+    Theorem 4.1 of Bhattamishra et al. 2026 [1]_. Length-1 queries return v. For
+    ``X = c [(u + e_j)^T; e_j^T]`` the output is ``c (v_j + sigma(c^2 u^T W e_j) u^T v)``, solved for
+    ``u^T W e_j``; ``d`` probes give column ``j`` through one LU factorisation of the probe matrix,
+    shared by all columns. The scale ``c`` is not in the paper (which takes ``c = 1``); it changes
+    nothing in exact arithmetic and keeps full float64 precision when ``||W||`` is large.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.attention import random_single_head
+    >>> from companion.oracles import ValueQueryOracle
+    >>> target = random_single_head(4, seed=0)
+    >>> rec = learn_single_head(ValueQueryOracle(target))
+    >>> rec.n_queries, np.allclose(rec.W, target.W) and np.allclose(rec.v, target.v)
+    (20, True)
+    """
+    d = check_exact_oracle(oracle, "learn_single_head")
+    check_choice(probes, "probes", ("basis", "gaussian"))
+    auto = isinstance(scale, str)
+    if auto:
+        check_choice(scale, "scale", ("auto",))
+        c0 = 1.0
+    else:
+        c0 = check_real(scale, "scale", minimum=0.0, strict=True)
+    verify = check_int(verify, "verify", minimum=0)
+    verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
+    seed = check_int(seed, "seed", minimum=0)
+    if hasattr(oracle, "require"):
+        oracle.require(d + d * d + verify, learner="learn_single_head")
+    start = oracle.n_queries
+
+    # Step 1: v from d length-1 queries.
+    v = read_value_vector(oracle)
+    if not np.any(v):
+        raise NotIdentifiableError(MESSAGES["v_zero"])
+
+    # Step 3 (probes), then step 2 column by column, in batches of whole columns.
+    U = probe_matrix(v, probes, seed=seed)
+    uv = U @ v
+    T = np.empty((d, d))          # T[l, j] = measured logit c^2 u_l^T W e_j
+    C = np.full((d, d), c0)       # C[l, j] = final scale c of that probe
+    n_requeries = 0
+    cols_per_batch = max(1, _CHUNK_BYTES // (16 * d * d))
+    for j0 in range(0, d, cols_per_batch):
+        cols = range(j0, min(d, j0 + cols_per_batch))
+        X = np.concatenate([column_queries(U, j, c0) for j in cols])
+        y = oracle(X).reshape(len(cols), d)
+        for k, j in enumerate(cols):
+            T[:, j], alpha = invert_two_token(y[k], v[j], uv, c0)
+            if not auto:
+                continue
+            for _ in range(_MAX_ROUNDS):
+                sat = ~((alpha >= SATURATION) & (alpha <= 1.0 - SATURATION))
+                if not np.any(sat):
+                    break
+                t_sat = np.abs(T[sat, j])
+                shrink = np.where(np.isfinite(t_sat) & (alpha[sat] > 0) & (alpha[sat] < 1),
+                                  1.0 / np.maximum(t_sat, 1.0), _BLIND_SHRINK)
+                C[sat, j] *= np.sqrt(shrink)
+                ys = oracle(column_queries(U[sat], j, C[sat, j]))
+                n_requeries += int(sat.sum())
+                T[sat, j], alpha[sat] = invert_two_token(ys, v[j], uv[sat], C[sat, j])
+            else:
+                raise OracleInconsistentError(
+                    f"column {j}: attention weights stayed saturated after {_MAX_ROUNDS} "
+                    "re-measurements; the oracle does not behave like a softmax head."
+                )
+    if not np.all(np.isfinite(T)):
+        l, j = np.argwhere(~np.isfinite(T))[0]
+        advice = "the oracle is not a single head" if auto else 'use scale="auto"'
+        raise OracleInconsistentError(
+            f"the attention weight for probe {l}, column {j} is outside (0, 1), so sigma^-1 is "
+            f"undefined; {advice}."
+        )
+    L = T / C**2                  # L[l, j] = u_l^T W e_j
+    W = lu_solve(lu_factor(U), L)
+
+    diagnostics = {
+        "probes": U,
+        "cond_probes": float(np.linalg.cond(U)),
+        "logits": T,
+        "scales": C,
+        "n_requeries": n_requeries,
+        "max_abs_logit": float(np.max(np.abs(T))),
+    }
+    message = (f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)"
+               + (f" and {n_requeries} re-measurements of saturated probes" if n_requeries else ""))
+    if verify:
+        vscale = float(np.sqrt(np.median(C)))
+        diagnostics["verify_max_error"] = verify_single_head(
+            oracle, W, v, verify, rtol=verify_rtol, scale=vscale, seed=seed + 1)
+        message += f"; verified on {verify} fresh queries"
+    return Recovery(W=W, v=v, n_queries=oracle.n_queries - start, message=message,
+                    diagnostics=diagnostics)

@@ -1,0 +1,293 @@
+"""Value-query oracles (§3, §6): the only way a learner sees a target.
+
+A learner never reads the target's parameters; it sends query sequences to an oracle, which answers
+with the target's output and counts every sequence as one query (``n_queries``). An optional
+``budget`` is checked *before* a batch is answered, so a refused batch costs nothing, and an optional
+query log keeps a copy of every query and answer.
+
+* :class:`ValueQueryOracle` answers exactly: VQ(X) = f*(X).
+* :class:`ApproxValueQueryOracle` answers within a tolerance ``tau`` and, as the paper requires, is
+  deterministic: the same ``X`` always gets the same answer, so repeating a query gains nothing.
+
+Both accept one sequence ``(N, d)`` (answer: ``float``), a batch ``(B, N, d)`` or a list of
+sequences of different lengths (answer: ``ndarray of shape (B,)``), and evaluate in float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import as_sequences, check_choice, check_int, check_real
+from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
+
+__all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "NOISE_MODELS"]
+
+#: Noise models of :class:`ApproxValueQueryOracle`.
+NOISE_MODELS = ("uniform", "worst", "round")
+
+
+class ValueQueryOracle:
+    """Exact value-query oracle VQ(X) = f*(X) for a target model (§3).
+
+    Parameters
+    ----------
+    target : callable
+        The model behind the oracle, e.g. :class:`~companion.attention.SingleHead`. It must accept a
+        float64 batch of shape ``(B, N, d)`` and return an array of shape ``(B,)``, and expose its input
+        dimension as ``target.d`` (or pass ``d``).
+    d : int, default=None
+        Input dimension, if ``target`` has no attribute ``d``.
+    budget : int, default=None
+        Largest number of queries the oracle will answer; ``None`` means unlimited.
+    record : bool, default=False
+        Keep a copy of every query and its answer in :attr:`log`.
+
+    Attributes
+    ----------
+    d : int
+        Input dimension of the queries.
+    n_queries : int
+        Number of sequences answered so far (each sequence of a batch counts once).
+    budget : int or None
+        The budget given.
+    remaining : int or float
+        Queries left before the budget (``inf`` if unlimited).
+    log : list of (ndarray of shape (N, d), float)
+        Every query and its answer, in order, when ``record=True``; else empty.
+    tau : float
+        The tolerance of the answers: 0 for this exact oracle.
+
+    Raises
+    ------
+    InvalidInputError
+        When called with a query of the wrong shape, with NaN or inf, or an empty sequence.
+    BudgetExceededError
+        When a call would take ``n_queries`` past ``budget``; nothing is answered or counted.
+    OracleInconsistentError
+        When the target returns NaN or inf (a value-query oracle answers with finite reals).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.attention import SingleHead
+    >>> oracle = ValueQueryOracle(SingleHead(np.eye(2), np.array([1.0, -1.0])), budget=3)
+    >>> oracle(np.array([[1.0, 0.0]])), oracle.n_queries, oracle.remaining
+    (1.0, 1, 2)
+    """
+
+    tau = 0.0
+
+    def __init__(self, target, *, d=None, budget=None, record=False):
+        if not callable(target):
+            raise InvalidInputError(
+                f"target must be callable on a batch (B, N, d); got {type(target).__name__}."
+            )
+        if d is None:
+            d = getattr(target, "d", None)
+            if d is None:
+                raise InvalidInputError(
+                    "the target has no attribute d; pass the input dimension as d=..."
+                )
+        self.target = target
+        self.d = check_int(d, "d", minimum=1)
+        self.budget = None if budget is None else check_int(budget, "budget", minimum=0)
+        self.record = bool(record)
+        self.n_queries = 0
+        self.log: list[tuple[np.ndarray, float]] = []
+
+    @property
+    def remaining(self):
+        return np.inf if self.budget is None else self.budget - self.n_queries
+
+    def require(self, n, *, learner="the learner"):
+        """Raise :class:`BudgetExceededError` now if fewer than ``n`` queries remain.
+
+        Learners call this before their first query, so a too-small budget costs nothing.
+        """
+        if n > self.remaining:
+            raise BudgetExceededError(
+                MESSAGES["budget_upfront"].format(
+                    learner=learner, needed=n, remaining=self.remaining, budget=self.budget,
+                    total=self.n_queries + n,
+                )
+            )
+
+    def _answer(self, X: np.ndarray) -> np.ndarray:
+        """Answers for a validated batch ``(B, N, d)``; subclasses add their noise here."""
+        return self._evaluate(X)
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        y = np.asarray(self.target(X.copy()), dtype=np.float64).reshape(-1)
+        if y.shape != (X.shape[0],):
+            raise OracleInconsistentError(
+                f"the target returned {y.shape[0]} answers for a batch of {X.shape[0]} queries."
+            )
+        if not np.all(np.isfinite(y)):
+            i = int(np.flatnonzero(~np.isfinite(y))[0])
+            raise OracleInconsistentError(MESSAGES["nonfinite_answer"].format(value=y[i], index=i))
+        return y
+
+    def __call__(self, X):
+        """Answer one sequence ``(N, d)`` (float), a batch ``(B, N, d)`` or a list (``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        n = len(seqs)
+        if n > self.remaining:
+            raise BudgetExceededError(
+                MESSAGES["budget"].format(
+                    needed=n, remaining=self.remaining, budget=self.budget, used=self.n_queries
+                )
+            )
+        if isinstance(seqs, np.ndarray):
+            y = self._answer(seqs)
+        else:
+            y = np.empty(n)
+            lengths = np.array([x.shape[0] for x in seqs])
+            for length in np.unique(lengths):
+                idx = np.flatnonzero(lengths == length)
+                y[idx] = self._answer(np.stack([seqs[i] for i in idx]))
+        self.n_queries += n
+        if self.record:
+            self.log.extend((np.array(x), float(a)) for x, a in zip(seqs, y))
+        return float(y[0]) if single else y
+
+    def __repr__(self):
+        budget = "" if self.budget is None else f", budget={self.budget}"
+        return f"{type(self).__name__}(d={self.d}, n_queries={self.n_queries}{budget})"
+
+
+def _hash_uniform(X: np.ndarray, seed: int) -> np.ndarray:
+    """A deterministic pseudo-random number in [-1, 1) for every sequence of a batch ``(B, N, d)``.
+
+    Each 64-bit word of a sequence (with -0.0 mapped to 0.0) is xored with its position and mixed
+    with SplitMix64 (Steele, Lea & Flood 2014); the mixed words are summed modulo 2**64 and mixed
+    again with the seed and the length, all vectorised in NumPy. The same sequence and seed always
+    give the same number; different sequences give independent-looking numbers.
+    """
+    B = X.shape[0]
+    words = np.ascontiguousarray(X + 0.0).view(np.uint64).reshape(B, -1)
+    with np.errstate(over="ignore"):
+        idx = np.arange(1, words.shape[1] + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        h = _splitmix(words ^ idx)
+        seed_mix = _splitmix(np.uint64(seed) ^ np.uint64(X.shape[1] * 0xD1B54A32D192ED03 % 2**64))
+        acc = _splitmix(h.sum(axis=1, dtype=np.uint64) ^ seed_mix)
+    return (acc >> np.uint64(11)).astype(np.float64) / float(2**53) * 2.0 - 1.0
+
+
+def _splitmix(z: np.ndarray) -> np.ndarray:
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def round_significant(y: np.ndarray, digits: int) -> np.ndarray:
+    """Round every entry of ``y`` to ``digits`` significant decimal digits (0 stays 0)."""
+    y = np.asarray(y, dtype=np.float64)
+    out = np.zeros_like(y)
+    nz = y != 0
+    exponent = np.floor(np.log10(np.abs(y[nz])))
+    scale = 10.0 ** (digits - 1 - exponent)
+    out[nz] = np.round(y[nz] * scale) / scale
+    return out
+
+
+class ApproxValueQueryOracle(ValueQueryOracle):
+    """Approximate value-query oracle AVQ(X; tau) of §6, deterministic in ``X``.
+
+    Every answer lies in ``[f*(X) - tau, f*(X) + tau]``, and the same ``X`` always gets the same
+    answer (the paper's model: repeating a query gains nothing).
+
+    Parameters
+    ----------
+    target : callable
+        The model behind the oracle, as for :class:`ValueQueryOracle`.
+    tau : float
+        Tolerance, ``tau >= 0``. With ``noise="round"`` it may be ``None``: then
+        ``tau = 0.5 * 10**(1 - digits)``, the rounding error bound while ``|f*| <= 1`` (§6's setting).
+    noise : {"uniform", "worst", "round"}, default="uniform"
+        How the answer is perturbed:
+
+        * ``"uniform"``: ``f* + tau * u(X)`` with ``u(X)`` uniform in [-1, 1), a hash of ``X`` and
+          ``seed``.
+        * ``"worst"``: ``f* + tau * s(X)`` with the sign ``s`` that hurts the Theorem 4.1 / 6.2
+          estimators most: a length-1 answer is pulled towards 0 (``s = -sign(f*)``), which shrinks
+          the read-off ``|v_i|`` used as a denominator; a longer answer is pushed away from the query
+          token's own value ``x_N^T v`` by the same sign as ``f* - x_N^T v``, which inflates the
+          apparent attention on the other tokens. Needs a target with attribute ``v``.
+        * ``"round"``: ``f*`` rounded to ``digits`` significant decimal digits, as a served model
+          prints its output.
+    seed : int, default=0
+        Seed of the hash behind ``"uniform"``.
+    digits : int, default=None
+        Significant digits for ``noise="round"`` (required there, ``>= 1``).
+    d, budget, record
+        As for :class:`ValueQueryOracle`.
+
+    Raises
+    ------
+    InvalidInputError
+        On construction, for ``tau < 0``, an unknown ``noise``, missing ``digits`` for rounding or a
+        ``"worst"`` target without ``v``; when called, as :class:`ValueQueryOracle`.
+    OracleInconsistentError
+        When rounding would move an answer by more than ``tau`` (``|f*|`` above the assumed scale):
+        the oracle would break its own contract, so it refuses.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.attention import SingleHead
+    >>> head = SingleHead(np.eye(2), np.array([0.5, -0.25]))
+    >>> oracle = ApproxValueQueryOracle(head, 1e-3, seed=1)
+    >>> X = np.array([[1.0, 0.0]])
+    >>> oracle(X) == oracle(X), abs(oracle(X) - 0.5) <= 1e-3
+    (True, True)
+    """
+
+    def __init__(self, target, tau, *, noise="uniform", seed=0, digits=None, d=None, budget=None,
+                 record=False):
+        super().__init__(target, d=d, budget=budget, record=record)
+        self.noise = check_choice(noise, "noise", NOISE_MODELS)
+        self.seed = check_int(seed, "seed", minimum=0)
+        self.digits = None
+        if noise == "round":
+            if digits is None:
+                raise InvalidInputError('noise="round" needs digits=k, the significant digits kept.')
+            self.digits = check_int(digits, "digits", minimum=1, maximum=17)
+            if tau is None:
+                tau = 0.5 * 10.0 ** (1 - self.digits)
+        elif digits is not None:
+            raise InvalidInputError(f'digits={digits!r} is only used with noise="round"; got noise={noise!r}.')
+        if tau is None:
+            raise InvalidInputError(f"tau must be given for noise={noise!r}.")
+        self.tau = check_real(tau, "tau", minimum=0.0)
+        if noise == "worst" and getattr(target, "v", None) is None:
+            raise InvalidInputError(
+                'noise="worst" needs a target with a value vector attribute v (a SingleHead).'
+            )
+
+    def _answer(self, X: np.ndarray) -> np.ndarray:
+        y = self._evaluate(X)
+        if self.noise == "uniform":
+            return y + self.tau * _hash_uniform(X, self.seed)
+        if self.noise == "worst":
+            if X.shape[1] == 1:
+                s = -np.sign(y)
+            else:
+                s = np.sign(y - X[:, -1, :] @ np.asarray(self.target.v))
+            s[s == 0] = 1.0
+            return y + self.tau * s
+        rounded = round_significant(y, self.digits)
+        err = np.abs(rounded - y)
+        if np.any(err > self.tau):
+            i = int(np.argmax(err))
+            raise OracleInconsistentError(
+                f"rounding f*={y[i]!r} to {self.digits} significant digits moves it by {err[i]:.3g} "
+                f"> tau={self.tau:.3g}; the oracle would break its tolerance. Pass a larger tau "
+                "or more digits."
+            )
+        return rounded
+
+    def __repr__(self):
+        extra = f", digits={self.digits}" if self.digits else ""
+        return (f"{type(self).__name__}(d={self.d}, tau={self.tau:g}, noise={self.noise!r}{extra}, "
+                f"n_queries={self.n_queries})")

@@ -1,0 +1,160 @@
+"""One figure style for every chapter.
+
+Every chapter figure is drawn by a function here, so that fonts, sizes, colours and markers agree
+across the book. Each function returns the ``matplotlib.figure.Figure`` and draws nothing else; the
+chapter's cell displays it, and cell metadata gives it a caption and a name for ``{numref}``.
+Figures are deterministic: no timestamps, and the Agg backend's PNG output depends only on the data.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["STYLE", "figure", "lines", "bars", "singular_values", "FLOAT64_EPS"]
+
+#: Machine epsilon of float64, drawn as a reference line on error plots.
+FLOAT64_EPS = float(np.finfo(np.float64).eps)
+
+#: The rcParams applied to every companion figure.
+STYLE = {
+    "figure.figsize": (6.4, 3.6),
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "font.size": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "lines.markersize": 5,
+    "svg.hashsalt": "companion",
+}
+
+_MARKERS = "osD^vP*X"
+
+
+def figure(ncols: int = 1, *, width: float | None = None, height: float | None = None):
+    """A new figure with ``ncols`` axes side by side in the companion style.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+    axes : list of matplotlib.axes.Axes
+    """
+    with plt.rc_context(STYLE):
+        w, h = STYLE["figure.figsize"]
+        fig, axes = plt.subplots(1, ncols, figsize=(width or w * (1 if ncols == 1 else 0.75 * ncols),
+                                                    height or h), squeeze=False)
+    plt.close(fig)  # the chapter displays the returned figure itself; no second copy
+    return fig, list(axes[0])
+
+
+def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str, title=None,
+          logx=False, logy=True, hlines: Mapping[str, float] | None = None, ax=None):
+    """Plot one marked line per entry of ``series`` against ``x``.
+
+    Parameters
+    ----------
+    x : array-like of shape (n,)
+        Common abscissa, or a mapping with the same keys as ``series`` for per-series abscissae.
+    series : mapping of str to array-like of shape (n,)
+        Legend label to values. Non-positive values are dropped on a log axis.
+    xlabel, ylabel : str
+        Axis labels, with units where there are any.
+    logx, logy : bool
+        Logarithmic axes (``logy`` defaults to True: errors span many decades).
+    hlines : mapping of str to float, optional
+        Labelled horizontal reference lines (e.g. ``{"float64 eps": FLOAT64_EPS}``).
+    ax : matplotlib.axes.Axes, optional
+        Draw into these axes instead of a new figure.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with plt.rc_context(STYLE):
+        if ax is None:
+            fig, (ax,) = figure()
+        else:
+            fig = ax.figure
+        for k, (label, y) in enumerate(series.items()):
+            xs = np.asarray(x[label] if isinstance(x, Mapping) else x, dtype=float)
+            y = np.asarray(y, dtype=float)
+            keep = np.isfinite(y) & ((y > 0) if logy else True)
+            ax.plot(xs[keep], y[keep], marker=_MARKERS[k % len(_MARKERS)], label=label)
+        for k, (label, value) in enumerate((hlines or {}).items()):
+            ax.axhline(value, color="0.4", linestyle=("--", ":", "-.")[k % 3], linewidth=1, label=label)
+        if logx:
+            ax.set_xscale("log")
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+    return fig
+
+
+def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel: str, logy=True,
+         title=None, ax=None):
+    """Grouped bar chart: one group per label, one bar per entry of ``series``.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with plt.rc_context(STYLE):
+        if ax is None:
+            fig, (ax,) = figure()
+        else:
+            fig = ax.figure
+        n = len(series)
+        width = 0.8 / max(n, 1)
+        pos = np.arange(len(labels))
+        for k, (name, values) in enumerate(series.items()):
+            ax.bar(pos + (k - (n - 1) / 2) * width, values, width, label=name)
+        ax.set_xticks(pos, labels)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+    return fig
+
+
+def singular_values(spectra: Mapping[str, Sequence[float]], *, rank_line: int | None = None,
+                    ylabel="singular value", ax=None):
+    """Singular values in decreasing order, one line per entry, on a log axis.
+
+    ``rank_line`` draws a vertical line after that many values (e.g. the head dimension).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    with plt.rc_context(STYLE):
+        if ax is None:
+            fig, (ax,) = figure()
+        else:
+            fig = ax.figure
+        for label, s in spectra.items():
+            s = np.sort(np.asarray(s, dtype=float))[::-1]
+            ax.semilogy(np.arange(1, len(s) + 1), np.maximum(s, FLOAT64_EPS * 1e-3), label=label)
+        if rank_line is not None:
+            ax.axvline(rank_line + 0.5, color="0.4", linestyle="--", linewidth=1,
+                       label=f"rank {rank_line}")
+        ax.set_xlabel("index")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+    return fig

@@ -1,0 +1,67 @@
+"""The result type every learner returns (like ``scipy.optimize.OptimizeResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["Recovery"]
+
+
+def _summary(value) -> str:
+    if isinstance(value, np.ndarray):
+        if value.size <= 6:
+            return np.array2string(value, precision=6, separator=", ")
+        return f"<ndarray of shape {value.shape}>"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_summary(v)}" for k, v in sorted(value.items())) + "}"
+    return repr(value)
+
+
+@dataclass(frozen=True, eq=False)
+class Recovery:
+    """What a learner recovered from an oracle, with the queries it spent.
+
+    Attributes
+    ----------
+    W : ndarray of shape (d, d)
+        Estimate of the merged query-key matrix.
+    v : ndarray of shape (d,)
+        Estimate of the value vector.
+    n_queries : int
+        Queries the learner sent, read from the oracle's counter (never computed by hand),
+        including any verification queries.
+    message : str
+        One line on how the recovery went.
+    diagnostics : mapping
+        Learner-specific details (probe scales, re-queries, logits, verification error, solver
+        status); each learner's docstring lists its keys.
+
+    Subclasses add fields: the one-layer Transformer learner adds ``A`` and ``w_o``.
+    The repr lists every field sorted by name, arrays by shape.
+    """
+
+    W: np.ndarray
+    v: np.ndarray
+    n_queries: int
+    message: str = ""
+    diagnostics: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "n_queries", int(self.n_queries))
+        object.__setattr__(self, "diagnostics", MappingProxyType(dict(self.diagnostics)))
+
+    @property
+    def d(self) -> int:
+        return int(np.shape(self.W)[0])
+
+    def __repr__(self):
+        names = sorted(f.name for f in fields(self))
+        width = max(len(n) for n in names)
+        lines = [f"{n.rjust(width)}: {_summary(getattr(self, n))}" for n in names]
+        return f"{type(self).__name__}(\n" + "\n".join(lines) + "\n)"

@@ -1,0 +1,273 @@
+"""Publish the numbers a chapter cites: glue for the text, JSON with provenance for citers.
+
+A chapter calls :func:`record_parameters` once, right after its ``parameters`` cell, and
+:func:`publish` once for every number its prose cites. Each call
+
+* glues the *formatted* value (a Python ``str``) under ``name`` with ``myst_nb.glue``, so that
+  ``{glue:text}`name``` in the chapter renders exactly the published text; and
+* rewrites ``<results dir>/<chapter>.json`` atomically (a temporary file in the same folder, then
+  :func:`os.replace`), holding every published value with the chapter's parameters, seed, a hash of
+  the library source, the git commit, package versions and the time.
+
+The results folder is ``$COMPANION_RESULTS_DIR`` if set (``companion run -o DIR`` and the tests set
+it), else ``data/results`` of the repository that holds the chapter.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import numbers
+import os
+import platform
+import subprocess
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from ._validation import check_int
+from .errors import InvalidInputError
+
+__all__ = [
+    "publish",
+    "record_parameters",
+    "results_dir",
+    "library_hash",
+    "load",
+    "repo_root",
+    "LIBRARY_DIR",
+]
+
+#: The library's source folder, hashed into every results file.
+LIBRARY_DIR = Path(__file__).resolve().parent
+
+_PACKAGES = ("numpy", "scipy", "cvxpy", "matplotlib", "papermill", "jupyter-book", "myst-nb")
+
+_state: dict = {"chapter": None, "parameters": {}, "seed": None}
+
+
+def repo_root(start: Path | None = None) -> Path | None:
+    """The nearest folder at or above ``start`` (default: the cwd, then the library) with ``_toc.yml``."""
+    candidates = [Path.cwd() if start is None else Path(start), LIBRARY_DIR]
+    for base in candidates:
+        for folder in [base.resolve(), *base.resolve().parents]:
+            if (folder / "_toc.yml").is_file() and (folder / "book").is_dir():
+                return folder
+    return None
+
+
+def results_dir() -> Path:
+    """Folder of the results JSON files: ``$COMPANION_RESULTS_DIR`` or ``<repo>/data/results``."""
+    env = os.environ.get("COMPANION_RESULTS_DIR")
+    if env:
+        return Path(env)
+    root = repo_root()
+    return (root if root is not None else Path.cwd()) / "data" / "results"
+
+
+def library_hash() -> str:
+    """SHA-256 (first 16 hex digits) of every ``*.py`` file of the library, by relative path."""
+    h = hashlib.sha256()
+    for path in sorted(LIBRARY_DIR.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        h.update(path.relative_to(LIBRARY_DIR).as_posix().encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _git_commit() -> str | None:
+    root = repo_root()
+    if root is None:
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version()}
+    for name in ("companion", *_PACKAGES):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _check_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise InvalidInputError(
+            f"{what}={name!r} must be a non-empty string of letters, digits, '_' or '-'."
+        )
+    return name
+
+
+def _plain(value):
+    """Convert NumPy scalars and arrays to plain Python values for JSON; reject the rest."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str) or value is None:
+        return value
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    raise InvalidInputError(
+        f"cannot publish a value of type {type(value).__name__}; publish a number, a string, "
+        "or a list or dict of them."
+    )
+
+
+def _write_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True, allow_nan=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _path(chapter: str) -> Path:
+    return results_dir() / f"{chapter}.json"
+
+
+def record_parameters(chapter: str, *, seed, **parameters) -> None:
+    """Start a chapter's results file, recording its parameters; earlier values are discarded.
+
+    Parameters
+    ----------
+    chapter : str
+        The chapter's file stem, e.g. ``"02_exact_learning"``.
+    seed : int
+        The chapter's random seed.
+    **parameters
+        The chapter's other parameters (JSON-serialisable).
+
+    Raises
+    ------
+    InvalidInputError
+        If the chapter name is not a plain file stem or a parameter is not serialisable.
+    """
+    chapter = _check_name(chapter, "chapter")
+    seed = check_int(seed, "seed", minimum=0)
+    params = _plain(dict(parameters))
+    _state.update(chapter=chapter, parameters=params, seed=seed)
+    _write_atomic(_path(chapter), _header(chapter, params, seed) | {"values": {}})
+
+
+def _header(chapter, params, seed) -> dict:
+    return {
+        "chapter": chapter,
+        "parameters": params,
+        "seed": seed,
+        "library_hash": library_hash(),
+        "commit": _git_commit(),
+        "versions": _versions(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _format(value, fmt) -> str:
+    if fmt is None:
+        if isinstance(value, (bool, np.bool_)):
+            return str(bool(value))
+        if isinstance(value, numbers.Integral):
+            return f"{int(value):,}"
+        if isinstance(value, numbers.Real):
+            return f"{float(value):.3g}"
+        return str(value)
+    if callable(fmt):
+        return str(fmt(value))
+    return fmt.format(_plain(value))
+
+
+def publish(name, value, *, fmt=None, chapter=None, glue=True) -> None:
+    """Glue one cited number into the chapter and record it, with provenance, in the results JSON.
+
+    Parameters
+    ----------
+    name : str
+        Glue key, used in the prose as ``{glue:text}`name```; letters, digits, ``_`` and ``-``.
+    value : int, float, str, bool, or a list/dict of them
+        The value (NumPy scalars are converted to Python numbers first).
+    fmt : str or callable, default=None
+        Format of the glued text, e.g. ``"{:.2e}"`` or ``"{:,d}"``. By default integers get
+        thousands separators and floats 3 significant digits.
+    chapter : str, default=None
+        Chapter stem; defaults to the one given to :func:`record_parameters`.
+    glue : bool, default=True
+        Glue the text with ``myst_nb.glue`` (turn off outside notebooks).
+
+    Raises
+    ------
+    InvalidInputError
+        If no chapter is known, the name is not a plain key, or the value is not serialisable.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> os.environ["COMPANION_RESULTS_DIR"] = tempfile.mkdtemp()
+    >>> record_parameters("demo", seed=0, d=4)
+    >>> publish("n", 20, glue=False)
+    >>> load("demo")["values"]["n"]
+    {'text': '20', 'value': 20}
+    >>> del os.environ["COMPANION_RESULTS_DIR"]
+    """
+    name = _check_name(name, "name")
+    chapter = chapter if chapter is not None else _state["chapter"]
+    if chapter is None:
+        raise InvalidInputError(
+            "publish() does not know the chapter: call record_parameters(chapter, seed=..., ...) "
+            "first, or pass chapter=..."
+        )
+    chapter = _check_name(chapter, "chapter")
+    plain = _plain(value)
+    text = _format(value, fmt)
+    path = _path(chapter)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        same = chapter == _state["chapter"]
+        data = _header(chapter, _state["parameters"] if same else {},
+                       _state["seed"] if same else None) | {"values": {}}
+    data["values"][name] = {"value": plain, "text": text}
+    _write_atomic(path, data)
+    if glue:
+        from myst_nb import glue as _glue
+
+        _glue(name, text, display=False)
+
+
+def load(chapter: str) -> dict:
+    """Read ``<results dir>/<chapter>.json``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the chapter has not published anything there yet (run it first).
+    """
+    return json.loads(_path(_check_name(chapter, "chapter")).read_text(encoding="utf-8"))
