@@ -1,0 +1,57 @@
+# The two commands of the README: `make book` and `make test`. Both set up .venv on a fresh machine.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+NBVAL  := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
+
+.PHONY: all venv book book-release test test-fast bench execute clean
+
+all: book
+
+venv: $(STAMP)
+
+# (Re)install whenever pyproject.toml changes; pip resolves [book] and [test] extras in one go.
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; run 'make PYTHON=python3.X ...' with Python >= 3.10"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[book,test]'
+	touch $(STAMP)
+
+# Execute every chapter on its defaults (jupyter-cache) and build the HTML; warnings are errors.
+# jupyter-cache only sees the notebooks' code, so a change to src/companion clears it first.
+book: $(STAMP)
+	@mkdir -p _build
+	@h=$$($(PY) -c "from companion.results import library_hash; print(library_hash())"); \
+	 if [ "$$(cat _build/.library-hash 2>/dev/null)" != "$$h" ]; then \
+	   echo "library changed ($$h): chapters will be re-executed"; rm -rf _build/.jupyter_cache; \
+	 fi; echo "$$h" > _build/.library-hash
+	$(VENV)/bin/jupyter-book build . -n -W --keep-going
+	@echo "Book: _build/html/index.html"
+
+# Release build: execute every chapter afresh.
+book-release: $(STAMP)
+	rm -rf _build/.jupyter_cache
+	$(MAKE) book
+
+# The whole suite: unit, property and doctests, every chapter under nbval, papermill runs with
+# non-default parameters, the CLI, and a strict book build.
+test: $(STAMP)
+	$(PY) -m pytest tests src/companion book/chapters $(NBVAL)
+
+# Unit, property and doc tests only (seconds).
+test-fast: $(STAMP)
+	$(PY) -m pytest tests src/companion -m "not slow"
+
+# Execute one chapter in place so that its committed outputs are fresh: make execute NB=book/chapters/02_exact_learning.ipynb
+execute: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make execute NB=book/chapters/NN_name.ipynb"; exit 2; }
+	cd $(dir $(NB)) && ../../$(VENV)/bin/jupyter execute --inplace --timeout=600 $(notdir $(NB))
+
+# Every benchmark table in one run.
+bench: $(STAMP)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf _build .pytest_cache
