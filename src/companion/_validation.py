@@ -66,11 +66,11 @@ def as_float_array(a, name: str, *, ndim: int | tuple[int, ...], shape=None) -> 
     ndims = (ndim,) if isinstance(ndim, int) else ndim
     if arr.ndim not in ndims:
         want = " or ".join(str(n) for n in ndims)
-        raise InvalidInputError(f"{name} must have {want} dimensions; got {arr.shape=}.")
+        raise InvalidInputError(f"{name} must have {want} dimensions; got {name}.shape={arr.shape}.")
     if shape is not None:
         if len(shape) != arr.ndim or any(s is not None and s != t for s, t in zip(shape, arr.shape)):
             want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
-            raise InvalidInputError(f"{name} must have shape {want}; got {arr.shape=}.")
+            raise InvalidInputError(f"{name} must have shape {want}; got {name}.shape={arr.shape}.")
     if arr.size and not np.all(np.isfinite(arr)):
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise InvalidInputError(
@@ -101,14 +101,14 @@ def as_sequences(X, d: int, name: str = "X"):
     arr = as_float_array(X, name, ndim=(2, 3))
     if arr.shape[-1] != d:
         raise InvalidInputError(
-            f"{name} must have last axis d={d} (shape (N, d) or (B, N, d)); got {arr.shape=}."
+            f"{name} must have last axis d={d} (shape (N, d) or (B, N, d)); got {name}.shape={arr.shape}."
         )
     if arr.shape[-2] == 0:
         raise InvalidInputError(
-            f"{name} has sequences of length N=0 ({arr.shape=}); every query needs N >= 1 tokens."
+            f"{name} has sequences of length N=0 ({name}.shape={arr.shape}); every query needs N >= 1 tokens."
         )
     if arr.ndim == 2:
         return arr[None], True
     if arr.shape[0] == 0:
-        raise InvalidInputError(f"{name} is an empty batch ({arr.shape=}); give at least one sequence.")
+        raise InvalidInputError(f"{name} is an empty batch ({name}.shape={arr.shape}); give at least one sequence.")
     return arr, False

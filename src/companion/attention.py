@@ -36,7 +36,7 @@ __all__ = [
 def _check_W_v(W, v):
     W = as_float_array(W, "W", ndim=2)
     if W.shape[0] != W.shape[1]:
-        raise InvalidInputError(f"W must be square (d, d); got {W.shape=}.")
+        raise InvalidInputError(f"W must be square (d, d); got W.shape={W.shape}.")
     d = W.shape[0]
     if d == 0:
         raise InvalidInputError("W is empty (d=0); the input dimension d must be >= 1.")
@@ -168,6 +168,10 @@ class SingleHead:
     def _batch(self, X: np.ndarray) -> np.ndarray:
         return np.sum(attention_weights(X, self.W) * (X @ self.v), axis=-1)
 
+    def __repr__(self):
+        return (f"SingleHead(d={self.d}, rank={self.rank}, ||W||_F={np.linalg.norm(self.W):.4g}, "
+                f"||v||_2={np.linalg.norm(self.v):.4g})")
+
     def __call__(self, X):
         """Evaluate f_{W,v} on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
         seqs, single = as_sequences(X, self.d)
@@ -208,7 +212,7 @@ class MultiHead:
         Ws = as_float_array(self.Ws, "Ws", ndim=3)
         H, d, d2 = Ws.shape
         if d != d2 or H == 0 or d == 0:
-            raise InvalidInputError(f"Ws must have shape (H, d, d) with H, d >= 1; got {Ws.shape=}.")
+            raise InvalidInputError(f"Ws must have shape (H, d, d) with H, d >= 1; got Ws.shape={Ws.shape}.")
         vs = as_float_array(self.vs, "vs", ndim=2, shape=(H, d))
         object.__setattr__(self, "Ws", _frozen(Ws))
         object.__setattr__(self, "vs", _frozen(vs))
@@ -228,6 +232,9 @@ class MultiHead:
 
     def _batch(self, X: np.ndarray) -> np.ndarray:
         return sum(np.sum(attention_weights(X, W) * (X @ v), axis=-1) for W, v in zip(self.Ws, self.vs))
+
+    def __repr__(self):
+        return f"MultiHead(n_heads={self.n_heads}, d={self.d})"
 
     def __call__(self, X):
         """Evaluate f^H on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""

