@@ -1,0 +1,657 @@
+"""Learning one attention head from approximate value queries (§6: Lemma 6.1, Theorem 6.2) and beyond.
+
+A served model does not answer exactly: it rounds. The approximate oracle AVQ(X; tau) of §6 returns
+any value within ``tau`` of f*(X), deterministically, so repeating a query gains nothing. Under the
+assumptions of §6 — ``||W*||_F <= W_max`` (known, ``W_max >= 2``), ``||v*||_2 <= 1``, tokens of norm at
+most 1 and a margin ``min_i |v*_i| >= mu > 0`` — the paper's learner reads ``v`` off length-1 queries
+and each entry ``W_ij`` off one length-2 query whose logit is at most 1/2 in magnitude:
+
+* :func:`learn_robust` — Theorem 6.2 exactly as stated (``a = 1/2``, ``b = 1/W_max``, clip, sigma^-1,
+  divide by ``ab``), ``d + d**2`` queries.
+* :func:`clipped_logit`, :func:`lemma_6_1_bound` — Lemma 6.1, the Lipschitz step behind it.
+* :func:`sufficient_tolerance`, :func:`guaranteed_error` — the theorem's tolerance for given
+  accuracies, and its inverse: the accuracy guaranteed at a given tolerance.
+* :func:`random_margin_head` — random targets that satisfy the assumptions of §6.
+
+Beyond the paper:
+
+* :func:`entry_error_bound`, :func:`best_scale` — the theorem's per-entry error bound as a function of
+  the probe scale ``b``, and the ``b`` that minimises it (the paper fixes ``b = 1/W_max``).
+* :func:`learn_robust_lstsq` — margin-free probes ``e_i + s_i e_p`` at the best scale, repeated at
+  ``R`` distinct scales and combined by weighted least squares: ``R (d + d**2)`` queries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+from scipy.special import expit, logit
+
+from ._validation import check_int, check_real
+from .attention import SingleHead, random_single_head
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
+from .exact import read_value_vector
+from .recovery import Recovery
+
+__all__ = [
+    "TAU_CLIP",
+    "LIPSCHITZ_6_1",
+    "clipped_logit",
+    "lemma_6_1_bound",
+    "sufficient_tolerance",
+    "guaranteed_error",
+    "random_margin_head",
+    "robust_queries",
+    "learn_robust",
+    "entry_error_bound",
+    "best_scale",
+    "learn_robust_lstsq",
+]
+
+#: Lemma 6.1's clipping level sigma(-1/2) ~ 0.3775: a logit in [-1/2, 1/2] gives a weight in
+#: [TAU_CLIP, 1 - TAU_CLIP].
+TAU_CLIP = float(expit(-0.5))
+
+#: Lipschitz constant of sigma^-1 on [TAU_CLIP, 1 - TAU_CLIP]: 1 / (TAU_CLIP (1 - TAU_CLIP)) ~ 4.255,
+#: which Lemma 6.1 rounds up to 5.
+LIPSCHITZ_6_1 = 1.0 / (TAU_CLIP * (1.0 - TAU_CLIP))
+
+#: The constant of Theorem 6.2's tolerance tau <= mu eps_W / (C W_max^2 d).
+THEOREM_6_2_CONSTANT = 80.0
+
+_MARGIN_MESSAGE = (
+    "the margin assumption fails: |v_hat[{i}]| = {v:.3g} < mu - tau = {mu:.3g} - {tau:.3g}, so "
+    "|v*[{i}]| < mu={mu:.3g} for every head consistent with the oracle. Theorem 6.2 needs "
+    "min_i |v*_i| >= mu: pass a smaller mu (its guarantee grows like 1/mu), or use "
+    "learn_robust_lstsq, whose probes need no margin."
+)
+_CHUNK_BYTES = 32 * 2**20   # size of one batch of length-2 queries sent to the oracle
+_X_STAR = 2.3994            # argmax of x^2 sigma'(x): x tanh(x/2) = 2
+
+
+def _check_oracle(oracle, learner: str) -> tuple[int, float]:
+    """Return ``(d, tau)`` of a value-query oracle; raise TypeError for anything else."""
+    if not callable(oracle) or not hasattr(oracle, "d") or not hasattr(oracle, "n_queries"):
+        raise TypeError(
+            f"{learner} needs a value-query oracle (callable, with attributes d and n_queries), "
+            f"got {type(oracle).__name__}; wrap the model in "
+            "companion.oracles.ApproxValueQueryOracle."
+        )
+    return int(oracle.d), float(getattr(oracle, "tau", 0.0))
+
+
+# --------------------------------------------------------------------------------------------
+# Lemma 6.1
+# --------------------------------------------------------------------------------------------
+
+def clipped_logit(alpha, *, tau_clip=TAU_CLIP):
+    """``sigma^{-1}(clip(alpha; tau_clip, 1 - tau_clip))``, the inversion step of Theorem 6.2.
+
+    Parameters
+    ----------
+    alpha : float or ndarray
+        Estimated attention weights; any real values (noise may push them outside [0, 1]).
+    tau_clip : float, default=TAU_CLIP
+        Clipping level, ``0 < tau_clip < 1/2``.
+
+    Returns
+    -------
+    float or ndarray
+        Same shape as ``alpha``; every entry lies in ``[-sigma^-1(1 - tau_clip), sigma^-1(1 - tau_clip)]``
+        (``[-1/2, 1/2]`` for the default).
+
+    Raises
+    ------
+    InvalidInputError
+        If ``tau_clip`` is not in (0, 1/2).
+
+    Examples
+    --------
+    >>> round(float(clipped_logit(0.5)), 8), round(float(clipped_logit(2.0)), 8)
+    (0.0, 0.5)
+    """
+    tau_clip = check_real(tau_clip, "tau_clip", minimum=0.0, strict=True, maximum=0.5)
+    if tau_clip == 0.5:
+        raise InvalidInputError("tau_clip=0.5 leaves an empty window; it must be in (0, 1/2).")
+    return logit(np.clip(alpha, tau_clip, 1.0 - tau_clip))
+
+
+def lemma_6_1_bound(alpha_hat, alpha_star):
+    """Lemma 6.1's bound on ``|sigma^-1(clip(alpha_hat)) - sigma^-1(alpha_star)|``.
+
+    Parameters
+    ----------
+    alpha_hat : float or ndarray
+        Any estimates of the weight (broadcast against ``alpha_star``).
+    alpha_star : float or ndarray
+        True weights, each in ``[TAU_CLIP, 1 - TAU_CLIP]``.
+
+    Returns
+    -------
+    float or ndarray
+        ``|alpha_hat - alpha_star| / (TAU_CLIP (1 - TAU_CLIP))``, at most ``5 |alpha_hat - alpha_star|``.
+
+    Raises
+    ------
+    InvalidInputError
+        If some ``alpha_star`` lies outside ``[TAU_CLIP, 1 - TAU_CLIP]``, where the lemma says nothing.
+
+    Notes
+    -----
+    Lemma 6.1 of Bhattamishra et al. 2026 [1]_: clipping to the window is 1-Lipschitz and leaves
+    ``alpha_star`` in place, and sigma^-1 has derivative ``1 / (p (1 - p)) <= LIPSCHITZ_6_1`` there.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a_hat, a_star = 0.9, 0.6
+    >>> lhs = abs(clipped_logit(a_hat) - logit(a_star))
+    >>> bool(lhs <= lemma_6_1_bound(a_hat, a_star) <= 5 * abs(a_hat - a_star))
+    True
+    """
+    alpha_hat = np.asarray(alpha_hat, dtype=np.float64)
+    alpha_star = np.asarray(alpha_star, dtype=np.float64)
+    lo, hi = TAU_CLIP, 1.0 - TAU_CLIP
+    outside = (alpha_star < lo - 1e-15) | (alpha_star > hi + 1e-15)
+    if np.any(outside):
+        bad = float(alpha_star[outside].flat[0]) if alpha_star.ndim else float(alpha_star)
+        raise InvalidInputError(
+            f"alpha_star={bad!r} is outside [TAU_CLIP, 1 - TAU_CLIP] = [{lo:.4f}, {hi:.4f}]; "
+            "Lemma 6.1 holds only there (logits in [-1/2, 1/2])."
+        )
+    out = np.abs(alpha_hat - alpha_star) * LIPSCHITZ_6_1
+    return float(out) if out.ndim == 0 else out
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 6.2: tolerance and guarantee
+# --------------------------------------------------------------------------------------------
+
+def _check_setting(mu, W_max, d):
+    mu = check_real(mu, "mu", minimum=0.0, strict=True, maximum=1.0)
+    W_max = check_real(W_max, "W_max", minimum=2.0)
+    d = check_int(d, "d", minimum=1)
+    return mu, W_max, d
+
+
+def sufficient_tolerance(*, mu, eps_W, eps_v, W_max, d) -> float:
+    """The tolerance Theorem 6.2 needs for ``||W_hat - W*||_F <= eps_W`` and ``||v_hat - v*|| <= eps_v``.
+
+    Parameters
+    ----------
+    mu : float
+        Margin, ``0 < mu <= 1``: a known lower bound on ``min_i |v*_i|``.
+    eps_W, eps_v : float
+        Target accuracies, ``> 0``.
+    W_max : float
+        Known bound on ``||W*||_F``, ``W_max >= 2``.
+    d : int
+        Input dimension.
+
+    Returns
+    -------
+    float
+        ``min(mu eps_W / (80 W_max**2 d), mu / 2, eps_v / sqrt(d))``.
+
+    Raises
+    ------
+    InvalidInputError
+        If an argument is out of range.
+
+    Notes
+    -----
+    Theorem 6.2 of Bhattamishra et al. 2026 [1]_ with ``tau_f = tau_v = tau``.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> f"{sufficient_tolerance(mu=0.1, eps_W=0.1, eps_v=0.1, W_max=2, d=4):.6g}"
+    '7.8125e-06'
+    """
+    mu, W_max, d = _check_setting(mu, W_max, d)
+    eps_W = check_real(eps_W, "eps_W", minimum=0.0, strict=True)
+    eps_v = check_real(eps_v, "eps_v", minimum=0.0, strict=True)
+    return float(min(mu * eps_W / (THEOREM_6_2_CONSTANT * W_max**2 * d), mu / 2, eps_v / np.sqrt(d)))
+
+
+def guaranteed_error(tau, *, mu, W_max, d):
+    """The accuracies Theorem 6.2 guarantees at tolerance ``tau``: the inverse of :func:`sufficient_tolerance`.
+
+    Parameters
+    ----------
+    tau : float or ndarray
+        Tolerance(s) of the oracle, ``>= 0``.
+    mu, W_max, d
+        As for :func:`sufficient_tolerance`.
+
+    Returns
+    -------
+    eps_W : float or ndarray
+        ``80 W_max**2 d tau / mu``, the smallest ``eps_W`` for which ``tau`` is sufficient.
+    eps_v : float or ndarray
+        ``sqrt(d) tau``.
+
+    Both are ``inf`` where ``tau > mu / 2``: there the theorem guarantees nothing.
+
+    Raises
+    ------
+    InvalidInputError
+        If an argument is out of range or ``tau`` is negative.
+
+    Examples
+    --------
+    >>> [round(e, 10) for e in guaranteed_error(7.8125e-06, mu=0.1, W_max=2, d=4)]
+    [0.1, 1.5625e-05]
+    >>> guaranteed_error(0.06, mu=0.1, W_max=2, d=4)
+    (inf, inf)
+    """
+    mu, W_max, d = _check_setting(mu, W_max, d)
+    tau = np.asarray(tau, dtype=np.float64)
+    if not np.all(np.isfinite(tau)) or np.any(tau < 0):
+        raise InvalidInputError(f"tau must be finite and >= 0; got {tau!r}.")
+    ok = tau <= mu / 2
+    eps_W = np.where(ok, THEOREM_6_2_CONSTANT * W_max**2 * d * tau / mu, np.inf)
+    eps_v = np.where(ok, np.sqrt(d) * tau, np.inf)
+    if eps_W.ndim == 0:
+        return float(eps_W), float(eps_v)
+    return eps_W, eps_v
+
+
+def random_margin_head(d, *, W_max, mu, W_norm=None, seed) -> SingleHead:
+    """A random head that satisfies the assumptions of §6.
+
+    Parameters
+    ----------
+    d : int
+        Input dimension.
+    W_max : float
+        Bound on ``||W||_F`` (``>= 2``).
+    mu : float
+        Margin, ``0 < mu <= 1 / sqrt(d)`` (a larger margin is impossible with ``||v|| <= 1``).
+    W_norm : float, default=None
+        ``||W||_F``; defaults to ``W_max`` (the largest allowed, the hardest case).
+    seed : int
+        Seed of ``numpy.random.default_rng``.
+
+    Returns
+    -------
+    SingleHead
+        ``W`` from :func:`~companion.attention.random_single_head` rescaled to ``W_norm``;
+        ``v_i = s_i (mu + (1/sqrt(d) - mu) u_i)`` with random signs ``s_i`` and ``u_i ~ U[0, 1)``, so
+        ``min |v_i| >= mu`` and ``||v|| <= 1``.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``mu > 1 / sqrt(d)`` or ``W_norm > W_max``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> head = random_margin_head(4, W_max=3.0, mu=0.2, seed=0)
+    >>> bool(np.min(np.abs(head.v)) >= 0.2), bool(np.linalg.norm(head.v) <= 1)
+    (True, True)
+    >>> round(float(np.linalg.norm(head.W)), 8)
+    3.0
+    """
+    d = check_int(d, "d", minimum=1)
+    W_max = check_real(W_max, "W_max", minimum=2.0)
+    mu = check_real(mu, "mu", minimum=0.0, strict=True)
+    if mu > 1 / np.sqrt(d):
+        raise InvalidInputError(
+            f"mu={mu} > 1/sqrt(d)={1 / np.sqrt(d):.4g}: no v with ||v|| <= 1 has min |v_i| >= mu; "
+            "lower mu or d."
+        )
+    W_norm = W_max if W_norm is None else check_real(W_norm, "W_norm", minimum=0.0, maximum=W_max)
+    seed = check_int(seed, "seed", minimum=0)
+    W = random_single_head(d, W_norm=W_norm, seed=seed).W
+    rng = np.random.default_rng([seed, 6])
+    signs = rng.choice([-1.0, 1.0], size=d)
+    v = signs * (mu + (1 / np.sqrt(d) - mu) * rng.random(d))
+    return SingleHead(W, v)
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 6.2: the learner
+# --------------------------------------------------------------------------------------------
+
+def robust_queries(d, j, *, a, b, U=None) -> np.ndarray:
+    """The length-2 queries ``[(b u_i + a e_j)^T; (a e_j)^T]`` for column ``j``, one per probe ``u_i``.
+
+    Parameters
+    ----------
+    d : int
+        Input dimension.
+    j : int
+        Column index.
+    a, b : float or ndarray of shape (k,)
+        Scales of the query token ``a e_j`` and of the probe.
+    U : ndarray of shape (k, d), default=None
+        Probes as rows; ``None`` means ``U = I`` (Theorem 6.2's probes ``e_i``).
+
+    Returns
+    -------
+    ndarray of shape (k, 2, d)
+        The logit of query ``i`` is ``a b u_i^T W e_j`` and its answer ``a v_j + sigma(logit) b u_i^T v``.
+    """
+    U = np.eye(d) if U is None else U
+    k = U.shape[0]
+    X = np.zeros((k, 2, d))
+    X[:, 0, :] = np.reshape(b, (-1, 1)) * U
+    X[:, :, j] += np.reshape(a, (-1, 1))
+    return X
+
+
+def _column_blocks(d):
+    per = max(1, _CHUNK_BYTES // (16 * d * d))
+    return [range(j0, min(d, j0 + per)) for j0 in range(0, d, per)]
+
+
+def learn_robust(oracle, *, W_max, mu):
+    """Recover (W, v) to accuracy eps from approximate value queries (Theorem 6.2).
+
+    Parameters
+    ----------
+    oracle : ApproxValueQueryOracle or ValueQueryOracle
+        Oracle within ``tau = oracle.tau`` of f_{W*, v*}; its budget must allow ``d + d**2`` queries.
+    W_max : float
+        A known bound ``||W*||_F <= W_max``, with ``W_max >= 2`` (Theorem 6.2's assumption).
+    mu : float
+        A known lower bound on ``min_i |v*_i|`` (the margin), ``0 < mu <= 1``.
+
+    Returns
+    -------
+    Recovery
+        ``W`` (d, d), ``v`` (d,), ``n_queries`` equal to ``d + d**2``. ``diagnostics``: ``a``, ``b``,
+        ``tau`` (the oracle's), ``alpha_hat`` ((d, d): the estimated weight of query (i, j)),
+        ``n_clipped`` (weights outside the Lemma 6.1 window), ``min_abs_v``, and ``eps_W_guaranteed``,
+        ``eps_v_guaranteed`` from :func:`guaranteed_error` (``inf`` when ``tau > mu/2``).
+
+    Raises
+    ------
+    TypeError
+        If ``oracle`` is not a value-query oracle.
+    InvalidInputError
+        If ``W_max < 2`` or ``mu`` is not in (0, 1].
+    BudgetExceededError
+        If the budget is below ``d + d**2``; raised before the first query.
+    OracleInconsistentError
+        If some ``|v_hat_i| < mu - tau`` (or ``v_hat_i = 0``): no head consistent with the answers
+        has the margin ``mu``. The message names ``mu`` and the entry.
+
+    Notes
+    -----
+    Theorem 6.2 of Bhattamishra et al. 2026 [1]_. ``v_hat_i = AVQ([e_i^T])``. For entry (i, j), with
+    ``a = 1/2`` and ``b = 1/W_max``, the query ``X = [(b e_i + a e_j)^T; (a e_j)^T]`` (tokens of norm
+    at most 1) has logit ``a b W*_ij``, in [-1/2, 1/2], and answer ``a v*_j + sigma(a b W*_ij) b v*_i``.
+    So ``alpha_hat = (y_hat - a v_hat_j) / (b v_hat_i)`` and
+    ``W_hat_ij = sigma^-1(clip(alpha_hat; TAU_CLIP, 1 - TAU_CLIP)) / (a b)`` (Lemma 6.1). With
+    ``tau <= mu eps_W / (80 W_max**2 d)``, ``tau <= mu / 2`` and ``tau <= eps_v / sqrt(d)`` the result
+    satisfies ``||W_hat - W*||_F <= eps_W`` and ``||v_hat - v*||_2 <= eps_v``.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.oracles import ApproxValueQueryOracle
+    >>> head = random_margin_head(4, W_max=2.0, mu=0.2, seed=0)
+    >>> tau = sufficient_tolerance(mu=0.2, eps_W=0.1, eps_v=0.1, W_max=2.0, d=4)
+    >>> rec = learn_robust(ApproxValueQueryOracle(head, tau, noise="worst"), W_max=2.0, mu=0.2)
+    >>> rec.n_queries, bool(np.linalg.norm(rec.W - head.W) <= 0.1)
+    (20, True)
+    """
+    d, tau = _check_oracle(oracle, "learn_robust")
+    W_max = check_real(W_max, "W_max", minimum=2.0)
+    mu = check_real(mu, "mu", minimum=0.0, strict=True, maximum=1.0)
+    if hasattr(oracle, "require"):
+        oracle.require(d + d * d, learner="learn_robust")
+    start = oracle.n_queries
+
+    # Step 1: v_hat from d length-1 queries; check the margin.
+    v_hat = read_value_vector(oracle)
+    small = (np.abs(v_hat) < mu - tau) | (v_hat == 0)
+    if np.any(small):
+        i = int(np.flatnonzero(small)[np.argmin(np.abs(v_hat[small]))])
+        raise OracleInconsistentError(
+            _MARGIN_MESSAGE.format(i=i, v=abs(v_hat[i]), mu=mu, tau=tau))
+
+    # Step 2: one query per entry, logit a b W_ij in [-1/2, 1/2].
+    a, b = 0.5, 1.0 / W_max
+    alpha_hat = np.empty((d, d))
+    for cols in _column_blocks(d):
+        X = np.concatenate([robust_queries(d, j, a=a, b=b) for j in cols])
+        y = np.asarray(oracle(X)).reshape(len(cols), d)
+        for k, j in enumerate(cols):
+            alpha_hat[:, j] = (y[k] - a * v_hat[j]) / (b * v_hat)
+    W_hat = clipped_logit(alpha_hat) / (a * b)
+
+    eps_W, eps_v = guaranteed_error(tau, mu=mu, W_max=W_max, d=d)
+    n_clipped = int(np.sum((alpha_hat < TAU_CLIP) | (alpha_hat > 1 - TAU_CLIP)))
+    diagnostics = {
+        "a": a, "b": b, "tau": tau, "alpha_hat": alpha_hat, "n_clipped": n_clipped,
+        "min_abs_v": float(np.min(np.abs(v_hat))),
+        "eps_W_guaranteed": eps_W, "eps_v_guaranteed": eps_v,
+    }
+    guarantee = (f"guaranteed ||W - W*||_F <= {eps_W:.3g}, ||v - v*|| <= {eps_v:.3g}"
+                 if np.isfinite(eps_W) else f"no guarantee (tau={tau:.3g} > mu/2={mu / 2:.3g})")
+    message = (f"recovered W and v from d + d^2 = {d + d * d} approximate value queries "
+               f"(Theorem 6.2); {guarantee}")
+    return Recovery(W=W_hat, v=v_hat, n_queries=oracle.n_queries - start, message=message,
+                    diagnostics=diagnostics)
+
+
+# --------------------------------------------------------------------------------------------
+# Beyond the paper: the probe scale and a least-squares learner
+# --------------------------------------------------------------------------------------------
+
+def entry_error_bound(b, *, tau, mu, W_max, a=0.5, probe_norm=1.0):
+    """Theorem 6.2's worst-case bound on ``|W_hat_ij - W*_ij|`` when the probe scale is ``b``.
+
+    The proof of Theorem 6.2 carried out for any ``b`` instead of ``1/W_max``: with
+    ``x = a b probe_norm W_max`` the largest logit, clip to ``[sigma(-x), sigma(x)]``, and
+
+    ``|W_hat_ij - W*_ij| <= (1 + a + b sigma(x)) tau / (b (mu - tau)) / (sigma(x) sigma(-x)) / (a b)``.
+
+    Parameters
+    ----------
+    b : float or ndarray
+        Probe scale(s), ``> 0``.
+    tau : float
+        Oracle tolerance, ``0 <= tau < mu``.
+    mu : float
+        Lower bound on ``|u^T v*|`` for the probes used (the margin for ``u = e_i``).
+    W_max : float
+        Bound on ``||W*||_F`` (and so on every ``|u^T W* e_j| / ||u||``).
+    a : float, default=0.5
+        Scale of the query token ``a e_j``.
+    probe_norm : float, default=1.0
+        ``||u||`` of the probes (``sqrt(2)`` for :func:`learn_robust_lstsq`'s probes).
+
+    Returns
+    -------
+    float or ndarray
+        The bound, ``inf`` where ``tau >= mu``.
+
+    Examples
+    --------
+    >>> e1 = entry_error_bound(0.25, tau=1e-4, mu=0.1, W_max=4.0)   # the paper's b = 1/W_max
+    >>> e2 = entry_error_bound(best_scale(4.0), tau=1e-4, mu=0.1, W_max=4.0)
+    >>> bool(e2 < e1)
+    True
+    """
+    b = np.asarray(b, dtype=np.float64)
+    x = a * b * probe_norm * W_max
+    sig = expit(x)
+    with np.errstate(divide="ignore"):
+        d_alpha = np.where(tau < mu, (1 + a + b * probe_norm * sig) * tau / (b * (mu - tau)), np.inf)
+    out = d_alpha / (sig * expit(-x)) / (a * b)
+    return float(out) if out.ndim == 0 else out
+
+
+def best_scale(W_max, *, a=0.5, probe_norm=1.0, b_max=None) -> float:
+    """The probe scale ``b`` that minimises :func:`entry_error_bound` (Theorem 6.2 fixes ``b = 1/W_max``).
+
+    Parameters
+    ----------
+    W_max : float
+        Bound on ``||W*||_F``, ``> 0``.
+    a : float, default=0.5
+        Scale of the query token.
+    probe_norm : float, default=1.0
+        ``||u||`` of the probes.
+    b_max : float, default=None
+        Largest scale allowed; defaults to ``(1 - a) / probe_norm``, which keeps every token of the
+        query within the unit ball (§6 assumes ``||x_i|| <= 1``, so ``|f*| <= 1``).
+
+    Returns
+    -------
+    float
+        The minimiser. It does not depend on ``tau`` or ``mu``: they scale the bound by
+        ``tau / (mu - tau)``. Without the cap it puts the largest logit near 2.4 (where
+        ``x**2 sigma'(x)`` peaks), against 1/2 for the paper's choice.
+
+    Examples
+    --------
+    >>> best_scale(4.0)                       # capped by the unit-ball constraint
+    0.5
+    >>> round(best_scale(100.0) * 100.0, 1)   # ~ 2.4 / (a W_max) for large W_max
+    4.7
+    """
+    W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
+    b_max = (1.0 - a) / probe_norm if b_max is None else check_real(b_max, "b_max", minimum=0.0,
+                                                                      strict=True)
+
+    def f(log_b):
+        return np.log(entry_error_bound(np.exp(log_b), tau=1.0, mu=2.0, W_max=W_max, a=a,
+                                        probe_norm=probe_norm))
+
+    hi = np.log(b_max)
+    res = minimize_scalar(f, bounds=(hi - 12.0, hi), method="bounded",
+                          options={"xatol": 1e-10})
+    b = float(np.exp(res.x))
+    return b_max if f(hi) <= f(np.log(b)) + 1e-12 else b
+
+
+def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best"):
+    """Spend ``repeats`` times the queries of Theorem 6.2 to cut the error, without a margin.
+
+    Parameters
+    ----------
+    oracle : ApproxValueQueryOracle or ValueQueryOracle
+        Oracle within ``tau`` of f_{W*, v*}; its budget must allow ``repeats (d + d**2)`` queries.
+    W_max : float
+        A known bound on ``||W*||_F`` (``> 0``).
+    repeats : int, default=4
+        ``R >= 1``: every measurement is made at ``R`` distinct scales.
+    scale : "best" or float, default="best"
+        Probe scale ``b`` of the first pass: :func:`best_scale` for probes of norm ``sqrt(2)``, or a
+        float in ``(0, (1 - a)/sqrt(2)]``. Pass ``r`` uses ``b (1 - 0.3 r / R)``.
+
+    Returns
+    -------
+    Recovery
+        ``W`` (d, d), ``v`` (d,), ``n_queries = R (d + d**2)``. ``diagnostics``: ``pivot`` (p),
+        ``signs``, ``scales`` (the R values of b), ``v_scales`` (the R values of c), ``n_clipped``.
+
+    Raises
+    ------
+    TypeError
+        If ``oracle`` is not a value-query oracle.
+    InvalidInputError
+        For ``W_max <= 0``, ``repeats < 1`` or a bad ``scale``.
+    BudgetExceededError
+        If the budget is below ``R (d + d**2)``; raised before the first query.
+    NotIdentifiableError
+        If every ``v_hat_i`` is 0.
+
+    Notes
+    -----
+    Not in the paper. Three changes to Theorem 6.2's learner [1]_:
+
+    1. *Margin-free probes.* With ``p = argmax_i |v_hat_i|`` and ``s_i = sign(v_hat_i v_hat_p)``,
+       row ``i != p`` is probed with ``u_i = e_i + s_i e_p``, so ``|u_i^T v| = |v_i| + |v_p| >= |v_p|``
+       however small ``v_i`` is; then ``W_ij = u_i^T W e_j - s_i W_pj``.
+    2. *Best scale.* ``b`` minimises Theorem 6.2's own per-entry bound (:func:`best_scale`).
+    3. *Repeats.* ``v`` from ``[c_r e_i^T]`` and every logit at ``R`` distinct scales; the logits are
+       combined with inverse-variance weights ``(b_r^2 sigma'(t_r))^2`` and ``v`` by least squares.
+       A deterministic oracle answers distinct queries with different errors, so uniform or rounding
+       errors average out like ``1/sqrt(R)``; an adversary (``noise="worst"``) can bias them all.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.oracles import ApproxValueQueryOracle
+    >>> head = random_margin_head(4, W_max=2.0, mu=0.2, seed=0)
+    >>> rec = learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-6), W_max=2.0, repeats=2)
+    >>> rec.n_queries, bool(np.linalg.norm(rec.W - head.W) < 1e-3)
+    (40, True)
+    """
+    d, tau = _check_oracle(oracle, "learn_robust_lstsq")
+    W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
+    R = check_int(repeats, "repeats", minimum=1)
+    a, probe_norm = 0.5, np.sqrt(2.0)
+    b_cap = (1.0 - a) / probe_norm
+    if isinstance(scale, str):
+        if scale != "best":
+            raise InvalidInputError(f"scale={scale!r} must be 'best' or a float in (0, {b_cap:.4g}].")
+        b0 = best_scale(W_max, a=a, probe_norm=probe_norm)
+    else:
+        b0 = check_real(scale, "scale", minimum=0.0, strict=True, maximum=b_cap)
+    if hasattr(oracle, "require"):
+        oracle.require(R * (d + d * d), learner="learn_robust_lstsq")
+    start = oracle.n_queries
+    factors = 1.0 - 0.3 * np.arange(R) / R
+    c = factors                        # scales of the length-1 queries
+    bs = b0 * factors                  # probe scales
+
+    # v by least squares over y_r = c_r v_i + noise.
+    Y = np.stack([np.asarray(oracle(cr * np.eye(d)[:, None, :])) for cr in c])
+    v_hat = (c @ Y) / (c @ c)
+    if not np.any(v_hat):
+        raise NotIdentifiableError(
+            "every v_hat_i is 0: f is (within tau) identically 0 and W is not identifiable.")
+    p = int(np.argmax(np.abs(v_hat)))
+    s = np.where(np.sign(v_hat * v_hat[p]) < 0, -1.0, 1.0)
+    U = np.eye(d)
+    U[np.arange(d) != p, p] += s[np.arange(d) != p]
+    uv = U @ v_hat
+
+    num = np.zeros((d, d))
+    den = np.zeros((d, d))
+    n_clipped = 0
+    for b in bs:
+        x_max = a * b * probe_norm * W_max
+        lo = float(expit(-x_max))
+        for cols in _column_blocks(d):
+            X = np.concatenate([robust_queries(d, j, a=a, b=b, U=U) for j in cols])
+            y = np.asarray(oracle(X)).reshape(len(cols), d)
+            for k, j in enumerate(cols):
+                alpha = (y[k] - a * v_hat[j]) / (b * uv)
+                n_clipped += int(np.sum((alpha < lo) | (alpha > 1 - lo)))
+                alpha = np.clip(alpha, lo, 1 - lo)
+                t = logit(alpha) / (a * b)
+                w = (b * b * alpha * (1 - alpha)) ** 2
+                num[:, j] += w * t
+                den[:, j] += w
+    T = num / den                       # T[i, j] ~ u_i^T W e_j
+    W_hat = T - np.outer(np.where(np.arange(d) == p, 0.0, s), T[p])
+    message = (f"recovered W and v from {R} x (d + d^2) = {R * (d + d * d)} approximate value "
+               f"queries (margin-free probes, b = {b0:.3g}, {R} scales)")
+    diagnostics = {"pivot": p, "signs": s, "scales": bs, "v_scales": c, "n_clipped": n_clipped,
+                   "tau": tau}
+    return Recovery(W=W_hat, v=v_hat, n_queries=oracle.n_queries - start, message=message,
+                    diagnostics=diagnostics)
