@@ -5,16 +5,12 @@ exactly the failure it can handle. Messages say what was wrong, the offending va
 The message templates live next to their classes (``MESSAGES``), as ``scipy.optimize`` keeps its
 ``_status_message`` in one place; tests match them with ``pytest.raises(match=...)``.
 
-========================== ==================================================================
-class                      raised when
-========================== ==================================================================
-``InvalidInputError``      an argument has the wrong shape, type, range, or holds NaN / inf
-``BudgetExceededError``    a query would take an oracle past its budget (raised before it)
-``NotIdentifiableError``   the queries cannot determine the parameters (e.g. ``v* = 0``)
-``OracleInconsistentError`` the oracle's answers contradict the model the learner assumes
-``SolverError``            a numerical solver (cvxpy, least squares) did not reach optimality
-``ParameterError``         a chapter was given an unknown or ill-typed parameter
-========================== ==================================================================
+- ``InvalidInputError``: an argument has the wrong shape, type or range, or holds NaN / inf.
+- ``BudgetExceededError``: a query would take an oracle past its budget (raised before it).
+- ``NotIdentifiableError``: the queries cannot determine the parameters (e.g. ``v* = 0``).
+- ``OracleInconsistentError``: the oracle's answers contradict the model the learner assumes.
+- ``SolverError``: a numerical solver (cvxpy, least squares) did not reach optimality.
+- ``ParameterError``: a chapter was given an unknown or ill-typed parameter.
 """
 
 from __future__ import annotations

@@ -155,8 +155,11 @@ def _path(chapter: str) -> Path:
     return results_dir() / f"{chapter}.json"
 
 
-def record_parameters(chapter: str, *, seed, **parameters) -> None:
+def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     """Start a chapter's results file, recording its parameters; earlier values are discarded.
+
+    Every parameter (and ``seed``) is also glued under its own name, formatted as by
+    :func:`publish`, so that the prose can cite the parameters a run used, e.g. ``{glue:text}`d```.
 
     Parameters
     ----------
@@ -164,6 +167,8 @@ def record_parameters(chapter: str, *, seed, **parameters) -> None:
         The chapter's file stem, e.g. ``"02_exact_learning"``.
     seed : int
         The chapter's random seed.
+    glue : bool, default=True
+        Glue the parameters with ``myst_nb.glue`` (turn off outside notebooks).
     **parameters
         The chapter's other parameters (JSON-serialisable).
 
@@ -177,6 +182,11 @@ def record_parameters(chapter: str, *, seed, **parameters) -> None:
     params = _plain(dict(parameters))
     _state.update(chapter=chapter, parameters=params, seed=seed)
     _write_atomic(_path(chapter), _header(chapter, params, seed) | {"values": {}})
+    if glue:
+        from myst_nb import glue as _glue
+
+        for name, value in {"seed": seed, **parameters}.items():
+            _glue(_check_name(name, "parameter name"), _format(value, None), display=False)
 
 
 def _header(chapter, params, seed) -> dict:
@@ -231,7 +241,7 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True) -> None:
     --------
     >>> import os, tempfile
     >>> os.environ["COMPANION_RESULTS_DIR"] = tempfile.mkdtemp()
-    >>> record_parameters("demo", seed=0, d=4)
+    >>> record_parameters("demo", seed=0, d=4, glue=False)
     >>> publish("n", 20, glue=False)
     >>> load("demo")["values"]["n"]
     {'text': '20', 'value': 20}
