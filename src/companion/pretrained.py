@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.linalg import lu_factor, lu_solve
+from scipy.linalg import get_lapack_funcs, lu_factor, lu_solve
 from scipy.special import softmax
 
 from ._validation import as_float_array, check_choice, check_int, check_real
@@ -65,6 +65,7 @@ __all__ = [
     "SAFETENSORS_SHA256",
     "CONTENT_SHA256",
     "BertHead",
+    "FactoredHead",
     "load_weights",
     "load_bert_head",
     "default_readout",
@@ -325,6 +326,29 @@ def _readout(readout, path):
     return c
 
 
+class FactoredHead(SingleHead):
+    """A :class:`~companion.attention.SingleHead` that scores through its native factors.
+
+    The same function as ``SingleHead(W, v)`` with ``W = K^T Q`` (``native = (Q, K, V, w_o)``),
+    evaluated as ``(K x_i)^T (Q x_N)``: ``O(N r d)`` work per query instead of ``O(d^2)``, which
+    makes an oracle over a real head (``d = 385``, ``r = 33``) several times faster. Answers agree
+    with the dense evaluation to rounding (about 1e-16 relative).
+    """
+
+    def _batch(self, X: np.ndarray) -> np.ndarray:
+        Q, K = self.native[0], self.native[1]
+        B, N, d = X.shape
+        flat = X.reshape(B * N, d)                              # one 2-D product each, not B
+        keys = (flat @ K.T).reshape(B, N, -1)                   # (B, N, r)
+        scores = np.einsum("bnr,br->bn", keys, X[:, -1, :] @ Q.T)
+        return np.sum(softmax(scores, axis=-1) * (flat @ self.v).reshape(B, N), axis=-1)
+
+
+def _factored(Q, K, V, w_o) -> FactoredHead:
+    base = SingleHead.from_native(Q, K, V, w_o)
+    return FactoredHead(base.W, base.v, native=base.native)
+
+
 def load_head(layer, head, *, readout=None, bias=True, path=None) -> SingleHead:
     """A real all-MiniLM-L6-v2 head as a single-head target for :class:`ValueQueryOracle`.
 
@@ -346,7 +370,8 @@ def load_head(layer, head, *, readout=None, bias=True, path=None) -> SingleHead:
 
     Returns
     -------
-    SingleHead
+    FactoredHead
+        A :class:`~companion.attention.SingleHead` that evaluates through its factors.
         With ``bias=True``: ``W~`` of shape (385, 385), ``v~`` of shape (385,) as in the module
         docstring (the zero last row of ``W~`` is the canonical choice; ``rank == 32``), and
         ``native = (Q~, K~, V~, w~_o)`` of shape (33, 385) x 3 and (33,) with
@@ -388,7 +413,7 @@ def load_head(layer, head, *, readout=None, bias=True, path=None) -> SingleHead:
     s = np.sqrt(D_HEAD)
     w_o = bh.O.T @ c
     if not bias:
-        return SingleHead.from_native(bh.Q / s, bh.K, bh.V, w_o)
+        return _factored(bh.Q / s, bh.K, bh.V, w_o)
     r, d = D_HEAD + 1, D_MODEL + 1
     Qt = np.zeros((r, d))
     Qt[:D_HEAD, :D_MODEL], Qt[:D_HEAD, D_MODEL] = bh.Q / s, bh.b_Q / s
@@ -397,7 +422,7 @@ def load_head(layer, head, *, readout=None, bias=True, path=None) -> SingleHead:
     Vt = np.zeros((r, d))
     Vt[:D_HEAD, :D_MODEL], Vt[:D_HEAD, D_MODEL], Vt[D_HEAD, D_MODEL] = bh.V, bh.b_V, 1.0
     wt = np.append(w_o, c @ bh.b_O)
-    return SingleHead.from_native(Qt, Kt, Vt, wt)
+    return _factored(Qt, Kt, Vt, wt)
 
 
 def homogeneous(X) -> np.ndarray:
@@ -493,13 +518,23 @@ def bert_attention_output(X, layer, *, head=None, readout=None, path=None):
 def _homogeneous_pairs(U, j, c, d1):
     """Queries ``[(c (u_l + e_j), 1); (c e_j, 1)]`` (``j < d``) or ``[(c u_l, 1); (0, 1)]`` (``j = d``)."""
     k = U.shape[0]
+    c = np.broadcast_to(np.asarray(c, dtype=np.float64), (k,))
     X = np.zeros((k, 2, d1))
-    X[:, 0, :-1] = U
+    X[:, 0, :-1] = U * c[:, None]
     if j < d1 - 1:
-        X[:, :, j] += 1.0
-    X[:, :, :-1] *= np.reshape(c, (-1, 1, 1))
+        X[:, :, j] += c[:, None]
     X[:, :, -1] = 1.0
     return X
+
+
+_MAX_ROUNDS = 40                 # re-measurement rounds, each at 1/8 of the previous scale
+_CHUNK_BYTES = 32 * 2**20        # size of one batch of two-token queries sent to the oracle
+
+
+def _cond_1(U, lu) -> float:
+    """1-norm condition number estimate of ``U`` from its LU factors (LAPACK ``gecon``)."""
+    rcond, info = get_lapack_funcs("gecon", (lu[0],))(lu[0], np.linalg.norm(U, 1), norm="1")
+    return float(1.0 / rcond) if rcond > 0 else float("inf")
 
 
 def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
@@ -529,6 +564,8 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
         (the canonical representative); ``v`` of shape (d + 1,). ``n_queries`` equals
         ``(d + 1)**2`` plus re-measurements. ``diagnostics``: ``probes`` (d, d), ``cond_probes``,
         ``n_requeries``, ``max_abs_logit``, ``identifiable`` (the string ``"W[:d, :], v"``).
+        ``cond_probes`` is LAPACK's 1-norm condition estimate from the LU factors (an SVD of a
+        384 x 384 matrix would cost more than the learner).
 
     Raises
     ------
@@ -598,32 +635,44 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
     U = probe_matrix(v, probes, seed=seed)
     uv = U @ v
 
-    # Steps 2 and 3: column j = d is w (query token 0), columns j < d give c^2 u^T W e_j + c u^T w.
+    # Steps 2 and 3: column j = d is w (query token 0), columns j < d give c^2 u^T W e_j + c u^T w,
+    # asked in batches of whole columns; saturated probes are re-asked at c / 8.
     T = np.empty((d, d1))                  # measured logits
     C = np.full((d, d1), c0)               # final scale of each probe
     n_requeries = 0
+    rows = np.arange(d)
 
-    def measure(j, rows, c):
-        y = oracle(_homogeneous_pairs(U[rows], j, c, d1))
+    def invert(y, j, rows, c):
         vj = v[j] if j < d else 0.0
         return invert_two_token(np.asarray(y) - v0, vj, uv[rows], c)
 
-    order = [d] + list(range(d))           # w first: the columns need it
-    for j in order:
-        rows = np.arange(d)
-        T[:, j], alpha = measure(j, rows, c0)
-        for _ in range(40):
-            sat = ~((alpha >= SATURATION) & (alpha <= 1.0 - SATURATION))
-            if not np.any(sat):
-                break
-            C[sat, j] *= 0.125
-            T[sat, j], alpha[sat] = measure(j, rows[sat], C[sat, j])
-            n_requeries += int(sat.sum())
-        else:
-            raise OracleInconsistentError(
-                f"column {j}: attention weights stayed saturated after 40 re-measurements; the "
-                "oracle does not behave like a softmax head on homogeneous queries."
-            )
+    order = [d] + list(range(d))
+    per_batch = max(1, _CHUNK_BYTES // (16 * d1 * d))
+    for b0 in range(0, d1, per_batch):
+        cols = order[b0:b0 + per_batch]
+        Xb = np.zeros((len(cols), d, 2, d1))           # the batch's queries, built in place
+        Xb[:, :, 0, :d] = c0 * U
+        for k, j in enumerate(cols):
+            if j < d:
+                Xb[k, :, :, j] += c0
+        Xb[..., -1] = 1.0
+        y = np.asarray(oracle(Xb.reshape(-1, 2, d1)))
+        for k, j in enumerate(cols):
+            T[:, j], alpha = invert(y[k * d:(k + 1) * d], j, rows, c0)
+            for _ in range(_MAX_ROUNDS):
+                sat = ~((alpha >= SATURATION) & (alpha <= 1.0 - SATURATION))
+                if not np.any(sat):
+                    break
+                C[sat, j] *= 0.125
+                ys = oracle(_homogeneous_pairs(U[sat], j, C[sat, j], d1))
+                T[sat, j], alpha[sat] = invert(ys, j, rows[sat], C[sat, j])
+                n_requeries += int(sat.sum())
+            else:
+                raise OracleInconsistentError(
+                    f"column {j}: attention weights stayed saturated after {_MAX_ROUNDS} "
+                    "re-measurements; the oracle does not behave like a softmax head on "
+                    "homogeneous queries."
+                )
     lu = lu_factor(U)
     uw = T[:, d] / C[:, d]                                     # u_l^T w
     L = (T[:, :d] - C[:, :d] * uw[:, None]) / C[:, :d] ** 2    # u_l^T W e_j
@@ -633,7 +682,7 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
     v_full = np.append(v, v0)
     diagnostics = {
         "probes": U,
-        "cond_probes": float(np.linalg.cond(U)),
+        "cond_probes": _cond_1(U, lu),
         "n_requeries": n_requeries,
         "max_abs_logit": float(np.max(np.abs(T))),
         "identifiable": "W[:d, :], v",
