@@ -30,6 +30,7 @@ __all__ = [
     "SingleHead",
     "MultiHead",
     "random_single_head",
+    "OneLayerTransformer",
 ]
 
 
@@ -230,6 +231,37 @@ class MultiHead:
         """The heads as :class:`SingleHead` objects."""
         return [SingleHead(W, v) for W, v in zip(self.Ws, self.vs)]
 
+    @classmethod
+    def from_native(cls, Qs, Ks, Vs, w_o) -> "MultiHead":
+        """Build from native parameters (§3): ``W^(h) = K^(h)T Q^(h)``, ``v^(h) = V^(h)T w_o^(h)``.
+
+        Parameters
+        ----------
+        Qs, Ks, Vs : array-like of shape (H, d_h, d)
+            Per-head query, key and value projections.
+        w_o : array-like of shape (H * d_h,)
+            The output vector, split into ``H`` blocks ``w_o^(h)`` of length ``d_h``.
+
+        Raises
+        ------
+        InvalidInputError
+            If the shapes disagree or an entry is NaN or inf.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> m = MultiHead.from_native(np.ones((2, 1, 2)), np.ones((2, 1, 2)), np.ones((2, 1, 2)),
+        ...                           np.array([1.0, -1.0]))
+        >>> m.n_heads, float(np.abs(m.vs.sum(axis=0)).max())
+        (2, 0.0)
+        """
+        Qs = as_float_array(Qs, "Qs", ndim=3)
+        H, dh, d = Qs.shape
+        Ks = as_float_array(Ks, "Ks", ndim=3, shape=(H, dh, d))
+        Vs = as_float_array(Vs, "Vs", ndim=3, shape=(H, dh, d))
+        w_o = as_float_array(w_o, "w_o", ndim=1, shape=(H * dh,)).reshape(H, dh)
+        return cls(np.einsum("hrd,hre->hde", Ks, Qs), np.einsum("hrd,hr->hd", Vs, w_o))
+
     def _batch(self, X: np.ndarray) -> np.ndarray:
         return sum(np.sum(attention_weights(X, W) * (X @ v), axis=-1) for W, v in zip(self.Ws, self.vs))
 
@@ -292,3 +324,124 @@ def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, seed) -> Singl
         v_norm = check_real(v_norm, "v_norm", minimum=0.0, strict=True)
         w_o = w_o * (v_norm / np.linalg.norm(V.T @ w_o))
     return SingleHead.from_native(Q, K, V, w_o)
+
+
+@dataclass(frozen=True, eq=False)
+class OneLayerTransformer:
+    """The one-layer Transformer of §4.1 in merged form, TF(X) = w_o^T ReLU(alpha(X, W)^T X A).
+
+    Parameters
+    ----------
+    W : array-like of shape (d, d)
+        Merged query-key matrix ``K^T Q``.
+    A : array-like of shape (d, m)
+        Merged value-FFN matrix ``V^T W_1^T``: column ``i`` is hidden neuron ``i``'s direction.
+    w_o : array-like of shape (m,)
+        Output weights of the FFN (``w_2``).
+    native : tuple of (Q, K, V, W1, w2), optional
+        The native parameters the model was built from; see :meth:`from_native`.
+
+    Attributes
+    ----------
+    d, m : int
+        Input dimension and FFN width.
+    v : ndarray of shape (d,)
+        ``A w_o``: the value vector of the single head seen by the antisymmetrised oracle
+        ``VQ(X) - VQ(-X) = alpha(X, W)^T X A w_o``.
+    head : SingleHead
+        That head, ``SingleHead(W, A w_o)``.
+
+    Raises
+    ------
+    InvalidInputError
+        If the shapes disagree or an entry is NaN or inf.
+
+    Notes
+    -----
+    Section 4.1 of [1]_: one softmax head whose value output (a vector of size ``d``) feeds a
+    bias-free ReLU FFN; no residual connection and no LayerNorm. The attention scores are
+    unchanged by ``X -> -X`` and ``ReLU(z) - ReLU(-z) = z``, which is what makes ``W`` learnable.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tf = OneLayerTransformer(np.zeros((2, 2)), np.eye(2), np.array([1.0, -1.0]))
+    >>> tf(np.array([[4.0, 0.0], [0.0, 2.0]]))   # h = (2, 1): ReLU(2) - ReLU(1)
+    1.0
+    """
+
+    W: np.ndarray
+    A: np.ndarray
+    w_o: np.ndarray
+    native: tuple | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        W = as_float_array(self.W, "W", ndim=2)
+        if W.shape[0] != W.shape[1] or W.shape[0] == 0:
+            raise InvalidInputError(f"W must be square (d, d) with d >= 1; got W.shape={W.shape}.")
+        d = W.shape[0]
+        A = as_float_array(self.A, "A", ndim=2, shape=(d, None))
+        w_o = as_float_array(self.w_o, "w_o", ndim=1, shape=(A.shape[1],))
+        for name, a in (("W", W), ("A", A), ("w_o", w_o)):
+            object.__setattr__(self, name, _frozen(a))
+
+    @property
+    def d(self) -> int:
+        return self.W.shape[0]
+
+    @property
+    def m(self) -> int:
+        return self.A.shape[1]
+
+    @property
+    def v(self) -> np.ndarray:
+        return self.A @ self.w_o
+
+    @property
+    def head(self) -> SingleHead:
+        return SingleHead(self.W, self.v)
+
+    @classmethod
+    def from_native(cls, Q, K, V, W1, w2) -> "OneLayerTransformer":
+        """Build from native parameters: ``W = K^T Q``, ``A = V^T W1^T``, ``w_o = w2``.
+
+        Parameters
+        ----------
+        Q, K : array-like of shape (r, d)
+            Query and key projections.
+        V : array-like of shape (d_v, d)
+            Value projection (the paper takes ``d_v = d``).
+        W1 : array-like of shape (m, d_v)
+            First FFN layer (no bias).
+        w2 : array-like of shape (m,)
+            Second FFN layer (no bias).
+
+        Raises
+        ------
+        InvalidInputError
+            If the shapes disagree or an entry is NaN or inf.
+        """
+        Q = as_float_array(Q, "Q", ndim=2)
+        r, d = Q.shape
+        K = as_float_array(K, "K", ndim=2, shape=(r, d))
+        V = as_float_array(V, "V", ndim=2, shape=(None, d))
+        W1 = as_float_array(W1, "W1", ndim=2, shape=(None, V.shape[0]))
+        w2 = as_float_array(w2, "w2", ndim=1, shape=(W1.shape[0],))
+        return cls(K.T @ Q, V.T @ W1.T, w2, native=(Q, K, V, W1, w2))
+
+    def _batch(self, X: np.ndarray) -> np.ndarray:
+        h = np.einsum("bn,bnd->bd", attention_weights(X, self.W), X)
+        return np.maximum(h @ self.A, 0.0) @ self.w_o
+
+    def __call__(self, X):
+        """Evaluate TF on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        out = _per_length(seqs, self._batch)
+        return float(out[0]) if single else out
+
+    def __repr__(self):
+        return f"OneLayerTransformer(d={self.d}, m={self.m})"

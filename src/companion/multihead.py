@@ -1,0 +1,858 @@
+"""Multi-head attention (§7): non-identifiability, canonical form, detection and a structured learner.
+
+A multi-head model ``f^H(X) = sum_h alpha(X, W^(h))^T X v^(h)`` is a sum of single heads
+(:class:`~companion.attention.MultiHead`). Its parameters are not identifiable from its function
+(Proposition 7.1): heads with the same ``W`` can trade value vector mass, heads can be permuted, and
+heads whose value vectors cancel add nothing. This module holds
+
+* constructions of distinct parameter sets with the same function: :func:`proposition_7_1`,
+  :func:`permute_heads`, :func:`split_head`, :func:`add_cancelling_heads`;
+* the canonical form (merge heads with equal ``W`` by summing their ``v``, drop heads with ``v = 0``,
+  sort), :func:`canonical_form`, with :func:`match_heads` and :func:`equivalent` to compare models;
+* :func:`detect_multi_head`: the single-head learner of Theorem 4.1 followed by fresh verification
+  queries, which flag an oracle that is not one head;
+* random targets: :func:`random_multi_head` (general or with heads in orthogonal subspaces);
+* :func:`learn_orthogonal_heads`: a learner for heads living in mutually orthogonal subspaces (the
+  structural assumption named in §7), which recovers every head up to permutation without knowing
+  ``H`` or the subspaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import eigh, orth
+from scipy.optimize import linear_sum_assignment
+
+from ._validation import as_float_array, check_int, check_real
+from .attention import MultiHead, SingleHead
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
+from .exact import check_exact_oracle, invert_two_token, learn_single_head, verify_single_head
+from .recovery import Recovery
+
+__all__ = [
+    "proposition_7_1",
+    "permute_heads",
+    "split_head",
+    "add_cancelling_heads",
+    "canonical_form",
+    "match_heads",
+    "equivalent",
+    "random_multi_head",
+    "Detection",
+    "detect_multi_head",
+    "verify_model",
+    "MultiHeadRecovery",
+    "learn_orthogonal_heads",
+]
+
+_MAX_ROUNDS = 40
+#: Attention weights outside [_BAND, 1 - _BAND] are re-measured at a smaller scale. Tighter than
+#: Theorem 4.1's SATURATION: a probe is only approximately inside its head's subspace, and
+#: sigma^-1 amplifies that leakage by 1 / (alpha (1 - alpha)).
+_BAND = 0.05
+
+
+def _as_model(model, name="model") -> MultiHead:
+    if isinstance(model, MultiHead):
+        return model
+    if isinstance(model, SingleHead):
+        return MultiHead(model.W[None], model.v[None])
+    raise InvalidInputError(
+        f"{name} must be a MultiHead or SingleHead; got {type(model).__name__}. "
+        "Build one with companion.attention.MultiHead(Ws, vs)."
+    )
+
+
+def _check_weights(weights, name, *, total):
+    w = as_float_array(weights, name, ndim=1)
+    if w.size == 0:
+        raise InvalidInputError(f"{name} is empty; give at least one weight.")
+    if abs(w.sum() - total) > 1e-12 * max(1.0, np.abs(w).sum()):
+        raise InvalidInputError(
+            f"{name} must sum to {total:g}; got sum {w.sum()!r}. Normalise them, e.g. w / w.sum()."
+        )
+    return w
+
+
+# --------------------------------------------------------------------------------------------
+# Constructions of equivalent parameter sets
+# --------------------------------------------------------------------------------------------
+
+def proposition_7_1(A, b, weights) -> MultiHead:
+    """The construction of Proposition 7.1: ``H`` heads ``W^(h) = A``, ``v^(h) = lambda_h b``.
+
+    Parameters
+    ----------
+    A : array-like of shape (d, d)
+        The query-key matrix shared by every head.
+    b : array-like of shape (d,)
+        The common direction of the value vectors.
+    weights : array-like of shape (H,)
+        The ``lambda_h``; they must sum to 1 (the paper takes them ``>= 0``; any real weights
+        summing to 1 give the same function).
+
+    Returns
+    -------
+    MultiHead
+        ``H`` heads computing exactly the single head ``f_{A, b}``, whatever the weights.
+
+    Raises
+    ------
+    InvalidInputError
+        If shapes disagree, an entry is not finite, or the weights do not sum to 1.
+
+    Notes
+    -----
+    Proposition 7.1 of [1]_: ``sum_h alpha(X, A)^T X (lambda_h b) = alpha(X, A)^T X b``, so the
+    parameters ``(W^(h), v^(h))`` are not identifiable from the function, and no analogue of
+    Theorem 4.1 holds for multi-head attention without further structure.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> A, b, X = rng.standard_normal((3, 3)), rng.standard_normal(3), rng.standard_normal((5, 3))
+    >>> m1 = proposition_7_1(A, b, [0.5, 0.5])
+    >>> m2 = proposition_7_1(A, b, [0.9, 0.1])
+    >>> bool(np.isclose(m1(X), m2(X))), bool(np.allclose(m1.vs, m2.vs))
+    (True, False)
+    """
+    head = SingleHead(A, b)
+    w = _check_weights(weights, "weights", total=1.0)
+    H = w.size
+    return MultiHead(np.repeat(head.W[None], H, axis=0), w[:, None] * head.v[None])
+
+
+def permute_heads(model, perm) -> MultiHead:
+    """Reorder the heads of ``model``: head ``k`` of the result is head ``perm[k]`` of ``model``.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``perm`` is not a permutation of ``range(H)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = random_multi_head(4, 2, seed=0)
+    >>> bool(np.array_equal(permute_heads(m, [1, 0]).vs, m.vs[::-1]))
+    True
+    """
+    model = _as_model(model)
+    perm = np.asarray(perm)
+    if perm.shape != (model.n_heads,) or not np.array_equal(np.sort(perm), np.arange(model.n_heads)):
+        raise InvalidInputError(
+            f"perm must be a permutation of range(H={model.n_heads}); got {perm.tolist()!r}."
+        )
+    return MultiHead(model.Ws[perm], model.vs[perm])
+
+
+def split_head(model, h, weights) -> MultiHead:
+    """Replace head ``h`` by ``len(weights)`` heads with the same ``W`` and ``v`` scaled by the weights.
+
+    Parameters
+    ----------
+    model : MultiHead or SingleHead
+    h : int
+        Index of the head to split, ``0 <= h < H``.
+    weights : array-like of shape (k,)
+        Weights summing to 1; the new heads are placed at the end.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``h`` is out of range or the weights do not sum to 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = random_multi_head(4, 2, seed=0)
+    >>> s = split_head(m, 0, [0.25, 0.75])
+    >>> s.n_heads, equivalent(s, m)
+    (3, True)
+    """
+    model = _as_model(model)
+    h = check_int(h, "h", minimum=0, maximum=model.n_heads - 1)
+    w = _check_weights(weights, "weights", total=1.0)
+    keep = [k for k in range(model.n_heads) if k != h]
+    Ws = np.concatenate([model.Ws[keep], np.repeat(model.Ws[h][None], w.size, axis=0)])
+    vs = np.concatenate([model.vs[keep], w[:, None] * model.vs[h][None]])
+    return MultiHead(Ws, vs)
+
+
+def add_cancelling_heads(model, W, vs) -> MultiHead:
+    """Append heads that all use ``W`` and whose value vectors ``vs`` sum to zero.
+
+    Parameters
+    ----------
+    model : MultiHead or SingleHead
+    W : array-like of shape (d, d)
+        Query-key matrix of the new heads (any matrix).
+    vs : array-like of shape (k, d)
+        Their value vectors, ``k >= 2``, with ``vs.sum(axis=0) == 0``.
+
+    Raises
+    ------
+    InvalidInputError
+        If shapes disagree or the value vectors do not sum to zero.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = random_multi_head(3, 1, seed=0)
+    >>> c = add_cancelling_heads(m, np.eye(3), [[1.0, 2.0, 0.0], [-1.0, -2.0, 0.0]])
+    >>> c.n_heads, equivalent(c, m)
+    (3, True)
+    """
+    model = _as_model(model)
+    d = model.d
+    W = as_float_array(W, "W", ndim=2, shape=(d, d))
+    vs = as_float_array(vs, "vs", ndim=2, shape=(None, d))
+    total = vs.sum(axis=0)
+    if np.max(np.abs(total)) > 1e-12 * max(1.0, float(np.abs(vs).sum())):
+        raise InvalidInputError(
+            f"vs must sum to the zero vector; got sum with max |entry| {np.max(np.abs(total)):.3g}. "
+            "Append -vs.sum(axis=0) as a last row."
+        )
+    k = vs.shape[0]
+    return MultiHead(np.concatenate([model.Ws, np.repeat(W[None], k, axis=0)]),
+                     np.concatenate([model.vs, vs]))
+
+
+# --------------------------------------------------------------------------------------------
+# Canonical form and comparison
+# --------------------------------------------------------------------------------------------
+
+def canonical_form(model, *, atol=1e-9) -> MultiHead:
+    """The canonical form: merge heads with equal ``W`` (summing their ``v``), drop ``v = 0``, sort.
+
+    Parameters
+    ----------
+    model : MultiHead or SingleHead
+    atol : float, default=1e-9
+        Two heads have "equal" ``W`` when ``||W_i - W_j||_F <= atol * max(1, ||W_i||_F)``; a merged
+        head is dropped when ``||v||_2 <= atol * max(1, largest ||v^(h)||_2)``.
+
+    Returns
+    -------
+    MultiHead
+        Heads with pairwise different ``W`` and nonzero ``v``, sorted lexicographically by the
+        entries of ``W`` (then ``v``). If every head cancels, the function is identically 0 and the
+        result is the single head ``(0, 0)``.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``model`` is not a model or ``atol`` is negative.
+
+    Notes
+    -----
+    Two models with equal canonical forms compute the same function (each construction of
+    Proposition 7.1 [1]_ and :func:`permute_heads`, :func:`split_head`,
+    :func:`add_cancelling_heads` leaves it unchanged). Equality of canonical forms is the
+    notion of identifiability that later work recovers from queries [2]_.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+    .. [2] Kim, Kim, Guo, arXiv 2608.03294, 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = proposition_7_1(np.eye(2), [1.0, -1.0], [0.2, 0.3, 0.5])
+    >>> c = canonical_form(m)
+    >>> c.n_heads, c.vs.tolist()
+    (1, [[1.0, -1.0]])
+    """
+    model = _as_model(model)
+    atol = check_real(atol, "atol", minimum=0.0)
+    Ws, vs = model.Ws, model.vs
+    groups: list[list[int]] = []
+    for h in range(model.n_heads):
+        for g in groups:
+            W0 = Ws[g[0]]
+            if np.linalg.norm(Ws[h] - W0) <= atol * max(1.0, np.linalg.norm(W0)):
+                g.append(h)
+                break
+        else:
+            groups.append([h])
+    vscale = max(1.0, float(np.max(np.linalg.norm(vs, axis=1))))
+    merged = [(Ws[g].mean(axis=0), vs[g].sum(axis=0)) for g in groups]
+    merged = [(W, v) for W, v in merged if np.linalg.norm(v) > atol * vscale]
+    if not merged:
+        d = model.d
+        return MultiHead(np.zeros((1, d, d)), np.zeros((1, d)))
+    keys = np.array([np.concatenate([W.ravel(), v]) for W, v in merged])
+    order = np.lexsort(keys.T[::-1])
+    return MultiHead(np.array([merged[i][0] for i in order]), np.array([merged[i][1] for i in order]))
+
+
+def match_heads(reference, estimate):
+    """Pair the heads of two models to minimise the total relative error (Hungarian algorithm).
+
+    Parameters
+    ----------
+    reference, estimate : MultiHead or SingleHead
+        Models with the same ``d``; the number of heads may differ (unmatched heads are reported).
+
+    Returns
+    -------
+    dict
+        ``"pairs"``: list of ``(h_reference, h_estimate)``; ``"W_errors"``, ``"v_errors"``: for each
+        pair, ``||W_est - W_ref||_F / ||W_ref||_F`` and ``||v_est - v_ref||_2 / ||v_ref||_2`` (absolute
+        when the reference is 0); ``"max_W_error"``, ``"max_v_error"``; ``"unmatched_reference"``,
+        ``"unmatched_estimate"``: indices left without a partner.
+
+    Notes
+    -----
+    Uses :func:`scipy.optimize.linear_sum_assignment` on the cost
+    ``relerr(W) + relerr(v)``.
+
+    Examples
+    --------
+    >>> m = random_multi_head(4, 3, seed=1)
+    >>> out = match_heads(m, permute_heads(m, [2, 0, 1]))
+    >>> out["pairs"], out["max_W_error"]
+    ([(0, 1), (1, 2), (2, 0)], 0.0)
+    """
+    ref, est = _as_model(reference, "reference"), _as_model(estimate, "estimate")
+    if ref.d != est.d:
+        raise InvalidInputError(f"the models have different d: {ref.d} and {est.d}.")
+    nW = np.maximum(np.linalg.norm(ref.Ws, axis=(1, 2)), np.finfo(float).tiny)[:, None]
+    nv = np.maximum(np.linalg.norm(ref.vs, axis=1), np.finfo(float).tiny)[:, None]
+    eW = np.linalg.norm(ref.Ws[:, None] - est.Ws[None], axis=(2, 3)) / np.where(nW > 1e-300, nW, 1.0)
+    ev = np.linalg.norm(ref.vs[:, None] - est.vs[None], axis=2) / np.where(nv > 1e-300, nv, 1.0)
+    rows, cols = linear_sum_assignment(eW + ev)
+    pairs = [(int(r), int(c)) for r, c in zip(rows, cols)]
+    W_err = [float(eW[r, c]) for r, c in pairs]
+    v_err = [float(ev[r, c]) for r, c in pairs]
+    return {
+        "pairs": pairs,
+        "W_errors": W_err,
+        "v_errors": v_err,
+        "max_W_error": max(W_err),
+        "max_v_error": max(v_err),
+        "unmatched_reference": sorted(set(range(ref.n_heads)) - set(rows.tolist())),
+        "unmatched_estimate": sorted(set(range(est.n_heads)) - set(cols.tolist())),
+    }
+
+
+def equivalent(model_a, model_b, *, atol=1e-9) -> bool:
+    """True if the two models have the same canonical form (up to ``atol``, relative).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> A, b = np.eye(2), np.array([1.0, 2.0])
+    >>> equivalent(proposition_7_1(A, b, [0.3, 0.7]), SingleHead(A, b))
+    True
+    """
+    ca = canonical_form(model_a, atol=atol)
+    cb = canonical_form(model_b, atol=atol)
+    if ca.n_heads != cb.n_heads:
+        return False
+    m = match_heads(ca, cb)
+    return bool(m["max_W_error"] <= 10 * atol and m["max_v_error"] <= 10 * atol)
+
+
+# --------------------------------------------------------------------------------------------
+# Random targets
+# --------------------------------------------------------------------------------------------
+
+def random_multi_head(d, n_heads, *, orthogonal=False, head_dim=None, seed) -> MultiHead:
+    """Draw a random ``H``-head model, optionally with heads in mutually orthogonal subspaces.
+
+    Parameters
+    ----------
+    d : int
+        Input dimension, ``d >= 1``.
+    n_heads : int
+        Number of heads ``H >= 1``.
+    orthogonal : bool, default=False
+        ``False``: every head ``W^(h) = K^(h)T Q^(h)`` with Gaussian ``Q^(h), K^(h)`` of shape
+        ``(head_dim, d)`` (entries of ``K`` scaled by ``1/sqrt(head_dim)``) and Gaussian ``v^(h)``,
+        so the heads overlap. ``True``: a random orthonormal basis of R^d (QR of a Gaussian matrix,
+        signs fixed) is cut into ``H`` blocks ``B_h`` of ``head_dim`` columns, and
+        ``W^(h) = B_h G_h B_h^T``, ``v^(h) = B_h g_h`` with ``G_h`` entries ``N(0, 1/head_dim)`` and
+        ``g_h ~ N(0, I)``: the paper's structural assumption of §7.
+    head_dim : int, default=None
+        ``d_h``; ``None`` means ``d // n_heads`` (which must then be >= 1). With ``orthogonal``,
+        ``n_heads * head_dim <= d`` is required.
+    seed : int
+        Seed of ``numpy.random.default_rng``.
+
+    Returns
+    -------
+    MultiHead
+
+    Raises
+    ------
+    InvalidInputError
+        If a size is out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = random_multi_head(6, 3, orthogonal=True, seed=0)
+    >>> bool(np.allclose(m.Ws[0] @ m.Ws[1], 0) and np.isclose(m.vs[0] @ m.vs[2], 0))
+    True
+    """
+    d = check_int(d, "d", minimum=1)
+    H = check_int(n_heads, "n_heads", minimum=1)
+    if head_dim is None:
+        if d // H < 1:
+            raise InvalidInputError(f"n_heads={H} must be <= d={d} when head_dim is not given.")
+        dh = d // H
+    else:
+        dh = check_int(head_dim, "head_dim", minimum=1, maximum=d)
+    if orthogonal and H * dh > d:
+        raise InvalidInputError(
+            f"orthogonal heads need n_heads * head_dim <= d; got {H} * {dh} > {d}. Lower head_dim."
+        )
+    seed = check_int(seed, "seed", minimum=0)
+    rng = np.random.default_rng(seed)
+    if not orthogonal:
+        Q = rng.standard_normal((H, dh, d))
+        K = rng.standard_normal((H, dh, d)) / np.sqrt(dh)
+        V = rng.standard_normal((H, dh, d))
+        w_o = rng.standard_normal(H * dh) / np.sqrt(dh)
+        return MultiHead.from_native(Q, K, V, w_o)
+    Q, R = np.linalg.qr(rng.standard_normal((d, d)))
+    Q = Q * np.sign(np.diag(R))
+    Ws = np.empty((H, d, d))
+    vs = np.empty((H, d))
+    for h in range(H):
+        B = Q[:, h * dh:(h + 1) * dh]
+        Ws[h] = B @ (rng.standard_normal((dh, dh)) / np.sqrt(dh)) @ B.T
+        vs[h] = B @ rng.standard_normal(dh)
+    return MultiHead(Ws, vs)
+
+
+# --------------------------------------------------------------------------------------------
+# Detection: is the oracle one head?
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Detection:
+    """Outcome of :func:`detect_multi_head`.
+
+    Attributes
+    ----------
+    single_head : bool
+        True if a single head explains the oracle on the verification queries.
+    max_error : float
+        Largest relative disagreement between the oracle and the recovered head on the verification
+        queries; ``inf`` when Theorem 4.1's inversion already failed (an attention weight outside
+        (0, 1)).
+    n_queries : int
+        Queries spent, read from the oracle.
+    recovery : Recovery or None
+        What the single-head learner returned (``None`` if it raised).
+    message : str
+    """
+
+    single_head: bool
+    max_error: float
+    n_queries: int
+    recovery: Recovery | None
+    message: str
+
+
+def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0) -> Detection:
+    """Run the single-head learner, then test its answer on ``verify`` fresh random queries.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        An exact oracle of dimension ``d``; its budget must allow ``d + d**2 + verify`` queries plus
+        any re-measurements of the single-head learner.
+    verify : int, default=64
+        Number of verification queries (random lengths 1 to 8), ``>= 1``.
+    rtol : float, default=1e-6
+        Largest relative disagreement that still counts as "one head".
+    seed : int, default=0
+        Seed of the verification queries.
+
+    Returns
+    -------
+    Detection
+
+    Raises
+    ------
+    TypeError
+        If the oracle is approximate.
+    InvalidInputError
+        If ``verify < 1`` or ``rtol <= 0``.
+    NotIdentifiableError
+        If the length-1 queries return 0 (then ``sum_h v^(h) = 0`` and the learner cannot start).
+
+    Notes
+    -----
+    On a multi-head oracle the length-1 queries still return ``sum_h v^(h)`` exactly, but the
+    two-token answers are sums of several sigmoids, so Theorem 4.1's inversion [1]_ returns a
+    matrix that fits only the queries it used. Fresh queries of other lengths expose it
+    (:func:`companion.exact.verify_single_head`); on a single-head oracle the disagreement stays at
+    rounding level.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> from companion.oracles import ValueQueryOracle
+    >>> detect_multi_head(ValueQueryOracle(random_multi_head(4, 2, seed=0))).single_head
+    False
+    >>> from companion.attention import random_single_head
+    >>> detect_multi_head(ValueQueryOracle(random_single_head(4, seed=0))).single_head
+    True
+    """
+    d = check_exact_oracle(oracle, "detect_multi_head")
+    verify = check_int(verify, "verify", minimum=1)
+    rtol = check_real(rtol, "rtol", minimum=0.0, strict=True)
+    seed = check_int(seed, "seed", minimum=0)
+    if hasattr(oracle, "require"):
+        oracle.require(d + d * d + verify, learner="detect_multi_head")
+    start = oracle.n_queries
+    try:
+        rec = learn_single_head(oracle, verify=0)
+    except OracleInconsistentError as exc:
+        return Detection(False, float("inf"), oracle.n_queries - start, None,
+                         f"not a single head: Theorem 4.1's inversion failed ({exc})")
+    scale = float(np.sqrt(np.median(rec.diagnostics["scales"])))
+    err = verify_single_head(oracle, rec.W, rec.v, verify, rtol=np.inf, scale=scale, seed=seed)
+    single = bool(err <= rtol)
+    msg = (f"{'consistent with' if single else 'not'} a single head: largest relative "
+           f"disagreement {err:.3g} on {verify} fresh queries (tolerance {rtol:.3g})")
+    return Detection(single, float(err), oracle.n_queries - start, rec, msg)
+
+
+def verify_model(oracle, model, n, *, rtol=1e-6, seed=0) -> float:
+    """Largest relative disagreement between ``oracle`` and ``model`` on ``n`` random queries.
+
+    Queries have random lengths 1 to 8 and tokens ``N(0, I_d / d)``; the disagreement is
+    ``|VQ(X) - model(X)| / max(1e-12, max_i sum_h |x_i^T v^(h)|)``.
+
+    Raises
+    ------
+    OracleInconsistentError
+        If it exceeds ``rtol``.
+    """
+    model = _as_model(model)
+    d = model.d
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 9, size=n)
+    X = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in lengths]
+    y = oracle(X)
+    y_hat = model(X)
+    scale = np.array([np.max(np.abs(x @ model.vs.T).sum(axis=1)) for x in X])
+    worst = float(np.max(np.abs(y - y_hat) / np.maximum(scale, 1e-12)))
+    if worst > rtol:
+        raise OracleInconsistentError(
+            f"the recovered model disagrees with the oracle by up to {worst:.3g} (tolerance "
+            f"{rtol:.3g}) on {n} fresh queries: the oracle does not satisfy the learner's assumption "
+            "(heads in mutually orthogonal subspaces)."
+        )
+    return worst
+
+
+# --------------------------------------------------------------------------------------------
+# Structured learner: heads in mutually orthogonal subspaces
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False, repr=False)
+class MultiHeadRecovery(Recovery):
+    """A :class:`~companion.recovery.Recovery` for a multi-head target.
+
+    Attributes
+    ----------
+    Ws : ndarray of shape (H, d, d)
+        The recovered heads' query-key matrices.
+    vs : ndarray of shape (H, d)
+        Their value vectors.
+    W, v
+        ``sum_h W^(h)`` and ``sum_h v^(h)`` (the latter is what length-1 queries return).
+    n_queries, message, diagnostics
+        As for :class:`~companion.recovery.Recovery`.
+    """
+
+    Ws: np.ndarray = None
+    vs: np.ndarray = None
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.Ws.shape[0])
+
+    @property
+    def model(self) -> MultiHead:
+        """The recovered model as a :class:`~companion.attention.MultiHead`."""
+        return MultiHead(self.Ws, self.vs)
+
+
+def _hessian_queries(d, x0, s):
+    """Queries ``[(w + t x0)^T; (t x0)^T]`` for ``w`` in {e_k} and {e_k + e_l, k < l}, t in (s, 2s)."""
+    iu = np.triu_indices(d)
+    Wdir = np.zeros((iu[0].size, d))
+    Wdir[np.arange(iu[0].size), iu[0]] = 1.0
+    Wdir[np.arange(iu[0].size), iu[1]] += np.where(iu[0] != iu[1], 1.0, 0.0)
+    X = np.zeros((2, Wdir.shape[0], 2, d))
+    for k, t in enumerate((s, 2 * s)):
+        X[k, :, 0, :] = Wdir + t * x0
+        X[k, :, 1, :] = t * x0
+    return Wdir, iu, X.reshape(-1, 2, d)
+
+
+def _probe_hessian(oracle, v, x0, s):
+    """The symmetric matrix ``M = sym(sum_h v^(h) (W^(h) x0)^T)`` from ``d (d + 1)`` queries.
+
+    For ``u = w + t x0``, ``x = t x0`` the answer is
+    ``t x0^T v + w^T v / 2 + (1/2) sum_h (w^T v^(h)) tanh(t w^T W^(h) x0 / 2)``; the last term divided
+    by ``t`` tends to ``w^T M w / 2`` with an error ``O(t^2)``, removed by Richardson extrapolation
+    over ``t = s, 2s`` (error ``O(s^4)``).
+    """
+    d = v.shape[0]
+    Wdir, iu, X = _hessian_queries(d, x0, s)
+    n = Wdir.shape[0]
+    y = oracle(X).reshape(2, n)
+    base = Wdir @ v / 2
+    D1 = 2 * (y[0] - s * (x0 @ v) - base) / s
+    D2 = 2 * (y[1] - 2 * s * (x0 @ v) - base) / (2 * s)
+    q = (4 * D1 - D2) / 3 * 2          # = w^T M w with M = sym(sum_h v_h a_h^T)
+    Q = np.zeros((d, d))
+    Q[iu] = q
+    diag = np.diag(Q).copy()
+    M = np.diag(diag)
+    off = iu[0] != iu[1]
+    k, l = iu[0][off], iu[1][off]
+    M[k, l] = (Q[k, l] - diag[k] - diag[l]) / 2
+    M[l, k] = M[k, l]
+    return M
+
+
+def _measure_row(oracle, z, v, uv):
+    """``z^T W^(h)`` for a probe ``z`` in the subspace of head ``h``, from ``d`` queries (+ re-measures).
+
+    Query ``j`` is ``c [(z + e_j)^T; e_j^T]``; every other head sees logit 0 and ``z^T v^(h') = 0``,
+    so the answer is ``c v_j + c sigma(c^2 z^T W^(h) e_j) z^T v`` as for one head (Theorem 4.1).
+    """
+    d = v.shape[0]
+    eye = np.eye(d)
+    c = np.ones(d)
+
+    def queries(idx):
+        X = np.zeros((idx.size, 2, d))
+        X[:, 0, :] = z + eye[idx]
+        X[:, 1, :] = eye[idx]
+        return X * c[idx, None, None]
+
+    idx = np.arange(d)
+    t, alpha = invert_two_token(oracle(queries(idx)), v, uv, c)
+    n_re = 0
+    for _ in range(_MAX_ROUNDS):
+        sat = ~((alpha >= _BAND) & (alpha <= 1.0 - _BAND))
+        if not np.any(sat):
+            break
+        ts = np.abs(t[sat])
+        shrink = np.where(np.isfinite(ts) & (alpha[sat] > 0) & (alpha[sat] < 1),
+                          1.0 / np.maximum(ts, 1.0), 1 / 64)
+        c[sat] *= np.sqrt(shrink)
+        j = np.flatnonzero(sat)
+        t[j], alpha[j] = invert_two_token(oracle(queries(j)), v[j], uv, c[j])
+        n_re += j.size
+    else:
+        raise OracleInconsistentError(
+            "attention weights stayed saturated after 40 re-measurements: the oracle does not "
+            "behave like heads in orthogonal subspaces."
+        )
+    if not np.all(np.isfinite(t)):
+        raise OracleInconsistentError(
+            "an attention weight fell outside (0, 1) for a probe inside a head's subspace: the "
+            "oracle does not satisfy the assumption of heads in mutually orthogonal subspaces."
+        )
+    return t / c**2, n_re
+
+
+def _grow_subspace(oracle, q, v, tol):
+    """Krylov growth from ``q`` under ``W^(h)T``: returns probes ``Z``, rows ``R = W^(h)T Z``, basis."""
+    d = v.shape[0]
+    K = q[:, None] / np.linalg.norm(q)
+    Z, R = [], []
+    n_re = 0
+    while True:
+        if Z:
+            Zm = np.array(Z).T
+            rest = K - Zm @ np.linalg.lstsq(Zm, K, rcond=None)[0]
+            if np.max(np.linalg.norm(rest, axis=0)) <= tol:
+                break
+            b = rest[:, int(np.argmax(np.linalg.norm(rest, axis=0)))]
+            b = b / np.linalg.norm(b)
+            Pz = orth(Zm)
+            p = Pz @ (Pz.T @ v)
+            p = p / max(np.linalg.norm(p), np.finfo(float).tiny)
+            z = b + p if abs(b @ v) < 0.5 * abs(p @ v) else b
+            z = z / np.linalg.norm(z)
+        else:
+            z = K[:, 0]
+        uv = float(z @ v)
+        if abs(uv) <= tol * np.linalg.norm(v):
+            raise NotIdentifiableError(
+                "a probe inside a head's subspace has z^T v = 0, so its row of W cannot be read; "
+                "the head's value vector may be 0 (then the head is invisible)."
+            )
+        r, k = _measure_row(oracle, z, v, uv)
+        n_re += k
+        Z.append(z)
+        R.append(r)
+        res = r - K @ (K.T @ r)
+        if np.linalg.norm(res) > tol * max(np.linalg.norm(r), 1.0) and K.shape[1] < d:
+            K = np.column_stack([K, res / np.linalg.norm(res)])
+            K = orth(K)
+    return np.array(Z).T, np.array(R).T, K, n_re
+
+
+def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=0, verify_rtol=1e-6, seed=0):
+    """Recover the heads of a multi-head oracle whose heads live in mutually orthogonal subspaces.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle of dimension ``d`` for ``f^H = sum_h f_{W^(h), v^(h)}`` where, for mutually
+        orthogonal subspaces ``S_1, ..., S_H`` of R^d, ``W^(h) = P_h W^(h) P_h`` and
+        ``v^(h) in S_h`` (``P_h`` the orthogonal projector onto ``S_h``). Neither ``H`` nor the
+        subspaces are given. Generic heads are assumed: ``S_h`` is the smallest subspace that holds
+        ``v^(h)`` and the columns of ``W^(h)`` and is invariant under ``W^(h)T`` (true when
+        ``W^(h)`` is invertible on ``S_h``), and ``v^(h) != 0``.
+    step : float, default=1e-3
+        Size ``s`` of the query token in the Hessian probe, ``0 < s <= 0.1``.
+    tol : float, default=1e-6
+        Relative threshold for a nonzero eigenvalue of the Hessian and for a new direction of a
+        subspace, ``0 < tol < 1``.
+    verify : int, default=0
+        Fresh random queries on which to check the recovered model (:func:`verify_model`).
+    verify_rtol : float, default=1e-6
+        Largest relative disagreement accepted by the check.
+    seed : int, default=0
+        Seed of the random query token ``x0`` of the Hessian probe.
+
+    Returns
+    -------
+    MultiHeadRecovery
+        ``Ws`` (H, d, d), ``vs`` (H, d) in the order found; ``n_queries`` equals
+        ``d + d (d + 1) + d * sum_h dim S_h`` (``2 d^2 + 2 d`` when the subspaces fill R^d) plus
+        re-measurements of saturated probes and ``verify``. ``diagnostics`` holds
+        ``hessian_eigenvalues`` (sorted by magnitude), ``head_dims``, ``n_requeries`` and, with
+        ``verify``, ``verify_max_error``.
+
+    Raises
+    ------
+    TypeError
+        If the oracle is approximate.
+    InvalidInputError
+        For ``step``, ``tol``, ``verify`` out of range.
+    NotIdentifiableError
+        If ``sum_h v^(h) = 0`` or the Hessian probe is 0 (no head visible).
+    OracleInconsistentError
+        If an attention weight of an isolated head leaves (0, 1), or the verification fails: the
+        oracle's heads are not in orthogonal subspaces.
+
+    Notes
+    -----
+    §7 of [1]_ names this structure and sketches a learner through the Hessian with respect to a
+    probe vector and block diagonalisation [2]_. Here:
+
+    1. Length-1 queries give ``v = sum_h v^(h)`` (``d`` queries).
+    2. Hessian probe. For ``u = w + t x0``, ``x = t x0`` the two-token identity gives
+       ``f = t x0^T v + (1/2) sum_h (w^T v^(h)) (1 + tanh(t w^T W^(h) x0 / 2))``; its slope in ``t``
+       at 0 is the quadratic form of ``M = sym(sum_h v^(h) (W^(h) x0)^T) / 2``, read off for
+       ``w = e_k, e_k + e_l`` with Richardson extrapolation over ``t = s, 2s`` (``d (d + 1)``
+       queries). ``M`` is block diagonal along the ``S_h``: each eigenvector with a nonzero
+       eigenvalue lies in a single ``S_h`` (two per head).
+    3. Isolation. For ``z in S_h`` the query ``[(z + e_j)^T; e_j^T]`` gives every other head logit 0
+       and weight ``z^T v^(h') = 0``, so the answer is ``v_j + sigma(z^T W^(h) e_j) z^T v`` with
+       ``z^T v = z^T v^(h)``: Theorem 4.1's inversion reads the row ``z^T W^(h)`` exactly
+       (``d`` queries). That row lies in ``S_h`` again, so starting from an eigenvector and adding
+       each new row (a Krylov sequence of ``W^(h)T``) spans ``S_h`` after ``dim S_h`` probes.
+       Then ``W^(h) = B C^{-T} R^T`` (``B`` an orthonormal basis of ``S_h``, ``Z = B C`` the probes,
+       ``R = W^(h)T Z`` the rows) and ``v^(h) = B B^T v``. A probe whose attention weight falls
+       outside [0.05, 0.95] is re-measured at a smaller scale ``c`` (one query each, as in
+       :func:`companion.exact.learn_single_head` but with a tighter band, since ``sigma^{-1}``
+       amplifies the probe's tiny leakage into other subspaces by ``1 / (alpha (1 - alpha))``).
+
+    Eigenvectors already inside a found subspace are skipped, so ``H`` is found, not given. The
+    only approximation is step 2 (eigenvectors to about 1e-10); the recovered heads inherit it.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+    .. [2] Murota, Kanno, Kojima, Kojima, "A numerical algorithm for block-diagonal decomposition of
+       matrix *-algebras with application to semidefinite programming", Japan J. Indust. Appl.
+       Math. 27, 2010.
+
+    Examples
+    --------
+    >>> from companion.oracles import ValueQueryOracle
+    >>> target = random_multi_head(6, 3, orthogonal=True, seed=0)
+    >>> rec = learn_orthogonal_heads(ValueQueryOracle(target))
+    >>> rec.n_heads, rec.n_queries, match_heads(target, rec.model)["max_W_error"] < 1e-7
+    (3, 84, True)
+    """
+    d = check_exact_oracle(oracle, "learn_orthogonal_heads")
+    step = check_real(step, "step", minimum=0.0, strict=True, maximum=0.1)
+    tol = check_real(tol, "tol", minimum=0.0, strict=True, maximum=0.5)
+    verify = check_int(verify, "verify", minimum=0)
+    verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
+    seed = check_int(seed, "seed", minimum=0)
+    if hasattr(oracle, "require"):
+        oracle.require(d + d * (d + 1), learner="learn_orthogonal_heads")
+    start = oracle.n_queries
+
+    v = np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)
+    if not np.any(v):
+        raise NotIdentifiableError(
+            "the length-1 queries return sum_h v^(h) = 0; with heads in orthogonal subspaces this "
+            "means every v^(h) = 0 and f is identically 0."
+        )
+    x0 = np.random.default_rng(seed).standard_normal(d)
+    x0 /= np.linalg.norm(x0)
+    M = _probe_hessian(oracle, v, x0, step)
+    lam, U = eigh(M)
+    order = np.argsort(-np.abs(lam))
+    lam, U = lam[order], U[:, order]
+    if np.abs(lam[0]) == 0:
+        raise NotIdentifiableError("the Hessian probe is 0: no head is visible from this x0.")
+    keep = np.abs(lam) > tol * np.abs(lam[0])
+
+    bases, Ws, vs, n_re = [], [], [], 0
+    for q in U[:, keep].T:
+        if bases:
+            F = np.column_stack(bases)
+            if np.linalg.norm(q - F @ (F.T @ q)) < 0.5:
+                continue           # inside a subspace already found
+            q = q - F @ (F.T @ q)
+        Z, R, B, k = _grow_subspace(oracle, q, v, tol)
+        n_re += k
+        C = B.T @ Z
+        Ws.append(B @ np.linalg.solve(C.T, R.T))
+        vs.append(B @ (B.T @ v))
+        bases.append(B)
+    Ws, vs = np.array(Ws), np.array(vs)
+    diagnostics = {
+        "hessian_eigenvalues": lam,
+        "head_dims": [int(B.shape[1]) for B in bases],
+        "n_requeries": n_re,
+    }
+    message = (f"found {len(bases)} heads in orthogonal subspaces of dimensions "
+               f"{diagnostics['head_dims']}")
+    if verify:
+        diagnostics["verify_max_error"] = verify_model(
+            oracle, MultiHead(Ws, vs), verify, rtol=verify_rtol, seed=seed + 1)
+        message += f"; verified on {verify} fresh queries"
+    return MultiHeadRecovery(W=Ws.sum(axis=0), v=vs.sum(axis=0), n_queries=oracle.n_queries - start,
+                             message=message, diagnostics=diagnostics, Ws=Ws, vs=vs)

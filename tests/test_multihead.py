@@ -1,0 +1,212 @@
+"""Tests of companion.multihead: Proposition 7.1 constructions, canonical form, detection, learner."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from companion import multihead as mh
+from companion.attention import MultiHead, SingleHead, random_single_head
+from companion.errors import (BudgetExceededError, InvalidInputError, NotIdentifiableError,
+                              OracleInconsistentError)
+from companion.oracles import ApproxValueQueryOracle, ValueQueryOracle
+
+
+def _inputs(d, n, seed, max_len=9):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((int(m), d)) for m in rng.integers(1, max_len + 1, size=n)]
+
+
+def _max_gap(m1, m2, X):
+    return float(np.max(np.abs(m1(X) - m2(X))))
+
+
+# ---------------------------------------------------------------- constructions
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), H=st.integers(2, 5), d=st.integers(1, 6))
+def test_proposition_7_1_same_function_different_parameters(seed, H, d):
+    rng = np.random.default_rng(seed)
+    A, b = rng.standard_normal((d, d)), rng.standard_normal(d)
+    lam1, lam2 = rng.dirichlet(np.ones(H)), rng.dirichlet(np.ones(H))
+    m1, m2 = mh.proposition_7_1(A, b, lam1), mh.proposition_7_1(A, b, lam2)
+    X = _inputs(d, 50, seed + 1)
+    ref = SingleHead(A, b)(X)
+    scale = 1 + np.max(np.abs(ref))
+    assert _max_gap(m1, m2, X) <= 1e-12 * scale
+    assert np.max(np.abs(m1(X) - ref)) <= 1e-12 * scale
+    assert mh.equivalent(m1, m2)
+    assert np.linalg.norm(m1.vs - m2.vs) == pytest.approx(np.linalg.norm(b) * np.linalg.norm(lam1 - lam2))
+
+
+def test_proposition_7_1_rejects_weights_not_summing_to_one():
+    with pytest.raises(InvalidInputError, match="weights must sum to 1"):
+        mh.proposition_7_1(np.eye(2), np.ones(2), [0.5, 0.4])
+
+
+def test_permute_split_cancel_preserve_function():
+    m = mh.random_multi_head(5, 3, seed=3)
+    X = _inputs(5, 200, 4)
+    scale = 1 + np.max(np.abs(m(X)))
+    variants = [
+        mh.permute_heads(m, [2, 0, 1]),
+        mh.split_head(m, 1, [0.3, -0.2, 0.9]),
+        mh.add_cancelling_heads(m, np.arange(25.0).reshape(5, 5) / 10, [[1, 2, 3, 4, 5], [-1, -2, -3, -4, -5]]),
+    ]
+    for var in variants:
+        assert _max_gap(m, var, X) <= 1e-12 * scale
+        assert mh.equivalent(m, var)
+    assert [v.n_heads for v in variants] == [3, 5, 5]
+
+
+def test_construction_errors():
+    m = mh.random_multi_head(4, 2, seed=0)
+    with pytest.raises(InvalidInputError, match=r"perm must be a permutation of range\(H=2\)"):
+        mh.permute_heads(m, [0, 0])
+    with pytest.raises(InvalidInputError, match="h=2 must be <= 1"):
+        mh.split_head(m, 2, [1.0])
+    with pytest.raises(InvalidInputError, match="vs must sum to the zero vector"):
+        mh.add_cancelling_heads(m, np.eye(4), np.ones((2, 4)))
+    with pytest.raises(InvalidInputError, match="model must be a MultiHead or SingleHead"):
+        mh.canonical_form(np.eye(3))
+
+
+# ---------------------------------------------------------------- canonical form
+
+
+def test_canonical_form_merges_drops_and_sorts():
+    W1, W2 = np.diag([2.0, 1.0]), np.diag([1.0, 2.0])
+    m = MultiHead([W1, W2, W1, W2, np.eye(2)],
+                  [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, -1.0], [0.0, 0.0]])
+    c = mh.canonical_form(m)
+    # W2's heads cancel, the zero head is dropped, W1's heads merge into v = (2, 1).
+    assert c.n_heads == 1
+    np.testing.assert_array_equal(c.Ws[0], W1)
+    np.testing.assert_array_equal(c.vs[0], [2.0, 1.0])
+    # Sorted order does not depend on the input order.
+    m2 = mh.random_multi_head(4, 4, seed=5)
+    c1, c2 = mh.canonical_form(m2), mh.canonical_form(mh.permute_heads(m2, [3, 1, 0, 2]))
+    np.testing.assert_array_equal(c1.Ws, c2.Ws)
+
+
+def test_canonical_form_of_zero_function_and_inequivalence():
+    m = mh.add_cancelling_heads(SingleHead(np.eye(2), [0.0, 0.0]), np.eye(2), [[1.0, 1.0], [-1.0, -1.0]])
+    c = mh.canonical_form(m)
+    assert c.n_heads == 1 and not np.any(c.Ws) and not np.any(c.vs)
+    a = mh.random_multi_head(4, 2, seed=1)
+    b = MultiHead(a.Ws, a.vs * np.array([[1.0], [1.001]]))
+    assert not mh.equivalent(a, b)
+    assert not mh.equivalent(a, mh.random_multi_head(4, 3, seed=1))
+
+
+def test_match_heads_reports_errors_and_unmatched():
+    m = mh.random_multi_head(4, 3, seed=2)
+    est = MultiHead(m.Ws[[2, 0]] * (1 + 1e-3), m.vs[[2, 0]])
+    out = mh.match_heads(m, est)
+    assert out["pairs"] == [(0, 1), (2, 0)]
+    assert out["unmatched_reference"] == [1]
+    assert out["max_W_error"] == pytest.approx(1e-3)
+    assert out["max_v_error"] == 0.0
+
+
+# ---------------------------------------------------------------- random models, native form
+
+
+def test_random_multi_head_orthogonal_structure_and_native():
+    m = mh.random_multi_head(9, 3, orthogonal=True, seed=4)
+    for h in range(3):
+        for g in range(3):
+            if g != h:
+                assert np.max(np.abs(m.Ws[h] @ m.Ws[g])) < 1e-12
+                assert np.max(np.abs(m.Ws[h] @ m.vs[g])) < 1e-12
+    rng = np.random.default_rng(0)
+    Qs, Ks, Vs = (rng.standard_normal((2, 3, 6)) for _ in range(3))
+    w_o = rng.standard_normal(6)
+    n = MultiHead.from_native(Qs, Ks, Vs, w_o)
+    np.testing.assert_allclose(n.Ws[1], Ks[1].T @ Qs[1])
+    np.testing.assert_allclose(n.vs[1], Vs[1].T @ w_o[3:])
+    with pytest.raises(InvalidInputError, match="orthogonal heads need n_heads \\* head_dim <= d"):
+        mh.random_multi_head(6, 3, orthogonal=True, head_dim=3, seed=0)
+
+
+# ---------------------------------------------------------------- detection
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_detect_flags_multi_head_and_accepts_single_head(seed):
+    multi = ValueQueryOracle(mh.random_multi_head(6, 2, seed=seed))
+    det = mh.detect_multi_head(multi, verify=32, seed=seed)
+    assert not det.single_head
+    assert det.max_error > 1e-3
+    assert det.n_queries == multi.n_queries
+    if det.recovery is not None:
+        # v is still read exactly: length-1 queries return the sum of the heads' value vectors
+        np.testing.assert_allclose(det.recovery.v, multi.target.vs.sum(axis=0), atol=1e-14)
+    single = ValueQueryOracle(random_single_head(6, seed=seed))
+    det = mh.detect_multi_head(single, verify=32)
+    assert det.single_head and det.max_error < 1e-9
+    assert det.n_queries == 6 + 36 + 32 + det.recovery.diagnostics["n_requeries"]
+
+
+def test_detect_checks_inputs_before_querying():
+    o = ValueQueryOracle(mh.random_multi_head(3, 2, seed=0), budget=10)
+    with pytest.raises(BudgetExceededError, match="detect_multi_head needs 76 queries"):
+        mh.detect_multi_head(o)
+    with pytest.raises(InvalidInputError, match="verify=0 must be >= 1"):
+        mh.detect_multi_head(o, verify=0)
+    with pytest.raises(TypeError, match="needs an exact value-query oracle"):
+        mh.detect_multi_head(ApproxValueQueryOracle(random_single_head(3, seed=0), 1e-3))
+    assert o.n_queries == 0
+
+
+# ---------------------------------------------------------------- structured learner
+
+
+@pytest.mark.parametrize("d,H", [(4, 1), (6, 3), (8, 2), (12, 3), (16, 4)])
+def test_learn_orthogonal_heads_recovers_heads(d, H):
+    target = mh.random_multi_head(d, H, orthogonal=True, seed=d + H)
+    oracle = ValueQueryOracle(target)
+    rec = mh.learn_orthogonal_heads(oracle, verify=20)
+    assert rec.n_heads == H
+    assert sorted(rec.diagnostics["head_dims"]) == [d // H] * H
+    assert rec.n_queries == oracle.n_queries == d + d * (d + 1) + d * d + 20 + rec.diagnostics["n_requeries"]
+    m = mh.match_heads(target, rec.model)
+    assert m["max_W_error"] < 1e-7 and m["max_v_error"] < 1e-7
+    assert mh.equivalent(target, rec.model, atol=1e-7)
+    np.testing.assert_allclose(rec.v, target.vs.sum(axis=0), atol=1e-14)
+
+
+def test_learn_orthogonal_heads_unequal_dims_partial_fill_and_large_W():
+    rng = np.random.default_rng(7)
+    d = 9
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    Ws, vs, start = [], [], 0
+    for k in (1, 2, 4):                        # 7 of 9 dimensions used
+        B = Q[:, start:start + k]
+        start += k
+        Ws.append(B @ (8.0 * rng.standard_normal((k, k))) @ B.T)
+        vs.append(B @ rng.standard_normal(k))
+    target = MultiHead(np.array(Ws), np.array(vs))
+    rec = mh.learn_orthogonal_heads(ValueQueryOracle(target), verify=20)
+    assert sorted(rec.diagnostics["head_dims"]) == [1, 2, 4]
+    assert rec.diagnostics["n_requeries"] > 0         # logits up to ~30 need smaller probes
+    assert mh.match_heads(target, rec.model)["max_W_error"] < 1e-7
+
+
+def test_learn_orthogonal_heads_rejects_overlapping_heads():
+    oracle = ValueQueryOracle(mh.random_multi_head(8, 2, seed=1))
+    with pytest.raises(OracleInconsistentError, match="heads in mutually orthogonal subspaces"):
+        mh.learn_orthogonal_heads(oracle, verify=20)
+
+
+def test_learn_orthogonal_heads_input_checks():
+    zero = ValueQueryOracle(MultiHead(np.ones((2, 3, 3)), np.zeros((2, 3))))
+    with pytest.raises(NotIdentifiableError, match="sum_h v\\^\\(h\\) = 0"):
+        mh.learn_orthogonal_heads(zero)
+    o = ValueQueryOracle(mh.random_multi_head(4, 2, orthogonal=True, seed=0), budget=5)
+    with pytest.raises(BudgetExceededError, match="learn_orthogonal_heads needs 24 queries"):
+        mh.learn_orthogonal_heads(o)
+    with pytest.raises(InvalidInputError, match="step=0.5 must be <= 0.1"):
+        mh.learn_orthogonal_heads(o, step=0.5)
+    assert o.n_queries == 0
