@@ -18,7 +18,8 @@ Beyond the paper:
 * :func:`entry_error_bound`, :func:`best_scale` — the theorem's per-entry error bound as a function of
   the probe scale ``b``, and the ``b`` that minimises it (the paper fixes ``b = 1/W_max``).
 * :func:`learn_robust_lstsq` — margin-free probes ``e_i + s_i e_p`` at the best scale, repeated at
-  ``R`` distinct scales and combined by weighted least squares: ``R (d + d**2)`` queries.
+  ``R`` distinct scales and combined by weighted least squares: about ``R (d + d**2)`` queries
+  (:func:`n_queries_lstsq`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "entry_error_bound",
     "best_scale",
     "learn_robust_lstsq",
+    "n_queries_lstsq",
 ]
 
 #: Lemma 6.1's clipping level sigma(-1/2) ~ 0.3775: a logit in [-1/2, 1/2] gives a weight in
@@ -542,13 +544,26 @@ def best_scale(W_max, *, a=0.5, probe_norm=1.0, b_max=None) -> float:
     return b_max if f(hi) <= f(np.log(b)) + 1e-12 else b
 
 
-def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best"):
+def n_queries_lstsq(d, repeats) -> int:
+    """Queries :func:`learn_robust_lstsq` sends: ``R (d + d**2) + R (ceil(sqrt(d)) - 1) d``.
+
+    Examples
+    --------
+    >>> n_queries_lstsq(4, 2), n_queries_lstsq(384, 1)
+    (48, 155136)
+    """
+    d = check_int(d, "d", minimum=1)
+    R = check_int(repeats, "repeats", minimum=1)
+    return R * (d + d * d) + R * (int(np.ceil(np.sqrt(d))) - 1) * d
+
+
+def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     """Spend ``repeats`` times the queries of Theorem 6.2 to cut the error, without a margin.
 
     Parameters
     ----------
     oracle : ApproxValueQueryOracle or ValueQueryOracle
-        Oracle within ``tau`` of f_{W*, v*}; its budget must allow ``repeats (d + d**2)`` queries.
+        Oracle within ``tau`` of f_{W*, v*}; its budget must allow :func:`n_queries_lstsq` queries.
     W_max : float
         A known bound on ``||W*||_F`` (``> 0``).
     repeats : int, default=4
@@ -556,11 +571,15 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best"):
     scale : "best" or float, default="best"
         Probe scale ``b`` of the first pass: :func:`best_scale` for probes of norm ``sqrt(2)``, or a
         float in ``(0, (1 - a)/sqrt(2)]``. Pass ``r`` uses ``b (1 - 0.3 r / R)``.
+    rank : int, default=None
+        A known bound on ``rank(W*)`` (e.g. the head dimension). If given, the estimate is replaced
+        by its best rank-``rank`` approximation (truncated SVD, Eckart-Young), which removes most of
+        the entrywise noise outside the column and row spaces of ``W*``.
 
     Returns
     -------
     Recovery
-        ``W`` (d, d), ``v`` (d,), ``n_queries = R (d + d**2)``. ``diagnostics``: ``pivot`` (p),
+        ``W`` (d, d), ``v`` (d,), ``n_queries`` from :func:`n_queries_lstsq`. ``diagnostics``: ``pivot`` (p),
         ``signs``, ``scales`` (the R values of b), ``v_scales`` (the R values of c), ``n_clipped``.
 
     Raises
@@ -568,9 +587,9 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best"):
     TypeError
         If ``oracle`` is not a value-query oracle.
     InvalidInputError
-        For ``W_max <= 0``, ``repeats < 1`` or a bad ``scale``.
+        For ``W_max <= 0``, ``repeats < 1``, a bad ``scale`` or ``rank`` not in [1, d].
     BudgetExceededError
-        If the budget is below ``R (d + d**2)``; raised before the first query.
+        If the budget is below :func:`n_queries_lstsq`; raised before the first query.
     NotIdentifiableError
         If every ``v_hat_i`` is 0.
 
@@ -586,6 +605,8 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best"):
        combined with inverse-variance weights ``(b_r^2 sigma'(t_r))^2`` and ``v`` by least squares.
        A deterministic oracle answers distinct queries with different errors, so uniform or rounding
        errors average out like ``1/sqrt(R)``; an adversary (``noise="worst"``) can bias them all.
+    4. *Rank.* With ``rank=r``, the truncated SVD of the estimate: i.i.d. entry errors of size s
+       cost about ``s d`` in Frobenius norm before and ``s sqrt(2 r d)`` after.
 
     References
     ----------
@@ -598,11 +619,12 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best"):
     >>> head = random_margin_head(4, W_max=2.0, mu=0.2, seed=0)
     >>> rec = learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-6), W_max=2.0, repeats=2)
     >>> rec.n_queries, bool(np.linalg.norm(rec.W - head.W) < 1e-3)
-    (40, True)
+    (48, True)
     """
     d, tau = _check_oracle(oracle, "learn_robust_lstsq")
     W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
     R = check_int(repeats, "repeats", minimum=1)
+    rank = None if rank is None else check_int(rank, "rank", minimum=1, maximum=d)
     a, probe_norm = 0.5, np.sqrt(2.0)
     b_cap = (1.0 - a) / probe_norm
     if isinstance(scale, str):
@@ -612,7 +634,7 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best"):
     else:
         b0 = check_real(scale, "scale", minimum=0.0, strict=True, maximum=b_cap)
     if hasattr(oracle, "require"):
-        oracle.require(R * (d + d * d), learner="learn_robust_lstsq")
+        oracle.require(n_queries_lstsq(d, R), learner="learn_robust_lstsq")
     start = oracle.n_queries
     factors = 1.0 - 0.3 * np.arange(R) / R
     c = factors                        # scales of the length-1 queries
@@ -633,25 +655,33 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best"):
     num = np.zeros((d, d))
     den = np.zeros((d, d))
     n_clipped = 0
-    for b in bs:
+    # Row p enters every other row (W_ij = T_ij - s_i T_pj), so it gets ceil(sqrt(d)) times the
+    # repeats: R (ceil(sqrt(d)) - 1) d extra queries, small against R d^2.
+    K = R * (int(np.ceil(np.sqrt(d))) - 1)
+    b_pivot = b0 * (1.0 - 0.3 * (np.arange(K) + 1.0 / 3.0) / max(K, 1))
+    passes = [(b, np.arange(d)) for b in bs] + [(b, np.array([p])) for b in b_pivot]
+    for b, rows in passes:
         x_max = a * b * probe_norm * W_max
         lo = float(expit(-x_max))
         for cols in _column_blocks(d):
-            X = np.concatenate([robust_queries(d, j, a=a, b=b, U=U) for j in cols])
-            y = np.asarray(oracle(X)).reshape(len(cols), d)
+            X = np.concatenate([robust_queries(d, j, a=a, b=b, U=U[rows]) for j in cols])
+            y = np.asarray(oracle(X)).reshape(len(cols), len(rows))
             for k, j in enumerate(cols):
-                alpha = (y[k] - a * v_hat[j]) / (b * uv)
+                alpha = (y[k] - a * v_hat[j]) / (b * uv[rows])
                 n_clipped += int(np.sum((alpha < lo) | (alpha > 1 - lo)))
                 alpha = np.clip(alpha, lo, 1 - lo)
                 t = logit(alpha) / (a * b)
                 w = (b * b * alpha * (1 - alpha)) ** 2
-                num[:, j] += w * t
-                den[:, j] += w
+                num[rows, j] += w * t
+                den[rows, j] += w
     T = num / den                       # T[i, j] ~ u_i^T W e_j
     W_hat = T - np.outer(np.where(np.arange(d) == p, 0.0, s), T[p])
-    message = (f"recovered W and v from {R} x (d + d^2) = {R * (d + d * d)} approximate value "
-               f"queries (margin-free probes, b = {b0:.3g}, {R} scales)")
+    if rank is not None and rank < d:
+        Us, sv, Vt = np.linalg.svd(W_hat)
+        W_hat = (Us[:, :rank] * sv[:rank]) @ Vt[:rank]
+    message = (f"recovered W and v from {oracle.n_queries - start} approximate value queries "
+               f"(margin-free probes, b = {b0:.3g}, {R} scales, {R + K} for the pivot row)")
     diagnostics = {"pivot": p, "signs": s, "scales": bs, "v_scales": c, "n_clipped": n_clipped,
-                   "tau": tau}
+                   "tau": tau, "rank": rank}
     return Recovery(W=W_hat, v=v_hat, n_queries=oracle.n_queries - start, message=message,
                     diagnostics=diagnostics)
