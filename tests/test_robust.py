@@ -1,0 +1,296 @@
+"""Tests of companion.robust (Lemma 6.1, Theorem 6.2 and beyond) and the float noise models."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.special import logit
+
+from companion.attention import SingleHead, random_single_head
+from companion.errors import (BudgetExceededError, InvalidInputError, NotIdentifiableError,
+                              OracleInconsistentError)
+from companion.oracles import (FORMAT_TAU, NOISE_MODELS, ApproxValueQueryOracle,
+                               ValueQueryOracle, round_bfloat16)
+from companion.robust import (LIPSCHITZ_6_1, TAU_CLIP, best_scale, clipped_logit,
+                              entry_error_bound, guaranteed_error, learn_robust,
+                              learn_robust_lstsq, lemma_6_1_bound, n_queries_lstsq,
+                              random_margin_head, sufficient_tolerance)
+
+
+def _oracle(head, tau, noise, seed=0):
+    if noise == "round":
+        # the fewest digits whose rounding bound 0.5 * 10**(1 - k) is within tau
+        k = int(np.ceil(1 - np.log10(2 * tau)))
+        return ApproxValueQueryOracle(head, None, noise="round", digits=k)
+    return ApproxValueQueryOracle(head, tau, noise=noise, seed=seed)
+
+
+# ------------------------------------------------------------------------------------------
+# Lemma 6.1
+# ------------------------------------------------------------------------------------------
+
+def test_lemma_6_1_on_a_grid():
+    alpha_star = np.linspace(TAU_CLIP, 1 - TAU_CLIP, 201)[:, None]
+    alpha_hat = np.linspace(-1.0, 2.0, 601)[None, :]
+    lhs = np.abs(clipped_logit(alpha_hat) - logit(alpha_star))
+    bound = lemma_6_1_bound(alpha_hat, alpha_star)
+    assert np.all(lhs <= bound * (1 + 1e-12) + 1e-15)
+    assert np.all(bound <= 5 * np.abs(alpha_hat - alpha_star) + 1e-15)
+    # the constant is sharp: near the window's edge the ratio approaches 1/(tau(1 - tau))
+    a, h = TAU_CLIP, 1e-7
+    assert abs(clipped_logit(a + h) - logit(a)) / h == pytest.approx(LIPSCHITZ_6_1, rel=1e-5)
+    assert LIPSCHITZ_6_1 == pytest.approx(4.2553, abs=1e-4)
+
+
+def test_lemma_6_1_rejects_alpha_star_outside_window():
+    with pytest.raises(InvalidInputError, match=r"alpha_star=0.1 is outside"):
+        lemma_6_1_bound(0.5, 0.1)
+
+
+def test_clipped_logit_range_and_bad_tau_clip():
+    out = clipped_logit(np.array([-5.0, 0.0, 0.5, 1.0, 7.0]))
+    assert np.all(np.abs(out) <= 0.5 + 1e-15)
+    assert out[2] == 0.0
+    with pytest.raises(InvalidInputError, match="tau_clip"):
+        clipped_logit(0.5, tau_clip=0.5)
+
+
+# ------------------------------------------------------------------------------------------
+# Tolerance and its inverse
+# ------------------------------------------------------------------------------------------
+
+def test_sufficient_tolerance_values():
+    assert sufficient_tolerance(mu=0.1, eps_W=0.1, eps_v=0.1, W_max=2, d=4) == pytest.approx(
+        0.1 * 0.1 / (80 * 4 * 4))
+    # the eps_v term binds when eps_v is small
+    assert sufficient_tolerance(mu=0.5, eps_W=10.0, eps_v=1e-6, W_max=2, d=4) == pytest.approx(5e-7)
+    # mu / 2 binds when both accuracies are loose
+    assert sufficient_tolerance(mu=0.01, eps_W=1e9, eps_v=1e9, W_max=2, d=4) == pytest.approx(0.005)
+
+
+@given(mu=st.floats(1e-3, 0.5), eps_W=st.floats(1e-4, 10), W_max=st.floats(2, 50),
+       d=st.integers(1, 300))
+def test_guaranteed_error_inverts_sufficient_tolerance(mu, eps_W, W_max, d):
+    eps_v = 1e9   # only the eps_W term matters
+    tau = sufficient_tolerance(mu=mu, eps_W=eps_W, eps_v=eps_v, W_max=W_max, d=d)
+    e_W, e_v = guaranteed_error(tau, mu=mu, W_max=W_max, d=d)
+    assert e_W <= eps_W * (1 + 1e-12)
+    if tau < mu / 2:
+        assert e_W == pytest.approx(eps_W, rel=1e-12)
+        assert sufficient_tolerance(mu=mu, eps_W=e_W, eps_v=eps_v, W_max=W_max, d=d) == \
+            pytest.approx(tau, rel=1e-12)
+    assert e_v == pytest.approx(np.sqrt(d) * tau)
+
+
+def test_guaranteed_error_is_inf_past_half_margin_and_checks_input():
+    assert guaranteed_error(0.051, mu=0.1, W_max=2, d=3) == (np.inf, np.inf)
+    eW, _ = guaranteed_error(np.array([0.0, 0.01, 0.06]), mu=0.1, W_max=2, d=3)
+    assert eW[0] == 0 and np.isfinite(eW[1]) and eW[2] == np.inf
+    with pytest.raises(InvalidInputError, match="W_max=1.5 must be >= 2"):
+        guaranteed_error(0.01, mu=0.1, W_max=1.5, d=3)
+    with pytest.raises(InvalidInputError, match="tau must be finite and >= 0"):
+        guaranteed_error(-1.0, mu=0.1, W_max=2, d=3)
+
+
+# ------------------------------------------------------------------------------------------
+# Theorem 6.2
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("noise", ["uniform", "worst", "round"])
+@pytest.mark.parametrize("d,W_max", [(2, 2.0), (4, 3.0), (6, 8.0)])
+def test_theorem_6_2_bound_holds_at_its_tolerance(noise, d, W_max):
+    eps_W, eps_v = 0.05, 0.01
+    for seed in range(10):
+        mu = 0.5 / np.sqrt(d) * (1 + seed) / 10
+        head = random_margin_head(d, W_max=W_max, mu=mu, seed=seed)
+        tau = sufficient_tolerance(mu=mu, eps_W=eps_W, eps_v=eps_v, W_max=W_max, d=d)
+        oracle = _oracle(head, tau, noise, seed=seed)
+        assert oracle.tau <= tau
+        rec = learn_robust(oracle, W_max=W_max, mu=mu)
+        assert rec.n_queries == d + d * d == oracle.n_queries
+        assert np.linalg.norm(rec.W - head.W) <= eps_W
+        assert np.linalg.norm(rec.v - head.v) <= eps_v
+        assert rec.diagnostics["eps_W_guaranteed"] <= eps_W * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(d=st.integers(1, 6), W_max=st.floats(2, 20), frac=st.floats(0.01, 1.0),
+       mu_frac=st.floats(0.01, 1.0), seed=st.integers(0, 2**16), noise=st.sampled_from(
+           ["uniform", "worst"]))
+def test_theorem_6_2_property(d, W_max, frac, mu_frac, seed, noise):
+    mu = mu_frac / np.sqrt(d)
+    head = random_margin_head(d, W_max=W_max, mu=mu, W_norm=frac * W_max, seed=seed)
+    eps_W = eps_v = 0.1
+    tau = sufficient_tolerance(mu=mu, eps_W=eps_W, eps_v=eps_v, W_max=W_max, d=d)
+    rec = learn_robust(ApproxValueQueryOracle(head, tau, noise=noise, seed=seed), W_max=W_max, mu=mu)
+    assert np.linalg.norm(rec.W - head.W) <= eps_W
+    assert np.linalg.norm(rec.v - head.v) <= eps_v
+
+
+def test_learn_robust_is_exact_on_an_exact_oracle():
+    head = random_margin_head(5, W_max=3.0, mu=0.1, seed=3)
+    rec = learn_robust(ValueQueryOracle(head), W_max=3.0, mu=0.1)
+    np.testing.assert_allclose(rec.W, head.W, atol=1e-12)
+    np.testing.assert_array_equal(rec.v, head.v)
+    assert rec.diagnostics["eps_W_guaranteed"] == 0.0
+
+
+def test_learn_robust_margin_error_names_mu():
+    W = random_single_head(3, W_norm=2.0, seed=0).W
+    head = SingleHead(W, np.array([0.3, 1e-4, -0.4]))
+    oracle = ApproxValueQueryOracle(head, 1e-5)
+    with pytest.raises(OracleInconsistentError, match=r"v_hat\[1\].*mu=0.01"):
+        learn_robust(oracle, W_max=2.0, mu=0.01)
+    # with the true (tiny) margin it runs, but guarantees nothing: tau > mu / 2
+    rec = learn_robust(ApproxValueQueryOracle(head, 1e-4), W_max=2.0, mu=1e-5)
+    assert rec.diagnostics["eps_W_guaranteed"] == np.inf
+    assert "no guarantee" in rec.message
+
+
+def test_learn_robust_checks_inputs_before_querying():
+    head = random_margin_head(3, W_max=2.0, mu=0.1, seed=0)
+    oracle = ApproxValueQueryOracle(head, 1e-6, budget=11)
+    with pytest.raises(InvalidInputError, match="W_max=1.0 must be >= 2"):
+        learn_robust(oracle, W_max=1.0, mu=0.1)
+    with pytest.raises(InvalidInputError, match="mu=0.0 must be > 0"):
+        learn_robust(oracle, W_max=2.0, mu=0.0)
+    with pytest.raises(BudgetExceededError, match="needs 12 queries"):
+        learn_robust(oracle, W_max=2.0, mu=0.1)
+    with pytest.raises(TypeError, match="needs a value-query oracle"):
+        learn_robust(head, W_max=2.0, mu=0.1)
+    assert oracle.n_queries == 0
+
+
+def test_random_margin_head_checks_mu():
+    with pytest.raises(InvalidInputError, match=r"mu=0.6 > 1/sqrt\(d\)"):
+        random_margin_head(4, W_max=2.0, mu=0.6, seed=0)
+
+
+# ------------------------------------------------------------------------------------------
+# Beyond the paper
+# ------------------------------------------------------------------------------------------
+
+def test_best_scale_minimises_the_bound():
+    for W_max in [2.0, 4.0, 10.0, 50.0]:
+        b = best_scale(W_max)
+        grid = np.linspace(1e-4, 0.5, 4001)
+        bounds = entry_error_bound(grid, tau=1e-4, mu=0.1, W_max=W_max)
+        assert entry_error_bound(b, tau=1e-4, mu=0.1, W_max=W_max) <= bounds.min() * (1 + 1e-6)
+        # never worse than the paper's b = 1/W_max
+        assert entry_error_bound(b, tau=1e-4, mu=0.1, W_max=W_max) <= entry_error_bound(
+            1 / W_max, tau=1e-4, mu=0.1, W_max=W_max)
+    # the paper's scale, plugged into the per-entry bound, is within Theorem 6.2's bound / d
+    W_max, mu, tau = 4.0, 0.1, 1e-5
+    assert entry_error_bound(1 / W_max, tau=tau, mu=mu, W_max=W_max) <= 80 * W_max**2 * tau / mu
+
+
+def test_lstsq_query_count_and_exactness():
+    head = random_margin_head(5, W_max=3.0, mu=0.1, seed=1)
+    oracle = ValueQueryOracle(head)
+    rec = learn_robust_lstsq(oracle, W_max=3.0, repeats=3)
+    assert rec.n_queries == oracle.n_queries == n_queries_lstsq(5, 3) == 3 * 30 + 3 * 2 * 5
+    np.testing.assert_allclose(rec.W, head.W, atol=1e-10)
+    np.testing.assert_allclose(rec.v, head.v, atol=1e-14)
+
+
+def test_lstsq_beats_the_paper_and_improves_with_repeats():
+    d, W_max, mu, tau = 6, 4.0, 0.05, 1e-4
+    paper, lsq1, lsq16 = [], [], []
+    for seed in range(5):
+        head = random_margin_head(d, W_max=W_max, mu=mu, seed=seed)
+        paper.append(np.linalg.norm(learn_robust(ApproxValueQueryOracle(head, tau, seed=seed),
+                                                 W_max=W_max, mu=mu).W - head.W))
+        for R, out in [(1, lsq1), (16, lsq16)]:
+            rec = learn_robust_lstsq(ApproxValueQueryOracle(head, tau, seed=seed), W_max=W_max,
+                                     repeats=R)
+            out.append(np.linalg.norm(rec.W - head.W))
+    assert np.median(lsq1) < 0.5 * np.median(paper)
+    assert np.median(lsq16) < 0.5 * np.median(lsq1)
+
+
+def test_lstsq_needs_no_margin():
+    W = random_single_head(4, W_norm=2.0, seed=2).W
+    head = SingleHead(W, np.array([0.5, 1e-8, -0.3, 0.2]))
+    rec = learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-6), W_max=2.0, repeats=1)
+    assert np.linalg.norm(rec.W - head.W) < 1e-3
+    with pytest.raises(OracleInconsistentError, match="mu="):
+        learn_robust(ApproxValueQueryOracle(head, 1e-6), W_max=2.0, mu=0.1)
+
+
+def test_lstsq_rank_truncation_and_errors():
+    head = random_single_head(12, rank=2, W_norm=3.0, v_norm=0.9, seed=4)
+    full = learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4), W_max=3.0, repeats=2)
+    low = learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4), W_max=3.0, repeats=2, rank=2)
+    assert np.linalg.matrix_rank(low.W) == 2
+    assert np.linalg.norm(low.W - head.W) < 0.7 * np.linalg.norm(full.W - head.W)
+    with pytest.raises(InvalidInputError, match="rank=13 must be <= 12"):
+        learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4), W_max=3.0, rank=13)
+    with pytest.raises(InvalidInputError, match="scale='big'"):
+        learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4), W_max=3.0, scale="big")
+    zero = SingleHead(np.eye(2), np.zeros(2))
+    with pytest.raises(NotIdentifiableError, match="identically 0"):
+        learn_robust_lstsq(ValueQueryOracle(zero), W_max=2.0, repeats=1)
+
+
+# ------------------------------------------------------------------------------------------
+# Noise models: determinism, float16 / bfloat16 rounding and the tolerance contract
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("noise", NOISE_MODELS)
+def test_every_noise_model_is_deterministic(noise):
+    head = random_single_head(5, v_norm=1.0, seed=0)
+    kwargs = {"digits": 4} if noise == "round" else {}
+    tau = None if noise in ("round", "float16", "bfloat16") else 1e-3
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 3, 5)) / np.sqrt(5 * 3)
+    o1 = ApproxValueQueryOracle(head, tau, noise=noise, seed=7, **kwargs)
+    o2 = ApproxValueQueryOracle(head, tau, noise=noise, seed=7, **kwargs)
+    y1, y2 = o1(X), o1(X)
+    np.testing.assert_array_equal(y1, y2)                 # same oracle, same X
+    np.testing.assert_array_equal(y1, o2(X))              # a fresh oracle agrees
+    np.testing.assert_array_equal(y1[::-1], o1(X[::-1]))  # batch order does not matter
+    assert o1(X[3]) == y1[3]                              # one sequence = its batch answer
+    assert np.all(np.abs(y1 - head(X)) <= o1.tau)
+    if noise != "worst":
+        assert np.any(y1 != head(X))
+
+
+def test_float16_is_numpy_half_rounding():
+    head = random_single_head(4, v_norm=1.0, seed=1)
+    X = np.random.default_rng(1).standard_normal((200, 2, 4)) / 3
+    y = ApproxValueQueryOracle(head, None, noise="float16")(X)
+    np.testing.assert_array_equal(y, head(X).astype(np.float16).astype(np.float64))
+    assert FORMAT_TAU["float16"] == 2.0**-12
+
+
+def test_round_bfloat16_is_nearest_with_ties_to_even():
+    y = np.random.default_rng(2).uniform(-1, 1, 20000)
+    r = round_bfloat16(y)
+    bits = r.astype(np.float32).view(np.uint32)
+    assert np.all(bits & np.uint32(0xFFFF) == 0)          # representable in bfloat16
+    f32 = y.astype(np.float32)
+    # nearest: no other bfloat16 neighbour of the float32 value is closer
+    up = (bits + np.uint32(0x10000)).view(np.float32).astype(np.float64)
+    down = (bits - np.uint32(0x10000)).view(np.float32).astype(np.float64)
+    err = np.abs(r - f32)
+    assert np.all(err <= np.abs(up - f32)) and np.all(err <= np.abs(down - f32))
+    assert np.all(np.abs(r - y) <= FORMAT_TAU["bfloat16"])
+    # exact ties go to the even neighbour: 1 + 2**-8 lies halfway between 1 and 1 + 2**-7
+    np.testing.assert_array_equal(round_bfloat16(np.array([1 + 2**-8, 1 + 3 * 2**-8])),
+                                  [1.0, 1 + 2 * 2**-7])
+    assert round_bfloat16(np.array([1e39]))[0] == np.inf
+
+
+@pytest.mark.parametrize("noise", ["float16", "bfloat16"])
+def test_float_noise_keeps_its_tolerance_contract(noise):
+    head = SingleHead(np.zeros((1, 1)), np.array([1.0]))
+    oracle = ApproxValueQueryOracle(head, None, noise=noise)
+    assert oracle.tau == FORMAT_TAU[noise]
+    assert oracle(np.array([[0.7]])) == pytest.approx(0.7, abs=oracle.tau)
+    with pytest.raises(OracleInconsistentError, match=f"rounding f\\*=.* to {noise} moves it"):
+        oracle(np.array([[300.3]]))      # |f*| > 1: the rounding error exceeds the default tau
+    big = ApproxValueQueryOracle(head, 1.0, noise=noise)
+    assert big(np.array([[300.3]])) == pytest.approx(300.3, abs=1.0)
+    if noise == "float16":
+        with pytest.raises(OracleInconsistentError, match="moves it by inf"):
+            big(np.array([[1e6]]))        # overflows float16
