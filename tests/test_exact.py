@@ -1,0 +1,151 @@
+"""Theorem 4.1: exact recovery with d + d^2 value queries."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from companion.attention import MultiHead, SingleHead, random_single_head
+from companion.errors import (BudgetExceededError, InvalidInputError, NotIdentifiableError,
+                              OracleInconsistentError)
+from companion.exact import (invert_two_token, learn_single_head, probe_matrix, read_value_vector,
+                             sweep)
+from companion.oracles import ApproxValueQueryOracle, ValueQueryOracle
+
+
+def rel(a, b):
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+@pytest.mark.parametrize("probes", ["basis", "gaussian"])
+@pytest.mark.parametrize("d", [1, 2, 7, 30])
+def test_exact_recovery_and_query_count(d, probes):
+    target = random_single_head(d, seed=d)
+    oracle = ValueQueryOracle(target)
+    rec = learn_single_head(oracle, probes=probes, seed=1)
+    assert rec.n_queries == oracle.n_queries == d + d * d
+    assert rel(rec.W, target.W) < 1e-12
+    np.testing.assert_array_equal(rec.v, target.v)
+    assert rec.diagnostics["n_requeries"] == 0
+
+
+def test_known_two_by_two_head():
+    W = np.array([[0.5, -1.0], [2.0, 0.25]])
+    v = np.array([1.0, -2.0])
+    rec = learn_single_head(ValueQueryOracle(SingleHead(W, v)))
+    np.testing.assert_allclose(rec.W, W, rtol=0, atol=1e-14)
+    np.testing.assert_array_equal(rec.v, v)
+    assert rec.n_queries == 6
+
+
+def test_large_entries_recovered_to_full_precision():
+    # entries of RMS 50 (max above 100): c = 1 queries saturate, rescaled ones do not
+    target = random_single_head(12, W_norm=50.0 * 12, seed=3)
+    assert np.max(np.abs(target.W)) > 100
+    oracle = ValueQueryOracle(target)
+    rec = learn_single_head(oracle)
+    assert rel(rec.W, target.W) < 1e-13
+    n_re = rec.diagnostics["n_requeries"]
+    assert n_re > 0 and rec.n_queries == oracle.n_queries == 12 + 144 + n_re
+    with pytest.raises(OracleInconsistentError, match=r'outside \(0, 1\).*use scale="auto"'):
+        learn_single_head(ValueQueryOracle(target), scale=1.0)
+
+
+def test_value_vector_with_zero_entries_uses_e_l_plus_e_p():
+    target = random_single_head(6, seed=5)
+    v = target.v.copy()
+    v[[0, 4]] = 0.0
+    head = SingleHead(target.W, v)
+    U = probe_matrix(v, "basis")
+    p = int(np.argmax(np.abs(v)))
+    for l in (0, 4):
+        expected = np.eye(6)[l] + np.eye(6)[p]
+        np.testing.assert_array_equal(U[l], expected)
+    assert np.all(np.abs(U @ v) >= 0.5 * np.abs(v[p]))
+    rec = learn_single_head(ValueQueryOracle(head))
+    assert rel(rec.W, head.W) < 1e-13 and rec.n_queries == 42
+
+
+def test_v_zero_is_not_identifiable():
+    oracle = ValueQueryOracle(SingleHead(np.eye(3), np.zeros(3)))
+    with pytest.raises(NotIdentifiableError, match=r"v is 0, so f is identically 0"):
+        learn_single_head(oracle)
+    assert oracle.n_queries == 3            # only the length-1 read-out was spent
+
+
+def test_budget_checked_before_the_first_query():
+    oracle = ValueQueryOracle(random_single_head(4, seed=0), budget=19)
+    with pytest.raises(BudgetExceededError, match=r"needs 20 queries.*at least 20"):
+        learn_single_head(oracle)
+    assert oracle.n_queries == 0
+    assert learn_single_head(ValueQueryOracle(random_single_head(4, seed=0), budget=20)).n_queries == 20
+
+
+def test_approximate_oracle_is_refused():
+    oracle = ApproxValueQueryOracle(random_single_head(3, seed=0), 1e-3)
+    with pytest.raises(TypeError, match=r"needs an exact value-query oracle.*learn_robust"):
+        learn_single_head(oracle)
+    with pytest.raises(TypeError, match=r"needs a value-query oracle"):
+        learn_single_head(random_single_head(3, seed=0))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"probes": "random"}, r"probes='random' is not one of"),
+    ({"scale": "big"}, r"scale='big' is not one of"),
+    ({"scale": 0.0}, r"scale=0\.0 must be > 0"),
+    ({"verify": -1}, r"verify=-1 must be >= 0"),
+])
+def test_bad_options(kwargs, message):
+    oracle = ValueQueryOracle(random_single_head(3, seed=0))
+    with pytest.raises(InvalidInputError, match=message):
+        learn_single_head(oracle, **kwargs)
+    assert oracle.n_queries == 0
+
+
+def test_verification_passes_on_a_head_and_flags_two_heads():
+    target = random_single_head(5, seed=7)
+    rec = learn_single_head(ValueQueryOracle(target), verify=100)
+    assert rec.diagnostics["verify_max_error"] < 1e-12
+    assert rec.n_queries == 30 + 100
+    other = random_single_head(5, seed=8)
+    two = MultiHead(np.stack([target.W, other.W]), np.stack([target.v, other.v]))
+    with pytest.raises(OracleInconsistentError, match=r"not a single attention head"):
+        learn_single_head(ValueQueryOracle(two), verify=100)
+
+
+def test_step_functions_agree_with_the_two_token_identity():
+    target = random_single_head(4, seed=9)
+    oracle = ValueQueryOracle(target)
+    v = read_value_vector(oracle)
+    np.testing.assert_array_equal(v, target.v)
+    U = np.random.default_rng(0).standard_normal((4, 4))
+    j, c = 2, 0.7
+    X = np.zeros((4, 2, 4))
+    X[:, 0] = U + np.eye(4)[j]
+    X[:, 1] = np.eye(4)[j]
+    y = oracle(c * X)
+    t, alpha = invert_two_token(y, v[j], U @ v, c)
+    np.testing.assert_allclose(t, c**2 * U @ target.W[:, j], rtol=1e-11, atol=1e-12)
+    assert np.all((alpha > 0) & (alpha < 1))
+
+
+def test_sweep_rows():
+    rows = sweep([2, 5], seed=0, probes="gaussian")
+    assert [r["n_queries"] for r in rows] == [6, 30]
+    assert all(r["rel_error_W"] < 1e-12 and r["rel_error_v"] == 0.0 for r in rows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(d=st.integers(1, 8), seed=st.integers(0, 10_000), log_w=st.floats(-4, 2.5),
+       log_v=st.floats(-6, 3), zeros=st.integers(0, 7), probes=st.sampled_from(["basis", "gaussian"]))
+def test_property_exact_for_any_head(d, seed, log_w, log_v, zeros, probes):
+    """Random heads with tiny to large norms and zero entries in v are recovered to rounding."""
+    base = random_single_head(d, W_norm=10.0**log_w * d, v_norm=10.0**log_v, seed=seed)
+    v = base.v.copy()
+    v[np.random.default_rng(seed).permutation(d)[: min(zeros, d - 1)]] = 0.0
+    head = SingleHead(base.W, v)
+    oracle = ValueQueryOracle(head)
+    rec = learn_single_head(oracle, probes=probes, seed=seed)
+    assert rec.n_queries == d + d * d + rec.diagnostics["n_requeries"]
+    np.testing.assert_array_equal(rec.v, head.v)
+    assert np.linalg.norm(rec.W - head.W) <= 1e-9 * max(1.0, np.linalg.norm(head.W))

@@ -1,0 +1,93 @@
+"""publish(): glue text and an atomic results JSON with provenance."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from companion import results
+from companion.errors import InvalidInputError
+
+
+def test_record_and_publish_write_provenance(results_tmp):
+    results.record_parameters("99_demo", seed=3, d=4, sizes=[1, 2], glue=False)
+    results.publish("n", np.int64(20), glue=False)
+    results.publish("err", np.float64(1.25e-15), fmt="{:.1e}", glue=False)
+    data = json.loads((results_tmp / "99_demo.json").read_text())
+    assert data["chapter"] == "99_demo" and data["seed"] == 3
+    assert data["parameters"] == {"d": 4, "sizes": [1, 2]}
+    assert data["values"]["n"] == {"value": 20, "text": "20"}
+    assert data["values"]["err"] == {"value": 1.25e-15, "text": "1.2e-15"}
+    assert type(data["values"]["n"]["value"]) is int
+    assert len(data["library_hash"]) == 16 and data["library_hash"] == results.library_hash()
+    assert {"python", "numpy", "companion"} <= set(data["versions"])
+    assert data["created"].endswith("+00:00")
+    assert [p.name for p in results_tmp.iterdir()] == ["99_demo.json"]   # no temporary left over
+
+
+def test_record_parameters_discards_old_values(results_tmp):
+    results.record_parameters("99_demo", seed=0, glue=False)
+    results.publish("old", 1, glue=False)
+    results.record_parameters("99_demo", seed=1, glue=False)
+    assert results.load("99_demo")["values"] == {}
+
+
+def test_default_formats():
+    assert results._format(1234567, None) == "1,234,567"
+    assert results._format(0.000123456, None) == "0.000123"
+    assert results._format(True, None) == "True"
+    assert results._format(3.0, lambda x: f"<{x}>") == "<3.0>"
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("bad name", 1, r"name='bad name' must be a non-empty string"),
+    ("", 1, r"name='' must be"),
+    ("ok", object(), r"cannot publish a value of type object"),
+])
+def test_publish_rejects_bad_input(results_tmp, name, value, message):
+    results.record_parameters("99_demo", seed=0, glue=False)
+    with pytest.raises(InvalidInputError, match=message):
+        results.publish(name, value, glue=False)
+
+
+def test_publish_needs_a_chapter(results_tmp, monkeypatch):
+    monkeypatch.setitem(results._state, "chapter", None)
+    with pytest.raises(InvalidInputError, match=r"does not know the chapter"):
+        results.publish("x", 1, glue=False)
+
+
+def test_failed_write_keeps_the_previous_file(results_tmp, monkeypatch):
+    results.record_parameters("99_demo", seed=0, glue=False)
+    results.publish("a", 1, glue=False)
+    before = (results_tmp / "99_demo.json").read_text()
+    with pytest.raises(ValueError):
+        results.publish("b", float("nan"), glue=False)     # JSON refuses NaN: nothing replaced
+    assert (results_tmp / "99_demo.json").read_text() == before
+    assert [p.name for p in results_tmp.iterdir()] == ["99_demo.json"]
+
+
+def test_library_hash_changes_with_the_source(tmp_path, monkeypatch):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(results, "LIBRARY_DIR", tmp_path)
+    h1 = results.library_hash()
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert results.library_hash() != h1
+
+
+def test_glue_is_called_with_text(results_tmp, monkeypatch):
+    calls = []
+    import myst_nb
+
+    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.append((name, value, display)))
+    results.record_parameters("99_demo", seed=5, d=4)
+    results.publish("x", np.float64(0.5))
+    assert calls == [("seed", "5", False), ("d", "4", False), ("x", "0.5", False)]
+    assert all(type(v) is str for _, v, _ in calls)
+
+
+def test_results_dir_default_is_the_repository(monkeypatch):
+    monkeypatch.delenv("COMPANION_RESULTS_DIR", raising=False)
+    root = results.repo_root()
+    assert root is not None and (root / "_toc.yml").is_file()
+    assert results.results_dir() == root / "data" / "results"
