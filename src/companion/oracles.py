@@ -45,7 +45,7 @@ class ValueQueryOracle:
     budget : int, default=None
         Largest number of queries the oracle will answer; ``None`` means unlimited.
     record : bool, default=False
-        Keep a copy of every query and its answer in :attr:`log`.
+        Keep a copy of every query and its answer in ``log``.
 
     Attributes
     ----------
@@ -105,7 +105,7 @@ class ValueQueryOracle:
         return np.inf if self.budget is None else self.budget - self.n_queries
 
     def require(self, n, *, learner="the learner"):
-        """Raise :class:`BudgetExceededError` now if fewer than ``n`` queries remain.
+        """Raise :class:`~companion.errors.BudgetExceededError` now if fewer than ``n`` queries remain.
 
         Learners call this before their first query, so a too-small budget costs nothing.
         """
@@ -129,7 +129,7 @@ class ValueQueryOracle:
             )
         if not np.all(np.isfinite(y)):
             i = int(np.flatnonzero(~np.isfinite(y))[0])
-            raise OracleInconsistentError(MESSAGES["nonfinite_answer"].format(value=y[i], index=i))
+            raise OracleInconsistentError(MESSAGES["nonfinite_answer"].format(value=float(y[i]), index=i))
         return y
 
     def __call__(self, X):
@@ -197,6 +197,19 @@ def round_bfloat16(y: np.ndarray) -> np.ndarray:
         bits = np.asarray(y, dtype=np.float64).astype(np.float32).view(np.uint32)
     bits = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
     return (bits & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float64)
+
+
+def _within(y: np.ndarray, noisy: np.ndarray, tau: float) -> np.ndarray:
+    """Step ``noisy`` towards ``y`` by single ulps until ``|noisy - y| <= tau`` holds in float64.
+
+    ``y + tau`` rounds to a float that may lie half an ulp of ``y`` beyond the tolerance; the
+    contract |answer - f*| <= tau must hold for the floats the learner sees.
+    """
+    bad = np.abs(noisy - y) > tau
+    while np.any(bad):
+        noisy[bad] = np.nextafter(noisy[bad], y[bad])
+        bad = np.abs(noisy - y) > tau
+    return noisy
 
 
 def round_significant(y: np.ndarray, digits: int) -> np.ndarray:
@@ -294,14 +307,14 @@ class ApproxValueQueryOracle(ValueQueryOracle):
     def _answer(self, X: np.ndarray) -> np.ndarray:
         y = self._evaluate(X)
         if self.noise == "uniform":
-            return y + self.tau * _hash_uniform(X, self.seed)
+            return _within(y, y + self.tau * _hash_uniform(X, self.seed), self.tau)
         if self.noise == "worst":
             if X.shape[1] == 1:
                 s = -np.sign(y)
             else:
                 s = np.sign(y - X[:, -1, :] @ np.asarray(self.target.v))
             s[s == 0] = 1.0
-            return y + self.tau * s
+            return _within(y, y + self.tau * s, self.tau)
         if self.noise in FORMAT_TAU:
             with np.errstate(over="ignore"):
                 rounded = (y.astype(np.float16).astype(np.float64) if self.noise == "float16"
