@@ -156,3 +156,15 @@ def test_property_permuting_context_tokens_changes_nothing(d, n, seed, log_scale
     # the output is a convex combination of the token values
     vals = X @ head.v
     assert vals.min() - 1e-12 <= head(X) <= vals.max() + 1e-12
+
+
+def test_large_batches_with_shared_query_tokens_match_the_reference():
+    """Batches of >= 64 sequences compute W x_N once per distinct last token; results must not change."""
+    rng = np.random.default_rng(11)
+    head = random_single_head(6, seed=3)
+    X = rng.standard_normal((150, 3, 6))
+    X[:, -1, :] = rng.standard_normal((5, 6))[rng.integers(0, 5, size=150)]   # 5 distinct query tokens
+    X[7, -1, 0] = -0.0 if X[7, -1, 0] == 0 else X[7, -1, 0]
+    np.testing.assert_allclose(head(X), [reference(head.W, head.v, x) for x in X], rtol=1e-13, atol=1e-13)
+    Y = rng.standard_normal((100, 2, 6))                                       # all distinct
+    np.testing.assert_allclose(head(Y), [reference(head.W, head.v, y) for y in Y], rtol=1e-13, atol=1e-13)

@@ -17,7 +17,7 @@ so the logit scales by ``c^2`` while the answer scales by ``c``) keeps the sigmo
 from __future__ import annotations
 
 import numpy as np
-from scipy.linalg import lu_factor, lu_solve
+from scipy.linalg import lapack, lu_factor, lu_solve
 from scipy.special import expit, logit
 
 from ._validation import check_choice, check_int, check_real
@@ -221,7 +221,7 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
     Recovery
         ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` (plus
         re-measurements and ``verify``). ``diagnostics`` holds ``probes`` (the probe matrix
-        ``(d, d)``), ``cond_probes`` (its condition number), ``logits`` (``(d, d)``: the measured
+        ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits`` (``(d, d)``: the measured
         ``c^2 u_l^T W e_j``, row ``l``, column ``j``), ``scales`` (``(d, d)``: each probe's final
         ``c``), ``n_requeries``, ``max_abs_logit`` and, with ``verify``, ``verify_max_error``.
 
@@ -321,11 +321,13 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
             f"undefined; {advice}."
         )
     L = T / C**2                  # L[l, j] = u_l^T W e_j
-    W = lu_solve(lu_factor(U), L)
+    lu = lu_factor(U)
+    W = lu_solve(lu, L)
+    rcond, _ = lapack.dgecon(lu[0], np.linalg.norm(U, 1), norm="1")  # LAPACK 1-norm estimate
 
     diagnostics = {
         "probes": U,
-        "cond_probes": float(np.linalg.cond(U)),
+        "cond_probes": float(1.0 / rcond) if rcond > 0 else float("inf"),
         "logits": T,
         "scales": C,
         "n_requeries": n_requeries,
