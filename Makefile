@@ -20,20 +20,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Execute every chapter on its defaults (jupyter-cache) and build the HTML; warnings are errors.
-# jupyter-cache only sees the notebooks' code, so a change to src/companion clears it first.
+# jupyter-cache only sees the notebooks' code, so `companion build` clears it when src/companion changed.
 book: $(STAMP)
-	@mkdir -p _build
-	@h=$$($(PY) -c "from companion.results import library_hash; print(library_hash())"); \
-	 if [ "$$(cat _build/.library-hash 2>/dev/null)" != "$$h" ]; then \
-	   echo "library changed ($$h): chapters will be re-executed"; rm -rf _build/.jupyter_cache; \
-	 fi; echo "$$h" > _build/.library-hash
-	$(VENV)/bin/jupyter-book build . -n -W --keep-going
-	@echo "Book: _build/html/index.html"
+	$(VENV)/bin/companion build
 
 # Release build: execute every chapter afresh.
 book-release: $(STAMP)
-	rm -rf _build/.jupyter_cache
-	$(MAKE) book
+	$(VENV)/bin/companion build --force
 
 # The whole suite: unit, property and doctests, every chapter under nbval, papermill runs with
 # non-default parameters, the CLI, and a strict book build.

@@ -91,3 +91,21 @@ def test_results_dir_default_is_the_repository(monkeypatch):
     root = results.repo_root()
     assert root is not None and (root / "_toc.yml").is_file()
     assert results.results_dir() == root / "data" / "results"
+
+
+def test_stale_cache_is_cleared_when_the_library_changes(tmp_path, monkeypatch):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "m.py").write_text("x = 1\n")
+    monkeypatch.setattr(results, "LIBRARY_DIR", lib)
+    build = tmp_path / "_build"
+    (build / ".jupyter_cache").mkdir(parents=True)
+    assert results.clear_stale_cache(build) is True            # first build: no stamp yet
+    assert not (build / ".jupyter_cache").exists()
+    (build / ".jupyter_cache").mkdir()
+    assert results.clear_stale_cache(build) is False           # unchanged library: cache kept
+    assert (build / ".jupyter_cache").exists()
+    (lib / "m.py").write_text("x = 2\n")                       # an edit to the library
+    assert results.clear_stale_cache(build) is True
+    assert not (build / ".jupyter_cache").exists()
+    assert (build / ".library-hash").read_text().strip() == results.library_hash()

@@ -221,11 +221,25 @@ def _cmd_cite(args):
 
 
 def _cmd_build(args):
+    from .results import clear_stale_cache
+
     root = _root()
-    cmd = [sys.executable, "-m", "jupyter_book", "build", str(root), "-n", "-W", "--keep-going"]
+    build_dir = root / "_build"
+    if args.force:
+        import shutil
+
+        shutil.rmtree(build_dir / ".jupyter_cache", ignore_errors=True)
+        print("forced: every chapter will be executed")
+    elif clear_stale_cache(build_dir):
+        print("the library changed since the last build: every chapter will be re-executed")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going"]
     if args.all:
         cmd.append("--all")
-    return subprocess.call(cmd)
+    code = subprocess.call(cmd)
+    if code == 0:
+        print(f"book: {build_dir / 'html' / 'index.html'}")
+    return code
 
 
 def main(argv=None) -> int:
@@ -246,7 +260,8 @@ def main(argv=None) -> int:
     cite_p.add_argument("--results", help="results JSON to read (default: the results folder)")
     cite_p.set_defaults(func=_cmd_cite)
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
-    build.add_argument("--all", action="store_true", help="rebuild every page")
+    build.add_argument("--all", action="store_true", help="rewrite every HTML page")
+    build.add_argument("--force", action="store_true", help="re-execute every chapter (release build)")
     build.set_defaults(func=_cmd_build)
     args = parser.parse_args(argv)
     try:

@@ -38,6 +38,7 @@ __all__ = [
     "library_hash",
     "load",
     "repo_root",
+    "clear_stale_cache",
     "LIBRARY_DIR",
 ]
 
@@ -281,3 +282,36 @@ def load(chapter: str) -> dict:
         If the chapter has not published anything there yet (run it first).
     """
     return json.loads(_path(_check_name(chapter, "chapter")).read_text(encoding="utf-8"))
+
+
+def clear_stale_cache(build_dir) -> bool:
+    """Delete Jupyter Book's execution cache if the library changed since the last build.
+
+    jupyter-cache decides whether to re-execute a notebook from the notebook's code cells only, so an
+    edit to ``src/companion`` would leave every chapter's outputs stale. The hash of the library
+    (:func:`library_hash`) is kept in ``<build_dir>/.library-hash``; when it differs, the cache
+    folder ``<build_dir>/.jupyter_cache`` is removed, so that the next build re-executes every
+    chapter.
+
+    Parameters
+    ----------
+    build_dir : path-like
+        Jupyter Book's build folder, ``_build`` by default.
+
+    Returns
+    -------
+    bool
+        True if a cache was removed (or none existed for a new hash), False if it is current.
+    """
+    import shutil
+
+    build = Path(build_dir)
+    build.mkdir(parents=True, exist_ok=True)
+    stamp = build / ".library-hash"
+    current = library_hash()
+    previous = stamp.read_text().strip() if stamp.is_file() else None
+    if previous == current:
+        return False
+    shutil.rmtree(build / ".jupyter_cache", ignore_errors=True)
+    stamp.write_text(current + "\n")
+    return True
