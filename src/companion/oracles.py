@@ -20,7 +20,7 @@ import numpy as np
 from ._validation import as_sequences, check_choice, check_int, check_real
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
 
-__all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "NOISE_MODELS"]
+__all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "AntisymmetrisedOracle", "NOISE_MODELS"]
 
 #: Noise models of :class:`ApproxValueQueryOracle`.
 NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16")
@@ -341,3 +341,94 @@ class ApproxValueQueryOracle(ValueQueryOracle):
         extra = f", digits={self.digits}" if self.digits else ""
         return (f"{type(self).__name__}(d={self.d}, tau={self.tau:g}, noise={self.noise!r}{extra}, "
                 f"n_queries={self.n_queries})")
+
+
+class AntisymmetrisedOracle:
+    """The antisymmetrised oracle of §4.1: ṼQ(X) = VQ(X) - VQ(-X), two underlying queries per sequence.
+
+    For a one-layer Transformer TF(X) = w_o^T ReLU(alpha(X, W)^T X A) the scores
+    ``x_i^T W x_N`` are unchanged by ``X -> -X`` and ``ReLU(z) - ReLU(-z) = z``, so
+    ``ṼQ(X) = alpha(X, W)^T X (A w_o)``: a single-head oracle for ``(W, A w_o)``, to which
+    :func:`~companion.exact.learn_single_head` applies.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        The underlying oracle; it counts (and budgets) two queries, ``X`` and ``-X``, per sequence.
+
+    Attributes
+    ----------
+    d : int
+        Input dimension.
+    n_queries : int
+        Underlying queries spent through this wrapper (twice the sequences answered).
+    tau : float
+        Tolerance of the answers: ``2 * oracle.tau``.
+    remaining : int or float
+        Sequences this wrapper can still answer (half the underlying budget left).
+
+    Raises
+    ------
+    BudgetExceededError
+        When the underlying budget cannot answer ``2 B`` queries for a batch of ``B``.
+
+    Notes
+    -----
+    Section 4.1 of Bhattamishra et al. 2026 [1]_; the cost of Theorem 4.1 through this oracle is
+    ``2 (d + d**2)`` underlying queries.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.attention import OneLayerTransformer
+    >>> tf = OneLayerTransformer(np.eye(2), np.array([[1.0, -2.0], [0.5, 1.0]]), np.array([1.0, 1.0]))
+    >>> anti = AntisymmetrisedOracle(ValueQueryOracle(tf))
+    >>> X = np.array([[1.0, 2.0], [-1.0, 0.5]])
+    >>> bool(np.isclose(anti(X), tf.head(X))), anti.n_queries
+    (True, 2)
+    """
+
+    def __init__(self, oracle):
+        if not callable(oracle) or not hasattr(oracle, "d") or not hasattr(oracle, "n_queries"):
+            raise InvalidInputError(
+                f"oracle must be a value-query oracle (callable, with d and n_queries); got "
+                f"{type(oracle).__name__}. Wrap the model in ValueQueryOracle first."
+            )
+        self.oracle = oracle
+        self.d = int(oracle.d)
+        self._start = int(oracle.n_queries)
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.oracle.n_queries) - self._start
+
+    @property
+    def tau(self) -> float:
+        return 2.0 * float(getattr(self.oracle, "tau", 0.0))
+
+    @property
+    def remaining(self):
+        return getattr(self.oracle, "remaining", np.inf) // 2
+
+    def require(self, n, *, learner="the learner"):
+        """Raise :class:`~companion.errors.BudgetExceededError` now if ``2 n`` underlying queries do not fit."""
+        if hasattr(self.oracle, "require"):
+            self.oracle.require(2 * n, learner=learner)
+
+    def __call__(self, X):
+        """Answer ``VQ(X) - VQ(-X)`` for ``(N, d)`` (float), ``(B, N, d)`` or a list (``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        if isinstance(seqs, np.ndarray):
+            y = np.asarray(self.oracle(np.concatenate([seqs, -seqs])), dtype=np.float64)
+            out = y[: len(seqs)] - y[len(seqs):]
+        else:
+            y = np.asarray(self.oracle(list(seqs) + [-x for x in seqs]), dtype=np.float64)
+            out = y[: len(seqs)] - y[len(seqs):]
+        return float(out[0]) if single else out
+
+    def __repr__(self):
+        return f"AntisymmetrisedOracle(d={self.d}, n_queries={self.n_queries}, oracle={self.oracle!r})"
