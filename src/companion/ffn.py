@@ -617,7 +617,7 @@ def resolve_signs(U, c, b, *, method="auto", time_limit=10.0, rtol=1e-7):
 # The learner
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class FFNRecovery(Recovery):
     """:class:`~companion.recovery.Recovery` of a ReLU network: adds ``A`` (d, m) and ``w_o`` (m,).
 

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class TransformerRecovery(Recovery):
     """:class:`~companion.recovery.Recovery` of a one-layer Transformer.
 
