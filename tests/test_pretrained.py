@@ -335,3 +335,18 @@ def test_fetch_writes_npz_and_readme_from_a_wheel(tmp_path, monkeypatch):
 def test_main_needs_a_command():
     with pytest.raises(SystemExit):
         P.main([])
+
+
+def test_factored_head_equals_the_dense_head():
+    for bias in (True, False):
+        target = P.load_head(2, 6, bias=bias)
+        assert isinstance(target, P.FactoredHead) and isinstance(target, SingleHead)
+        dense = SingleHead(target.W, target.v)
+        rng = np.random.default_rng(4)
+        X = rng.standard_normal((50, 3, target.d))
+        if bias:
+            X[..., -1] = 1.0
+        y, y_dense = target(X), dense(X)
+        assert np.max(np.abs(y - y_dense)) <= 1e-13 * np.max(np.abs(y_dense))
+        seqs = [rng.standard_normal((n, target.d)) for n in (1, 2, 5)]
+        np.testing.assert_allclose(target(seqs), dense(seqs), rtol=1e-12, atol=1e-15)

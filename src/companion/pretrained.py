@@ -336,12 +336,22 @@ class FactoredHead(SingleHead):
     """
 
     def _batch(self, X: np.ndarray) -> np.ndarray:
-        Q, K = self.native[0], self.native[1]
+        KV, Qt = self._factors
         B, N, d = X.shape
-        flat = X.reshape(B * N, d)                              # one 2-D product each, not B
-        keys = (flat @ K.T).reshape(B, N, -1)                   # (B, N, r)
-        scores = np.einsum("bnr,br->bn", keys, X[:, -1, :] @ Q.T)
-        return np.sum(softmax(scores, axis=-1) * (flat @ self.v).reshape(B, N), axis=-1)
+        P = (X.reshape(B * N, d) @ KV).reshape(B, N, -1)     # keys and x_i^T v, one product
+        scores = np.einsum("bnr,br->bn", P[:, :, :-1], X[:, -1, :] @ Qt)
+        return np.sum(softmax(scores, axis=-1) * P[:, :, -1], axis=-1)
+
+    @property
+    def _factors(self):
+        """``([K^T, v], Q^T)`` without the rows where ``Q`` or ``K`` is zero; built once."""
+        cached = self.__dict__.get("_factors_cache")
+        if cached is None:
+            Q, K = np.asarray(self.native[0]), np.asarray(self.native[1])
+            keep = np.any(Q != 0, axis=1) & np.any(K != 0, axis=1)
+            cached = (np.column_stack([K[keep].T, self.v]), np.ascontiguousarray(Q[keep].T))
+            object.__setattr__(self, "_factors_cache", cached)
+        return cached
 
 
 def _factored(Q, K, V, w_o) -> FactoredHead:
@@ -350,7 +360,9 @@ def _factored(Q, K, V, w_o) -> FactoredHead:
 
 
 def load_head(layer, head, *, readout=None, bias=True, path=None) -> SingleHead:
-    """A real all-MiniLM-L6-v2 head as a single-head target for :class:`ValueQueryOracle`.
+    """A real all-MiniLM-L6-v2 head as a single-head target for a value-query oracle.
+
+    Pass it to :class:`~companion.oracles.ValueQueryOracle`; it keeps its native parameters.
 
     Parameters
     ----------
