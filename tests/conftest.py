@@ -17,3 +17,29 @@ def results_tmp(tmp_path, monkeypatch):
     """A fresh results folder for one test."""
     monkeypatch.setenv("COMPANION_RESULTS_DIR", str(tmp_path))
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory):
+    """Build the book once per session from the committed outputs (no execution), strictly.
+
+    Returns the ``_build/html`` folder; fails with the build log if Sphinx warns (``-n -W``).
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("book")
+    config = yaml.safe_load((root / "_config.yml").read_text())
+    config["execute"]["execute_notebooks"] = "off"
+    cfg = out / "_config.yml"
+    cfg.write_text(yaml.safe_dump(config))
+    jb = Path(sys.executable).with_name("jupyter-book")
+    proc = subprocess.run([str(jb), "build", str(root), "-n", "-W", "--keep-going", "--config", str(cfg),
+                           "--path-output", str(out)], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail("book build failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:])
+    return out / "_build" / "html"

@@ -6,9 +6,6 @@ compares the outputs with the committed ones; this file covers what nbval does n
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -46,17 +43,9 @@ def test_unknown_parameter_is_refused_before_execution(tmp_path):
     assert code == 2 and not any(tmp_path.iterdir())
 
 
-def test_book_builds_with_warnings_as_errors(tmp_path):
-    """Build the HTML from the committed outputs (no execution): -n -W --keep-going."""
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    config["execute"]["execute_notebooks"] = "off"
-    cfg = tmp_path / "_config.yml"
-    cfg.write_text(yaml.safe_dump(config))
-    jb = Path(sys.executable).with_name("jupyter-book")
-    proc = subprocess.run([str(jb), "build", str(ROOT), "-n", "-W", "--keep-going", "--config", str(cfg),
-                           "--path-output", str(tmp_path)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    html = tmp_path / "_build" / "html"
+def test_book_builds_with_warnings_as_errors(book_html):
+    """The HTML builds from the committed outputs (no execution) with -n -W --keep-going."""
+    html = book_html
     assert (html / "index.html").is_file()
     for path in CHAPTERS:
         page = (html / "book" / "chapters" / f"{path.stem}.html").read_text()
