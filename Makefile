@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
 
-.PHONY: all venv book book-release test test-fast bench execute clean
+.PHONY: all venv book book-release test test-fast bench execute clean browser
 
 all: book
 
@@ -30,8 +30,18 @@ book-release: $(STAMP)
 
 # The whole suite: unit, property and doctests, every chapter under nbval, papermill runs with
 # non-default parameters, the CLI, and a strict book build.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest tests src/companion book/chapters $(NBVAL)
+
+# Headless Chromium for tests/test_browser.py: Debian's package, installed when missing and possible
+# (root with apt-get); otherwise that test is skipped with its reason.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the browser test"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "could not install chromium: the browser test will be skipped"; \
+	  else echo "chromium not found and cannot be installed here: the browser test will be skipped"; fi; }
 
 # Unit, property and doc tests only (seconds).
 test-fast: $(STAMP)

@@ -792,7 +792,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=0, verify_rtol
     ----------
     .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
     .. [2] Murota, Kanno, Kojima, Kojima, "A numerical algorithm for block-diagonal decomposition of
-       matrix *-algebras with application to semidefinite programming", Japan J. Indust. Appl.
+       matrix \\*-algebras with application to semidefinite programming", Japan J. Indust. Appl.
        Math. 27, 2010.
 
     Examples
