@@ -34,6 +34,7 @@ __all__ = [
     "verify_single_head",
     "check_exact_oracle",
     "sweep",
+    "sweep_point",
     "SATURATION",
 ]
 
@@ -344,8 +345,34 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
                     diagnostics=diagnostics)
 
 
-def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto"):
-    """Run :func:`learn_single_head` on one random head per ``d``; one result row per ``d``.
+def sweep_point(d, *, seed, probes="basis", entry_scale=None, scale="auto") -> dict:
+    """One sweep point: learn a random head of dimension ``d`` and report queries and errors.
+
+    The head is ``random_single_head(d, seed=seed + d)``; with ``entry_scale`` its ``W`` is rescaled
+    to entries of root-mean-square ``entry_scale`` (``||W||_F = entry_scale * d``).
+
+    Returns
+    -------
+    dict
+        ``n_queries``, ``d_plus_d2``, ``n_requeries``, ``rel_error_W``, ``rel_error_v``.
+    """
+    from .attention import random_single_head
+    from .oracles import ValueQueryOracle
+
+    d = check_int(d, "d", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
+    W_norm = None if entry_scale is None else check_real(entry_scale, "entry_scale", minimum=0.0) * d
+    target = random_single_head(d, W_norm=W_norm, seed=seed + d)
+    rec = learn_single_head(ValueQueryOracle(target), probes=probes, scale=scale, seed=seed)
+    err = rec.relative_errors(target)
+    return {"n_queries": rec.n_queries, "d_plus_d2": d + d * d,
+            "n_requeries": rec.diagnostics["n_requeries"],
+            "rel_error_W": err["W"], "rel_error_v": err["v"]}
+
+
+def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_jobs=1,
+          backend="sequential", name=None):
+    """Run :func:`sweep_point` for every ``d`` through :func:`companion.sweeps.run_sweep`.
 
     Parameters
     ----------
@@ -356,10 +383,12 @@ def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto"):
     probes : {"basis", "gaussian"}, default="basis"
         Probe family, as in :func:`learn_single_head`.
     entry_scale : float, default=None
-        If given, ``W`` is rescaled so that its entries have root-mean-square ``entry_scale``
-        (``||W||_F = entry_scale * d``): a large-norm target. Default: entries of variance 1.
+        If given, a large-norm target: entries of ``W`` with root-mean-square ``entry_scale``.
     scale : "auto" or float, default="auto"
         Passed to :func:`learn_single_head`.
+    n_jobs, backend, name
+        Passed to :func:`~companion.sweeps.run_sweep` (parallel workers, joblib backend, and the
+        name under which to save the rows with provenance).
 
     Returns
     -------
@@ -372,17 +401,10 @@ def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto"):
     >>> [(r["d"], r["n_queries"]) for r in rows], max(r["rel_error_W"] for r in rows) < 1e-12
     ([(2, 6), (3, 12)], True)
     """
-    from .attention import random_single_head
-    from .oracles import ValueQueryOracle
+    from .sweeps import run_sweep
 
-    rows = []
-    for d in d_values:
-        d = check_int(d, "d", minimum=1)
-        W_norm = None if entry_scale is None else check_real(entry_scale, "entry_scale", minimum=0.0) * d
-        target = random_single_head(d, W_norm=W_norm, seed=check_int(seed, "seed", minimum=0) + d)
-        rec = learn_single_head(ValueQueryOracle(target), probes=probes, scale=scale, seed=seed)
-        err = rec.relative_errors(target)
-        rows.append({"d": d, "n_queries": rec.n_queries, "d_plus_d2": d + d * d,
-                     "n_requeries": rec.diagnostics["n_requeries"],
-                     "rel_error_W": err["W"], "rel_error_v": err["v"]})
-    return rows
+    points = [{"d": d, "seed": seed, "probes": probes, "entry_scale": entry_scale, "scale": scale}
+              for d in d_values]
+    rows = run_sweep(sweep_point, points, n_jobs=n_jobs, backend=backend, progress=False, name=name)
+    keep = ("d", "n_queries", "d_plus_d2", "n_requeries", "rel_error_W", "rel_error_v")
+    return [{k: r[k] for k in keep} for r in rows]
