@@ -251,7 +251,7 @@ class ApproxValueQueryOracle(ValueQueryOracle):
         * ``"round"``: ``f*`` rounded to ``digits`` significant decimal digits, as a served model
           prints its output.
         * ``"float16"``: ``f*`` rounded to IEEE half precision (``numpy.float16``, nearest even).
-        * ``"bfloat16"``: ``f*`` rounded to bfloat16 through float32 (:func:`round_bfloat16`), as a
+        * ``"bfloat16"``: ``f*`` rounded to bfloat16 through float32 (``round_bfloat16``), as a
           model served in bfloat16 returns it.
     seed : int, default=0
         Seed of the hash behind ``"uniform"``.
