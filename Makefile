@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 NBVAL  := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
 
-.PHONY: all venv book book-release test test-fast bench execute clean browser
+.PHONY: all venv book book-release pdf test test-fast bench execute clean browser
 
 all: book
 
@@ -27,6 +27,18 @@ book: $(STAMP)
 # Release build: execute every chapter afresh.
 book-release: $(STAMP)
 	$(VENV)/bin/companion build --force
+
+# The whole book as one PDF through LaTeX (xelatex), from the outputs of the last `make book`.
+# Needs TeX Live; installed here from Debian's packages when missing and possible (about 1 GB).
+TEX_PACKAGES := texlive-xetex texlive-latex-extra texlive-fonts-recommended texlive-fonts-extra \
+                texlive-science texlive-plain-generic latexmk xindy fonts-freefont-otf
+pdf: $(STAMP)
+	@command -v xelatex >/dev/null 2>&1 && command -v xindy >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(TEX_PACKAGES); \
+	  else echo "error: the PDF needs TeX Live: apt-get install $(TEX_PACKAGES)"; exit 1; fi; }
+	$(VENV)/bin/jupyter-book build . --builder pdflatex
+	@echo "PDF: _build/latex/companion.pdf"
 
 # The whole suite: unit, property and doctests, every chapter under nbval, papermill runs with
 # non-default parameters, the CLI, and a strict book build.
