@@ -70,7 +70,7 @@ def random_one_layer(d, m, *, rank=None, seed) -> OneLayerTransformer:
     Returns
     -------
     OneLayerTransformer
-        Built by :meth:`OneLayerTransformer.from_native`.
+        Built by :meth:`companion.attention.OneLayerTransformer.from_native`.
 
     Examples
     --------
