@@ -57,6 +57,7 @@ DEFAULT_OVERSAMPLING = {"nuclear": 3.0, "rgn": 2.0}
 _MAX_ROUNDS = 40          # re-measurement rounds of a saturated measurement (as in companion.exact)
 _BLIND_SHRINK = 1 / 64    # factor on c^2 when sigma^-1 gave no estimate (alpha rounded to 0 or 1)
 _CHUNK = 200_000          # ROP queries per oracle call (memory: 2 * d floats each)
+_NOISE_FLOOR = 1e-12      # singular values of the sketch core below this are rounding noise
 _SMALL_AV = 1e-3          # a Gaussian left vector with |a^T v| < 1e-3 ||v|| / sqrt(d) is redrawn
 
 _MESSAGES = {
@@ -425,11 +426,21 @@ def _nystrom(M_cols, M_rows, k, rank, rank_tol):
     """
     core = M_rows[:, :k]
     Uc, s, Vct = np.linalg.svd(core)
-    rho = int(np.sum(s > rank_tol * s[0])) if s[0] > 0 else 0
+    rho = _numerical_rank(s, rank_tol)
     if rank is not None:
         rho = min(rho, rank)
     left = M_cols @ (Vct[:rho].T / s[:rho])
     return left @ (Uc[:, :rho].T @ M_rows), s, rho
+
+
+def _numerical_rank(s, rank_tol):
+    """Number of singular values above ``max(rank_tol * s_1, 1e-12)``.
+
+    The absolute floor is the rounding noise of one measurement: the sketch's left and right
+    vectors are unit vectors, so a measurement is a logit of order ``||W||``, inverted by
+    ``sigma^{-1}`` to about 1e-15 absolute.
+    """
+    return int(np.sum(s > max(rank_tol * s[0], _NOISE_FLOOR))) if s.size else 0
 
 
 def _cross_indices(d, k0, k1):
@@ -466,7 +477,7 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
         k = min(d, rank + oversample)
         grow(0, k)
         s = np.linalg.svd(M[:k, :k], compute_uv=False)
-        if k > rank and s[0] > 0 and s[rank] > rank_tol * s[0]:
+        if k > rank and _numerical_rank(s, rank_tol) > rank:
             raise OracleInconsistentError(_MESSAGES["rank_small"].format(
                 r=rank, what=f"singular value {rank + 1} of the {k} x {k} core is nonzero",
                 err=s[rank] / s[0], tol=rank_tol))
@@ -477,11 +488,11 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
             grow(k, k + 1)
             k += 1
             s = np.linalg.svd(M[:k, :k], compute_uv=False)
-            if k == d or (s[0] > 0 and s[-1] <= rank_tol * s[0]) or s[0] == 0:
+            if k == d or _numerical_rank(s, rank_tol) < k:
                 break
-        detected = int(np.sum(s > rank_tol * s[0])) if s[0] > 0 else 0
+        detected = _numerical_rank(s, rank_tol)
     if k == d:
-        WM, rho = M, int(np.sum(s > rank_tol * s[0])) if s[0] > 0 else 0
+        WM, rho = M, _numerical_rank(s, rank_tol)
     else:
         WM, s, rho = _nystrom(M[:, :k], M[:k, :], k, rank, rank_tol)
     W = L.T @ WM @ R.T
