@@ -109,3 +109,12 @@ def test_stale_cache_is_cleared_when_the_library_changes(tmp_path, monkeypatch):
     assert results.clear_stale_cache(build) is True
     assert not (build / ".jupyter_cache").exists()
     assert (build / ".library-hash").read_text().strip() == results.library_hash()
+
+
+def test_results_file_is_world_readable(results_tmp):
+    old = os.umask(0o022)
+    try:
+        results.record_parameters("99_demo", seed=0, glue=False)
+    finally:
+        os.umask(old)
+    assert (results_tmp / "99_demo.json").stat().st_mode & 0o777 == 0o644

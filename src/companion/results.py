@@ -145,6 +145,9 @@ def _write_atomic(path: Path, data: dict) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)      # mkstemp creates 0600; results are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
