@@ -350,3 +350,15 @@ def test_factored_head_equals_the_dense_head():
         assert np.max(np.abs(y - y_dense)) <= 1e-13 * np.max(np.abs(y_dense))
         seqs = [rng.standard_normal((n, target.d)) for n in (1, 2, 5)]
         np.testing.assert_allclose(target(seqs), dense(seqs), rtol=1e-12, atol=1e-15)
+
+
+@settings(max_examples=30, deadline=None)
+@given(d=st.integers(1, 7), seed=st.integers(0, 2**16), scale=st.sampled_from([0.5, 1.0, 3.0]),
+       probes=st.sampled_from(["basis", "gaussian"]))
+def test_learner_recovers_the_identifiable_part_of_random_heads(d, seed, scale, probes):
+    target = _synthetic_homogeneous(d, seed)
+    oracle = ValueQueryOracle(target)
+    rec = P.learn_homogeneous_head(oracle, scale=scale, probes=probes, seed=seed)
+    assert rec.n_queries == (d + 1) ** 2 + rec.diagnostics["n_requeries"] == oracle.n_queries
+    np.testing.assert_allclose(rec.W[:d], target.W[:d], rtol=0, atol=1e-8 * max(1.0, np.abs(target.W).max()))
+    np.testing.assert_allclose(rec.v, target.v, rtol=0, atol=1e-13)
