@@ -57,7 +57,8 @@ def test_page_renders_cleanly_in_chromium(doc, book_html, tmp_path):
     assert not bad, f"error or stderr output rendered: {bad[0].get_text()[:300]!r}"
     for span in main.select("span.pasted-text"):
         assert span.get_text().strip(), "an empty glued value"
-    assert "{glue" not in text, "an unresolved glue role"
+    if doc.startswith("book/chapters/"):   # (the API page quotes the role in a docstring)
+        assert "{glue" not in text, "an unresolved glue role"
     for img in main.find_all("img"):
         src = unquote(urlparse(img.get("src", "")).path)
         assert src and (page.parent / src).resolve().is_file(), f"missing image {src!r}"

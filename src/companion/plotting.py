@@ -10,11 +10,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
 __all__ = ["STYLE", "figure", "lines", "bars", "singular_values", "table", "FLOAT64_EPS"]
 

@@ -109,7 +109,7 @@ def run_sweep(fn: Callable[..., Mapping], grid, *, n_jobs=1, backend="loky", pro
     [{'a': 1}, {'a': 2}]
     """
     import joblib
-    from tqdm.auto import tqdm
+    from tqdm import tqdm   # plain text bar: tqdm.auto needs ipywidgets in notebooks
 
     check_choice(backend, "backend", BACKENDS)
     n_jobs = check_int(n_jobs, "n_jobs")
