@@ -6,6 +6,7 @@ committed). Skipped, with the reason, where Chromium is not installed (``make te
 Debian's ``chromium`` package when it can).
 """
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -64,9 +65,12 @@ def test_page_renders_cleanly_in_chromium(doc, book_html, tmp_path):
         assert src and (page.parent / src).resolve().is_file(), f"missing image {src!r}"
         assert (page.parent / src).stat().st_size > 1000, f"empty image {src!r}"
     if doc.startswith("book/chapters/"):
-        source = (ROOT / f"{doc}.ipynb").read_text()
-        if '"figure"' in source:
-            assert main.find("figure") is not None and main.find("img") is not None, "a figure is missing"
+        nb = json.loads((ROOT / f"{doc}.ipynb").read_text())
+        names = [c["metadata"]["mystnb"]["figure"]["name"] for c in nb["cells"]
+                 if "figure" in c.get("metadata", {}).get("mystnb", {})]
+        for name in names:
+            fig = main.find(id=name)
+            assert fig is not None and fig.find("img") is not None, f"figure {name!r} has no image"
     for a in main.find_all("a", href=True):
         href = a["href"]
         parsed = urlparse(href)
