@@ -1,4 +1,4 @@
-"""One figure style for every chapter.
+"""One figure and table style for every chapter.
 
 Every chapter figure is drawn by a function here, so that fonts, sizes, colours and markers agree
 across the book. Each function returns the ``matplotlib.figure.Figure`` and draws nothing else; the
@@ -173,8 +173,8 @@ def table(rows, formats=None, *, columns=None):
     Returns
     -------
     pandas.DataFrame
-        All-string cells, no index shown by default in notebooks (``hide_index`` is not needed:
-        the index is a plain range). Its HTML and text reprs have no random ids, unlike a Styler.
+        All cells are strings, so the notebook shows exactly the formatted text; unlike a pandas
+        ``Styler``, its HTML has no random element ids, so re-executed outputs compare equal.
 
     Examples
     --------
