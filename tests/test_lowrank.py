@@ -221,7 +221,7 @@ def test_rgn_too_small_rank_raises_solver_error():
 def test_factors_are_sign_normalised():
     target = random_single_head(12, rank=2, seed=0)
     rec = learn_low_rank(ValueQueryOracle(target), 2, method="sketch")
-    U, s, Vt = rec.diagnostics["factors"]
+    U, s, Vt = (rec.diagnostics[k] for k in ("factor_U", "factor_s", "factor_Vt"))
     assert np.allclose((U * s) @ Vt, rec.W)
     assert np.all(U[np.argmax(np.abs(U), axis=0), [0, 1]] > 0)
 

@@ -16,7 +16,7 @@ Three ways to turn measurements into ``W``, one entry point :func:`learn_low_ran
 * ``method="nuclear"``: Gaussian ROP and nuclear-norm minimisation through cvxpy, the program of
   Theorems 5.1 / 5.2 (the reference; small ``d`` only).
 * ``method="rgn"``: the same Gaussian ROP measurements, solved by Riemannian Gauss-Newton on the
-  rank-``r`` matrices from a spectral start (Luo, Huang, Li & Zhang 2023); scales to ``d`` in the
+  rank-``r`` matrices from a spectral start (Luo, Huang, Li & Zhang 2024); scales to ``d`` in the
   hundreds.
 * ``method="sketch"``: structured measurements of a randomly rotated ``W`` (a cross of ``k`` rows
   and ``k`` columns) and the stabilised generalised Nystrom formula (Nakatsukasa 2020); exact with
@@ -354,7 +354,7 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000):
     From the spectral start, each iteration solves the measurement least-squares problem in the
     tangent space at the current iterate (:func:`_tangent_step`) and retracts to rank ``r`` by a
     truncated SVD (:func:`_retract`): Gauss-Newton on the manifold of rank-``r`` matrices, which
-    converges quadratically near an exact solution (Luo, Huang, Li & Zhang 2023). Stops when the
+    converges quadratically near an exact solution (Luo, Huang, Li & Zhang 2024). Stops when the
     relative residual ``||Phi(W) - t|| / ||t||`` is at most ``tol``, after ``max_iter`` iterations,
     or when 5 iterations bring no 2-fold progress.
 
@@ -508,7 +508,7 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
 from dataclasses import dataclass  # noqa: E402
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)   # keep Recovery's sorted, aligned repr
 class LowRankRecovery(Recovery):
     """A :class:`~companion.recovery.Recovery` with the rank the learner used.
 
@@ -584,7 +584,8 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     LowRankRecovery
         ``W`` (d, d), ``v`` (d,), ``n_queries`` from the oracle, ``rank``, ``method`` and
         ``diagnostics``: ``n_measurements``, ``n_requeries``, ``max_abs_logit``,
-        ``singular_values`` (top ``rank + 1`` of ``W``), ``factors`` (sign-normalised ``U, s, V^T``),
+        ``singular_values`` (top ``rank + 1`` of ``W``), ``factor_U``, ``factor_s``, ``factor_Vt``
+        (its top-``rank`` SVD, each column of ``U`` with its largest entry positive),
         and per method: ``solver``, ``status``, ``solve_iterations``, ``objective`` (nuclear);
         ``iterations``, ``residual``, ``residuals``, ``lsqr_iterations`` (rgn); ``cross_size``,
         ``core_singular_values``, ``rank_detected`` (sketch); ``verify_max_error`` with ``verify``.
@@ -628,7 +629,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
     .. [2] Cai, Zhang, "ROP: Matrix recovery via rank-one projections", Ann. Statist. 43(1), 2015.
     .. [3] Luo, Huang, Li, Zhang, "Recursive importance sketching for rank constrained least
-       squares: algorithms and high-order convergence", Operations Research, 2023.
+       squares: algorithms and high-order convergence", Operations Research 72(1), 2024.
     .. [4] Nakatsukasa, "Fast and stable randomized low-rank matrix approximation", arXiv:2009.11392.
 
     Examples
@@ -721,7 +722,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         how = f"{m} Gaussian rank-one projections ({method})"
     U, s, Vt = _sign_normalised_svd(W, max(r_out, 0))
     diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: (r_out or 0) + 1]
-    diagnostics["factors"] = (U, s, Vt)
+    diagnostics.update(factor_U=U, factor_s=s, factor_Vt=Vt)
     message = f"recovered a rank-{r_out} W and v from {d} + {oracle.n_queries - start - d} value queries: {how}"
     if diagnostics.get("n_requeries"):
         message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
