@@ -20,6 +20,10 @@ Beyond the paper:
 * :func:`learn_robust_lstsq` — margin-free probes ``e_i + s_i e_p`` at the best scale, repeated at
   ``R`` distinct scales and combined by weighted least squares: about ``R (d + d**2)`` queries
   (:func:`n_queries_lstsq`).
+* :func:`learn_low_rank_noisy` — a rank-``r`` head from ``d + m`` approximate queries: Gaussian
+  rank-one projections (§5) at scales that keep Lemma 6.1's window (:func:`rop_scales`), a bound on
+  each measurement's error (:func:`rop_error_bound`), and a noise-aware solver (nuclear norm with
+  the bounds as constraints, or weighted rank-``r`` Gauss-Newton). The paper leaves this case open.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import expit, logit
 
-from ._validation import check_int, check_real
+from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead, random_single_head
-from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
 from .exact import read_value_vector
+from .lowrank import (LowRankRecovery, _gaussian_rop_design, _retract, _rop_apply,
+                      _spectral_start, _tangent_step, degrees_of_freedom, rop_queries)
 from .recovery import Recovery
 
 __all__ = [
@@ -48,6 +54,10 @@ __all__ = [
     "best_scale",
     "learn_robust_lstsq",
     "n_queries_lstsq",
+    "NOISY_METHODS",
+    "rop_scales",
+    "rop_error_bound",
+    "learn_low_rank_noisy",
 ]
 
 #: Lemma 6.1's clipping level sigma(-1/2) ~ 0.3775: a logit in [-1/2, 1/2] gives a weight in
@@ -266,7 +276,7 @@ def guaranteed_error(tau, *, mu, W_max, d):
     return eps_W, eps_v
 
 
-def random_margin_head(d, *, W_max, mu, W_norm=None, seed) -> SingleHead:
+def random_margin_head(d, *, W_max, mu, W_norm=None, rank=None, seed) -> SingleHead:
     """A random head that satisfies the assumptions of §6.
 
     Parameters
@@ -279,6 +289,8 @@ def random_margin_head(d, *, W_max, mu, W_norm=None, seed) -> SingleHead:
         Margin, ``0 < mu <= 1 / sqrt(d)`` (a larger margin is impossible with ``||v|| <= 1``).
     W_norm : float, default=None
         ``||W||_F``; defaults to ``W_max`` (the largest allowed, the hardest case).
+    rank : int, default=None
+        Rank of ``W`` (passed to :func:`~companion.attention.random_single_head`); ``None`` is full.
     seed : int
         Seed of ``numpy.random.default_rng``.
 
@@ -313,7 +325,7 @@ def random_margin_head(d, *, W_max, mu, W_norm=None, seed) -> SingleHead:
         )
     W_norm = W_max if W_norm is None else check_real(W_norm, "W_norm", minimum=0.0, maximum=W_max)
     seed = check_int(seed, "seed", minimum=0)
-    W = random_single_head(d, W_norm=W_norm, seed=seed).W
+    W = random_single_head(d, rank=rank, W_norm=W_norm, seed=seed).W
     rng = np.random.default_rng([seed, 6])
     signs = rng.choice([-1.0, 1.0], size=d)
     v = signs * (mu + (1 / np.sqrt(d) - mu) * rng.random(d))
@@ -685,3 +697,340 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
                    "tau": tau, "rank": rank}
     return Recovery(W=W_hat, v=v_hat, n_queries=oracle.n_queries - start, message=message,
                     diagnostics=diagnostics)
+
+
+# --------------------------------------------------------------------------------------------
+# Beyond the paper: noisy low-rank recovery from rank-one projections
+# --------------------------------------------------------------------------------------------
+
+#: Solvers of :func:`learn_low_rank_noisy`.
+NOISY_METHODS = ("rgn", "nuclear")
+
+#: Default number of Gaussian ROP measurements of :func:`learn_low_rank_noisy`, as a multiple of
+#: ``r (2d - r)``.
+NOISY_OVERSAMPLING = 3.0
+
+_NOISY_MESSAGES = {
+    "infeasible": (
+        "SCS found the noise-aware nuclear-norm program {status}: no matrix meets all {m} "
+        "constraints |<a_k b_k^T, W> - t_k| <= delta_k, which every head with ||W*||_F <= "
+        "W_max={W_max:g} answered within tau={tau:.3g} would. Either ||W*||_F > W_max (raise W_max), "
+        "the oracle errs by more than tau (raise tau), or it is not a single head."
+    ),
+    "inaccurate": (
+        "SCS stopped with status {status!r} on the noise-aware nuclear-norm program "
+        "(eps={eps:g}, {its} iterations); loosen solver_eps or use method='rgn'."
+    ),
+}
+
+
+def rop_scales(A, B, *, W_max, logit_max=0.5) -> np.ndarray:
+    """Scales ``c_k`` of the ROP queries ``c_k [(a_k + b_k)^T; b_k^T]`` under §6's assumptions.
+
+    Parameters
+    ----------
+    A, B : ndarray of shape (m, d)
+        Left and right vectors (rows), nonzero.
+    W_max : float
+        Known bound on ``||W*||_F`` (so on ``||W*||_2``), ``> 0``.
+    logit_max : float, default=0.5
+        Largest logit allowed; ``1/2`` is Lemma 6.1's window.
+
+    Returns
+    -------
+    ndarray of shape (m,)
+        The largest ``c_k`` with both tokens in the unit ball (``c ||a + b|| <= 1``, ``c ||b|| <= 1``)
+        and ``c**2 ||a|| ||b|| W_max <= logit_max``, so the logit ``c**2 a^T W* b`` lies in
+        ``[-logit_max, logit_max]`` for every admissible ``W*``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = rop_scales(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), W_max=4.0)
+    >>> round(float(c[0]) ** 2 * 4.0, 12)     # the logit bound binds: c^2 W_max = 1/2
+    0.5
+    """
+    na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)
+    return np.minimum.reduce([1.0 / np.linalg.norm(A + B, axis=1), 1.0 / nb,
+                              np.sqrt(logit_max / (W_max * na * nb))])
+
+
+def rop_error_bound(alpha_hat, *, tau, c, A, B, av_hat, logit_max=0.5):
+    """Bound on the error of one noisy ROP measurement ``t_hat_k`` of ``<a_k b_k^T, W*>``.
+
+    Parameters
+    ----------
+    alpha_hat : ndarray of shape (m,)
+        Estimated attention weights ``(y_hat / c - b^T v_hat) / (a^T v_hat)`` (before clipping).
+    tau : float
+        The oracle's tolerance (length-1 and length-2 answers), ``>= 0``.
+    c : ndarray of shape (m,)
+        Query scales from :func:`rop_scales`.
+    A, B : ndarray of shape (m, d)
+        Left and right vectors.
+    av_hat : ndarray of shape (m,)
+        ``a_k^T v_hat``, nonzero.
+    logit_max : float, default=0.5
+        The logit bound the scales guarantee.
+
+    Returns
+    -------
+    delta : ndarray of shape (m,)
+        ``|t_hat_k - a_k^T W* b_k| <= delta_k`` for every head the answers are consistent with.
+    d_alpha : ndarray of shape (m,)
+        The bound on ``|alpha_hat_k - alpha*_k|`` behind it.
+
+    Notes
+    -----
+    With ``|y_hat - y| <= tau`` and ``|v_hat_i - v*_i| <= tau``,
+    ``alpha_hat - alpha* = (e / c - b^T (v_hat - v*) - alpha* a^T (v_hat - v*)) / a^T v_hat``, so
+
+    ``|alpha_hat - alpha*| <= tau (1 / c + ||b||_1 + sigma(x) ||a||_1) / |a^T v_hat| = d_alpha``
+
+    with ``x = logit_max``. As in Lemma 6.1 [1]_, ``alpha*`` lies in the window
+    ``[sigma(-x), sigma(x)]`` and clipping ``alpha_hat`` to it moves it no farther from ``alpha*``;
+    both then lie in ``I = [clip(alpha_hat) - d_alpha, clip(alpha_hat) + d_alpha]`` intersected with
+    the window, on which ``sigma^-1`` has slope at most ``1 / min_I p (1 - p)``. Hence the logit errs by
+    at most ``min(d_alpha / min_I p (1 - p), 2x)`` and ``t = logit / c**2`` by that over ``c**2``.
+    Lemma 6.1 is the case ``I`` = the whole window (slope ``1 / (sigma(x) sigma(-x))``).
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> delta, d_alpha = rop_error_bound(np.array([0.5]), tau=1e-4, c=np.array([0.5]),
+    ...                                  A=np.ones((1, 2)), B=np.ones((1, 2)), av_hat=np.array([1.0]))
+    >>> round(float(d_alpha[0]), 8), round(float(delta[0] / d_alpha[0]), 4)   # slope ~ 4, c^2 = 1/4
+    (0.00052449, 16.0)
+    """
+    x = float(logit_max)
+    lo, hi = float(expit(-x)), float(expit(x))
+    d_alpha = tau * (1.0 / c + np.abs(B).sum(1) + hi * np.abs(A).sum(1)) / np.abs(av_hat)
+    a_c = np.clip(alpha_hat, lo, hi)
+    p_lo = np.clip(a_c - d_alpha, lo, hi)
+    p_hi = np.clip(a_c + d_alpha, lo, hi)
+    # p (1 - p) is concave: its minimum over an interval is at an end point.
+    slope_den = np.minimum(p_lo * (1 - p_lo), p_hi * (1 - p_hi))
+    delta_logit = np.minimum(d_alpha / slope_den, 2 * x)
+    return delta_logit / c**2, d_alpha
+
+
+def _noisy_nuclear(A, B, t, delta, *, eps, tau, W_max):
+    """``min ||W||_* s.t. |<a_k b_k^T, W> - t_k| <= delta_k`` with SCS; SolverError unless optimal."""
+    import cvxpy as cp
+
+    # The same normalisation as companion.lowrank._solve_nuclear: unit-norm rows on average, so
+    # SCS's absolute stopping rule acts as a relative one.
+    s = np.sqrt(np.mean(np.sum(A**2, 1) * np.sum(B**2, 1)))
+    An, Bn = A / np.sqrt(s), B / np.sqrt(s)
+    d = A.shape[1]
+    W = cp.Variable((d, d))
+    constraints = [cp.abs(cp.sum(cp.multiply(An @ W, Bn), axis=1) - t / s) <= delta / s]
+    problem = cp.Problem(cp.Minimize(cp.normNuc(W)), constraints)
+    # SCS, explicitly: the nuclear norm is an SDP of size 2d, which SCS (first-order) solves far
+    # faster than an interior-point solver at these sizes, and it reports infeasibility, which
+    # here means that the assumptions (W_max, tau) are wrong. cvxpy's default could change.
+    try:
+        problem.solve(solver=cp.SCS, eps_abs=eps, eps_rel=eps, max_iters=100_000)
+    except cp.error.SolverError as exc:
+        raise SolverError(f"SCS failed on the noise-aware nuclear-norm program: {exc}") from None
+    its = int(problem.solver_stats.num_iters or 0)
+    info = {"solver": "SCS", "status": problem.status, "solve_iterations": its,
+            "objective": float(problem.value) if problem.value is not None else float("nan")}
+    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        raise SolverError(_NOISY_MESSAGES["infeasible"].format(
+            status=problem.status, m=len(t), W_max=W_max, tau=tau))
+    if problem.status != cp.OPTIMAL:
+        raise SolverError(_NOISY_MESSAGES["inaccurate"].format(status=problem.status, eps=eps,
+                                                               its=its))
+    return np.asarray(W.value, dtype=np.float64), info
+
+
+def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-10, patience=3):
+    """Rank-``r`` weighted least squares ``min sum_k w_k^2 (<a_k b_k^T, W> - t_k)^2`` by
+    Riemannian Gauss-Newton (the steps of :mod:`companion.lowrank`) from the spectral start.
+
+    The start is ``start`` (factors ``U, s, V``) or the unweighted spectral one
+    (``E[(d^2/m) sum t_k a_k b_k^T] = W`` for the Gaussian design); the steps use the weighted rows ``w_k a_k``, ``w_k t_k``. With noise the residual does not
+    vanish (and Gauss-Newton need not decrease it monotonically): the loop stops when ``patience``
+    iterations in a row fail to cut the smallest residual so far by a relative ``rtol``, and returns
+    the iterate with the smallest residual.
+    """
+    U, s, V = _spectral_start(A, B, t, r) if start is None else start
+    Aw, tw = A * w[:, None], t * w
+    tnorm = np.linalg.norm(tw)
+    history, best, stalled = [], (np.inf, None), 0
+    for it in range(max_iter + 1):
+        W = (U * s) @ V.T
+        res = tw - _rop_apply(Aw, B, W)
+        rel = float(np.linalg.norm(res) / tnorm) if tnorm > 0 else 0.0
+        history.append(rel)
+        stalled = 0 if rel < best[0] * (1 - rtol) else stalled + 1
+        if rel < best[0]:
+            best = (rel, W)
+        if rel == 0 or it == max_iter or stalled >= patience:
+            break
+        X, Y, _ = _tangent_step(Aw, B, res, U, V, direct_max=2_000_000, rtol=1e-12)
+        U, s, V = _retract(U, s, V, X, Y, r)
+    return best[1], {"iterations": it, "residual": best[0], "residuals": history}
+
+
+def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, method="rgn",
+                         logit_max=0.5, solver_eps=1e-7, max_iter=30, seed=0):
+    """Recover a head with ``rank(W*) <= r`` from approximate value queries: noisy ROP.
+
+    Parameters
+    ----------
+    oracle : ApproxValueQueryOracle or ValueQueryOracle
+        Oracle within ``tau`` of f_{W*, v*} (§6), ``v* != 0``; answers sequences of length 1 and 2.
+    rank : int
+        Upper bound ``r`` on ``rank(W*)``, ``1 <= r <= d``.
+    W_max : float
+        Known bound ``||W*||_F <= W_max`` (``> 0``); it sets the query scales.
+    tau : float, default=None
+        Tolerance assumed for the answers (``>= 0``); ``None`` takes ``oracle.tau``.
+    n_measurements : int, default=None
+        Number ``m >= r (2d - r)`` of Gaussian ROP measurements; default
+        ``ceil(3 r (2d - r))`` (``NOISY_OVERSAMPLING``).
+    method : {"rgn", "nuclear"}, default="rgn"
+        ``"nuclear"``: ``min ||W||_* s.t. |<a_k b_k^T, W> - t_k| <= delta_k`` through cvxpy and SCS
+        (an SDP of size 2d: keep ``d`` small, say up to 30). ``"rgn"``: rank-``r`` least squares
+        weighted by ``1 / delta_k``, by Riemannian Gauss-Newton; scales to ``d`` in the hundreds.
+    logit_max : float, default=0.5
+        Largest logit of a query (``0 < logit_max <= 5``); ``1/2`` is Lemma 6.1's window.
+    solver_eps : float, default=1e-7
+        SCS's ``eps_abs`` and ``eps_rel`` (``"nuclear"``).
+    max_iter : int, default=30
+        Largest number of Gauss-Newton iterations (``"rgn"``).
+    seed : int, default=0
+        Seed of ``numpy.random.default_rng`` for the measurement vectors.
+
+    Returns
+    -------
+    LowRankRecovery
+        ``W`` (d, d) of rank at most ``r`` (``"rgn"``; ``"nuclear"`` returns the program's solution),
+        ``v`` (d,), ``n_queries = d + m``, ``rank``, ``method``. ``diagnostics``: ``tau``,
+        ``n_measurements``, ``scales`` (m,), ``delta`` (m,) the per-measurement bounds of
+        :func:`rop_error_bound`, ``n_clipped``, ``max_abs_logit`` (estimated), and the solver's
+        ``status``, ``solve_iterations``, ``objective`` (nuclear) or ``iterations``, ``residual``,
+        ``residuals`` (rgn).
+
+    Raises
+    ------
+    TypeError
+        If ``oracle`` is not a value-query oracle.
+    InvalidInputError
+        For a bad ``rank``, ``W_max``, ``tau``, ``method``, ``logit_max`` or solver option;
+        before the first query.
+    NotIdentifiableError
+        If ``n_measurements < r (2d - r)`` (before the first query), or if ``v_hat = 0``.
+    BudgetExceededError
+        If the budget is below ``d + m``; before the first query.
+    SolverError
+        If SCS does not reach an optimal solution, in particular if the program is infeasible:
+        then no head with ``||W*||_F <= W_max`` answered within ``tau`` (the message says which
+        assumption to relax).
+
+    Notes
+    -----
+    Not in the paper, which treats approximate queries (§6) and low rank (§5) separately [1]_. One
+    two-token query ``c_k [(a_k + b_k)^T; b_k^T]`` (:func:`companion.lowrank.rop_queries`) gives the
+    rank-one projection ``<a_k b_k^T, W*>`` of Cai & Zhang [2]_ through the weight
+    ``alpha = (y / c - b^T v) / a^T v``. The scale ``c_k`` (:func:`rop_scales`) keeps both tokens in
+    the unit ball and the logit ``c**2 a^T W* b`` within ``[-1/2, 1/2]`` whatever ``W*`` with
+    ``||W*||_F <= W_max``, so the weight is clipped to Lemma 6.1's window and inverted, and every
+    measurement gets a bound ``delta_k`` (:func:`rop_error_bound`, of order
+    ``tau W_max^{3/2} ||a||^{3/2} ||b||^{3/2} / |a^T v|``). ``W*`` is feasible for the nuclear-norm
+    program, which is the noisy ROP estimator of [2]_ with an entrywise (rather than l1) constraint;
+    its error is ``O(||delta|| / sqrt(m))`` times the operator's inverse restricted isometry
+    constant. The Gauss-Newton alternative [3]_ solves the rank-constrained least squares instead.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+    .. [2] Cai, Zhang, "ROP: Matrix recovery via rank-one projections", Ann. Statist. 43(1), 2015.
+    .. [3] Luo, Huang, Li, Zhang, "Recursive importance sketching for rank constrained least
+       squares: algorithms and high-order convergence", Operations Research, 2023.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.oracles import ApproxValueQueryOracle
+    >>> head = random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
+    >>> rec = learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-6), 2, W_max=4.0)
+    >>> rec.n_queries, 10 + 3 * 2 * (2 * 10 - 2)
+    (118, 118)
+    >>> bool(np.linalg.norm(rec.W - head.W) < 1e-2), int(np.linalg.matrix_rank(rec.W))
+    (True, 2)
+    """
+    d, oracle_tau = _check_oracle(oracle, "learn_low_rank_noisy")
+    r = check_int(rank, "rank", minimum=1, maximum=d)
+    W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
+    tau = oracle_tau if tau is None else check_real(tau, "tau", minimum=0.0)
+    check_choice(method, "method", NOISY_METHODS)
+    logit_max = check_real(logit_max, "logit_max", minimum=0.0, strict=True, maximum=5.0)
+    solver_eps = check_real(solver_eps, "solver_eps", minimum=0.0, strict=True)
+    max_iter = check_int(max_iter, "max_iter", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
+    dof = degrees_of_freedom(d, r)
+    if n_measurements is None:
+        m = int(np.ceil(NOISY_OVERSAMPLING * dof))
+    else:
+        m = check_int(n_measurements, "n_measurements", minimum=1)
+    if m < dof:
+        raise NotIdentifiableError(
+            f"n_measurements={m} cannot determine a rank-{r} {d} x {d} matrix: it has r(2d - r) = "
+            f"{dof} degrees of freedom. Raise n_measurements to at least {dof} (with noise, "
+            f"{int(np.ceil(NOISY_OVERSAMPLING * dof))} or more).")
+    if hasattr(oracle, "require"):
+        oracle.require(d + m, learner="learn_low_rank_noisy")
+    start = oracle.n_queries
+    rng = np.random.default_rng(seed)
+
+    v_hat = read_value_vector(oracle)
+    if not np.any(v_hat):
+        raise NotIdentifiableError(
+            "every v_hat_i is 0: f is (within tau) identically 0 and W is not identifiable.")
+    A, B = _gaussian_rop_design(d, m, v_hat, rng)
+    c = rop_scales(A, B, W_max=W_max, logit_max=logit_max)
+    y = np.asarray(oracle(rop_queries(A, B, c)), dtype=np.float64)
+    av, bv = A @ v_hat, B @ v_hat
+    alpha_hat = (y / c - bv) / av
+    lo = float(expit(-logit_max))
+    n_clipped = int(np.sum((alpha_hat < lo) | (alpha_hat > 1 - lo)))
+    t = logit(np.clip(alpha_hat, lo, 1 - lo)) / c**2
+    delta, _ = rop_error_bound(alpha_hat, tau=tau, c=c, A=A, B=B, av_hat=av, logit_max=logit_max)
+
+    diagnostics = {"tau": tau, "n_measurements": m, "scales": c, "delta": delta,
+                   "n_clipped": n_clipped, "max_abs_logit": float(np.max(np.abs(t * c**2)))}
+    if method == "nuclear":
+        W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
+        how = "noise-aware nuclear-norm program (SCS)"
+    else:
+        w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
+        w = w / np.max(w)
+        # Two runs, the better kept: from the spectral start, and from the solution of the
+        # problem with the milder weights sqrt(w), whose landscape has fewer spurious minima.
+        W, info = _weighted_rgn(A, B, t, w, r, max_iter=max_iter)
+        W_half, _ = _weighted_rgn(A, B, t, np.sqrt(w), r, max_iter=max_iter)
+        Uh, sh, Vth = np.linalg.svd(W_half)
+        W2, info2 = _weighted_rgn(A, B, t, w, r, max_iter=max_iter,
+                                  start=(Uh[:, :r], sh[:r], Vth[:r].T))
+        info["start"] = "spectral"
+        if info2["residual"] < info["residual"]:
+            W, info = W2, dict(info2, start="sqrt-weighted")
+        how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
+    diagnostics.update(info)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # at most 1 for W*: a larger value certifies W != W*
+        diagnostics["max_violation"] = float(np.max(np.abs(_rop_apply(A, B, W) - t) / delta))
+    diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: r + 1]
+    message = (f"recovered a rank-{r} W and v from {d} + {m} approximate value queries "
+               f"(tau={tau:.3g}): {m} Gaussian rank-one projections, {how}")
+    if n_clipped:
+        message += f"; {n_clipped} weights clipped to Lemma 6.1's window"
+    return LowRankRecovery(W=W, v=v_hat, n_queries=oracle.n_queries - start, message=message,
+                           diagnostics=diagnostics, rank=r, method=method)
