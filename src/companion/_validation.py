@@ -112,3 +112,19 @@ def as_sequences(X, d: int, name: str = "X"):
     if arr.shape[0] == 0:
         raise InvalidInputError(f"{name} is an empty batch ({name}.shape={arr.shape}); give at least one sequence.")
     return arr, False
+
+
+def apply_by_length(X, batch_fn) -> np.ndarray:
+    """Apply ``batch_fn`` ((B, N, d) -> (B,)) to a batch, or to a list of sequences grouped by length.
+
+    ``X`` is what :func:`as_sequences` returns. Sequences of equal length are stacked and evaluated
+    in one call; the answers come back in the order of ``X``.
+    """
+    if isinstance(X, np.ndarray):
+        return np.asarray(batch_fn(X), dtype=np.float64)
+    out = np.empty(len(X))
+    lengths = np.array([x.shape[0] for x in X])
+    for n in np.unique(lengths):
+        idx = np.flatnonzero(lengths == n)
+        out[idx] = batch_fn(np.stack([X[i] for i in idx]))
+    return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import softmax
 
-from ._validation import as_float_array, as_sequences, check_int, check_real
+from ._validation import apply_by_length, as_float_array, as_sequences, check_int, check_real
 from .errors import InvalidInputError
 
 __all__ = [
@@ -87,20 +87,21 @@ def attention_weights(X, W) -> np.ndarray:
     return softmax(scores, axis=-1)
 
 
-def _per_length(X, batch_fn) -> np.ndarray:
-    """Apply ``batch_fn`` ((B, N, d) -> (B,)) to a batch, or to a list grouped by length."""
-    if isinstance(X, np.ndarray):
-        return batch_fn(X)
-    out = np.empty(len(X))
-    lengths = np.array([x.shape[0] for x in X])
-    for n in np.unique(lengths):
-        idx = np.flatnonzero(lengths == n)
-        out[idx] = batch_fn(np.stack([X[i] for i in idx]))
-    return out
+class _SequenceModel:
+    """Shared calling convention of the models: one sequence, a batch, or a list of sequences.
+
+    Subclasses implement ``_batch``, a float64 batch ``(B, N, d)`` -> ``(B,)``, and ``d``.
+    """
+
+    def __call__(self, X):
+        """Evaluate on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        out = apply_by_length(seqs, self._batch)
+        return float(out[0]) if single else out
 
 
 @dataclass(frozen=True, eq=False)
-class SingleHead:
+class SingleHead(_SequenceModel):
     """One softmax attention head in merged form, the regressor f_{W,v} of §3.
 
     Parameters
@@ -188,15 +189,10 @@ class SingleHead:
         return (f"SingleHead(d={self.d}, rank={self.rank}, ||W||_F={np.linalg.norm(self.W):.4g}, "
                 f"||v||_2={np.linalg.norm(self.v):.4g})")
 
-    def __call__(self, X):
-        """Evaluate f_{W,v} on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
-        seqs, single = as_sequences(X, self.d)
-        out = _per_length(seqs, self._batch)
-        return float(out[0]) if single else out
 
 
 @dataclass(frozen=True, eq=False)
-class MultiHead:
+class MultiHead(_SequenceModel):
     """A sum of ``H`` single heads, f^H(X) = sum_h alpha(X, W^(h))^T X v^(h) (§3, §7).
 
     Parameters
@@ -283,11 +279,6 @@ class MultiHead:
     def __repr__(self):
         return f"MultiHead(n_heads={self.n_heads}, d={self.d})"
 
-    def __call__(self, X):
-        """Evaluate f^H on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
-        seqs, single = as_sequences(X, self.d)
-        out = _per_length(seqs, self._batch)
-        return float(out[0]) if single else out
 
 
 def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, seed) -> SingleHead:
@@ -342,7 +333,7 @@ def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, seed) -> Singl
 
 
 @dataclass(frozen=True, eq=False)
-class OneLayerTransformer:
+class OneLayerTransformer(_SequenceModel):
     """The one-layer Transformer of §4.1 in merged form, TF(X) = w_o^T ReLU(alpha(X, W)^T X A).
 
     Parameters
@@ -452,11 +443,6 @@ class OneLayerTransformer:
         h = np.einsum("bn,bnd->bd", attention_weights(X, self.W), X)
         return np.maximum(h @ self.A, 0.0) @ self.w_o
 
-    def __call__(self, X):
-        """Evaluate TF on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
-        seqs, single = as_sequences(X, self.d)
-        out = _per_length(seqs, self._batch)
-        return float(out[0]) if single else out
 
     def __repr__(self):
         return f"OneLayerTransformer(d={self.d}, m={self.m})"

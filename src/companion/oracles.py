@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_sequences, check_choice, check_int, check_real
+from ._validation import apply_by_length, as_sequences, check_choice, check_int, check_real
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
 
 __all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "AntisymmetrisedOracle", "NOISE_MODELS"]
@@ -142,14 +142,7 @@ class ValueQueryOracle:
                     needed=n, remaining=self.remaining, budget=self.budget, used=self.n_queries
                 )
             )
-        if isinstance(seqs, np.ndarray):
-            y = self._answer(seqs)
-        else:
-            y = np.empty(n)
-            lengths = np.array([x.shape[0] for x in seqs])
-            for length in np.unique(lengths):
-                idx = np.flatnonzero(lengths == length)
-                y[idx] = self._answer(np.stack([seqs[i] for i in idx]))
+        y = apply_by_length(seqs, self._answer)
         self.n_queries += n
         if self.record:
             self.log.extend((np.array(x), float(a)) for x, a in zip(seqs, y))
