@@ -849,7 +849,7 @@ def _noisy_nuclear(A, B, t, delta, *, eps, tau, W_max):
     return np.asarray(W.value, dtype=np.float64), info
 
 
-def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-10, patience=3):
+def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3):
     """Rank-``r`` weighted least squares ``min sum_k w_k^2 (<a_k b_k^T, W> - t_k)^2`` by
     Riemannian Gauss-Newton (the steps of :mod:`companion.lowrank`) from the spectral start.
 
