@@ -271,3 +271,16 @@ def test_zero_value_vector_not_identifiable():
 
 def test_degrees_of_freedom():
     assert degrees_of_freedom(10, 10) == 100 and degrees_of_freedom(10, 1) == 19
+
+
+def test_phase_transition_runs_through_the_sweep_runner(results_tmp):
+    import json
+
+    from companion.lowrank import phase_transition, recovery_trial
+
+    rates = phase_transition([(6, 1)], [1.0, 3.0], method="rgn", n_trials=3, seed=1, name="pt_small")
+    assert rates[(6, 1)][1] == 1.0                       # 3 r(2d - r) measurements: always exact
+    saved = json.loads((results_tmp / "sweeps" / "pt_small.json").read_text())
+    assert len(saved["rows"]) == 6 and saved["rows"][0]["m"] == 11
+    trial = recovery_trial(6, 1, 3.0, method="rgn", seed=1003)
+    assert trial["exact"] and trial["n_queries"] == 6 + 33 and trial["rel_error_W"] < 1e-10

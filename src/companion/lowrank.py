@@ -46,6 +46,8 @@ __all__ = [
     "rop_queries",
     "METHODS",
     "DEFAULT_OVERSAMPLING",
+    "recovery_trial",
+    "phase_transition",
 ]
 
 #: The methods of :func:`learn_low_rank`.
@@ -732,3 +734,95 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         message += f"; verified on {verify} fresh queries"
     return LowRankRecovery(W=W, v=v, n_queries=oracle.n_queries - start, message=message,
                            diagnostics=diagnostics, rank=int(r_out), method=method)
+
+
+def recovery_trial(d, r, ratio, *, method, seed, threshold=1e-6) -> dict:
+    """One point of a phase transition: learn a random rank-``r`` head from ``m`` ROP measurements.
+
+    ``m = ceil(ratio * r (2d - r))``; the head is ``random_single_head(d, rank=r, seed=seed)``.
+    A solver that does not converge (:class:`~companion.errors.SolverError`) counts as a failure.
+
+    Parameters
+    ----------
+    d, r : int
+        Dimension and rank.
+    ratio : float
+        Measurements per degree of freedom, ``m / (r (2d - r))``.
+    method : {"nuclear", "rgn"}
+        The Gaussian-measurement learner of :func:`learn_low_rank`.
+    seed : int
+        Seed of the head and of the measurements.
+    threshold : float, default=1e-6
+        Relative Frobenius error below which the recovery counts as exact.
+
+    Returns
+    -------
+    dict
+        ``m``, ``n_queries``, ``rel_error_W`` (None on a solver failure) and ``exact`` (bool).
+    """
+    from .attention import random_single_head
+    from .errors import SolverError
+    from .oracles import ValueQueryOracle
+
+    check_choice(method, "method", ("nuclear", "rgn"))
+    m = int(np.ceil(check_real(ratio, "ratio", minimum=0.0, strict=True) * degrees_of_freedom(d, r)))
+    head = random_single_head(d, rank=r, seed=seed)
+    oracle = ValueQueryOracle(head)
+    try:
+        rec = learn_low_rank(oracle, r, method=method, n_measurements=m, seed=seed)
+        err = rec.relative_errors(head)["W"]
+    except SolverError:
+        err = None
+    return {"m": m, "n_queries": oracle.n_queries, "rel_error_W": err,
+            "exact": err is not None and err <= threshold}
+
+
+def phase_transition(cases, ratios, *, method, n_trials, seed, n_jobs=1, backend="sequential",
+                     name=None) -> dict:
+    """Probability of exact recovery against ``m / (r (2d - r))`` for several ``(d, r)``.
+
+    Every ``(d, r, ratio, trial)`` is one :func:`recovery_trial`, run through
+    :func:`companion.sweeps.run_sweep` (so ``n_jobs`` and ``backend="dask"`` spread the trials over
+    cores or a cluster; ``name`` saves the rows with provenance). Trial ``t`` uses seed
+    ``1000 * seed + t``.
+
+    Parameters
+    ----------
+    cases : sequence of (int, int)
+        The ``(d, r)`` pairs.
+    ratios : sequence of float
+        Measurements per degree of freedom.
+    method : {"nuclear", "rgn"}
+        Learner.
+    n_trials : int
+        Random heads per grid point.
+    seed : int
+        Base seed.
+    n_jobs, backend, name
+        Passed to :func:`~companion.sweeps.run_sweep`.
+
+    Returns
+    -------
+    dict
+        ``(d, r) -> list of success rates`` in the order of ``ratios``.
+
+    Examples
+    --------
+    >>> rates = phase_transition([(6, 1)], [1.0, 3.0], method="rgn", n_trials=2, seed=0)
+    >>> rates[(6, 1)][-1]
+    1.0
+    """
+    from .sweeps import run_sweep
+
+    n_trials = check_int(n_trials, "n_trials", minimum=1)
+    points = [{"d": int(d), "r": int(r), "ratio": float(q), "method": method,
+               "seed": 1000 * check_int(seed, "seed", minimum=0) + t}
+              for d, r in cases for q in ratios for t in range(n_trials)]
+    rows = run_sweep(recovery_trial, points, n_jobs=n_jobs, backend=backend, progress=False, name=name)
+    out = {}
+    for d, r in cases:
+        out[(int(d), int(r))] = [
+            float(np.mean([row["exact"] for row in rows
+                           if (row["d"], row["r"], row["ratio"]) == (int(d), int(r), float(q))]))
+            for q in ratios]
+    return out
