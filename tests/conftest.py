@@ -6,10 +6,22 @@ import tempfile
 import pytest
 
 
+_CREATED = []
+
+
 def pytest_configure(config):
     # Set before any kernel starts, so that notebooks run by nbval and papermill inherit it.
-    os.environ.setdefault("COMPANION_RESULTS_DIR", tempfile.mkdtemp(prefix="companion-results-"))
+    if "COMPANION_RESULTS_DIR" not in os.environ:
+        _CREATED.append(tempfile.mkdtemp(prefix="companion-results-"))
+        os.environ["COMPANION_RESULTS_DIR"] = _CREATED[-1]
     os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    for folder in _CREATED:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -424,3 +424,21 @@ def test_noisy_low_rank_checks_inputs_before_querying():
     with pytest.raises(BudgetExceededError):
         learn_low_rank_noisy(small, 1, W_max=3.0, n_measurements=33)
     assert small.n_queries == 0
+
+
+def test_a_wrong_W_max_is_refused_not_silently_wrong():
+    """Regression: with ||W*||_F = 20 and W_max = 2 the learner used to report a 0.013 guarantee
+    while its error was 16; the weights outside the clip window now expose the false assumption."""
+
+    head = SingleHead(10 * np.eye(4), np.full(4, 0.5))
+    with pytest.raises(OracleInconsistentError, match=r"\|W\*_ij\| exceeds W_max=2"):
+        learn_robust(ApproxValueQueryOracle(head, 1e-6), W_max=2.0, mu=0.1)
+    rec = learn_robust(ApproxValueQueryOracle(head, 1e-6), W_max=20.0, mu=0.1)
+    assert np.linalg.norm(rec.W - head.W) <= rec.diagnostics["eps_W_guaranteed"]
+
+
+def test_lstsq_learner_refuses_a_zero_value_vector():
+
+    head = SingleHead(np.eye(3), np.zeros(3))
+    with pytest.raises(NotIdentifiableError, match=r"v\* may be 0"):
+        learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4, seed=2), W_max=4.0)

@@ -53,6 +53,11 @@ def _resolve(chapter: str) -> Path:
     matches = [p for stem, p in found.items() if stem.startswith(chapter)]
     if len(matches) == 1:
         return matches[0]
+    if len(matches) > 1:
+        raise ParameterError(
+            f"chapter {chapter!r} is ambiguous: it starts {', '.join(p.stem for p in matches)}; "
+            "give more of the name."
+        )
     raise ParameterError(
         f"unknown chapter {chapter!r}; choose one of: {', '.join(found)} (a unique prefix such as "
         "'02' also works)."
@@ -65,11 +70,24 @@ def chapter_parameters(chapter: str) -> dict:
     Uses :func:`papermill.inspect_notebook`; the default is evaluated with
     :func:`ast.literal_eval` and its type is the parameter's type.
     """
+    import re
+
+    import nbformat
     import papermill
 
     path = _resolve(chapter)
+    inspected = papermill.inspect_notebook(str(path))
+    cell = next((c for c in nbformat.read(path, as_version=4).cells
+                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    assigned = re.findall(r"^(\w+)\s*=", cell.source, re.M) if cell is not None else []
+    dropped = [name for name in assigned if name not in inspected]
+    if dropped:
+        raise ParameterError(
+            f"papermill cannot read the line of {', '.join(dropped)} in the parameters cell of "
+            f"{path.stem} (it drops lines whose comment holds '=', '<' or '>'); fix the comment."
+        )
     out = {}
-    for name, info in papermill.inspect_notebook(str(path)).items():
+    for name, info in inspected.items():
         try:
             default = ast.literal_eval(info["default"])
         except (ValueError, SyntaxError):
@@ -130,9 +148,12 @@ def check_parameters(chapter: str, given: dict) -> dict:
             )
         default = known[name]["default"]
         if not _conforms(value, default):
+            expected = known[name]["type"]
+            if isinstance(default, (list, tuple)) and isinstance(value, list) and default:
+                expected = f"a list of {type(default[0]).__name__}"
             raise ParameterError(
-                f"parameter {name}={value!r} has type {type(value).__name__}, but the chapter expects "
-                f"{known[name]['type']} (default {default!r})."
+                f"parameter {name}={value!r} does not fit: the chapter expects {expected} "
+                f"(default {default!r})."
             )
         if isinstance(default, float) and isinstance(value, int):
             value = float(value)
@@ -180,8 +201,14 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     path = Path(results_file) if results_file else results_dir() / f"{stem}.json"
     if not path.is_file():
         raise ParameterError(f"no results for {stem} at {path}; run the chapter first (make book).")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if name not in data["values"]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        values, chapter_of_file = data["values"], data["chapter"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        raise ParameterError(f"{path} is not a results file written by companion.results.publish.") from None
+    if chapter_of_file != stem:
+        raise ParameterError(f"{path} holds the results of {chapter_of_file}, not of {stem}.")
+    if name not in values:
         raise ParameterError(
             f"{stem} published no value {name!r}; it published: {', '.join(sorted(data['values']))}."
         )
@@ -206,10 +233,19 @@ def _cmd_list(args):
 
 
 def _cmd_run(args):
+    import papermill
+
     given = {}
     for name, text in args.parameter or []:
         given[name] = _parse_value(text)
-    out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress)
+    try:
+        out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress)
+    except papermill.PapermillExecutionError as exc:
+        where = Path(args.output_dir).resolve() / _resolve(args.chapter).name
+        raise ParameterError(
+            f"the chapter stopped at cell {exc.exec_count} with {exc.ename}: {exc.evalue}\n"
+            f"  (parameters {given}; the executed notebook with the full traceback: {where})"
+        ) from None
     print(f"executed notebook: {out}")
     print(f"results: {out.with_suffix('.json')}")
     return 0
@@ -236,7 +272,11 @@ def _cmd_build(args):
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going"]
     if args.all:
         cmd.append("--all")
-    code = subprocess.call(cmd)
+    # Chapters executed for the HTML publish into _build/results: the committed data/results stay
+    # as `make execute` wrote them, next to the committed notebook outputs they describe.
+    env = dict(os.environ)
+    env.setdefault("COMPANION_RESULTS_DIR", str(build_dir / "results"))
+    code = subprocess.call(cmd, env=env)
     if code == 0:
         print(f"book: {build_dir / 'html' / 'index.html'}")
     return code

@@ -51,7 +51,8 @@ MESSAGES = {
     ),
     "nonfinite_answer": (
         "the oracle's target returned a non-finite answer ({value!r}) for query {index}; "
-        "a value-query oracle must return finite reals. Check the target's parameters."
+        "a value-query oracle must return finite reals. The query's entries or the target's "
+        "parameters overflow float64: scale the query down or check the parameters."
     ),
 }
 

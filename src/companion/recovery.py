@@ -8,6 +8,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .errors import InvalidInputError
+
 __all__ = ["Recovery"]
 
 
@@ -73,11 +75,22 @@ class Recovery:
         dict
             ``{"W": ||W_hat - W||_F / ||W||_F, "v": ||v_hat - v||_2 / ||v||_2}`` as Python floats;
             a zero reference gives the absolute error instead.
+
+        Raises
+        ------
+        InvalidInputError
+            If the shapes of the estimate and the target differ.
         """
         out = {}
         for name in ("W", "v"):
             ref = np.asarray(getattr(target, name), dtype=np.float64)
-            err = float(np.linalg.norm(np.asarray(getattr(self, name)) - ref))
+            est = np.asarray(getattr(self, name), dtype=np.float64)
+            if ref.shape != est.shape:
+                raise InvalidInputError(
+                    f"cannot compare: the recovered {name} has shape {est.shape}, the target's "
+                    f"{ref.shape}; pass the target the oracle was built on."
+                )
+            err = float(np.linalg.norm(est - ref))
             nrm = float(np.linalg.norm(ref))
             out[name] = err / nrm if nrm > 0 else err
         return out

@@ -244,12 +244,14 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True) -> None:
     Examples
     --------
     >>> import os, tempfile
+    >>> previous = os.environ.get("COMPANION_RESULTS_DIR")
     >>> os.environ["COMPANION_RESULTS_DIR"] = tempfile.mkdtemp()
     >>> record_parameters("demo", seed=0, d=4, glue=False)
     >>> publish("n", 20, glue=False)
     >>> load("demo")["values"]["n"]
     {'text': '20', 'value': 20}
-    >>> del os.environ["COMPANION_RESULTS_DIR"]
+    >>> if previous is None: del os.environ["COMPANION_RESULTS_DIR"]
+    ... else: os.environ["COMPANION_RESULTS_DIR"] = previous
     """
     name = _check_name(name, "name")
     chapter = chapter if chapter is not None else _state["chapter"]

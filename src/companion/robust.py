@@ -398,7 +398,9 @@ def learn_robust(oracle, *, W_max, mu):
         If the budget is below ``d + d**2``; raised before the first query.
     OracleInconsistentError
         If some ``|v_hat_i| < mu - tau`` (or ``v_hat_i = 0``): no head consistent with the answers
-        has the margin ``mu``. The message names ``mu`` and the entry.
+        has the margin ``mu``. The message names ``mu`` and the entry. Also if an attention weight
+        falls outside the clip window by more than the noise allows: then ``|W*_ij| > W_max``, the
+        assumption ``||W*||_F <= W_max`` is false and the guarantee would not hold.
 
     Notes
     -----
@@ -448,6 +450,20 @@ def learn_robust(oracle, *, W_max, mu):
         for k, j in enumerate(cols):
             alpha_hat[:, j] = (y[k] - a * v_hat[j]) / (b * v_hat)
     W_hat = clipped_logit(alpha_hat) / (a * b)
+
+    # Under the assumptions every true weight lies in the clip window [TAU_CLIP, 1 - TAU_CLIP], and
+    # |alpha_hat - alpha*| <= tau (1 + (1 + a) / b) / |v_hat_i|. A weight further outside means the
+    # logit a b W*_ij exceeds 1/2: ||W*||_F > W_max, or the oracle is not a single head.
+    slack = 1.01 * tau * (1.0 + (1.0 + a) / b) / np.abs(v_hat)[:, None] + 1e-12
+    outside = (alpha_hat < TAU_CLIP - slack) | (alpha_hat > 1.0 - TAU_CLIP + slack)
+    if np.any(outside):
+        i, j = (int(k) for k in np.argwhere(outside)[0])
+        raise OracleInconsistentError(
+            f"the attention weight of entry ({i}, {j}) is {alpha_hat[i, j]:.4f}, outside the window "
+            f"[{TAU_CLIP:.4f}, {1 - TAU_CLIP:.4f}] by more than the noise allows ({int(outside.sum())} "
+            f"entries): |W*_ij| exceeds W_max={W_max:g}, so ||W*||_F <= W_max is false (or the oracle "
+            "is not a single head). Pass a larger W_max; the guarantee would not hold."
+        )
 
     eps_W, eps_v = guaranteed_error(tau, mu=mu, W_max=W_max, d=d)
     n_clipped = int(np.sum((alpha_hat < TAU_CLIP) | (alpha_hat > 1 - TAU_CLIP)))
@@ -603,7 +619,7 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     BudgetExceededError
         If the budget is below :func:`n_queries_lstsq`; raised before the first query.
     NotIdentifiableError
-        If every ``v_hat_i`` is 0.
+        If every ``|v_hat_i|`` is within the read-out error allowed by ``tau``: ``v*`` may be 0.
 
     Notes
     -----
@@ -655,9 +671,11 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     # v by least squares over y_r = c_r v_i + noise.
     Y = np.stack([np.asarray(oracle(cr * np.eye(d)[:, None, :])) for cr in c])
     v_hat = (c @ Y) / (c @ c)
-    if not np.any(v_hat):
+    v_noise = tau * float(np.sum(np.abs(c)) / (c @ c))      # |v_hat_i - v*_i| <= v_noise
+    if not np.any(np.abs(v_hat) > v_noise):
         raise NotIdentifiableError(
-            "every v_hat_i is 0: f is (within tau) identically 0 and W is not identifiable.")
+            f"every |v_hat_i| is at most {v_noise:.3g}, the read-out error allowed by tau={tau:g}: "
+            "v* may be 0, then f is identically 0 and W is not identifiable. A smaller tau is needed.")
     p = int(np.argmax(np.abs(v_hat)))
     s = np.where(np.sign(v_hat * v_hat[p]) < 0, -1.0, 1.0)
     U = np.eye(d)
