@@ -149,3 +149,24 @@ def test_property_exact_for_any_head(d, seed, log_w, log_v, zeros, probes):
     assert rec.n_queries == d + d * d + rec.diagnostics["n_requeries"]
     np.testing.assert_array_equal(rec.v, head.v)
     assert np.linalg.norm(rec.W - head.W) <= 1e-9 * max(1.0, np.linalg.norm(head.W))
+
+
+def test_remeasure_saturated_shrinks_the_scale_and_gives_up_on_a_non_softmax_oracle():
+    from companion.exact import remeasure_saturated
+
+    true_logit = np.array([0.5, 20.0, 400.0])                # measured at scale c: logit c^2 L
+    c = np.ones(3)
+
+    def measure(idx, cs):
+        t = cs**2 * true_logit[idx]
+        from scipy.special import expit
+        return t, expit(t)
+
+    t, alpha = measure(np.arange(3), c)
+    n = remeasure_saturated(measure, t, alpha, c)
+    assert n >= 2 and np.all((alpha >= 1e-3) & (alpha <= 1 - 1e-3))
+    np.testing.assert_allclose(t / c**2, true_logit, rtol=1e-12)
+    assert c[0] == 1.0                                       # an unsaturated probe keeps c = 1
+    stuck = lambda idx, cs: (np.full(idx.size, np.inf), np.ones(idx.size))
+    with pytest.raises(OracleInconsistentError, match=r"1 attention weights stayed saturated after 40"):
+        remeasure_saturated(stuck, np.array([np.inf]), np.array([1.0]), np.ones(1))

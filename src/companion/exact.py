@@ -32,6 +32,7 @@ __all__ = [
     "column_queries",
     "invert_two_token",
     "verify_single_head",
+    "remeasure_saturated",
     "check_exact_oracle",
     "sweep",
     "sweep_point",
@@ -157,6 +158,56 @@ def invert_two_token(y, v_j, uv, c):
     alpha = (np.asarray(y) / c - v_j) / uv
     with np.errstate(divide="ignore", invalid="ignore"):
         return logit(alpha), alpha
+
+
+def remeasure_saturated(measure, t, alpha, c, *, band=SATURATION, what="softmax head"):
+    """Re-measure, at smaller query scales, every measurement whose attention weight is saturated.
+
+    A weight outside ``[band, 1 - band]`` leaves ``sigma^{-1}`` imprecise (or undefined at 0 and 1).
+    Scaling a two-token query by ``c`` scales its logit by ``c^2`` (the score is bilinear), so each
+    saturated measurement is asked again with ``c^2`` divided by its estimated ``|t|`` (which lands
+    near ``|t| = 1``), or by 64 when the weight rounded to 0 or 1 and gave no estimate.
+
+    Parameters
+    ----------
+    measure : callable
+        ``measure(idx, c_idx) -> (t_idx, alpha_idx)`` asks the queries of the measurements ``idx``
+        at scales ``c_idx`` and inverts them (e.g. with :func:`invert_two_token`).
+    t, alpha, c : ndarray of shape (k,)
+        Measured logits, weights and current scales; updated in place (views are fine).
+    band : float, default=SATURATION
+        Weights outside ``[band, 1 - band]`` are re-measured.
+    what : str
+        The model the oracle is assumed to be, for the error message.
+
+    Returns
+    -------
+    int
+        Number of re-measurements, i.e. extra queries.
+
+    Raises
+    ------
+    OracleInconsistentError
+        If weights are still saturated after 40 rounds: the oracle does not behave like a
+        ``what``.
+    """
+    n = 0
+    for _ in range(_MAX_ROUNDS + 1):
+        sat = np.flatnonzero(~((alpha >= band) & (alpha <= 1.0 - band)))
+        if sat.size == 0:
+            return n
+        if _ == _MAX_ROUNDS:
+            break
+        t_sat = np.abs(t[sat])
+        shrink = np.where(np.isfinite(t_sat) & (alpha[sat] > 0) & (alpha[sat] < 1),
+                          1.0 / np.maximum(t_sat, 1.0), _BLIND_SHRINK)
+        c[sat] *= np.sqrt(shrink)
+        t[sat], alpha[sat] = measure(sat, c[sat])
+        n += sat.size
+    raise OracleInconsistentError(
+        f"{sat.size} attention weights stayed saturated after {_MAX_ROUNDS} re-measurements; "
+        f"the oracle does not behave like a {what}."
+    )
 
 
 def verify_single_head(oracle, W, v, n, *, rtol=1e-6, scale=1.0, seed=0):
@@ -296,24 +347,11 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
         y = oracle(X).reshape(len(cols), d)
         for k, j in enumerate(cols):
             T[:, j], alpha = invert_two_token(y[k], v[j], uv, c0)
-            if not auto:
-                continue
-            for _ in range(_MAX_ROUNDS):
-                sat = ~((alpha >= SATURATION) & (alpha <= 1.0 - SATURATION))
-                if not np.any(sat):
-                    break
-                t_sat = np.abs(T[sat, j])
-                shrink = np.where(np.isfinite(t_sat) & (alpha[sat] > 0) & (alpha[sat] < 1),
-                                  1.0 / np.maximum(t_sat, 1.0), _BLIND_SHRINK)
-                C[sat, j] *= np.sqrt(shrink)
-                ys = oracle(column_queries(U[sat], j, C[sat, j]))
-                n_requeries += int(sat.sum())
-                T[sat, j], alpha[sat] = invert_two_token(ys, v[j], uv[sat], C[sat, j])
-            else:
-                raise OracleInconsistentError(
-                    f"column {j}: attention weights stayed saturated after {_MAX_ROUNDS} "
-                    "re-measurements; the oracle does not behave like a softmax head."
-                )
+            if auto:
+                def measure(idx, c, j=j):
+                    return invert_two_token(oracle(column_queries(U[idx], j, c)), v[j], uv[idx], c)
+
+                n_requeries += remeasure_saturated(measure, T[:, j], alpha, C[:, j])
     if not np.all(np.isfinite(T)):
         l, j = np.argwhere(~np.isfinite(T))[0]
         advice = "the oracle is not a single head" if auto else 'use scale="auto"'

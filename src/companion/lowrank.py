@@ -35,7 +35,8 @@ from scipy.special import logit
 from ._validation import check_choice, check_int, check_real
 from .errors import (InvalidInputError, NotIdentifiableError, OracleInconsistentError,
                      SolverError)
-from .exact import SATURATION, check_exact_oracle, read_value_vector, verify_single_head
+from .exact import (SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated,
+                    verify_single_head)
 from .errors import MESSAGES
 from .recovery import Recovery
 
@@ -56,8 +57,6 @@ METHODS = ("nuclear", "rgn", "sketch")
 #: Default number of Gaussian ROP measurements, as a multiple of ``r (2d - r)``, per method.
 DEFAULT_OVERSAMPLING = {"nuclear": 3.0, "rgn": 2.0}
 
-_MAX_ROUNDS = 40          # re-measurement rounds of a saturated measurement (as in companion.exact)
-_BLIND_SHRINK = 1 / 64    # factor on c^2 when sigma^-1 gave no estimate (alpha rounded to 0 or 1)
 _CHUNK = 200_000          # ROP queries per oracle call (memory: 2 * d floats each)
 _NOISE_FLOOR = 1e-12      # singular values of the sketch core below this are rounding noise
 _SMALL_AV = 1e-3          # a Gaussian left vector with |a^T v| < 1e-3 ||v|| / sqrt(d) is redrawn
@@ -187,22 +186,10 @@ def _measure_bilinear(oracle, A, B, v, *, scale="auto"):
         T[sl], alpha[sl] = _invert_rop(y, av[sl], bv[sl], c0)
     n_requeries = 0
     if auto:
-        for _ in range(_MAX_ROUNDS):
-            sat = ~((alpha >= SATURATION) & (alpha <= 1.0 - SATURATION))
-            if not np.any(sat):
-                break
-            t_sat = np.abs(T[sat])
-            shrink = np.where(np.isfinite(t_sat) & (alpha[sat] > 0) & (alpha[sat] < 1),
-                              1.0 / np.maximum(t_sat, 1.0), _BLIND_SHRINK)
-            C[sat] *= np.sqrt(shrink)
-            y = oracle(rop_queries(A[sat], B[sat], C[sat]))
-            n_requeries += int(sat.sum())
-            T[sat], alpha[sat] = _invert_rop(y, av[sat], bv[sat], C[sat])
-        else:
-            raise OracleInconsistentError(
-                f"{int(sat.sum())} measurements stayed saturated after {_MAX_ROUNDS} "
-                "re-measurements; the oracle does not behave like a softmax head."
-            )
+        def measure(idx, c):
+            return _invert_rop(oracle(rop_queries(A[idx], B[idx], c)), av[idx], bv[idx], c)
+
+        n_requeries = remeasure_saturated(measure, T, alpha, C)
     if not np.all(np.isfinite(T)):
         k = int(np.flatnonzero(~np.isfinite(T))[0])
         advice = "the oracle is not a single head" if auto else 'use scale="auto" or a smaller scale'

@@ -28,7 +28,8 @@ from scipy.optimize import linear_sum_assignment
 from ._validation import as_float_array, check_int, check_real
 from .attention import MultiHead, SingleHead
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
-from .exact import check_exact_oracle, invert_two_token, learn_single_head, verify_single_head
+from .exact import (check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated,
+                    verify_single_head)
 from .recovery import Recovery
 
 __all__ = [
@@ -47,7 +48,6 @@ __all__ = [
     "learn_orthogonal_heads",
 ]
 
-_MAX_ROUNDS = 40
 #: Attention weights outside [_BAND, 1 - _BAND] are re-measured at a smaller scale. Tighter than
 #: Theorem 4.1's SATURATION: a probe is only approximately inside its head's subspace, and
 #: sigma^-1 amplifies that leakage by 1 / (alpha (1 - alpha)).
@@ -654,23 +654,9 @@ def _measure_row(oracle, z, v, uv):
 
     idx = np.arange(d)
     t, alpha = invert_two_token(oracle(queries(idx)), v, uv, c)
-    n_re = 0
-    for _ in range(_MAX_ROUNDS):
-        sat = ~((alpha >= _BAND) & (alpha <= 1.0 - _BAND))
-        if not np.any(sat):
-            break
-        ts = np.abs(t[sat])
-        shrink = np.where(np.isfinite(ts) & (alpha[sat] > 0) & (alpha[sat] < 1),
-                          1.0 / np.maximum(ts, 1.0), 1 / 64)
-        c[sat] *= np.sqrt(shrink)
-        j = np.flatnonzero(sat)
-        t[j], alpha[j] = invert_two_token(oracle(queries(j)), v[j], uv, c[j])
-        n_re += j.size
-    else:
-        raise OracleInconsistentError(
-            "attention weights stayed saturated after 40 re-measurements: the oracle does not "
-            "behave like heads in orthogonal subspaces."
-        )
+    n_re = remeasure_saturated(
+        lambda j, cj: invert_two_token(oracle(queries(j)), v[j], uv, cj), t, alpha, c,
+        band=_BAND, what="sum of heads in mutually orthogonal subspaces")
     if not np.all(np.isfinite(t)):
         raise OracleInconsistentError(
             "an attention weight fell outside (0, 1) for a probe inside a head's subspace: the "
