@@ -52,6 +52,14 @@ def figure(ncols: int = 1, *, width: float | None = None, height: float | None =
     return fig, list(axes[0])
 
 
+def _canvas(ax):
+    """``(figure, axes)``: the given axes and their figure, or a new single-axes figure."""
+    if ax is None:
+        fig, (ax,) = figure()
+        return fig, ax
+    return ax.figure, ax
+
+
 def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str, title=None,
           logx=False, logy=True, hlines: Mapping[str, float] | None = None, ax=None):
     """Plot one marked line per entry of ``series`` against ``x``.
@@ -76,10 +84,7 @@ def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
     matplotlib.figure.Figure
     """
     with plt.rc_context(STYLE):
-        if ax is None:
-            fig, (ax,) = figure()
-        else:
-            fig = ax.figure
+        fig, ax = _canvas(ax)
         for k, (label, y) in enumerate(series.items()):
             xs = np.asarray(x[label] if isinstance(x, Mapping) else x, dtype=float)
             y = np.asarray(y, dtype=float)
@@ -109,10 +114,7 @@ def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel
     matplotlib.figure.Figure
     """
     with plt.rc_context(STYLE):
-        if ax is None:
-            fig, (ax,) = figure()
-        else:
-            fig = ax.figure
+        fig, ax = _canvas(ax)
         n = len(series)
         width = 0.8 / max(n, 1)
         pos = np.arange(len(labels))
@@ -140,10 +142,7 @@ def singular_values(spectra: Mapping[str, Sequence[float]], *, rank_line: int | 
     matplotlib.figure.Figure
     """
     with plt.rc_context(STYLE):
-        if ax is None:
-            fig, (ax,) = figure()
-        else:
-            fig = ax.figure
+        fig, ax = _canvas(ax)
         for label, s in spectra.items():
             s = np.sort(np.asarray(s, dtype=float))[::-1]
             ax.semilogy(np.arange(1, len(s) + 1), np.maximum(s, FLOAT64_EPS * 1e-3), label=label)
