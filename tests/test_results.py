@@ -118,3 +118,29 @@ def test_results_file_is_world_readable(results_tmp):
     finally:
         os.umask(old)
     assert (results_tmp / "99_demo.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_publish_records_tolerance_only_when_given(results_tmp):
+    results.record_parameters("tol", seed=0, glue=False)
+    results.publish("exact", 20, glue=False)
+    results.publish("bits", 47.25, glue=False, atol=1.0)
+    results.publish("err", 3e-16, glue=False, rtol=0.5, atol=1e-12)
+    values = results.load("tol")["values"]
+    assert "tolerance" not in values["exact"]
+    assert values["bits"]["tolerance"] == {"rtol": 0.0, "atol": 1.0}
+    assert values["err"]["tolerance"] == {"rtol": 0.5, "atol": 1e-12}
+
+
+@pytest.mark.parametrize("kwargs", [{"rtol": -1e-9}, {"atol": float("nan")}, {"atol": float("inf")},
+                                    {"rtol": True}])
+def test_publish_refuses_bad_tolerance(results_tmp, kwargs):
+    results.record_parameters("tol", seed=0, glue=False)
+    with pytest.raises(InvalidInputError, match="must be a finite real number"):
+        results.publish("x", 1.0, glue=False, **kwargs)
+    assert "x" not in results.load("tol")["values"]
+
+
+def test_publish_refuses_tolerance_on_non_number(results_tmp):
+    results.record_parameters("tol", seed=0, glue=False)
+    with pytest.raises(InvalidInputError, match="real numbers only"):
+        results.publish("s", "text", glue=False, rtol=0.1)

@@ -219,7 +219,7 @@ def _format(value, fmt) -> str:
     return fmt.format(_plain(value))
 
 
-def publish(name, value, *, fmt=None, chapter=None, glue=True) -> None:
+def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=None) -> None:
     """Glue one cited number into the chapter and record it, with provenance, in the results JSON.
 
     Parameters
@@ -235,11 +235,18 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True) -> None:
         Chapter stem; defaults to the one given to :func:`record_parameters`.
     glue : bool, default=True
         Glue the text with ``myst_nb.glue`` (turn off outside notebooks).
+    rtol, atol : float, default=None
+        The precision the value really has across machines (BLAS kernels, thread counts, CPUs):
+        a re-run may give any ``x`` with ``|x - value| <= atol + rtol * |value|``. Leave both
+        unset for a value that is exact on every machine (counts, ranks, parameters, choices);
+        set them for rounding-level errors, bits of precision and solver iterates. They are stored
+        with the value as ``"tolerance": {"rtol": ..., "atol": ...}``.
 
     Raises
     ------
     InvalidInputError
-        If no chapter is known, the name is not a plain key, or the value is not serialisable.
+        If no chapter is known, the name is not a plain key, the value is not serialisable, or a
+        tolerance is negative, NaN, or given for a value that is not a real number.
 
     Examples
     --------
@@ -263,6 +270,7 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True) -> None:
     chapter = _check_name(chapter, "chapter")
     plain = _plain(value)
     text = _format(value, fmt)
+    tolerance = _tolerance(plain, rtol, atol)
     path = _path(chapter)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -270,12 +278,31 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True) -> None:
         same = chapter == _state["chapter"]
         data = _header(chapter, _state["parameters"] if same else {},
                        _state["seed"] if same else None) | {"values": {}}
-    data["values"][name] = {"value": plain, "text": text}
+    data["values"][name] = {"value": plain, "text": text} | ({"tolerance": tolerance} if tolerance else {})
     _write_atomic(path, data)
     if glue:
         from myst_nb import glue as _glue
 
         _glue(name, text, display=False)
+
+
+def _tolerance(plain, rtol, atol) -> dict | None:
+    """``{"rtol": r, "atol": a}`` from :func:`publish`'s arguments, or None for an exact value."""
+    if rtol is None and atol is None:
+        return None
+    if isinstance(plain, bool) or not isinstance(plain, (int, float)):
+        raise InvalidInputError(
+            f"rtol/atol apply to real numbers only; got a value of type {type(plain).__name__}. "
+            "Publish non-numbers without a tolerance."
+        )
+    out = {}
+    for key, tol in (("rtol", rtol), ("atol", atol)):
+        tol = 0.0 if tol is None else tol
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (float(tol) >= 0.0) \
+                or not np.isfinite(float(tol)):
+            raise InvalidInputError(f"{key}={tol!r} must be a finite real number >= 0.")
+        out[key] = float(tol)
+    return out
 
 
 def load(chapter: str) -> dict:
