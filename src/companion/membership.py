@@ -162,7 +162,7 @@ def _labels(oracle, X):
     return np.asarray(oracle(np.asarray(X, dtype=np.float64)[:, None, :]), dtype=np.float64)
 
 
-def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_margin=None, seed=0):
+def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, seed=0):
     """Recover ``W*`` and ``v* / ||v*||_inf`` of one head from ±1 labels, ``bits`` labels per entry.
 
     This book's learner for the membership-query setting (the paper's appendix, whose body we have
@@ -180,11 +180,13 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_margin=None, 
     verify : int, default=200
         Fresh random queries (lengths 1 to 8) on which the labels of the recovered head are
         compared with the oracle's; 0 skips the check. Counted in ``n_queries``, reported apart.
-    verify_margin : float, default=None
-        A disagreement counts only where the recovered head's margin ``|f_hat(X)|`` exceeds
-        ``verify_margin`` times its output scale ``max_i |x_i^T v_hat|`` (nearer the boundary a
-        ``bits``-bit estimate may legitimately disagree). ``None`` means ``d * 2**(8 - bits)``,
-        capped at 0.5 (a heuristic of this book).
+    verify_slack : float, default=2.0
+        A disagreement counts only where the recovered head's output ``|f_hat(X)|`` exceeds the
+        first-order error bound ``2 R**2 E_W s + R sqrt(d) 2**-bits`` times ``verify_slack``, with
+        ``R = max_i ||x_i||``, ``s = max_i |x_i^T v_hat|`` and
+        ``E_W = ||U^{-1}||_2**2 ||logit_halfwidth||_F`` (softmax weights move by at most
+        ``2 max_i |Delta s_i|`` in l1). Nearer the boundary a ``bits``-bit estimate may
+        legitimately disagree. The bound and the slack are this book's.
     seed : int, default=0
         Seed of the verification queries.
 
@@ -196,7 +198,8 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_margin=None, 
         :func:`membership_query_count` plus ``verify``. ``diagnostics``: ``bits``, ``p`` (index of
         the largest ``|v_i|``), ``n_support``, ``n_queries_v``, ``n_queries_W``,
         ``logit_halfwidth`` (``(d, d)``: the final bisection half-width ``S 2**-bits`` of each
-        logit), ``probes`` (``(d, d)``), ``n_verify_disagreements`` and ``verify_margin``.
+        logit), ``probes`` (``(d, d)``) and, with ``verify``, ``n_verify_disagreements`` (labels that
+        differ within the error bound, allowed).
 
     Raises
     ------
@@ -242,9 +245,7 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_margin=None, 
     bits = check_int(bits, "bits", minimum=1, maximum=52)
     verify = check_int(verify, "verify", minimum=0)
     seed = check_int(seed, "seed", minimum=0)
-    if verify_margin is None:
-        verify_margin = min(0.5, d * 2.0 ** (8 - bits))
-    verify_margin = check_real(verify_margin, "verify_margin", minimum=0.0)
+    verify_slack = check_real(verify_slack, "verify_slack", minimum=0.0)
     oracle.require(membership_query_count(d, bits) + verify, learner="learn_membership")
     start = oracle.n_queries
     E = np.eye(d)
@@ -312,16 +313,16 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_margin=None, 
     message = (f"recovered W and v / ||v||_inf from {n_v + n_W} labels "
                f"({bits} bisection steps per entry)")
     if verify:
-        diagnostics["n_verify_disagreements"] = _verify_labels(oracle, W, r, verify, verify_margin,
-                                                               seed)
-        diagnostics["verify_margin"] = verify_margin
+        E_W = float(np.linalg.norm(Uinv, 2) ** 2 * np.linalg.norm(diagnostics["logit_halfwidth"]))
+        diagnostics["n_verify_disagreements"] = _verify_labels(
+            oracle, W, r, verify, E_W, bits, verify_slack, seed)
         message += f"; verified on {verify} fresh queries"
     return Recovery(W=W, v=r, n_queries=oracle.n_queries - start, message=message,
                     diagnostics=diagnostics)
 
 
-def _verify_labels(oracle, W, v, n, margin, seed):
-    """Compare labels on ``n`` fresh queries; raise on a disagreement where ``|f_hat|`` exceeds the margin."""
+def _verify_labels(oracle, W, v, n, E_W, bits, slack, seed):
+    """Compare labels on ``n`` fresh queries; raise on a disagreement outside the error bound."""
     from .attention import SingleHead
 
     d = W.shape[0]
@@ -329,14 +330,15 @@ def _verify_labels(oracle, W, v, n, margin, seed):
     X = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(1, 9, size=n)]
     y = np.asarray(oracle(X), dtype=np.float64)
     f_hat = SingleHead(W, v)(X)
+    R = np.array([np.max(np.linalg.norm(x, axis=1)) for x in X])
     scale = np.array([np.max(np.abs(x @ v)) for x in X])
-    mine = np.where(f_hat >= 0.0, 1.0, -1.0)
-    disagree = mine != y
-    clear = np.abs(f_hat) > margin * scale
-    if np.any(disagree & clear):
-        k = int(np.flatnonzero(disagree & clear)[0])
+    bound = slack * (2.0 * R**2 * E_W * scale + R * np.sqrt(d) * 2.0**-bits)
+    disagree = np.where(f_hat >= 0.0, 1.0, -1.0) != y
+    clear = disagree & (np.abs(f_hat) > bound)
+    if np.any(clear):
+        k = int(np.flatnonzero(clear)[0])
         raise OracleInconsistentError(
-            f"on {n} fresh queries the recovered head's label disagrees with the oracle's where its "
-            f"margin |f_hat|/scale = {abs(f_hat[k]) / scale[k]:.3g} exceeds {margin:.3g}: the oracle "
-            "is not a single head with threshold 0.")
+            f"on {n} fresh queries the recovered head's label disagrees with the oracle's where "
+            f"|f_hat| = {abs(f_hat[k]):.3g} exceeds its error bound {bound[k]:.3g}: the oracle is "
+            "not a single head with threshold 0 (or W_max is wrong).")
     return int(np.sum(disagree))
