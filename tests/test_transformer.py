@@ -54,7 +54,8 @@ def test_learn_one_layer_recovers_W_and_the_canonical_ffn(d, m):
     assert err["direction_error"] < 1e-11 and err["weight_error"] < 1e-10
     assert err["bits"] > 40
     assert rec.n_queries == oracle.n_queries
-    assert rec.diagnostics["n_queries_attention"] == 2 * (d + d * d)
+    assert rec.diagnostics["n_queries_attention"] == 2 * d * d   # the d length-1 queries reuse the FFN's [+-e_j]
+    assert rec.diagnostics["n_reused"] == 2 * d
     assert rec.n_queries == rec.diagnostics["n_queries_ffn"] + rec.diagnostics["n_queries_attention"]
     assert rec.diagnostics["v_mismatch"] < 1e-12
 
