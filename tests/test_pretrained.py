@@ -504,4 +504,4 @@ def test_learner_on_bert_computation_recovers_the_homogeneous_head():
     # The recovered head reproduces BERT's output on fresh sequences.
     X = np.random.default_rng(11).standard_normal((50, 6, 384))
     bert = P.bert_attention_output(X, 0, head=4)
-    assert _ref_gap(SingleHead(rec.W, rec.v)(P.homogeneous(X)), bert) < 1e-12
+    assert _ref_gap(SingleHead(rec.W, rec.v)(P.homogeneous(X)), bert) < 1e-11
