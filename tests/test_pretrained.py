@@ -362,3 +362,148 @@ def test_learner_recovers_the_identifiable_part_of_random_heads(d, seed, scale, 
     assert rec.n_queries == (d + 1) ** 2 + rec.diagnostics["n_requeries"] == oracle.n_queries
     np.testing.assert_allclose(rec.W[:d], target.W[:d], rtol=0, atol=1e-8 * max(1.0, np.abs(target.W).max()))
     np.testing.assert_allclose(rec.v, target.v, rtol=0, atol=1e-13)
+
+
+# ----------------------------------------------------------------------------- BERT's own computation
+
+EPS32 = 2.0 ** -23          # float32 machine epsilon
+REF64_RTOL = 1e-12          # float64 reference: both sides float64 on the same float32 weights
+REF32_EPS = 16              # float32 reference: within 16 float32 epsilons of max |output|
+
+
+def _ref_gap(ours, ref):
+    """max |ours - ref| / max |ref|."""
+    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+
+
+def test_reference_file_provenance():
+    ref = P.load_reference()
+    meta = ref["meta"]
+    assert meta["layer"] == 0 and meta["safetensors_sha256"] == P.SAFETENSORS_SHA256
+    assert meta["transformers"] == "5.24.0" and meta["torch"].startswith("2.13.0")
+    assert meta["attn_implementation"] == "eager"
+    assert sorted(ref["groups"]) == ["len1", "len2", "len7"]
+    for name, n in (("len1", 1), ("len2", 2), ("len7", 7)):
+        g = ref["groups"][name]
+        assert g["x"].shape == (3, n, 384) and g["x"].dtype == np.float32
+        assert g["f64_all"].shape == (3, 384) and g["f64_all"].dtype == np.float64
+        assert g["f64_heads"].shape == (12, 3, 384) and g["f32_all"].dtype == np.float32
+    # The learner's first queries: the zero token and basis tokens.
+    assert not np.any(ref["groups"]["len1"]["x"][0]) and ref["groups"]["len1"]["x"][1, 0, 0] == 1.0
+
+
+def test_load_reference_errors(tmp_path):
+    with pytest.raises(InvalidInputError, match="not found"):
+        P.load_reference(tmp_path / "none.npz")
+    np.savez(tmp_path / "bad.npz", meta=np.array("{}"), x_len1=np.zeros((1, 1, 384)))
+    with pytest.raises(InvalidInputError, match="lacks the array"):
+        P.load_reference(tmp_path / "bad.npz")
+
+
+def test_bert_layout_matches_transformers_in_float64():
+    """The full layer and each masked head agree with transformers' BertModel (float64) to 1e-12."""
+    worst = 0.0
+    for g in P.load_reference()["groups"].values():
+        X = g["x"].astype(np.float64)
+        worst = max(worst, _ref_gap(P.bert_attention_vector(X, 0), g["f64_all"]))
+        for h in range(12):
+            worst = max(worst, _ref_gap(P.bert_attention_vector(X, 0, head=h), g["f64_heads"][h]))
+    assert worst < REF64_RTOL
+
+
+def test_bert_layout_matches_transformers_in_float32_to_float32_precision():
+    gaps = []
+    for g in P.load_reference()["groups"].values():
+        ours = P.bert_attention_vector(g["x"].astype(np.float64), 0)
+        gaps.append(_ref_gap(ours, g["f32_all"].astype(np.float64)) / EPS32)
+    assert max(gaps) < REF32_EPS
+    # The float32 reference really is a float32 computation (not float64 in disguise).
+    assert max(gaps) > 1.0
+
+
+def test_reference_comparison_detects_a_small_change():
+    """A relative change of 1e-9 in the query bias or in the 1/sqrt(32) scale fails the 1e-12 check."""
+    g = P.load_reference()["groups"]["len7"]
+    X = g["x"].astype(np.float64)
+    arrays = list(P._bert_layer(0, None))
+    assert _ref_gap(P._bert_vector(X, arrays, list(range(12))), g["f64_all"]) < REF64_RTOL
+    changed = list(arrays)
+    changed[1] = arrays[1] * (1 + 1e-9)                       # b_Q
+    assert _ref_gap(P._bert_vector(X, changed, list(range(12))), g["f64_all"]) > REF64_RTOL
+    changed = list(arrays)
+    changed[0] = arrays[0] * (1 + 1e-9)                       # W_Q, the same as rescaling 1/sqrt(32)
+    changed[1] = arrays[1] * (1 + 1e-9)
+    assert _ref_gap(P._bert_vector(X, changed, list(range(12))), g["f64_all"]) > REF64_RTOL
+
+
+def test_key_bias_cancels_in_the_softmax():
+    """b_K adds the same number to every score of a sequence: any b_K gives the reference output."""
+    g = P.load_reference()["groups"]["len7"]
+    X = g["x"].astype(np.float64)
+    arrays = list(P._bert_layer(0, None))
+    arrays[3] = np.random.default_rng(0).standard_normal(384) * 10.0      # b_K of all 12 heads
+    assert _ref_gap(P._bert_vector(X, arrays, list(range(12))), g["f64_all"]) < REF64_RTOL
+    # ... while the same change to b_Q does not cancel.
+    arrays = list(P._bert_layer(0, None))
+    arrays[1] = arrays[1] + np.random.default_rng(0).standard_normal(384) * 10.0
+    assert _ref_gap(P._bert_vector(X, arrays, list(range(12))), g["f64_all"]) > 1e-3
+
+
+def test_key_bias_is_small_in_every_head():
+    """||b_K|| is in [0.0014, 0.0096] over all 72 heads, ||b_Q|| in [0.24, 3.98] (chapter 07)."""
+    w = P.load_weights()
+    nk = np.linalg.norm(w["k_bias"].astype(np.float64), axis=-1)
+    nq = np.linalg.norm(w["q_bias"].astype(np.float64), axis=-1)
+    assert nk.shape == (6, 12)
+    assert 0.00141 < nk.min() < 0.00142 and 0.00958 < nk.max() < 0.00959
+    assert 0.242 < nq.min() < 0.243 and 3.978 < nq.max() < 3.979
+
+
+def test_bert_attention_vector_and_output_agree():
+    X = np.random.default_rng(7).standard_normal((4, 3, 384))
+    c = P.default_readout()
+    for head in (None, 5):
+        vec = P.bert_attention_vector(X, 1, head=head)
+        assert vec.shape == (4, 384)
+        assert np.max(np.abs(vec @ c - P.bert_attention_output(X, 1, head=head))) < 1e-14
+    assert P.bert_attention_vector(X[0], 1).shape == (384,)
+    with pytest.raises(InvalidInputError, match="head=12"):
+        P.bert_attention_vector(X, 1, head=12)
+    with pytest.raises(InvalidInputError, match="layer=6"):
+        P.bert_attention_vector(X, 6)
+
+
+def test_bert_target_checks_homogeneous_tokens():
+    target = P.BertAttentionTarget(0, 3)
+    assert target.d == 385 and "head=3" in repr(target)
+    X = P.homogeneous(np.random.default_rng(0).standard_normal((2, 4, 384)))
+    assert np.max(np.abs(target(X) - P.bert_attention_output(X[..., :384], 0, head=3))) == 0.0
+    assert isinstance(target(X[0]), float)
+    X[1, 2, -1] = 1.0 + 1e-12                 # just outside: not exactly 1
+    with pytest.raises(InvalidInputError, match=r"1 token\(s\) have last coordinate != 1"):
+        target(X)
+    with pytest.raises(InvalidInputError, match=r"X must have shape \(N, 385\)"):
+        target(np.ones((2, 384)))
+    with pytest.raises(InvalidInputError, match=r"X must have shape \(N, 385\)"):
+        target(np.ones((2, 0, 385)))
+    with pytest.raises(InvalidInputError, match="X must be a real array"):
+        target([["a"]])
+    with pytest.raises(InvalidInputError, match="head=12"):
+        P.BertAttentionTarget(0, 12)
+    full = P.BertAttentionTarget(2, None)
+    assert "all 12 heads" in repr(full)
+    Xh = P.homogeneous(np.random.default_rng(1).standard_normal((3, 5, 384)))
+    assert np.max(np.abs(full(Xh) - P.bert_attention_output(Xh[..., :384], 2))) == 0.0
+
+
+def test_learner_on_bert_computation_recovers_the_homogeneous_head():
+    """Theorem 4.1 on BERT's own computation: the (d + 1)^2 answers give W~ and v~ to rounding."""
+    oracle = ValueQueryOracle(P.BertAttentionTarget(0, 4))
+    rec = P.learn_homogeneous_head(oracle)
+    assert oracle.n_queries == rec.n_queries == 385**2
+    err = P.homogeneous_errors(rec, P.load_head(0, 4))
+    assert err["W"] < 1e-11 and err["v"] < 1e-13
+    # The recovered head reproduces BERT's output on fresh sequences.
+    X = np.random.default_rng(11).standard_normal((50, 6, 384))
+    bert = P.bert_attention_output(X, 0, head=4)
+    assert _ref_gap(SingleHead(rec.W, rec.v)(P.homogeneous(X)), bert) < 1e-11
