@@ -19,8 +19,8 @@ from companion.robust import (LIPSCHITZ_6_1, TAU_CLIP, best_scale, clipped_logit
 
 def _oracle(head, tau, noise, seed=0):
     if noise == "round":
-        # the fewest digits whose rounding bound 0.5 * 10**(1 - k) is within tau
-        k = int(np.ceil(1 - np.log10(2 * tau)))
+        # the fewest digits whose rounding bound 0.5 * 10**(-k) (|f*| <= 1) is within tau
+        k = int(np.ceil(-np.log10(2 * tau)))
         return ApproxValueQueryOracle(head, None, noise="round", digits=k)
     return ApproxValueQueryOracle(head, tau, noise=noise, seed=seed)
 
