@@ -506,3 +506,20 @@ def test_lstsq_bound_holds_on_random_instances(noise):
     # the bound is not vacuous: against the adversary it is within a factor 10 of the error
     if noise == "worst":
         assert worst_ratio > 0.1
+
+
+def test_theorem_6_2_slack_is_in_the_constant_not_in_d():
+    # chapter 5: the proof's own steps give ~14.1 W_max^2 tau / mu per entry against the stated 80
+    # (a factor 0.176 at W_max = 4), and an adversarial target (every |v_i| = mu) against the
+    # "worst" oracle reaches 0.12-0.14 of the guarantee whatever d
+    mu, W_max, tau = 0.1, 4.0, 1e-6
+    e_sharp = entry_error_bound(1 / W_max, tau=tau, mu=mu, W_max=W_max)
+    assert e_sharp * mu / (tau * W_max**2) == pytest.approx(14.1, abs=0.05)
+    for d in (4, 8, 16):
+        assert d * e_sharp / guaranteed_error(tau, mu=mu, W_max=W_max, d=d)[0] == pytest.approx(0.176, abs=5e-4)
+        W = random_margin_head(d, W_max=W_max, mu=mu, seed=d).W
+        signs = np.where(np.random.default_rng(d).random(d) < 0.5, -1.0, 1.0)
+        h = SingleHead(W, mu * signs)
+        rec = learn_robust(ApproxValueQueryOracle(h, tau, noise="worst"), W_max=W_max, mu=mu)
+        ratio = np.linalg.norm(rec.W - h.W) / guaranteed_error(tau, mu=mu, W_max=W_max, d=d)[0]
+        assert 0.115 < ratio < 0.145
