@@ -7,8 +7,9 @@ same head, oracle and dimension, run in the same process.
 
 With --minilm it instead runs noisy low-rank recovery (learn_low_rank_noisy, rank 32) on MiniLM
 head L3H5 served in float16 and bfloat16 (chapter 5's settings: W_max = 13, m = 3 r(2d - r),
-seed 0; minutes per run) and saves the rows, with the commit and library hash, to
-benchmarks/results/minilm_noisy_lowrank.json, which chapter 5 cites when minilm_noisy is False.
+seed 0; the same computation as chapter 5 with minilm_noisy = True; each weighted Gauss-Newton
+step is an LSQR solve over 70,656 measurements and 24,576 unknowns, so expect hours on one core)
+and saves the rows, with the commit and library hash, to benchmarks/results/minilm_noisy_lowrank.json.
 """
 
 import json
@@ -60,7 +61,7 @@ MINILM_OUT = Path(__file__).resolve().parent / "results" / "minilm_noisy_lowrank
 
 
 def minilm():
-    """Noisy low-rank recovery of real MiniLM heads behind 16-bit oracles; saved for chapter 5."""
+    """Noisy low-rank recovery of real MiniLM heads behind 16-bit oracles (chapter 5, minilm_noisy)."""
     from companion import pretrained, results
     from companion.robust import learn_low_rank_noisy
 
