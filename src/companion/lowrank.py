@@ -790,7 +790,8 @@ def recovery_trial(d, r, ratio, *, method, seed, threshold=1e-6, design="rop") -
     check_choice(method, "method", ("nuclear", "rgn"))
     check_choice(design, "design", DESIGNS)
     if design == "gaussian" and method != "nuclear":
-        raise InvalidInputError(f"design='gaussian' is solved by method='nuclear' only; got method={method!r}.")
+        raise InvalidInputError(
+            f"design='gaussian' is solved by method='nuclear' only; got method={method!r}.")
     m = int(np.ceil(check_real(ratio, "ratio", minimum=0.0, strict=True) * degrees_of_freedom(d, r)))
     head = random_single_head(d, rank=r, seed=seed)
     if design == "gaussian":
@@ -903,7 +904,8 @@ def transition_point(ratios, rates, level=0.5) -> float:
     q = np.asarray(ratios, dtype=np.float64)
     p = np.asarray(rates, dtype=np.float64)
     if q.shape != p.shape or q.ndim != 1 or np.any(np.diff(q) <= 0):
-        raise InvalidInputError(f"ratios must be increasing and match rates; got {q.shape=}, {p.shape=}.")
+        raise InvalidInputError(
+            f"ratios must be increasing and match rates; got {q.shape=}, {p.shape=}.")
     hit = np.flatnonzero(p >= level)
     if hit.size == 0:
         return float("nan")
@@ -949,9 +951,9 @@ def nuclear_statistical_dimension(d, r, *, n_samples=400, seed=0) -> float:
     ``r (2d - r) + r tau^2``) plus the distance from ``G'`` to the spectral-norm ball of radius
     ``tau``, ``sum_i (sigma_i(G') - tau)_+^2``. [1]_ bound the statistical dimension above by the
     infimum over ``tau`` of the expectation, with an error at most
-    ``2 sup ||s||_F / ||X / ||X||_F||_* <= 2 sqrt(d)`` (their Theorem 4.3). The prediction is for
-    measurements ``<G_k, W>`` with i.i.d. Gaussian matrices; rank-one projections are not of that
-    kind, so it is a yardstick for them, not a theorem.
+    ``2 sup ||s||_F / ||X / ||X||_F||_* <= 2 sqrt(d)`` (their error bound for this recipe, §4).
+    The prediction is for measurements ``<G_k, W>`` with i.i.d. Gaussian matrices; rank-one
+    projections are not of that kind, so it is a yardstick for them, not a theorem.
 
     References
     ----------

@@ -724,8 +724,8 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     ``y = f + e`` and ``Delta = v_hat - v*``,
     ``alpha_hat - sigma(t*) = (e - a Delta_j - sigma(t*) b u_i^T Delta) / (b u_i^T v_hat)``, and
     ``|u_i^T Delta| <= ||u_i||_1 delta_v <= 2 delta_v``, ``sigma(t*) <= sigma(x_b)``. Clipping to
-    ``[sigma(-x_b), sigma(x_b)]``, which holds ``sigma(t*)``, is 1-Lipschitz, and ``sigma^-1`` has slope at
-    most ``1 / (sigma(x_b) sigma(-x_b))`` there (Lemma 6.1's argument); dividing by ``a b`` gives
+    ``[sigma(-x_b), sigma(x_b)]``, which holds ``sigma(t*)``, is 1-Lipschitz, and ``sigma^-1`` has
+    slope at most ``1 / (sigma(x_b) sigma(-x_b))`` there (Lemma 6.1's argument); dividing by ``a b`` gives
     the error ``eps`` of one pass's estimate of ``T_ij = u_i^T W* e_j``. The weighted mean of the
     passes errs by at most the largest pass error. Finally ``W_ij = T_ij - s_i T_pj`` is exact for
     the true ``T``, whatever the signs ``s_i``, so its error is at most ``2 eps``. No entry of ``v*``
@@ -813,7 +813,9 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     row_err = np.max(_lstsq_logit_error(all_b[None, :], tau, v_noise, np.abs(uv)[:, None], W_max,
                                         a=a), axis=1)
     entry = row_err + np.where(np.arange(d) == p, 0.0, row_err[p])
-    eps_W_bound = float(np.sqrt(d) * np.linalg.norm(entry)) * (2.0 if rank is not None and rank < d else 1.0)
+    eps_W_bound = float(np.sqrt(d) * np.linalg.norm(entry))
+    if rank is not None and rank < d:
+        eps_W_bound *= 2.0                 # Eckart-Young: the truncation at most doubles it
     diagnostics = {"pivot": p, "signs": s, "scales": bs, "v_scales": c, "n_clipped": n_clipped,
                    "tau": tau, "rank": rank, "eps_W_bound": eps_W_bound,
                    "eps_v_bound": float(np.sqrt(d) * v_noise)}
