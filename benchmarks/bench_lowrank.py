@@ -1,12 +1,15 @@
 """Benchmark of the low-rank learners (§5): queries, relative errors and seconds against d.
 
-Run:  .venv/bin/python benchmarks/bench_lowrank.py [--quick] [--no-real] [--phase]
+Run:  .venv/bin/python benchmarks/bench_lowrank.py [--quick] [--no-real] [--phase] [--statdim]
 
 One table: for every (d, r), every learner on the same random rank-r head, with the Theorem 4.1
 learner (d + d^2 queries) as the baseline run in the same process; the ratio columns are queries
 and seconds against that baseline. cvxpy (nuclear norm) only at d <= 60. Then the MiniLM heads
 (companion.pretrained, bias=False: d = 384, rank 32), and with --phase the success rate of RGN at
-m = 2 r(2d - r) over several seeds.
+m = 2 r(2d - r) over several seeds. With --statdim, a heavier version of chapter 4's phase
+transition (larger (d, r), 20 independent heads per point): the 50% point of nuclear-norm recovery
+from rank-one projections and from Gaussian-matrix measurements, in units of the statistical
+dimension delta (Amelunxen, Lotz, McCoy & Tropp 2014), and where every trial succeeds.
 
 Targets (issue 4):
 * sketch: relative error <= 1e-8 with at most 1.05 (r(2d - r) + d) queries at d = 384, r = 32,
@@ -91,7 +94,30 @@ def phase(d_values=(100, 200, 400), r=5, n_seeds=20, C=2.0):
         print(f"d = {d:>4}: {ok}/{n_seeds} exact, {time.perf_counter() - t0:.1f} s")
 
 
+def statdim(cases=((16, 1), (16, 2), (20, 2), (20, 4)), n_trials=20, seed=0,
+            ratios=(1.0, 1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.2, 2.5, 3.0)):
+    from companion.lowrank import nuclear_statistical_dimension, phase_transition, transition_point
+
+    print(f"\nnuclear-norm phase transition vs the statistical dimension, {n_trials} heads per point")
+    print(f"{'design':<9} {'d':>3} {'r':>3} {'delta/dof':>9} {'m50/delta':>9} {'m all/delta':>11} {'seconds':>8}")
+    for design in ("rop", "gaussian"):
+        for d, r in cases:
+            t0 = time.perf_counter()
+            rates = phase_transition([(d, r)], list(ratios), method="nuclear", design=design,
+                                     n_trials=n_trials, seed=seed)[(d, r)]
+            dof = degrees_of_freedom(d, r)
+            delta = nuclear_statistical_dimension(d, r, seed=seed)
+            m50 = transition_point(list(ratios), rates) * dof / delta
+            full = [q for i, q in enumerate(ratios) if all(p == 1.0 for p in rates[i:])]
+            m_all = (full[0] * dof / delta) if full else float("nan")
+            print(f"{design:<9} {d:>3} {r:>3} {delta / dof:>9.3f} {m50:>9.3f} {m_all:>11.3f} "
+                  f"{time.perf_counter() - t0:>8.1f}", flush=True)
+
+
 def main(argv):
+    if "--statdim" in argv:
+        statdim()
+        return
     quick = "--quick" in argv
     sizes = [(20, 2), (60, 3), (100, 5)] if quick else [(20, 2), (60, 3), (100, 5), (200, 10),
                                                          (384, 32)]

@@ -284,3 +284,69 @@ def test_phase_transition_runs_through_the_sweep_runner(results_tmp):
     assert len(saved["rows"]) == 6 and saved["rows"][0]["m"] == 11
     trial = recovery_trial(6, 1, 3.0, method="rgn", seed=1003)
     assert trial["exact"] and trial["n_queries"] == 6 + 33 and trial["rel_error_W"] < 1e-10
+
+
+# ------------------------------------------------------------------------------------------
+# Phase transition: independent heads, the 50% point, the statistical dimension
+# ------------------------------------------------------------------------------------------
+
+def test_phase_transition_draws_an_independent_head_per_trial(monkeypatch):
+    from companion import lowrank
+
+    seen = []
+
+    def fake_trial(d, r, ratio, *, method, seed, design="rop"):
+        seen.append((d, r, ratio, seed))
+        return {"m": 1, "n_queries": 1, "rel_error_W": 0.0, "exact": ratio > 1.5}
+
+    monkeypatch.setattr(lowrank, "recovery_trial", fake_trial)
+    rates = lowrank.phase_transition([(6, 1), (8, 2)], [1.0, 2.0], method="rgn", n_trials=3, seed=0)
+    assert rates == {(6, 1): [0.0, 1.0], (8, 2): [0.0, 1.0]}
+    seeds = [s for *_, s in seen]
+    assert len(seen) == 12 and len(set(seeds)) == 12            # no head reused across ratios
+    again = lowrank.phase_transition([(6, 1)], [1.0, 2.0], method="rgn", n_trials=3, seed=0)
+    assert again == {(6, 1): [0.0, 1.0]} and [s for *_, s in seen[12:]] == seeds[:6]   # reproducible
+
+
+def test_transition_point():
+    from companion.lowrank import transition_point
+
+    assert transition_point([1.0, 2.0, 3.0], [0.0, 0.2, 0.8]) == pytest.approx(2.5)
+    assert transition_point([1.0, 2.0], [0.6, 1.0]) == 1.0
+    assert np.isnan(transition_point([1.0, 2.0], [0.0, 0.49]))
+    assert transition_point([1.0, 2.0], [0.0, 0.5]) == 2.0                 # just reaches the level
+    with pytest.raises(InvalidInputError, match="increasing"):
+        transition_point([2.0, 1.0], [0.0, 1.0])
+
+
+def test_nuclear_statistical_dimension_against_a_closed_form():
+    # r = d - 1: G' is 1 x 1, E (|g| - tau)_+^2 = 2 ((1 + tau^2) Q(tau) - tau phi(tau))
+    from scipy.optimize import minimize_scalar
+    from scipy.stats import norm
+
+    from companion.lowrank import degrees_of_freedom, nuclear_statistical_dimension
+
+    d, r = 5, 4
+    dof = degrees_of_freedom(d, r)
+
+    def J(tau):
+        return dof + r * tau**2 + 2 * ((1 + tau**2) * norm.sf(tau) - tau * norm.pdf(tau))
+
+    exact = minimize_scalar(J, bounds=(0, 5), method="bounded").fun
+    est = nuclear_statistical_dimension(d, r, n_samples=20_000, seed=1)
+    assert est == pytest.approx(exact, rel=2e-3)
+    assert nuclear_statistical_dimension(3, 3) == 9.0                       # full rank: the whole space
+    # the values chapter 4 compares with: delta / r(2d - r) at (8, 1), (8, 2), (12, 2)
+    ratios = [nuclear_statistical_dimension(dd, rr, seed=0) / degrees_of_freedom(dd, rr)
+              for dd, rr in [(8, 1), (8, 2), (12, 2)]]
+    np.testing.assert_allclose(ratios, [1.798, 1.511, 1.684], atol=0.01)
+
+
+def test_gaussian_design_reference():
+    from companion.lowrank import recovery_trial
+
+    ok = recovery_trial(6, 1, 3.0, method="nuclear", seed=0, design="gaussian")
+    assert ok["exact"] and ok["n_queries"] == 0 and ok["m"] == 33
+    assert not recovery_trial(6, 1, 1.0, method="nuclear", seed=0, design="gaussian")["exact"]
+    with pytest.raises(InvalidInputError, match="design='gaussian'"):
+        recovery_trial(6, 1, 3.0, method="rgn", seed=0, design="gaussian")

@@ -162,3 +162,35 @@ def test_property_uniform_within_tau(tau, seed, b):
     X = np.random.default_rng(seed).standard_normal((b, 2, 2))
     y = ApproxValueQueryOracle(head, tau, seed=seed)(X)
     assert np.all(np.abs(y - head(X)) <= tau)
+
+
+@pytest.mark.parametrize("digits", [1, 2, 3, 4, 6, 9])
+def test_round_default_tau_is_the_rounding_error_below_one(digits):
+    # §6 has |f*| <= 1; rounding y in (-1, 1) to k significant digits moves it by at most
+    # 0.5 * 10**-k (not 0.5 * 10**(1 - k), the bound for |y| < 10, ten times larger)
+    from companion.oracles import round_tau
+
+    y = np.random.default_rng(digits).uniform(-1, 1, 200_000)
+    y = np.concatenate([y, 0.1 + 10.0 ** -digits * (np.arange(1, 200) - 0.5),   # near half-units
+                        [0.99999999, -0.99999999, 1.0, -1.0]])
+    y = y[np.abs(y) <= 1.0]
+    largest = float(np.max(np.abs(round_significant(y, digits) - y)))
+    tau = ApproxValueQueryOracle(SingleHead(np.zeros((1, 1)), np.array([0.5])), None,
+                                 noise="round", digits=digits).tau
+    assert tau == round_tau(digits)
+    assert largest <= tau <= 2 * largest
+    assert abs(tau - 0.5 * 10.0 ** -digits) <= 2.0 ** -50
+
+
+def test_round_default_tau_contract_at_the_scale_edge():
+    # |f*| just below 1 is within the default tau; |f*| above 1 can move by 10x more and is refused
+    from companion.oracles import round_tau
+
+    head = SingleHead(np.zeros((1, 1)), np.array([0.99996]))
+    assert ApproxValueQueryOracle(head, None, noise="round", digits=4)(np.ones((1, 1))) == 1.0
+    assert round_tau(4) >= abs(1.0 - 0.99996)
+    big = SingleHead(np.zeros((1, 1)), np.array([1.2345]))
+    with pytest.raises(OracleInconsistentError, match=r"moves it by .* > tau"):
+        ApproxValueQueryOracle(big, None, noise="round", digits=4)(np.ones((1, 1)))
+    ok = ApproxValueQueryOracle(big, 0.5 * 10.0 ** (1 - 4), noise="round", digits=4)
+    assert ok(np.ones((1, 1))) == pytest.approx(1.234)

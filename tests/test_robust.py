@@ -19,8 +19,8 @@ from companion.robust import (LIPSCHITZ_6_1, TAU_CLIP, best_scale, clipped_logit
 
 def _oracle(head, tau, noise, seed=0):
     if noise == "round":
-        # the fewest digits whose rounding bound 0.5 * 10**(1 - k) is within tau
-        k = int(np.ceil(1 - np.log10(2 * tau)))
+        # the fewest digits whose rounding bound 0.5 * 10**(-k) (|f*| <= 1) is within tau
+        k = int(np.ceil(-np.log10(2 * tau)))
         return ApproxValueQueryOracle(head, None, noise="round", digits=k)
     return ApproxValueQueryOracle(head, tau, noise=noise, seed=seed)
 
@@ -442,3 +442,85 @@ def test_lstsq_learner_refuses_a_zero_value_vector():
     head = SingleHead(np.eye(3), np.zeros(3))
     with pytest.raises(NotIdentifiableError, match=r"v\* may be 0"):
         learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4, seed=2), W_max=4.0)
+
+
+# ------------------------------------------------------------------------------------------
+# The guarantee of learn_robust_lstsq (this book's bound, in terms of ||v*||_inf)
+# ------------------------------------------------------------------------------------------
+
+def test_lstsq_error_bound_formula_by_hand():
+    from scipy.special import expit
+
+    from companion.robust import lstsq_error_bound
+
+    tau, V, W_max, d, b, a = 1e-5, 0.4, 3.0, 4, 0.2, 0.5
+    x = np.sqrt(2) * a * b * W_max
+    eps = (tau + (a + 2 * b * expit(x)) * tau) / (b * (V - tau)) / (expit(x) * expit(-x)) / (a * b)
+    # R = 1, d = 4: the pivot row gets ceil(sqrt(4)) - 1 = 1 extra pass at b (1 - 0.1)
+    b2 = b * (1 - 0.3 / 3)
+    x2 = np.sqrt(2) * a * b2 * W_max
+    eps2 = (tau + (a + 2 * b2 * expit(x2)) * tau) / (b2 * (V - tau)) / (expit(x2) * expit(-x2)) / (a * b2)
+    eps_W, eps_v = lstsq_error_bound(tau, v_inf=V, W_max=W_max, d=d, scale=b)
+    assert eps_W == pytest.approx(max(eps, eps2) * np.sqrt(d * (4 * d - 3)), rel=1e-12)
+    assert eps_v == pytest.approx(np.sqrt(d) * tau, rel=1e-12)
+    assert lstsq_error_bound(tau, v_inf=V, W_max=W_max, d=d, scale=b, rank=2)[0] == pytest.approx(2 * eps_W)
+
+
+def test_lstsq_error_bound_threshold():
+    from companion.robust import lstsq_error_bound
+
+    tau = 1e-3
+    assert lstsq_error_bound(tau, v_inf=2 * tau, W_max=2.0, d=3)[0] == np.inf          # just outside
+    assert np.isfinite(lstsq_error_bound(tau, v_inf=2.001 * tau, W_max=2.0, d=3)[0])  # just inside
+
+
+@pytest.mark.parametrize("noise", ["uniform", "worst", "round"])
+def test_lstsq_bound_holds_on_random_instances(noise):
+    from companion.robust import lstsq_error_bound
+
+    worst_ratio = 0.0
+    for d in (2, 4, 7):
+        for seed in range(4):
+            rng = np.random.default_rng(seed)
+            r = int(rng.integers(1, d + 1))
+            h = random_single_head(d, rank=r, seed=seed, W_norm=float(rng.uniform(0.5, 4.0)),
+                                   v_norm=float(rng.uniform(0.3, 1.0)))
+            if seed % 2:                        # no margin: one entry of v* almost 0
+                v = h.v.copy()
+                v[int(rng.integers(d))] = 1e-9
+                h = SingleHead(h.W, v)
+            W_max = float(np.linalg.norm(h.W)) * float(rng.uniform(1.0, 1.5))
+            for R in (1, 2):
+                for rank in (None, r):
+                    o = _oracle(h, 1e-4, noise, seed=seed)
+                    tau = o.tau
+                    rec = learn_robust_lstsq(o, W_max=W_max, repeats=R, rank=rank)
+                    err_W = np.linalg.norm(rec.W - h.W)
+                    err_v = np.linalg.norm(rec.v - h.v)
+                    eps_W, eps_v = lstsq_error_bound(tau, v_inf=float(np.max(np.abs(h.v))),
+                                                     W_max=W_max, d=d, repeats=R, rank=rank)
+                    assert err_W <= rec.diagnostics["eps_W_bound"] <= eps_W * (1 + 1e-9)
+                    assert err_v <= rec.diagnostics["eps_v_bound"] * (1 + 1e-9) + 1e-15
+                    assert rec.diagnostics["eps_v_bound"] <= eps_v * (1 + 1e-9)
+                    worst_ratio = max(worst_ratio, err_W / eps_W)
+    # the bound is not vacuous: against the adversary it is within a factor 10 of the error
+    if noise == "worst":
+        assert worst_ratio > 0.1
+
+
+def test_theorem_6_2_slack_is_in_the_constant_not_in_d():
+    # chapter 5: the proof's own steps give ~14.1 W_max^2 tau / mu per entry against the stated 80
+    # (a factor 0.176 at W_max = 4), and an adversarial target (every |v_i| = mu) against the
+    # "worst" oracle reaches 0.12-0.14 of the guarantee whatever d
+    mu, W_max, tau = 0.1, 4.0, 1e-6
+    e_sharp = entry_error_bound(1 / W_max, tau=tau, mu=mu, W_max=W_max)
+    assert e_sharp * mu / (tau * W_max**2) == pytest.approx(14.1, abs=0.05)
+    for d in (4, 8, 16):
+        guaranteed = guaranteed_error(tau, mu=mu, W_max=W_max, d=d)[0]
+        assert d * e_sharp / guaranteed == pytest.approx(0.176, abs=5e-4)
+        W = random_margin_head(d, W_max=W_max, mu=mu, seed=d).W
+        signs = np.where(np.random.default_rng(d).random(d) < 0.5, -1.0, 1.0)
+        h = SingleHead(W, mu * signs)
+        rec = learn_robust(ApproxValueQueryOracle(h, tau, noise="worst"), W_max=W_max, mu=mu)
+        ratio = np.linalg.norm(rec.W - h.W) / guaranteed_error(tau, mu=mu, W_max=W_max, d=d)[0]
+        assert 0.115 < ratio < 0.145

@@ -216,6 +216,23 @@ def round_significant(y: np.ndarray, digits: int) -> np.ndarray:
     return out
 
 
+def round_tau(digits: int) -> float:
+    """Largest error of rounding a number of size at most 1 to ``digits`` significant digits.
+
+    ``0.5 * 10**(-digits)``: a number in ``[10**-(e+1), 10**-e)`` (``e >= 0``) keeps ``digits``
+    digits after its leading one, so it moves by at most half a unit in decimal place
+    ``digits + e``; ``e = 0`` is the worst. ``2**-50`` (a few ulps of 1) is added for the float64
+    rounding of the rounded value. It is the default ``tau`` of ``noise="round"``.
+
+    Examples
+    --------
+    >>> round_tau(3) - 5e-4 < 1e-15
+    True
+    """
+    digits = check_int(digits, "digits", minimum=1, maximum=17)
+    return 0.5 * 10.0 ** (-digits) + 2.0 ** -50
+
+
 class ApproxValueQueryOracle(ValueQueryOracle):
     """Approximate value-query oracle AVQ(X; tau) of §6, deterministic in ``X``.
 
@@ -228,7 +245,10 @@ class ApproxValueQueryOracle(ValueQueryOracle):
         The model behind the oracle, as for :class:`ValueQueryOracle`.
     tau : float
         Tolerance, ``tau >= 0``. With ``noise="round"`` it may be ``None``: then
-        ``tau = 0.5 * 10**(1 - digits)``, the rounding error bound while ``|f*| <= 1`` (§6's setting).
+        ``tau = 0.5 * 10**(-digits) + 2**-50``, the rounding error bound while ``|f*| <= 1`` (§6's
+        setting): ``k`` significant digits of a number in ``[0.1, 1)`` are its first ``k`` decimals,
+        and ``|f*| = 1`` is kept exactly; ``2**-50`` covers the float64 rounding of the result. For
+        larger ``|f*|`` pass ``tau`` (``0.5 * 10**(1 - digits)`` while ``|f*| < 10``).
         With ``"float16"`` or ``"bfloat16"`` it may be ``None``: then ``tau = FORMAT_TAU[noise]``,
         2**-12 for float16 and 2**-9 + 2**-25 for bfloat16 (the bound while ``|f*| <= 1``).
     noise : {"uniform", "worst", "round", "float16", "bfloat16"}, default="uniform"
@@ -236,8 +256,8 @@ class ApproxValueQueryOracle(ValueQueryOracle):
 
         * ``"uniform"``: ``f* + tau * u(X)`` with ``u(X)`` uniform in [-1, 1), a hash of ``X`` and
           ``seed``.
-        * ``"worst"``: ``f* + tau * s(X)`` with the sign ``s`` that hurts the Theorem 4.1 / 6.2
-          estimators most: a length-1 answer is pulled towards 0 (``s = -sign(f*)``), which shrinks
+        * ``"worst"``: ``f* + tau * s(X)`` with a sign ``s`` chosen to hurt the Theorem 4.1 / 6.2
+          estimators (a heuristic adversary, not the worst case over all answers within ``tau``): a length-1 answer is pulled towards 0 (``s = -sign(f*)``), which shrinks
           the read-off ``|v_i|`` used as a denominator; a longer answer is pushed away from the query
           token's own value ``x_N^T v`` by the same sign as ``f* - x_N^T v``, which inflates the
           apparent attention on the other tokens. Needs a target with attribute ``v``.
@@ -284,7 +304,7 @@ class ApproxValueQueryOracle(ValueQueryOracle):
                 raise InvalidInputError('noise="round" needs digits=k, the significant digits kept.')
             self.digits = check_int(digits, "digits", minimum=1, maximum=17)
             if tau is None:
-                tau = 0.5 * 10.0 ** (1 - self.digits)
+                tau = round_tau(self.digits)
         elif digits is not None:
             raise InvalidInputError(f'digits={digits!r} is only used with noise="round"; got noise={noise!r}.')
         if tau is None and noise in FORMAT_TAU:

@@ -53,6 +53,7 @@ __all__ = [
     "entry_error_bound",
     "best_scale",
     "learn_robust_lstsq",
+    "lstsq_error_bound",
     "n_queries_lstsq",
     "NOISY_METHODS",
     "rop_scales",
@@ -585,6 +586,72 @@ def n_queries_lstsq(d, repeats) -> int:
     return R * (d + d * d) + R * (int(np.ceil(np.sqrt(d))) - 1) * d
 
 
+def _lstsq_scales(W_max, d, R, scale, a=0.5):
+    """The length-1 scales ``c`` and every probe scale ``b`` that :func:`learn_robust_lstsq` uses."""
+    probe_norm = np.sqrt(2.0)
+    b0 = best_scale(W_max, a=a, probe_norm=probe_norm) if isinstance(scale, str) else float(scale)
+    factors = 1.0 - 0.3 * np.arange(R) / R
+    K = R * (int(np.ceil(np.sqrt(d))) - 1)
+    b_pivot = b0 * (1.0 - 0.3 * (np.arange(K) + 1.0 / 3.0) / max(K, 1))
+    return factors, np.concatenate([b0 * factors, b_pivot])
+
+
+def _lstsq_logit_error(b, tau, delta_v, denom, W_max, a=0.5):
+    """Bound on ``|T_hat_ij - u_i^T W* e_j|`` from one pass at probe scale ``b`` (see
+    :func:`lstsq_error_bound`); ``denom`` is a lower bound on ``|u_i^T v_hat|``."""
+    x = np.sqrt(2.0) * a * b * W_max
+    sig = expit(x)
+    d_alpha = (tau + (a + 2.0 * b * sig) * delta_v) / (b * denom)
+    return d_alpha / (sig * expit(-x)) / (a * b)
+
+
+def lstsq_error_bound(tau, *, v_inf, W_max, d, repeats=1, scale="best", rank=None):
+    """Worst-case error of :func:`learn_robust_lstsq` in terms of ``||v*||_inf`` (no margin).
+
+    This book's bound (not in the paper); the proof is in :func:`learn_robust_lstsq`'s Notes.
+
+    Parameters
+    ----------
+    tau : float
+        Oracle tolerance, ``>= 0``.
+    v_inf : float
+        ``||v*||_inf``, the largest ``|v*_i|`` (``> 0``); any lower bound on it also gives a bound.
+    W_max : float
+        Bound on ``||W*||_F`` (``> 0``).
+    d : int
+        Input dimension.
+    repeats, scale, rank
+        As passed to :func:`learn_robust_lstsq`.
+
+    Returns
+    -------
+    eps_W : float
+        Bound on ``||W_hat - W*||_F``; ``inf`` unless ``v_inf > 2 delta_v`` with ``delta_v`` the
+        read-out error of ``v`` (``tau`` for ``repeats=1``).
+    eps_v : float
+        Bound on ``||v_hat - v*||_2``: ``sqrt(d) delta_v``.
+
+    Examples
+    --------
+    >>> eps_W, eps_v = lstsq_error_bound(1e-6, v_inf=0.3, W_max=4.0, d=6)
+    >>> bool(eps_W < 1e-2), eps_v == 6**0.5 * 1e-6
+    (True, True)
+    """
+    tau = check_real(tau, "tau", minimum=0.0)
+    v_inf = check_real(v_inf, "v_inf", minimum=0.0, strict=True)
+    W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
+    d = check_int(d, "d", minimum=1)
+    R = check_int(repeats, "repeats", minimum=1)
+    c, bs = _lstsq_scales(W_max, d, R, scale)
+    delta_v = tau * float(np.sum(np.abs(c)) / (c @ c))
+    eps_v = float(np.sqrt(d) * delta_v)
+    if v_inf <= 2.0 * delta_v:
+        return float("inf"), eps_v
+    eps = float(np.max(_lstsq_logit_error(bs, tau, delta_v, v_inf - delta_v, W_max)))
+    eps_W = eps * float(np.sqrt(d * (4.0 * d - 3.0)))
+    return (2.0 * eps_W if rank is not None and rank < d else eps_W), eps_v
+
+
 def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     """Spend ``repeats`` times the queries of Theorem 6.2 to cut the error, without a margin.
 
@@ -608,7 +675,8 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     -------
     Recovery
         ``W`` (d, d), ``v`` (d,), ``n_queries`` from :func:`n_queries_lstsq`. ``diagnostics``: ``pivot`` (p),
-        ``signs``, ``scales`` (the R values of b), ``v_scales`` (the R values of c), ``n_clipped``.
+        ``signs``, ``scales`` (the R values of b), ``v_scales`` (the R values of c), ``n_clipped``,
+        ``eps_W_bound`` and ``eps_v_bound`` (the guarantee below, from the answers alone).
 
     Raises
     ------
@@ -635,6 +703,35 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
        errors average out like ``1/sqrt(R)``; an adversary (``noise="worst"``) can bias them all.
     4. *Rank.* With ``rank=r``, the truncated SVD of the estimate: i.i.d. entry errors of size s
        cost about ``s d`` in Frobenius norm before and ``s sqrt(2 r d)`` after.
+
+    **Guarantee (this book's; no margin).** Let every answer be within ``tau`` of ``f*``,
+    ``||W*||_F <= W_max``, ``V = ||v*||_inf`` and ``delta_v = tau sum(c) / sum(c**2)`` (``tau`` for
+    ``R = 1``). If ``V > 2 delta_v`` then, with ``x_b = sqrt(2) a b W_max`` and the maximum over
+    every probe scale ``b`` used,
+
+    ``||v_hat - v*||_2 <= sqrt(d) delta_v``,
+    ``eps = max_b (tau + (a + 2 b sigma(x_b)) delta_v) / (b (V - delta_v) sigma(x_b) sigma(-x_b) a b)``,
+    ``|W_hat_pj - W*_pj| <= eps``, ``|W_hat_ij - W*_ij| <= 2 eps`` (``i != p``), so
+    ``||W_hat - W*||_F <= sqrt(d (4d - 3)) eps`` (twice that with ``rank``, by Eckart-Young:
+    ``||P_r(W_hat) - W*|| <= ||P_r(W_hat) - W_hat|| + ||W_hat - W*|| <= 2 ||W_hat - W*||``).
+    :func:`lstsq_error_bound` evaluates it.
+
+    *Proof.* Each ``v_hat_i`` is a least-squares fit of ``y_r = c_r v*_i + e_r``, ``|e_r| <= tau``,
+    so ``|v_hat_i - v*_i| <= delta_v``. The pivot has ``|v_hat_p| >= |v_hat_{i*}| >= V - delta_v``
+    (``i*`` the largest entry of ``v*``), and ``|u_i^T v_hat| = |v_hat_i| + |v_hat_p| >= V - delta_v``
+    for every row. Query ``(i, j)`` at scale ``b`` has logit ``t* = a b u_i^T W* e_j``, with
+    ``|t*| <= a b ||u_i|| ||W* e_j|| <= x_b``, and answer ``f = a v*_j + sigma(t*) b u_i^T v*``. With
+    ``y = f + e`` and ``Delta = v_hat - v*``,
+    ``alpha_hat - sigma(t*) = (e - a Delta_j - sigma(t*) b u_i^T Delta) / (b u_i^T v_hat)``, and
+    ``|u_i^T Delta| <= ||u_i||_1 delta_v <= 2 delta_v``, ``sigma(t*) <= sigma(x_b)``. Clipping to
+    ``[sigma(-x_b), sigma(x_b)]``, which holds ``sigma(t*)``, is 1-Lipschitz, and ``sigma^-1`` has
+    slope at most ``1 / (sigma(x_b) sigma(-x_b))`` there (Lemma 6.1's argument); dividing by ``a b`` gives
+    the error ``eps`` of one pass's estimate of ``T_ij = u_i^T W* e_j``. The weighted mean of the
+    passes errs by at most the largest pass error. Finally ``W_ij = T_ij - s_i T_pj`` is exact for
+    the true ``T``, whatever the signs ``s_i``, so its error is at most ``2 eps``. No entry of ``v*``
+    other than the largest enters: the bound needs no margin. ``diagnostics["eps_W_bound"]`` is the
+    same bound with the observed ``|u_i^T v_hat|`` in place of ``V - delta_v``, row by row, so it is
+    computed from the answers alone.
 
     References
     ----------
@@ -711,8 +808,17 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
         W_hat = (Us[:, :rank] * sv[:rank]) @ Vt[:rank]
     message = (f"recovered W and v from {oracle.n_queries - start} approximate value queries "
                f"(margin-free probes, b = {b0:.3g}, {R} scales, {R + K} for the pivot row)")
+    # The guarantee of the Notes, with the observed denominators |u_i^T v_hat| row by row.
+    all_b = np.concatenate([bs, b_pivot])
+    row_err = np.max(_lstsq_logit_error(all_b[None, :], tau, v_noise, np.abs(uv)[:, None], W_max,
+                                        a=a), axis=1)
+    entry = row_err + np.where(np.arange(d) == p, 0.0, row_err[p])
+    eps_W_bound = float(np.sqrt(d) * np.linalg.norm(entry))
+    if rank is not None and rank < d:
+        eps_W_bound *= 2.0                 # Eckart-Young: the truncation at most doubles it
     diagnostics = {"pivot": p, "signs": s, "scales": bs, "v_scales": c, "n_clipped": n_clipped,
-                   "tau": tau, "rank": rank}
+                   "tau": tau, "rank": rank, "eps_W_bound": eps_W_bound,
+                   "eps_v_bound": float(np.sqrt(d) * v_noise)}
     return Recovery(W=W_hat, v=v_hat, n_queries=oracle.n_queries - start, message=message,
                     diagnostics=diagnostics)
 
