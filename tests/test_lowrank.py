@@ -119,9 +119,10 @@ def test_sketch_bases_are_orthogonal_with_equal_value_projections():
     assert np.allclose(L @ v, np.linalg.norm(v) / 2)
 
 
-def test_cross_indices_cover_the_cross_once():
+@pytest.mark.parametrize("n", [None, 1, 2, 3, 100])
+def test_cross_indices_cover_the_cross_once(n):
     d, k = 7, 3
-    i, j = lowrank._cross_indices(d, 0, k)
+    i, j, seg = lowrank._cross_indices(d, 0, k, n)
     assert i.size == k * (2 * d - k)
     mask = np.zeros((d, d), int)
     np.add.at(mask, (i, j), 1)
@@ -129,8 +130,16 @@ def test_cross_indices_cover_the_cross_once():
     expected[:k, :] = 1
     expected[:, :k] = 1
     assert np.array_equal(mask, expected)
-    i2, j2 = lowrank._cross_indices(d, 1, 3)
+    i2, j2, _ = lowrank._cross_indices(d, 1, 3, n)
     assert i2.size == k * (2 * d - k) - (2 * d - 1)
+    if n is not None:
+        # every run is a piece of one row or one column, at most n long
+        assert sum(seg) == i.size and max(seg) <= n
+        starts = np.cumsum([0] + seg[:-1])
+        for s0, ln in zip(starts, seg):
+            ii, jj = i[s0:s0 + ln], j[s0:s0 + ln]
+            assert (np.all(ii == ii[0]) and np.all(np.diff(jj) == 1)) or \
+                   (np.all(jj == jj[0]) and np.all(np.diff(ii) == 1))
 
 
 @settings(max_examples=15, deadline=None)
