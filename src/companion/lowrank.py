@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_OVERSAMPLING",
     "recovery_trial",
     "phase_transition",
+    "scaling_point",
 ]
 
 #: The methods of :func:`learn_low_rank`.
@@ -887,3 +888,73 @@ def phase_transition(cases, ratios, *, method, n_trials, seed, n_jobs=1, backend
                            if (row["d"], row["r"], row["ratio"]) == (int(d), int(r), float(q))]))
             for q in ratios]
     return out
+
+
+def scaling_point(d, rank, *, seed, memory=True) -> dict:
+    """Cost of the sketch at size ``d`` against the oracle's own cost, measured in this process.
+
+    The target is ``random_single_head(d, rank=rank, factored=True, seed=seed)``; the learner is
+    ``learn_low_rank(..., method="sketch", oversample=0)`` (the floor ``d + r(2d - r)`` queries,
+    plus re-measurements). The oracle times its own calls, so ``oracle_s`` is the time the oracle
+    alone spends answering exactly the learner's queries, measured side by side with the learner's
+    total ``learner_s``. With ``memory``, a second, identical run under :mod:`tracemalloc` gives the
+    peak of the memory allocated while learning (the target's own arrays are allocated before).
+
+    Parameters
+    ----------
+    d, rank : int
+        Dimension and rank, ``1 <= rank <= d``.
+    seed : int
+        Seed of the head and of the learner.
+    memory : bool, default=True
+        Also measure the peak allocation (a second run).
+
+    Returns
+    -------
+    dict
+        ``d``, ``r``, ``queries``, ``floor``, ``rel_error_W`` (against ``W = K^T Q``, formed for the
+        check only), ``learner_s``, ``oracle_s``, ``ratio`` and, with ``memory``, ``peak_bytes``.
+
+    Examples
+    --------
+    >>> row = scaling_point(64, 2, seed=0, memory=False)
+    >>> row["queries"] >= row["floor"] == 64 + degrees_of_freedom(64, 2), row["rel_error_W"] < 1e-10
+    (True, True)
+    """
+    import time
+    import tracemalloc
+
+    from .attention import random_single_head
+    from .oracles import ValueQueryOracle
+
+    d = check_int(d, "d", minimum=1)
+    r = check_int(rank, "rank", minimum=1, maximum=d)
+    seed = check_int(seed, "seed", minimum=0)
+
+    class _TimedOracle(ValueQueryOracle):
+        seconds = 0.0
+
+        def __call__(self, X):
+            t0 = time.perf_counter()
+            try:
+                return super().__call__(X)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+    head = random_single_head(d, rank=r, factored=True, seed=seed)
+    oracle = _TimedOracle(head)
+    t0 = time.perf_counter()
+    rec = learn_low_rank(oracle, r, method="sketch", oversample=0, seed=seed)
+    seconds = time.perf_counter() - t0
+    row = {"d": d, "r": r, "queries": rec.n_queries, "floor": d + degrees_of_freedom(d, r),
+           "rel_error_W": rec.relative_errors(head)["W"], "learner_s": seconds,
+           "oracle_s": oracle.seconds, "ratio": seconds / oracle.seconds}
+    del rec
+    if memory:
+        tracemalloc.start()
+        try:
+            learn_low_rank(ValueQueryOracle(head), r, method="sketch", oversample=0, seed=seed)
+            row["peak_bytes"] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    return row
