@@ -12,7 +12,9 @@ subprocess, which reports:
 * learner s: wall time of the learner; oracle-in-run s: the part of it spent inside the oracle;
 * oracle-alone s: a fresh oracle answering the same number of queries in batches of the same
   shapes (random tokens for a factored head; for the dense head of Theorem 4.1, batches that share
-  their last token e_j as the learner's do), timed in the same process right after the learner;
+  their last token e_j as the learner's do), each batch right after the learner's (interleaved,
+  so that both see the same load; excluded from the learner's time; its buffers, one per batch
+  shape, add one chunk to the peak memory);
 * ratio = learner s / oracle-in-run s and ratio-alone = learner s / oracle-alone s; the target of
   issue 14 (at most 1.5 at d = 1024) is checked on the larger of the two;
 * peak RSS of the subprocess, and its growth during learning (RSS before the learner started
@@ -69,19 +71,45 @@ def child(learner, d, r, threads):
     from companion import _streaming, attention, exact, lowrank, oracles
 
     class TimedOracle(oracles.ValueQueryOracle):
-        """Exact oracle that also times its own calls and remembers the batch shapes."""
+        """Exact oracle that times its own calls and, right after each, a fresh oracle's.
 
-        def __init__(self, target):
+        After answering a learner's batch it lets a second, fresh oracle answer a batch of the same
+        shape (random tokens, built once per shape; for the dense head of Theorem 4.1 they share
+        their last token e_j, as the learner's do). Both measurements interleave, so a change of
+        the machine's load during the run hits both alike. The time spent after the learner's call
+        is excluded from the learner's time.
+        """
+
+        def __init__(self, target, dense):
             super().__init__(target)
-            self.seconds = 0.0
-            self.shapes = []
+            self.alone = oracles.ValueQueryOracle(target)
+            self.dense = dense
+            self.rng = np.random.default_rng(SEED + 1)
+            self.buffers = {}
+            self.seconds = self.alone_seconds = self.excluded = 0.0
+
+        def _buffer(self, shape):
+            X = self.buffers.get(shape)
+            if X is None:
+                B, N, dd = shape
+                X = self.rng.standard_normal(shape) / np.sqrt(dd)
+                if self.dense and N == 2:
+                    X[:, 1, :] = 0.0
+                    X[:, 1, len(self.buffers) % dd] = 1.0
+                self.buffers[shape] = X
+            return X
 
         def __call__(self, X):
             t0 = time.perf_counter()
             y = super().__call__(X)
-            self.seconds += time.perf_counter() - t0
-            shape = np.shape(X) if not isinstance(X, list) else (len(X), 0, self.d)
-            self.shapes.append(tuple(shape) if len(shape) == 3 else (1,) + tuple(shape))
+            t1 = time.perf_counter()
+            Z = self._buffer(np.shape(X) if np.ndim(X) == 3 else (1,) + np.shape(X))
+            t2 = time.perf_counter()
+            self.alone(Z)
+            t3 = time.perf_counter()
+            self.seconds += t1 - t0
+            self.alone_seconds += t3 - t2
+            self.excluded += t3 - t1
             return y
 
     with threadpool_limits(limits=threads):
@@ -93,7 +121,7 @@ def child(learner, d, r, threads):
             target = attention.random_single_head(d, seed=SEED)
             floor = d + d * d
             target_bytes = target.W.nbytes
-        oracle = TimedOracle(target)
+        oracle = TimedOracle(target, dense=learner == "exact")
         rss0 = _rss_bytes()
         t0 = time.perf_counter()
         if learner == "sketch":
@@ -101,28 +129,12 @@ def child(learner, d, r, threads):
                                          seed=SEED)
         else:
             rec = exact.learn_single_head(oracle)
-        seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0 - oracle.excluded
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         W = target.W                                   # formed only for the check
         err = float(np.linalg.norm(rec.W - W) / np.linalg.norm(W))
         del W, rec
-
-        # The oracle alone: a fresh oracle, the same batch shapes, tokens built outside the timer.
-        alone = oracles.ValueQueryOracle(target)
-        rng = np.random.default_rng(SEED + 1)
-        buffers = {}
-        spent = 0.0
-        for k, (B, N, _) in enumerate(oracle.shapes):
-            X = buffers.get((B, N))
-            if X is None:
-                X = rng.standard_normal((B, N, d)) / np.sqrt(d)
-                buffers[(B, N)] = X
-            if learner == "exact" and N == 2:
-                X[:, 1, :] = 0.0
-                X[:, 1, k % d] = 1.0                   # one shared query token per batch, like e_j
-            t1 = time.perf_counter()
-            alone(X)
-            spent += time.perf_counter() - t1
+        spent = oracle.alone_seconds
     print(json.dumps({
         "learner": learner, "d": d, "r": r if r is not None else d, "queries": int(oracle.n_queries),
         "floor": int(floor), "queries_per_floor": oracle.n_queries / floor, "error_W": err,
