@@ -890,7 +890,7 @@ def phase_transition(cases, ratios, *, method, n_trials, seed, n_jobs=1, backend
     return out
 
 
-def scaling_point(d, rank, *, seed, memory=True) -> dict:
+def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
     """Cost of the sketch at size ``d`` against the oracle's own cost, measured in this process.
 
     The target is ``random_single_head(d, rank=rank, factored=True, seed=seed)``; the learner is
@@ -908,6 +908,9 @@ def scaling_point(d, rank, *, seed, memory=True) -> dict:
         Seed of the head and of the learner.
     memory : bool, default=True
         Also measure the peak allocation (a second run).
+    threads : int or None, default=1
+        BLAS threads during both runs (``threadpoolctl``); ``None`` leaves them as they are. One
+        thread keeps timings steady on shared cores, where idle BLAS threads spin-wait.
 
     Returns
     -------
@@ -941,20 +944,24 @@ def scaling_point(d, rank, *, seed, memory=True) -> dict:
             finally:
                 self.seconds += time.perf_counter() - t0
 
+    from threadpoolctl import threadpool_limits
+
+    threads = None if threads is None else check_int(threads, "threads", minimum=1)
     head = random_single_head(d, rank=r, factored=True, seed=seed)
-    oracle = _TimedOracle(head)
-    t0 = time.perf_counter()
-    rec = learn_low_rank(oracle, r, method="sketch", oversample=0, seed=seed)
-    seconds = time.perf_counter() - t0
-    row = {"d": d, "r": r, "queries": rec.n_queries, "floor": d + degrees_of_freedom(d, r),
-           "rel_error_W": rec.relative_errors(head)["W"], "learner_s": seconds,
-           "oracle_s": oracle.seconds, "ratio": seconds / oracle.seconds}
-    del rec
-    if memory:
-        tracemalloc.start()
-        try:
-            learn_low_rank(ValueQueryOracle(head), r, method="sketch", oversample=0, seed=seed)
-            row["peak_bytes"] = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+    with threadpool_limits(limits=threads):
+        oracle = _TimedOracle(head)
+        t0 = time.perf_counter()
+        rec = learn_low_rank(oracle, r, method="sketch", oversample=0, seed=seed)
+        seconds = time.perf_counter() - t0
+        row = {"d": d, "r": r, "queries": rec.n_queries, "floor": d + degrees_of_freedom(d, r),
+               "rel_error_W": rec.relative_errors(head)["W"], "learner_s": seconds,
+               "oracle_s": oracle.seconds, "ratio": seconds / oracle.seconds}
+        del rec
+        if memory:
+            tracemalloc.start()
+            try:
+                learn_low_rank(ValueQueryOracle(head), r, method="sketch", oversample=0, seed=seed)
+                row["peak_bytes"] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
     return row
