@@ -168,3 +168,78 @@ def test_large_batches_with_shared_query_tokens_match_the_reference():
     np.testing.assert_allclose(head(X), [reference(head.W, head.v, x) for x in X], rtol=1e-13, atol=1e-13)
     Y = rng.standard_normal((100, 2, 6))                                       # all distinct
     np.testing.assert_allclose(head(Y), [reference(head.W, head.v, y) for y in Y], rtol=1e-13, atol=1e-13)
+
+
+# --- FactoredHead: the native form, never a d x d matrix ------------------------------------------
+
+def test_factored_head_is_the_dense_head_of_the_same_draws():
+    from companion.attention import FactoredHead
+
+    rng = np.random.default_rng(3)
+    dense = random_single_head(9, rank=3, seed=4)
+    fact = random_single_head(9, rank=3, factored=True, seed=4)
+    assert isinstance(fact, FactoredHead) and fact.r == 3 and fact.d == 9
+    assert np.array_equal(fact.W, dense.W) and np.array_equal(fact.v, dense.v)
+    X = rng.standard_normal((70, 3, 9))
+    np.testing.assert_allclose(fact(X), [reference(dense.W, dense.v, x) for x in X], rtol=1e-12, atol=1e-13)
+    seqs = [rng.standard_normal((n, 9)) for n in (1, 2, 5)]
+    np.testing.assert_allclose(fact(seqs), dense(seqs), rtol=1e-12, atol=1e-13)
+    assert fact.rank == 3 and fact.to_single_head().rank == 3
+    # with W_norm: the factored norm comes from r x r Gram matrices
+    a = random_single_head(9, rank=3, W_norm=2.5, factored=True, seed=4)
+    assert np.linalg.norm(a.W) == pytest.approx(2.5, rel=1e-13)
+    b = random_single_head(9, rank=3, W_norm=2.5, seed=4)
+    np.testing.assert_allclose(a.W, b.W, rtol=1e-13, atol=1e-14)
+
+
+def test_factored_head_rank_counts_dependent_factors():
+    from companion.attention import FactoredHead
+
+    rng = np.random.default_rng(0)
+    Q, K, V = rng.standard_normal((3, 4, 10))
+    K[3] = K[0] + K[1]                                  # K rank 3: W = K^T Q has rank 3
+    head = FactoredHead(Q, K, V, np.ones(4))
+    assert head.rank == 3 == np.linalg.matrix_rank(head.W)
+    K[3] = K[0] + K[1] + 1e-3 * rng.standard_normal(10)  # just outside: rank 4 again
+    assert FactoredHead(Q, K, V, np.ones(4)).rank == 4
+
+
+def test_factored_head_never_forms_a_d_by_d_matrix():
+    import tracemalloc
+
+    d, r = 4096, 4
+    tracemalloc.start()
+    head = random_single_head(d, rank=r, factored=True, seed=0)
+    y = head(np.random.default_rng(0).standard_normal((8, 2, d)))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert y.shape == (8,)
+    assert peak < 8 * d * d / 64                       # a d x d float64 matrix would be 128 MB
+    assert max(a.size for a in head.native) == r * d
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"Q": np.ones((2, 3)), "K": np.ones((2, 4)), "V": np.ones((2, 3)), "w_o": np.ones(2)}, "K must have shape"),
+    ({"Q": np.ones((2, 3)), "K": np.ones((2, 3)), "V": np.ones((2, 3)), "w_o": np.ones(3)}, "w_o must have shape"),
+    ({"Q": np.ones((0, 3)), "K": np.ones((0, 3)), "V": np.ones((0, 3)), "w_o": np.ones(0)}, "r, d >= 1"),
+])
+def test_factored_head_rejects_bad_shapes(kwargs, message):
+    from companion.attention import FactoredHead
+
+    with pytest.raises(InvalidInputError, match=message):
+        FactoredHead(**kwargs)
+    with pytest.raises(InvalidInputError, match="factored must be True or False"):
+        random_single_head(4, factored="yes", seed=0)
+
+
+@pytest.mark.parametrize("n_runs", [1, 16, 17, 40, 200])
+def test_dense_head_with_shared_query_tokens_matches_reference(n_runs):
+    # Runs of equal last tokens take the fused path (<= 16 runs), the repeat path (<= B/2 runs)
+    # or the plain product; all agree with the reference.
+    rng = np.random.default_rng(n_runs)
+    head = random_single_head(6, seed=1)
+    B = 200
+    X = rng.standard_normal((B, 2, 6))
+    owner = np.sort(rng.integers(0, n_runs, B)) if n_runs < B else np.arange(B)
+    X[:, 1, :] = rng.standard_normal((max(n_runs, 1), 6))[owner]
+    np.testing.assert_allclose(head(X), [reference(head.W, head.v, x) for x in X], rtol=1e-12, atol=1e-13)

@@ -170,3 +170,58 @@ def test_remeasure_saturated_shrinks_the_scale_and_gives_up_on_a_non_softmax_ora
     stuck = lambda idx, cs: (np.full(idx.size, np.inf), np.ones(idx.size))
     with pytest.raises(OracleInconsistentError, match=r"1 attention weights stayed saturated after 40"):
         remeasure_saturated(stuck, np.array([np.inf]), np.array([1.0]), np.ones(1))
+
+
+# --- streaming: bounded chunks, the same queries -------------------------------------------------
+
+class _ShapeLog(ValueQueryOracle):
+    """Records the batch sizes it answers (a learner's memory shows in them)."""
+
+    def __init__(self, target, **kw):
+        super().__init__(target, **kw)
+        self.batches = []
+
+    def __call__(self, X):
+        self.batches.append(np.shape(X)[0])
+        return super().__call__(X)
+
+
+@pytest.mark.parametrize("probes", ["basis", "gaussian"])
+def test_chunked_queries_equal_unchunked_bit_for_bit(monkeypatch, probes):
+    from companion import _streaming
+
+    target = random_single_head(7, W_norm=60.0, seed=3)      # large W: re-measurements happen too
+    runs = {}
+    for chunk in (16 * 7, 2**30):                              # one query per chunk; everything at once
+        monkeypatch.setattr(_streaming, "CHUNK_BYTES", chunk)
+        oracle = _ShapeLog(target, record=True)
+        rec = learn_single_head(oracle, probes=probes)
+        runs[chunk] = (rec, oracle)
+    (a, oa), (b, ob) = runs[16 * 7], runs[2**30]
+    assert a.n_queries == b.n_queries and a.diagnostics["n_requeries"] > 0
+    # the same queries (re-measurements come per batch, so in another order) with the same answers
+    assert sorted(x.tobytes() + np.float64(y).tobytes() for x, y in oa.log) == \
+        sorted(x.tobytes() + np.float64(y).tobytes() for x, y in ob.log)
+    np.testing.assert_allclose(a.W, b.W, rtol=1e-13, atol=1e-13)
+    assert max(oa.batches) == 7 and max(ob.batches) == 7 * 7   # one column per batch vs all columns
+
+
+def test_query_batches_and_memory_stay_bounded(monkeypatch):
+    import tracemalloc
+
+    from companion import _streaming
+
+    d = 128
+    monkeypatch.setattr(_streaming, "CHUNK_BYTES", 64 * 2**10)   # 32 length-2 queries per chunk
+    target = random_single_head(d, seed=0)
+    oracle = _ShapeLog(target)
+    tracemalloc.start()
+    rec = learn_single_head(oracle)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert rec.relative_errors(target)["W"] < 1e-12
+    # the value vector in chunks of 64 length-1 queries, then one column (d queries) per batch
+    assert oracle.batches[:2] == [64, 64] and max(oracle.batches) == d
+    # a handful of d x d arrays (probes, logits, scales, LU, W, the column buffer), never the
+    # d^2 x 2 x d array of all queries (2 d^3 floats = 32 MiB here)
+    assert peak < 16 * 8 * d * d < 2 * d**3 * 8 / 8

@@ -119,9 +119,10 @@ def test_sketch_bases_are_orthogonal_with_equal_value_projections():
     assert np.allclose(L @ v, np.linalg.norm(v) / 2)
 
 
-def test_cross_indices_cover_the_cross_once():
+@pytest.mark.parametrize("n", [None, 1, 2, 3, 100])
+def test_cross_indices_cover_the_cross_once(n):
     d, k = 7, 3
-    i, j = lowrank._cross_indices(d, 0, k)
+    i, j, seg = lowrank._cross_indices(d, 0, k, n)
     assert i.size == k * (2 * d - k)
     mask = np.zeros((d, d), int)
     np.add.at(mask, (i, j), 1)
@@ -129,8 +130,16 @@ def test_cross_indices_cover_the_cross_once():
     expected[:k, :] = 1
     expected[:, :k] = 1
     assert np.array_equal(mask, expected)
-    i2, j2 = lowrank._cross_indices(d, 1, 3)
+    i2, j2, _ = lowrank._cross_indices(d, 1, 3, n)
     assert i2.size == k * (2 * d - k) - (2 * d - 1)
+    if n is not None:
+        # every run is a piece of one row or one column, at most n long
+        assert sum(seg) == i.size and max(seg) <= n
+        starts = np.cumsum([0] + seg[:-1])
+        for s0, ln in zip(starts, seg):
+            ii, jj = i[s0:s0 + ln], j[s0:s0 + ln]
+            assert (np.all(ii == ii[0]) and np.all(np.diff(jj) == 1)) or \
+                   (np.all(jj == jj[0]) and np.all(np.diff(ii) == 1))
 
 
 @settings(max_examples=15, deadline=None)
@@ -350,3 +359,124 @@ def test_gaussian_design_reference():
     assert not recovery_trial(6, 1, 1.0, method="nuclear", seed=0, design="gaussian")["exact"]
     with pytest.raises(InvalidInputError, match="design='gaussian'"):
         recovery_trial(6, 1, 3.0, method="rgn", seed=0, design="gaussian")
+
+# --- streaming: bounded chunks, the same queries -------------------------------------------------
+
+class _ShapeLog(ValueQueryOracle):
+    """Records the batch sizes it answers."""
+
+    def __init__(self, target, **kw):
+        super().__init__(target, **kw)
+        self.batches = []
+
+    def __call__(self, X):
+        self.batches.append(np.shape(X)[0])
+        return super().__call__(X)
+
+
+@pytest.mark.parametrize("chunk", [16 * 5, 16 * 5 * 3, 2**30])
+def test_answer_rop_sends_the_queries_of_rop_queries_in_chunks(monkeypatch, chunk):
+    from companion import _streaming
+
+    monkeypatch.setattr(_streaming, "CHUNK_BYTES", chunk)      # 1, 3 or all queries per chunk
+    rng = np.random.default_rng(0)
+    head = random_single_head(5, rank=2, seed=1)
+    A, B = rng.standard_normal((2, 4, 5))
+    rows, cols = np.array([0, 0, 0, 2, 3, 1, 1]), np.array([1, 2, 3, 3, 3, 0, 0])
+    for c in (1.0, 0.5, rng.uniform(0.5, 2.0, 7)):
+        oracle = _ShapeLog(head, record=True)
+        y = _streaming.answer_rop(oracle, A, B, c, rows=rows, cols=cols, segments=[3, 2, 2])
+        X = lowrank.rop_queries(A[rows], B[cols], c)
+        assert np.array_equal(np.stack([x for x, _ in oracle.log]), X)   # bit for bit, in order
+        # the answers to rounding: BLAS may round a product differently in batches of other sizes
+        np.testing.assert_allclose(y, ValueQueryOracle(head)(X), rtol=1e-14, atol=1e-15)
+        assert max(oracle.batches) <= max(1, chunk // (16 * 5))
+    with pytest.raises(ValueError, match="segments sum to 6"):
+        _streaming.answer_rop(oracle, A, B, rows=rows, cols=cols, segments=[3, 3])
+
+
+def test_sketch_chunked_equals_unchunked(monkeypatch):
+    from companion import _streaming
+
+    head = random_single_head(40, rank=3, factored=True, seed=2)
+    out = {}
+    for chunk in (16 * 40 * 7, 2**30):                          # 7 queries per chunk; all at once
+        monkeypatch.setattr(_streaming, "CHUNK_BYTES", chunk)
+        oracle = _ShapeLog(head, record=True)
+        rec = lowrank.learn_low_rank(oracle, 3, method="sketch", seed=0)
+        out[chunk] = (rec, oracle)
+    (a, oa), (b, ob) = out[16 * 40 * 7], out[2**30]
+    assert a.n_queries == b.n_queries == 40 + 4 * (80 - 4)
+    # 14 length-1 or 7 two-token queries per chunk, against one batch per cross piece
+    assert max(oa.batches) == 14 and max(ob.batches) == 40 - 1 + 1
+    assert sorted(x.tobytes() for x, _ in oa.log) == sorted(x.tobytes() for x, _ in ob.log)
+    np.testing.assert_allclose(a.W, b.W, rtol=1e-12, atol=1e-12 * np.linalg.norm(b.W))
+    assert a.relative_errors(head)["W"] < 1e-11
+
+
+def test_sketch_memory_is_d_squared_plus_a_chunk(monkeypatch):
+    import tracemalloc
+
+    from companion import _streaming
+
+    d, r = 256, 16
+    monkeypatch.setattr(_streaming, "CHUNK_BYTES", 64 * 2**10)
+    head = random_single_head(d, rank=r, factored=True, seed=0)
+    oracle = _ShapeLog(head)
+    tracemalloc.start()
+    rec = lowrank.learn_low_rank(oracle, r, method="sketch", oversample=0, seed=0)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    m = rec.n_queries
+    assert m == d + lowrank.degrees_of_freedom(d, r) + rec.diagnostics["n_requeries"]
+    assert rec.relative_errors(head)["W"] < 1e-10
+    assert max(oracle.batches) <= 64 * 2**10 // (8 * d)      # 64 KiB of length-1 (or half as many length-2) queries
+    # L, R, M, W and QR workspace: about ten d x d arrays; all queries at once would be m x 2 x d
+    assert peak < 10 * 8 * d * d < m * 2 * d * 8 / 2
+
+
+def test_factored_svd_of_the_sketch_matches_the_dense_svd():
+    rng = np.random.default_rng(0)
+    F, G = rng.standard_normal((30, 4)), rng.standard_normal((4, 30))
+    W = F @ G
+    U1, s1, V1, sv1 = lowrank._sign_normalised_svd(W, 4)
+    U2, s2, V2, sv2 = lowrank._sign_normalised_svd(W, 4, factors=(F, G))
+    np.testing.assert_allclose(s1, s2, rtol=1e-13)
+    np.testing.assert_allclose(U1, U2, atol=1e-12)
+    np.testing.assert_allclose(V1, V2, atol=1e-12)
+    assert sv2[4] == 0.0 and sv1[4] < 1e-13 * s1[0]
+
+
+def test_rgn_and_noisy_learner_stream_their_queries(monkeypatch):
+    from companion import _streaming, robust
+
+    monkeypatch.setattr(_streaming, "CHUNK_BYTES", 16 * 12 * 10)  # 10 two-token queries per chunk
+    head = random_single_head(12, rank=2, seed=0)
+    oracle = _ShapeLog(head)
+    rec = lowrank.learn_low_rank(oracle, 2, method="rgn", n_measurements=4 * 40, seed=0)
+    assert rec.relative_errors(head)["W"] < 1e-8 and max(oracle.batches) <= 20
+    noisy_head = robust.random_margin_head(12, W_max=4.0, mu=0.1, rank=2, seed=0)
+    batches = []
+    rec = robust.learn_low_rank_noisy(_Recorder(ApproxValueQueryOracle(noisy_head, 1e-7), batches),
+                                      2, W_max=4.0)
+    assert len(batches) > 3 and max(batches) <= 20       # 20 length-1 or 10 length-2 per chunk
+    assert np.linalg.norm(rec.W - noisy_head.W) < 1e-3
+
+
+class _Recorder:
+    """Passes calls to an oracle and records the batch sizes."""
+
+    def __init__(self, oracle, batches):
+        self._o, self.batches = oracle, batches
+        self.d, self.tau = oracle.d, oracle.tau
+
+    @property
+    def n_queries(self):
+        return self._o.n_queries
+
+    def require(self, n, **kw):
+        return self._o.require(n, **kw)
+
+    def __call__(self, X):
+        self.batches.append(np.shape(X)[0])
+        return self._o(X)

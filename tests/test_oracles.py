@@ -194,3 +194,22 @@ def test_round_default_tau_contract_at_the_scale_edge():
         ApproxValueQueryOracle(big, None, noise="round", digits=4)(np.ones((1, 1)))
     ok = ApproxValueQueryOracle(big, 0.5 * 10.0 ** (1 - 4), noise="round", digits=4)
     assert ok(np.ones((1, 1))) == pytest.approx(1.234)
+
+def test_oracle_hands_library_heads_the_batch_and_copies_for_others():
+    from companion.attention import random_single_head
+    from companion.oracles import ValueQueryOracle
+
+    head = random_single_head(5, rank=2, factored=True, seed=0)
+    X = np.random.default_rng(0).standard_normal((4, 2, 5))
+    before = X.copy()
+    assert np.array_equal(ValueQueryOracle(head)(X), head(X)) and np.array_equal(X, before)
+
+    class Mutating:
+        d = 5
+
+        def __call__(self, Z):
+            Z[...] = 0.0                      # a careless target: the oracle must shield the learner
+            return np.zeros(len(Z))
+
+    ValueQueryOracle(Mutating())(X)
+    assert np.array_equal(X, before)

@@ -28,6 +28,7 @@ __all__ = [
     "softmax",
     "attention_weights",
     "SingleHead",
+    "FactoredHead",
     "MultiHead",
     "random_single_head",
     "OneLayerTransformer",
@@ -52,6 +53,19 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 _DEDUP_MIN_BATCH = 64
+_FUSED_RUNS = 16          # at most this many runs of one query token: a product per run
+
+
+def _runs(rows: np.ndarray):
+    """Start indices of the runs of equal consecutive rows of ``rows`` (B, d), or None if more than B/2.
+
+    One comparison pass over the rows, no sort: learners send the probes that share a query token
+    (all probes of a column of ``W`` end in the same ``c e_j``) one after another.
+    """
+    change = np.flatnonzero(np.any(rows[1:] != rows[:-1], axis=1)) + 1
+    if change.size + 1 > rows.shape[0] // 2:
+        return None
+    return np.concatenate([[0], change, [rows.shape[0]]])
 
 
 def attention_weights(X, W) -> np.ndarray:
@@ -70,21 +84,29 @@ def attention_weights(X, W) -> np.ndarray:
         ``softmax(x_i^T W x_N)`` over ``i``, computed with :func:`scipy.special.softmax`, which
         subtracts the largest score first and so never overflows.
     """
+    return softmax(_scores(X, W), axis=-1)
+
+
+def _scores(X, W) -> np.ndarray:
+    """The scores ``x_i^T W x_N``, shape (B, N), computing ``W x_N`` once per distinct query token."""
     last = X[:, -1, :]
     if X.shape[0] >= _DEDUP_MIN_BATCH:
         # Batches from learners share their query tokens (all probes of a column of W end in the
         # same e_j): compute W x_N once per distinct last token, a d-fold saving for Theorem 4.1.
-        rows = np.ascontiguousarray(last)
-        keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        if first.shape[0] <= X.shape[0] // 2:
-            Wq = (rows[first] @ W.T)[inverse.reshape(-1)]
+        runs = _runs(last)
+        if runs is not None:
+            Wq = np.repeat(last[runs[:-1]] @ W.T, np.diff(runs), axis=0)
         else:
-            Wq = last @ W.T
+            rows = np.ascontiguousarray(last)
+            keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+            if first.shape[0] <= X.shape[0] // 2:
+                Wq = (rows[first] @ W.T)[inverse.reshape(-1)]
+            else:
+                Wq = last @ W.T
     else:
         Wq = last @ W.T                        # (B, d): W x_N for every sequence
-    scores = np.einsum("bnd,bd->bn", X, Wq)    # (B, N): x_i^T W x_N
-    return softmax(scores, axis=-1)
+    return np.einsum("bnd,bd->bn", X, Wq)      # (B, N): x_i^T W x_N
 
 
 class _SequenceModel:
@@ -146,6 +168,9 @@ class SingleHead(_SequenceModel):
     v: np.ndarray
     native: tuple | None = field(default=None, repr=False)
 
+    #: ``_batch`` only reads its input: an oracle may hand it a validated batch without a copy.
+    _reads_only = True
+
     def __post_init__(self):
         W, v = _check_W_v(self.W, self.v)
         object.__setattr__(self, "W", _frozen(W))
@@ -183,12 +208,139 @@ class SingleHead(_SequenceModel):
         return cls(K.T @ Q, V.T @ w_o, native=(Q, K, V, w_o))
 
     def _batch(self, X: np.ndarray) -> np.ndarray:
+        B, N, d = X.shape
+        runs = _runs(X[:, -1, :]) if B >= _DEDUP_MIN_BATCH else None
+        if runs is not None and runs.size - 1 <= _FUSED_RUNS:
+            # Few distinct query tokens: one pass over each run gives scores and values together.
+            out = np.empty(B)
+            for s, e in zip(runs[:-1].tolist(), runs[1:].tolist()):
+                P = X[s:e].reshape(-1, d) @ np.column_stack([self.W @ X[s, -1], self.v])
+                P = P.reshape(e - s, N, 2)
+                out[s:e] = np.sum(softmax(P[:, :, 0], axis=-1) * P[:, :, 1], axis=-1)
+            return out
         return np.sum(attention_weights(X, self.W) * (X @ self.v), axis=-1)
 
     def __repr__(self):
         return (f"SingleHead(d={self.d}, rank={self.rank}, ||W||_F={np.linalg.norm(self.W):.4g}, "
                 f"||v||_2={np.linalg.norm(self.v):.4g})")
 
+
+
+@dataclass(frozen=True, eq=False)
+class FactoredHead(_SequenceModel):
+    """One softmax attention head in native form ``(Q, K, V, w_o)``, evaluated without forming ``W``.
+
+    The same function as ``SingleHead(K^T Q, V^T w_o)``, but a batch is scored as
+    ``(K x_i)^T (Q x_N)``: ``O(N r d)`` work and ``O(r d)`` memory per head instead of ``O(d^2)``,
+    which is what makes a head of a 7B-class model (``d = 4096``, ``r = 128``) a practical target.
+
+    Parameters
+    ----------
+    Q, K, V : array-like of shape (r, d)
+        Query, key and value projections (head dimension ``r``).
+    w_o : array-like of shape (r,)
+        Output vector.
+
+    Attributes
+    ----------
+    d : int
+        Input dimension.
+    r : int
+        Head dimension, an upper bound on the rank of ``W``.
+    v : ndarray of shape (d,)
+        Merged value vector ``V^T w_o``, computed once.
+    W : ndarray of shape (d, d)
+        Merged query-key matrix ``K^T Q``, **formed on every access** (``d**2`` floats): for checks
+        only; the head itself never builds it.
+    rank : int
+        Rank of ``W``, from the ``r x r`` triangular factors of ``K^T`` and ``Q^T`` (no ``d x d``
+        matrix).
+    native : tuple of (Q, K, V, w_o)
+        The parameters, read-only.
+
+    Raises
+    ------
+    InvalidInputError
+        If the shapes disagree, ``d`` or ``r`` is 0, or an entry is NaN or inf.
+
+    Notes
+    -----
+    Section 3 of Bhattamishra et al. 2026 [1]_: only ``(W, v)`` is identifiable from queries, so a
+    learner recovers ``K^T Q``, never the factors. Answers agree with the dense
+    :class:`SingleHead` to rounding.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> Q, K, V = rng.standard_normal((3, 2, 5))
+    >>> head = FactoredHead(Q, K, V, np.array([1.0, -1.0]))
+    >>> X = rng.standard_normal((4, 3, 5))
+    >>> bool(np.allclose(head(X), head.to_single_head()(X), rtol=1e-13)), head.r, head.rank
+    (True, 2, 2)
+    """
+
+    Q: np.ndarray
+    K: np.ndarray
+    V: np.ndarray
+    w_o: np.ndarray
+
+    _reads_only = True
+
+    def __post_init__(self):
+        Q = as_float_array(self.Q, "Q", ndim=2)
+        r, d = Q.shape
+        if r == 0 or d == 0:
+            raise InvalidInputError(f"Q must have shape (r, d) with r, d >= 1; got Q.shape={Q.shape}.")
+        K = as_float_array(self.K, "K", ndim=2, shape=(r, d))
+        V = as_float_array(self.V, "V", ndim=2, shape=(r, d))
+        w_o = as_float_array(self.w_o, "w_o", ndim=1, shape=(r,))
+        for name, a in (("Q", Q), ("K", K), ("V", V), ("w_o", w_o)):
+            object.__setattr__(self, name, _frozen(a))
+        v = _frozen(V.T @ w_o)
+        object.__setattr__(self, "v", v)
+        # [K^T, v]: keys and values of every token in one product; Q^T for the query tokens.
+        object.__setattr__(self, "_KV", np.column_stack([K.T, v]))
+        object.__setattr__(self, "_Qt", np.ascontiguousarray(Q.T))
+
+    @property
+    def d(self) -> int:
+        return self.Q.shape[1]
+
+    @property
+    def r(self) -> int:
+        return self.Q.shape[0]
+
+    @property
+    def native(self) -> tuple:
+        return (self.Q, self.K, self.V, self.w_o)
+
+    @property
+    def W(self) -> np.ndarray:
+        return self.K.T @ self.Q
+
+    @property
+    def rank(self) -> int:
+        rk = np.linalg.qr(self.K.T, mode="r")
+        rq = np.linalg.qr(self.Q.T, mode="r")
+        return int(np.linalg.matrix_rank(rk @ rq.T))
+
+    def to_single_head(self) -> SingleHead:
+        """The same head in merged form, :class:`SingleHead` (forms the ``d x d`` matrix ``W``)."""
+        return SingleHead(self.W, self.v, native=self.native)
+
+    def _batch(self, X: np.ndarray) -> np.ndarray:
+        B, N, d = X.shape
+        P = (X.reshape(B * N, d) @ self._KV).reshape(B, N, -1)   # K x_i and x_i^T v
+        scores = np.einsum("bnr,br->bn", P[:, :, :-1], X[:, -1, :] @ self._Qt)
+        return np.sum(softmax(scores, axis=-1) * P[:, :, -1], axis=-1)
+
+    def __repr__(self):
+        return f"FactoredHead(d={self.d}, r={self.r}, ||v||_2={np.linalg.norm(self.v):.4g})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,7 +433,7 @@ class MultiHead(_SequenceModel):
 
 
 
-def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, seed) -> SingleHead:
+def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, factored=False, seed):
     """Draw a random head with ``W = Q_f K_f^T / sqrt(r)`` of rank ``r`` and Gaussian ``v``.
 
     Parameters
@@ -295,14 +447,19 @@ def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, seed) -> Singl
         variance 1, so ``||W||_F`` is about ``d``.
     v_norm : float, default=None
         If given, ``v`` is rescaled to this Euclidean norm (``> 0``). By default ``v ~ N(0, I_d)``.
+    factored : bool, default=False
+        Return a :class:`FactoredHead` built from the same draws (the same function as the
+        default's ``SingleHead``, to rounding), never forming a ``d x d`` matrix: ``O(r d)`` memory
+        and time, for heads as large as ``d = 4096``.
     seed : int
         Seed of ``numpy.random.default_rng``; the only source of randomness.
 
     Returns
     -------
-    SingleHead
-        Built by :meth:`SingleHead.from_native` from Gaussian factors ``Q, K, V`` of shape
-        ``(r, d)`` and ``w_o`` of shape ``(r,)``, which stay available as ``head.native``.
+    SingleHead or FactoredHead
+        Built by :meth:`SingleHead.from_native` (or, with ``factored=True``, as
+        :class:`FactoredHead`) from Gaussian factors ``Q, K, V`` of shape ``(r, d)`` and ``w_o``
+        of shape ``(r,)``, which stay available as ``head.native``.
 
     Raises
     ------
@@ -314,6 +471,9 @@ def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, seed) -> Singl
     >>> head = random_single_head(5, rank=2, seed=0)
     >>> head.d, head.rank
     (5, 2)
+    >>> big = random_single_head(4096, rank=128, factored=True, seed=0)   # 4096 x 4096 never built
+    >>> big.r, big.Q.shape
+    (128, (128, 4096))
     """
     d = check_int(d, "d", minimum=1)
     r = d if rank is None else check_int(rank, "rank", minimum=1, maximum=d)
@@ -323,12 +483,19 @@ def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, seed) -> Singl
     K = rng.standard_normal((r, d)) / np.sqrt(r)
     V = rng.standard_normal((r, d))
     w_o = rng.standard_normal(r) / np.sqrt(r)
+    if not isinstance(factored, (bool, np.bool_)):
+        raise InvalidInputError(f"factored must be True or False; got {factored!r}.")
     if W_norm is not None:
         W_norm = check_real(W_norm, "W_norm", minimum=0.0)
-        K = K * (W_norm / np.linalg.norm(K.T @ Q))
+        # ||K^T Q||_F^2 = tr((K K^T)(Q Q^T)): r x r Gram matrices, no d x d product when factored
+        norm = (np.sqrt(max(float(np.sum((K @ K.T) * (Q @ Q.T))), 0.0)) if factored
+                else np.linalg.norm(K.T @ Q))
+        K = K * (W_norm / norm)
     if v_norm is not None:
         v_norm = check_real(v_norm, "v_norm", minimum=0.0, strict=True)
         w_o = w_o * (v_norm / np.linalg.norm(V.T @ w_o))
+    if factored:
+        return FactoredHead(Q, K, V, w_o)
     return SingleHead.from_native(Q, K, V, w_o)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from scipy.linalg import lapack, lu_factor, lu_solve
 from scipy.special import expit, logit
 
+from ._streaming import chunk_queries
 from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead
 from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
@@ -43,7 +44,6 @@ __all__ = [
 SATURATION = 1e-3
 _MAX_ROUNDS = 40          # each round shrinks the logit at least 6.9-fold
 _BLIND_SHRINK = 1 / 64     # factor on c^2 when sigma^-1 gave no estimate (alpha rounded to 0 or 1)
-_CHUNK_BYTES = 32 * 2**20  # size of one batch of length-2 queries sent to the oracle
 
 
 def check_exact_oracle(oracle, learner: str) -> int:
@@ -69,7 +69,15 @@ def read_value_vector(oracle) -> np.ndarray:
         ``VQ([e_i^T])`` for ``i = 1 .. d``.
     """
     d = int(oracle.d)
-    return np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)
+    n = chunk_queries(d, 1)
+    v = np.empty(d)
+    X = np.zeros((min(n, d), 1, d))
+    for i0 in range(0, d, n):                   # in chunks: no d x d identity at large d
+        i1 = min(d, i0 + n)
+        X[np.arange(i1 - i0), 0, np.arange(i0, i1)] = 1.0
+        v[i0:i1] = oracle(X[: i1 - i0])
+        X[np.arange(i1 - i0), 0, np.arange(i0, i1)] = 0.0
+    return v
 
 
 def probe_matrix(v, probes="basis", *, seed=0) -> np.ndarray:
@@ -340,11 +348,21 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
     T = np.empty((d, d))          # T[l, j] = measured logit c^2 u_l^T W e_j
     C = np.full((d, d), c0)       # C[l, j] = final scale c of that probe
     n_requeries = 0
-    cols_per_batch = max(1, _CHUNK_BYTES // (16 * d * d))
+    # One buffer of whole columns, reused: its first tokens hold c u_l, and only entry j of the
+    # two tokens changes from column to column, so the queries cost O(d) to build per column.
+    # The values are bit-for-bit those of column_queries(U, j, c0).
+    cols_per_batch = max(1, chunk_queries(d) // d)
+    Xbuf = np.zeros((min(cols_per_batch, d), d, 2, d))
+    Xbuf[:, :, 0, :] = U * c0
     for j0 in range(0, d, cols_per_batch):
         cols = range(j0, min(d, j0 + cols_per_batch))
-        X = np.concatenate([column_queries(U, j, c0) for j in cols])
-        y = oracle(X).reshape(len(cols), d)
+        for k, j in enumerate(cols):
+            Xbuf[k, :, 0, j] = (U[:, j] + 1.0) * c0
+            Xbuf[k, :, 1, j] = c0
+        y = oracle(Xbuf[: len(cols)].reshape(len(cols) * d, 2, d)).reshape(len(cols), d)
+        for k, j in enumerate(cols):
+            Xbuf[k, :, 0, j] = U[:, j] * c0
+            Xbuf[k, :, 1, j] = 0.0
         for k, j in enumerate(cols):
             T[:, j], alpha = invert_two_token(y[k], v[j], uv, c0)
             if auto:

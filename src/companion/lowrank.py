@@ -32,6 +32,7 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator, lsqr
 from scipy.special import logit
 
+from ._streaming import answer_rop, chunk_queries
 from ._validation import check_choice, check_int, check_real
 from .errors import (InvalidInputError, NotIdentifiableError, OracleInconsistentError,
                      SolverError)
@@ -52,6 +53,8 @@ __all__ = [
     "transition_point",
     "nuclear_statistical_dimension",
     "DESIGNS",
+
+    "scaling_point",
 ]
 
 #: The methods of :func:`learn_low_rank`.
@@ -60,7 +63,6 @@ METHODS = ("nuclear", "rgn", "sketch")
 #: Default number of Gaussian ROP measurements, as a multiple of ``r (2d - r)``, per method.
 DEFAULT_OVERSAMPLING = {"nuclear": 3.0, "rgn": 2.0}
 
-_CHUNK = 200_000          # ROP queries per oracle call (memory: 2 * d floats each)
 _NOISE_FLOOR = 1e-12      # singular values of the sketch core below this are rounding noise
 _SMALL_AV = 1e-3          # a Gaussian left vector with |a^T v| < 1e-3 ||v|| / sqrt(d) is redrawn
 
@@ -147,21 +149,29 @@ def _invert_rop(y, av, bv, c):
         return logit(alpha), alpha
 
 
-def _measure_bilinear(oracle, A, B, v, *, scale="auto"):
-    """Query ``a_k^T W b_k`` for every row pair of ``A``, ``B``, keeping the sigmoid unsaturated.
+def _measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, segments=None):
+    """Query ``a_k^T W b_k`` for every measurement ``k``, keeping the sigmoid unsaturated.
+
+    The queries are built and sent in bounded chunks (:func:`companion._streaming.answer_rop`):
+    no ``(m, d)`` array is formed beyond ``A`` and ``B`` themselves.
 
     Parameters
     ----------
     oracle : ValueQueryOracle
         Exact oracle of a single head.
-    A, B : ndarray of shape (m, d)
-        Left and right vectors; every ``a_k^T v`` must be nonzero.
+    A, B : ndarray of shape (p, d) and (q, d)
+        Left and right vectors (with ``rows``/``cols``: their sources); every ``a_k^T v`` must be
+        nonzero.
     v : ndarray of shape (d,)
         The value vector read off length-1 queries.
     scale : "auto" or float
         ``"auto"``: every query starts at ``c = 1`` and a measurement whose attention weight falls
         outside ``[SATURATION, 1 - SATURATION]`` is re-measured at a smaller ``c`` (one extra query
         each, counted by the oracle). A float fixes ``c``.
+    rows, cols : ndarray of shape (m,) of int, default=None
+        Measurement ``k`` uses ``a_k = A[rows[k]]`` and ``b_k = B[cols[k]]``; ``None``: ``A[k]``, ``B[k]``.
+    segments : sequence of int, default=None
+        Runs of structured measurements, see :func:`companion._streaming.answer_rop`.
 
     Returns
     -------
@@ -176,21 +186,23 @@ def _measure_bilinear(oracle, A, B, v, *, scale="auto"):
         If a weight stays saturated after 40 re-measurements, or lies outside (0, 1) at a fixed
         scale: the oracle is not a softmax head, or ``scale`` is too large.
     """
-    m = A.shape[0]
     auto = isinstance(scale, str)
     c0 = 1.0 if auto else float(scale)
     av, bv = A @ v, B @ v
-    T = np.empty(m)
-    alpha = np.empty(m)
+    if rows is not None:
+        av = av[rows]
+    if cols is not None:
+        bv = bv[cols]
+    m = av.shape[0]
+    y = answer_rop(oracle, A, B, c0, rows=rows, cols=cols, segments=segments)
+    T, alpha = _invert_rop(y, av, bv, c0)
     C = np.full(m, c0)
-    for k0 in range(0, m, _CHUNK):
-        sl = slice(k0, min(m, k0 + _CHUNK))
-        y = oracle(rop_queries(A[sl], B[sl], c0))
-        T[sl], alpha[sl] = _invert_rop(y, av[sl], bv[sl], c0)
     n_requeries = 0
     if auto:
         def measure(idx, c):
-            return _invert_rop(oracle(rop_queries(A[idx], B[idx], c)), av[idx], bv[idx], c)
+            y_idx = answer_rop(oracle, A, B, c, rows=idx if rows is None else rows[idx],
+                               cols=idx if cols is None else cols[idx])
+            return _invert_rop(y_idx, av[idx], bv[idx], c)
 
         n_requeries = remeasure_saturated(measure, T, alpha, C)
     if not np.all(np.isfinite(T)):
@@ -382,35 +394,41 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000):
 def _haar(d, rng):
     """A Haar-random orthogonal ``d x d`` matrix (QR of a Gaussian with the sign fix of Mezzadri)."""
     Q, R = np.linalg.qr(rng.standard_normal((d, d)))
-    return Q * np.sign(np.diag(R))
+    Q *= np.sign(np.diag(R))
+    return Q
 
 
 def _sketch_bases(v, rng):
-    """Orthogonal left basis ``L`` (rows) with ``L v = (||v|| / sqrt(d)) 1`` and random right ``R``.
+    """Orthogonal left basis ``L`` (rows) with ``L v = (||v|| / sqrt(d)) 1`` and right basis ``R``.
 
     ``L = H G``: ``G`` Haar-random and ``H`` the Householder reflection taking ``G v`` to
     ``||v|| / sqrt(d)`` times the all-ones vector, so every left vector has the same, largest
     possible, ``|l_i^T v|`` while ``L`` stays orthogonal (``W = L^T M R^T`` needs no inversion).
+    ``R = L^T P^T`` for a random permutation ``P``: the right vectors are the rows of ``L`` in
+    random order, orthogonal too, and cost no second ``O(d^3)`` factorisation. ``R`` is returned
+    transposed and C-contiguous (``RT[j] = r_j``).
     """
     d = v.shape[0]
-    G = _haar(d, rng)
-    g = G @ v
+    L = _haar(d, rng)
+    g = L @ v
     target = np.full(d, np.linalg.norm(v) / math.sqrt(d))
     w = g - target
     nw = np.linalg.norm(w)
-    L = G if nw == 0 else G - np.outer(2.0 * w / nw**2, w @ G)
-    return L, _haar(d, rng)
+    if nw != 0:
+        L -= np.outer(2.0 * w / nw**2, w @ L)          # in place: no second d x d array
+    return L, L[rng.permutation(d)]
 
 
-def _nystrom(M_cols, M_rows, k, rank, rank_tol):
-    """``M_cols core^+ M_rows`` with ``core = M_rows[:, :k]`` truncated at rank ``rank`` (or tol).
+def _nystrom_factors(M_cols, M_rows, k, rank, rank_tol):
+    """``M_cols core^+ M_rows = F G`` with ``core = M_rows[:, :k]`` truncated at rank ``rank`` (or tol).
 
     The stabilised generalised Nystrom form (Nakatsukasa 2020): the core's pseudo-inverse keeps
     only singular values above ``rank_tol * s_1``, applied through its SVD factors.
 
     Returns
     -------
-    M : ndarray of shape (d, d)
+    F : ndarray of shape (d, rho)
+    G : ndarray of shape (rho, d)
     s : ndarray of shape (k,)
         Singular values of the core.
     rho : int
@@ -421,8 +439,7 @@ def _nystrom(M_cols, M_rows, k, rank, rank_tol):
     rho = _numerical_rank(s, rank_tol)
     if rank is not None:
         rho = min(rho, rank)
-    left = M_cols @ (Vct[:rho].T / s[:rho])
-    return left @ (Uc[:, :rho].T @ M_rows), s, rho
+    return M_cols @ (Vct[:rho].T / s[:rho]), Uc[:, :rho].T @ M_rows, s, rho
 
 
 def _numerical_rank(s, rank_tol):
@@ -435,32 +452,64 @@ def _numerical_rank(s, rank_tol):
     return int(np.sum(s > max(rank_tol * s[0], _NOISE_FLOOR))) if s.size else 0
 
 
-def _cross_indices(d, k0, k1):
-    """Entries of ``M`` added when a cross of ``k0`` rows/columns grows to ``k1``: (rows, cols)."""
-    rows, cols = [], []
-    for k in range(k0, k1):
-        rows.append(np.full(d - k, k))              # row k, columns k .. d-1
-        cols.append(np.arange(k, d))
-        rows.append(np.arange(k + 1, d))            # column k, rows k+1 .. d-1
-        cols.append(np.full(d - k - 1, k))
+def _cross_indices(d, k0, k1, n=None):
+    """Entries of ``M`` added when a cross of ``k0`` rows/columns grows to ``k1``.
+
+    Row ``k`` brings columns ``k .. d-1`` and column ``k`` rows ``k+1 .. d-1``. With ``n``, the
+    entries come in runs (a piece of one row, or of one column) of at most ``n`` entries, rows
+    first, ordered by blocks of ``n`` columns so that consecutive runs share their right vectors.
+
+    Returns
+    -------
+    rows, cols : ndarray of shape (m,) of int
+    segments : list of int
+        Lengths of the runs (``None`` without ``n``).
+    """
+    rows, cols, seg = [], [], []
+    if n is None:
+        for k in range(k0, k1):
+            rows.append(np.full(d - k, k))              # row k, columns k .. d-1
+            cols.append(np.arange(k, d))
+            rows.append(np.arange(k + 1, d))            # column k, rows k+1 .. d-1
+            cols.append(np.full(d - k - 1, k))
+    else:
+        for j0 in range(k0, d, n):                      # row pieces, one block of columns at a time
+            j1 = min(d, j0 + n)
+            for i in range(k0, min(k1, j1)):
+                js = np.arange(max(i, j0), j1)
+                rows.append(np.full(js.size, i))
+                cols.append(js)
+                seg.append(js.size)
+        for k in range(k0, k1):                         # column pieces
+            for i0 in range(k + 1, d, n):
+                i1 = min(d, i0 + n)
+                rows.append(np.arange(i0, i1))
+                cols.append(np.full(i1 - i0, k))
+                seg.append(i1 - i0)
     if not rows:
-        return np.zeros(0, int), np.zeros(0, int)
-    return np.concatenate(rows), np.concatenate(cols)
+        return np.zeros(0, int), np.zeros(0, int), ([] if n is not None else None)
+    return np.concatenate(rows), np.concatenate(cols), (seg if n is not None else None)
 
 
 def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
-    """Measure a growing cross of ``M = L W R`` and return ``W = L^T (Nystrom of M) R^T``."""
+    """Measure a growing cross of ``M = L W R`` and return ``W = L^T (Nystrom of M) R^T``.
+
+    Memory: ``L``, ``R``, ``M`` and ``W`` (``d x d`` each) and one chunk of queries; ``W`` is
+    assembled from its rank-``rho`` factors, ``O(d^2 rho)`` work.
+    """
     d = v.shape[0]
-    L, R = _sketch_bases(v, rng)
+    L, RT = _sketch_bases(v, rng)
     M = np.full((d, d), np.nan)
     n_req = 0
     max_logit = 0.0
+    n = chunk_queries(d)
 
     def grow(k0, k1):
         nonlocal n_req, max_logit
-        i, j = _cross_indices(d, k0, k1)
+        i, j, seg = _cross_indices(d, k0, k1, n)
         if i.size:
-            t, info = _measure_bilinear(oracle, L[i], R[:, j].T, v, scale=scale)
+            t, info = _measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
+                                        segments=seg)
             M[i, j] = t
             n_req += info["n_requeries"]
             max_logit = max(max_logit, info["max_abs_logit"])
@@ -484,12 +533,16 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
                 break
         detected = _numerical_rank(s, rank_tol)
     if k == d:
-        WM, rho = M, _numerical_rank(s, rank_tol)
+        rho = _numerical_rank(s, rank_tol)
+        W = L.T @ M @ RT
     else:
-        WM, s, rho = _nystrom(M[:, :k], M[:k, :], k, rank, rank_tol)
-    W = L.T @ WM @ R.T
+        F, G, s, rho = _nystrom_factors(M[:, :k], M[:k, :], k, rank, rank_tol)
+        factors = (L.T @ F, G @ RT)
+        W = factors[0] @ factors[1]
     info = {"cross_size": k, "core_singular_values": s, "rank_detected": detected,
             "n_requeries": n_req, "max_abs_logit": max_logit, "rank_used": rho}
+    if k < d:
+        info["factors"] = factors            # W = F G, rank rho: its SVD in O(d rho^2)
     return W, info
 
 
@@ -516,13 +569,36 @@ class LowRankRecovery(Recovery):
     method: str = ""
 
 
-def _sign_normalised_svd(W, r):
-    """Top-``r`` SVD factors with each left singular vector's largest entry positive."""
-    U, s, Vt = np.linalg.svd(W)
+def _sign_normalised_svd(W, r, factors=None):
+    """Top-``r`` SVD factors with each left singular vector's largest entry positive.
+
+    With ``factors = (F, G)``, ``W = F G`` of rank ``rho``, the SVD comes from two thin QRs and an
+    ``rho x rho`` SVD, ``O(d rho^2)`` work instead of ``O(d^3)``; singular values beyond ``rho``
+    are then exactly 0.
+
+    Returns
+    -------
+    U : ndarray of shape (d, r)
+    s : ndarray of shape (r,)
+    Vt : ndarray of shape (r, d)
+    sv : ndarray of shape (min(r + 1, d),)
+        The top ``r + 1`` singular values of ``W``.
+    """
+    if factors is None:
+        U, s, Vt = np.linalg.svd(W)
+        sv = s[: r + 1].copy()
+    else:
+        F, G = factors
+        Qf, Rf = np.linalg.qr(F)
+        Qg, Rg = np.linalg.qr(G.T)
+        u, s, vt = np.linalg.svd(Rf @ Rg.T)
+        U, Vt = Qf @ u, vt @ Qg.T
+        sv = np.zeros(min(r + 1, W.shape[0]))
+        sv[: min(s.size, sv.size)] = s[: sv.size]
     U, s, Vt = U[:, :r], s[:r], Vt[:r]
     flip = np.sign(U[np.argmax(np.abs(U), axis=0), np.arange(r)])
     flip[flip == 0] = 1.0
-    return U * flip, s, Vt * flip[:, None]
+    return U * flip, s, Vt * flip[:, None], sv
 
 
 def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, oversample=1,
@@ -712,8 +788,8 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         diagnostics.update(sinfo)
         r_out = r
         how = f"{m} Gaussian rank-one projections ({method})"
-    U, s, Vt = _sign_normalised_svd(W, max(r_out, 0))
-    diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: (r_out or 0) + 1]
+    U, s, Vt, sv = _sign_normalised_svd(W, max(r_out, 0), factors=diagnostics.pop("factors", None))
+    diagnostics["singular_values"] = sv
     diagnostics.update(factor_U=U, factor_s=s, factor_Vt=Vt)
     message = f"recovered a rank-{r_out} W and v from {d} + {oracle.n_queries - start - d} value queries: {how}"
     if diagnostics.get("n_requeries"):
@@ -985,3 +1061,79 @@ def nuclear_statistical_dimension(d, r, *, n_samples=400, seed=0) -> float:
     res = minimize_scalar(J, bounds=(0.0, float(sv.max())), method="bounded",
                           options={"xatol": 1e-10})
     return float(min(res.fun, J(0.0)))
+
+def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
+    """Cost of the sketch at size ``d`` against the oracle's own cost, measured in this process.
+
+    The target is ``random_single_head(d, rank=rank, factored=True, seed=seed)``; the learner is
+    ``learn_low_rank(..., method="sketch", oversample=0)`` (the floor ``d + r(2d - r)`` queries,
+    plus re-measurements). The oracle times its own calls, so ``oracle_s`` is the time the oracle
+    alone spends answering exactly the learner's queries, measured side by side with the learner's
+    total ``learner_s``. With ``memory``, a second, identical run under :mod:`tracemalloc` gives the
+    peak of the memory allocated while learning (the target's own arrays are allocated before).
+
+    Parameters
+    ----------
+    d, rank : int
+        Dimension and rank, ``1 <= rank <= d``.
+    seed : int
+        Seed of the head and of the learner.
+    memory : bool, default=True
+        Also measure the peak allocation (a second run).
+    threads : int or None, default=1
+        BLAS threads during both runs (``threadpoolctl``); ``None`` leaves them as they are. One
+        thread keeps timings steady on shared cores, where idle BLAS threads spin-wait.
+
+    Returns
+    -------
+    dict
+        ``d``, ``r``, ``queries``, ``floor``, ``rel_error_W`` (against ``W = K^T Q``, formed for the
+        check only), ``learner_s``, ``oracle_s``, ``ratio`` and, with ``memory``, ``peak_bytes``.
+
+    Examples
+    --------
+    >>> row = scaling_point(64, 2, seed=0, memory=False)
+    >>> row["queries"] >= row["floor"] == 64 + degrees_of_freedom(64, 2), row["rel_error_W"] < 1e-10
+    (True, True)
+    """
+    import time
+    import tracemalloc
+
+    from .attention import random_single_head
+    from .oracles import ValueQueryOracle
+
+    d = check_int(d, "d", minimum=1)
+    r = check_int(rank, "rank", minimum=1, maximum=d)
+    seed = check_int(seed, "seed", minimum=0)
+
+    class _TimedOracle(ValueQueryOracle):
+        seconds = 0.0
+
+        def __call__(self, X):
+            t0 = time.perf_counter()
+            try:
+                return super().__call__(X)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+    from threadpoolctl import threadpool_limits
+
+    threads = None if threads is None else check_int(threads, "threads", minimum=1)
+    head = random_single_head(d, rank=r, factored=True, seed=seed)
+    with threadpool_limits(limits=threads):
+        oracle = _TimedOracle(head)
+        t0 = time.perf_counter()
+        rec = learn_low_rank(oracle, r, method="sketch", oversample=0, seed=seed)
+        seconds = time.perf_counter() - t0
+        row = {"d": d, "r": r, "queries": rec.n_queries, "floor": d + degrees_of_freedom(d, r),
+               "rel_error_W": rec.relative_errors(head)["W"], "learner_s": seconds,
+               "oracle_s": oracle.seconds, "ratio": seconds / oracle.seconds}
+        del rec
+        if memory:
+            tracemalloc.start()
+            try:
+                learn_low_rank(ValueQueryOracle(head), r, method="sketch", oversample=0, seed=seed)
+                row["peak_bytes"] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+    return row

@@ -122,7 +122,12 @@ class ValueQueryOracle:
         return self._evaluate(X)
 
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
-        y = np.asarray(self.target(X.copy()), dtype=np.float64).reshape(-1)
+        if getattr(type(self.target), "_reads_only", False):
+            # The library's heads (SingleHead, FactoredHead) only read their input: hand them the
+            # batch validated above, without a second check and a copy (two passes over the batch).
+            y = np.asarray(self.target._batch(X), dtype=np.float64).reshape(-1)
+        else:
+            y = np.asarray(self.target(X.copy()), dtype=np.float64).reshape(-1)
         if y.shape != (X.shape[0],):
             raise OracleInconsistentError(
                 f"the target returned {y.shape[0]} answers for a batch of {X.shape[0]} queries."

@@ -32,6 +32,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import expit, logit
 
+from ._streaming import answer_rop
 from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead, random_single_head
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
@@ -1130,7 +1131,7 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
             "every v_hat_i is 0: f is (within tau) identically 0 and W is not identifiable.")
     A, B = _gaussian_rop_design(d, m, v_hat, rng)
     c = rop_scales(A, B, W_max=W_max, logit_max=logit_max)
-    y = np.asarray(oracle(rop_queries(A, B, c)), dtype=np.float64)
+    y = answer_rop(oracle, A, B, c)            # in bounded chunks: no (m, 2, d) array
     av, bv = A @ v_hat, B @ v_hat
     alpha_hat = (y / c - bv) / av
     lo = float(expit(-logit_max))
