@@ -53,7 +53,6 @@ __all__ = [
     "transition_point",
     "nuclear_statistical_dimension",
     "DESIGNS",
-
     "scaling_point",
 ]
 
