@@ -82,6 +82,8 @@ def book_html(tmp_path_factory):
     out = tmp_path_factory.mktemp("book")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     config["execute"]["execute_notebooks"] = "off"
+    # paths in the configuration are relative to its file, which moves to the build folder
+    config["sphinx"]["local_extensions"] = {k: str(ROOT / v) for k, v in config["sphinx"]["local_extensions"].items()}
     cfg = out / "_config.yml"
     cfg.write_text(yaml.safe_dump(config))
     jb = Path(sys.executable).with_name("jupyter-book")

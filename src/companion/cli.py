@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .errors import ParameterError
 
-__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "run_chapter", "cite"]
+__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "book_timeout", "run_chapter", "cite"]
 
 
 def _root() -> Path:
@@ -159,7 +159,7 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     Parameters
     ----------
     timeout : float, default=None
-        Time limit in seconds for each cell; by default the book's (:func:`book_timeout`, 600 s).
+        Time limit in seconds for each cell; by default the book's (:func:`companion.cli.book_timeout`, 600 s).
     """
     import shutil
     import tempfile

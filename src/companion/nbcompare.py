@@ -4,7 +4,7 @@ The contract (README, *Reproducibility*; the book's page ``book/reproducibility.
 
 * Text is compared exactly, except that runs of white space count as one space (a table re-aligns
   when one of its numbers gets a digit more) and timings, memory addresses and absolute paths are
-  replaced first (:data:`SANITIZE`).
+  replaced first (``SANITIZE``).
 * Every number in the text is compared **exactly** (as printed) unless one of three rules gives it a
   tolerance; then a re-run may print any ``t`` with
   ``|t - r| <= atol + rtol * |r| + h(r) + h(t)`` for the committed ``r``, where ``h`` is half a
@@ -29,8 +29,8 @@ text rendering, which wraps columns, is not compared.
 
 Images (PNG, JPEG) are not compared; figures are checked by the browser test.
 
-Examples
---------
+For example (a rounding-level error, a changed error, a tolerance in bits, a count):
+
 >>> compare_text("error 3.1e-16, 20 queries", "error 0.0e+00, 20 queries")
 []
 >>> compare_text("error 3.1e-16, 20 queries", "error 1.0e-03, 20 queries")
@@ -285,7 +285,7 @@ def compare_notebooks(reference_nb, test_nb, *, glue=None) -> dict[int, list[str
     Parameters
     ----------
     reference_nb, test_nb : dict
-        Notebooks as read by :func:`nbformat.read` (the committed one first).
+        Notebooks as read by ``nbformat.read`` (the committed one first).
     glue : dict, default=None
         Tolerances of published values by glue name (:func:`glue_tolerances` of the re-run).
 

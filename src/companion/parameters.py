@@ -17,7 +17,7 @@ clause                          meaning
 ``each CLAUSE``                 every element of the list satisfies the clause
 =============================  ==============================================================
 
-Clauses are joined by `` and ``. For example::
+Clauses are joined by the word ``and``. For example::
 
     d = 5                          # dimension of the instance; must be in [3, 512]
     d_values = [4, 8, 16]          # dimensions of the sweep; must be non-empty and each in [2, 1024]
