@@ -34,10 +34,11 @@ Examples
 >>> decl = declared('d = 5  # dimension; must be in [3, 512]\\nxs = [1.0]  # values; must be non-empty')
 >>> check(decl, {"d": 4, "xs": [2]})
 {'d': 4, 'xs': [2.0]}
->>> check(decl, {"d": 2})
-Traceback (most recent call last):
-...
-companion.errors.ParameterError: parameter d=2 must be in [3, 512] (an int; default 5)
+>>> try:
+...     check(decl, {"d": 2})
+... except ParameterError as exc:
+...     print(exc)
+parameter d=2 must be in [3, 512] (an int; default 5)
 """
 
 from __future__ import annotations
