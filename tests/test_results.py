@@ -221,6 +221,19 @@ def test_a_failing_cell_puts_the_previous_results_file_back(results_tmp, shell):
     assert [p.name for p in results_tmp.iterdir()] == ["99_demo.json"]
 
 
+def test_a_refused_call_does_not_undo_the_previous_run(results_tmp, shell):
+    from companion.errors import ParameterError
+
+    results.record_parameters("99_demo", seed=0, d=4, glue=False)
+    results.publish("a", 1, glue=False)
+    shell.run_cell(success=True)
+    done = (results_tmp / "99_demo.json").read_text()
+    with pytest.raises(ParameterError):
+        results.record_parameters("99_demo", seed=0, d=99, glue=False)
+    shell.run_cell(success=False)
+    assert (results_tmp / "99_demo.json").read_text() == done
+
+
 def test_a_failing_first_run_leaves_no_results_file(results_tmp, shell):
     results.record_parameters("99_demo", seed=0, d=4, glue=False)
     results.publish("a", 1, glue=False)

@@ -219,6 +219,7 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     outside IPython, is not checked.
     """
     chapter = _check_name(chapter, "chapter")
+    _state.update(path=None, failed=False)     # a refused call has no run to undo
     _check_declared(chapter, {"seed": seed, **parameters})
     seed = check_int(seed, "seed", minimum=0)
     params = _plain(dict(parameters))
