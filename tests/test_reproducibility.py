@@ -1,7 +1,8 @@
 """Every chapter re-executed under other OpenBLAS kernels and thread counts, held to the contract.
 
 nbval checks the committed outputs on this machine's own BLAS kernel. Here every chapter is
-executed again, in parallel processes, under two other OpenBLAS kernel types (chosen from those this
+executed again, in background processes started as soon as the suite is collected (so that they
+share the machine with the serial rest of ``make test``), under two other OpenBLAS kernel types (chosen from those this
 CPU can run: Haswell, Sandybridge, SkylakeX, Nehalem, never the native one) and with 1 and with 2
 BLAS threads, and its outputs are compared with the committed ones by the same rule as nbval's
 (:mod:`companion.nbcompare`). Skipped, with the reason, off x86-64 or without OpenBLAS.
@@ -75,27 +76,48 @@ def _execute(path: Path, kernel: str, threads: int, out_dir: Path) -> Path:
     return out
 
 
+_JOBS: dict = {}
+_POOL: list = []
+
+
+def start(items) -> None:
+    """Submit the re-executions of the selected tests at once (called by conftest.py when collection ends).
+
+    They run in the background while the rest of the suite runs (one process per two cores), so
+    that the serial parts of ``make test`` (nbval, the books) and these runs share the machine.
+    """
+    if CONFIGS is None or _POOL:
+        return
+    import tempfile
+
+    selected = {(item.callspec.params["path"], item.callspec.params["config"]) for item in items}
+    base = Path(tempfile.mkdtemp(prefix="companion-blas-"))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2))
+    _POOL.append((pool, base))
+    # the slowest chapters first, so that the pool stays busy to the end
+    for path in sorted(CHAPTERS, key=lambda p: -p.stat().st_size):
+        for kernel, threads in CONFIGS:
+            if (path, (kernel, threads)) in selected:
+                out_dir = base / f"{kernel}-{threads}" / path.stem
+                out_dir.mkdir(parents=True)
+                _JOBS[(path.stem, kernel, threads)] = pool.submit(_execute, path, kernel, threads, out_dir)
+
+
+def stop() -> None:
+    """Cancel what has not started, wait for the rest, delete the outputs (conftest.py, at the end)."""
+    import shutil
+
+    for pool, base in _POOL:
+        pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(base, ignore_errors=True)
+    _POOL.clear()
+
+
 @pytest.fixture(scope="session")
-def reexecuted(request, tmp_path_factory):
-    """Every selected (chapter, kernel, threads) executed once, in parallel processes; futures by key."""
+def reexecuted():
     if CONFIGS is None:
         pytest.skip(NATIVE)
-    selected = {(item.callspec.params["path"], item.callspec.params["config"]) for item in request.session.items
-                if getattr(item, "originalname", "") == "test_chapter_reproduces_under_other_blas"}
-    base = tmp_path_factory.mktemp("blas")
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2)))
-    jobs = {}
-    # the slowest chapters first, so that the pool stays busy to the end
-    order = sorted(CHAPTERS, key=lambda p: -p.stat().st_size)
-    for kernel, threads in CONFIGS:
-        for path in order:
-            if (path, (kernel, threads)) not in selected:
-                continue
-            out_dir = base / f"{kernel}-{threads}" / path.stem
-            out_dir.mkdir(parents=True)
-            jobs[(path.stem, kernel, threads)] = pool.submit(_execute, path, kernel, threads, out_dir)
-    yield jobs
-    pool.shutdown(wait=True, cancel_futures=True)
+    return _JOBS
 
 
 @pytest.mark.parametrize("config", CONFIGS or [("none", 0)], ids=[f"{k}-{t}thread" for k, t in CONFIGS or [("none", 0)]])
