@@ -3,7 +3,9 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-NBVAL  := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env
+# nbval re-executes every chapter and compares its outputs with the committed ones by the
+# reproducibility contract (tests/conftest.py replaces nbval's string comparison with companion.nbcompare).
+NBVAL  := --nbval --nbval-current-env
 
 .PHONY: all venv book book-release pdf test test-fast bench execute clean browser
 
@@ -40,8 +42,9 @@ pdf: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --builder pdflatex
 	@echo "PDF: _build/latex/companion.pdf"
 
-# The whole suite: unit, property and doctests, every chapter under nbval, papermill runs with
-# non-default parameters, the CLI, and a strict book build.
+# The whole suite: unit, property and doctests, every chapter under nbval, every chapter again under
+# two other OpenBLAS kernel types with 1 and 2 BLAS threads (tests/test_reproducibility.py), papermill
+# runs with non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
 test: $(STAMP) browser
 	$(PY) -m pytest tests src/companion book/chapters $(NBVAL)
 
@@ -60,9 +63,14 @@ test-fast: $(STAMP)
 	$(PY) -m pytest tests src/companion -m "not slow"
 
 # Execute one chapter in place so that its committed outputs are fresh: make execute NB=book/chapters/02_exact_learning.ipynb
+# The only command that writes the committed data/results: the chapter publishes into a staging
+# folder, copied there only when every cell ran (a failing chapter leaves data/results as it was).
 execute: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make execute NB=book/chapters/NN_name.ipynb"; exit 2; }
-	cd $(dir $(NB)) && ../../$(VENV)/bin/jupyter execute --inplace --timeout=600 $(notdir $(NB))
+	@stage=$$(mktemp -d) && \
+	  ( cd $(dir $(NB)) && COMPANION_RESULTS_DIR=$$stage ../../$(VENV)/bin/jupyter execute --inplace --timeout=600 $(notdir $(NB)) ) \
+	  && mkdir -p data/results && cp $$stage/*.json data/results/; \
+	  rc=$$?; rm -rf $$stage; exit $$rc
 
 # Every benchmark table in one run.
 bench: $(STAMP)

@@ -1,27 +1,10 @@
-"""Shared test set-up: results go to a temporary folder, never into the committed data/results."""
+"""Fixtures shared by the tests (the set-up for every path is in the repository's conftest.py)."""
 
-import os
-import tempfile
+from pathlib import Path
 
 import pytest
 
-
-_CREATED = []
-
-
-def pytest_configure(config):
-    # Set before any kernel starts, so that notebooks run by nbval and papermill inherit it.
-    if "COMPANION_RESULTS_DIR" not in os.environ:
-        _CREATED.append(tempfile.mkdtemp(prefix="companion-results-"))
-        os.environ["COMPANION_RESULTS_DIR"] = _CREATED[-1]
-    os.environ.setdefault("MPLBACKEND", "Agg")
-
-
-def pytest_unconfigure(config):
-    import shutil
-
-    for folder in _CREATED:
-        shutil.rmtree(folder, ignore_errors=True)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -39,18 +22,18 @@ def book_html(tmp_path_factory):
     """
     import subprocess
     import sys
-    from pathlib import Path
 
     import yaml
 
-    root = Path(__file__).resolve().parents[1]
     out = tmp_path_factory.mktemp("book")
-    config = yaml.safe_load((root / "_config.yml").read_text())
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
     config["execute"]["execute_notebooks"] = "off"
+    # paths in the configuration are relative to its file, which moves to the build folder
+    config["sphinx"]["local_extensions"] = {k: str(ROOT / v) for k, v in config["sphinx"]["local_extensions"].items()}
     cfg = out / "_config.yml"
     cfg.write_text(yaml.safe_dump(config))
     jb = Path(sys.executable).with_name("jupyter-book")
-    proc = subprocess.run([str(jb), "build", str(root), "-n", "-W", "--keep-going", "--config", str(cfg),
+    proc = subprocess.run([str(jb), "build", str(ROOT), "-n", "-W", "--keep-going", "--config", str(cfg),
                            "--path-output", str(out)], capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         pytest.fail("book build failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:])

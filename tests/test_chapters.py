@@ -1,24 +1,58 @@
-"""Every chapter re-run with non-default parameters, and the whole book built with warnings as errors.
+"""Every chapter re-run with non-default parameters, the book built with warnings as errors, and
+``make book`` after a library edit.
 
 nbval (``make test`` passes ``--nbval book/chapters``) re-executes every chapter on its defaults and
-compares the outputs with the committed ones; this file covers what nbval does not.
+compares the outputs with the committed ones (tests/conftest.py, by the reproducibility contract);
+tests/test_reproducibility.py does it again under other BLAS kernels; this file covers the rest.
 """
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from companion import cli
+from companion import cli, parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb"))
 
-pytestmark = pytest.mark.slow
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_kernelspec_is_python3(path):
+    """``make book`` (Jupyter Book) fails on another kernel; nbval's --nbval-current-env would hide it."""
+    spec = json.loads(path.read_text())["metadata"].get("kernelspec", {})
+    assert spec.get("name") == "python3", f"{path.stem}: kernelspec {spec.get('name')!r}, must be 'python3'"
 
 
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_parameter_declares_its_constraint(path):
+    """Each parameter line ends in '; must be SPEC' (companion.parameters); defaults and test parameters pass."""
+    declared = cli.chapter_parameters(path.stem)
+    missing = [name for name, info in declared.items() if not info["spec"]]
+    assert not missing, f"{path.stem}: no '; must be ...' constraint for {', '.join(missing)} (see README, Developing)"
+    cli.check_parameters(path.stem, {k: v["default"] for k, v in declared.items()})
+    cli.check_parameters(path.stem, json.loads(path.read_text())["metadata"]["companion"]["test_parameters"])
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_the_cell_after_the_parameters_checks_and_records_every_parameter(path):
+    """Plain papermill runs are checked by results.record_parameters in the next cell, which needs every name."""
+    cells = json.loads(path.read_text())["cells"]
+    k = next(i for i, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", []))
+    source = "".join(cells[k + 1]["source"])
+    assert "results.record_parameters(" in source
+    call = source[source.index("results.record_parameters("):]
+    for name in cli.chapter_parameters(path.stem):
+        if name != "seed":
+            assert re.search(rf"\b{name}={name}\b", call), f"{path.stem}: {name} is not passed to record_parameters"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_runs_with_non_default_parameters(path, tmp_path):
     nb = json.loads(path.read_text())
@@ -38,11 +72,90 @@ def test_chapter_runs_with_non_default_parameters(path, tmp_path):
     assert cited <= set(data["values"]) | set(recorded), f"not published: {sorted(cited - set(data['values']) - set(recorded))}"
 
 
+@pytest.mark.slow
+def test_plain_papermill_refuses_a_bad_parameter_in_the_first_cell_and_writes_nothing(tmp_path):
+    """The check in the cell after the parameters: one line naming the parameter; no results file."""
+    papermill = Path(os.sys.executable).with_name("papermill")
+    env = {k: v for k, v in os.environ.items() if k != "COMPANION_RESULTS_DIR"}
+    env.update(COMPANION_RESULTS_DIR="runs", PWD=str(tmp_path))      # relative, as typed in a shell
+    proc = subprocess.run([str(papermill), "--no-progress-bar", "-k", "python3", "--cwd", str(ROOT / "book" / "chapters"),
+                           str(ROOT / "book" / "chapters" / "02_exact_learning.ipynb"), "out.ipynb", "-y", "d_values: []"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert ("ParameterError: chapter 02_exact_learning: parameter d_values=[] must be non-empty and each in "
+            "[2, inf) (a list of int; default [4, 8, 16, 32, 64])") in proc.stderr + proc.stdout
+    assert not (tmp_path / "runs").exists() and not (ROOT / "book" / "chapters" / "runs").exists()
+
+
+@pytest.mark.slow
+def test_plain_papermill_writes_a_relative_results_dir_where_it_was_typed(tmp_path):
+    """COMPANION_RESULTS_DIR=runs with --cwd book/chapters: the JSON lands in ./runs, not book/chapters/runs."""
+    papermill = Path(os.sys.executable).with_name("papermill")
+    env = {k: v for k, v in os.environ.items() if k != "COMPANION_RESULTS_DIR"}
+    env.update(COMPANION_RESULTS_DIR="runs", PWD=str(tmp_path))
+    (tmp_path / "runs").mkdir()
+    proc = subprocess.run([str(papermill), "--no-progress-bar", "-k", "python3", "--cwd", str(ROOT / "book" / "chapters"),
+                           str(ROOT / "book" / "chapters" / "01_definitions.ipynb"), "runs/01_definitions.ipynb",
+                           "-p", "n_checks", "50"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "runs" / "01_definitions.json").read_text())["parameters"]["n_checks"] == 50
+    assert not (ROOT / "book" / "chapters" / "runs").exists()
+
+
+@pytest.mark.slow
+def test_make_book_after_a_library_edit_shows_the_new_value(tmp_path):
+    """Issue 11, part 2: in a scratch clone, `make book`, edit lowrank.degrees_of_freedom, `make book` again.
+
+    The scratch clone holds the working tree's tracked files (mtimes kept) and this .venv (linked;
+    PYTHONPATH puts the scratch's library first, for the command and the kernels). To keep the test
+    short, its _config.yml executes chapter 04 only (execute.exclude_patterns; the other chapters
+    render their committed outputs): the command is the README's `make book`.
+    """
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    stamp = ROOT / ".venv" / ".installed"
+    if not stamp.is_file() or stamp.stat().st_mtime < (ROOT / "pyproject.toml").stat().st_mtime:
+        pytest.skip("the .venv is older than pyproject.toml: run make venv first")
+    scratch = tmp_path / "clone"
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, text=True, check=True).stdout
+    for name in filter(None, files.split("\0")):
+        src = ROOT / name
+        if src.is_file():
+            (scratch / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, scratch / name)
+    (scratch / ".venv").symlink_to(ROOT / ".venv")
+    config = yaml.safe_load((scratch / "_config.yml").read_text())
+    config["execute"]["exclude_patterns"] = [p.name for p in CHAPTERS if not p.stem.startswith("04")]
+    (scratch / "_config.yml").write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if k != "COMPANION_RESULTS_DIR"}
+    env["PYTHONPATH"] = str(scratch / "src")
+
+    def make_book():
+        proc = subprocess.run(["make", "book"], cwd=scratch, env=env, capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        page = (scratch / "_build" / "html" / "book" / "chapters" / "04_low_rank.html").read_text()
+        shown = re.search(r'the <span class="pasted-text">(\d+)</span> degrees of freedom', page)
+        data = json.loads((scratch / "_build" / "results" / "04_low_rank.json").read_text())
+        return int(shown.group(1)), data
+
+    shown, first = make_book()
+    assert shown == first["values"]["nuc_dof"]["value"] == 28
+    lowrank = scratch / "src" / "companion" / "lowrank.py"
+    source = lowrank.read_text()
+    assert source.count("    return r * (2 * d - r)\n") == 1
+    lowrank.write_text(source.replace("    return r * (2 * d - r)\n", "    return r * (2 * d - r) + 1\n"))
+    shown, data = make_book()
+    assert shown == data["values"]["nuc_dof"]["value"] == 29, "make book kept the old value after a library edit"
+    assert data["library_hash"] != first["library_hash"]
+
+
+@pytest.mark.slow
 def test_unknown_parameter_is_refused_before_execution(tmp_path):
     code = cli.main(["run", CHAPTERS[0].stem, "-p", "no_such_parameter", "1", "-o", str(tmp_path)])
     assert code == 2 and not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_book_builds_with_warnings_as_errors(book_html):
     """The HTML builds from the committed outputs (no execution) with -n -W --keep-going."""
     html = book_html

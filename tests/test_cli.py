@@ -14,6 +14,7 @@ def test_list_prints_every_chapter_with_defaults(capsys):
     for stem in cli.chapters():
         assert stem in out
     assert "d_values = [4, 8, 16, 32, 64] (list)" in out
+    assert "; must be non-empty and each in [2, inf)" in out
 
 
 def test_chapters_are_found_in_order():
@@ -27,11 +28,11 @@ def test_check_parameters_converts_and_rejects():
         "entry_scale": 3.0, "d_values": [2, 3]}
     with pytest.raises(ParameterError, match=r"has no parameter 'dd'; its parameters are: seed \(int, default 0\)"):
         cli.check_parameters("02_exact_learning", {"dd": 3})
-    with pytest.raises(ParameterError, match=r"seed=1\.5 does not fit: the chapter expects int"):
+    with pytest.raises(ParameterError, match=r"parameter seed=1\.5 must be an int, in \[0, inf\) \(default 0\)"):
         cli.check_parameters("02_exact_learning", {"seed": 1.5})
-    with pytest.raises(ParameterError, match=r"d_values=\[16\.5, 64\] does not fit: the chapter expects a list of int"):
+    with pytest.raises(ParameterError, match=r"d_values=\[16\.5, 64\] must be a list of int, non-empty and each in"):
         cli.check_parameters("02_exact_learning", {"d_values": [16.5, 64]})
-    with pytest.raises(ParameterError, match=r"seed=True does not fit"):
+    with pytest.raises(ParameterError, match=r"seed=True must be an int"):
         cli.check_parameters("02_exact_learning", {"seed": True})
     with pytest.raises(ParameterError, match=r"unknown chapter 'xx'"):
         cli.check_parameters("xx", {})
@@ -57,7 +58,7 @@ def test_cite_one_number(results_tmp, capsys):
     results.publish("sweep_worst_W", 2.5e-15, fmt="{:.1e}", glue=False)
     assert cli.main(["cite", "02", "sweep_worst_W"]) == 0
     line = capsys.readouterr().out
-    assert line.startswith("2.5e-15 [02_exact_learning: sweep_worst_W; parameters d=5, seed=7;")
+    assert line.startswith("2.5e-15 (exact) [02_exact_learning: sweep_worst_W; parameters d=5, seed=7;")
     assert results.library_hash() in line and "ICML 2026" in line
     with pytest.raises(ParameterError, match=r"published no value 'nope'; it published: sweep_worst_W"):
         cli.cite("02", "nope")
@@ -85,13 +86,101 @@ def test_papermill_dropping_a_parameter_line_is_an_error(tmp_path, monkeypatch):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, book / "01_demo.ipynb")
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ParameterError, match=r"cannot read the line of d in the parameters cell of 01_demo"):
+    with pytest.raises(ParameterError, match=r"^01_demo: papermill cannot read the line of d in the parameters cell"):
         cli.chapter_parameters("01_demo")
 
 
-def test_a_failing_chapter_gives_one_clear_line(capsys, tmp_path):
-    code = cli.main(["run", "02", "-p", "seed", "-1", "-o", str(tmp_path), "--no-progress"])
+@pytest.mark.slow
+def test_a_failing_chapter_gives_one_clear_line_and_keeps_the_results_file(capsys, tmp_path):
+    (tmp_path / "02_exact_learning.json").write_text("{}")
+    code = cli.main(["run", "02", "-p", "d", "3", "-p", "d_values", "[2, 3]", "-p", "entry_scale", "1e308",
+                     "-o", str(tmp_path), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "the chapter stopped at cell" in err and "seed=-1 must be >= 0" in err
-    assert "Traceback" not in err
+    assert "the chapter stopped at cell" in err and "Traceback" not in err
+    assert (tmp_path / "02_exact_learning.json").read_text() == "{}"      # nothing half-way
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_exact_learning.ipynb", "02_exact_learning.json"]
+
+
+@pytest.mark.slow
+def test_a_chapter_over_the_time_limit_is_stopped_in_one_line(capsys, tmp_path):
+    code = cli.main(["run", "04", "-o", str(tmp_path), "--no-progress", "--timeout", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "time limit" in err and "--timeout" in err and "Traceback" not in err
+    assert not (tmp_path / "04_low_rank.json").exists()
+
+
+def test_cite_shows_a_published_tolerance(results_tmp, capsys):
+    results.record_parameters("03_one_layer_transformer", seed=0, glue=False)
+    results.publish("small_bits", 49.5, fmt="{:.1f}", atol=3.0, glue=False)
+    results.publish("err", 3e-16, fmt="{:.0e}", rtol=0.5, atol=1e-12, glue=False)
+    assert cli.cite("03", "small_bits").startswith(
+        "49.5 (reproducible to rtol 0, atol 3 across machines) [03_one_layer_transformer: small_bits;")
+    assert cli.cite("03", "err").startswith("3e-16 (reproducible to rtol 0.5, atol 1e-12 across machines)")
+
+
+def test_cite_reads_the_committed_numbers_by_default(monkeypatch):
+    monkeypatch.delenv("COMPANION_RESULTS_DIR", raising=False)
+    data = json.loads((results.book_results_dir() / "02_exact_learning.json").read_text())
+    name = sorted(data["values"])[0]
+    assert cli.cite("02", name).startswith(data["values"][name]["text"])
+
+
+# Part 4 of issue 11: each bad parameter gets a one-line refusal naming it, before anything runs.
+@pytest.mark.parametrize("argv, message", [
+    (["run", "02", "-p", "d_values", "[]"],
+     "companion: error: chapter 02_exact_learning: parameter d_values=[] must be non-empty and each in "
+     "[2, inf) (a list of int; default [4, 8, 16, 32, 64])"),
+    (["run", "04", "-p", "rank", "9"],
+     "companion: error: chapter 04_low_rank: parameter rank=9 must be in [1, d] with d=8 (an int; default 2)"),
+    (["run", "05", "-p", "taus", "[1e-3, -1e-2]"],
+     "companion: error: chapter 05_robustness: parameter taus=[0.001, -0.01] must be non-empty and each in "
+     "(0, inf) (a list of float; default [1e-07, 1e-06, 1e-05, 0.0001, 0.001, 0.01])"),
+    (["run", "05", "-p", "mu", "0.5"],
+     "companion: error: chapter 05_robustness: parameter mu=0.5 must be in (0, 1/sqrt(d)] with d=6 (a float; default 0.1)"),
+    (["run", "02", "-p", "seed", "-1"],
+     "companion: error: chapter 02_exact_learning: parameter seed=-1 must be in [0, inf) (an int; default 0)"),
+])
+def test_bad_parameters_are_refused_in_one_line_before_running(argv, message, capsys, tmp_path):
+    assert cli.main([*argv, "-o", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("given", [{"taus": "[1e-3, 1e-2]"}, {"taus": "[1e-07, 1e-06, 1e-05, 0.0001, 0.001, 0.01]"}])
+def test_exponent_floats_in_a_list_are_floats(given):
+    value = cli._parse_value(given["taus"])
+    out = cli.check_parameters("05", {"taus": value})["taus"]
+    assert all(type(x) is float for x in out) and out[0] in (1e-3, 1e-7)
+
+
+def test_the_default_as_list_prints_it_is_accepted(capsys):
+    cli.main(["list"])
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.strip().startswith("taus = "))
+    text = line.split(" = ", 1)[1].split(" (list)")[0]
+    assert cli.check_parameters("05", {"taus": cli._parse_value(text)})["taus"] == [1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2]
+
+
+def test_parameter_file_has_the_same_checks_and_float_handling(tmp_path, monkeypatch):
+    good = tmp_path / "good.yaml"
+    good.write_text("taus: [1e-3, 1e-2]\ntau_margin: 1e-4\nn_instances: 2\n")
+    seen = {}
+    monkeypatch.setattr(cli, "run_chapter", lambda ch, params, out, **kw: seen.update(
+        params=cli.check_parameters(ch, params), timeout=kw["timeout"]) or tmp_path / "x.ipynb")
+    assert cli.main(["run", "05", "-f", str(good), "-p", "n_instances", "3", "--timeout", "30"]) == 0
+    assert seen == {"params": {"taus": [1e-3, 1e-2], "tau_margin": 1e-4, "n_instances": 3}, "timeout": 30.0}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("taus: []\n")
+    assert cli.main(["run", "05", "-f", str(bad)]) == 2
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ParameterError, match=r"must map parameter names to values"):
+        cli._read_parameter_file(tmp_path / "list.yaml")
+
+
+def test_run_has_the_books_time_limit_by_default():
+    assert cli.book_timeout() == 600
+
+
+def test_chapter_parameters_report_the_constraint():
+    info = cli.chapter_parameters("04")["rank"]
+    assert info == {"default": 2, "type": "int", "help": "rank of its W", "spec": "in [1, d]"}

@@ -86,11 +86,25 @@ def test_glue_is_called_with_text(results_tmp, monkeypatch):
     assert all(type(v) is str for _, v, _ in calls)
 
 
-def test_results_dir_default_is_the_repository(monkeypatch):
+def test_results_dir_default_is_runs_never_the_committed_numbers(monkeypatch):
     monkeypatch.delenv("COMPANION_RESULTS_DIR", raising=False)
     root = results.repo_root()
     assert root is not None and (root / "_toc.yml").is_file()
-    assert results.results_dir() == root / "data" / "results"
+    assert results.results_dir() == root / "runs"
+    assert results.book_results_dir() == root / "data" / "results"
+
+
+def test_relative_results_dir_is_taken_from_pwd_not_the_kernel_cwd(tmp_path, monkeypatch):
+    shell, kernel = tmp_path / "shell", tmp_path / "kernel"
+    shell.mkdir(), kernel.mkdir()
+    monkeypatch.setenv("COMPANION_RESULTS_DIR", "runs")
+    monkeypatch.setenv("PWD", str(shell))          # the folder the command was typed in
+    monkeypatch.chdir(kernel)                      # papermill --cwd moved the kernel here
+    assert results.results_dir() == shell / "runs"
+    monkeypatch.delenv("PWD")
+    assert results.results_dir() == kernel / "runs"
+    monkeypatch.setenv("COMPANION_RESULTS_DIR", str(tmp_path / "abs"))
+    assert results.results_dir() == tmp_path / "abs"
 
 
 def test_stale_cache_is_cleared_when_the_library_changes(tmp_path, monkeypatch):
@@ -103,11 +117,15 @@ def test_stale_cache_is_cleared_when_the_library_changes(tmp_path, monkeypatch):
     assert results.clear_stale_cache(build) is True            # first build: no stamp yet
     assert not (build / ".jupyter_cache").exists()
     (build / ".jupyter_cache").mkdir()
+    assert results.clear_stale_cache(build) is True            # that build did not finish: still stale
+    results.mark_built(build)                                  # a finished build
+    (build / ".jupyter_cache").mkdir()
     assert results.clear_stale_cache(build) is False           # unchanged library: cache kept
     assert (build / ".jupyter_cache").exists()
     (lib / "m.py").write_text("x = 2\n")                       # an edit to the library
     assert results.clear_stale_cache(build) is True
     assert not (build / ".jupyter_cache").exists()
+    results.mark_built(build)
     assert (build / ".library-hash").read_text().strip() == results.library_hash()
 
 
@@ -144,3 +162,80 @@ def test_publish_refuses_tolerance_on_non_number(results_tmp):
     results.record_parameters("tol", seed=0, glue=False)
     with pytest.raises(InvalidInputError, match="real numbers only"):
         results.publish("s", "text", glue=False, rtol=0.1)
+
+
+class _Shell:
+    """A stand-in for IPython's shell: input history and the post_run_cell event."""
+
+    def __init__(self, history):
+        import types
+
+        self.history_manager = types.SimpleNamespace(input_hist_raw=list(history))
+        self.callbacks = []
+        self.events = types.SimpleNamespace(register=lambda name, f: self.callbacks.append(f))
+
+    def run_cell(self, success):
+        import types
+
+        for f in self.callbacks:
+            f(types.SimpleNamespace(success=success))
+
+
+PARAMS_CELL = "seed = 0  # seed; must be in [0, inf)\nd = 4  # dimension; must be in [2, 64]\n"
+
+
+@pytest.fixture
+def shell(monkeypatch):
+    import IPython
+
+    sh = _Shell(["", PARAMS_CELL, "# Parameters\nd = 5\n"])
+    monkeypatch.setattr(IPython, "get_ipython", lambda: sh)
+    return sh
+
+
+def test_record_parameters_checks_the_declared_constraints_before_writing(results_tmp, shell):
+    from companion.errors import ParameterError
+
+    with pytest.raises(ParameterError, match=r"^chapter 99_demo: parameter d=1 must be in \[2, 64\] \(an int; default 4\)$"):
+        results.record_parameters("99_demo", seed=0, d=1, glue=False)
+    with pytest.raises(ParameterError, match=r"misses d, declared in the chapter's parameters cell"):
+        results.record_parameters("99_demo", seed=0, glue=False)
+    with pytest.raises(ParameterError, match=r"has no parameter 'extra'"):
+        results.record_parameters("99_demo", seed=0, d=4, extra=1, glue=False)
+    assert not any(results_tmp.iterdir())                   # nothing written
+    results.record_parameters("99_demo", seed=0, d=2, glue=False)
+    assert results.load("99_demo")["parameters"] == {"d": 2}
+
+
+def test_a_failing_cell_puts_the_previous_results_file_back(results_tmp, shell):
+    results.record_parameters("99_demo", seed=0, d=4, glue=False)
+    results.publish("a", 1, glue=False)
+    shell.run_cell(success=True)
+    before = (results_tmp / "99_demo.json").read_text()
+    results.record_parameters("99_demo", seed=1, d=5, glue=False)      # a second run ...
+    results.publish("b", 2, glue=False)
+    shell.run_cell(success=False)                                      # ... fails half-way
+    assert (results_tmp / "99_demo.json").read_text() == before
+    results.publish("c", 3, glue=False)                                # later cells only glue
+    assert (results_tmp / "99_demo.json").read_text() == before
+    assert [p.name for p in results_tmp.iterdir()] == ["99_demo.json"]
+
+
+def test_a_refused_call_does_not_undo_the_previous_run(results_tmp, shell):
+    from companion.errors import ParameterError
+
+    results.record_parameters("99_demo", seed=0, d=4, glue=False)
+    results.publish("a", 1, glue=False)
+    shell.run_cell(success=True)
+    done = (results_tmp / "99_demo.json").read_text()
+    with pytest.raises(ParameterError):
+        results.record_parameters("99_demo", seed=0, d=99, glue=False)
+    shell.run_cell(success=False)
+    assert (results_tmp / "99_demo.json").read_text() == done
+
+
+def test_a_failing_first_run_leaves_no_results_file(results_tmp, shell):
+    results.record_parameters("99_demo", seed=0, d=4, glue=False)
+    results.publish("a", 1, glue=False)
+    shell.run_cell(success=False)
+    assert not any(results_tmp.iterdir())

@@ -4,13 +4,18 @@
 
     companion list                                   # every chapter, its parameters and defaults
     companion run 02_exact_learning -p d_values "[16, 64]" -p seed 3 -o runs/
+    companion run 05_robustness -f params.yaml --timeout 1200
     companion cite 02_exact_learning sweep_worst_W   # a citation line with provenance
     companion build                                  # the HTML book (jupyter-book build)
 
-``run`` executes a chapter through papermill, after checking every ``-p NAME VALUE`` against the
-chapter's ``parameters`` cell: an unknown name or a value of the wrong type is an error here (plain
-papermill only warns), with the list of valid parameters. Values are read as YAML
-(``3``, ``0.5``, ``1e-3``, ``true``, ``"[4, 8]"``), strings stay strings.
+``run`` executes a chapter through papermill, after checking every ``-p NAME VALUE`` (and every
+entry of a ``-f params.yaml`` file) against the chapter's ``parameters`` cell: an unknown name, a
+value of the wrong type or one outside the constraint declared next to the parameter
+(:mod:`companion.parameters`) is refused in one line before anything runs (plain papermill only
+warns). Values are read as YAML (``3``, ``0.5``, ``1e-3``, ``true``, ``"[4, 8]"``); a float
+parameter also takes ``1e-3`` inside a list, which YAML 1.1 reads as a string. Each cell has the
+book's time limit (600 s) unless ``--timeout`` says otherwise, and the chapter's results file is
+written only when every cell ran.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 
 from .errors import ParameterError
 
-__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "run_chapter", "cite"]
+__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "book_timeout", "run_chapter", "cite"]
 
 
 def _root() -> Path:
@@ -64,39 +69,39 @@ def _resolve(chapter: str) -> Path:
     )
 
 
-def chapter_parameters(chapter: str) -> dict:
-    """The parameters of a chapter's ``parameters`` cell: name -> {"default", "type", "help"}.
-
-    Uses :func:`papermill.inspect_notebook`; the default is evaluated with
-    :func:`ast.literal_eval` and its type is the parameter's type.
-    """
-    import re
-
+def _parameters_cell(path: Path):
     import nbformat
-    import papermill
+
+    nb = nbformat.read(path, as_version=4)
+    return next((c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+
+
+def chapter_parameters(chapter: str) -> dict:
+    """The parameters of a chapter's ``parameters`` cell: name -> {"default", "type", "help", "spec"}.
+
+    Read as papermill reads them (:func:`companion.parameters.declared`); the default is evaluated
+    with :func:`ast.literal_eval` and gives the parameter's type; ``spec`` is the constraint after
+    ``; must be`` in the comment (None if there is none).
+
+    Raises
+    ------
+    ParameterError
+        If papermill would drop a line of the cell or a constraint cannot be read.
+    """
+    from . import parameters
 
     path = _resolve(chapter)
-    inspected = papermill.inspect_notebook(str(path))
-    cell = next((c for c in nbformat.read(path, as_version=4).cells
-                 if "parameters" in c.get("metadata", {}).get("tags", [])), None)
-    assigned = re.findall(r"^(\w+)\s*=", cell.source, re.M) if cell is not None else []
-    dropped = [name for name in assigned if name not in inspected]
-    if dropped:
-        raise ParameterError(
-            f"papermill cannot read the line of {', '.join(dropped)} in the parameters cell of "
-            f"{path.stem} (it drops lines whose comment holds '=', '<' or '>'); fix the comment."
-        )
-    out = {}
-    for name, info in inspected.items():
-        try:
-            default = ast.literal_eval(info["default"])
-        except (ValueError, SyntaxError):
-            default = info["default"]
-        out[name] = {"default": default, "type": type(default).__name__, "help": info.get("help", "")}
-    return out
+    cell = _parameters_cell(path)
+    try:
+        decl = parameters.declared(cell.source if cell is not None else "")
+    except ParameterError as exc:
+        raise ParameterError(f"{path.stem}: {exc}") from None
+    return {name: {"default": info["default"], "type": type(info["default"]).__name__,
+                   "help": info["help"], "spec": info["spec_text"]} for name, info in decl.items()}
 
 
 def _parse_value(text: str):
+    """A ``-p`` value read as YAML; strings that read as numbers become numbers (``1e-3``)."""
     import yaml
 
     try:
@@ -111,62 +116,54 @@ def _parse_value(text: str):
     return value
 
 
-def _conforms(value, default) -> bool:
-    if isinstance(default, bool):
-        return isinstance(value, bool)
-    if isinstance(default, int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(default, float):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(default, (list, tuple)):
-        if not isinstance(value, list):
-            return False
-        kinds = {type(x) for x in default}
-        return len(kinds) != 1 or all(_conforms(x, default[0]) for x in value)
-    if default is None:
-        return True
-    return isinstance(value, type(default))
-
-
 def check_parameters(chapter: str, given: dict) -> dict:
-    """Check names and types of ``given`` against the chapter's parameters; return converted values.
+    """Check ``given`` against the chapter's declared parameters; return the converted values.
+
+    Names, types (an int where a float is expected is converted; ``'1e-3'`` read as a string by
+    YAML becomes a float) and the constraints declared next to each parameter are checked
+    (:mod:`companion.parameters`).
 
     Raises
     ------
     ParameterError
-        For an unknown name (listing the valid ones) or a value whose type differs from the
-        default's (an int where a float is expected is accepted and converted).
+        One line: an unknown name (listing the valid ones), or the parameter, what it must be and
+        its default.
     """
-    known = chapter_parameters(chapter)
-    listing = ", ".join(f"{k} ({v['type']}, default {v['default']!r})" for k, v in known.items())
-    out = {}
-    for name, value in given.items():
-        if name not in known:
-            raise ParameterError(
-                f"chapter {_resolve(chapter).stem} has no parameter {name!r}; its parameters are: "
-                f"{listing}."
-            )
-        default = known[name]["default"]
-        if not _conforms(value, default):
-            expected = known[name]["type"]
-            if isinstance(default, (list, tuple)) and isinstance(value, list) and default:
-                expected = f"a list of {type(default[0]).__name__}"
-            raise ParameterError(
-                f"parameter {name}={value!r} does not fit: the chapter expects {expected} "
-                f"(default {default!r})."
-            )
-        if isinstance(default, float) and isinstance(value, int):
-            value = float(value)
-        out[name] = value
-    return out
+    from . import parameters
+
+    path = _resolve(chapter)
+    cell = _parameters_cell(path)
+    decl = parameters.declared(cell.source if cell is not None else "")
+    return parameters.check(decl, given, where=f"chapter {path.stem} ")
 
 
-def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True) -> Path:
+def book_timeout() -> int:
+    """The book's execution time limit per cell, ``execute.timeout`` of ``_config.yml`` (600 s)."""
+    import yaml
+
+    try:
+        config = yaml.safe_load((_root() / "_config.yml").read_text(encoding="utf-8"))
+        return int(config["execute"]["timeout"])
+    except (OSError, KeyError, TypeError, ValueError):
+        return 600
+
+
+def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
     """Execute a chapter with checked parameters through papermill.
 
     The executed notebook goes to ``output_dir/<chapter>.ipynb`` and its results JSON to
-    ``output_dir/<chapter>.json``. Returns the notebook's path.
+    ``output_dir/<chapter>.json``. The chapter publishes into a staging folder first; its results
+    file replaces ``output_dir/<chapter>.json`` only when every cell ran, so a chapter that fails
+    (or runs out of time) leaves the previous results file as it was. Returns the notebook's path.
+
+    Parameters
+    ----------
+    timeout : float, default=None
+        Time limit in seconds for each cell; by default the book's (:func:`companion.cli.book_timeout`, 600 s).
     """
+    import shutil
+    import tempfile
+
     import papermill
 
     path = _resolve(chapter)
@@ -174,12 +171,21 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     out_dir = Path(output_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     out_nb = out_dir / path.name
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", dir=out_dir))
     old = os.environ.get("COMPANION_RESULTS_DIR")
-    os.environ["COMPANION_RESULTS_DIR"] = str(out_dir)
+    os.environ["COMPANION_RESULTS_DIR"] = str(staging)
     try:
         papermill.execute_notebook(str(path), str(out_nb), parameters=params, cwd=str(path.parent),
-                                   progress_bar=progress_bar, kernel_name="python3")
+                                   progress_bar=progress_bar, kernel_name="python3",
+                                   execution_timeout=timeout if timeout is not None else book_timeout())
+        for item in staging.iterdir():           # every cell ran: publish the results file
+            target = out_dir / item.name
+            if item.is_dir():
+                shutil.copytree(item, target, dirs_exist_ok=True)
+            else:
+                os.replace(item, target)
     finally:
+        shutil.rmtree(staging, ignore_errors=True)
         if old is None:
             os.environ.pop("COMPANION_RESULTS_DIR", None)
         else:
@@ -188,17 +194,22 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
 
 
 def cite(chapter: str, name: str, *, results_file=None) -> str:
-    """A one-line citation of one published number, with its provenance.
+    """A one-line citation of one published number, with its precision and provenance.
+
+    By default the number is read from ``$COMPANION_RESULTS_DIR`` if set, else from the book's
+    committed ``data/results`` (:func:`companion.results.book_results_dir`). A number published
+    with ``rtol``/``atol`` is cited with that precision.
 
     Raises
     ------
     ParameterError
         If the chapter has no results file yet or did not publish ``name``.
     """
-    from .results import results_dir
+    from .results import book_results_dir
 
     stem = _resolve(chapter).stem
-    path = Path(results_file) if results_file else results_dir() / f"{stem}.json"
+    folder = os.environ.get("COMPANION_RESULTS_DIR")
+    path = Path(results_file) if results_file else (Path(folder) if folder else book_results_dir()) / f"{stem}.json"
     if not path.is_file():
         raise ParameterError(f"no results for {stem} at {path}; run the chapter first (make book).")
     try:
@@ -217,7 +228,10 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
                                                           **data["parameters"]}.items()))
     version = data.get("versions", {}).get("companion", "?")
     commit = (data.get("commit") or "unknown")[:12]
-    return (f"{entry['text']} [{stem}: {name}; parameters {params}; companion {version}, "
+    tol = entry.get("tolerance")
+    precision = (f" (reproducible to rtol {tol.get('rtol', 0.0):g}, atol {tol.get('atol', 0.0):g} "
+                 "across machines)" if tol else " (exact)")
+    return (f"{entry['text']}{precision} [{stem}: {name}; parameters {params}; companion {version}, "
             f"library {data['library_hash']}, commit {commit}, {data['created']}] -- Executable "
             "companion to Bhattamishra, Shah, Hahn & Kanade, \"Provably Learning Attention with "
             "Queries\", ICML 2026.")
@@ -228,24 +242,54 @@ def _cmd_list(args):
         print(stem)
         for name, info in chapter_parameters(stem).items():
             note = f"  # {info['help']}" if info["help"] else ""
-            print(f"    {name} = {info['default']!r} ({info['type']}){note}")
+            must = f"; must be {info['spec']}" if info["spec"] else ""
+            print(f"    {name} = {info['default']!r} ({info['type']}){note}{must}")
     return 0
+
+
+def _read_parameter_file(path) -> dict:
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ParameterError(f"cannot read the parameter file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ParameterError(f"the parameter file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ParameterError(f"the parameter file {path} must map parameter names to values (YAML), "
+                             f"e.g. 'seed: 3'; it holds a {type(data).__name__}.")
+    return data
 
 
 def _cmd_run(args):
     import papermill
 
     given = {}
+    for path in args.parameter_file or []:
+        given.update(_read_parameter_file(path))
     for name, text in args.parameter or []:
         given[name] = _parse_value(text)
+    where = Path(args.output_dir).resolve() / _resolve(args.chapter).name
     try:
-        out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress)
+        out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress,
+                          timeout=args.timeout)
     except papermill.PapermillExecutionError as exc:
-        where = Path(args.output_dir).resolve() / _resolve(args.chapter).name
+        if exc.ename in ("CellTimeoutError", "TimeoutError") or "timed out" in str(exc.evalue).lower():
+            raise ParameterError(f"the chapter exceeded the time limit at cell {exc.exec_count}: raise it "
+                                 f"with --timeout (now {args.timeout or book_timeout()} s); notebook: {where}") from None
         raise ParameterError(
             f"the chapter stopped at cell {exc.exec_count} with {exc.ename}: {exc.evalue}\n"
             f"  (parameters {given}; the executed notebook with the full traceback: {where})"
         ) from None
+    except Exception as exc:          # nbclient's CellTimeoutError, DeadKernelError
+        if type(exc).__name__ in ("CellTimeoutError", "DeadKernelError", "TimeoutError"):
+            raise ParameterError(
+                f"the chapter did not finish within the time limit of {args.timeout or book_timeout()} s "
+                f"per cell ({type(exc).__name__}); raise it with --timeout SECONDS; notebook: {where}") from None
+        raise
     print(f"executed notebook: {out}")
     print(f"results: {out.with_suffix('.json')}")
     return 0
@@ -257,7 +301,7 @@ def _cmd_cite(args):
 
 
 def _cmd_build(args):
-    from .results import clear_stale_cache
+    from .results import clear_stale_cache, mark_built
 
     root = _root()
     build_dir = root / "_build"
@@ -266,11 +310,16 @@ def _cmd_build(args):
 
         shutil.rmtree(build_dir / ".jupyter_cache", ignore_errors=True)
         print("forced: every chapter will be executed")
-    elif clear_stale_cache(build_dir):
-        print("the library changed since the last build: every chapter will be re-executed")
+        fresh = True
+    else:
+        fresh = clear_stale_cache(build_dir)
+        if fresh:
+            print("the library changed since the last build: every chapter will be re-executed")
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going"]
-    if args.all:
+    if args.all or fresh:
+        # Sphinx re-reads (and myst-nb re-executes) only the pages whose source changed; a cleared
+        # execution cache is not a source change, so every page is read afresh.
         cmd.append("--all")
     # Chapters executed for the HTML publish into _build/results: the committed data/results stay
     # as `make execute` wrote them, next to the committed notebook outputs they describe.
@@ -278,6 +327,7 @@ def _cmd_build(args):
     env.setdefault("COMPANION_RESULTS_DIR", str(build_dir / "results"))
     code = subprocess.call(cmd, env=env)
     if code == 0:
+        mark_built(build_dir)          # only a finished build makes the library hash current
         print(f"book: {build_dir / 'html' / 'index.html'}")
     return code
 
@@ -291,7 +341,11 @@ def main(argv=None) -> int:
     run.add_argument("chapter", help="chapter stem or unique prefix, e.g. 02_exact_learning or 02")
     run.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
                      help="set a parameter; VALUE is read as YAML (3, 0.5, 1e-3, true, '[4, 8]')")
+    run.add_argument("-f", "--parameters-file", dest="parameter_file", action="append", metavar="FILE",
+                     help="YAML file of parameters (name: value), as papermill's -f; -p values override it")
     run.add_argument("-o", "--output-dir", default="runs", help="folder for the notebook and results (default: runs)")
+    run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                     help="time limit per cell (default: the book's execute.timeout, 600 s)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.set_defaults(func=_cmd_run)
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")

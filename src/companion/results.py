@@ -9,8 +9,15 @@ A chapter calls :func:`record_parameters` once, right after its ``parameters`` c
   :func:`os.replace`), holding every published value with the chapter's parameters, seed, a hash of
   the library source, the git commit, package versions and the time.
 
-The results folder is ``$COMPANION_RESULTS_DIR`` if set (``companion run -o DIR`` and the tests set
-it), else ``data/results`` of the repository that holds the chapter.
+The results folder is ``$COMPANION_RESULTS_DIR`` if set (``companion run -o DIR``, ``make book``
+and the tests set it; a relative folder is taken from where the command was typed, ``$PWD``, even
+when papermill runs the kernel elsewhere with ``--cwd``), else ``runs/`` of the repository that
+holds the chapter. Only ``make execute`` writes into the committed ``data/results``, which it names
+explicitly: a reader's run never overwrites the book's numbers.
+
+A chapter that fails writes nothing half-way: if a cell raises after :func:`record_parameters`
+(an error, or the interrupt of a time limit), the results file is put back as it was before the run,
+and later :func:`publish` calls of that run only glue.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import numbers
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from importlib import metadata
@@ -35,6 +43,8 @@ __all__ = [
     "publish",
     "record_parameters",
     "results_dir",
+    "book_results_dir",
+    "mark_built",
     "library_hash",
     "load",
     "repo_root",
@@ -47,7 +57,8 @@ LIBRARY_DIR = Path(__file__).resolve().parent
 
 _PACKAGES = ("numpy", "scipy", "cvxpy", "matplotlib", "papermill", "jupyter-book", "myst-nb")
 
-_state: dict = {"chapter": None, "parameters": {}, "seed": None}
+_state: dict = {"chapter": None, "parameters": {}, "seed": None, "failed": False, "before": None,
+                "path": None}
 
 
 def repo_root(start: Path | None = None) -> Path | None:
@@ -61,10 +72,25 @@ def repo_root(start: Path | None = None) -> Path | None:
 
 
 def results_dir() -> Path:
-    """Folder of the results JSON files: ``$COMPANION_RESULTS_DIR`` or ``<repo>/data/results``."""
+    """Folder the results JSON files are written to: ``$COMPANION_RESULTS_DIR`` or ``<repo>/runs``.
+
+    A relative ``$COMPANION_RESULTS_DIR`` is resolved against ``$PWD``, the folder the command
+    was typed in (papermill's ``--cwd`` moves the kernel, not the shell's ``$PWD``).
+    """
     env = os.environ.get("COMPANION_RESULTS_DIR")
     if env:
-        return Path(env)
+        path = Path(env).expanduser()
+        if not path.is_absolute():
+            pwd = os.environ.get("PWD")
+            base = Path(pwd) if pwd and Path(pwd).is_absolute() and Path(pwd).is_dir() else Path.cwd()
+            path = base / path
+        return path
+    root = repo_root()
+    return (root if root is not None else Path.cwd()) / "runs"
+
+
+def book_results_dir() -> Path:
+    """The committed ``<repo>/data/results``: the numbers of the committed chapters (``make execute``)."""
     root = repo_root()
     return (root if root is not None else Path.cwd()) / "data" / "results"
 
@@ -180,17 +206,104 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     ------
     InvalidInputError
         If the chapter name is not a plain file stem or a parameter is not serialisable.
+    ParameterError
+        If a value breaks the constraint declared next to it in the chapter's ``parameters`` cell
+        (:mod:`companion.parameters`), or the call misses a declared parameter; raised before
+        anything is written. This is the check of plain papermill runs.
+
+    Notes
+    -----
+    The declarations are read from the ``parameters`` cell this kernel executed (IPython's input
+    history: papermill, nbval, Jupyter Book and a reader's Jupyter all keep it), else from
+    ``book/chapters/<chapter>.ipynb`` of the repository; a chapter found in neither, or a call
+    outside IPython, is not checked.
     """
     chapter = _check_name(chapter, "chapter")
+    _state.update(path=None, failed=False)     # a refused call has no run to undo
+    _check_declared(chapter, {"seed": seed, **parameters})
     seed = check_int(seed, "seed", minimum=0)
     params = _plain(dict(parameters))
-    _state.update(chapter=chapter, parameters=params, seed=seed)
-    _write_atomic(_path(chapter), _header(chapter, params, seed) | {"values": {}})
+    path = _path(chapter)
+    before = path.read_bytes() if path.is_file() else None
+    _state.update(chapter=chapter, parameters=params, seed=seed, failed=False, before=before, path=path)
+    _watch_for_failure()
+    _write_atomic(path, _header(chapter, params, seed) | {"values": {}})
     if glue:
         from myst_nb import glue as _glue
 
         for name, value in {"seed": seed, **parameters}.items():
             _glue(_check_name(name, "parameter name"), _format(value, None), display=False)
+
+
+def _declarations(chapter: str) -> dict | None:
+    """The chapter's declared parameters: from the executed ``parameters`` cell (the latest input
+    with a ``seed = ...`` line and a ``; must be`` constraint), else from its notebook file."""
+    from . import parameters
+
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is None:          # a script or a test, not a notebook: nothing declared to check against
+        return None
+    for source in reversed(shell.history_manager.input_hist_raw):
+        if "must be" in source and re.search(r"^seed\s*=", source, re.M):
+            return parameters.declared(source)
+    root = repo_root()
+    nb_path = root / "book" / "chapters" / f"{chapter}.ipynb" if root is not None else None
+    if nb_path is not None and nb_path.is_file():
+        import nbformat
+
+        cells = nbformat.read(nb_path, as_version=4).cells
+        cell = next((c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), None)
+        if cell is not None:
+            return parameters.declared(cell.source)
+    return None
+
+
+def _check_declared(chapter: str, values: dict) -> None:
+    from . import parameters
+    from .errors import ParameterError
+
+    decl = _declarations(chapter)
+    if decl is None:
+        return
+    missing = [n for n in decl if n not in values]
+    if missing:
+        raise ParameterError(
+            f"record_parameters({chapter!r}, ...) misses {', '.join(missing)}, declared in the chapter's "
+            "parameters cell: pass every parameter, so that it is checked and recorded.")
+    parameters.check(decl, values, where=f"chapter {chapter} ")
+
+
+def _watch_for_failure() -> None:
+    """In IPython, put the results file back as it was if a later cell of this run raises."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        return
+    if shell is None or getattr(shell, "_companion_watch", False):
+        return
+
+    def after_cell(result):
+        if _state["failed"] or _state["path"] is None or result.success:
+            return
+        _state["failed"] = True
+        path = _state["path"]
+        if _state["before"] is None:
+            path.unlink(missing_ok=True)
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            with os.fdopen(fd, "wb") as f:
+                f.write(_state["before"])
+            os.replace(tmp, path)
+
+    shell.events.register("post_run_cell", after_cell)
+    shell._companion_watch = True
 
 
 def _header(chapter, params, seed) -> dict:
@@ -272,6 +385,12 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=N
     text = _format(value, fmt)
     tolerance = _tolerance(plain, rtol, atol)
     path = _path(chapter)
+    if _state["failed"] and chapter == _state["chapter"]:
+        if glue:       # an earlier cell of this run failed: its results file stays as it was
+            from myst_nb import glue as _glue
+
+            _glue(name, text, display=False)
+        return
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
@@ -321,9 +440,10 @@ def clear_stale_cache(build_dir) -> bool:
 
     jupyter-cache decides whether to re-execute a notebook from the notebook's code cells only, so an
     edit to ``src/companion`` would leave every chapter's outputs stale. The hash of the library
-    (:func:`library_hash`) is kept in ``<build_dir>/.library-hash``; when it differs, the cache
-    folder ``<build_dir>/.jupyter_cache`` is removed, so that the next build re-executes every
-    chapter.
+    (:func:`library_hash`) of the last finished build is kept in ``<build_dir>/.library-hash``
+    (:func:`mark_built`); when it differs, the cache folder ``<build_dir>/.jupyter_cache`` is
+    removed, and the build must read every page afresh (``jupyter-book build --all``: Sphinx
+    re-reads only pages whose source changed), so that every chapter is re-executed.
 
     Parameters
     ----------
@@ -345,5 +465,11 @@ def clear_stale_cache(build_dir) -> bool:
     if previous == current:
         return False
     shutil.rmtree(build / ".jupyter_cache", ignore_errors=True)
-    stamp.write_text(current + "\n")
     return True
+
+
+def mark_built(build_dir) -> None:
+    """Record the library hash of a finished build in ``<build_dir>/.library-hash``."""
+    build = Path(build_dir)
+    build.mkdir(parents=True, exist_ok=True)
+    (build / ".library-hash").write_text(library_hash() + "\n")

@@ -1,0 +1,75 @@
+"""pytest set-up for every path of the suite (tests/, the doctests of src/companion, book/chapters).
+
+* Results go to a temporary folder, never into the committed data/results.
+* nbval compares every chapter's outputs by the reproducibility contract
+  (:mod:`companion.nbcompare`): exact for exact values, a stated tolerance for imprecise ones
+  (rounding level, a published value's ``rtol``/``atol``, or the cell's
+  ``metadata["companion"]["tolerance"]``), never by masking a number. This holds for
+  ``make test`` and for nbval run alone: ``pytest --nbval --nbval-current-env book/chapters``.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+_CREATED = []
+
+
+def pytest_configure(config):
+    # Set before any kernel starts, so that notebooks run by nbval and papermill inherit it.
+    if "COMPANION_RESULTS_DIR" not in os.environ:
+        _CREATED.append(tempfile.mkdtemp(prefix="companion-results-"))
+        os.environ["COMPANION_RESULTS_DIR"] = _CREATED[-1]
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    if config.pluginmanager.hasplugin("nbval"):
+        _compare_by_contract()
+
+
+def pytest_collection_finish(session):
+    """Start the re-executions under other BLAS kernels now, in the background (tests/test_reproducibility.py)."""
+    items = [i for i in session.items if getattr(i, "originalname", "") == "test_chapter_reproduces_under_other_blas"]
+    if items:
+        items[0].module.start(items)
+
+
+def pytest_unconfigure(config):
+    import shutil
+    import sys
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) and module.__file__.endswith("test_reproducibility.py"):
+            module.stop()
+
+    for folder in _CREATED:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _glue_tolerances(stem: str) -> dict:
+    """Tolerances of the chapter's published values: the run's own results JSON over the committed one."""
+    from companion import nbcompare
+
+    committed = nbcompare.glue_tolerances(ROOT / "data" / "results" / f"{stem}.json")
+    fresh = nbcompare.glue_tolerances(Path(os.environ["COMPANION_RESULTS_DIR"]) / f"{stem}.json")
+    return committed | fresh
+
+
+def _compare_by_contract():
+    """Replace nbval's string comparison of a cell's outputs by :func:`companion.nbcompare.compare_outputs`."""
+    from nbval.plugin import IPyNbCell
+
+    from companion import nbcompare
+
+    def compare_outputs(self, test, ref, skip_compare=None):
+        stem = Path(str(self.parent.fspath)).stem
+        diffs = nbcompare.compare_outputs(ref, test, rules=nbcompare.cell_rules(self.cell),
+                                          glue=_glue_tolerances(stem))
+        self.comparison_traceback = [
+            "outputs differ beyond the reproducibility contract (companion.nbcompare):", *diffs]
+        return not diffs
+
+    IPyNbCell.compare_outputs = compare_outputs
+
+
