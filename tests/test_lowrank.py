@@ -141,7 +141,8 @@ def test_sketch_query_count_and_exactness(d, r, seed):
     oracle = ValueQueryOracle(target)
     rec = learn_low_rank(oracle, r, method="sketch", seed=seed)
     k = min(d, r + 1)
-    assert rec.n_queries == oracle.n_queries == d + k * (2 * d - k) + rec.diagnostics["n_requeries"]
+    assert rec.n_queries == oracle.n_queries == d + k * (2 * d - k) + rec.diagnostics["n_requeries"] + 32
+    assert rec.n_learning_queries == rec.n_queries - 32 and rec.diagnostics["verify_max_error"] < 1e-6
     assert rel_err(rec.W, target.W) < 1e-8
     assert np.allclose(rec.v, target.v)
     assert rec.rank == r
@@ -152,7 +153,7 @@ def test_sketch_query_optimal_at_minilm_size():
     target = random_single_head(d, rank=r, seed=0)
     rec = learn_low_rank(ValueQueryOracle(target), r, method="sketch")
     assert rel_err(rec.W, target.W) < 1e-8
-    assert rec.n_queries <= 1.05 * (degrees_of_freedom(d, r) + d)
+    assert rec.n_learning_queries <= 1.05 * (degrees_of_freedom(d, r) + d)
 
 
 @pytest.mark.parametrize("r", [1, 4, 9])
@@ -161,7 +162,7 @@ def test_sketch_detects_unknown_rank_with_O_d_extra_queries(r):
     target = random_single_head(d, rank=r, seed=r)
     rec = learn_low_rank(ValueQueryOracle(target), None, method="sketch")
     assert rec.rank == r and rec.diagnostics["rank_detected"] == r
-    assert rec.n_queries == d + (r + 1) * (2 * d - r - 1) + rec.diagnostics["n_requeries"]
+    assert rec.n_learning_queries == d + (r + 1) * (2 * d - r - 1) + rec.diagnostics["n_requeries"]
     assert rel_err(rec.W, target.W) < 1e-8
 
 
@@ -174,7 +175,7 @@ def test_sketch_overestimated_rank_still_exact():
 def test_sketch_full_rank_uses_whole_matrix():
     target = random_single_head(6, seed=0)
     rec = learn_low_rank(ValueQueryOracle(target), 6, method="sketch")
-    assert rec.n_queries == 6 + 36 + rec.diagnostics["n_requeries"]
+    assert rec.n_queries == 6 + 36 + rec.diagnostics["n_requeries"] + 32
     assert rel_err(rec.W, target.W) < 1e-10
 
 
@@ -197,8 +198,10 @@ def test_nuclear_end_to_end_theorem_5_2():
     target = random_single_head(d, rank=r, seed=0)
     oracle = ValueQueryOracle(target)
     rec = learn_low_rank(oracle, r, method="nuclear")
-    m = int(np.ceil(3 * degrees_of_freedom(d, r)))
-    assert rec.n_queries == d + m + rec.diagnostics["n_requeries"]
+    m = 5 * degrees_of_freedom(d, r)             # the default: 5 r(2d - r), above the transition
+    assert rec.diagnostics["n_measurements"] == m == 180
+    assert rec.n_queries == d + m + rec.diagnostics["n_requeries"] + 32
+    assert rec.diagnostics["n_verify_queries"] == 32 and rec.diagnostics["verify_max_error"] < 1e-6
     assert rel_err(rec.W, target.W) < 1e-6
     assert rec.diagnostics["status"] == "optimal"
 
