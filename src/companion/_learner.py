@@ -108,8 +108,9 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
 
     A quarter of the queries (at least one) are length-1, the rest rank-one projections. The
     largest lower bounds are the certified errors. The model is refused if a certified error
-    exceeds what the learner allows: ``allowed_W`` (default ``rtol ||W||_F``) and ``allowed_v``
-    (default ``rtol ||v||``).
+    exceeds what the learner allows: ``max(allowed_W, rtol ||W||_F)`` and
+    ``max(allowed_v, rtol ||v||)`` (plus 1e-9 of the norm and 1e-12 for rounding), where
+    ``allowed_W``, ``allowed_v`` are the learner's own error bounds, if it has any.
 
     Returns
     -------
@@ -131,8 +132,11 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
 
     d = int(oracle.d)
     tau_v = tau if tau_v is None else tau_v
-    allowed_W = rtol * float(np.linalg.norm(W)) if allowed_W is None else float(allowed_W)
-    allowed_v = rtol * float(np.linalg.norm(v)) if allowed_v is None else float(allowed_v)
+    # The allowance is the larger of the learner's own bound and rtol times the norm, plus a
+    # rounding floor (an exact oracle, tau = 0, still leaves float64 rounding in t).
+    nW, nv = float(np.linalg.norm(W)), float(np.linalg.norm(v))
+    allowed_W = max(rtol * nW, 0.0 if allowed_W is None else float(allowed_W)) + 1e-9 * nW + 1e-12
+    allowed_v = max(rtol * nv, 0.0 if allowed_v is None else float(allowed_v)) + 1e-9 * nv + 1e-12
     rng = np.random.default_rng(seed)
     n_v = max(1, n // 4)
     n_w = n - n_v
