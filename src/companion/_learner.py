@@ -104,11 +104,12 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
       :func:`companion.robust.rop_scales` (logits within ``[-1/2, 1/2]`` for every
       ``||W*||_F <= W_max``) gives ``t`` with ``|t - a^T W* b| <= delta``
       (:func:`companion.robust.rop_error_bound`, with ``v``'s error at most ``tau_v``), so
-      ``||W - W*||_F >= (|t - a^T W b| - delta) / (||a|| ||b||)``.
+      ``||W - W*||_F >= (|t - a^T W b| - delta) / (||a|| ||b||)``. This needs ``v`` within
+      ``tau_v`` of ``v*`` in every entry, as a ``v`` read off length-1 queries is.
 
     A quarter of the queries (at least one) are length-1, the rest rank-one projections. The
     largest lower bounds are the certified errors. The model is refused if a certified error
-    exceeds what the learner allows: ``max(allowed_W, rtol ||W||_F)`` and
+    exceeds what the learner allows: ``max(allowed_W, rtol min(||W||_F, W_max))`` and
     ``max(allowed_v, rtol ||v||)`` (plus 1e-9 of the norm and 1e-12 for rounding), where
     ``allowed_W``, ``allowed_v`` are the learner's own error bounds, if it has any.
 
@@ -134,7 +135,7 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
     tau_v = tau if tau_v is None else tau_v
     # The allowance is the larger of the learner's own bound and rtol times the norm, plus a
     # rounding floor (an exact oracle, tau = 0, still leaves float64 rounding in t).
-    nW, nv = float(np.linalg.norm(W)), float(np.linalg.norm(v))
+    nW, nv = min(float(np.linalg.norm(W)), float(W_max)), float(np.linalg.norm(v))
     allowed_W = max(rtol * nW, 0.0 if allowed_W is None else float(allowed_W)) + 1e-9 * nW + 1e-12
     allowed_v = max(rtol * nv, 0.0 if allowed_v is None else float(allowed_v)) + 1e-9 * nv + 1e-12
     rng = np.random.default_rng(seed)
