@@ -458,3 +458,17 @@ def test_spectral_start_is_unbiased():
     U, s, V = _spectral_start(A, B, _rop_apply(A, B, head.W), 2)
     assert rel((U * s) @ V.T, head.W) < 0.2
     np.testing.assert_allclose(s, np.linalg.svd(head.W, compute_uv=False)[:2], rtol=0.05)
+
+
+@pytest.mark.parametrize("method, planned", [("sketch", 10 + 3 * 17), ("rgn", 10 + 2 * 2 * 18),
+                                             ("nuclear", 10 + 5 * 2 * 18)])
+def test_low_rank_budget_is_exactly_the_planned_queries_plus_verification(method, planned):
+    head = random_single_head(10, rank=2, seed=1)
+    from companion.errors import BudgetExceededError
+
+    short = ValueQueryOracle(head, budget=planned + 32 - 1)
+    with pytest.raises(BudgetExceededError, match=f"needs {planned + 32} queries"):
+        learn_low_rank(short, 2, method=method)
+    assert short.n_queries == 0
+    rec = learn_low_rank(ValueQueryOracle(head, budget=planned + 32), 2, method=method)
+    assert rec.n_queries == planned + 32 and rec.n_learning_queries == planned
