@@ -472,3 +472,117 @@ def test_low_rank_budget_is_exactly_the_planned_queries_plus_verification(method
     assert short.n_queries == 0
     rec = learn_low_rank(ValueQueryOracle(head, budget=planned + 32), 2, method=method)
     assert rec.n_queries == planned + 32 and rec.n_learning_queries == planned
+
+
+class DeclaredTau:
+    """Exact answers from an oracle that declares the tolerance ``tau`` (a legal AVQ(X; tau))."""
+
+    def __init__(self, target, tau):
+        self.oracle, self.tau, self.d = ValueQueryOracle(target), tau, target.d
+
+    @property
+    def n_queries(self):
+        return self.oracle.n_queries
+
+    def __call__(self, X):
+        return self.oracle(X)
+
+
+@pytest.mark.parametrize("gap, refused", [(1.5, True), (0.5, False)])
+def test_learn_robust_margin_threshold_just_inside_and_outside(gap, refused):
+    # |v_hat_0| = mu - gap tau: refused below mu - tau, accepted above
+    base = random_margin_head(4, W_max=2.0, mu=0.2, seed=0)
+    v = base.v.copy()
+    v[0] = np.sign(v[0]) * (0.2 - gap * 1e-3)
+    oracle = DeclaredTau(SingleHead(base.W, v), 1e-3)
+    if refused:
+        with pytest.raises(OracleInconsistentError, match=r"margin assumption fails: \|v_hat\[0\]\|"):
+            learn_robust(oracle, W_max=2.0, mu=0.2)
+        assert oracle.n_queries == 4
+    else:
+        rec = learn_robust(oracle, W_max=2.0, mu=0.2)
+        assert rec.diagnostics["min_abs_v"] == abs(v[0])
+
+
+@pytest.mark.parametrize("excess, refused", [(2.0, True), (0.5, False)])
+def test_learn_robust_window_threshold_just_inside_and_outside(excess, refused):
+    # exact answers, declared tau = 1e-3: the weight of entry (1, 2) lies `excess` noise units
+    # (tau (1 + (1 + a)/b) / |v_1| = 8e-3) above the window's top 1 - TAU_CLIP; 1.01 units are allowed
+    from scipy.special import logit
+
+    from companion.robust import TAU_CLIP
+
+    alpha = 1 - TAU_CLIP + excess * 8e-3
+    W = np.zeros((3, 3))
+    W[1, 2] = logit(alpha) / (0.5 * 0.5)
+    oracle = DeclaredTau(SingleHead(W, np.full(3, 0.5)), 1e-3)
+    if refused:
+        with pytest.raises(OracleInconsistentError, match=r"entry \(1, 2\) is 0\.638.*outside the window"):
+            learn_robust(oracle, W_max=2.0, mu=0.3)
+    else:
+        rec = learn_robust(oracle, W_max=2.0, mu=0.3)
+        assert rec.diagnostics["n_clipped"] == 1 and rec.W[1, 2] == pytest.approx(2.0, rel=1e-12)
+
+
+class PerturbedNetwork:
+    """A ReLU network plus eps ||x||: homogeneous, but not piecewise linear."""
+
+    def __init__(self, net, eps):
+        self.net, self.eps, self.d = net, eps, net.d
+
+    def __call__(self, X):
+        x = X.reshape(-1, self.d)
+        return self.net.forward(x) + self.eps * np.linalg.norm(x, axis=1)
+
+
+def test_ffn_check_threshold_just_inside_and_outside():
+    net = random_feedforward(4, 3, seed=2)
+    with pytest.raises(OracleInconsistentError, match="no extraction from 3 random planes"):
+        learn_ffn(ValueQueryOracle(PerturbedNetwork(net, 1e-7)))      # disagreement ~6e-7 > 1e-9
+    rec = learn_ffn(ValueQueryOracle(PerturbedNetwork(net, 1e-8)), verify_rtol=1e-7, max_planes=1)
+    assert 5e-8 < rec.diagnostics["verify_rel_error"] < 1e-7
+    with pytest.raises(OracleInconsistentError):
+        learn_ffn(ValueQueryOracle(PerturbedNetwork(net, 1e-8)), max_planes=1,
+                  verify_rtol=rec.diagnostics["verify_rel_error"] * 0.99)
+
+
+def test_resolve_signs_residual_threshold():
+    from companion.ffn import resolve_signs
+
+    U, c, s_true = np.eye(3)[:, :2], np.array([2.0, -1.0]), np.array([-1.0, 1.0])
+    b = U @ (s_true * c)
+    s, info = resolve_signs(U, c, b + np.array([0, 0, 1e-8 * 3]))    # 1e-8 sum|c| < 1e-7 sum|c|
+    assert s.tolist() == [-1.0, 1.0] and info["residual"] == pytest.approx(3e-8, rel=1e-9)
+    with pytest.raises(OracleInconsistentError, match="residual 3e-05 > 3e-07"):
+        resolve_signs(U, c, b + np.array([0, 0, 1e-5 * 3]))
+
+
+def test_one_layer_small_but_nonzero_linear_part_is_learned():
+    # A w_o = 1e-6 e_1 against answers of order 1: above zero_tol = 1e-10, so W is identifiable
+    rng = np.random.default_rng(0)
+    A, W = rng.standard_normal((3, 4)), rng.standard_normal((3, 3))
+    w_o = np.linalg.svd(A)[2][-1] + 1e-6 * np.linalg.pinv(A) @ np.array([1.0, 0.0, 0.0])
+    tf = OneLayerTransformer(W, A, w_o)
+    rec = learn_one_layer(ValueQueryOracle(tf))
+    assert rel(rec.W, W) < 1e-8 and np.max(np.abs(rec.v - A @ w_o)) < 1e-12
+
+
+def test_orthogonal_heads_exact_remeasurements_and_a_weak_head():
+    rng = np.random.default_rng(7)
+    Q, _ = np.linalg.qr(rng.standard_normal((9, 9)))
+    Ws, vs, start = [], [], 0
+    for k in (1, 2, 4):
+        B = Q[:, start:start + k]
+        start += k
+        Ws.append(B @ (8.0 * rng.standard_normal((k, k))) @ B.T)
+        vs.append(B @ rng.standard_normal(k))
+    target = MultiHead(np.array(Ws), np.array(vs))
+    rec = learn_orthogonal_heads(ValueQueryOracle(target))
+    assert rec.diagnostics["n_requeries"] == 28             # probes outside [0.05, 0.95]
+    from companion.multihead import match_heads
+    assert match_heads(target, rec.model)["max_W_error"] < 1e-9
+    # a head 1000 times weaker than the other: Hessian eigenvalues 4e-4 of the largest, kept
+    weak = orthogonal_heads(6, [([[0.3, -1.2], [0.8, 0.4]], [0.7, -1.1]),
+                                (1e-3 * np.array([[1.0, 0.5], [-0.3, 0.9]]), [1.0, 0.4])])
+    rec = learn_orthogonal_heads(ValueQueryOracle(weak))
+    assert rec.n_heads == 2 and equivalent(weak, rec.model, atol=1e-7)
