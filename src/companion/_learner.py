@@ -144,8 +144,9 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
     x = rng.standard_normal((n_v, d))
     x /= np.linalg.norm(x, axis=1)[:, None]
     err_v = float(np.max(np.abs(np.asarray(oracle(x[:, None, :])) - x @ v))) - tau
-    err_W = -np.inf
+    err_W, spent = -np.inf, n_v
     if n_w and np.any(v):
+        spent = n
         A, B = _gaussian_rop_design(d, n_w, v, rng)
         c = rop_scales(A, B, W_max=W_max)
         y = np.asarray(oracle(rop_queries(A, B, c)), dtype=np.float64)
@@ -158,7 +159,7 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
         delta, _ = rop_error_bound(alpha, tau=max(tau, tau_v), c=c, A=A, B=B, av_hat=av)
         gap = np.abs(t - np.einsum("kd,kd->k", A @ W, B)) - delta
         err_W = float(np.max(gap / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1))))
-    info = {"n_verify_queries": n, "verify_error_W": max(err_W, 0.0),
+    info = {"n_verify_queries": spent, "verify_error_W": max(err_W, 0.0),
             "verify_error_v": max(err_v, 0.0), "verify_allowed_W": allowed_W,
             "verify_allowed_v": allowed_v}
     for name, err, allowed in (("W", err_W, allowed_W), ("v", err_v, allowed_v)):
