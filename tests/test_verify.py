@@ -586,3 +586,35 @@ def test_orthogonal_heads_exact_remeasurements_and_a_weak_head():
                                 (1e-3 * np.array([[1.0, 0.5], [-0.3, 0.9]]), [1.0, 0.4])])
     rec = learn_orthogonal_heads(ValueQueryOracle(weak))
     assert rec.n_heads == 2 and equivalent(weak, rec.model, atol=1e-7)
+
+
+# Tests added after the held-out mutant run (benchmarks/mutants.md) showed these outputs unasserted.
+
+def test_gaussian_probes_respect_their_floor():
+    v = np.random.default_rng(1).standard_normal(50)
+    from companion.exact import probe_matrix
+
+    U = probe_matrix(v, "gaussian", seed=0)
+    ratio = np.abs(U @ v) / (np.linalg.norm(v) / np.sqrt(50))
+    assert np.min(ratio) >= 0.1 and np.min(ratio) < 0.11          # redrawn rows sit near 0.1
+
+
+def test_canonical_form_merges_only_equal_heads():
+    from companion.multihead import canonical_form
+
+    W = np.diag([1.0, 2.0])
+    near = MultiHead(np.stack([W, W + 1e-6]), np.array([[1.0, 0.0], [0.0, 1.0]]))
+    assert canonical_form(near).Ws.shape[0] == 2                  # 1e-6 apart: two heads
+    equal = MultiHead(np.stack([W, W + 1e-12]), np.array([[1.0, 0.0], [0.0, 1.0]]))
+    merged = canonical_form(equal)
+    assert merged.Ws.shape[0] == 1 and np.allclose(merged.vs[0], [1.0, 1.0])
+
+
+def test_one_layer_v_mismatch_is_the_largest_gap():
+    from companion.exact import learn_single_head as single
+
+    tf = random_one_layer(5, 7, seed=3)
+    rec = learn_one_layer(ValueQueryOracle(tf))
+    head = single(AntisymmetrisedOracle(ValueQueryOracle(tf)), verify=0)
+    assert rec.diagnostics["v_mismatch"] == float(np.max(np.abs(head.v - rec.v)))
+    assert rec.diagnostics["v_mismatch"] < 1e-12
