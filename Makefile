@@ -78,3 +78,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf _build .pytest_cache
+
+# Hand-made mutants of the library against the fast tests (issue 12); writes benchmarks/mutants.md.
+.PHONY: mutants
+mutants: $(STAMP)
+	$(PY) benchmarks/mutants.py

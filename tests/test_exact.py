@@ -23,7 +23,9 @@ def test_exact_recovery_and_query_count(d, probes):
     target = random_single_head(d, seed=d)
     oracle = ValueQueryOracle(target)
     rec = learn_single_head(oracle, probes=probes, seed=1)
-    assert rec.n_queries == oracle.n_queries == d + d * d
+    assert rec.n_queries == oracle.n_queries == d + d * d + 32        # 32: default verification
+    assert rec.n_learning_queries == d + d * d and rec.diagnostics["n_verify_queries"] == 32
+    assert rec.diagnostics["verify_max_error"] < 1e-12
     assert rel(rec.W, target.W) < 1e-12
     np.testing.assert_array_equal(rec.v, target.v)
     assert rec.diagnostics["n_requeries"] == 0
@@ -35,7 +37,7 @@ def test_known_two_by_two_head():
     rec = learn_single_head(ValueQueryOracle(SingleHead(W, v)))
     np.testing.assert_allclose(rec.W, W, rtol=0, atol=1e-14)
     np.testing.assert_array_equal(rec.v, v)
-    assert rec.n_queries == 6
+    assert rec.n_learning_queries == 6
 
 
 def test_large_entries_recovered_to_full_precision():
@@ -46,7 +48,7 @@ def test_large_entries_recovered_to_full_precision():
     rec = learn_single_head(oracle)
     assert rel(rec.W, target.W) < 1e-13
     n_re = rec.diagnostics["n_requeries"]
-    assert n_re > 0 and rec.n_queries == oracle.n_queries == 12 + 144 + n_re
+    assert n_re > 0 and rec.n_queries == oracle.n_queries == 12 + 144 + n_re + 32
     with pytest.raises(OracleInconsistentError, match=r'outside \(0, 1\).*use scale="auto"'):
         learn_single_head(ValueQueryOracle(target), scale=1.0)
 
@@ -63,7 +65,7 @@ def test_value_vector_with_zero_entries_uses_e_l_plus_e_p():
         np.testing.assert_array_equal(U[l], expected)
     assert np.all(np.abs(U @ v) >= 0.5 * np.abs(v[p]))
     rec = learn_single_head(ValueQueryOracle(head))
-    assert rel(rec.W, head.W) < 1e-13 and rec.n_queries == 42
+    assert rel(rec.W, head.W) < 1e-13 and rec.n_learning_queries == 42
 
 
 def test_v_zero_is_not_identifiable():
@@ -74,11 +76,16 @@ def test_v_zero_is_not_identifiable():
 
 
 def test_budget_checked_before_the_first_query():
-    oracle = ValueQueryOracle(random_single_head(4, seed=0), budget=19)
-    with pytest.raises(BudgetExceededError, match=r"needs 20 queries.*at least 20"):
-        learn_single_head(oracle)
+    oracle = ValueQueryOracle(random_single_head(4, seed=0), budget=51)
+    with pytest.raises(BudgetExceededError, match=r"needs 52 queries.*at least 52"):
+        learn_single_head(oracle)                  # d + d^2 = 20, plus 32 verification queries
     assert oracle.n_queries == 0
-    assert learn_single_head(ValueQueryOracle(random_single_head(4, seed=0), budget=20)).n_queries == 20
+    assert learn_single_head(ValueQueryOracle(random_single_head(4, seed=0), budget=52)).n_queries == 52
+    with pytest.raises(BudgetExceededError, match=r"needs 20 queries.*at least 20"):
+        learn_single_head(ValueQueryOracle(random_single_head(4, seed=0), budget=19), verify=0)
+    rec = learn_single_head(ValueQueryOracle(random_single_head(4, seed=0), budget=20), verify=0)
+    assert rec.n_queries == rec.n_learning_queries == 20 and rec.diagnostics["n_verify_queries"] == 0
+    assert "verify_max_error" not in rec.diagnostics and "verified" not in rec.message
 
 
 def test_approximate_oracle_is_refused():
@@ -146,7 +153,7 @@ def test_property_exact_for_any_head(d, seed, log_w, log_v, zeros, probes):
     head = SingleHead(base.W, v)
     oracle = ValueQueryOracle(head)
     rec = learn_single_head(oracle, probes=probes, seed=seed)
-    assert rec.n_queries == d + d * d + rec.diagnostics["n_requeries"]
+    assert rec.n_queries == d + d * d + rec.diagnostics["n_requeries"] + 32
     np.testing.assert_array_equal(rec.v, head.v)
     assert np.linalg.norm(rec.W - head.W) <= 1e-9 * max(1.0, np.linalg.norm(head.W))
 
@@ -195,7 +202,7 @@ def test_chunked_queries_equal_unchunked_bit_for_bit(monkeypatch, probes):
     for chunk in (16 * 7, 2**30):                              # one query per chunk; everything at once
         monkeypatch.setattr(_streaming, "CHUNK_BYTES", chunk)
         oracle = _ShapeLog(target, record=True)
-        rec = learn_single_head(oracle, probes=probes)
+        rec = learn_single_head(oracle, probes=probes, verify=0)
         runs[chunk] = (rec, oracle)
     (a, oa), (b, ob) = runs[16 * 7], runs[2**30]
     assert a.n_queries == b.n_queries and a.diagnostics["n_requeries"] > 0
@@ -216,7 +223,7 @@ def test_query_batches_and_memory_stay_bounded(monkeypatch):
     target = random_single_head(d, seed=0)
     oracle = _ShapeLog(target)
     tracemalloc.start()
-    rec = learn_single_head(oracle)
+    rec = learn_single_head(oracle, verify=0)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert rec.relative_errors(target)["W"] < 1e-12

@@ -150,7 +150,8 @@ def test_sketch_query_count_and_exactness(d, r, seed):
     oracle = ValueQueryOracle(target)
     rec = learn_low_rank(oracle, r, method="sketch", seed=seed)
     k = min(d, r + 1)
-    assert rec.n_queries == oracle.n_queries == d + k * (2 * d - k) + rec.diagnostics["n_requeries"]
+    assert rec.n_queries == oracle.n_queries == d + k * (2 * d - k) + rec.diagnostics["n_requeries"] + 32
+    assert rec.n_learning_queries == rec.n_queries - 32 and rec.diagnostics["verify_max_error"] < 1e-6
     assert rel_err(rec.W, target.W) < 1e-8
     assert np.allclose(rec.v, target.v)
     assert rec.rank == r
@@ -161,7 +162,7 @@ def test_sketch_query_optimal_at_minilm_size():
     target = random_single_head(d, rank=r, seed=0)
     rec = learn_low_rank(ValueQueryOracle(target), r, method="sketch")
     assert rel_err(rec.W, target.W) < 1e-8
-    assert rec.n_queries <= 1.05 * (degrees_of_freedom(d, r) + d)
+    assert rec.n_learning_queries <= 1.05 * (degrees_of_freedom(d, r) + d)
 
 
 @pytest.mark.parametrize("r", [1, 4, 9])
@@ -170,7 +171,7 @@ def test_sketch_detects_unknown_rank_with_O_d_extra_queries(r):
     target = random_single_head(d, rank=r, seed=r)
     rec = learn_low_rank(ValueQueryOracle(target), None, method="sketch")
     assert rec.rank == r and rec.diagnostics["rank_detected"] == r
-    assert rec.n_queries == d + (r + 1) * (2 * d - r - 1) + rec.diagnostics["n_requeries"]
+    assert rec.n_learning_queries == d + (r + 1) * (2 * d - r - 1) + rec.diagnostics["n_requeries"]
     assert rel_err(rec.W, target.W) < 1e-8
 
 
@@ -183,7 +184,7 @@ def test_sketch_overestimated_rank_still_exact():
 def test_sketch_full_rank_uses_whole_matrix():
     target = random_single_head(6, seed=0)
     rec = learn_low_rank(ValueQueryOracle(target), 6, method="sketch")
-    assert rec.n_queries == 6 + 36 + rec.diagnostics["n_requeries"]
+    assert rec.n_queries == 6 + 36 + rec.diagnostics["n_requeries"] + 32
     assert rel_err(rec.W, target.W) < 1e-10
 
 
@@ -206,8 +207,10 @@ def test_nuclear_end_to_end_theorem_5_2():
     target = random_single_head(d, rank=r, seed=0)
     oracle = ValueQueryOracle(target)
     rec = learn_low_rank(oracle, r, method="nuclear")
-    m = int(np.ceil(3 * degrees_of_freedom(d, r)))
-    assert rec.n_queries == d + m + rec.diagnostics["n_requeries"]
+    m = 5 * degrees_of_freedom(d, r)             # the default: 5 r(2d - r), above the transition
+    assert rec.diagnostics["n_measurements"] == m == 180
+    assert rec.n_queries == d + m + rec.diagnostics["n_requeries"] + 32
+    assert rec.diagnostics["n_verify_queries"] == 32 and rec.diagnostics["verify_max_error"] < 1e-6
     assert rel_err(rec.W, target.W) < 1e-6
     assert rec.diagnostics["status"] == "optimal"
 
@@ -403,7 +406,7 @@ def test_sketch_chunked_equals_unchunked(monkeypatch):
     for chunk in (16 * 40 * 7, 2**30):                          # 7 queries per chunk; all at once
         monkeypatch.setattr(_streaming, "CHUNK_BYTES", chunk)
         oracle = _ShapeLog(head, record=True)
-        rec = lowrank.learn_low_rank(oracle, 3, method="sketch", seed=0)
+        rec = lowrank.learn_low_rank(oracle, 3, method="sketch", seed=0, verify=0)
         out[chunk] = (rec, oracle)
     (a, oa), (b, ob) = out[16 * 40 * 7], out[2**30]
     assert a.n_queries == b.n_queries == 40 + 4 * (80 - 4)
@@ -424,7 +427,7 @@ def test_sketch_memory_is_d_squared_plus_a_chunk(monkeypatch):
     head = random_single_head(d, rank=r, factored=True, seed=0)
     oracle = _ShapeLog(head)
     tracemalloc.start()
-    rec = lowrank.learn_low_rank(oracle, r, method="sketch", oversample=0, seed=0)
+    rec = lowrank.learn_low_rank(oracle, r, method="sketch", oversample=0, seed=0, verify=0)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     m = rec.n_queries
@@ -453,12 +456,12 @@ def test_rgn_and_noisy_learner_stream_their_queries(monkeypatch):
     monkeypatch.setattr(_streaming, "CHUNK_BYTES", 16 * 12 * 10)  # 10 two-token queries per chunk
     head = random_single_head(12, rank=2, seed=0)
     oracle = _ShapeLog(head)
-    rec = lowrank.learn_low_rank(oracle, 2, method="rgn", n_measurements=4 * 40, seed=0)
+    rec = lowrank.learn_low_rank(oracle, 2, method="rgn", n_measurements=4 * 40, seed=0, verify=0)
     assert rec.relative_errors(head)["W"] < 1e-8 and max(oracle.batches) <= 20
     noisy_head = robust.random_margin_head(12, W_max=4.0, mu=0.1, rank=2, seed=0)
     batches = []
     rec = robust.learn_low_rank_noisy(_Recorder(ApproxValueQueryOracle(noisy_head, 1e-7), batches),
-                                      2, W_max=4.0)
+                                      2, W_max=4.0, verify=0)
     assert len(batches) > 3 and max(batches) <= 20       # 20 length-1 or 10 length-2 per chunk
     assert np.linalg.norm(rec.W - noisy_head.W) < 1e-3
 

@@ -205,7 +205,7 @@ def test_learn_orthogonal_heads_input_checks():
     with pytest.raises(NotIdentifiableError, match="sum_h v\\^\\(h\\) = 0"):
         mh.learn_orthogonal_heads(zero)
     o = ValueQueryOracle(mh.random_multi_head(4, 2, orthogonal=True, seed=0), budget=5)
-    with pytest.raises(BudgetExceededError, match="learn_orthogonal_heads needs 24 queries"):
+    with pytest.raises(BudgetExceededError, match="learn_orthogonal_heads needs 56 queries"):  # 24 + 32
         mh.learn_orthogonal_heads(o)
     with pytest.raises(InvalidInputError, match="step=0.5 must be <= 0.1"):
         mh.learn_orthogonal_heads(o, step=0.5)

@@ -107,7 +107,8 @@ def test_theorem_6_2_bound_holds_at_its_tolerance(noise, d, W_max):
         oracle = _oracle(head, tau, noise, seed=seed)
         assert oracle.tau <= tau
         rec = learn_robust(oracle, W_max=W_max, mu=mu)
-        assert rec.n_queries == d + d * d == oracle.n_queries
+        assert rec.n_learning_queries == d + d * d and rec.n_queries == d + d * d + 32 == oracle.n_queries
+        assert rec.diagnostics["verify_error_W"] <= rec.diagnostics["verify_allowed_W"]
         assert np.linalg.norm(rec.W - head.W) <= eps_W
         assert np.linalg.norm(rec.v - head.v) <= eps_v
         assert rec.diagnostics["eps_W_guaranteed"] <= eps_W * (1 + 1e-12)
@@ -154,7 +155,7 @@ def test_learn_robust_checks_inputs_before_querying():
         learn_robust(oracle, W_max=1.0, mu=0.1)
     with pytest.raises(InvalidInputError, match="mu=0.0 must be > 0"):
         learn_robust(oracle, W_max=2.0, mu=0.0)
-    with pytest.raises(BudgetExceededError, match="needs 12 queries"):
+    with pytest.raises(BudgetExceededError, match="needs 44 queries"):
         learn_robust(oracle, W_max=2.0, mu=0.1)
     with pytest.raises(TypeError, match="needs a value-query oracle"):
         learn_robust(head, W_max=2.0, mu=0.1)
@@ -188,7 +189,7 @@ def test_lstsq_query_count_and_exactness():
     head = random_margin_head(5, W_max=3.0, mu=0.1, seed=1)
     oracle = ValueQueryOracle(head)
     rec = learn_robust_lstsq(oracle, W_max=3.0, repeats=3)
-    assert rec.n_queries == oracle.n_queries == n_queries_lstsq(5, 3) == 3 * 30 + 3 * 2 * 5
+    assert rec.n_queries == oracle.n_queries == n_queries_lstsq(5, 3) + 32 == 3 * 30 + 3 * 2 * 5 + 32
     np.testing.assert_allclose(rec.W, head.W, atol=1e-10)
     np.testing.assert_allclose(rec.v, head.v, atol=1e-14)
 
@@ -351,7 +352,7 @@ def test_noisy_low_rank_rgn_error_is_linear_in_tau(noise, tau):
         head = random_margin_head(d, W_max=W_max, mu=0.1, rank=r, seed=k)
         oracle = ApproxValueQueryOracle(head, tau, noise=noise, seed=k)
         rec = learn_low_rank_noisy(oracle, r, W_max=W_max, n_measurements=m, seed=k)
-        assert rec.n_queries == oracle.n_queries == d + m
+        assert rec.n_queries == oracle.n_queries == d + m + 32 and rec.n_learning_queries == d + m
         assert rec.rank == r and rec.method == "rgn"
         assert np.linalg.matrix_rank(rec.W) == r
         # measured: at most 7.2e3 tau over 40 seeded instances (d = 10, r = 2, m = 3 r(2d - r))

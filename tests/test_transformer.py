@@ -56,7 +56,9 @@ def test_learn_one_layer_recovers_W_and_the_canonical_ffn(d, m):
     assert rec.n_queries == oracle.n_queries
     assert rec.diagnostics["n_queries_attention"] == 2 * d * d   # the d length-1 queries reuse the FFN's [+-e_j]
     assert rec.diagnostics["n_reused"] == 2 * d
-    assert rec.n_queries == rec.diagnostics["n_queries_ffn"] + rec.diagnostics["n_queries_attention"]
+    assert rec.n_queries == rec.diagnostics["n_queries_ffn"] + rec.diagnostics["n_queries_attention"] + 32
+    assert rec.diagnostics["n_verify_queries"] == 64 + 32 == rec.diagnostics["ffn"]["n_verify_queries"] + 32
+    assert rec.n_learning_queries == rec.n_queries - 96 and rec.diagnostics["verify_max_error"] < 1e-6
     assert rec.diagnostics["v_mismatch"] < 1e-12
 
 

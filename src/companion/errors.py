@@ -45,6 +45,18 @@ MESSAGES = {
         "head disagrees with the oracle by up to {err:.3g} (tolerance {tol:.3g}). "
         "The target may be a multi-head model, a Transformer, or a noisy oracle."
     ),
+    "verify_failed": (
+        "verification failed: on {n} fresh random queries the recovered model disagrees with the "
+        "oracle by up to {err:.3g} (relative; tolerance {tol:.3g}), so the oracle is not {what}. "
+        "The learner's assumptions do not hold for this target; nothing was returned. Pass "
+        "verify=0 to get the unverified estimate anyway."
+    ),
+    "verify_noisy_failed": (
+        "verification failed: {n} fresh queries certify ||{name} - {name}*|| >= {err:.3g}, more than "
+        "the {allowed:.3g} allowed, for every target within tau={tau:.3g} of the answers with "
+        "||W*||_F <= W_max={W_max:g}. The oracle is not {what} (or errs by more than tau, or "
+        "W_max is too small), or the learner failed on it. Pass verify=0 to get the estimate anyway."
+    ),
     "needs_exact": (
         "{learner} needs an exact value-query oracle, got {cls} with tau={tau!r}; "
         "use companion.robust.learn_robust for approximate oracles."

@@ -23,6 +23,7 @@ from scipy.special import expit, logit
 from ._streaming import chunk_queries
 from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead
+from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
 from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
 from .recovery import Recovery
 
@@ -233,24 +234,27 @@ def verify_single_head(oracle, W, v, n, *, rtol=1e-6, scale=1.0, seed=0):
     ------
     OracleInconsistentError
         If it exceeds ``rtol``: the oracle is not the single head ``(W, v)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.attention import SingleHead
+    >>> from companion.oracles import ValueQueryOracle
+    >>> head = SingleHead(np.eye(2), np.array([1.0, -1.0]))
+    >>> verify_single_head(ValueQueryOracle(head), head.W, head.v, 5)
+    0.0
     """
-    d = W.shape[0]
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 9, size=n)
-    X = [rng.standard_normal((int(m), d)) * (scale / np.sqrt(d)) for m in lengths]
-    y = oracle(X)
-    y_hat = SingleHead(W, v)(X)
-    out_scale = np.array([np.max(np.abs(x @ v)) for x in X])
-    err = np.abs(y - y_hat) / np.maximum(out_scale, np.finfo(float).tiny)
-    worst = float(np.max(err))
-    if worst > rtol:
-        raise OracleInconsistentError(
-            MESSAGES["not_single_head"].format(n=n, err=worst, tol=rtol)
-        )
-    return worst
+    n = check_int(n, "n", minimum=1)
+    try:
+        info = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), n,
+                              rtol=rtol, seed=seed, scale=scale, what="a single attention head")
+    except OracleInconsistentError as exc:
+        raise OracleInconsistentError(f"the oracle is not a single attention head: {exc}") from None
+    return info["verify_max_error"]
 
 
-def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_rtol=1e-6, seed=0):
+def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-6,
+                      seed=0):
     """Recover the merged parameters (W, v) of one attention head from exact value queries.
 
     Parameters
@@ -268,9 +272,12 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
         **Each re-measurement is one extra query**, counted by the oracle and reported in
         ``diagnostics["n_requeries"]``; a head with moderate logits (``|u^T W e_j| < 6.9``) needs
         none. A float fixes ``c`` and never re-measures.
-    verify : int, default=0
-        Number of fresh random queries on which to check the recovered head against the oracle
-        (:func:`verify_single_head`). 0 skips the check.
+    verify : int, default=32
+        Number of fresh random queries (lengths 1 to 8, never used for learning) on which the
+        recovered head is compared with the oracle (:func:`verify_single_head`); 0 opts out.
+        Theorem 4.1 assumes that the oracle *is* a single softmax head; the check turns a target
+        outside that class (several heads, a Transformer, a mask) into an error instead of a wrong
+        ``W``.
     verify_rtol : float, default=1e-6
         Largest relative disagreement accepted by the check.
     seed : int, default=0
@@ -279,11 +286,12 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
     Returns
     -------
     Recovery
-        ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` (plus
-        re-measurements and ``verify``). ``diagnostics`` holds ``probes`` (the probe matrix
+        ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` plus
+        re-measurements plus ``verify`` (``n_learning_queries`` leaves out the ``verify``).
+        ``diagnostics`` holds ``probes`` (the probe matrix
         ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits`` (``(d, d)``: the measured
         ``c^2 u_l^T W e_j``, row ``l``, column ``j``), ``scales`` (``(d, d)``: each probe's final
-        ``c``), ``n_requeries``, ``max_abs_logit`` and, with ``verify``, ``verify_max_error``.
+        ``c``), ``n_requeries``, ``max_abs_logit``, ``n_verify_queries`` and, with ``verify``, ``verify_max_error``.
 
     Raises
     ------
@@ -319,8 +327,10 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
     >>> from companion.oracles import ValueQueryOracle
     >>> target = random_single_head(4, seed=0)
     >>> rec = learn_single_head(ValueQueryOracle(target))
-    >>> rec.n_queries, np.allclose(rec.W, target.W) and np.allclose(rec.v, target.v)
+    >>> rec.n_learning_queries, np.allclose(rec.W, target.W) and np.allclose(rec.v, target.v)
     (20, True)
+    >>> rec.n_queries, rec.diagnostics["n_verify_queries"]      # d + d**2, plus 32 to verify
+    (52, 32)
     """
     d = check_exact_oracle(oracle, "learn_single_head")
     check_choice(probes, "probes", ("basis", "gaussian"))
@@ -330,12 +340,9 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
         c0 = 1.0
     else:
         c0 = check_real(scale, "scale", minimum=0.0, strict=True)
-    verify = check_int(verify, "verify", minimum=0)
-    verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
-    if hasattr(oracle, "require"):
-        oracle.require(d + d * d + verify, learner="learn_single_head")
-    start = oracle.n_queries
+    start = reserve(oracle, d + d * d + verify, "learn_single_head")
 
     # Step 1: v from d length-1 queries.
     v = read_value_vector(oracle)
@@ -392,13 +399,11 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=0, verify_
     }
     message = (f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)"
                + (f" and {n_requeries} re-measurements of saturated probes" if n_requeries else ""))
-    if verify:
-        vscale = float(np.sqrt(np.median(C)))
-        diagnostics["verify_max_error"] = verify_single_head(
-            oracle, W, v, verify, rtol=verify_rtol, scale=vscale, seed=seed + 1)
-        message += f"; verified on {verify} fresh queries"
-    return Recovery(W=W, v=v, n_queries=oracle.n_queries - start, message=message,
-                    diagnostics=diagnostics)
+    checked = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), verify,
+                             rtol=verify_rtol, seed=seed + 1, scale=float(np.sqrt(np.median(C))),
+                             what="a single attention head (Theorem 4.1's assumption)")
+    return build(Recovery, oracle, start, verification=checked, message=message,
+                 diagnostics=diagnostics, W=W, v=v)
 
 
 def sweep_point(d, *, seed, probes="basis", entry_scale=None, scale="auto") -> dict:
@@ -419,7 +424,7 @@ def sweep_point(d, *, seed, probes="basis", entry_scale=None, scale="auto") -> d
     seed = check_int(seed, "seed", minimum=0)
     W_norm = None if entry_scale is None else check_real(entry_scale, "entry_scale", minimum=0.0) * d
     target = random_single_head(d, W_norm=W_norm, seed=seed + d)
-    rec = learn_single_head(ValueQueryOracle(target), probes=probes, scale=scale, seed=seed)
+    rec = learn_single_head(ValueQueryOracle(target), probes=probes, scale=scale, verify=0, seed=seed)
     err = rec.relative_errors(target)
     return {"n_queries": rec.n_queries, "d_plus_d2": d + d * d,
             "n_requeries": rec.diagnostics["n_requeries"],

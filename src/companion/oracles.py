@@ -430,7 +430,8 @@ class AntisymmetrisedOracle:
 
     @property
     def remaining(self):
-        return getattr(self.oracle, "remaining", np.inf) // 2
+        left = getattr(self.oracle, "remaining", np.inf)
+        return left if left == np.inf else left // 2       # inf // 2 would be nan
 
     def require(self, n, *, learner="the learner"):
         """Raise :class:`~companion.errors.BudgetExceededError` now if ``2 n`` underlying queries do not fit."""

@@ -37,7 +37,9 @@ class Recovery:
         Estimate of the value vector.
     n_queries : int
         Queries the learner sent, read from the oracle's counter (never computed by hand),
-        including any verification queries.
+        including its verification queries (``diagnostics["n_verify_queries"]``).
+    n_learning_queries : int
+        ``n_queries`` without the verification queries: the count the theorem is about.
     message : str
         One line on how the recovery went.
     diagnostics : mapping
@@ -61,6 +63,11 @@ class Recovery:
     @property
     def d(self) -> int:
         return int(np.shape(self.W)[0])
+
+    @property
+    def n_learning_queries(self) -> int:
+        """``n_queries`` minus ``diagnostics["n_verify_queries"]`` (0 if absent): the learner's own count."""
+        return self.n_queries - int(self.diagnostics.get("n_verify_queries", 0))
 
     def relative_errors(self, target) -> dict:
         """Relative errors against a known target, for evaluation only (learners never see it).

@@ -39,6 +39,7 @@ from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentE
 from .exact import read_value_vector
 from .lowrank import (LowRankRecovery, _gaussian_rop_design, _retract, _rop_apply,
                       _spectral_start, _tangent_step, degrees_of_freedom, rop_queries)
+from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
 from .recovery import Recovery
 
 __all__ = [
@@ -370,7 +371,7 @@ def _column_blocks(d):
     return [range(j0, min(d, j0 + per)) for j0 in range(0, d, per)]
 
 
-def learn_robust(oracle, *, W_max, mu):
+def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, seed=0):
     """Recover (W, v) to accuracy eps from approximate value queries (Theorem 6.2).
 
     Parameters
@@ -381,14 +382,32 @@ def learn_robust(oracle, *, W_max, mu):
         A known bound ``||W*||_F <= W_max``, with ``W_max >= 2`` (Theorem 6.2's assumption).
     mu : float
         A known lower bound on ``min_i |v*_i|`` (the margin), ``0 < mu <= 1``.
+    verify : int, default=32
+        Fresh queries (8 of length 1, 24 rank-one projections; never used for learning) that
+        certify lower bounds on the errors of the result (:func:`companion._learner.verify_noisy`);
+        0 opts out. The learner assumes a single head within ``tau`` of the answers (the oracle's
+        ``tau`` is its real tolerance) with ``||W*||_F <= W_max``, the margin ``mu``, and tokens
+        in the unit ball. If the fresh answers prove ``||W_hat - W*||_F`` larger than both the
+        a-posteriori bound ``eps_W_posterior`` and ``verify_rtol ||W_hat||_F`` (or ``||v_hat - v*||``
+        larger than ``sqrt(d) tau`` and ``verify_rtol ||v_hat||``), an assumption is false and the
+        learner raises instead of returning.
+    verify_rtol : float, default=0.1
+        Relative error always allowed by the check.
+    seed : int, default=0
+        Seed of the verification queries.
 
     Returns
     -------
     Recovery
-        ``W`` (d, d), ``v`` (d,), ``n_queries`` equal to ``d + d**2``. ``diagnostics``: ``a``, ``b``,
+        ``W`` (d, d), ``v`` (d,), ``n_queries`` equal to ``d + d**2 + verify``
+        (``n_learning_queries``: ``d + d**2``). ``diagnostics``: ``a``, ``b``,
         ``tau`` (the oracle's), ``alpha_hat`` ((d, d): the estimated weight of query (i, j)),
-        ``n_clipped`` (weights outside the Lemma 6.1 window), ``min_abs_v``, and ``eps_W_guaranteed``,
-        ``eps_v_guaranteed`` from :func:`guaranteed_error` (``inf`` when ``tau > mu/2``).
+        ``n_clipped`` (weights outside the Lemma 6.1 window), ``min_abs_v``, ``eps_W_guaranteed``,
+        ``eps_v_guaranteed`` from :func:`guaranteed_error` (``inf`` when ``tau > mu/2``),
+        ``eps_W_posterior`` (the same bound with the measured ``|v_hat_i|`` in place of ``mu``:
+        ``LIPSCHITZ_6_1 tau (1 + (1 + a)/b) / (a b) sqrt(d sum_i v_hat_i^-2)``), and the
+        verification's ``n_verify_queries``, ``verify_error_W``, ``verify_error_v``,
+        ``verify_allowed_W``, ``verify_allowed_v``.
 
     Raises
     ------
@@ -425,15 +444,15 @@ def learn_robust(oracle, *, W_max, mu):
     >>> head = random_margin_head(4, W_max=2.0, mu=0.2, seed=0)
     >>> tau = sufficient_tolerance(mu=0.2, eps_W=0.1, eps_v=0.1, W_max=2.0, d=4)
     >>> rec = learn_robust(ApproxValueQueryOracle(head, tau, noise="worst"), W_max=2.0, mu=0.2)
-    >>> rec.n_queries, bool(np.linalg.norm(rec.W - head.W) <= 0.1)
-    (20, True)
+    >>> rec.n_learning_queries, rec.n_queries, bool(np.linalg.norm(rec.W - head.W) <= 0.1)
+    (20, 52, True)
     """
     d, tau = _check_oracle(oracle, "learn_robust")
     W_max = check_real(W_max, "W_max", minimum=2.0)
     mu = check_real(mu, "mu", minimum=0.0, strict=True, maximum=1.0)
-    if hasattr(oracle, "require"):
-        oracle.require(d + d * d, learner="learn_robust")
-    start = oracle.n_queries
+    verify, verify_rtol = check_verify(verify, verify_rtol)
+    seed = check_int(seed, "seed", minimum=0)
+    start = reserve(oracle, d + d * d + verify, "learn_robust")
 
     # Step 1: v_hat from d length-1 queries; check the margin.
     v_hat = read_value_vector(oracle)
@@ -478,8 +497,14 @@ def learn_robust(oracle, *, W_max, mu):
                  if np.isfinite(eps_W) else f"no guarantee (tau={tau:.3g} > mu/2={mu / 2:.3g})")
     message = (f"recovered W and v from d + d^2 = {d + d * d} approximate value queries "
                f"(Theorem 6.2); {guarantee}")
-    return Recovery(W=W_hat, v=v_hat, n_queries=oracle.n_queries - start, message=message,
-                    diagnostics=diagnostics)
+    diagnostics["eps_W_posterior"] = float(
+        LIPSCHITZ_6_1 * tau * (1.0 + (1.0 + a) / b) / (a * b) * np.sqrt(d * np.sum(v_hat**-2.0)))
+    checked = verify_noisy(oracle, W_hat, v_hat, verify, tau=tau, W_max=W_max,
+                           allowed_W=min(eps_W, diagnostics["eps_W_posterior"]),
+                           allowed_v=np.sqrt(d) * tau, rtol=verify_rtol, seed=seed + 1,
+                           what="a single head within tau with ||W*||_F <= W_max and margin mu")
+    return build(Recovery, oracle, start, verification=checked, message=message,
+                 diagnostics=diagnostics, W=W_hat, v=v_hat)
 
 
 # --------------------------------------------------------------------------------------------
@@ -653,7 +678,8 @@ def lstsq_error_bound(tau, *, v_inf, W_max, d, repeats=1, scale="best", rank=Non
     return (2.0 * eps_W if rank is not None and rank < d else eps_W), eps_v
 
 
-def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
+def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None, verify=DEFAULT_VERIFY,
+                       verify_rtol=0.1, seed=0):
     """Spend ``repeats`` times the queries of Theorem 6.2 to cut the error, without a margin.
 
     Parameters
@@ -671,13 +697,26 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
         A known bound on ``rank(W*)`` (e.g. the head dimension). If given, the estimate is replaced
         by its best rank-``rank`` approximation (truncated SVD, Eckart-Young), which removes most of
         the entrywise noise outside the column and row spaces of ``W*``.
+    verify : int, default=32
+        Fresh queries (8 of length 1, 24 rank-one projections; never used for learning) that
+        certify lower bounds on the errors (:func:`companion._learner.verify_noisy`); 0 opts out.
+        The learner assumes a single head within ``tau`` of the answers with
+        ``||W*||_F <= W_max`` (and ``rank(W*) <= rank`` if given). If the fresh answers prove
+        ``||W_hat - W*||_F > verify_rtol ||W_hat||_F`` (or the same for ``v``), it raises.
+    verify_rtol : float, default=0.1
+        Relative error the check allows.
+    seed : int, default=0
+        Seed of the verification queries.
 
     Returns
     -------
     Recovery
-        ``W`` (d, d), ``v`` (d,), ``n_queries`` from :func:`n_queries_lstsq`. ``diagnostics``: ``pivot`` (p),
+        ``W`` (d, d), ``v`` (d,), ``n_queries`` from :func:`n_queries_lstsq` plus ``verify``
+        (``n_learning_queries`` leaves out the ``verify``). ``diagnostics``: ``pivot`` (p),
         ``signs``, ``scales`` (the R values of b), ``v_scales`` (the R values of c), ``n_clipped``,
-        ``eps_W_bound`` and ``eps_v_bound`` (the guarantee below, from the answers alone).
+        ``tau``, ``rank``, ``eps_W_bound`` and ``eps_v_bound`` (the guarantee below, from the
+        answers alone), and the verification's ``n_verify_queries``, ``verify_error_W``,
+        ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``.
 
     Raises
     ------
@@ -744,13 +783,15 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     >>> from companion.oracles import ApproxValueQueryOracle
     >>> head = random_margin_head(4, W_max=2.0, mu=0.2, seed=0)
     >>> rec = learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-6), W_max=2.0, repeats=2)
-    >>> rec.n_queries, bool(np.linalg.norm(rec.W - head.W) < 1e-3)
+    >>> rec.n_learning_queries, bool(np.linalg.norm(rec.W - head.W) < 1e-3)
     (48, True)
     """
     d, tau = _check_oracle(oracle, "learn_robust_lstsq")
     W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
     R = check_int(repeats, "repeats", minimum=1)
     rank = None if rank is None else check_int(rank, "rank", minimum=1, maximum=d)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
+    seed = check_int(seed, "seed", minimum=0)
     a, probe_norm = 0.5, np.sqrt(2.0)
     b_cap = (1.0 - a) / probe_norm
     if isinstance(scale, str):
@@ -759,9 +800,7 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
         b0 = best_scale(W_max, a=a, probe_norm=probe_norm)
     else:
         b0 = check_real(scale, "scale", minimum=0.0, strict=True, maximum=b_cap)
-    if hasattr(oracle, "require"):
-        oracle.require(n_queries_lstsq(d, R), learner="learn_robust_lstsq")
-    start = oracle.n_queries
+    start = reserve(oracle, n_queries_lstsq(d, R) + verify, "learn_robust_lstsq")
     factors = 1.0 - 0.3 * np.arange(R) / R
     c = factors                        # scales of the length-1 queries
     bs = b0 * factors                  # probe scales
@@ -820,8 +859,11 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None):
     diagnostics = {"pivot": p, "signs": s, "scales": bs, "v_scales": c, "n_clipped": n_clipped,
                    "tau": tau, "rank": rank, "eps_W_bound": eps_W_bound,
                    "eps_v_bound": float(np.sqrt(d) * v_noise)}
-    return Recovery(W=W_hat, v=v_hat, n_queries=oracle.n_queries - start, message=message,
-                    diagnostics=diagnostics)
+    checked = verify_noisy(oracle, W_hat, v_hat, verify, tau=tau, tau_v=v_noise, W_max=W_max,
+                           allowed_W=eps_W_bound, allowed_v=np.sqrt(d) * v_noise, rtol=verify_rtol,
+                           seed=seed + 1, what="a single head within tau with ||W*||_F <= W_max")
+    return build(Recovery, oracle, start, verification=checked, message=message,
+                 diagnostics=diagnostics, W=W_hat, v=v_hat)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1014,7 +1056,8 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3)
 
 
 def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, method="rgn",
-                         logit_max=0.5, solver_eps=1e-7, max_iter=30, seed=0):
+                         logit_max=0.5, solver_eps=1e-7, max_iter=30, verify=DEFAULT_VERIFY,
+                         verify_rtol=0.1, seed=0):
     """Recover a head with ``rank(W*) <= r`` from approximate value queries: noisy ROP.
 
     Parameters
@@ -1040,8 +1083,18 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         SCS's ``eps_abs`` and ``eps_rel`` (``"nuclear"``).
     max_iter : int, default=30
         Largest number of Gauss-Newton iterations (``"rgn"``).
+    verify : int, default=32
+        Fresh queries (8 of length 1, 24 rank-one projections; never used for learning) that
+        certify lower bounds on the errors (:func:`companion._learner.verify_noisy`); 0 opts out.
+        The learner assumes a single head within ``tau`` of the answers with ``||W*||_F <= W_max``
+        and ``rank(W*) <= rank``, and ``"rgn"`` that Gauss-Newton reached the right minimum. If
+        the fresh answers prove ``||W_hat - W*||_F > verify_rtol ||W_hat||_F`` (or the same for
+        ``v``, beyond ``sqrt(d) tau``), it raises.
+    verify_rtol : float, default=0.1
+        Relative error the check allows.
     seed : int, default=0
-        Seed of ``numpy.random.default_rng`` for the measurement vectors.
+        Seed of ``numpy.random.default_rng`` for the measurement vectors (and, plus 1, of the
+        verification queries).
 
     Returns
     -------
@@ -1051,7 +1104,9 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         ``n_measurements``, ``scales`` (m,), ``delta`` (m,) the per-measurement bounds of
         :func:`rop_error_bound`, ``n_clipped``, ``max_abs_logit`` (estimated), and the solver's
         ``status``, ``solve_iterations``, ``objective`` (nuclear) or ``iterations``, ``residual``,
-        ``residuals`` (rgn).
+        ``residuals`` (rgn), and the verification's ``n_verify_queries``, ``verify_error_W``,
+        ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``. ``n_queries`` counts the
+        verification queries; ``n_learning_queries`` (``d + m``) leaves them out.
 
     Raises
     ------
@@ -1096,7 +1151,7 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
     >>> from companion.oracles import ApproxValueQueryOracle
     >>> head = random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
     >>> rec = learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-6), 2, W_max=4.0)
-    >>> rec.n_queries, 10 + 3 * 2 * (2 * 10 - 2)
+    >>> rec.n_learning_queries, 10 + 3 * 2 * (2 * 10 - 2)
     (118, 118)
     >>> bool(np.linalg.norm(rec.W - head.W) < 1e-2), int(np.linalg.matrix_rank(rec.W))
     (True, 2)
@@ -1109,6 +1164,7 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
     logit_max = check_real(logit_max, "logit_max", minimum=0.0, strict=True, maximum=5.0)
     solver_eps = check_real(solver_eps, "solver_eps", minimum=0.0, strict=True)
     max_iter = check_int(max_iter, "max_iter", minimum=1)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
     dof = degrees_of_freedom(d, r)
     if n_measurements is None:
@@ -1120,9 +1176,7 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
             f"n_measurements={m} cannot determine a rank-{r} {d} x {d} matrix: it has r(2d - r) = "
             f"{dof} degrees of freedom. Raise n_measurements to at least {dof} (with noise, "
             f"{int(np.ceil(NOISY_OVERSAMPLING * dof))} or more).")
-    if hasattr(oracle, "require"):
-        oracle.require(d + m, learner="learn_low_rank_noisy")
-    start = oracle.n_queries
+    start = reserve(oracle, d + m + verify, "learn_low_rank_noisy")
     rng = np.random.default_rng(seed)
 
     v_hat = read_value_vector(oracle)
@@ -1170,5 +1224,8 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
                f"(tau={tau:.3g}): {m} Gaussian rank-one projections, {how}")
     if n_clipped:
         message += f"; {n_clipped} weights clipped to Lemma 6.1's window"
-    return LowRankRecovery(W=W, v=v_hat, n_queries=oracle.n_queries - start, message=message,
-                           diagnostics=diagnostics, rank=r, method=method)
+    checked = verify_noisy(oracle, W, v_hat, verify, tau=tau, W_max=W_max, allowed_v=np.sqrt(d) * tau,
+                           rtol=verify_rtol, seed=seed + 1,
+                           what=f"a single head within tau with ||W*||_F <= W_max and rank <= {r}")
+    return build(LowRankRecovery, oracle, start, verification=checked, message=message,
+                 diagnostics=diagnostics, W=W, v=v_hat, rank=r, method=method)

@@ -26,6 +26,7 @@ from .attention import OneLayerTransformer
 from .errors import NotIdentifiableError
 from .exact import check_exact_oracle, learn_single_head
 from .ffn import align_networks, bits_of_precision, learn_ffn
+from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
 from .oracles import AntisymmetrisedOracle
 from .recovery import Recovery
 
@@ -173,8 +174,8 @@ def random_one_layer(d, m, *, rank=None, seed) -> OneLayerTransformer:
     return OneLayerTransformer.from_native(Q, K, V, W1, w2)
 
 
-def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-10, seed=0,
-                    **ffn_options):
+def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-10,
+                    verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, **ffn_options):
     """Recover ``(W, A, w_o)`` of a one-layer Transformer from exact value queries (§4.1).
 
     Parameters
@@ -189,23 +190,36 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
     zero_tol : float, default=1e-10
         ``A w_o`` is taken as 0 (not identifiable) if ``||A w_o||_inf`` is below ``zero_tol`` times
         the largest answer to the queries ``[+-e_j^T]``.
+    verify : int, default=32
+        Fresh random queries (lengths 1 to 8, never used for learning) on which the recovered
+        Transformer is compared with the oracle; 0 opts out. This is on top of the FFN learner's
+        own 64 one-token checks (``ffn_verify``). The learner assumes that the oracle is exactly
+        ``w_o^T ReLU(alpha(X, W)^T X A)``: one softmax head, no bias, residual or LayerNorm, and
+        an FFN whose neurons :func:`~companion.ffn.learn_ffn` can separate; the check refuses a
+        target outside that class instead of returning a wrong model.
+    verify_rtol : float, default=1e-6
+        Largest accepted disagreement, relative to ``sum_k |w_k| max_i |x_i^T a_k|``.
     seed : int, default=0
-        Seed of the FFN learner's random planes and checks.
+        Seed of the FFN learner's random planes and checks, and of the verification queries.
     **ffn_options
-        Passed to :func:`~companion.ffn.learn_ffn` (``refine``, ``max_planes``, ``verify``, ...).
+        Passed to :func:`~companion.ffn.learn_ffn` (``refine``, ``max_planes``, ...); its
+        ``verify`` is passed as ``ffn_verify``.
 
     Returns
     -------
     TransformerRecovery
         ``W`` (d, d); ``A`` (d, k), ``w_o`` (k,) in canonical form (unit-norm columns, sorted;
         ``k = m`` for a generic target); ``v = A w_o``. ``n_queries`` is read from the oracle and
-        equals ``diagnostics["n_queries_ffn"] + diagnostics["n_queries_attention"]``, the latter
-        ``2 d**2`` plus re-measurements: the head's ``d`` length-1 antisymmetrised queries are
-        the FFN learner's ``2d`` queries ``[+-e_j^T]``, answered again from memory
-        (``diagnostics["n_reused"]``, ``2d``; see :class:`ReusedAnswers`). ``diagnostics`` also
-        holds the FFN learner's diagnostics (``ffn``), the attention learner's (``attention``),
-        and ``v_mismatch``: the largest difference between the head's value vector (the measured
-        ``VQ([e_j^T]) - VQ([-e_j^T])``) and the linear part ``A w_o`` of the extracted network.
+        equals ``diagnostics["n_queries_ffn"] + diagnostics["n_queries_attention"] + verify``: the
+        FFN part including its own 64 checks; the attention part ``2 d**2`` plus re-measurements,
+        because the head's ``d`` length-1 antisymmetrised queries are the FFN learner's ``2d``
+        queries ``[+-e_j^T]``, answered again from memory (``diagnostics["n_reused"]``, ``2d``;
+        see :class:`ReusedAnswers`); and the whole-model check. ``n_verify_queries`` counts the
+        FFN's checks and the whole model's (``n_learning_queries`` leaves them out).
+        ``diagnostics`` also holds the FFN learner's diagnostics (``ffn``), the attention
+        learner's (``attention``), and ``v_mismatch``: the largest difference between the head's
+        value vector (the measured ``VQ([e_j^T]) - VQ([-e_j^T])``) and the linear part ``A w_o``
+        of the extracted network.
 
     Raises
     ------
@@ -239,11 +253,16 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
     >>> rec = learn_one_layer(ValueQueryOracle(tf))
     >>> rec.diagnostics["n_queries_attention"], bool(np.allclose(rec.W, tf.W, atol=1e-10))
     (32, True)
+    >>> rec.diagnostics["n_verify_queries"]             # 64 one-token FFN checks + 32 on the model
+    96
     """
     d = check_exact_oracle(oracle, "learn_one_layer")
     zero_tol = check_real(zero_tol, "zero_tol", minimum=0.0)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
-    start = oracle.n_queries
+    if "ffn_verify" in ffn_options:
+        ffn_options["verify"] = ffn_options.pop("ffn_verify")
+    start = reserve(oracle, 0, "learn_one_layer")
     oracle = ReusedAnswers(oracle)
 
     ffn = learn_ffn(oracle, signs=signs, milp_time_limit=milp_time_limit, seed=seed, **ffn_options)
@@ -260,7 +279,7 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
         )
     anti = AntisymmetrisedOracle(oracle)
     try:
-        head = learn_single_head(anti)
+        head = learn_single_head(anti, verify=0)   # the whole model is verified below
     except NotIdentifiableError as exc:
         raise NotIdentifiableError(
             "the antisymmetrised oracle read A w_o = 0, so W is not identifiable from it (§4.1). "
@@ -278,8 +297,15 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
     message = (f"FFN: {ffn.message}; attention: W from the antisymmetrised oracle with {n_att} "
                f"queries (2 d^2 = {2 * d * d}; its {d} length-1 queries reuse the FFN's "
                f"{oracle.n_reused} answers to [+-e_j])")
-    return TransformerRecovery(W=head.W, v=b, n_queries=oracle.n_queries - start, message=message,
-                               diagnostics=diagnostics, A=ffn.A, w_o=ffn.w_o)
+    model = OneLayerTransformer(head.W, ffn.A, ffn.w_o)
+    A, w = ffn.A, np.abs(ffn.w_o)
+    checked = verify_outputs(oracle, model, lambda x: float(w @ np.max(np.abs(x @ A), axis=0)), verify,
+                             rtol=verify_rtol, seed=seed + 1,
+                             what="a one-layer Transformer w_o^T ReLU(alpha(X, W)^T X A) (no bias, "
+                                  "residual or LayerNorm)")
+    checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
+    return build(TransformerRecovery, oracle, start, verification=checked, message=message,
+                 diagnostics=diagnostics, W=head.W, v=b, A=ffn.A, w_o=ffn.w_o)
 
 
 def output_precision(model_hat, model, *, n=1000, max_len=8, seed=0):
