@@ -618,3 +618,15 @@ def test_one_layer_v_mismatch_is_the_largest_gap():
     head = single(AntisymmetrisedOracle(ValueQueryOracle(tf)), verify=0)
     assert rec.diagnostics["v_mismatch"] == float(np.max(np.abs(head.v - rec.v)))
     assert rec.diagnostics["v_mismatch"] < 1e-12
+
+
+def test_verification_defaults_read_the_signatures():
+    from companion import verification_defaults
+    from companion.errors import InvalidInputError
+
+    assert verification_defaults(["learn_single_head", "learn_low_rank", "learn_ffn", "learn_one_layer",
+                                  "learn_robust", "learn_orthogonal_heads"]) == {
+        "learn_single_head": (32, 1e-6), "learn_low_rank": (32, 1e-6), "learn_ffn": (64, 1e-9),
+        "learn_one_layer": (32, 1e-6), "learn_robust": (32, 0.1), "learn_orthogonal_heads": (32, 1e-5)}
+    with pytest.raises(InvalidInputError, match="not a learner"):
+        verification_defaults(["detect_multi_head"])

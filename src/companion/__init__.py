@@ -6,7 +6,8 @@ oracles, and one module per paper section holds its learner (:mod:`companion.exa
 Theorem 4.1, ...). Every learner returns a :class:`~companion.recovery.Recovery`.
 """
 
+from ._learner import verification_defaults
 from .recovery import Recovery
 
 __version__ = "0.1.0"
-__all__ = ["Recovery", "__version__"]
+__all__ = ["Recovery", "verification_defaults", "__version__"]

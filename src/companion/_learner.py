@@ -192,3 +192,52 @@ def build(cls, oracle, start, *, verification=None, message="", diagnostics=None
     diagnostics.update(info)
     return cls(n_queries=int(oracle.n_queries) - int(start), message=message + verified_message(info),
                diagnostics=diagnostics, **fields)
+
+
+#: Where each learner lives, for :func:`verification_defaults`.
+_LEARNERS = {
+    "learn_single_head": "exact",
+    "learn_low_rank": "lowrank",
+    "learn_robust": "robust",
+    "learn_robust_lstsq": "robust",
+    "learn_low_rank_noisy": "robust",
+    "learn_ffn": "ffn",
+    "learn_one_layer": "transformer",
+    "learn_orthogonal_heads": "multihead",
+}
+
+
+def verification_defaults(names) -> dict:
+    """Each learner's default verification: ``{name: (verify, verify_rtol)}``, read from its signature.
+
+    Chapters cite these numbers instead of typing them.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Learner names, e.g. ``["learn_single_head"]``; see ``_LEARNERS`` for the known ones.
+
+    Raises
+    ------
+    InvalidInputError
+        If a name is not a learner with a ``verify`` parameter.
+
+    Examples
+    --------
+    >>> verification_defaults(["learn_single_head", "learn_ffn"])
+    {'learn_single_head': (32, 1e-06), 'learn_ffn': (64, 1e-09)}
+    """
+    import importlib
+    import inspect
+
+    from .errors import InvalidInputError
+
+    out = {}
+    for name in names:
+        if name not in _LEARNERS:
+            raise InvalidInputError(f"{name!r} is not a learner with a default verification; "
+                                    f"choose from {sorted(_LEARNERS)}.")
+        params = inspect.signature(getattr(importlib.import_module(f"companion.{_LEARNERS[name]}"),
+                                           name)).parameters
+        out[name] = (int(params["verify"].default), float(params["verify_rtol"].default))
+    return out
