@@ -83,8 +83,21 @@ def test_glue_tolerances_come_from_the_results_file(results_tmp):
     results.record_parameters("99_demo", seed=0, glue=False)
     results.publish("bits", 49.5, atol=3.0, glue=False)
     results.publish("n", 20, glue=False)
-    assert nbcompare.glue_tolerances(results_tmp / "99_demo.json") == {"bits": {"rtol": 0.0, "atol": 3.0}}
+    assert nbcompare.glue_tolerances(results_tmp / "99_demo.json") == {
+        "bits": {"rtol": 0.0, "atol": 3.0, "integers": True}}
     assert nbcompare.glue_tolerances(results_tmp / "missing.json") == {}
+
+
+def test_a_published_tolerance_covers_an_integer_formatted_glue():
+    # publish("amp", 13.54, fmt="{:.0f}", rtol=0.5) glues "14"; a re-run's "15" is within it
+    glue = {"amp": {"rtol": 0.5, "atol": 0.0, "integers": True}}
+    ref = [{"output_type": "display_data", "metadata": {"scrapbook": {"name": "amp"}},
+            "data": {"application/papermill.record/text/plain": "'14'"}}]
+    near = [{**ref[0], "data": {"application/papermill.record/text/plain": "'15'"}}]
+    far = [{**ref[0], "data": {"application/papermill.record/text/plain": "'22'"}}]
+    assert nbcompare.compare_outputs(ref, near, glue=glue) == []
+    assert nbcompare.compare_outputs(ref, far, glue=glue) != []
+    assert nbcompare.compare_outputs(ref, near) != []          # without the tolerance: exact
 
 
 def test_nbval_compares_by_the_contract():

@@ -211,7 +211,9 @@ def glue_tolerances(results_file) -> dict:
     if not path.is_file():
         return {}
     values = json.loads(path.read_text(encoding="utf-8")).get("values", {})
-    return {k: v["tolerance"] for k, v in values.items() if isinstance(v, dict) and v.get("tolerance")}
+    # A published tolerance covers the glued text however it is formatted ("{:.0f}" prints 14).
+    return {k: {**v["tolerance"], "integers": True} for k, v in values.items()
+            if isinstance(v, dict) and v.get("tolerance")}
 
 
 def _flatten(outputs):
