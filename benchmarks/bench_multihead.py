@@ -1,6 +1,6 @@
 """Benchmarks of the multi-head learners.
 
-Run: .venv/bin/python benchmarks/bench_multihead.py [--canonical-only] [--d 8 32 64] [--seeds 2]
+Run: .venv/bin/python benchmarks/bench_multihead.py [--canonical-only] [--d 8 32 64] [--seeds 2] [--H 2 4 8]
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest
@@ -33,12 +33,12 @@ TARGET_SECONDS = 1.0
 CANON_TOL = 1e-8
 
 
-def canonical_sweep(d_values, seeds, H_stop=16):
-    """Largest H with every seed recovered to relative error <= CANON_TOL, per d."""
+def canonical_sweep(d_values, seeds, H_values=None, H_stop=16):
+    """Largest H (of ``H_values``, default 1, 2, ...) with every seed recovered to CANON_TOL, per d."""
     rows, largest = [], {}
     for d in d_values:
         largest[d] = 0
-        for H in range(1, H_stop + 1):
+        for H in [h for h in (H_values or range(1, H_stop + 1)) if h <= d]:   # d_h = d // H >= 1
             ok_all = True
             for seed in range(seeds):
                 target = random_multi_head(d, H, seed=seed)
@@ -77,8 +77,10 @@ def main():
     parser.add_argument("--canonical-only", action="store_true")
     parser.add_argument("--d", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--H", type=int, nargs="+", default=None,
+                        help="numbers of heads to try, in order (default 1, 2, ... until a failure)")
     args = parser.parse_args()
-    canonical_sweep(args.d, args.seeds)
+    canonical_sweep(args.d, args.seeds, args.H)
     if args.canonical_only:
         return
     rows = []

@@ -305,3 +305,14 @@ def test_rational_fit_recovers_logistic_terms():
     assert np.max(np.abs(l_hat - l)) <= 1e-9 and np.max(np.abs(c_hat - c)) <= 1e-9
     l2, info2 = fit_shifts(s, g, c, l + 0.05)
     assert np.max(np.abs(l2 - l)) <= 1e-12 and info2["residual"] <= 1e-14
+
+
+def test_learn_canonical_draws_extra_tokens_when_too_few_resolve():
+    target = mh.random_multi_head(6, 6, seed=0)
+    rec = mh.learn_canonical(ValueQueryOracle(target), H=6)
+    assert rec.diagnostics["n_tokens"] == 2 * 6 + 2 * 3 * 2       # two extra draws of ceil(d / 2)
+    assert _canonical_gap(target, rec) <= 1e-8
+    with pytest.raises(OracleInconsistentError):                  # no extra tokens allowed
+        mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=2.0)
+    with pytest.raises(InvalidInputError):
+        mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=1.99)

@@ -864,7 +864,7 @@ def _ask_rows(oracle, delta, Xs, n, m, v):
     return y - (Xs @ v)[:, None]
 
 
-def _row_terms(s, G, H, tol, need):
+def _row_terms(s, G, H, tol, need, fits=None):
     """Amplitudes shared by the rows of ``G`` and, for each row, the shifts (or NaN if unresolved).
 
     Every row of ``G`` is ``sum_h c_h sigma(s + l_{h,k})`` with the same ``c``. Free fits give ``H``
@@ -876,18 +876,22 @@ def _row_terms(s, G, H, tol, need):
 
     from ._rational import fit_free, fit_shifts
 
-    fits = [fit_free(s, g, sensitivity=False) for g in G]
+    fits = list(fits or [])
+    fits += [fit_free(s, g, sensitivity=False) for g in G[len(fits):]]
     sizes = np.array([f[0].size for f in fits])
     good = [k for k, f in enumerate(fits) if f[2]["residual"] <= tol * max(f[2]["scale"], 1e-300)]
     if H is None:
         if not good:
-            return None, None
+            return None, None, fits
         H_row = int(np.bincount(sizes[good]).argmax())
     else:
         H_row = H
     ref = [k for k in good if sizes[k] == H_row]
+    if not ref:                # no fit at tolerance: start from looser fits (the row fit refines)
+        ref = [k for k, f in enumerate(fits)
+               if sizes[k] == H_row and f[2]["residual"] <= 1e-6 * max(f[2]["scale"], 1e-300)]
     if not ref:
-        return None, None
+        return None, None, fits
     sens = [fit_free(s, G[k])[2]["sensitivity"] for k in ref[:8]]
     c = fits[ref[int(np.argmin(sens))]][0]
     L = np.full((G.shape[0], H_row), np.nan)
@@ -899,17 +903,18 @@ def _row_terms(s, G, H, tol, need):
             l0 = np.empty(H_row)
             l0[cols] = lk[rows]
             lk2, inf2 = fit_shifts(s, G[k], c, l0)
-            L[k] = lk2 if inf2["residual"] <= 1e-6 * info["scale"] else np.nan
+            inside = np.max(np.abs(lk2)) <= np.max(np.abs(s)) + 20     # a term outside the window is unresolved
+            L[k] = lk2 if inf2["residual"] <= tol * info["scale"] and inside else np.nan
         ok = np.flatnonzero(np.all(np.isfinite(L), axis=1))
         if ok.size >= need or ok.size == 0:
             break
         A = np.concatenate([expit(s[:, None] + L[k][None, :]) for k in ok])
         c = np.linalg.lstsq(A, G[ok].ravel(), rcond=None)[0]
-    return c, L
+    return c, L, fits
 
 
 def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, oversample=2.0,
-                    tol=1e-9, verify=64, verify_rtol=1e-6, seed=0):
+                    max_tokens_factor=8.0, tol=1e-9, verify=64, verify_rtol=1e-6, seed=0):
     """Recover the canonical form of a general multi-head target from value queries.
 
     Parameters
@@ -931,6 +936,10 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     oversample : float, default=2.0
         Query tokens per row as a multiple of ``d`` (``>= 1``); extra tokens replace the ones
         whose fit is ill-conditioned.
+    max_tokens_factor : float, default=8.0
+        When fewer than ``d + 2`` tokens of a row resolve every head, ``ceil(d / 2)`` more tokens
+        are drawn (and used by every later row), up to ``max_tokens_factor * d`` tokens
+        (``>= oversample``).
     tol : float, default=1e-9
         Largest relative misfit and rounding sensitivity accepted for a fit.
     verify : int, default=64
@@ -1001,6 +1010,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     H_plan = 8 if H is None else H
     n_points = 4 * H_plan + 4 if n_points is None else check_int(n_points, "n_points", minimum=3)
     oversample = check_real(oversample, "oversample", minimum=1.0)
+    max_tokens_factor = check_real(max_tokens_factor, "max_tokens_factor", minimum=oversample)
     tol = check_real(tol, "tol", minimum=0.0, strict=True, maximum=1e-2)
     verify = check_int(verify, "verify", minimum=0)
     verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
@@ -1009,6 +1019,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     s = np.log(n / m)
     n_x = int(np.ceil(oversample * d))
     n_link = max(3, int(np.ceil(2 * H_plan ** 2 / n_points)))
+    max_tokens = int(np.ceil(max_tokens_factor * d))
     if hasattr(oracle, "require"):
         oracle.require(d + d * n_x * n.size + (d - 1) * n_link * n.size + verify,
                        learner="learn_canonical")
@@ -1026,7 +1037,22 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     amps, rows, fractions, sens = [], [], [], []
     for i in range(d):
         G = _ask_rows(oracle, P[i], Xs, n, m, v)
-        c, L = _row_terms(s, G, H, tol, d + 2)
+        fits = None
+        while True:
+            c, L, fits = _row_terms(s, G, H, tol, d + 2, fits)
+            n_ok = 0 if L is None else int(np.all(np.isfinite(L), axis=1).sum())
+            if n_ok >= d + 2 or Xs.shape[0] >= max_tokens:
+                break
+            # Too few tokens resolved all heads: ask more tokens (shared by the later rows).
+            if Xs.shape[0] == G.shape[0]:
+                extra = rng.standard_normal((int(np.ceil(d / 2)), d))
+                extra *= scale / np.linalg.norm(extra, axis=1, keepdims=True)
+                Xs = np.vstack([Xs, extra])
+            G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0]:], n, m, v)])
+        n_x = Xs.shape[0]
+        if G.shape[0] < n_x:
+            G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0]:], n, m, v)])
+            c, L, fits = _row_terms(s, G, H, tol, d + 2, fits)
         if c is None:
             raise OracleInconsistentError(
                 f"row {i}: no well-conditioned fit of the logistic sum among {n_x} query tokens "
@@ -1038,7 +1064,19 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
             raise OracleInconsistentError(
                 f"row {i}: only {int(ok.sum())} of {n_x} fits resolved the {c.size} heads (need "
                 f"{d} with well-conditioned tokens); raise oversample, max_len or scale.")
-        R0 = np.linalg.lstsq(Xok, L[ok], rcond=None)[0].T                # (H_i, d): delta_i^T W_h
+        for _ in range(3):       # drop tokens whose shifts disagree with the others (mislabelled)
+            R0 = np.linalg.lstsq(Xs[ok], L[ok], rcond=None)[0].T             # (H_i, d): delta_i^T W_h
+            miss = np.full(n_x, np.inf)
+            miss[ok] = np.max(np.abs(Xs[ok] @ R0.T - L[ok]), axis=1)
+            ok = miss <= max(1e-7, 10 * np.median(miss[ok]))
+            if ok.sum() < d:
+                break
+        Xok = Xs[ok]
+        if ok.sum() < d or np.linalg.cond(Xok) > 1e6:
+            raise OracleInconsistentError(
+                f"row {i}: only {int(ok.sum())} of {n_x} fits agree on the rows of the {c.size} "
+                f"heads (need {d} with well-conditioned tokens); raise oversample, max_len or scale.")
+        fractions[-1] = float(ok.mean())
         c, R, info = fit_row(s, G, Xs, c, R0)
         if info["residual"] > 1e3 * _EPS * info["scale"] * np.sqrt(G.size) or info["sensitivity"] > tol:
             raise OracleInconsistentError(
@@ -1103,6 +1141,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         "resolved_fraction": float(np.min(fractions)),
         "max_sensitivity": float(np.max(sens)),
         "reference_row": i0,
+        "n_tokens": int(Xs.shape[0]),
         "max_link_error": max(link_err, default=0.0),
     }
     message = (f"found {model.n_heads} heads from {n_learn} queries of length <= "
