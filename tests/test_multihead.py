@@ -279,7 +279,8 @@ def test_learn_canonical_verification_threshold():
 def test_learn_canonical_input_checks():
     oracle = ValueQueryOracle(mh.random_multi_head(4, 2, seed=0))
     for kw in ({"scale": 0.0}, {"scale": 101.0}, {"max_len": 4}, {"oversample": 0.99},
-               {"tol": 0.0}, {"tol": 0.011}, {"H": 0}, {"verify": -1}, {"n_points": 2}):
+               {"tol": 0.0}, {"tol": 0.011}, {"H": 0}, {"verify": -1}, {"n_points": 2},
+               {"row_retries": -1}):
         with pytest.raises(InvalidInputError):
             mh.learn_canonical(oracle, **kw)
     assert oracle.n_queries == 0
@@ -310,9 +311,10 @@ def test_rational_fit_recovers_logistic_terms():
 def test_learn_canonical_draws_extra_tokens_when_too_few_resolve():
     target = mh.random_multi_head(6, 6, seed=0)
     rec = mh.learn_canonical(ValueQueryOracle(target), H=6)
+    assert rec.diagnostics["n_redrawn_rows"] == 0
     assert rec.diagnostics["n_tokens"] == 2 * 6 + 2 * 3 * 2       # two extra draws of ceil(d / 2)
     assert _canonical_gap(target, rec) <= 1e-8
     with pytest.raises(OracleInconsistentError):                  # no extra tokens allowed
-        mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=2.0)
+        mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=2.0, row_retries=0)
     with pytest.raises(InvalidInputError):
         mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=1.99)

@@ -914,7 +914,8 @@ def _row_terms(s, G, H, tol, need, fits=None):
 
 
 def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, oversample=2.0,
-                    max_tokens_factor=8.0, tol=1e-9, verify=64, verify_rtol=1e-6, seed=0):
+                    max_tokens_factor=8.0, row_retries=2, tol=1e-9, verify=64, verify_rtol=1e-6,
+                    seed=0):
     """Recover the canonical form of a general multi-head target from value queries.
 
     Parameters
@@ -940,6 +941,9 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         When fewer than ``d + 2`` tokens of a row resolve every head, ``ceil(d / 2)`` more tokens
         are drawn (and used by every later row), up to ``max_tokens_factor * d`` tokens
         (``>= oversample``).
+    row_retries : int, default=2
+        New random directions tried for a row whose fit fails or sees fewer heads than the
+        others (a head's amplitude ``delta_i^T v_h`` nearly 0), ``>= 0``.
     tol : float, default=1e-9
         Largest relative misfit and rounding sensitivity accepted for a fit.
     verify : int, default=64
@@ -1011,6 +1015,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     n_points = 4 * H_plan + 4 if n_points is None else check_int(n_points, "n_points", minimum=3)
     oversample = check_real(oversample, "oversample", minimum=1.0)
     max_tokens_factor = check_real(max_tokens_factor, "max_tokens_factor", minimum=oversample)
+    row_retries = check_int(row_retries, "row_retries", minimum=0)
     tol = check_real(tol, "tol", minimum=0.0, strict=True, maximum=1e-2)
     verify = check_int(verify, "verify", minimum=0)
     verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
@@ -1034,12 +1039,13 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
 
     v = np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)
 
-    amps, rows, fractions, sens = [], [], [], []
-    for i in range(d):
+    def learn_row(i, H_row):
+        """``(c, R, fraction, sensitivity)`` of row direction ``P[i]``; extends ``Xs`` if needed."""
+        nonlocal Xs
         G = _ask_rows(oracle, P[i], Xs, n, m, v)
         fits = None
         while True:
-            c, L, fits = _row_terms(s, G, H, tol, d + 2, fits)
+            c, L, fits = _row_terms(s, G, H_row, tol, d + 2, fits)
             n_ok = 0 if L is None else int(np.all(np.isfinite(L), axis=1).sum())
             if n_ok >= d + 2 or Xs.shape[0] >= max_tokens:
                 break
@@ -1052,46 +1058,74 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         n_x = Xs.shape[0]
         if G.shape[0] < n_x:
             G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0]:], n, m, v)])
-            c, L, fits = _row_terms(s, G, H, tol, d + 2, fits)
+            c, L, fits = _row_terms(s, G, H_row, tol, d + 2, fits)
         if c is None:
             raise OracleInconsistentError(
                 f"row {i}: no well-conditioned fit of the logistic sum among {n_x} query tokens "
                 f"(tolerance {tol:g}); raise max_len or scale, or give H.")
         ok = np.all(np.isfinite(L), axis=1)
-        fractions.append(float(ok.mean()))
-        Xok = Xs[ok]
-        if ok.sum() < d or np.linalg.cond(Xok) > 1e6:
-            raise OracleInconsistentError(
-                f"row {i}: only {int(ok.sum())} of {n_x} fits resolved the {c.size} heads (need "
-                f"{d} with well-conditioned tokens); raise oversample, max_len or scale.")
         for _ in range(3):       # drop tokens whose shifts disagree with the others (mislabelled)
+            if ok.sum() < d:
+                break
             R0 = np.linalg.lstsq(Xs[ok], L[ok], rcond=None)[0].T             # (H_i, d): delta_i^T W_h
             miss = np.full(n_x, np.inf)
             miss[ok] = np.max(np.abs(Xs[ok] @ R0.T - L[ok]), axis=1)
             ok = miss <= max(1e-7, 10 * np.median(miss[ok]))
-            if ok.sum() < d:
-                break
-        Xok = Xs[ok]
-        if ok.sum() < d or np.linalg.cond(Xok) > 1e6:
+        if ok.sum() < d or np.linalg.cond(Xs[ok]) > 1e6:
             raise OracleInconsistentError(
-                f"row {i}: only {int(ok.sum())} of {n_x} fits agree on the rows of the {c.size} "
-                f"heads (need {d} with well-conditioned tokens); raise oversample, max_len or scale.")
-        fractions[-1] = float(ok.mean())
+                f"row {i}: only {int(ok.sum())} of {n_x} fits resolved the {c.size} heads "
+                f"consistently (need {d} with well-conditioned tokens); raise max_tokens_factor, "
+                "max_len or scale.")
         c, R, info = fit_row(s, G, Xs, c, R0)
         if info["residual"] > 1e3 * _EPS * info["scale"] * np.sqrt(G.size) or info["sensitivity"] > tol:
             raise OracleInconsistentError(
                 f"row {i}: the joint fit of {c.size} heads over {n_x} tokens has misfit "
                 f"{info['residual'] / info['scale']:.2g} and rounding sensitivity "
                 f"{info['sensitivity']:.2g} (tolerance {tol:g}); raise max_len or scale.")
-        rows.append(R)
-        amps.append(c)
-        sens.append(info["sensitivity"])
-    sizes = {a.size for a in amps}
-    if len(sizes) != 1:
-        raise OracleInconsistentError(
-            f"the rows see different numbers of heads {sorted(sizes)}: a head's value vector is "
-            "(nearly) orthogonal to some probe direction; change seed.")
-    H_found = sizes.pop()
+        return c, R, float(ok.mean()), info["sensitivity"]
+
+    def redraw(i):
+        """A new direction for row i (a head's amplitude may vanish along the old one)."""
+        for _ in range(100):
+            q = rng.standard_normal(d)
+            Pn = P.copy()
+            Pn[i] = q / np.linalg.norm(q)
+            if np.linalg.cond(Pn) < 10 * d:
+                P[i] = Pn[i]
+                return
+        P[i] = Pn[i]
+
+    out = [None] * d
+    n_redrawn = 0
+    for i in range(d):
+        for attempt in range(row_retries + 1):
+            try:
+                out[i] = learn_row(i, H)
+                break
+            except OracleInconsistentError:
+                if attempt == row_retries:
+                    raise
+                redraw(i)
+                n_redrawn += 1
+    H_found = max(o[0].size for o in out)
+    for i in range(d):
+        attempt = 0
+        while out[i][0].size != H_found:        # a head invisible along this direction
+            if attempt == row_retries:
+                raise OracleInconsistentError(
+                    f"row {i} sees {out[i][0].size} heads, other rows {H_found}, after "
+                    f"{row_retries} new directions; change seed.")
+            redraw(i)
+            n_redrawn += 1
+            attempt += 1
+            try:
+                out[i] = learn_row(i, H_found)
+            except OracleInconsistentError:
+                pass
+    amps = [o[0] for o in out]
+    rows = [o[1] for o in out]
+    fractions = [o[2] for o in out]
+    sens = [o[3] for o in out]
 
     # Link every row to a reference row through fits at delta_i0 + delta_i.
     gaps = [np.min(np.diff(np.sort(a))) if a.size > 1 else np.inf for a in amps]
@@ -1128,8 +1162,9 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         perms[i] = c_idx
     Rw = np.array([rows[i][perms[i]] for i in range(d)])            # (d, H, d): delta_i^T W_h
     Cv = np.array([amps[i][perms[i]] for i in range(d)])            # (d, H): delta_i^T v_h
-    Ws = np.einsum("id,ihe->hde", P, Rw)
-    vs = (P.T @ Cv).T
+    Pinv = np.linalg.inv(P)                                          # rows delta_i, redrawn ones included
+    Ws = np.einsum("di,ihe->hde", Pinv, Rw)
+    vs = (Pinv @ Cv).T
     n_learn = oracle.n_queries - start
     model = canonical_form(MultiHead(Ws, vs), atol=1e-6)
     diagnostics = {
@@ -1142,6 +1177,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         "max_sensitivity": float(np.max(sens)),
         "reference_row": i0,
         "n_tokens": int(Xs.shape[0]),
+        "n_redrawn_rows": n_redrawn,
         "max_link_error": max(link_err, default=0.0),
     }
     message = (f"found {model.n_heads} heads from {n_learn} queries of length <= "
