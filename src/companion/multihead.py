@@ -986,7 +986,11 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     ``ceil(oversample d)`` tokens ``x_k`` (Gaussian, norm ``scale``) the sum is fitted (AAA, then
     Levenberg-Marquardt); the amplitudes ``delta_i^T v_h`` are shared by all ``x_k`` and label the
     heads within the row, the shifts give ``delta_i^T W_h x_k``, and least squares over the
-    accepted ``x_k`` gives the row ``delta_i^T W_h``. Rows are linked to a reference row ``i0``
+    accepted ``x_k`` gives the row ``delta_i^T W_h``, refined by one joint fit of the row over
+    all tokens (the shifts are linear in ``x_k``). When fewer than ``d + 2`` tokens resolve every
+    head, more tokens are drawn; when a row still fails, or sees fewer heads than the others (an
+    amplitude ``delta_i^T v_h`` near 0), its direction is redrawn (``row_retries``) and the rows
+    are solved with the inverse of the direction matrix. Rows are linked to a reference row ``i0``
     by fits at ``delta_i0 + delta_i``, whose terms are the sums of one term of each row. Heads with
     equal ``W`` give one term (their ``v`` add up) and heads with ``v_h = 0`` give none, so the
     result is the canonical form.
