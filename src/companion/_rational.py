@@ -130,7 +130,8 @@ def fit_free(s, g, *, max_terms=None, rtol=1e-12, sensitivity=True):
             pol, res = a.poles(), a.residues()
         except (ValueError, np.linalg.LinAlgError):
             return empty[0], empty[1], {"residual": np.inf, "sensitivity": np.inf, "scale": scale}
-    keep = (np.abs(pol.imag) <= 1e-6 * np.abs(pol)) & (pol.real < 0) & (np.abs(res) > 1e-9 * scale * np.abs(pol))
+    keep = ((np.abs(pol.imag) <= 1e-6 * np.abs(pol)) & (pol.real < 0)
+            & (np.abs(res) > 1e-9 * scale * np.abs(pol)))
     p = -pol.real[keep]
     c = -res.real[keep] / p              # g = sum c - sum c p / (r + p): residue -c p at -p
     l = -np.log(p)

@@ -903,7 +903,8 @@ def _row_terms(s, G, H, tol, need, fits=None):
             l0 = np.empty(H_row)
             l0[cols] = lk[rows]
             lk2, inf2 = fit_shifts(s, G[k], c, l0)
-            inside = np.max(np.abs(lk2)) <= np.max(np.abs(s)) + 20     # a term outside the window is unresolved
+            # a term far outside the window of log r is unresolved
+            inside = np.max(np.abs(lk2)) <= np.max(np.abs(s)) + 20
             L[k] = lk2 if inf2["residual"] <= tol * info["scale"] and inside else np.nan
         ok = np.flatnonzero(np.all(np.isfinite(L), axis=1))
         if ok.size >= need or ok.size == 0:
@@ -1008,7 +1009,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     >>> rec.n_heads, equivalent(rec.model, target, atol=1e-8)
     (2, True)
     """
-    from ._rational import count_pairs, fit_free, fit_row
+    from ._rational import count_pairs, fit_row
 
     d = check_exact_oracle(oracle, "learn_canonical")
     if H is not None:
@@ -1187,8 +1188,15 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     message = (f"found {model.n_heads} heads from {n_learn} queries of length <= "
                f"{diagnostics['max_len']}")
     if verify:
-        diagnostics["verify_max_error"] = verify_model(oracle, model, verify, rtol=verify_rtol,
-                                                       seed=seed + 1)
+        try:
+            diagnostics["verify_max_error"] = verify_model(oracle, model, verify, rtol=verify_rtol,
+                                                           seed=seed + 1)
+        except OracleInconsistentError as exc:
+            raise OracleInconsistentError(
+                f"learn_canonical: the recovered {model.n_heads}-head canonical form fails "
+                f"verification ({str(exc).split(':')[0]}); the oracle is not a sum of attention "
+                "heads, or its heads are too close to resolve (try a larger scale or max_len)."
+            ) from exc
         diagnostics["n_verify_queries"] = verify
         message += f"; verified on {verify} fresh queries"
     return MultiHeadRecovery(W=model.Ws.sum(axis=0), v=model.vs.sum(axis=0),
