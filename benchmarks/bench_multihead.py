@@ -12,7 +12,10 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--canonical-only] [--d 8 32
              queries, 2.8-7.5 x (4Hd^2 - 2H + 1).
      d = 32: H = 6..10, 2 seeds each; 60,044-377,220 queries, 2.4-9.3 x the count; up to 330 s.
      d = 64: H = 4, 6, 8, 1 seed; H = 8 took 529,904 queries (4.0 x 131,057) and 888 s.
-   (Higher H at d = 32, 64: see the report; the count grows as more tokens are drawn per row.)
+     d = 32, H = 11 (seed 0) raised: in row 27 only 19 of the 256 tokens allowed
+             (max_tokens_factor 8) resolved all 11 heads, 473,888 queries, 523 s. Largest H at
+             d = 32: 10. The count grows as more tokens must be drawn per row to find d + 2 whose
+             11 shifts are resolvable: float64 conditioning of the one-dimensional fit.
 2. learn_orthogonal_heads (heads in mutually orthogonal subspaces), as before:
 
 For each (d, H) and a few seeds: queries, worst relative head errors after matching heads, and
