@@ -210,3 +210,111 @@ def test_learn_orthogonal_heads_input_checks():
     with pytest.raises(InvalidInputError, match="step=0.5 must be <= 0.1"):
         mh.learn_orthogonal_heads(o, step=0.5)
     assert o.n_queries == 0
+
+
+# ---------------------------------------------------------------- general heads: canonical form
+
+
+def _canonical_gap(target, rec):
+    ref = mh.canonical_form(target)
+    assert rec.n_heads == ref.n_heads
+    m = mh.match_heads(ref, rec.model)
+    return max(m["max_W_error"], m["max_v_error"])
+
+
+@pytest.mark.parametrize("H", [1, 2, 3, 4])
+def test_learn_canonical_recovers_general_heads(H):
+    d = 5
+    target = mh.random_multi_head(d, H, seed=H)
+    oracle = ValueQueryOracle(target)
+    rec = mh.learn_canonical(oracle)                       # H detected
+    assert rec.diagnostics["n_heads"] == H
+    assert _canonical_gap(target, rec) <= 1e-8
+    assert rec.diagnostics["verify_max_error"] <= 1e-6
+    assert rec.n_queries == oracle.n_queries
+    K = rec.diagnostics["n_points"]
+    n_link = 4 if H > 1 else 0                              # ceil(2 * 8**2 / 36) link tokens
+    assert rec.n_queries == d + d * 2 * d * K + (d - 1) * n_link * K + 64
+    assert rec.diagnostics["max_len"] <= 128
+
+
+def test_learn_canonical_merges_equal_W_and_drops_zero_v():
+    base = mh.random_multi_head(5, 3, seed=7)
+    Ws = np.concatenate([base.Ws, base.Ws[:1], base.Ws[1:2]])
+    vs = np.concatenate([base.vs, 0.5 * base.vs[:1], np.zeros((1, 5))])
+    vs[1] = 0.0                                             # heads 1 and 4 share W with v = 0
+    target = MultiHead(Ws, vs)
+    ref = mh.canonical_form(target)
+    assert ref.n_heads == 2
+    rec = mh.learn_canonical(ValueQueryOracle(target), H=2)
+    assert _canonical_gap(target, rec) <= 1e-8
+    assert np.allclose(np.sort(np.linalg.norm(rec.vs, axis=1)),
+                       np.sort([1.5 * np.linalg.norm(base.vs[0]), np.linalg.norm(base.vs[2])]))
+
+
+def test_learn_canonical_wrong_H_or_not_attention_raises():
+    target = mh.random_multi_head(5, 3, seed=3)
+    with pytest.raises(OracleInconsistentError):
+        mh.learn_canonical(ValueQueryOracle(target), H=2)
+
+    class Bent:                                             # attention plus a small nonlinearity
+        def __call__(self, X):
+            y = target(X)
+            return y + 1e-3 * np.tanh(np.asarray(y))
+
+    with pytest.raises(OracleInconsistentError):
+        mh.learn_canonical(ValueQueryOracle(Bent(), d=5), H=3)
+
+
+def test_learn_canonical_verification_threshold():
+    target = mh.random_multi_head(4, 2, seed=0)
+    rec = mh.learn_canonical(ValueQueryOracle(target), H=2)
+    err = rec.diagnostics["verify_max_error"]
+    assert 0 < err < 1e-10
+    rec0 = mh.learn_canonical(ValueQueryOracle(target), H=2, verify=0)
+    assert "verify_max_error" not in rec0.diagnostics
+    assert rec0.n_queries == rec.n_queries - 64
+
+
+def test_learn_canonical_input_checks():
+    oracle = ValueQueryOracle(mh.random_multi_head(4, 2, seed=0))
+    for kw in ({"scale": 0.0}, {"scale": 101.0}, {"max_len": 4}, {"oversample": 0.99},
+               {"tol": 0.0}, {"tol": 0.011}, {"H": 0}, {"verify": -1}, {"n_points": 2},
+               {"row_retries": -1}):
+        with pytest.raises(InvalidInputError):
+            mh.learn_canonical(oracle, **kw)
+    assert oracle.n_queries == 0
+    mh.learn_canonical(oracle, H=2, scale=100.0 / 25, max_len=5 + 60, oversample=1.0, tol=1e-2 / 1e7,
+                       n_points=3 + 17)
+    with pytest.raises(TypeError):
+        mh.learn_canonical(ApproxValueQueryOracle(mh.random_multi_head(4, 2, seed=0), 1e-3))
+    with pytest.raises(BudgetExceededError):
+        mh.learn_canonical(ValueQueryOracle(mh.random_multi_head(4, 2, seed=0), budget=100))
+
+
+def test_rational_fit_recovers_logistic_terms():
+    from companion._rational import count_pairs, fit_free, fit_shifts, logistic_sum
+
+    n, m = count_pairs(20, 64)
+    assert np.all(n + m <= 64) and np.all(np.diff(n / m) > 0)
+    assert (n / m).min() == pytest.approx(1 / 63) and (n / m).max() == pytest.approx(63)
+    s = np.log(n / m)
+    c, l = np.array([1.0, -0.5, 2.0]), np.array([-1.5, 0.25, 2.0])
+    g = logistic_sum(s, c, l)
+    c_hat, l_hat, info = fit_free(s, g)
+    assert c_hat.size == 3
+    assert np.max(np.abs(l_hat - l)) <= 1e-9 and np.max(np.abs(c_hat - c)) <= 1e-9
+    l2, info2 = fit_shifts(s, g, c, l + 0.05)
+    assert np.max(np.abs(l2 - l)) <= 1e-12 and info2["residual"] <= 1e-14
+
+
+def test_learn_canonical_draws_extra_tokens_when_too_few_resolve():
+    target = mh.random_multi_head(6, 6, seed=0)
+    rec = mh.learn_canonical(ValueQueryOracle(target), H=6)
+    assert rec.diagnostics["n_redrawn_rows"] == 0
+    assert rec.diagnostics["n_tokens"] == 2 * 6 + 2 * 3 * 2       # two extra draws of ceil(d / 2)
+    assert _canonical_gap(target, rec) <= 1e-8
+    with pytest.raises(OracleInconsistentError):                  # no extra tokens allowed
+        mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=2.0, row_retries=0)
+    with pytest.raises(InvalidInputError):
+        mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=1.99)

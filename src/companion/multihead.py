@@ -53,6 +53,7 @@ __all__ = [
 #: Theorem 4.1's SATURATION: a probe is only approximately inside its head's subspace, and
 #: sigma^-1 amplifies that leakage by 1 / (alpha (1 - alpha)).
 _BAND = 0.05
+_EPS = np.finfo(float).eps
 
 
 def _as_model(model, name="model") -> MultiHead:
@@ -877,3 +878,365 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
              "(the assumptions of learn_orthogonal_heads)")
     return build(MultiHeadRecovery, oracle, start, verification=checked, message=message,
                  diagnostics=diagnostics, W=Ws.sum(axis=0), v=vs.sum(axis=0), Ws=Ws, vs=vs)
+
+
+# --------------------------------------------------------------------------------------------
+# General heads: the canonical form from value queries (this book's construction)
+# --------------------------------------------------------------------------------------------
+
+def _repeat_queries(u, x, n, m):
+    """Sequences of ``n[k]`` copies of ``u`` followed by ``m[k]`` copies of ``x`` (query token last)."""
+    return [np.concatenate([np.repeat(u[None], a, axis=0), np.repeat(x[None], b, axis=0)])
+            for a, b in zip(n, m)]
+
+
+def _ask_rows(oracle, delta, Xs, n, m, v):
+    """``g[k, :] = VQ(n copies of x_k + delta, m copies of x_k) - x_k^T v`` for every probe ``x_k``."""
+    seqs = []
+    for x in Xs:
+        seqs.extend(_repeat_queries(x + delta, x, n, m))
+    y = np.asarray(oracle(seqs), dtype=np.float64).reshape(len(Xs), n.size)
+    return y - (Xs @ v)[:, None]
+
+
+def _row_terms(s, G, H, tol, need, fits=None):
+    """Amplitudes shared by the rows of ``G`` and, for each row, the shifts (or NaN if unresolved).
+
+    Every row of ``G`` is ``sum_h c_h sigma(s + l_{h,k})`` with the same ``c``. Free fits give ``H``
+    (if not given) and the amplitudes (from the best-conditioned fit); the shifts of each row are
+    then refitted with the amplitudes fixed. If fewer than ``need`` rows are resolved, the
+    amplitudes are re-solved by linear least squares over the resolved rows and the refit repeated.
+    """
+    from scipy.special import expit
+
+    from ._rational import fit_free, fit_shifts
+
+    fits = list(fits or [])
+    fits += [fit_free(s, g, sensitivity=False) for g in G[len(fits):]]
+    sizes = np.array([f[0].size for f in fits])
+    good = [k for k, f in enumerate(fits) if f[2]["residual"] <= tol * max(f[2]["scale"], 1e-300)]
+    if H is None:
+        if not good:
+            return None, None, fits
+        H_row = int(np.bincount(sizes[good]).argmax())
+    else:
+        H_row = H
+    ref = [k for k in good if sizes[k] == H_row]
+    if not ref:                # no fit at tolerance: start from looser fits (the row fit refines)
+        ref = [k for k, f in enumerate(fits)
+               if sizes[k] == H_row and f[2]["residual"] <= 1e-6 * max(f[2]["scale"], 1e-300)]
+    if not ref:
+        return None, None, fits
+    sens = [fit_free(s, G[k])[2]["sensitivity"] for k in ref[:8]]
+    c = fits[ref[int(np.argmin(sens))]][0]
+    L = np.full((G.shape[0], H_row), np.nan)
+    for _ in range(2):
+        for k, (ck, lk, info) in enumerate(fits):
+            if ck.size != H_row:
+                continue
+            rows, cols = linear_sum_assignment(np.abs(ck[:, None] - c[None, :]))
+            l0 = np.empty(H_row)
+            l0[cols] = lk[rows]
+            lk2, inf2 = fit_shifts(s, G[k], c, l0)
+            # a term far outside the window of log r is unresolved
+            inside = np.max(np.abs(lk2)) <= np.max(np.abs(s)) + 20
+            L[k] = lk2 if inf2["residual"] <= tol * info["scale"] and inside else np.nan
+        ok = np.flatnonzero(np.all(np.isfinite(L), axis=1))
+        if ok.size >= need or ok.size == 0:
+            break
+        A = np.concatenate([expit(s[:, None] + L[k][None, :]) for k in ok])
+        c = np.linalg.lstsq(A, G[ok].ravel(), rcond=None)[0]
+    return c, L, fits
+
+
+def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, oversample=2.0,
+                    max_tokens_factor=8.0, row_retries=2, tol=1e-9, verify=64, verify_rtol=1e-6,
+                    seed=0):
+    """Recover the canonical form of a general multi-head target from value queries.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle of dimension ``d`` for ``f^H = sum_h f_{W_h, v_h}`` (any heads; no
+        structural assumption). The learner asks sequences of length up to ``max_len``.
+    H : int, default=None
+        Number of heads of the canonical form, if known; ``None`` detects it (the number of
+        logistic terms found in the best-conditioned fits).
+    scale : float, default=4.0
+        Norm of the query token ``x``; the shifts ``(u - x)^T W_h x`` grow with it, which spreads
+        the heads apart (``0 < scale <= 100``).
+    max_len : int, default=128
+        Longest sequence, ``>= 5``; the counts ratio ``r = n / m`` spans ``[1 / (L-1), L-1]``.
+    n_points : int, default=None
+        Counts ``(n, m)`` per probe pair; ``None`` means ``4 H + 4`` (with ``H = 8`` when
+        ``H=None``).
+    oversample : float, default=2.0
+        Query tokens per row as a multiple of ``d`` (``>= 1``); extra tokens replace the ones
+        whose fit is ill-conditioned.
+    max_tokens_factor : float, default=8.0
+        When fewer than ``d + 2`` tokens of a row resolve every head, ``ceil(d / 2)`` more tokens
+        are drawn (and used by every later row), up to ``max_tokens_factor * d`` tokens
+        (``>= oversample``).
+    row_retries : int, default=2
+        New random directions tried for a row whose fit fails or sees fewer heads than the
+        others (a head's amplitude ``delta_i^T v_h`` nearly 0), ``>= 0``.
+    tol : float, default=1e-9
+        Largest relative misfit and rounding sensitivity accepted for a fit.
+    verify : int, default=64
+        Fresh random queries on which the result is checked (:func:`verify_model`); ``0`` opts out.
+    verify_rtol : float, default=1e-6
+        Largest relative disagreement accepted by the check.
+    seed : int, default=0
+        Seed of the random orthonormal directions ``u - x`` and query tokens ``x``.
+
+    Returns
+    -------
+    MultiHeadRecovery
+        ``Ws``, ``vs`` of the canonical form (:func:`canonical_form` order). ``n_queries`` is read
+        from the oracle (learning plus ``verify``). ``diagnostics``: ``n_heads``, ``max_len``
+        (longest sequence asked), ``n_learn_queries``, ``n_verify_queries``, ``kim_count``
+        (``4 H d^2 - 2 H + 1``), ``resolved_fraction`` (fits accepted per row),
+        ``max_sensitivity``, ``verify_max_error``.
+
+    Raises
+    ------
+    TypeError
+        If the oracle is approximate.
+    InvalidInputError
+        If a parameter is out of range.
+    NotIdentifiableError
+        If ``sum_h v_h = 0`` and no term is found (``f`` is identically 0).
+    OracleInconsistentError
+        If too few fits are well conditioned to solve for a head's row, rows cannot be linked, the
+        rows disagree on ``H``, or the verification fails: raised instead of returning a wrong model.
+
+    Notes
+    -----
+    This book's construction (not in [1]_; [2]_ proves a different algorithm). A query of ``n``
+    copies of ``u = x + delta`` followed by ``m`` copies of ``x`` gives every head the weight
+    ``sigma(log(n/m) + l_h)`` on the copies, ``l_h = delta^T W_h x``, so
+
+        VQ - x^T v = sum_h c_h sigma(log(n/m) + l_h),   c_h = delta^T v_h
+
+    (:mod:`companion._rational`). For each row direction ``delta_i`` (an orthonormal basis) and
+    ``ceil(oversample d)`` tokens ``x_k`` (Gaussian, norm ``scale``) the sum is fitted (AAA, then
+    Levenberg-Marquardt); the amplitudes ``delta_i^T v_h`` are shared by all ``x_k`` and label the
+    heads within the row, the shifts give ``delta_i^T W_h x_k``, and least squares over the
+    accepted ``x_k`` gives the row ``delta_i^T W_h``, refined by one joint fit of the row over
+    all tokens (the shifts are linear in ``x_k``). When fewer than ``d + 2`` tokens resolve every
+    head, more tokens are drawn; when a row still fails, or sees fewer heads than the others (an
+    amplitude ``delta_i^T v_h`` near 0), its direction is redrawn (``row_retries``) and the rows
+    are solved with the inverse of the direction matrix. Rows are linked to a reference row ``i0``
+    by fits at ``delta_i0 + delta_i``, whose terms are the sums of one term of each row. Heads with
+    equal ``W`` give one term (their ``v`` add up) and heads with ``v_h = 0`` give none, so the
+    result is the canonical form.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+    .. [2] Kim, Kim, Guo, arXiv 2608.03294, 2026.
+
+    Examples
+    --------
+    >>> from companion.oracles import ValueQueryOracle
+    >>> target = random_multi_head(4, 2, seed=0)
+    >>> rec = learn_canonical(ValueQueryOracle(target))
+    >>> rec.n_heads, equivalent(rec.model, target, atol=1e-8)
+    (2, True)
+    """
+    from ._rational import count_pairs, fit_row
+
+    d = check_exact_oracle(oracle, "learn_canonical")
+    if H is not None:
+        H = check_int(H, "H", minimum=1)
+    scale = check_real(scale, "scale", minimum=0.0, strict=True, maximum=100.0)
+    max_len = check_int(max_len, "max_len", minimum=5)
+    H_plan = 8 if H is None else H
+    n_points = 4 * H_plan + 4 if n_points is None else check_int(n_points, "n_points", minimum=3)
+    oversample = check_real(oversample, "oversample", minimum=1.0)
+    max_tokens_factor = check_real(max_tokens_factor, "max_tokens_factor", minimum=oversample)
+    row_retries = check_int(row_retries, "row_retries", minimum=0)
+    tol = check_real(tol, "tol", minimum=0.0, strict=True, maximum=1e-2)
+    verify = check_int(verify, "verify", minimum=0)
+    verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
+    seed = check_int(seed, "seed", minimum=0)
+    n, m = count_pairs(n_points, max_len)
+    s = np.log(n / m)
+    n_x = int(np.ceil(oversample * d))
+    n_link = max(3, int(np.ceil(2 * H_plan ** 2 / n_points)))
+    max_tokens = int(np.ceil(max_tokens_factor * d))
+    if hasattr(oracle, "require"):
+        oracle.require(d + d * n_x * n.size + (d - 1) * n_link * n.size + verify,
+                       learner="learn_canonical")
+    start = oracle.n_queries
+    rng = np.random.default_rng(seed)
+    P, R = np.linalg.qr(rng.standard_normal((d, d)))
+    P = (P * np.sign(np.diag(R))).T                       # rows delta_i, orthonormal
+    Xs = rng.standard_normal((n_x, d))
+    Xs *= scale / np.linalg.norm(Xs, axis=1, keepdims=True)
+    X_link = rng.standard_normal((n_link, d))
+    X_link *= scale / np.linalg.norm(X_link, axis=1, keepdims=True)
+
+    v = np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)
+
+    def learn_row(i, H_row):
+        """``(c, R, fraction, sensitivity)`` of row direction ``P[i]``; extends ``Xs`` if needed."""
+        nonlocal Xs
+        G = _ask_rows(oracle, P[i], Xs, n, m, v)
+        fits = None
+        while True:
+            c, L, fits = _row_terms(s, G, H_row, tol, d + 2, fits)
+            n_ok = 0 if L is None else int(np.all(np.isfinite(L), axis=1).sum())
+            if n_ok >= d + 2 or Xs.shape[0] >= max_tokens:
+                break
+            # Too few tokens resolved all heads: ask more tokens (shared by the later rows).
+            if Xs.shape[0] == G.shape[0]:
+                extra = rng.standard_normal((int(np.ceil(d / 2)), d))
+                extra *= scale / np.linalg.norm(extra, axis=1, keepdims=True)
+                Xs = np.vstack([Xs, extra])
+            G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0]:], n, m, v)])
+        n_x = Xs.shape[0]
+        if G.shape[0] < n_x:
+            G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0]:], n, m, v)])
+            c, L, fits = _row_terms(s, G, H_row, tol, d + 2, fits)
+        if c is None:
+            raise OracleInconsistentError(
+                f"row {i}: no well-conditioned fit of the logistic sum among {n_x} query tokens "
+                f"(tolerance {tol:g}); raise max_len or scale, or give H.")
+        ok = np.all(np.isfinite(L), axis=1)
+        for _ in range(3):       # drop tokens whose shifts disagree with the others (mislabelled)
+            if ok.sum() < d:
+                break
+            R0 = np.linalg.lstsq(Xs[ok], L[ok], rcond=None)[0].T             # (H_i, d): delta_i^T W_h
+            miss = np.full(n_x, np.inf)
+            miss[ok] = np.max(np.abs(Xs[ok] @ R0.T - L[ok]), axis=1)
+            ok = miss <= max(1e-7, 10 * np.median(miss[ok]))
+        if ok.sum() < d or np.linalg.cond(Xs[ok]) > 1e6:
+            raise OracleInconsistentError(
+                f"row {i}: only {int(ok.sum())} of {n_x} fits resolved the {c.size} heads "
+                f"consistently (need {d} with well-conditioned tokens); raise max_tokens_factor, "
+                "max_len or scale.")
+        c, R, info = fit_row(s, G, Xs, c, R0)
+        if info["residual"] > 1e3 * _EPS * info["scale"] * np.sqrt(G.size) or info["sensitivity"] > tol:
+            raise OracleInconsistentError(
+                f"row {i}: the joint fit of {c.size} heads over {n_x} tokens has misfit "
+                f"{info['residual'] / info['scale']:.2g} and rounding sensitivity "
+                f"{info['sensitivity']:.2g} (tolerance {tol:g}); raise max_len or scale.")
+        return c, R, float(ok.mean()), info["sensitivity"]
+
+    def redraw(i):
+        """A new direction for row i (a head's amplitude may vanish along the old one)."""
+        for _ in range(100):
+            q = rng.standard_normal(d)
+            Pn = P.copy()
+            Pn[i] = q / np.linalg.norm(q)
+            if np.linalg.cond(Pn) < 10 * d:
+                P[i] = Pn[i]
+                return
+        P[i] = Pn[i]
+
+    out = [None] * d
+    n_redrawn = 0
+    for i in range(d):
+        for attempt in range(row_retries + 1):
+            try:
+                out[i] = learn_row(i, H)
+                break
+            except OracleInconsistentError:
+                if attempt == row_retries:
+                    raise
+                redraw(i)
+                n_redrawn += 1
+    H_found = max(o[0].size for o in out)
+    for i in range(d):
+        attempt = 0
+        while out[i][0].size != H_found:        # a head invisible along this direction
+            if attempt == row_retries:
+                raise OracleInconsistentError(
+                    f"row {i} sees {out[i][0].size} heads, other rows {H_found}, after "
+                    f"{row_retries} new directions; change seed.")
+            redraw(i)
+            n_redrawn += 1
+            attempt += 1
+            try:
+                out[i] = learn_row(i, H_found)
+            except OracleInconsistentError:
+                pass
+    amps = [o[0] for o in out]
+    rows = [o[1] for o in out]
+    fractions = [o[2] for o in out]
+    sens = [o[3] for o in out]
+
+    # Link every row to a reference row through fits at delta_i0 + delta_i.
+    gaps = [np.min(np.diff(np.sort(a))) if a.size > 1 else np.inf for a in amps]
+    i0 = int(np.argmax(gaps))
+    perms = [None] * d
+    perms[i0] = np.arange(H_found)
+    link_err = []
+    from scipy.special import expit
+    for i in range(d):
+        if i == i0:
+            continue
+        if H_found == 1:
+            perms[i] = np.arange(1)
+            continue
+        delta = P[i0] + P[i]
+        G = _ask_rows(oracle, delta, X_link, n, m, v)
+        # Every candidate term (head h of row i0 with head g of row i) has known shifts at the link
+        # tokens, so the link answers are linear in the H^2 candidate amplitudes beta_hg; the true
+        # pairs have beta_hg = c_h(i0) + c_g(i), the others 0.
+        shifts = (np.einsum("hd,kd->kh", rows[i0], X_link)[:, :, None]
+                  + np.einsum("gd,kd->kg", rows[i], X_link)[:, None, :])      # (n_link, H, H)
+        A = expit(s[None, :, None, None] + shifts[:, None]).reshape(n_link * n.size, -1)
+        beta = np.linalg.lstsq(A, G.ravel(), rcond=None)[0].reshape(H_found, H_found)
+        pred = amps[i0][:, None] + amps[i][None, :]
+        r_idx, c_idx = linear_sum_assignment(np.abs(beta - pred) - np.abs(beta))
+        sel = np.zeros((H_found, H_found), bool)
+        sel[r_idx, c_idx] = True
+        miss = max(np.max(np.abs(beta - pred)[sel]), np.max(np.abs(beta)[~sel], initial=0.0))
+        link_err.append(float(miss / np.max(np.abs(pred[sel]))))
+        if link_err[-1] > 1e-3:
+            raise OracleInconsistentError(
+                f"rows {i0} and {i} could not be linked: the best pairing of their heads misfits "
+                f"the link queries by {link_err[-1]:.3g} (relative).")
+        perms[i] = c_idx
+    Rw = np.array([rows[i][perms[i]] for i in range(d)])            # (d, H, d): delta_i^T W_h
+    Cv = np.array([amps[i][perms[i]] for i in range(d)])            # (d, H): delta_i^T v_h
+    Pinv = np.linalg.inv(P)                                          # rows delta_i, redrawn ones included
+    Ws = np.einsum("di,ihe->hde", Pinv, Rw)
+    vs = (Pinv @ Cv).T
+    n_learn = oracle.n_queries - start
+    model = canonical_form(MultiHead(Ws, vs), atol=1e-6)
+    diagnostics = {
+        "n_heads": model.n_heads,
+        "max_len": int(np.max(n + m)),
+        "n_points": int(n.size),
+        "n_learn_queries": int(n_learn),
+        "kim_count": int(4 * model.n_heads * d * d - 2 * model.n_heads + 1),
+        "resolved_fraction": float(np.min(fractions)),
+        "max_sensitivity": float(np.max(sens)),
+        "reference_row": i0,
+        "n_tokens": int(Xs.shape[0]),
+        "n_redrawn_rows": n_redrawn,
+        "max_link_error": max(link_err, default=0.0),
+    }
+    message = (f"found {model.n_heads} heads from {n_learn} queries of length <= "
+               f"{diagnostics['max_len']}")
+    if verify:
+        try:
+            diagnostics["verify_max_error"] = verify_model(oracle, model, verify, rtol=verify_rtol,
+                                                           seed=seed + 1)
+        except OracleInconsistentError as exc:
+            raise OracleInconsistentError(
+                f"learn_canonical: the recovered {model.n_heads}-head canonical form fails "
+                f"verification ({str(exc).split(':')[0]}); the oracle is not a sum of attention "
+                "heads, or its heads are too close to resolve (try a larger scale or max_len)."
+            ) from exc
+        diagnostics["n_verify_queries"] = verify
+        message += f"; verified on {verify} fresh queries"
+    return MultiHeadRecovery(W=model.Ws.sum(axis=0), v=model.vs.sum(axis=0),
+                             n_queries=oracle.n_queries - start, message=message,
+                             diagnostics=diagnostics, Ws=model.Ws, vs=model.vs)
+
+
+__all__ += ["learn_canonical"]
