@@ -318,3 +318,15 @@ def test_learn_canonical_draws_extra_tokens_when_too_few_resolve():
         mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=2.0, row_retries=0)
     with pytest.raises(InvalidInputError):
         mh.learn_canonical(ValueQueryOracle(target), H=6, max_tokens_factor=1.99)
+
+
+def test_learn_canonical_refuses_cancelling_heads():
+    # found by a fresh-user run: (W, v) and (W, -v) crashed with a raw numpy error
+    from companion.attention import MultiHead, random_single_head
+    from companion.errors import NotIdentifiableError
+    from companion.multihead import learn_canonical
+    from companion.oracles import ValueQueryOracle
+
+    h = random_single_head(4, seed=0)
+    with pytest.raises(NotIdentifiableError, match="cancel"):
+        learn_canonical(ValueQueryOracle(MultiHead(np.stack([h.W, h.W]), np.stack([h.v, -h.v]))))

@@ -143,7 +143,7 @@ def test_learn_robust_margin_error_names_mu():
     with pytest.raises(OracleInconsistentError, match=r"v_hat\[1\].*mu=0.01"):
         learn_robust(oracle, W_max=2.0, mu=0.01)
     # with the true (tiny) margin it runs, but guarantees nothing: tau > mu / 2
-    rec = learn_robust(ApproxValueQueryOracle(head, 1e-4), W_max=2.0, mu=1e-5)
+    rec = learn_robust(ApproxValueQueryOracle(head, 1e-4), W_max=2.0, mu=1e-5, verify=0)
     assert rec.diagnostics["eps_W_guaranteed"] == np.inf
     assert "no guarantee" in rec.message
 
@@ -525,3 +525,23 @@ def test_theorem_6_2_slack_is_in_the_constant_not_in_d():
         rec = learn_robust(ApproxValueQueryOracle(h, tau, noise="worst"), W_max=W_max, mu=mu)
         ratio = np.linalg.norm(rec.W - h.W) / guaranteed_error(tau, mu=mu, W_max=W_max, d=d)[0]
         assert 0.115 < ratio < 0.145
+
+
+def test_learn_robust_refuses_when_tau_exceeds_half_the_margin():
+    # found by a fresh-user run: a v = 0 head with mu = 1e-9 came back 1159 % wrong, unflagged
+    from companion.errors import InvalidInputError
+
+    head = random_margin_head(4, W_max=2.0, mu=0.2, seed=0)
+    mu = 0.2
+    for tau, refused in ((mu / 2 * 1.001, True), (mu / 2 * 0.999, False)):
+        oracle = ApproxValueQueryOracle(head, tau, noise="uniform")
+        if refused:
+            with pytest.raises(InvalidInputError, match="no guarantee"):
+                learn_robust(oracle, W_max=2.0, mu=mu)
+            assert oracle.n_queries == 0
+            assert learn_robust(oracle, W_max=2.0, mu=mu, verify=0).n_queries == 20
+        else:
+            try:
+                learn_robust(oracle, W_max=2.0, mu=mu)
+            except OracleInconsistentError:
+                pass                     # refused by the checks after the queries: also allowed

@@ -1083,7 +1083,7 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
     ``learn_low_rank(..., method="sketch", oversample=0)`` (the floor ``d + r(2d - r)`` queries,
     plus re-measurements). The oracle times its own calls, so ``oracle_s`` is the time the oracle
     alone spends answering exactly the learner's queries, measured side by side with the learner's
-    total ``learner_s``. With ``memory``, a second, identical run under :mod:`tracemalloc` gives the
+    total ``learner_s``. With ``memory``, a second, identical run under ``tracemalloc`` gives the
     peak of the memory allocated while learning (the target's own arrays are allocated before).
 
     Parameters

@@ -925,7 +925,7 @@ def _row_terms(s, G, H, tol, need, fits=None):
     if not ref:                # no fit at tolerance: start from looser fits (the row fit refines)
         ref = [k for k, f in enumerate(fits)
                if sizes[k] == H_row and f[2]["residual"] <= 1e-6 * max(f[2]["scale"], 1e-300)]
-    if not ref:
+    if not ref or H_row == 0:   # no fit, or no head visible along this row
         return None, None, fits
     sens = [fit_free(s, G[k])[2]["sensitivity"] for k in ref[:8]]
     c = fits[ref[int(np.argmin(sens))]][0]
@@ -1018,7 +1018,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
 
         VQ - x^T v = sum_h c_h sigma(log(n/m) + l_h),   c_h = delta^T v_h
 
-    (:mod:`companion._rational`). For each row direction ``delta_i`` (an orthonormal basis) and
+    (the private module ``companion._rational``). For each row direction ``delta_i`` (an orthonormal basis) and
     ``ceil(oversample d)`` tokens ``x_k`` (Gaussian, norm ``scale``) the sum is fitted (AAA, then
     Levenberg-Marquardt); the amplitudes ``delta_i^T v_h`` are shared by all ``x_k`` and label the
     heads within the row, the shifts give ``delta_i^T W_h x_k``, and least squares over the
@@ -1099,6 +1099,12 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         if G.shape[0] < n_x:
             G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0]:], n, m, v)])
             c, L, fits = _row_terms(s, G, H_row, tol, d + 2, fits)
+        if c is None and np.all(np.abs(G) <= 1e-12 * max(1.0, float(np.max(np.abs(v), initial=0.0)))):
+            raise NotIdentifiableError(
+                f"row {i}: the answers are x^T v for every query token, with no head's softmax "
+                "visible: the heads' values cancel (e.g. v and -v on equal W), so the canonical form "
+                "has no heads and no W is identifiable from these queries."
+            )
         if c is None:
             raise OracleInconsistentError(
                 f"row {i}: no well-conditioned fit of the logistic sum among {n_x} query tokens "

@@ -384,7 +384,7 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
         A known lower bound on ``min_i |v*_i|`` (the margin), ``0 < mu <= 1``.
     verify : int, default=32
         Fresh queries (8 of length 1, 24 rank-one projections; never used for learning) that
-        certify lower bounds on the errors of the result (:func:`companion._learner.verify_noisy`);
+        certify lower bounds on the errors of the result (``companion._learner.verify_noisy``);
         0 opts out. The learner assumes a single head within ``tau`` of the answers (the oracle's
         ``tau`` is its real tolerance) with ``||W*||_F <= W_max``, the margin ``mu``, and tokens
         in the unit ball. If the fresh answers prove ``||W_hat - W*||_F`` larger than both the
@@ -411,6 +411,9 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
 
     Raises
     ------
+    InvalidInputError
+        With ``verify`` on (the default), if ``tau > mu / 2``: the theorem's guarantee is then
+        infinite and the margin cannot be checked, before any query.
     TypeError
         If ``oracle`` is not a value-query oracle.
     InvalidInputError
@@ -452,6 +455,13 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
     mu = check_real(mu, "mu", minimum=0.0, strict=True, maximum=1.0)
     verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
+    if verify and not np.isfinite(guaranteed_error(tau, mu=mu, W_max=W_max, d=d)[0]):
+        raise InvalidInputError(
+            f"tau={tau:.3g} > mu/2={mu / 2:.3g}: Theorem 6.2 gives no guarantee and the margin "
+            "min_i |v*_i| >= mu cannot be checked through noise this large, so the estimate could be "
+            "wrong by any amount. Use a more precise oracle, learn_robust_lstsq (no margin), or "
+            "verify=0 to get the unguaranteed estimate anyway."
+        )
     start = reserve(oracle, d + d * d + verify, "learn_robust")
 
     # Step 1: v_hat from d length-1 queries; check the margin.
@@ -699,7 +709,7 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None, ver
         the entrywise noise outside the column and row spaces of ``W*``.
     verify : int, default=32
         Fresh queries (8 of length 1, 24 rank-one projections; never used for learning) that
-        certify lower bounds on the errors (:func:`companion._learner.verify_noisy`); 0 opts out.
+        certify lower bounds on the errors (``companion._learner.verify_noisy``); 0 opts out.
         The learner assumes a single head within ``tau`` of the answers with
         ``||W*||_F <= W_max`` (and ``rank(W*) <= rank`` if given). If the fresh answers prove
         ``||W_hat - W*||_F > verify_rtol ||W_hat||_F`` (or the same for ``v``), it raises.
@@ -1085,7 +1095,7 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         Largest number of Gauss-Newton iterations (``"rgn"``).
     verify : int, default=32
         Fresh queries (8 of length 1, 24 rank-one projections; never used for learning) that
-        certify lower bounds on the errors (:func:`companion._learner.verify_noisy`); 0 opts out.
+        certify lower bounds on the errors (``companion._learner.verify_noisy``); 0 opts out.
         The learner assumes a single head within ``tau`` of the answers with ``||W*||_F <= W_max``
         and ``rank(W*) <= rank``, and ``"rgn"`` that Gauss-Newton reached the right minimum. If
         the fresh answers prove ``||W_hat - W*||_F > verify_rtol ||W_hat||_F`` (or the same for
