@@ -254,7 +254,7 @@ def test_learn_canonical_merges_equal_W_and_drops_zero_v():
 
 def test_learn_canonical_wrong_H_or_not_attention_raises():
     target = mh.random_multi_head(5, 3, seed=3)
-    with pytest.raises(OracleInconsistentError):
+    with pytest.raises(OracleInconsistentError, match=r"H=2 may be wrong \(try H=None"):
         mh.learn_canonical(ValueQueryOracle(target), H=2)
 
     class Bent:                                             # attention plus a small nonlinearity

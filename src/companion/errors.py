@@ -59,7 +59,8 @@ MESSAGES = {
     ),
     "needs_exact": (
         "{learner} needs an exact value-query oracle, got {cls} with tau={tau!r}; "
-        "use companion.robust.learn_robust for approximate oracles."
+        "the approximate-oracle learners (companion.robust.learn_robust, learn_robust_lstsq, "
+        "learn_low_rank_noisy) cover single heads only."
     ),
     "nonfinite_answer": (
         "the oracle's target returned a non-finite answer ({value!r}) for query {index}; "

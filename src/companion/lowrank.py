@@ -289,8 +289,9 @@ def _solve_nuclear(A, B, t, *, eps):
     if problem.status != cp.OPTIMAL:
         raise SolverError(
             f"SCS stopped with status {problem.status!r} on the nuclear-norm program "
-            f"(eps={eps:g}, {info['solve_iterations']} iterations); loosen solver_eps or use "
-            "method='rgn'."
+            f"(eps={eps:g}, {info['solve_iterations']} iterations): the measurements may be "
+            "inconsistent with any matrix (the oracle is not a single head), or the solver needs "
+            "room: loosen solver_eps or use method='rgn'."
         )
     return np.asarray(W.value, dtype=np.float64), info
 

@@ -1108,7 +1108,9 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         if c is None:
             raise OracleInconsistentError(
                 f"row {i}: no well-conditioned fit of the logistic sum among {n_x} query tokens "
-                f"(tolerance {tol:g}); raise max_len or scale, or give H.")
+                f"(tolerance {tol:g}); "
+                + (f"H={H} may be wrong (try H=None to detect it), or " if H is not None else "")
+                + "raise max_len or scale, or give H; the oracle may also not be a sum of heads.")
         ok = np.all(np.isfinite(L), axis=1)
         for _ in range(3):       # drop tokens whose shifts disagree with the others (mislabelled)
             if ok.sum() < d:
@@ -1120,8 +1122,9 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         if ok.sum() < d or np.linalg.cond(Xs[ok]) > 1e6:
             raise OracleInconsistentError(
                 f"row {i}: only {int(ok.sum())} of {n_x} fits resolved the {c.size} heads "
-                f"consistently (need {d} with well-conditioned tokens); raise max_tokens_factor, "
-                "max_len or scale.")
+                f"consistently (need {d} with well-conditioned tokens); "
+                + (f"H={H} may be wrong (try H=None to detect it), or " if H is not None else "")
+                + "raise max_tokens_factor, max_len or scale.")
         c, R, info = fit_row(s, G, Xs, c, R0)
         if info["residual"] > 1e3 * _EPS * info["scale"] * np.sqrt(G.size) or info["sensitivity"] > tol:
             raise OracleInconsistentError(
