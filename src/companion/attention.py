@@ -334,13 +334,23 @@ class FactoredHead(_SequenceModel):
         return SingleHead(self.W, self.v, native=self.native)
 
     def _batch(self, X: np.ndarray) -> np.ndarray:
-        B, N, d = X.shape
-        P = (X.reshape(B * N, d) @ self._KV).reshape(B, N, -1)   # K x_i and x_i^T v
-        scores = np.einsum("bnr,br->bn", P[:, :, :-1], X[:, -1, :] @ self._Qt)
-        return np.sum(softmax(scores, axis=-1) * P[:, :, -1], axis=-1)
+        return factored_batch(X, self._KV, self._Qt)
 
     def __repr__(self):
         return f"FactoredHead(d={self.d}, r={self.r}, ||v||_2={np.linalg.norm(self.v):.4g})"
+
+
+def factored_batch(X: np.ndarray, KV: np.ndarray, Qt: np.ndarray) -> np.ndarray:
+    """A head's answers to a batch ``X`` of shape (B, N, d) from its factors, never forming ``W``.
+
+    ``KV = [K^T, v]`` of shape (d, r + 1) and ``Qt = Q^T`` of shape (d, r): scores
+    ``(K x_i)^T (Q x_N)``, ``O(B N r d)`` work. Shared by :class:`FactoredHead` and the real heads
+    of :mod:`companion.pretrained`.
+    """
+    B, N, d = X.shape
+    P = (X.reshape(B * N, d) @ KV).reshape(B, N, -1)      # K x_i and x_i^T v, one product
+    scores = np.einsum("bnr,br->bn", P[:, :, :-1], X[:, -1, :] @ Qt)
+    return np.sum(softmax(scores, axis=-1) * P[:, :, -1], axis=-1)
 
 
 @dataclass(frozen=True, eq=False)

@@ -58,7 +58,7 @@ from scipy.linalg import get_lapack_funcs, lu_factor, lu_solve
 from scipy.special import softmax
 
 from ._validation import as_float_array, check_choice, check_int, check_real
-from .attention import SingleHead
+from .attention import SingleHead, factored_batch
 from .errors import MESSAGES, InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from .exact import SATURATION, check_exact_oracle, invert_two_token, probe_matrix
 from .recovery import Recovery
@@ -384,11 +384,7 @@ class FactoredHead(SingleHead):
     """
 
     def _batch(self, X: np.ndarray) -> np.ndarray:
-        KV, Qt = self._factors
-        B, N, d = X.shape
-        P = (X.reshape(B * N, d) @ KV).reshape(B, N, -1)     # keys and x_i^T v, one product
-        scores = np.einsum("bnr,br->bn", P[:, :, :-1], X[:, -1, :] @ Qt)
-        return np.sum(softmax(scores, axis=-1) * P[:, :, -1], axis=-1)
+        return factored_batch(X, *self._factors)
 
     @property
     def _factors(self):
