@@ -577,11 +577,15 @@ def verify_model(oracle, model, n, *, rtol=1e-6, seed=0,
     """
     model = _as_model(model)
     n = check_int(n, "n", minimum=1)
+    return _verify_heads(oracle, model, n, rtol=rtol, seed=seed, what=what)["verify_max_error"]
+
+
+def _verify_heads(oracle, model, n, *, rtol, seed, what):
+    """:func:`~companion._learner.verify_outputs` for a sum of heads, relative to
+    ``max_i sum_h |x_i^T v^(h)|``; returns its verification record (for ``build``)."""
     vs = model.vs
-    info = verify_outputs(oracle, model,
-                          lambda x: max(1e-12, float(np.max(np.abs(x @ vs.T).sum(axis=1)))), n,
-                          rtol=rtol, seed=seed, what=what)
-    return info["verify_max_error"]
+    return verify_outputs(oracle, model, lambda x: max(1e-12, float(np.max(np.abs(x @ vs.T).sum(axis=1)))),
+                          n, rtol=rtol, seed=seed, what=what)
 
 
 # --------------------------------------------------------------------------------------------
@@ -871,9 +875,8 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
     }
     message = (f"found {len(bases)} heads in orthogonal subspaces of dimensions "
                f"{diagnostics['head_dims']}")
-    checked = verify_outputs(
-        oracle, MultiHead(Ws, vs), lambda x: max(1e-12, float(np.max(np.abs(x @ vs.T).sum(axis=1)))),
-        verify, rtol=verify_rtol, seed=seed + 1,
+    checked = _verify_heads(
+        oracle, MultiHead(Ws, vs), verify, rtol=verify_rtol, seed=seed + 1,
         what="a sum of heads in mutually orthogonal subspaces, each cyclic with W^(h) != 0 "
              "(the assumptions of learn_orthogonal_heads)")
     return build(MultiHeadRecovery, oracle, start, verification=checked, message=message,
@@ -1231,21 +1234,18 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     }
     message = (f"found {model.n_heads} heads from {n_learn} queries of length <= "
                f"{diagnostics['max_len']}")
-    if verify:
-        try:
-            diagnostics["verify_max_error"] = verify_model(oracle, model, verify, rtol=verify_rtol,
-                                                           seed=seed + 1)
-        except OracleInconsistentError as exc:
-            raise OracleInconsistentError(
-                f"learn_canonical: the recovered {model.n_heads}-head canonical form fails "
-                f"verification ({str(exc).split(':')[0]}); the oracle is not a sum of attention "
-                "heads, or its heads are too close to resolve (try a larger scale or max_len)."
-            ) from exc
-        diagnostics["n_verify_queries"] = verify
-        message += f"; verified on {verify} fresh queries"
-    return MultiHeadRecovery(W=model.Ws.sum(axis=0), v=model.vs.sum(axis=0),
-                             n_queries=oracle.n_queries - start, message=message,
-                             diagnostics=diagnostics, Ws=model.Ws, vs=model.vs)
+    try:
+        checked = _verify_heads(oracle, model, verify, rtol=verify_rtol, seed=seed + 1,
+                                what="a sum of attention heads")
+    except OracleInconsistentError as exc:
+        raise OracleInconsistentError(
+            f"learn_canonical: the recovered {model.n_heads}-head canonical form fails "
+            f"verification ({str(exc).split(':')[0]}); the oracle is not a sum of attention "
+            "heads, or its heads are too close to resolve (try a larger scale or max_len)."
+        ) from exc
+    return build(MultiHeadRecovery, oracle, start, verification=checked, message=message,
+                 diagnostics=diagnostics, W=model.Ws.sum(axis=0), v=model.vs.sum(axis=0),
+                 Ws=model.Ws, vs=model.vs)
 
 
 __all__ += ["learn_canonical"]
