@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,3 +39,21 @@ def book_html(tmp_path_factory):
     if proc.returncode != 0:
         pytest.fail("book build failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:])
     return out / "_build" / "html"
+
+
+@pytest.fixture
+def shape_log():
+    """A :class:`~companion.oracles.ValueQueryOracle` subclass that records, in ``.batches``, the
+    batch size of every call: a learner's query chunks (and so its memory) show in them."""
+    from companion.oracles import ValueQueryOracle
+
+    class ShapeLog(ValueQueryOracle):
+        def __init__(self, target, **kw):
+            super().__init__(target, **kw)
+            self.batches = []
+
+        def __call__(self, X):
+            self.batches.append(np.shape(X)[0])
+            return super().__call__(X)
+
+    return ShapeLog

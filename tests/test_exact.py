@@ -181,27 +181,15 @@ def test_remeasure_saturated_shrinks_the_scale_and_gives_up_on_a_non_softmax_ora
 
 # --- streaming: bounded chunks, the same queries -------------------------------------------------
 
-class _ShapeLog(ValueQueryOracle):
-    """Records the batch sizes it answers (a learner's memory shows in them)."""
-
-    def __init__(self, target, **kw):
-        super().__init__(target, **kw)
-        self.batches = []
-
-    def __call__(self, X):
-        self.batches.append(np.shape(X)[0])
-        return super().__call__(X)
-
-
 @pytest.mark.parametrize("probes", ["basis", "gaussian"])
-def test_chunked_queries_equal_unchunked_bit_for_bit(monkeypatch, probes):
+def test_chunked_queries_equal_unchunked_bit_for_bit(monkeypatch, probes, shape_log):
     from companion import _streaming
 
     target = random_single_head(7, W_norm=60.0, seed=3)      # large W: re-measurements happen too
     runs = {}
     for chunk in (16 * 7, 2**30):                              # one query per chunk; everything at once
         monkeypatch.setattr(_streaming, "CHUNK_BYTES", chunk)
-        oracle = _ShapeLog(target, record=True)
+        oracle = shape_log(target, record=True)
         rec = learn_single_head(oracle, probes=probes, verify=0)
         runs[chunk] = (rec, oracle)
     (a, oa), (b, ob) = runs[16 * 7], runs[2**30]
@@ -213,7 +201,7 @@ def test_chunked_queries_equal_unchunked_bit_for_bit(monkeypatch, probes):
     assert max(oa.batches) == 7 and max(ob.batches) == 7 * 7   # one column per batch vs all columns
 
 
-def test_query_batches_and_memory_stay_bounded(monkeypatch):
+def test_query_batches_and_memory_stay_bounded(monkeypatch, shape_log):
     import tracemalloc
 
     from companion import _streaming
@@ -221,7 +209,7 @@ def test_query_batches_and_memory_stay_bounded(monkeypatch):
     d = 128
     monkeypatch.setattr(_streaming, "CHUNK_BYTES", 64 * 2**10)   # 32 length-2 queries per chunk
     target = random_single_head(d, seed=0)
-    oracle = _ShapeLog(target)
+    oracle = shape_log(target)
     tracemalloc.start()
     rec = learn_single_head(oracle, verify=0)
     _, peak = tracemalloc.get_traced_memory()

@@ -365,20 +365,8 @@ def test_gaussian_design_reference():
 
 # --- streaming: bounded chunks, the same queries -------------------------------------------------
 
-class _ShapeLog(ValueQueryOracle):
-    """Records the batch sizes it answers."""
-
-    def __init__(self, target, **kw):
-        super().__init__(target, **kw)
-        self.batches = []
-
-    def __call__(self, X):
-        self.batches.append(np.shape(X)[0])
-        return super().__call__(X)
-
-
 @pytest.mark.parametrize("chunk", [16 * 5, 16 * 5 * 3, 2**30])
-def test_answer_rop_sends_the_queries_of_rop_queries_in_chunks(monkeypatch, chunk):
+def test_answer_rop_sends_the_queries_of_rop_queries_in_chunks(monkeypatch, chunk, shape_log):
     from companion import _streaming
 
     monkeypatch.setattr(_streaming, "CHUNK_BYTES", chunk)      # 1, 3 or all queries per chunk
@@ -387,7 +375,7 @@ def test_answer_rop_sends_the_queries_of_rop_queries_in_chunks(monkeypatch, chun
     A, B = rng.standard_normal((2, 4, 5))
     rows, cols = np.array([0, 0, 0, 2, 3, 1, 1]), np.array([1, 2, 3, 3, 3, 0, 0])
     for c in (1.0, 0.5, rng.uniform(0.5, 2.0, 7)):
-        oracle = _ShapeLog(head, record=True)
+        oracle = shape_log(head, record=True)
         y = _streaming.answer_rop(oracle, A, B, c, rows=rows, cols=cols, segments=[3, 2, 2])
         X = lowrank.rop_queries(A[rows], B[cols], c)
         assert np.array_equal(np.stack([x for x, _ in oracle.log]), X)   # bit for bit, in order
@@ -398,14 +386,14 @@ def test_answer_rop_sends_the_queries_of_rop_queries_in_chunks(monkeypatch, chun
         _streaming.answer_rop(oracle, A, B, rows=rows, cols=cols, segments=[3, 3])
 
 
-def test_sketch_chunked_equals_unchunked(monkeypatch):
+def test_sketch_chunked_equals_unchunked(monkeypatch, shape_log):
     from companion import _streaming
 
     head = random_single_head(40, rank=3, factored=True, seed=2)
     out = {}
     for chunk in (16 * 40 * 7, 2**30):                          # 7 queries per chunk; all at once
         monkeypatch.setattr(_streaming, "CHUNK_BYTES", chunk)
-        oracle = _ShapeLog(head, record=True)
+        oracle = shape_log(head, record=True)
         rec = lowrank.learn_low_rank(oracle, 3, method="sketch", seed=0, verify=0)
         out[chunk] = (rec, oracle)
     (a, oa), (b, ob) = out[16 * 40 * 7], out[2**30]
@@ -417,7 +405,7 @@ def test_sketch_chunked_equals_unchunked(monkeypatch):
     assert a.relative_errors(head)["W"] < 1e-11
 
 
-def test_sketch_memory_is_d_squared_plus_a_chunk(monkeypatch):
+def test_sketch_memory_is_d_squared_plus_a_chunk(monkeypatch, shape_log):
     import tracemalloc
 
     from companion import _streaming
@@ -425,7 +413,7 @@ def test_sketch_memory_is_d_squared_plus_a_chunk(monkeypatch):
     d, r = 256, 16
     monkeypatch.setattr(_streaming, "CHUNK_BYTES", 64 * 2**10)
     head = random_single_head(d, rank=r, factored=True, seed=0)
-    oracle = _ShapeLog(head)
+    oracle = shape_log(head)
     tracemalloc.start()
     rec = lowrank.learn_low_rank(oracle, r, method="sketch", oversample=0, seed=0, verify=0)
     _, peak = tracemalloc.get_traced_memory()
@@ -450,12 +438,12 @@ def test_factored_svd_of_the_sketch_matches_the_dense_svd():
     assert sv2[4] == 0.0 and sv1[4] < 1e-13 * s1[0]
 
 
-def test_rgn_and_noisy_learner_stream_their_queries(monkeypatch):
+def test_rgn_and_noisy_learner_stream_their_queries(monkeypatch, shape_log):
     from companion import _streaming, robust
 
     monkeypatch.setattr(_streaming, "CHUNK_BYTES", 16 * 12 * 10)  # 10 two-token queries per chunk
     head = random_single_head(12, rank=2, seed=0)
-    oracle = _ShapeLog(head)
+    oracle = shape_log(head)
     rec = lowrank.learn_low_rank(oracle, 2, method="rgn", n_measurements=4 * 40, seed=0, verify=0)
     assert rec.relative_errors(head)["W"] < 1e-8 and max(oracle.batches) <= 20
     noisy_head = robust.random_margin_head(12, W_max=4.0, mu=0.1, rank=2, seed=0)
