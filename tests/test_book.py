@@ -84,3 +84,124 @@ def test_built_solutions_hold_their_prose_code_and_output(book_html):
             assert len(body) > 40, f"{path.stem}: {title!r} lost its explanation"
         held = [s for s in solutions if s.select("div.cell")]
         assert len(held) == gated, f"{path.stem}: {gated} gated solutions, {len(held)} hold a code cell"
+
+
+# -- 4. No raw TeX reaching the reader --------------------------------------------------------------
+
+#: TeX as a reader must not see it: maths delimiters, a command, a braced sub/superscript, d^2
+RAW_TEX = re.compile(r"\\[()\[\]]|\$\$|\\[A-Za-z]+|[_^]\{|\w\^\d")
+
+
+def _titles_and_referenced_headings():
+    """(where, heading) for every page title and every heading a ``{ref}`` points to."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    docs = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    texts = {}
+    for doc in docs:
+        nb, md = ROOT / f"{doc}.ipynb", ROOT / f"{doc}.md"
+        texts[doc] = ("\n".join(_source(c) for c in _cells(nb) if c["cell_type"] == "markdown")
+                      if nb.is_file() else md.read_text(encoding="utf-8"))
+    referenced = {m for t in texts.values() for m in re.findall(r"\{ref\}`(?:[^`<]*<)?([^`>]+)>?`", t)}
+    found = []
+    for doc, text in texts.items():
+        first = re.search(r"^# (.+)$", text, re.M)
+        if first:
+            found.append((f"{doc}: page title", first.group(1)))
+        for label, heading in re.findall(r"^\(([^)]+)\)=\s*\n#+ (.+)$", text, re.M):
+            if label in referenced:
+                found.append((f"{doc}: heading of {{ref}}`{label}`", heading))
+    return found
+
+
+def test_titles_have_a_plain_text_form():
+    """A page title is also the browser's title, the sidebar entry on pages without maths, the PDF
+    bookmark, and with every referenced heading the text of each ``{ref}`` link: plain text there."""
+    found = _titles_and_referenced_headings()
+    assert len(found) > 8
+    bad = [(where, h) for where, h in found if "$" in h or RAW_TEX.search(h)]
+    assert not bad, f"maths in a title (write it in Unicode, e.g. d + d², ±1): {bad}"
+
+
+def _raw_tex_in_page(page: Path):
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+    problems = []
+    title = soup.title.get_text() if soup.title else ""
+    if RAW_TEX.search(title):
+        problems.append(f"<title> {title!r}")
+    has_maths = bool(soup.select(".math"))
+    scripts = [s.get("src", "") for s in soup.find_all("script")]
+    if has_maths and not any("_static/mathjax/tex-mml-chtml.js" in s for s in scripts):
+        problems.append("maths on a page that loads no MathJax")
+    for tag in soup.select(".math, pre, code, script, style, div.highlight, div.cell_output, title"):
+        tag.decompose()
+    for m in RAW_TEX.finditer(soup.get_text(" ")):
+        text = soup.get_text(" ")
+        problems.append(repr(text[max(0, m.start() - 40):m.end() + 20]))
+    return problems
+
+
+@pytest.mark.slow
+def test_no_raw_tex_on_any_built_page(book_html):
+    """Every page, the Bibliography, Search, Index, Proof-index and Library reference included."""
+    pages = sorted(book_html.rglob("*.html"))
+    assert {"search.html", "genindex.html", "prf-prf.html"} <= {p.name for p in pages}
+    bad = {str(p.relative_to(book_html)): found for p in pages if (found := _raw_tex_in_page(p))}
+    assert not bad, f"raw TeX reaches the reader: {bad}"
+
+
+# -- 2. One numbering in HTML and PDF -------------------------------------------------------------
+
+NUMBERED = r"((?:Solution to )?[A-Z][a-z]+ \d+(?:\.\d+)*)"
+
+
+def _html_numbers(html: Path):
+    """{label: "Theorem 5.1"} of every theorem-like and exercise box, and {label: [link texts]}."""
+    from bs4 import BeautifulSoup
+
+    numbers, refs = {}, {}
+    for page in sorted((html / "book" / "chapters").glob("*.html")):
+        soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        for box in soup.select("div.proof[id], div.exercise[id], div.solution[id]"):
+            title = box.select_one(".admonition-title").get_text(" ", strip=True)
+            m = re.match(NUMBERED, title)
+            if m:
+                numbers[box["id"]] = m.group(1)
+        for a in soup.select("a.reference.internal[href*='#']"):
+            if a.find_parent(class_="admonition-title"):
+                continue               # "Solution to Exercise 2.1" links its exercise; the PDF does not
+            label = a["href"].rsplit("#", 1)[1]
+            m = re.fullmatch(NUMBERED, a.get_text(" ", strip=True))
+            if m:
+                refs.setdefault(label, []).append(m.group(1))
+    return numbers, {k: v for k, v in refs.items() if k in numbers}
+
+
+def _latex_numbers(tex: str):
+    """The same from the LaTeX source of the PDF (sphinx-proof and sphinx-exercise write the
+    numbers into it as text: the PDF prints what the .tex says)."""
+    numbers = {}
+    for m in re.finditer(r"\\begin\{sphinxadmonition\}\{note\}\{" + NUMBERED, tex):
+        before = tex[max(0, m.start() - 600):m.start()]
+        labels = re.findall(r"\\label\{(?:\\detokenize\{)?(?:[^{}]*:)?([^{}:]+)\}", before)
+        if labels:                     # the box's own label is the last one before it
+            numbers[labels[-1]] = m.group(1)
+    refs = {}
+    for label, text in re.findall(r"\\hyperref\[\\detokenize\{[^{}]*:([^{}:]+)\}\]\{\\sphinxcrossref\{"
+                                  + NUMBERED + r"\}\}", tex):
+        refs.setdefault(label, []).append(text)
+    return numbers, {k: v for k, v in refs.items() if k in numbers}
+
+
+@pytest.mark.slow
+def test_html_and_pdf_number_theorems_and_exercises_alike(book_html, book_latex):
+    """Exercise 2.1 and Theorem 5.1 are so in both, as titles and as the text of every reference."""
+    html_numbers, html_refs = _html_numbers(book_html)
+    tex_numbers, tex_refs = _latex_numbers((book_latex / "companion.tex").read_text(encoding="utf-8"))
+    assert len(html_numbers) >= 20 and any(v.startswith("Exercise") for v in html_numbers.values())
+    assert sum(map(len, html_refs.values())) >= 10
+    assert tex_numbers == html_numbers
+    assert {k: sorted(v) for k, v in tex_refs.items()} == {k: sorted(v) for k, v in html_refs.items()}

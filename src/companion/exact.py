@@ -260,8 +260,9 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
     Parameters
     ----------
     oracle : ValueQueryOracle
-        Exact oracle for f_{W*, v*} with ``d = oracle.d``. It must answer sequences of length 1 and
-        2 (and 1 to 8 with ``verify``); its budget, if set, must allow ``d + d**2 + verify`` queries.
+        Exact oracle for :math:`f_{W^*, v^*}` with ``d = oracle.d``. It must answer sequences of
+        length 1 and 2 (and 1 to 8 with ``verify``); its budget, if set, must allow
+        ``d + d**2 + verify`` queries.
     probes : {"basis", "gaussian"}, default="basis"
         Deterministic probes (Theorem 4.1, step 3) or i.i.d. Gaussian probes; see
         :func:`probe_matrix`.

@@ -377,7 +377,8 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
     Parameters
     ----------
     oracle : ApproxValueQueryOracle or ValueQueryOracle
-        Oracle within ``tau = oracle.tau`` of f_{W*, v*}; its budget must allow ``d + d**2`` queries.
+        Oracle within ``tau = oracle.tau`` of :math:`f_{W^*, v^*}`; its budget must allow
+        ``d + d**2`` queries.
     W_max : float
         A known bound ``||W*||_F <= W_max``, with ``W_max >= 2`` (Theorem 6.2's assumption).
     mu : float
