@@ -205,3 +205,19 @@ def test_html_and_pdf_number_theorems_and_exercises_alike(book_html, book_latex)
     assert sum(map(len, html_refs.values())) >= 10
     assert tex_numbers == html_numbers
     assert {k: sorted(v) for k, v in tex_refs.items()} == {k: sorted(v) for k, v in html_refs.items()}
+
+
+# -- 6. One search bar ----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_one_search_field_per_page(book_html):
+    """The sidebar's search field (and Ctrl+K); no header across the top that holds another one."""
+    from bs4 import BeautifulSoup
+
+    for page in [book_html / "book" / "intro.html", *sorted((book_html / "book" / "chapters").glob("*.html"))]:
+        soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        fields = soup.select("button.search-button-field")
+        assert len(fields) == 1, f"{page.name}: {len(fields)} search fields"
+        assert fields[0].find_parent(class_="bd-sidebar-primary") is not None, f"{page.name}: not the sidebar's"
+        header = soup.select_one("#pst-header")
+        assert header is None or not header.get_text(strip=True), f"{page.name}: a header bar {header.get_text(' ', strip=True)!r}"
