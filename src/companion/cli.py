@@ -310,17 +310,14 @@ def _cmd_build(args):
 
         shutil.rmtree(build_dir / ".jupyter_cache", ignore_errors=True)
         print("forced: every chapter will be executed")
-        fresh = True
-    else:
-        fresh = clear_stale_cache(build_dir)
-        if fresh:
-            print("the library changed since the last build: every chapter will be re-executed")
+    elif clear_stale_cache(build_dir):
+        print("the library changed since the last build: every chapter will be re-executed")
     jb = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going"]
-    if args.all or fresh:
-        # Sphinx re-reads (and myst-nb re-executes) only the pages whose source changed; a cleared
-        # execution cache is not a source change, so every page is read afresh.
-        cmd.append("--all")
+    # Always --all (a fresh Sphinx environment): Sphinx re-reads only the pages whose source changed
+    # and rewrites only those, so a number that moved elsewhere stays stale (an equation inserted in
+    # chapter 01 renumbers chapter 02's references to it), and a cleared execution cache is no source
+    # change at all. With the execution cache in place, reading every page costs seconds.
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going", "--all"]
     # Chapters executed for the HTML publish into _build/results: the committed data/results stay
     # as `make execute` wrote them, next to the committed notebook outputs they describe.
     env = dict(os.environ)
@@ -354,7 +351,7 @@ def main(argv=None) -> int:
     cite_p.add_argument("--results", help="results JSON to read (default: the results folder)")
     cite_p.set_defaults(func=_cmd_cite)
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
-    build.add_argument("--all", action="store_true", help="rewrite every HTML page")
+    build.add_argument("--all", action="store_true", help="(the default; kept for old scripts) read every page afresh")
     build.add_argument("--force", action="store_true", help="re-execute every chapter (release build)")
     build.set_defaults(func=_cmd_build)
     args = parser.parse_args(argv)

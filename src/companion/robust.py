@@ -696,7 +696,7 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None, ver
     Parameters
     ----------
     oracle : ApproxValueQueryOracle or ValueQueryOracle
-        Oracle within ``tau`` of f_{W*, v*}; its budget must allow :func:`n_queries_lstsq` queries.
+        Oracle within ``tau`` of :math:`f_{W^*, v^*}`; its budget must allow :func:`n_queries_lstsq` queries.
     W_max : float
         A known bound on ``||W*||_F`` (``> 0``).
     repeats : int, default=4
@@ -1074,7 +1074,7 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
     Parameters
     ----------
     oracle : ApproxValueQueryOracle or ValueQueryOracle
-        Oracle within ``tau`` of f_{W*, v*} (§6), ``v* != 0``; answers sequences of length 1 and 2.
+        Oracle within ``tau`` of :math:`f_{W^*, v^*}` (§6), ``v* != 0``; answers sequences of length 1 and 2.
     rank : int
         Upper bound ``r`` on ``rank(W*)``, ``1 <= r <= d``.
     W_max : float
