@@ -291,3 +291,45 @@ def test_companion_build_updates_references_to_a_renumbered_equation(tmp_path):
     major, minor = before.split(".")
     assert after == f"{major}.{int(minor) + 1}"
     assert set(links) == {after}, f"chapter 02 still links eq-two-token as {sorted(set(links))}, now ({after})"
+
+
+# -- 7. glue only through companion.results --------------------------------------------------------
+
+def _direct_glue_calls(source: str):
+    """Lines of Python ``source`` that call myst-nb's ``glue`` or import it (any alias)."""
+    import ast
+
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("myst_nb"):
+            found += [node.lineno for a in node.names if a.name in ("glue", "*")]
+        elif isinstance(node, ast.Import) and any(a.name.startswith("myst_nb") for a in node.names):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if name == "glue":
+                found.append(node.lineno)
+    return found
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapters_glue_only_through_results(path):
+    """A direct ``glue(name, np.float64(...))`` breaks the strict build with a format spec and shows
+    ``np.float64(...)`` without one; ``results.publish``/``results.claim`` glue formatted text."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for k, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+            assert not _direct_glue_calls(code), (f"{path.stem}, cell {k}: glue called directly; publish the "
+                                                  "number with companion.results.publish(name, value, fmt=...)")
+
+
+def test_the_glue_check_finds_direct_calls():
+    assert _direct_glue_calls("from myst_nb import glue\nglue('x', 1)") == [1, 2]
+    assert _direct_glue_calls("import myst_nb\nmyst_nb.glue('x', 1)") == [1, 2]
+    assert _direct_glue_calls("from myst_nb import glue as g") == [1]
+    assert _direct_glue_calls("results.publish('x', 1.0, fmt='{:.2f}')") == []
