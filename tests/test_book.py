@@ -333,3 +333,83 @@ def test_the_glue_check_finds_direct_calls():
     assert _direct_glue_calls("import myst_nb\nmyst_nb.glue('x', 1)") == [1, 2]
     assert _direct_glue_calls("from myst_nb import glue as g") == [1]
     assert _direct_glue_calls("results.publish('x', 1.0, fmt='{:.2f}')") == []
+
+
+# -- Launch and repository buttons ----------------------------------------------------------------
+
+_BUTTONS = [  # (button, URL pattern of sphinx-book-theme with the repository's path in `path`)
+    ("Colab", r"https://colab\.research\.google\.com/github/(?P<repo>[^/]+/[^/]+)/blob/(?P<branch>[^/]+)/(?P<path>.+)"),
+    ("Binder", r"https://mybinder\.org/v2/gh/(?P<repo>[^/]+/[^/]+)/(?P<branch>[^/?]+)\?urlpath=tree/(?P<path>.+)"),
+    ("GitHub file", r"https://github\.com/(?P<repo>[^/]+/[^/]+)/(?:blob|edit)/(?P<branch>[^/]+)/(?P<path>.+)"),
+    ("repository", r"https://github\.com/(?P<repo>[^/]+/[^/]+?)/?"),
+]
+
+
+def _button_target(url: str):
+    for kind, pattern in _BUTTONS:
+        m = re.fullmatch(pattern, url)
+        if m:
+            return kind, m.groupdict()
+    return None, None
+
+
+@pytest.mark.slow
+def test_launch_and_repository_buttons_open_files_of_the_repository(book_html):
+    """Each Binder, Colab and repository link of every page, read by the theme's URL pattern, names
+    `repository.url` and `branch` of _config.yml and a file the repository tracks, with no /./."""
+    import subprocess
+
+    import yaml
+    from bs4 import BeautifulSoup
+
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    owner_name = repo["url"].removeprefix("https://github.com/").strip("/")
+    tracked = set(subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True,
+                                 check=True).stdout.split())
+    seen = {}
+    for page in sorted(book_html.rglob("*.html")):
+        soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
+        for a in soup.select("div.article-header-buttons a[href], .header-article-items a[href]"):
+            kind, parts = _button_target(a["href"])
+            if kind is None:
+                continue
+            seen.setdefault(kind, 0)
+            seen[kind] += 1
+            assert parts["repo"] == owner_name, f"{page.name}: {a['href']} is not {repo['url']}"
+            if "path" in parts:
+                assert parts["branch"] == repo["branch"], a["href"]
+                assert "/./" not in a["href"] and not parts["path"].startswith("."), f"{page.name}: {a['href']}"
+                assert parts["path"] in tracked, f"{page.name}: {kind} opens {parts['path']!r}, not a tracked file"
+    n_chapters = len(CHAPTERS)
+    assert seen.get("Colab", 0) >= n_chapters and seen.get("Binder", 0) >= n_chapters, seen
+    assert seen.get("repository", 0) > n_chapters, seen
+
+
+def test_the_button_patterns_read_the_theme_urls():
+    kind, parts = _button_target("https://mybinder.org/v2/gh/o/r/main?urlpath=tree/./book/chapters/a.ipynb")
+    assert kind == "Binder" and parts["path"] == "./book/chapters/a.ipynb"
+    kind, parts = _button_target("https://colab.research.google.com/github/o/r/blob/main/book/x.ipynb")
+    assert kind == "Colab" and parts == {"repo": "o/r", "branch": "main", "path": "book/x.ipynb"}
+    assert _button_target("https://github.com/o/r")[0] == "repository"
+
+
+# -- Execution status page ------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_status_page_has_a_row_per_chapter_with_its_library_hash(book_html):
+    """book/status.md: chapter, last execution, method, run time, library hash, passed; the hash is
+    the one in the chapter's results file and is flagged when it is not this library's."""
+    from bs4 import BeautifulSoup
+
+    from companion import results
+
+    soup = BeautifulSoup((book_html / "book" / "status.html").read_text(encoding="utf-8"), "html.parser")
+    rows = [[c.get_text(" ", strip=True) for c in tr.select("td")] for tr in soup.select("table.execution-status tbody tr")]
+    assert len(rows) == len(CHAPTERS)
+    current = results.library_hash()
+    for path, (chapter, when, method, runtime, lib, passed) in zip(CHAPTERS, rows):
+        data = json.loads((ROOT / "data" / "results" / f"{path.stem}.json").read_text())
+        assert lib.split()[0] == data["library_hash"]
+        assert ("not this build's" in lib) == (data["library_hash"] != current)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", when) and when[:10] == data["created"][:10]
+        assert method == "committed outputs" and float(runtime) > 0 and passed == "yes"
