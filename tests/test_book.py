@@ -413,3 +413,55 @@ def test_status_page_has_a_row_per_chapter_with_its_library_hash(book_html):
         assert ("not this build's" in lib) == (data["library_hash"] != current)
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", when) and when[:10] == data["created"][:10]
         assert method == "committed outputs" and float(runtime) > 0 and passed == "yes"
+
+
+# -- The deploy ------------------------------------------------------------------------------------
+
+def _readme_commands():
+    """Every command line in the README's ``bash`` blocks (comments and continuations joined)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = set()
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                commands.add(" ".join(line.split()))
+    return commands
+
+
+def test_deploy_workflow_builds_with_the_readme_commands_and_deploys_the_html():
+    """.github/workflows/deploy.yml is valid YAML: on a push to main it runs the README's commands,
+    uploads _build/html (where the README says the book is) and deploys it to GitHub Pages."""
+    import yaml
+
+    wf = yaml.safe_load((ROOT / ".github" / "workflows" / "deploy.yml").read_text())
+    trigger = wf.get("on", wf.get(True))            # YAML 1.1 reads a bare `on` as true
+    assert trigger["push"]["branches"] == ["main"]
+    assert wf["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    build, deploy = wf["jobs"]["build"], wf["jobs"]["deploy"]
+    runs = [" ".join(s["run"].split()) for s in build["steps"] if "run" in s]
+    readme = _readme_commands()
+    assert runs and set(runs) <= readme, f"not commands of the README: {sorted(set(runs) - readme)}"
+    assert "make book" in runs
+    uses = {s["uses"].split("@")[0]: s for s in build["steps"] if "uses" in s}
+    assert uses["actions/upload-pages-artifact"]["with"]["path"] == "_build/html"
+    assert "_build/html/index.html" in (ROOT / "README.md").read_text()
+    assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
+    assert [s["uses"].split("@")[0] for s in deploy["steps"]] == ["actions/deploy-pages"]
+
+
+def test_readme_commands_are_read_from_its_bash_blocks():
+    assert {"make book", "make test"} <= _readme_commands()
+
+
+@pytest.mark.slow
+def test_readme_names_the_download_formats_a_chapter_page_offers(book_html):
+    from bs4 import BeautifulSoup
+
+    sentence = next(s for s in (ROOT / "README.md").read_text().split(". ") if "download button" in s)
+    claimed = set(re.findall(r"`(\.\w+)`", sentence))
+    for path in CHAPTERS:
+        soup = BeautifulSoup((book_html / "book" / "chapters" / f"{path.stem}.html").read_text(), "html.parser")
+        offered = {b.get_text(strip=True) for b in soup.select(".dropdown-download-buttons ul a, "
+                                                                ".dropdown-download-buttons ul button")}
+        assert offered == claimed, f"{path.stem}: the page offers {sorted(offered)}, the README says {sorted(claimed)}"

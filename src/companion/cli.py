@@ -227,6 +227,7 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     params = ", ".join(f"{k}={v!r}" for k, v in sorted({"seed": data.get("seed"),
                                                           **data["parameters"]}.items()))
     version = data.get("versions", {}).get("companion", "?")
+    version += _release_note(version)
     commit = (data.get("commit") or "unknown")[:12]
     tol = entry.get("tolerance")
     precision = (f" (reproducible to rtol {tol.get('rtol', 0.0):g}, atol {tol.get('atol', 0.0):g} "
@@ -235,6 +236,19 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
             f"library {data['library_hash']}, commit {commit}, {data['created']}] -- Executable "
             "companion to Bhattamishra, Shah, Hahn & Kanade, \"Provably Learning Attention with "
             "Queries\", ICML 2026.")
+
+
+def _release_note(version: str) -> str:
+    """", release 0.1.0, doi:..." when ``version`` is the release of CITATION.cff, else what it is not."""
+    from .release import release_info
+
+    rel = release_info()
+    if not rel:
+        return ""
+    doi = f", doi:{rel['doi']}" if rel.get("doi") else ""
+    if rel["version"] == version:
+        return f" (release {version}{doi})"
+    return f" (not a release; the last release is {rel['version']}{doi})"
 
 
 def _cmd_list(args):
