@@ -465,3 +465,47 @@ def test_readme_names_the_download_formats_a_chapter_page_offers(book_html):
         offered = {b.get_text(strip=True) for b in soup.select(".dropdown-download-buttons ul a, "
                                                                 ".dropdown-download-buttons ul button")}
         assert offered == claimed, f"{path.stem}: the page offers {sorted(offered)}, the README says {sorted(claimed)}"
+
+
+# -- 5. Lines and figures that fit -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_every_page_wraps_code_when_printed_and_keeps_table_cells_whole(book_html):
+    """companion.css (book/_ext) is linked on every page: code and outputs wrap on paper, and an
+    output table's cells do not break inside ("(8,\\n1)")."""
+    css = (book_html / "_static" / "companion.css").read_text()
+    printed = css[css.index("@media print"):]
+    assert re.search(r"pre[^{]*\{[^}]*white-space:\s*pre-wrap", printed)
+    assert re.search(r"table\.dataframe td[^{]*\{[^}]*white-space:\s*nowrap", css)
+    for page in sorted(book_html.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        if "_static" not in page.relative_to(book_html).parts and "<body" in text:
+            assert re.search(r'href="[./]*_static/companion\.css', text), f"{page.name} lacks companion.css"
+
+
+def _figure_cells(path):
+    return [c for c in _cells(path) if "figure" in c.get("metadata", {}).get("mystnb", {})]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_figure_has_alt_text_that_says_what_it_shows(path):
+    """Without ``mystnb.image.alt`` a figure's alt text is its PNG file name, a hash."""
+    for cell in _figure_cells(path):
+        meta = cell["metadata"]["mystnb"]
+        name, alt = meta["figure"]["name"], meta.get("image", {}).get("alt", "")
+        assert len(alt) >= 80, f"{path.stem}: figure {name} has no alt text (mystnb.image.alt)"
+        assert alt != meta["figure"]["caption"], f"{path.stem}: {name}'s alt text repeats its caption"
+        assert re.search(r"\b(plots?|charts?|axis|axes)\b", alt) and "against" in alt, \
+            f"{path.stem}: {name}'s alt text does not say what is drawn against what"
+
+
+@pytest.mark.slow
+def test_built_figures_carry_their_alt_text(book_html):
+    from bs4 import BeautifulSoup
+
+    for path in CHAPTERS:
+        soup = BeautifulSoup((book_html / "book" / "chapters" / f"{path.stem}.html").read_text(), "html.parser")
+        for cell in _figure_cells(path):
+            meta = cell["metadata"]["mystnb"]
+            img = soup.find(id=meta["figure"]["name"]).find("img")
+            assert img["alt"] == meta["image"]["alt"], f"{path.stem}: {meta['figure']['name']} alt {img['alt'][:60]!r}"
