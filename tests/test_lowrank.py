@@ -47,6 +47,25 @@ def test_fixed_scale_saturation_raises():
         lowrank.measure_bilinear(ValueQueryOracle(head), A, B, head.v, scale=1.0)
 
 
+@pytest.mark.parametrize("change, match", [
+    (lambda A, B, v: (A[:, :5], B, v), "d=6 columns"),
+    (lambda A, B, v: (A, B[:10], v), "one row per measurement"),
+    (lambda A, B, v: (A, B, v[:5]), "v must have shape"),
+    (lambda A, B, v: (np.where(np.arange(6) == 2, np.inf, A), B, v), "finite"),
+    (lambda A, B, v: (np.vstack([np.zeros((1, 6)), A[1:]]), B, v), "k=0"),
+])
+def test_measure_bilinear_refuses_bad_input_before_any_query(change, match):
+    head = random_single_head(6, rank=2, seed=1)
+    A, B = rop._gaussian_rop_design(6, 20, head.v, np.random.default_rng(0))
+    oracle = ValueQueryOracle(head)
+    with pytest.raises(InvalidInputError, match=match):
+        lowrank.measure_bilinear(oracle, *change(A, B, head.v))
+    for scale in ("fixed", 0.0, -1.0):
+        with pytest.raises(InvalidInputError, match="scale"):
+            lowrank.measure_bilinear(oracle, A, B, head.v, scale=scale)
+    assert oracle.n_queries == 0
+
+
 def test_design_redraws_left_vectors_orthogonal_to_v():
     v = np.zeros(5)
     v[0] = 1.0

@@ -13,6 +13,9 @@ A learner's body shows only its own steps; the common path around them lives her
    ``Recovery.n_learning_queries`` is the theorem's own count.
 
 The verification is this book's, not the paper's: the paper's learners trust their assumptions.
+
+Layer: below every learner, which all import it; it imports no learner, only the shared numerics
+(:mod:`companion.numerics.rop`, the rank-one projections of :func:`verify_noisy`).
 """
 
 from __future__ import annotations

@@ -22,6 +22,12 @@ Three ways to turn measurements into ``W``, one entry point :func:`learn_low_ran
   and ``k`` columns) and the stabilised generalised Nystrom formula (Nakatsukasa 2020); exact with
   ``k (2d - k) + d`` queries, ``k = r + 1``, against the floor ``r (2d - r) + d``. With
   ``rank=None`` the cross grows one row and column at a time until the rank shows.
+
+Layer: one of the paper's sections (§5), above the shared numerics it uses with
+:mod:`companion.robust`: the Gaussian design and :func:`rop_queries` live in
+``companion.numerics.rop`` (re-exported here), the Gauss-Newton solver in
+``companion.numerics.rgn``. :func:`measure_bilinear` (exact oracles, re-measuring saturated
+queries) and the sketch are this module's own.
 """
 
 from __future__ import annotations

@@ -24,6 +24,11 @@ Beyond the paper:
   rank-one projections (§5) at scales that keep Lemma 6.1's window (:func:`rop_scales`), a bound on
   each measurement's error (:func:`rop_error_bound`), and a noise-aware solver (nuclear norm with
   the bounds as constraints, or weighted rank-``r`` Gauss-Newton). The paper leaves this case open.
+
+Layer: one of the paper's sections (§6), above the shared numerics it uses with
+:mod:`companion.lowrank`: :func:`rop_scales` and :func:`rop_error_bound` live in
+``companion.numerics.rop`` (re-exported here), the weighted Gauss-Newton solver in
+``companion.numerics.rgn``.
 """
 
 from __future__ import annotations
