@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.sparse.linalg import LinearOperator, lsqr
 from scipy.special import logit
 
 from ._streaming import CHUNK_BYTES, answer_rop, chunk_queries
@@ -129,7 +128,7 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
     The rank-one projection of §5: the query ``c_k [(a_k + b_k)^T; b_k^T]``
     (:func:`rop_queries`) is answered ``c_k (b_k^T v* + sigma(c_k^2 a_k^T W* b_k) a_k^T v*)``, which
     is solved for ``a_k^T W* b_k``. The queries are built and sent in bounded chunks of
-    :data:`CHUNK_BYTES` bytes: no ``(m, 2, d)`` array is formed beyond ``A`` and ``B`` themselves.
+    ``CHUNK_BYTES`` bytes: no ``(m, 2, d)`` array is formed beyond ``A`` and ``B`` themselves.
 
     Parameters
     ----------
@@ -422,7 +421,7 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
         i, j, seg = _cross_indices(d, k0, k1, n)
         if i.size:
             t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
-                                        segments=seg)
+                                       segments=seg)
             M[i, j] = t
             n_req += info["n_requeries"]
             max_logit = max(max_logit, info["max_abs_logit"])
