@@ -24,7 +24,6 @@ import numpy as np
 
 from ._validation import check_int, check_real
 from .errors import MESSAGES, OracleInconsistentError
-from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_queries, rop_scales
 
 #: Fresh random queries every learner spends on its default verification.
 DEFAULT_VERIFY = 32
@@ -132,6 +131,8 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
     """
     if n == 0:
         return {"n_verify_queries": 0}
+    from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_queries, rop_scales
+
     d = int(oracle.d)
     tau_v = tau if tau_v is None else tau_v
     # The allowance is the larger of the learner's own bound and rtol times the norm, plus a
