@@ -293,8 +293,11 @@ def interpolate_pairs(r, G, H):
     return gamma, l
 
 
-def polish_pairs(s, G, gamma, l, *, iters=30):
+def polish_pairs(s, G, gamma, l, *, iters=30, fixed_gamma=False):
     """Levenberg-Marquardt on ``G[p] = sum_h gamma_h sigma(s + l_h)``, batched over the rows.
+
+    With ``fixed_gamma`` only the shifts move (the amplitudes shared by a row of pairs are known):
+    ``H`` unknowns from ``2 H`` samples, far better conditioned than the free fit.
 
     Returns
     -------
@@ -305,6 +308,8 @@ def polish_pairs(s, G, gamma, l, *, iters=30):
     P, H = gamma.shape
     theta = np.concatenate([gamma, l], axis=1)
     mu = np.full(P, 1e-3)
+    free = slice(H, 2 * H) if fixed_gamma else slice(0, 2 * H)
+    nf = H if fixed_gamma else 2 * H
 
     def parts(th):
         Z = expit(s[None, :, None] + th[:, None, H:])
@@ -313,14 +318,15 @@ def polish_pairs(s, G, gamma, l, *, iters=30):
 
     Z, res = parts(theta)
     cost = np.sum(res ** 2, axis=1)
+    eye = np.eye(nf)
     for _ in range(iters):
-        J = np.concatenate([Z, theta[:, None, :H] * Z * (1 - Z)], axis=2)      # (P, S, 2H)
+        J = np.concatenate([Z, theta[:, None, :H] * Z * (1 - Z)], axis=2)[:, :, free]
         A = np.einsum("psi,psj->pij", J, J)
         g = np.einsum("psi,ps->pi", J, res)
-        D = np.einsum("pii->pi", A)
-        step = -np.linalg.solve(A + mu[:, None, None] * (D[:, :, None] * np.eye(2 * H)
-                                                         + 1e-300 * np.eye(2 * H)), g[..., None])[..., 0]
-        new = theta + step
+        D = np.einsum("pii->pi", A) + 1e-300
+        step = -np.linalg.solve(A + mu[:, None, None] * (D[:, :, None] * eye), g[..., None])[..., 0]
+        new = theta.copy()
+        new[:, free] += step
         Zn, rn = parts(new)
         cn = np.sum(rn ** 2, axis=1)
         better = np.isfinite(cn) & (cn < cost)

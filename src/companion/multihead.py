@@ -1554,6 +1554,9 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
                 f"cannot separate {H_row} logistic terms from {2 * H_plan} samples at most tokens; "
                 "use learn_canonical, or try another scale.")
         gamma0 = np.median(gam[agree], axis=0)
+        # With the row's amplitudes fixed, each pair's shifts are far better conditioned.
+        sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
+                                 sh[agree], fixed_gamma=True)[1]
         # Minimum-norm start from the resolved pairs (fewer than d of them leave R0 in their span;
         # the joint fit over all K tokens fills in the rest).
         R0 = _start_rows(X[agree], sh[agree], float(np.max(np.abs(s))))
