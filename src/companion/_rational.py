@@ -319,6 +319,7 @@ def polish_pairs(s, G, gamma, l, *, iters=30, fixed_gamma=False):
     Z, res = parts(theta)
     cost = np.sum(res ** 2, axis=1)
     eye = np.eye(nf)
+    done = np.zeros(P, bool)
     for _ in range(iters):
         J = np.concatenate([Z, theta[:, None, :H] * Z * (1 - Z)], axis=2)[:, :, free]
         A = np.einsum("psi,psj->pij", J, J)
@@ -330,8 +331,12 @@ def polish_pairs(s, G, gamma, l, *, iters=30, fixed_gamma=False):
         Zn, rn = parts(new)
         cn = np.sum(rn ** 2, axis=1)
         better = np.isfinite(cn) & (cn < cost)
+        settled = ~better | (cost - cn <= 1e-3 * cost)
         theta[better], Z[better], res[better], cost[better] = new[better], Zn[better], rn[better], cn[better]
         mu = np.where(better, mu / 10, mu * 10).clip(1e-12, 1e12)
+        done = done & settled if _ else settled
+        if done.all() and _ >= 3:               # every pair converged or stuck
+            break
     return theta[:, :H], theta[:, H:], np.max(np.abs(res), axis=1)
 
 
@@ -388,7 +393,7 @@ def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
         g = np.concatenate([np.einsum("ksh,ks->h", Z, res),
                             (np.einsum("ksh,ks->kh", B, res).T @ X).ravel()])
         diag = np.diag(A) + 1e-12 * np.max(np.diag(A))
-        improved = False
+        improved = converged = False
         for _ in range(16):
             try:
                 step = -cho_solve(cho_factor(A + mu * np.diag(diag), check_finite=False), g,
@@ -400,12 +405,13 @@ def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
             Zn, rn = parts(gn, Rn)
             cn = float(np.sum(rn ** 2))
             if np.isfinite(cn) and cn < cost:
+                converged = cn > 0.5 * cost and cn <= 1e4 * floor     # at rounding level, slowing
                 gamma, R, Z, res, cost = gn, Rn, Zn, rn, cn
                 mu = max(mu / 10, 1e-12)
                 improved = True
                 break
             mu *= 10
-        if not improved:
+        if not improved or converged:
             break
     if cost > 1e4 * floor:
         # The normal equations square the condition number of the Jacobian; where they stall, the

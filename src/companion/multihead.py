@@ -1491,43 +1491,44 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     spare = plan["spare_rows"]
     n_redrawn = 0
 
-    def learn_row(i):
-        nonlocal H_row
-        G = _ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None]
+    def pair_fits(G, h):
+        """Each pair on its own (batched): interpolation through 2h samples, then LM on all."""
+        sub = np.unique(np.round(np.linspace(0, s.size - 1, 2 * h)).astype(int))
+        g0, l0 = interpolate_pairs(r[sub], G[:, sub], h)
+        ok = np.all(np.isfinite(l0), axis=1)
+        gam = np.full((G.shape[0], h), np.nan)
+        sh = np.full((G.shape[0], h), np.nan)
+        res = np.full(G.shape[0], np.inf)
+        if ok.any():
+            gam[ok], sh[ok], res[ok] = polish_pairs(s, G[ok], g0[ok], l0[ok])
+        return gam, sh, res
+
+    def check_visible(i, G):
         gmax = float(np.max(np.abs(G)))
         if gmax <= 1e-13 * max(1.0, float(np.max(np.abs(bX)))):
             raise NotIdentifiableError(
                 f"row {i}: every answer equals x^T v: no head's softmax is visible along "
                 "delta_i, so the values cancel (e.g. v and -v on equal W); the canonical form has "
                 "no heads here.")
-        # Each pair on its own: interpolation, then LM, with the number of terms found.
-        if H_row is None:
-            # Only a bound H_0: the smallest number of terms h whose interpolation through 2h of
-            # the samples fits all 2 H_0 of them (with more terms than heads the interpolant has
-            # cancelling pole-zero pairs, and the misfit stops falling), by a majority of pairs.
-            for h_try in range(1, H_plan + 1):
-                sub = np.unique(np.round(np.linspace(0, s.size - 1, 2 * h_try)).astype(int))
-                g0, l0 = interpolate_pairs(r[sub], G[:, sub], h_try)
-                ok = np.all(np.isfinite(l0), axis=1)
-                res1 = np.full(K, np.inf)
-                if ok.any():
-                    res1[ok] = polish_pairs(s, G[ok], g0[ok], l0[ok])[2]
-                if np.mean(res1 <= _START_TOL * gmax) >= 0.25:
-                    break
-            else:
-                raise OracleInconsistentError(
-                    f"row {i}: no number of terms up to H_bound={H_plan} fits a quarter of the "
-                    f"pairs to {_START_TOL:g} relative; the oracle may not be a sum of heads, or "
-                    "H_bound is too small.")
-            H_row = h_try
-        sub = np.unique(np.round(np.linspace(0, s.size - 1, 2 * H_row)).astype(int))
-        g0, l0 = interpolate_pairs(r[sub], G[:, sub], H_row)
-        ok = np.all(np.isfinite(l0), axis=1)
-        gam = np.full((K, H_row), np.nan)
-        sh = np.full((K, H_row), np.nan)
-        res = np.full(K, np.inf)
-        if ok.any():
-            gam[ok], sh[ok], res[ok] = polish_pairs(s, G[ok], g0[ok], l0[ok])
+        return gmax
+
+    def choose_terms(G):
+        """Only a bound H_0: the smallest number of terms h whose interpolation through 2h of the
+        samples fits all 2 H_0 of them, for a quarter of the pairs (with more terms than heads the
+        interpolant has cancelling pole-zero pairs, and the misfit stops falling)."""
+        gmax = float(np.max(np.abs(G)))
+        for h_try in range(1, H_plan + 1):
+            if np.mean(pair_fits(G, h_try)[2] <= _START_TOL * gmax) >= 0.25:
+                return h_try
+        raise OracleInconsistentError(
+            f"no number of terms up to H_bound={H_plan} fits a quarter of the pairs of row 0 to "
+            f"{_START_TOL:g} relative; the oracle may not be a sum of heads, or H_bound is too small.")
+
+    def learn_row(i, G=None, fits=None):
+        if G is None:                                   # a redrawn direction: ask its pairs now
+            G = _ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None]
+        gmax = check_visible(i, G)
+        gam, sh, res = pair_fits(G, H_row) if fits is None else (f.copy() for f in fits)
         fit = res <= _START_TOL * gmax           # a start only: the joint fit refines it to tol
         if not fit.any():
             raise OracleInconsistentError(
@@ -1567,10 +1568,18 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
                 f"{info['residual'] / info['scale']:.2g} relative (tol={tol:g}), starting from "
                 f"{int(agree.sum())} resolved pairs; use learn_canonical.")
         return gamma, R, float(agree.mean()), info["residual"] / info["scale"]
+    # Every row's pairs in one batch per length, and every pair's own fit batched over all rows.
+    G_all = (_ask_pairs(oracle, (X[None] + P[:, None]).reshape(-1, d), np.tile(X, (d, 1)), n, m)
+             - np.tile(bX, d)[:, None]).reshape(d, K, -1)
+    if H_row is None:
+        check_visible(0, G_all[0])
+        H_row = choose_terms(G_all[0])
+    fits_all = [f.reshape(d, K, *f.shape[1:]) for f in pair_fits(G_all.reshape(d * K, -1), H_row)]
     for i in range(d):
+        G_i, fits_i = G_all[i], tuple(f[i] for f in fits_all)
         while True:
             try:
-                out = learn_row(i)
+                out = learn_row(i, G_i, fits_i)
                 break
             except OracleInconsistentError:
                 if spare == 0:
@@ -1585,6 +1594,7 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
                     if np.linalg.cond(Pn) < 10 * d:
                         break
                 P[i] = Pn[i]
+                G_i, fits_i = None, None
         amps.append(out[0])
         rows.append(out[1])
         fractions.append(out[2])
@@ -1645,3 +1655,66 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
 
 
 __all__ += ["learn_canonical_rational", "follow_up_count", "rational_plan"]
+
+
+def counts_conditioning(d, H, *, shift_std=3.0, n_draws=20, seed=0):
+    """Rounding sensitivity of the counts route: one pair on its own against a joint row fit.
+
+    Random amplitudes ``gamma ~ N(0, I_H)``, row vectors ``R_h ~ N(0, shift_std^2 I_d / d)`` and
+    tokens of unit norm (shifts of standard deviation ``shift_std``), sampled at the ratios of
+    :func:`companion._rational.ratio_design`. The sensitivity is ``eps * max|G| / sigma_min(J)``
+    for the Jacobian ``J`` of the samples with respect to the unknowns: the largest change of an
+    unknown that a rounding-level change of the answers can cause.
+
+    Returns
+    -------
+    dict
+        ``"pair"``: median over ``n_draws`` pairs of the free fit of ``(gamma, l)`` from ``2 H``
+        samples; ``"pair_fixed_gamma"``: the same with the amplitudes known; ``"row"``: the joint
+        fit of ``(gamma, R)`` over the ``K`` tokens of :func:`rational_plan` (median of 3 draws).
+
+    Examples
+    --------
+    >>> c = counts_conditioning(8, 2)
+    >>> bool(c["pair"] < 1e-10 and c["row"] < 1e-10)
+    True
+    """
+    from scipy.special import expit
+
+    from ._rational import ratio_design
+
+    d = check_int(d, "d", minimum=1)
+    H = check_int(H, "H", minimum=1)
+    shift_std = check_real(shift_std, "shift_std", minimum=0.0, strict=True)
+    n_draws = check_int(n_draws, "n_draws", minimum=1)
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    n, m = ratio_design(H)
+    s = np.log(n / m)
+
+    def sens(J, scale):
+        sv = np.linalg.svd(J, compute_uv=False)
+        return float(_EPS * scale / sv[-1]) if sv[-1] > 0 else np.inf
+
+    free, fixed = [], []
+    for _ in range(n_draws):
+        g, l = rng.standard_normal(H), shift_std * rng.standard_normal(H)
+        Z = expit(s[:, None] + l[None])
+        scale = max(1.0, float(np.max(np.abs(Z @ g))))
+        B = g * Z * (1 - Z)
+        free.append(sens(np.hstack([Z, B]), scale))
+        fixed.append(sens(B, scale))
+    K = rational_plan(d, H)["K"]
+    rows = []
+    for _ in range(3):
+        g, R = rng.standard_normal(H), shift_std * rng.standard_normal((H, d)) / np.sqrt(d)
+        X = rng.standard_normal((K, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        Z = expit(s[None, :, None] + (X @ R.T)[:, None, :])
+        B = g * Z * (1 - Z)
+        J = np.hstack([Z.reshape(-1, H), (B[..., None] * X[:, None, None, :]).reshape(-1, H * d)])
+        rows.append(sens(J, max(1.0, float(np.max(np.abs(Z @ g))))))
+    return {"pair": float(np.median(free)), "pair_fixed_gamma": float(np.median(fixed)),
+            "row": float(np.median(rows))}
+
+
+__all__ += ["counts_conditioning"]
