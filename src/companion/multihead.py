@@ -957,6 +957,12 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
                     seed=0):
     """Recover the canonical form of a general multi-head target from value queries.
 
+    The robust route: several times the follow-up's ``4 H d^2 - 2 H + 1`` queries, and sequences
+    up to ``max_len`` tokens, but it resolves more heads per pair. When queries are expensive and
+    ``H`` is small, :func:`learn_canonical_rational` asks at most that count, of length
+    ``<= 2 H + 1``; use this one where that route refuses (``benchmarks/bench_multihead.py``
+    measures the largest ``H`` of both per ``d``).
+
     Parameters
     ----------
     oracle : ValueQueryOracle
