@@ -1724,3 +1724,92 @@ def counts_conditioning(d, H, *, shift_std=3.0, n_draws=20, seed=0):
 
 
 __all__ += ["counts_conditioning"]
+
+
+def probe_hessian(oracle, v, x0, step=1e-3):
+    """The symmetric matrix ``M = sym(sum_h v^(h) (W^(h) x0)^T)`` of :func:`learn_orthogonal_heads`.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle of dimension ``d``; ``d (d + 1)`` of its queries are spent.
+    v : array-like of shape (d,)
+        ``sum_h v^(h)`` (the answers to the length-1 queries ``e_j``).
+    x0 : array-like of shape (d,)
+        The probe's query token direction.
+    step : float, default=1e-3
+        Size ``s`` of the query token, ``0 < s <= 0.1`` (Richardson extrapolation over ``s, 2s``).
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.oracles import ValueQueryOracle
+    >>> t = random_multi_head(4, 2, orthogonal=True, seed=0)
+    >>> x0 = np.ones(4) / 2
+    >>> M = probe_hessian(ValueQueryOracle(t), t.vs.sum(0), x0)
+    >>> exact = sum(np.outer(vh, W @ x0) + np.outer(W @ x0, vh) for W, vh in zip(t.Ws, t.vs)) / 2
+    >>> bool(np.allclose(M, exact, atol=1e-8))
+    True
+    """
+    d = check_exact_oracle(oracle, "probe_hessian")
+    v = as_float_array(v, "v", ndim=1, shape=(d,))
+    x0 = as_float_array(x0, "x0", ndim=1, shape=(d,))
+    step = check_real(step, "step", minimum=0.0, strict=True, maximum=0.1)
+    return _probe_hessian(oracle, v, x0, step)
+
+
+def count_pairs(n_points, max_len):
+    """Counts ``(n, m)`` with ``n + m <= max_len`` spread evenly in ``log(n / m)`` (the robust route's).
+
+    See :func:`companion._rational.count_pairs`.
+
+    Examples
+    --------
+    >>> n, m = count_pairs(5, 5)
+    >>> (n / m).round(3).tolist()
+    [0.25, 0.5, 1.0, 2.0, 4.0]
+    """
+    from ._rational import count_pairs as _count_pairs
+
+    return _count_pairs(check_int(n_points, "n_points", minimum=1), check_int(max_len, "max_len", minimum=2))
+
+
+def fit_logistic_sum(s, g):
+    """Fit ``g(s) = sum_h c_h sigma(s + l_h)`` with the number of terms found (AAA, then LM).
+
+    Parameters
+    ----------
+    s : array-like of shape (K,)
+        Sample points ``log(n / m)``.
+    g : array-like of shape (K,)
+        Answers minus ``x^T v``.
+
+    Returns
+    -------
+    c, l : ndarray of shape (H,)
+        Amplitudes and shifts, sorted by ``l``.
+    info : dict
+        ``residual``, ``sensitivity``, ``scale`` (:func:`companion._rational.fit_free`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> n, m = count_pairs(20, 64)
+    >>> s = np.log(n / m)
+    >>> g = 1.0 / (1 + np.exp(-(s - 1.0))) - 0.5 / (1 + np.exp(-(s + 1.0)))
+    >>> c, l, info = fit_logistic_sum(s, g)
+    >>> c.round(8).tolist(), l.round(8).tolist()
+    ([1.0, -0.5], [-1.0, 1.0])
+    """
+    from ._rational import fit_free
+
+    s = as_float_array(s, "s", ndim=1)
+    g = as_float_array(g, "g", ndim=1, shape=s.shape)
+    return fit_free(s, g)
+
+
+__all__ += ["probe_hessian", "count_pairs", "fit_logistic_sum"]
