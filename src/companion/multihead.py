@@ -1365,8 +1365,10 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     H_bound : int, default=None
         A known upper bound ``H_0`` on it, used when ``H`` is not given: the learner then asks
         ``<= 4 H_0 d^2 - 2 H_0 + 1`` queries of length ``<= 2 H_0 + 1`` and finds the number of
-        heads (fewer heads show as terms whose amplitude vanishes). Exactly one of ``H`` and
-        ``H_bound`` must be given.
+        heads on row 0: the smallest ``h`` whose interpolation through ``2 h`` of the ``2 H_0``
+        samples fits all of them for a quarter of the pairs (with more terms than heads the
+        interpolant only adds cancelling pole-zero pairs). Exactly one of ``H`` and ``H_bound``
+        must be given.
     scale : float, default=3.0
         Median norm of the query tokens ``x`` (``0 < scale <= 100``); the shifts
         ``(u - x)^T W_h x`` grow with it. Tune it to ``||W_h||``: about 3 for entries of order 1.
@@ -1388,7 +1390,7 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         ``Ws``, ``vs`` of the canonical form. ``n_learning_queries <= 4 H d^2 - 2 H + 1``
         (``rational_plan(d, H)["n_queries"]``). ``diagnostics``: ``n_heads``, ``max_len``
         (``<= 2 H + 1``), ``kim_count``, ``plan``, ``resolved_fraction`` (pairs of the worst row
-        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``.
+        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``.
 
     Raises
     ------
