@@ -502,10 +502,11 @@ def test_every_figure_has_alt_text_that_says_what_it_shows(path):
 @pytest.mark.slow
 def test_built_figures_carry_their_alt_text(book_html):
     from bs4 import BeautifulSoup
+    from docutils.nodes import make_id
 
     for path in CHAPTERS:
         soup = BeautifulSoup((book_html / "book" / "chapters" / f"{path.stem}.html").read_text(), "html.parser")
         for cell in _figure_cells(path):
             meta = cell["metadata"]["mystnb"]
-            img = soup.find(id=meta["figure"]["name"]).find("img")
+            img = soup.find(id=make_id(meta["figure"]["name"])).find("img")   # Sphinx lower-cases ids
             assert img["alt"] == meta["image"]["alt"], f"{path.stem}: {meta['figure']['name']} alt {img['alt'][:60]!r}"
