@@ -51,6 +51,13 @@ MESSAGES = {
         "The learner's assumptions do not hold for this target; nothing was returned. Pass "
         "verify=0 to get the unverified estimate anyway."
     ),
+    "verify_failed_rounding": (
+        "verification failed: on {n} fresh random queries the recovered model disagrees with the "
+        "oracle by up to {err:.3g} (relative), beyond the tolerance {tol:.3g} = {size:.0f} x "
+        "u={u:.2g} that rounding allows: {prec}. Rounding at that level cannot explain it, so "
+        "the oracle is not {what}; nothing was returned. Pass verify=0 to get the unverified "
+        "estimate anyway."
+    ),
     "verify_noisy_failed": (
         "verification failed: {n} fresh queries certify ||{name} - {name}*|| >= {err:.3g}, more than "
         "the {allowed:.3g} allowed, for every target within tau={tau:.3g} of the answers with "
