@@ -300,11 +300,14 @@ def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what
     spent = n
     if not np.all(err <= tol):
         if precision is not None and precision.coarse:
-            raise OracleInconsistentError(MESSAGES["verify_failed_rounding"].format(
+            exc = OracleInconsistentError(MESSAGES["verify_failed_rounding"].format(
                 n=n, err=worst, tol=tol[i], prec=precision.describe(), size=sizes[i],
                 u=precision.value, what=what))
-        raise OracleInconsistentError(MESSAGES["verify_failed"].format(
-            n=n, err=worst, tol=tol[i], what=what))
+        else:
+            exc = OracleInconsistentError(MESSAGES["verify_failed"].format(
+                n=n, err=worst, tol=tol[i], what=what))
+        exc.max_error, exc.tolerance = worst, float(tol[i])      # for callers that report them
+        raise exc
     return {"n_verify_queries": spent, "verify_max_error": float(np.max(err)),
             "verify_tolerance": float(tol[int(np.argmax(err))])}
 
