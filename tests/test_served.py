@@ -8,7 +8,7 @@ import pytest
 
 from companion._learner import AnswerPrecision, rounding_tolerance, verify_outputs
 from companion.attention import SingleHead, random_single_head
-from companion.errors import OracleInconsistentError
+from companion.errors import OracleInconsistentError, PrecisionError
 from companion.exact import learn_single_head
 from companion.lowrank import learn_low_rank
 from companion.multihead import detect_multi_head
@@ -111,6 +111,24 @@ def test_detect_multi_head_calls_a_float32_single_head_single():
     target = ServedHead(random_single_head(128, seed=0), "float32")
     det = detect_multi_head(ValueQueryOracle(target, precision="float32"))
     assert det.single_head, det.message
+
+
+def test_bfloat16_head_cannot_be_verified_but_reaches_its_floor_unverified():
+    target = ServedHead(random_single_head(32, seed=4), "bfloat16")
+    with pytest.raises(PrecisionError, match=r"u=0.0039 \(bfloat16\?\).*certify nothing"):
+        learn_single_head(ValueQueryOracle(target))
+    rec = learn_single_head(ValueQueryOracle(target, precision="bfloat16"), verify=0)
+    assert rel(rec.W, target.W) <= 10 * rec.diagnostics["floor_W"]
+    assert 1e-3 < rec.diagnostics["floor_W"] < 1e-1
+
+
+def test_sketch_rank_decision_follows_float16_rounding():
+    """float64's 1e-8 would call the core's rounding (about 1e-3 relative) a sixth singular value."""
+    target = ServedHead(random_single_head(64, rank=5, seed=64), "float16")
+    rec = learn_low_rank(ValueQueryOracle(target, precision="float16"), 5, method="sketch", verify=0)
+    s = rec.diagnostics["core_singular_values"]
+    assert rec.rank == 5 and s[5] / s[0] < rec.diagnostics["rank_tol_used"] < s[4] / s[0]
+    assert rel(rec.W, target.W) < 0.05
 
 
 # --- a real framework's layer -----------------------------------------------------------------------

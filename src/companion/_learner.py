@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_int, check_real
-from .errors import MESSAGES, OracleInconsistentError
+from .errors import MESSAGES, OracleInconsistentError, PrecisionError
 
 #: Fresh random queries every learner spends on its default verification.
 DEFAULT_VERIFY = 32
@@ -127,7 +127,7 @@ def head_check_size(W, v, kappa_W, kappa_v):
     rounding of the served evaluation: each score ``x_i^T W x_N`` and value ``x_i^T v`` comes
     through about ``2 d`` roundings and the softmax and weighted sum add ``3 N``, and a score error
     ``delta`` moves ``f`` by at most ``2 delta max_i |x_i^T v|``; relative to the output scale
-    ``max_i |x_i^T v|`` this is ``(2d + 3N) (rho + 2 B) u`` with ``B = max_i |x_i|^T |W| |x_N|`` and
+    ``max_i |x_i^T v|`` this is ``s(2d + 3N) (rho + 2 B) u`` (``s`` = :func:`rounding_size`) with ``B = max_i |x_i|^T |W| |x_N|`` and
     ``rho = max_i |x_i|^T |v| / max_i |x_i^T v|`` (Higham 2002, §3.1); and (ii) the learner's own
     error at its floor ``kappa u`` (``kappa_W``, ``kappa_v``: the relative floors of ``W`` and ``v``
     per unit of ``u``), ``(2 kappa_W ||W||_F ||x_i|| ||x_N|| + kappa_v ||v|| ||x_i||) u`` relative.
@@ -144,9 +144,33 @@ def head_check_size(W, v, kappa_W, kappa_v):
         rho = float(np.max(ax @ av)) / out
         norms = np.linalg.norm(x, axis=1)
         learned = (2 * kappa_W * nW * norms.max() * norms[-1] + kappa_v * nv * norms.max()) / out
-        return (2 * d + 3 * len(x)) * (rho + 2 * B) + learned
+        return rounding_size(2 * d + 3 * len(x)) * (rho + 2 * B) + learned
 
     return size
+
+
+#: Probability, per compared quantity, that the probabilistic rounding bound of
+#: :func:`rounding_size` is exceeded (a false alarm of a check).
+P_FALSE_ALARM = 1e-6
+
+
+def rounding_size(n) -> float:
+    """``lambda sqrt(n)``: the size factor of ``n`` roundings that add up, with high probability.
+
+    The worst-case bound of ``n`` roundings is ``gamma_n ~ n u`` (Higham 2002, Lemma 3.1); for
+    rounding errors that are independent and mean-zero, Higham & Mary (SIAM J. Sci. Comput. 41(5),
+    2019, Thm 2.4) bound it by ``lambda sqrt(n) u`` with probability at least
+    ``1 - 2 n exp(-lambda^2 (1 - u)^2 / 2)``. Setting that failure probability to
+    ``P_FALSE_ALARM`` gives ``lambda = sqrt(2 ln(2 n / P_FALSE_ALARM))`` (about 6.5 for n = 800).
+    A check that used ``n u`` would accept errors ``sqrt(n)`` times larger than rounding makes.
+
+    Examples
+    --------
+    >>> round(rounding_size(800) / np.sqrt(800), 2)
+    6.52
+    """
+    n = max(float(n), 1.0)
+    return float(np.sqrt(2.0 * np.log(2.0 * n / P_FALSE_ALARM)) * np.sqrt(n))
 
 
 def rounding_tolerance(u, size) -> float:
@@ -252,8 +276,13 @@ def random_queries(d, n, *, seed, scale=1.0, max_len=VERIFY_MAX_LEN, unit_ball=F
     return X
 
 
+#: A verification whose median tolerance reaches this fraction of the output scale certifies
+#: nothing (a model off by half its output would pass): it raises PrecisionError instead.
+VACUOUS_TOLERANCE = 0.5
+
+
 def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what="the model",
-                   precision=None, size=None):
+                   precision=None, size=None, floor=None):
     """Compare ``oracle`` with ``predict`` on ``n`` fresh random queries (exact oracles).
 
     The disagreement on a query ``X`` is ``|VQ(X) - predict(X)| / out_scale(X)``, where
@@ -276,6 +305,9 @@ def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what
     ------
     OracleInconsistentError
         If a disagreement exceeds its tolerance: the oracle is not ``what``.
+    PrecisionError
+        If the median tolerance reaches ``VACUOUS_TOLERANCE`` (the answers are too coarse for the
+        check to mean anything; ``floor``, the estimate's attainable error, goes in the message).
     """
     if n == 0:
         return {"n_verify_queries": 0}
@@ -295,6 +327,11 @@ def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what
     tol = tolerances()
     if not np.all(err <= tol) and precision is not None and precision.measure():
         tol = tolerances()
+    if precision is not None and float(np.median(tol)) >= VACUOUS_TOLERANCE:
+        k = int(np.argsort(tol)[n // 2])
+        raise PrecisionError(MESSAGES["verify_vacuous"].format(
+            prec=precision.describe(), n=n, tol=tol[k], size=sizes[k],
+            floor=float("nan") if floor is None else floor(precision.value)))
     i = int(np.argmax(err / tol))
     worst = float(err[i])
     spent = n

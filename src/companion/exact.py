@@ -435,7 +435,8 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
     checked = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), verify,
                              rtol=verify_rtol, seed=seed + 1, scale=float(np.sqrt(np.median(C))),
                              what="a single attention head (Theorem 4.1's assumption)",
-                             precision=prec, size=head_check_size(W, v, kappa_W, 1.0))
+                             precision=prec, size=head_check_size(W, v, kappa_W, 1.0),
+                             floor=lambda u: kappa_W * u)
     diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * prec.value, floor_v=prec.value)
     if prec.known:
         message += f"; {prec.describe()}, attainable relative error of W about {kappa_W * prec.value:.1e}"

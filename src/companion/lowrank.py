@@ -36,9 +36,9 @@ from ._streaming import answer_rop, chunk_queries
 from ._validation import check_choice, check_int, check_real
 from .errors import (InvalidInputError, NotIdentifiableError, OracleInconsistentError,
                      SolverError)
-from ._learner import (DEFAULT_VERIFY, TWO_TOKEN_ROUNDINGS, AnswerPrecision, best_relative_scale,
-                       build, check_verify, head_check_size, measurement_errors, reserve,
-                       saturation_band, verify_outputs)
+from ._learner import (DEFAULT_VERIFY, AnswerPrecision, best_relative_scale, build, check_verify,
+                       head_check_size, measurement_errors, reserve, saturation_band,
+                       verify_outputs)
 from .attention import SingleHead
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES
@@ -87,9 +87,9 @@ _MESSAGES = {
     ),
     "rank_small_rounding": (
         "the oracle's head has rank above the assumed rank={r}: singular value {i} of the {k} x {k} "
-        "core is {s:.3g} relative, beyond the rounding level {noise:.3g} = {size} x u={u:.2g} x the "
-        "measurements' sensitivity ({prec}). Rounding cannot explain it: pass a larger rank, or "
-        "rank=None with method='sketch' to detect it."
+        "core is {s:.3g} relative, beyond its measured rounding level {noise:.3g} (twice the "
+        "core's change when asked again at another scale; {prec}). Rounding cannot explain it: "
+        "pass a larger rank, or rank=None with method='sketch' to detect it."
     ),
     "rank_small": (
         "the oracle's head has rank above the assumed rank={r}: {what} (relative {err:.3g} > "
@@ -515,15 +515,19 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
     assembled from its rank-``rho`` factors, ``O(d^2 rho)`` work.
 
     A singular value of the core counts as zero below the largest of ``rank_tol * s_1``, 1e-12
-    and the rounding level ``k (2d + TWO_TOKEN_ROUNDINGS) max_k e_k``, ``e_k`` the error one
-    rounding ``prec.value`` of an answer causes in entry ``k`` (:func:`measurement_errors`): the
-    probe tokens are dense, so a score passes ``2d`` roundings, and a ``k x k`` matrix of entries
-    at most ``e`` has spectral norm at most ``k e``.
+    and, once the answers' precision is known to be coarser than float64's (stated, or measured
+    because the float64 decision found too high a rank), the core's *measured* rounding level:
+    the ``k x k`` core is asked again at a scale ``sqrt(3/2)`` larger (not a power of two, so
+    every product is rounded anew; ``k^2`` queries, counted as re-measurements), and the level is
+    ``2 ||M_1 - M_2||_2``. Two independent roundings ``N_1``, ``N_2`` of the core have
+    ``||N_1 - N_2||_2`` about ``sqrt(2) ||N_1||_2``, and a singular value that is zero in exact
+    arithmetic is at most ``||N_1||_2`` after rounding (Weyl), so the level sits a factor
+    ``2 sqrt(2)`` above what rounding can create. It is measured, not modelled: it holds however
+    the framework accumulates (float32 sums for bfloat16 kernels, or not).
     """
     d = v.shape[0]
     L, RT = _sketch_bases(v, rng)
     M = np.full((d, d), np.nan)
-    E = np.zeros((d, d))                    # per-entry error per unit rounding, at the scale used
     E_best = np.zeros((d, d))               # ... at the best scale (the floor)
     n_req = 0
     max_logit = 0.0
@@ -544,14 +548,26 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
             t, info = _measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
                                         segments=seg, c_start=c_start, band=band)
             M[i, j] = t
-            E[i, j] = measurement_errors(1.0, t, info["scales"], info["av"], info["bv"])
             E_best[i, j] = measurement_errors(1.0, t, info["scales"], info["av"], info["bv"],
                                               best=True)
             n_req += info["n_requeries"]
             max_logit = max(max_logit, info["max_abs_logit"])
 
+    levels = {}
+
+    def core_level(k):
+        """``2 ||M_1 - M_2||_2`` of the ``k x k`` core asked at two scales (see above)."""
+        nonlocal n_req
+        if k not in levels:
+            i, j = (a.ravel() for a in np.meshgrid(np.arange(k), np.arange(k), indexing="ij"))
+            t, info = _measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
+                                        c_start=c_start * math.sqrt(1.5), band=band)
+            n_req += i.size + info["n_requeries"]
+            levels[k] = 2.0 * float(np.linalg.norm(t.reshape(k, k) - M[:k, :k], 2))
+        return levels[k]
+
     def rank_of(s, k):
-        noise = k * (2 * d + TWO_TOKEN_ROUNDINGS) * float(np.max(E[:k, :k])) * prec.value
+        noise = core_level(k) if prec.coarse else 0.0
         return int(np.sum(s > max(rank_tol * s[0], _NOISE_FLOOR, noise))) if s.size else 0, noise
 
     if rank is not None:
@@ -565,7 +581,7 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
             if prec.coarse:
                 raise OracleInconsistentError(_MESSAGES["rank_small_rounding"].format(
                     r=rank, i=rank + 1, k=k, s=s[rank] / s[0], noise=noise / s[0],
-                    size=k * (2 * d + TWO_TOKEN_ROUNDINGS), u=prec.value, prec=prec.describe()))
+                    prec=prec.describe()))
             raise OracleInconsistentError(_MESSAGES["rank_small"].format(
                 r=rank, what=f"singular value {rank + 1} of the {k} x {k} core is nonzero",
                 err=s[rank] / s[0], tol=max(rank_tol, noise / s[0])))
@@ -870,7 +886,8 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     checked = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), verify,
                              rtol=verify_rtol, seed=seed + 1,
                              what=f"a single head with rank(W*) <= {r_out} recovered by {method!r}",
-                             precision=prec, size=head_check_size(W, v, kappa_W, 1.0))
+                             precision=prec, size=head_check_size(W, v, kappa_W, 1.0),
+                             floor=lambda u: kappa_W * u)
     if method == "sketch":
         diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * prec.value, floor_v=prec.value)
         if prec.known:
