@@ -164,13 +164,13 @@ def rounding_size(n) -> float:
     rounding errors that are independent and mean-zero, Higham & Mary (SIAM J. Sci. Comput. 41(5),
     2019, Thm 2.4) bound it by ``lambda sqrt(n) u`` with probability at least
     ``1 - 2 n exp(-lambda^2 (1 - u)^2 / 2)``. Setting that failure probability to
-    ``P_FALSE_ALARM`` gives ``lambda = sqrt(2 ln(2 n / P_FALSE_ALARM))`` (about 6.5 for n = 800).
+    ``P_FALSE_ALARM`` gives ``lambda = sqrt(2 ln(2 n / P_FALSE_ALARM))`` (6.51 for n = 800).
     A check that used ``n u`` would accept errors ``sqrt(n)`` times larger than rounding makes.
 
     Examples
     --------
-    >>> round(rounding_size(800) / np.sqrt(800), 2)
-    6.52
+    >>> round(rounding_size(800) / float(np.sqrt(800)), 2)
+    6.51
     """
     n = max(float(n), 1.0)
     return float(np.sqrt(2.0 * np.log(2.0 * n / P_FALSE_ALARM)) * np.sqrt(n))
@@ -197,7 +197,7 @@ class AnswerPrecision:
     """
 
     def __init__(self, oracle, precision=None, *, seed=0):
-        from .oracles import _as_precision, stated_precision
+        from .oracles import as_precision, stated_precision
 
         self.oracle, self.seed = oracle, int(seed)
         self.n_queries, self.format, self.source = 0, None, None
@@ -205,11 +205,11 @@ class AnswerPrecision:
         if isinstance(precision, str) and precision == "measure":
             self.measure()
         elif precision is not None:
-            self.u, self.source = _as_precision(precision), "given"
+            self.u, self.source = as_precision(precision), "given"
         elif stated_precision(oracle) is not None:
             self.u, self.source = stated_precision(oracle), "stated"
         if self.u is not None and self.format is None:
-            from .served import nearest_format
+            from .oracles import nearest_format
 
             self.format = nearest_format(self.u)
 

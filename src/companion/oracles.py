@@ -21,7 +21,8 @@ from ._validation import apply_by_length, as_sequences, check_choice, check_int,
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
 
 __all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "AntisymmetrisedOracle", "NOISE_MODELS",
-           "measure_precision", "stated_precision"]
+           "measure_precision", "stated_precision", "as_precision", "FORMATS", "unit_roundoff",
+           "round_to", "nearest_format"]
 
 #: Noise models of :class:`ApproxValueQueryOracle`.
 NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16")
@@ -49,7 +50,7 @@ class ValueQueryOracle:
         Keep a copy of every query and its answer in ``log``.
     precision : str or float, default=None
         The precision the answers are computed in, as the oracle states it: a format of
-        :data:`companion.served.FORMATS` (``"float32"``, ``"bfloat16"``, ...) or its relative
+        :data:`FORMATS` (``"float32"``, ``"bfloat16"``, ...) or its relative
         rounding ``u`` as a float in ``(0, 1)``. ``None``: not stated (an exact float64 oracle, or
         a black box whose learner measures it with :func:`measure_precision` when a check needs it).
 
@@ -107,7 +108,7 @@ class ValueQueryOracle:
         self.record = bool(record)
         self.n_queries = 0
         self.log: list[tuple[np.ndarray, float]] = []
-        self.precision = None if precision is None else _as_precision(precision)
+        self.precision = None if precision is None else as_precision(precision)
 
     @property
     def remaining(self):
@@ -167,10 +168,64 @@ class ValueQueryOracle:
         return f"{type(self).__name__}(d={self.d}, n_queries={self.n_queries}{budget})"
 
 
-def _as_precision(precision) -> float:
-    """A stated precision (format name or relative rounding in (0, 1)) as the float ``u``."""
-    from .served import FORMATS, unit_roundoff
+#: Floating-point formats of a served model, with the number of stored fraction bits.
+FORMATS = {"float64": 52, "float32": 23, "float16": 10, "bfloat16": 7}
 
+
+def unit_roundoff(fmt) -> float:
+    """The relative rounding ``u = 2**-(p + 1)`` of a format with ``p`` fraction bits.
+
+    Rounding to nearest moves a value ``x`` in the normal range by at most ``u |x|`` (Higham,
+    *Accuracy and Stability of Numerical Algorithms*, 2002, Thm 2.2): half an ulp of 1.
+
+    Examples
+    --------
+    >>> unit_roundoff("float32") == 2.0**-24, unit_roundoff("bfloat16") == 2.0**-8
+    (True, True)
+    >>> unit_roundoff("float64") == float(np.finfo(np.float64).eps) / 2
+    True
+    """
+    check_choice(fmt, "fmt", tuple(FORMATS))
+    return 2.0 ** -(FORMATS[fmt] + 1)
+
+
+def round_to(x, fmt) -> np.ndarray:
+    """``x`` rounded to nearest (ties to even) in ``fmt``, returned as float64.
+
+    bfloat16 is rounded through float32 (:func:`round_bfloat16`), as a model
+    that computes in float32 and stores bfloat16 does.
+    """
+    check_choice(fmt, "fmt", tuple(FORMATS))
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        if fmt == "float64":
+            return x.copy()
+        if fmt == "bfloat16":
+            return round_bfloat16(x)
+        return x.astype(np.dtype(fmt)).astype(np.float64)
+
+
+def nearest_format(u) -> str:
+    """The format of :data:`FORMATS` whose unit roundoff is nearest to ``u`` in ratio.
+
+    Examples
+    --------
+    >>> nearest_format(3e-8), nearest_format(2e-3), nearest_format(0.0)
+    ('float32', 'bfloat16', 'float64')
+    """
+    if not u > 0:
+        return "float64"
+    return min(FORMATS, key=lambda f: abs(np.log(u / unit_roundoff(f))))
+
+
+def as_precision(precision) -> float:
+    """A stated precision (a name of :data:`FORMATS`, or a relative rounding in (0, 1/2]) as ``u``.
+
+    Raises
+    ------
+    InvalidInputError
+        For an unknown format or a number outside (0, 1/2].
+    """
     if isinstance(precision, str):
         return unit_roundoff(check_choice(precision, "precision", tuple(FORMATS)))
     return check_real(precision, "precision", minimum=0.0, strict=True, maximum=0.5)
@@ -240,7 +295,7 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     -------
     dict
         ``u`` (the measured relative rounding), ``u_spread``, ``u_granularity``, ``bits`` (the
-        largest significant bits seen), ``format`` (:func:`companion.served.nearest_format` of
+        largest significant bits seen), ``format`` (:func:`nearest_format` of
         ``u``) and ``n_queries`` (``3 n``).
 
     Raises
@@ -258,8 +313,6 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     >>> measure_precision(ValueQueryOracle(random_single_head(16, seed=0)))["format"]
     'float64'
     """
-    from .served import nearest_format
-
     n = check_int(n, "n", minimum=1)
     length = check_int(length, "length", minimum=3)
     seed = check_int(seed, "seed", minimum=0)

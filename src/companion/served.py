@@ -3,7 +3,8 @@
 A deployed model answers in the precision it is served in, not in exact float64. This module
 holds what the learners need to know about that precision (this book's, not the paper's):
 
-* :data:`FORMATS` and :func:`unit_roundoff`: the relative rounding ``u`` of each format
+* :data:`FORMATS` and :func:`unit_roundoff` (defined in :mod:`companion.oracles`, which states
+  an oracle's precision with them): the relative rounding ``u`` of each format
   (half an ulp of 1: ``2**-53``, ``2**-24``, ``2**-11``, ``2**-8``);
 * :func:`round_to`: round float64 values to a format (returned as float64);
 * :class:`ServedHead`: a single head whose weights are stored in a format and whose every
@@ -25,59 +26,9 @@ import numpy as np
 from ._validation import check_choice
 from .attention import SingleHead
 from .errors import InvalidInputError
-from .oracles import round_bfloat16
+from .oracles import FORMATS, nearest_format, round_to, unit_roundoff
 
 __all__ = ["FORMATS", "unit_roundoff", "round_to", "nearest_format", "ServedHead"]
-
-#: Floating-point formats of a served model, with the number of stored fraction bits.
-FORMATS = {"float64": 52, "float32": 23, "float16": 10, "bfloat16": 7}
-
-
-def unit_roundoff(fmt) -> float:
-    """The relative rounding ``u = 2**-(p + 1)`` of a format with ``p`` fraction bits.
-
-    Rounding to nearest moves a value ``x`` in the normal range by at most ``u |x|`` (Higham,
-    *Accuracy and Stability of Numerical Algorithms*, 2002, Thm 2.2): half an ulp of 1.
-
-    Examples
-    --------
-    >>> unit_roundoff("float32") == 2.0**-24, unit_roundoff("bfloat16") == 2.0**-8
-    (True, True)
-    >>> unit_roundoff("float64") == float(np.finfo(np.float64).eps) / 2
-    True
-    """
-    check_choice(fmt, "fmt", tuple(FORMATS))
-    return 2.0 ** -(FORMATS[fmt] + 1)
-
-
-def round_to(x, fmt) -> np.ndarray:
-    """``x`` rounded to nearest (ties to even) in ``fmt``, returned as float64.
-
-    bfloat16 is rounded through float32 (:func:`companion.oracles.round_bfloat16`), as a model
-    that computes in float32 and stores bfloat16 does.
-    """
-    check_choice(fmt, "fmt", tuple(FORMATS))
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        if fmt == "float64":
-            return x.copy()
-        if fmt == "bfloat16":
-            return round_bfloat16(x)
-        return x.astype(np.dtype(fmt)).astype(np.float64)
-
-
-def nearest_format(u) -> str:
-    """The format of :data:`FORMATS` whose unit roundoff is nearest to ``u`` in ratio.
-
-    Examples
-    --------
-    >>> nearest_format(3e-8), nearest_format(2e-3), nearest_format(0.0)
-    ('float32', 'bfloat16', 'float64')
-    """
-    if not u > 0:
-        return "float64"
-    return min(FORMATS, key=lambda f: abs(np.log(u / unit_roundoff(f))))
-
 
 class ServedHead:
     """A single head served in ``fmt``: stored weights and every operation rounded to it.
