@@ -25,7 +25,7 @@ __all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "AntisymmetrisedOracle"
            "round_to", "nearest_format"]
 
 #: Noise models of :class:`ApproxValueQueryOracle`.
-NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16")
+NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16", "none")
 
 #: Default tolerance of the floating-point noise models: the largest rounding error while |f*| <= 1.
 #: float16 is rounded directly from float64 (half an ulp of [1/2, 1)); bfloat16 from float32, as a
@@ -447,6 +447,9 @@ class ApproxValueQueryOracle(ValueQueryOracle):
         * ``"float16"``: ``f*`` rounded to IEEE half precision (``numpy.float16``, nearest even).
         * ``"bfloat16"``: ``f*`` rounded to bfloat16 through float32 (``round_bfloat16``), as a
           model served in bfloat16 returns it.
+        * ``"none"``: the target's own answers, unchanged: for a target whose answers already
+          carry their error (a :class:`~companion.served.ServedHead`), ``tau`` being its stated
+          bound. The oracle cannot check that bound.
     seed : int, default=0
         Seed of the hash behind ``"uniform"``.
     digits : int, default=None
@@ -500,6 +503,8 @@ class ApproxValueQueryOracle(ValueQueryOracle):
 
     def _answer(self, X: np.ndarray) -> np.ndarray:
         y = self._evaluate(X)
+        if self.noise == "none":
+            return y
         if self.noise == "uniform":
             return _within(y, y + self.tau * _hash_uniform(X, self.seed), self.tau)
         if self.noise == "worst":

@@ -28,7 +28,8 @@ from .attention import SingleHead
 from .errors import InvalidInputError
 from .oracles import FORMATS, nearest_format, round_to, unit_roundoff
 
-__all__ = ["FORMATS", "unit_roundoff", "round_to", "nearest_format", "ServedHead"]
+__all__ = ["FORMATS", "unit_roundoff", "round_to", "nearest_format", "ServedHead",
+           "SERVED_LEARNERS", "served_accuracy"]
 
 class ServedHead:
     """A single head served in ``fmt``: stored weights and every operation rounded to it.
@@ -117,3 +118,86 @@ class ServedHead:
 
     def __repr__(self):
         return f"ServedHead(d={self.d}, fmt={self.fmt!r})"
+
+
+#: The learners :func:`served_accuracy` runs: the exact ones (with the floor of their diagnostics)
+#: and chapter 05's approximate-oracle learners (with the oracle's ``tau``).
+SERVED_LEARNERS = ("single_head", "sketch", "robust", "robust_lstsq", "low_rank_noisy")
+
+
+def served_accuracy(learner, fmt, d, *, seed=0):
+    """What ``learner`` reaches on a random head served in ``fmt`` at dimension ``d``: one table row.
+
+    Exact learners (``"single_head"``: :func:`~companion.exact.learn_single_head` on a full-rank
+    ``random_single_head(d)``; ``"sketch"``: :func:`~companion.lowrank.learn_low_rank` with
+    ``method="sketch"`` and ``r = max(1, d // 12)``, MiniLM's ratio of head to model dimension)
+    are told the format (``precision=fmt``) and report their floor ``floor_W``. Approximate
+    learners (``"robust"``: Theorem 6.2's :func:`~companion.robust.learn_robust`; ``"robust_lstsq"``;
+    ``"low_rank_noisy"`` with ``r = max(1, d // 12)``) get a §6 head
+    (:func:`~companion.robust.random_margin_head`, ``W_max = 4``, ``mu = 1 / (2 sqrt(d))``, of rank
+    ``r`` for ``"low_rank_noisy"``) behind
+    ``ApproxValueQueryOracle(noise="none")`` with ``tau = rounding_size(8) u``, the rounding of a
+    two-token answer with ``|f| <= 1`` (:func:`companion._learner.rounding_size`). Every learner
+    runs unverified (``verify=0``), as chapter 05's sweeps do, so that the number is what it reaches.
+
+    Returns
+    -------
+    dict
+        ``learner``, ``fmt``, ``d``, ``u``, ``error_W`` (relative Frobenius error against the
+        stored weights' ``W``), ``floor_W`` (exact learners; NaN otherwise), ``ratio``
+        (``error_W / floor_W``), ``tau`` (approximate learners; NaN otherwise), ``n_queries`` and
+        ``outcome`` (``"ok"`` or the exception's class and first words when the learner refuses).
+
+    Examples
+    --------
+    >>> row = served_accuracy("single_head", "float32", 8)
+    >>> row["outcome"], bool(row["error_W"] <= 10 * row["floor_W"])
+    ('ok', True)
+    """
+    from ._learner import TWO_TOKEN_ROUNDINGS, rounding_size
+    from ._validation import check_int
+    from .attention import random_single_head
+    from .errors import CompanionError
+    from .exact import learn_single_head
+    from .lowrank import learn_low_rank
+    from .oracles import ApproxValueQueryOracle, ValueQueryOracle
+    from .robust import learn_low_rank_noisy, learn_robust, learn_robust_lstsq, random_margin_head
+
+    check_choice(learner, "learner", SERVED_LEARNERS)
+    d = check_int(d, "d", minimum=2)
+    u = unit_roundoff(check_choice(fmt, "fmt", ("float32", "float16", "bfloat16")))
+    r = max(1, d // 12)
+    row = {"learner": learner, "fmt": fmt, "d": d, "u": u, "error_W": float("nan"),
+           "floor_W": float("nan"), "ratio": float("nan"), "tau": float("nan"), "n_queries": 0,
+           "outcome": "ok"}
+    W_max, mu = 4.0, 0.5 / np.sqrt(d)
+    if learner in ("single_head", "sketch"):
+        target = ServedHead(random_single_head(d, rank=None if learner == "single_head" else r,
+                                               seed=seed + d), fmt)
+        oracle = ValueQueryOracle(target, precision=fmt)
+    else:
+        target = ServedHead(random_margin_head(d, W_max=W_max, mu=mu, seed=seed + d,
+                                               rank=r if learner == "low_rank_noisy" else None), fmt)
+        row["tau"] = rounding_size(TWO_TOKEN_ROUNDINGS) * u
+        oracle = ApproxValueQueryOracle(target, row["tau"], noise="none")
+    try:
+        if learner == "single_head":
+            rec = learn_single_head(oracle, verify=0, seed=seed)
+        elif learner == "sketch":
+            rec = learn_low_rank(oracle, r, method="sketch", verify=0, seed=seed)
+        elif learner == "robust":
+            rec = learn_robust(oracle, W_max=W_max, mu=mu, verify=0, seed=seed)
+        elif learner == "robust_lstsq":
+            rec = learn_robust_lstsq(oracle, W_max=W_max, verify=0, seed=seed)
+        else:
+            rec = learn_low_rank_noisy(oracle, r, W_max=W_max, verify=0, seed=seed)
+    except CompanionError as exc:
+        row["outcome"] = f"{type(exc).__name__}: {' '.join(str(exc).split()[:8])}"
+        row["n_queries"] = int(oracle.n_queries)
+        return row
+    row["error_W"] = float(np.linalg.norm(rec.W - target.W) / np.linalg.norm(target.W))
+    row["n_queries"] = int(rec.n_queries)
+    if "floor_W" in rec.diagnostics:
+        row["floor_W"] = float(rec.diagnostics["floor_W"])
+        row["ratio"] = row["error_W"] / row["floor_W"] if row["floor_W"] > 0 else float("inf")
+    return row
