@@ -82,7 +82,8 @@ def best_relative_scale(L) -> float:
 
     def cost(log_c2):
         t = np.exp(log_c2) * a
-        return float(np.log(np.sum(1.0 / (np.exp(log_c2) * expit(t) * expit(-t)))))
+        with np.errstate(divide="ignore", over="ignore"):     # saturated: an infinite cost
+            return float(np.log(np.sum(1.0 / (np.exp(log_c2) * expit(t) * expit(-t)))))
 
     lo, hi = np.log(BEST_LOGIT / a.max()) - 3.0, np.log(BEST_LOGIT / a.min()) + 3.0
     res = minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
