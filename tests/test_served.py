@@ -213,3 +213,33 @@ def test_framework_head_d384():
     assert rel(sk.W, W) <= 10 * sk.diagnostics["floor_W"]
     det = detect_multi_head(ValueQueryOracle(KerasLayer(384, heads=2), d=384, precision="float32"))
     assert not det.single_head
+
+
+# --- chapter 07's pieces ----------------------------------------------------------------------------
+
+def test_bert_layer_in_float32_is_a_float32_computation():
+    from companion import pretrained as P
+
+    g = P.load_reference()["groups"]["len7"]
+    X = g["x"].astype(np.float64)
+    exact64, emul = P.bert_attention_vector(X, 0), P.bert_attention_vector(X, 0, dtype="float32")
+    ref32 = g["f32_all"].astype(np.float64)
+    gap = lambda a, b: float(np.max(np.abs(a - b)) / np.max(np.abs(b))) / 2.0**-23  # noqa: E731
+    # within 16 float32 epsilons of transformers' float32 and of float64, but not float64 itself
+    assert gap(emul, ref32) < 16 and 0.5 < gap(emul, exact64) < 16
+
+
+def test_approx_oracle_noise_none_passes_the_served_answers_through():
+    from companion.oracles import ApproxValueQueryOracle
+
+    head = ServedHead(random_single_head(8, seed=0), "bfloat16")
+    X = np.random.default_rng(0).standard_normal((3, 2, 8)) / 4
+    oracle = ApproxValueQueryOracle(head, 0.1, noise="none")
+    assert np.array_equal(oracle(X), head(X)) and oracle.tau == 0.1
+
+
+def test_best_relative_scale_puts_one_logit_near_t_star_and_is_a_power_of_two():
+    from companion._learner import BEST_LOGIT, best_relative_scale
+
+    c = best_relative_scale([0.01])
+    assert np.log2(c) == round(np.log2(c)) and 0.5 < c**2 * 0.01 / BEST_LOGIT < 2

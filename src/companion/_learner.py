@@ -73,7 +73,7 @@ def best_relative_scale(L) -> float:
     1.0
     """
     from scipy.optimize import minimize_scalar
-    from scipy.special import expit
+    from scipy.special import logsumexp
 
     a = np.abs(np.asarray(L, dtype=np.float64)).ravel()
     a = a[a > 0]
@@ -81,9 +81,9 @@ def best_relative_scale(L) -> float:
         return 1.0
 
     def cost(log_c2):
+        # log sum_k 1 / (c^2 sigma(t_k) sigma(-t_k)), in log space: finite however saturated
         t = np.exp(log_c2) * a
-        with np.errstate(divide="ignore", over="ignore"):     # saturated: an infinite cost
-            return float(np.log(np.sum(1.0 / (np.exp(log_c2) * expit(t) * expit(-t)))))
+        return float(logsumexp(np.logaddexp(0.0, t) + np.logaddexp(0.0, -t) - log_c2))
 
     lo, hi = np.log(BEST_LOGIT / a.max()) - 3.0, np.log(BEST_LOGIT / a.min()) + 3.0
     res = minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
