@@ -25,7 +25,7 @@ __all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "AntisymmetrisedOracle"
            "round_to", "nearest_format"]
 
 #: Noise models of :class:`ApproxValueQueryOracle`.
-NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16", "none")
+NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16")
 
 #: Default tolerance of the floating-point noise models: the largest rounding error while |f*| <= 1.
 #: float16 is rounded directly from float64 (half an ulp of [1/2, 1)); bfloat16 from float32, as a
@@ -480,7 +480,8 @@ class ApproxValueQueryOracle(ValueQueryOracle):
     def __init__(self, target, tau, *, noise="uniform", seed=0, digits=None, d=None, budget=None,
                  record=False):
         super().__init__(target, d=d, budget=budget, record=record)
-        self.noise = check_choice(noise, "noise", NOISE_MODELS)
+        # "none": the target's own answers (a served model), not a perturbation model
+        self.noise = check_choice(noise, "noise", NOISE_MODELS + ("none",))
         self.seed = check_int(seed, "seed", minimum=0)
         self.digits = None
         if noise == "round":
