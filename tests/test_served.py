@@ -171,22 +171,26 @@ def layer128():
     return KerasLayer(128)
 
 
-@pytest.mark.parametrize("precision", [None, "float32"])
+@pytest.mark.parametrize("precision", [None, "float32", "measure"])
 def test_framework_head_d128_single_head_learner(layer128, precision):
     """Before: 'not a single attention head' at d = 128."""
     W, v = layer128.merged()
-    rec = learn_single_head(ValueQueryOracle(layer128, d=128, precision=precision))
+    stated = None if precision == "measure" else precision      # "measure": the learner measures u
+    rec = learn_single_head(ValueQueryOracle(layer128, d=128, precision=stated),
+                            precision="measure" if precision == "measure" else None)
     assert rec.diagnostics["precision_format"] == "float32"
     if precision:                                       # the probe scale chosen for float32
         assert rel(rec.W, W) <= 10 * rec.diagnostics["floor_W"]
     assert rel(rec.W, W) < 1e-4 and rel(rec.v, v) < 1e-5
 
 
-@pytest.mark.parametrize("precision", [None, "float32"])
+@pytest.mark.parametrize("precision", [None, "float32", "measure"])
 def test_framework_head_d128_sketch_rank_8(layer128, precision):
     """Before: 'singular value 9 of the 9 x 9 core is nonzero ... Pass a larger rank'."""
     W, _ = layer128.merged()
-    rec = learn_low_rank(ValueQueryOracle(layer128, d=128, precision=precision), 8, method="sketch")
+    stated = None if precision == "measure" else precision
+    rec = learn_low_rank(ValueQueryOracle(layer128, d=128, precision=stated), 8, method="sketch",
+                         precision="measure" if precision == "measure" else None)
     assert rec.rank == 8
     if precision:
         assert rel(rec.W, W) <= 10 * rec.diagnostics["floor_W"]

@@ -440,6 +440,9 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
     diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * prec.value, floor_v=prec.value)
     if prec.known:
         message += f"; {prec.describe()}, attainable relative error of W about {kappa_W * prec.value:.1e}"
+    if prec.source == "measured":
+        message += ("; the precision was measured after learning, so the probe scale was not chosen "
+                    "for it: pass precision='measure' (24 queries first) to reach the floor")
     return build(Recovery, oracle, start, verification=checked, message=message,
                  diagnostics=diagnostics, precision=prec, W=W, v=v)
 

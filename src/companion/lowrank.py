@@ -805,6 +805,9 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         if prec.known:
             message += (f"; {prec.describe()}, attainable relative error of W about "
                         f"{kappa_W * prec.value:.1e}")
+        if prec.source == "measured":
+            message += ("; the precision was measured after learning, so the probe scale was not chosen "
+                        "for it: pass precision='measure' (24 queries first) to reach the floor")
     return build(LowRankRecovery, oracle, start, verification=checked, message=message,
                  diagnostics=diagnostics, W=W, v=v, rank=int(r_out), method=method,
                  precision=prec)
