@@ -305,7 +305,7 @@ def hand_typed_numbers(source: str, where: str = "", *, allow=()) -> list[Findin
                     names = _constant_names(value, constants)
                     if names and value == int(value):        # an integer: only a default multiple of r(...)
                         names = [n for n in names if "OVERSAMPLING" in n or "MULTIPLE" in n] if coefficient else []
-                    if kind != "statement" and default and value not in (0.0, 1.0):
+                    if kind != "statement" and default and value not in (0.0, 1.0, 2.0):
                         findings.append(Finding(where, "number in a default", f"{value:g} in ${maths[j]}$", shown))
                     elif names and kind != "statement":
                         findings.append(Finding(where, f"library constant ({', '.join(names[:3])}) in maths",
