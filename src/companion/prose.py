@@ -58,6 +58,7 @@ ALLOWED = {
     r"\barXiv[:\s]\s*\d{4}\.\d{4,5}(?:v\d)?": "an arXiv identifier",
     r"\b(?:19|20)\d\d[a-z]?\b": "a year (of a citation or a version)",
     r"\bL\d+H\d+\b": "a MiniLM head's name (layer, head)",
+    r"\b[Ll]ayers? \d+\b": "a layer's name",
     r"\b\d+_[a-z_]+\b": "a chapter's file stem",
     r"\bO\(": "",
     r"\bℓ\d\b|\bL\d\b": "a norm's name",
