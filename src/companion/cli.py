@@ -197,8 +197,10 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     """A one-line citation of one published number, with its precision and provenance.
 
     By default the number is read from ``$COMPANION_RESULTS_DIR`` if set, else from the book's
-    committed ``data/results`` (:func:`companion.results.book_results_dir`). A number published
-    with ``rtol``/``atol`` is cited with that precision.
+    committed ``data/results`` (:func:`companion.results.book_results_dir`). The line says what the
+    number is: ``(exact)``, ``(measured, reproducible to rtol ..., atol ... across machines)``,
+    ``(bound; measured 1.1e-15, ...)`` with the measured value a bound bounds, or ``(claim, checked
+    when the chapter ran)``.
 
     Raises
     ------
@@ -228,13 +230,33 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
                                                           **data["parameters"]}.items()))
     version = data.get("versions", {}).get("companion", "?")
     commit = (data.get("commit") or "unknown")[:12]
-    tol = entry.get("tolerance")
-    precision = (f" (reproducible to rtol {tol.get('rtol', 0.0):g}, atol {tol.get('atol', 0.0):g} "
-                 "across machines)" if tol else " (exact)")
+    precision = f" ({_what_it_is(entry)})"
     return (f"{entry['text']}{precision} [{stem}: {name}; parameters {params}; companion {version}, "
             f"library {data['library_hash']}, commit {commit}, {data['created']}] -- Executable "
             "companion to Bhattamishra, Shah, Hahn & Kanade, \"Provably Learning Attention with "
             "Queries\", ICML 2026.")
+
+
+def _precision(tol) -> str:
+    return f"reproducible to rtol {tol.get('rtol', 0.0):g}, atol {tol.get('atol', 0.0):g} across machines"
+
+
+def _what_it_is(entry) -> str:
+    """What a published value is, in words: exact, measured (with its precision), a bound (with the
+    measured value it bounds) or a claim checked when the chapter ran. A results file written
+    before values had a ``"kind"`` is read by its tolerance (measured if it has one, else exact)."""
+    tol = entry.get("tolerance")
+    kind = entry.get("kind") or ("measured" if tol else "exact")
+    if kind == "bound":
+        measured = entry.get("measured") or {}
+        mtol = measured.get("tolerance")
+        return (f"{'lower ' if entry.get('bound') == 'lower' else ''}bound; measured {measured.get('text', '?')}"
+                + (f", {_precision(mtol)}" if mtol else ", exact on every machine"))
+    if kind == "claim":
+        return "claim, checked when the chapter ran" + (f"; {_precision(tol)}" if tol else "")
+    if kind == "measured" and tol:
+        return f"measured, {_precision(tol)}"
+    return "exact"
 
 
 def _cmd_list(args):
