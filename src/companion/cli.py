@@ -148,49 +148,227 @@ def book_timeout() -> int:
         return 600
 
 
-def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
-    """Execute a chapter with checked parameters through papermill.
+class RunIncomplete(ParameterError):
+    """A ``companion run`` that did not finish: the earlier pair is untouched (``.kept`` says what is kept).
 
-    The executed notebook goes to ``output_dir/<chapter>.ipynb`` and its results JSON to
-    ``output_dir/<chapter>.json``. The chapter publishes into a staging folder first; its results
-    file replaces ``output_dir/<chapter>.json`` only when every cell ran, so a chapter that fails
-    (or runs out of time) leaves the previous results file as it was. Returns the notebook's path.
+    ``signal`` is the name of the signal that stopped it (``"SIGINT"``, ``"SIGTERM"``), else None.
+    """
+
+    def __init__(self, message, *, kept=None, signal=None):
+        super().__init__(message)
+        self.kept = kept
+        self.signal = signal
+
+
+def _writable_folder(folder, alternative: str) -> Path:
+    """``folder``, created if needed, after checking that a file can be written in it.
+
+    Raises
+    ------
+    ParameterError
+        One line naming the folder, the reason (read-only file system, permission) and ``alternative``.
+    """
+    import tempfile
+
+    folder = Path(folder).resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ParameterError(f"cannot write into {folder} ({exc.strerror or exc}); {alternative}") from None
+    return folder
+
+
+class _Lock:
+    """An exclusive lock on ``folder/.<stem>.lock`` (``fcntl.flock``), so that two runs of one chapter
+    into one folder cannot replace each other's results; removed when the run ends."""
+
+    def __init__(self, folder: Path, stem: str):
+        self.path = folder / f".{stem}.lock"
+        self.stem = stem
+        self.file = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:            # pragma: no cover (Windows: no lock)
+            return self
+        while True:
+            f = open(self.path, "a+", encoding="utf-8")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                pid = f.read().strip() or "?"
+                f.close()
+                raise ParameterError(
+                    f"another companion run of {self.stem} (pid {pid}) is writing into {self.path.parent}; "
+                    "wait for it to finish, or give this run another folder with -o DIR.") from None
+            try:                       # the file we locked may have been removed by a run that just ended
+                same = os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            f.close()
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self.file = f
+        return self
+
+    def __exit__(self, *exc):
+        if self.file is not None:
+            self.path.unlink(missing_ok=True)
+            self.file.close()
+        return False
+
+
+def _require(module: str, extra: str, what: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ParameterError(f"{what} needs {module}, which this installation lacks: "
+                             f"install the [{extra}] extra, pip install -e '.[{extra}]'.")
+
+
+def _supervise(cmd, env) -> str | None:
+    """Run ``cmd`` in its own session; on SIGINT/SIGTERM stop it. Returns the signal's name, or None."""
+    import signal
+
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    got = []
+
+    def stop(signum, frame):
+        got.append(signal.Signals(signum).name)
+        if proc.poll() is None:
+            proc.terminate()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                proc.wait()
+                break
+            except InterruptedError:     # pragma: no cover
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return got[0] if got else None
+
+
+def _cells_done(nb_path: Path) -> tuple[int, int] | None:
+    """(code cells executed, code cells) of a partly executed notebook, or None if it is unreadable."""
+    try:
+        cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return None
+    code = [c for c in cells if c.get("cell_type") == "code"
+            and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    done = sum(1 for c in code if c.get("execution_count") is not None
+               and c.get("metadata", {}).get("papermill", {}).get("status") != "running")
+    return done, len(code)
+
+
+def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
+    """Execute a chapter with checked parameters through papermill; publish its notebook and results together.
+
+    The executed notebook goes to ``output_dir/<chapter>.ipynb`` and its results JSON, named after
+    it, to ``output_dir/<chapter>.json``. The chapter runs into the staging folder
+    ``output_dir/<chapter>.running/`` (its results too); the pair replaces the earlier one only
+    when every cell ran. A run that stops (a cell's error, the time limit, SIGINT or SIGTERM)
+    leaves the earlier pair as it was, keeps its partly executed notebook as
+    ``output_dir/<chapter>.incomplete.ipynb`` (with the traceback) and discards its partial results.
+    Returns the notebook's path.
 
     Parameters
     ----------
+    chapter : str
+        Chapter stem or unique prefix.
+    parameters : dict
+        Parameter name -> value, checked first (:func:`check_parameters`).
+    output_dir : path-like
+        Folder of the run (created if needed).
+    progress_bar : bool, default=True
+        Papermill's progress bar, on stderr.
     timeout : float, default=None
         Time limit in seconds for each cell; by default the book's (:func:`companion.cli.book_timeout`, 600 s).
+
+    Raises
+    ------
+    ParameterError
+        Before anything runs: a bad parameter, a folder that cannot be written (read-only
+        checkout: give another with ``-o``), another run of this chapter into the same folder, or
+        an installation without a Jupyter kernel.
+    RunIncomplete
+        The run did not finish; the message says why and what was kept.
     """
     import shutil
     import tempfile
 
-    import papermill
-
     path = _resolve(chapter)
     params = check_parameters(path.stem, parameters)
-    out_dir = Path(output_dir).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _require("ipykernel", "book", "companion run (a Jupyter kernel for the chapter)")
+    out_dir = _writable_folder(output_dir, "give a writable folder for the run with -o DIR")
     out_nb = out_dir / path.name
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", dir=out_dir))
-    old = os.environ.get("COMPANION_RESULTS_DIR")
-    os.environ["COMPANION_RESULTS_DIR"] = str(staging)
-    try:
-        papermill.execute_notebook(str(path), str(out_nb), parameters=params, cwd=str(path.parent),
-                                   progress_bar=progress_bar, kernel_name="python3",
-                                   execution_timeout=timeout if timeout is not None else book_timeout())
-        for item in staging.iterdir():           # every cell ran: publish the results file
-            target = out_dir / item.name
-            if item.is_dir():
-                shutil.copytree(item, target, dirs_exist_ok=True)
+    out_json = out_nb.with_suffix(".json")
+    incomplete = out_dir / f"{path.stem}.incomplete.ipynb"
+    limit = timeout if timeout is not None else book_timeout()
+    with _Lock(out_dir, path.stem):
+        staging = out_dir / f"{path.stem}.running"
+        shutil.rmtree(staging, ignore_errors=True)        # a run killed with SIGKILL left it
+        staging.mkdir()
+        private = Path(tempfile.mkdtemp(prefix="companion-run-"))
+        try:
+            spec = {"input": str(path), "output": str(staging / path.name), "parameters": params,
+                    "cwd": str(path.parent), "progress_bar": bool(progress_bar), "timeout": limit,
+                    "status": str(private / "status.json"), "runtime": str(private)}
+            (private / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+            env = dict(os.environ, COMPANION_RESULTS_DIR=str(staging), JUPYTER_RUNTIME_DIR=str(private),
+                       PYTHONUNBUFFERED="1")
+            stopped = _supervise([sys.executable, "-m", "companion._execute", str(private / "spec.json")], env)
+            try:
+                status = json.loads((private / "status.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                status = {"ok": False, "ename": None}
+            done = staging / path.name
+            if status.get("ok") and stopped is None and done.is_file():
+                made = staging / out_json.name
+                if made.is_file():
+                    os.replace(made, out_json)
+                else:                      # a chapter that publishes nothing: no stale JSON beside it
+                    out_json.unlink(missing_ok=True)
+                os.replace(done, out_nb)
+                return out_nb
+            if out_nb.exists() or out_json.exists():
+                kept_line = f"{out_nb.name} and {out_json.name} in {out_dir} are the earlier run's, unchanged"
             else:
-                os.replace(item, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if old is None:
-            os.environ.pop("COMPANION_RESULTS_DIR", None)
-        else:
-            os.environ["COMPANION_RESULTS_DIR"] = old
-    return out_nb
+                kept_line = f"nothing written to {out_nb.name} or {out_json.name} in {out_dir}"
+            counts = _cells_done(done) if done.is_file() else None
+            if counts is not None:
+                os.replace(done, incomplete)
+                kept_line += f"; the incomplete run ({counts[0]} of {counts[1]} code cells): {incomplete}"
+                kept = incomplete
+            else:
+                kept_line += "; nothing of this run was kept"
+                kept = None
+            if stopped is not None:
+                raise RunIncomplete(f"stopped by {stopped}; {kept_line}.", kept=kept, signal=stopped)
+            if status.get("timeout"):
+                at = f" at cell {status['exec_count']}" if status.get("exec_count") else ""
+                raise RunIncomplete(f"the chapter exceeded the time limit of {limit:g} s per cell{at}: raise it "
+                                    f"with --timeout SECONDS; {kept_line}.", kept=kept)
+            if status.get("ename") is None:
+                raise RunIncomplete(f"the chapter's process ended without a result; {kept_line}.", kept=kept)
+            at = f" at cell {status['exec_count']}" if status.get("exec_count") else ""
+            raise RunIncomplete(f"the chapter stopped{at} with {status['ename']}: {status['evalue']}\n"
+                                f"  (parameters {parameters}; {kept_line}, with the full traceback.)", kept=kept)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(private, ignore_errors=True)
 
 
 def cite(chapter: str, name: str, *, results_file=None) -> str:
@@ -265,30 +443,18 @@ def _read_parameter_file(path) -> dict:
 
 
 def _cmd_run(args):
-    import papermill
-
     given = {}
     for path in args.parameter_file or []:
         given.update(_read_parameter_file(path))
     for name, text in args.parameter or []:
         given[name] = _parse_value(text)
-    where = Path(args.output_dir).resolve() / _resolve(args.chapter).name
     try:
         out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress,
                           timeout=args.timeout)
-    except papermill.PapermillExecutionError as exc:
-        if exc.ename in ("CellTimeoutError", "TimeoutError") or "timed out" in str(exc.evalue).lower():
-            raise ParameterError(f"the chapter exceeded the time limit at cell {exc.exec_count}: raise it "
-                                 f"with --timeout (now {args.timeout or book_timeout()} s); notebook: {where}") from None
-        raise ParameterError(
-            f"the chapter stopped at cell {exc.exec_count} with {exc.ename}: {exc.evalue}\n"
-            f"  (parameters {given}; the executed notebook with the full traceback: {where})"
-        ) from None
-    except Exception as exc:          # nbclient's CellTimeoutError, DeadKernelError
-        if type(exc).__name__ in ("CellTimeoutError", "DeadKernelError", "TimeoutError"):
-            raise ParameterError(
-                f"the chapter did not finish within the time limit of {args.timeout or book_timeout()} s "
-                f"per cell ({type(exc).__name__}); raise it with --timeout SECONDS; notebook: {where}") from None
+    except RunIncomplete as exc:
+        if exc.signal is not None:
+            print(f"companion: {exc}", file=sys.stderr)
+            return 130 if exc.signal == "SIGINT" else 143
         raise
     print(f"executed notebook: {out}")
     print(f"results: {out.with_suffix('.json')}")
