@@ -30,7 +30,8 @@ from pathlib import Path
 
 from .errors import ParameterError
 
-__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "book_timeout", "run_chapter", "cite"]
+__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "book_timeout", "run_chapter", "cite",
+           "RunIncomplete", "cached_without_figures"]
 
 
 def _root() -> Path:
@@ -100,12 +101,41 @@ def chapter_parameters(chapter: str) -> dict:
                    "help": info["help"], "spec": info["spec_text"]} for name, info in decl.items()}
 
 
+def _yaml_loader():
+    """PyYAML's safe loader with the booleans of YAML 1.2: only ``true``/``false`` (any case).
+
+    YAML 1.1 also reads ``yes``, ``no``, ``on``, ``off``, ``y`` and ``n`` as booleans, so that
+    ``-p minilm_noisy yes`` would switch a five-minute section on; here they stay strings, which
+    a bool parameter refuses.
+    """
+    import re as _re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _re.compile(r"^(?:[Tt]rue|TRUE|[Ff]alse|FALSE)$"),
+                                 list("tTfF"))
+    return Loader
+
+
+def _yaml_load(text: str):
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())
+
+
 def _parse_value(text: str):
-    """A ``-p`` value read as YAML; strings that read as numbers become numbers (``1e-3``)."""
+    """A ``-p`` value read as YAML; strings that read as numbers become numbers (``1e-3``); only
+    ``true``/``false`` are booleans."""
     import yaml
 
     try:
-        value = yaml.safe_load(text)
+        value = _yaml_load(text)
     except yaml.YAMLError:
         return text
     if isinstance(value, str):
@@ -226,12 +256,14 @@ class _Lock:
         return False
 
 
-def _require(module: str, extra: str, what: str) -> None:
+def _require(modules, extra: str, what: str) -> None:
+    """Refuse in one line, naming the extra to install, when a module ``what`` needs is missing."""
     import importlib.util
 
-    if importlib.util.find_spec(module) is None:
-        raise ParameterError(f"{what} needs {module}, which this installation lacks: "
-                             f"install the [{extra}] extra, pip install -e '.[{extra}]'.")
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ParameterError(f"{what} needs {' and '.join(missing)}, which this installation lacks: install "
+                             f"the [{extra}] extra, pip install -e '.[{extra}]' (or make venv).")
 
 
 def _supervise(cmd, env) -> str | None:
@@ -311,7 +343,7 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
 
     path = _resolve(chapter)
     params = check_parameters(path.stem, parameters)
-    _require("ipykernel", "book", "companion run (a Jupyter kernel for the chapter)")
+    _require(("ipykernel", "myst_nb"), "book", "companion run (a Jupyter kernel and myst-nb's glue)")
     out_dir = _writable_folder(output_dir, "give a writable folder for the run with -o DIR")
     out_nb = out_dir / path.name
     out_json = out_nb.with_suffix(".json")
@@ -429,7 +461,7 @@ def _read_parameter_file(path) -> dict:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = _yaml_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ParameterError(f"cannot read the parameter file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -466,24 +498,95 @@ def _cmd_cite(args):
     return 0
 
 
+def cached_without_figures(cache_dir, notebooks) -> dict[str, list[str]]:
+    """Chapters whose cached execution lacks figures that the committed notebook has.
+
+    Jupyter Book's execution cache (jupyter-cache) keys on a notebook's code alone, so an
+    execution that lost its figures (e.g. under ``MPLBACKEND=Agg`` with a library that did not
+    display them) would be served again by every later build. Each committed notebook is matched
+    to its cached execution and their figure outputs compared cell by cell
+    (:func:`companion.nbcompare.compare_figures`).
+
+    Parameters
+    ----------
+    cache_dir : path-like
+        The cache folder, ``_build/.jupyter_cache``; nothing is found if it does not exist.
+    notebooks : mapping of str to path-like
+        Chapter stem -> committed notebook (:func:`chapters`).
+
+    Returns
+    -------
+    dict
+        Stem -> one line per code cell whose figures differ, for the chapters that lack figures.
+    """
+    import nbformat
+    from jupyter_cache import get_cache
+
+    from . import nbcompare
+
+    if not Path(cache_dir).is_dir():
+        return {}
+    cache = get_cache(str(cache_dir))
+    found = {}
+    for stem, path in notebooks.items():
+        committed = nbformat.read(path, as_version=4)
+        try:
+            record = cache.match_cache_notebook(committed)
+        except KeyError:
+            continue
+        cached = cache.get_cache_bundle(record.pk).nb
+        ref = [c for c in committed.cells if c.cell_type == "code"]
+        test = [c for c in cached.cells if c.cell_type == "code"]
+        lines = [f"code cell {i}: {d}" for i, (rc, tc) in enumerate(zip(ref, test))
+                 for d in nbcompare.compare_figures(rc.get("outputs", []), tc.get("outputs", []))
+                 if "missing" in d]
+        if lines:
+            found[stem] = lines
+    return found
+
+
+def _drop_cached(cache_dir, stems, notebooks) -> None:
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(cache_dir))
+    for stem in stems:
+        try:
+            cache.remove_cache(cache.match_cache_notebook(nbformat.read(notebooks[stem], as_version=4)).pk)
+        except KeyError:
+            pass
+
+
 def _cmd_build(args):
     from .results import clear_stale_cache, mark_built
 
     root = _root()
-    build_dir = root / "_build"
+    _require(("jupyter_book",), "book", "companion build (the HTML book)")
+    base = Path(args.output_dir).resolve() if args.output_dir else root
+    build_dir = _writable_folder(base / "_build", "build the book elsewhere with companion build -o DIR "
+                                 "(make book BUILD=DIR), which writes DIR/_build")
+    cache_dir = build_dir / ".jupyter_cache"
     if args.force:
         import shutil
 
-        shutil.rmtree(build_dir / ".jupyter_cache", ignore_errors=True)
+        shutil.rmtree(cache_dir, ignore_errors=True)
         print("forced: every chapter will be executed")
         fresh = True
     else:
         fresh = clear_stale_cache(build_dir)
         if fresh:
             print("the library changed since the last build: every chapter will be re-executed")
+    notebooks = chapters()
+    lacking = cached_without_figures(cache_dir, notebooks)
+    if lacking:
+        _drop_cached(cache_dir, lacking, notebooks)
+        print(f"the cached executions of {', '.join(lacking)} lack figures the committed notebooks have: "
+              "executing them again")
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going"]
-    if args.all or fresh:
+    if args.output_dir:
+        cmd += ["--path-output", str(base)]
+    if args.all or fresh or lacking:
         # Sphinx re-reads (and myst-nb re-executes) only the pages whose source changed; a cleared
         # execution cache is not a source change, so every page is read afresh.
         cmd.append("--all")
@@ -493,6 +596,13 @@ def _cmd_build(args):
     env.setdefault("COMPANION_RESULTS_DIR", str(build_dir / "results"))
     code = subprocess.call(cmd, env=env)
     if code == 0:
+        lacking = cached_without_figures(cache_dir, notebooks)
+        if lacking:           # the build executed them and they still have no figures: refuse it
+            stem, lines = next(iter(lacking.items()))
+            raise ParameterError(
+                f"the book's execution of {', '.join(lacking)} lacks figures the committed notebooks have "
+                f"({stem}, {lines[0]}); the build is refused (check MPLBACKEND={os.environ.get('MPLBACKEND')!r} "
+                "and that the chapter displays its figures through companion.plotting).")
         mark_built(build_dir)          # only a finished build makes the library hash current
         print(f"book: {build_dir / 'html' / 'index.html'}")
     return code
@@ -522,6 +632,8 @@ def main(argv=None) -> int:
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
     build.add_argument("--all", action="store_true", help="rewrite every HTML page")
     build.add_argument("--force", action="store_true", help="re-execute every chapter (release build)")
+    build.add_argument("-o", "--output-dir", default=None, metavar="DIR",
+                       help="build into DIR/_build instead of the repository's _build (a read-only checkout)")
     build.set_defaults(func=_cmd_build)
     args = parser.parse_args(argv)
     try:
@@ -529,6 +641,12 @@ def main(argv=None) -> int:
     except ParameterError as exc:
         print(f"companion: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader of our output has gone (``companion list | head -3``): stop quietly, as
+        # Python's documentation advises (the interpreter's final flush would raise again)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
