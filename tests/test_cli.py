@@ -99,7 +99,8 @@ def test_a_failing_chapter_gives_one_clear_line_and_keeps_the_results_file(capsy
     assert code == 2
     assert "the chapter stopped at cell" in err and "Traceback" not in err
     assert (tmp_path / "02_exact_learning.json").read_text() == "{}"      # nothing half-way
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_exact_learning.ipynb", "02_exact_learning.json"]
+    assert f"the incomplete run (" in err and f"{tmp_path / '02_exact_learning.incomplete.ipynb'}, with the full traceback" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_exact_learning.incomplete.ipynb", "02_exact_learning.json"]
 
 
 @pytest.mark.slow
@@ -107,7 +108,8 @@ def test_a_chapter_over_the_time_limit_is_stopped_in_one_line(capsys, tmp_path):
     code = cli.main(["run", "04", "-o", str(tmp_path), "--no-progress", "--timeout", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "time limit" in err and "--timeout" in err and "Traceback" not in err
-    assert not (tmp_path / "04_low_rank.json").exists()
+    assert "nothing written to 04_low_rank.ipynb or 04_low_rank.json" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["04_low_rank.incomplete.ipynb"]
 
 
 def test_cite_shows_a_published_tolerance(results_tmp, capsys):

@@ -31,7 +31,7 @@ from pathlib import Path
 from .errors import ParameterError
 
 __all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "book_timeout", "run_chapter", "cite",
-           "RunIncomplete", "cached_without_figures"]
+           "RunIncomplete", "cached_without_figures", "render_run"]
 
 
 def _root() -> Path:
@@ -403,6 +403,96 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
             shutil.rmtree(private, ignore_errors=True)
 
 
+def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
+    """Render an executed chapter as an HTML page in the book's theme, with the run's own numbers.
+
+    A one-chapter Jupyter Book is built from the executed notebook (myst-nb, no execution: the
+    run's outputs are used as they are), with the book's configuration, theme, MathJax served with
+    the page (offline) and bibliography. Every ``{glue:text}`` role of the prose is filled from the
+    run's glued outputs, the very values its results JSON records; a box at the top states the
+    run's parameters and provenance. Links to the book's other chapters are not resolved (Sphinx
+    leaves their text).
+
+    Parameters
+    ----------
+    notebook : path-like
+        The executed notebook, e.g. ``runs/02_exact_learning.ipynb``.
+    results_file : path-like, default=None
+        Its results JSON, for the provenance box; by default the notebook's path with ``.json``.
+    out_dir : path-like, default=None
+        The folder of the page; by default ``<notebook folder>/<stem>_html``, replaced if it exists.
+
+    Returns
+    -------
+    pathlib.Path
+        The page, ``<out_dir>/<stem>.html``.
+
+    Raises
+    ------
+    ParameterError
+        If Jupyter Book is not installed (the [book] extra), or the build fails (the message names its log).
+    """
+    import shutil
+    import tempfile
+
+    import nbformat
+    import yaml
+
+    _require(("jupyter_book",), "book", "companion run --html (Jupyter Book)")
+    root = _root()
+    notebook = Path(notebook).resolve()
+    stem = notebook.name.removesuffix(".ipynb")
+    results_file = Path(results_file) if results_file else notebook.with_suffix(".json")
+    out_dir = Path(out_dir).resolve() if out_dir else notebook.parent / f"{stem}_html"
+    with tempfile.TemporaryDirectory(prefix="companion-html-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        nb = nbformat.read(notebook, as_version=4)
+        try:
+            data = json.loads(results_file.read_text(encoding="utf-8"))
+            params = ", ".join(f"`{k} = {v!r}`" for k, v in {"seed": data.get("seed"), **data["parameters"]}.items())
+            prov = (f"companion {data.get('versions', {}).get('companion', '?')}, library {data.get('library_hash')}, "
+                    f"commit {(data.get('commit') or 'unknown')[:12]}, {data.get('created')}")
+            note = f"Parameters of this run: {params}. Executed with {prov}; its numbers: `{results_file.name}`."
+        except (OSError, ValueError, KeyError, TypeError):
+            note = "This run's results file was not found next to it; the numbers shown are the notebook's."
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(
+            f"```{{admonition}} A re-run of this chapter, with its own numbers\n:class: note\n\n{note}\n```"))
+        if nb.nbformat_minor < 5:          # cell ids came with nbformat 4.5
+            nb.cells[0].pop("id", None)
+        nbformat.write(nb, src / f"{stem}.ipynb")
+        for name in ("references.bib", "bibliography.md"):
+            shutil.copy2(root / "book" / name, src / name)
+        config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+        config["title"] = f"{config.get('title', 'The companion')}: a re-run"
+        config["execute"] = {**config.get("execute", {}), "execute_notebooks": "off"}
+        config["exclude_patterns"] = []
+        config["bibtex_bibfiles"] = ["references.bib"]
+        config.pop("launch_buttons", None)
+        config.setdefault("html", {}).update(use_repository_button=False, use_download_button=False)
+        sphinx = config.setdefault("sphinx", {})
+        sphinx["local_extensions"] = {k: str(root / v) for k, v in (sphinx.get("local_extensions") or {}).items()}
+        (src / "_config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        (src / "_toc.yml").write_text(yaml.safe_dump({"format": "jb-book", "root": stem,
+                                                      "chapters": [{"file": "bibliography"}]}), encoding="utf-8")
+        jb = Path(sys.executable).with_name("jupyter-book")
+        log = Path(tmp) / "build.log"
+        with open(log, "w", encoding="utf-8") as f:
+            code = subprocess.call([str(jb) if jb.exists() else "jupyter-book", "build", str(src), "--path-output",
+                                    str(Path(tmp) / "out")], stdout=f, stderr=subprocess.STDOUT)
+        html = Path(tmp) / "out" / "_build" / "html"
+        if code != 0 or not (html / f"{stem}.html").is_file():
+            kept = out_dir.parent / f"{stem}_html.log"
+            shutil.copy2(log, kept)
+            raise ParameterError(f"rendering {notebook.name} as HTML failed (jupyter-book exit {code}); the log: {kept}")
+        staging = out_dir.parent / f".{out_dir.name}.new"
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(html, staging)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        os.replace(staging, out_dir)
+    return out_dir / f"{stem}.html"
+
+
 def cite(chapter: str, name: str, *, results_file=None) -> str:
     """A one-line citation of one published number, with its precision and provenance.
 
@@ -490,6 +580,8 @@ def _cmd_run(args):
         raise
     print(f"executed notebook: {out}")
     print(f"results: {out.with_suffix('.json')}")
+    if args.html:
+        print(f"page: {render_run(out)}")
     return 0
 
 
@@ -623,6 +715,8 @@ def main(argv=None) -> int:
     run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                      help="time limit per cell (default: the book's execute.timeout, 600 s)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--html", action="store_true",
+                     help="also render the run as a page in the book's theme, its numbers filled in (DIR/<chapter>_html/)")
     run.set_defaults(func=_cmd_run)
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")
     cite_p.add_argument("chapter")
