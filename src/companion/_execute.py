@@ -6,8 +6,8 @@ papermill into the staging folder the spec names, and writes ``{"ok": true}`` or
 (``ename``, ``evalue``, ``exec_count``, ``timeout``) to the spec's ``status`` file. It prints no
 traceback: the executed notebook holds it. ``companion run`` starts it in a session of its own, so
 that a Ctrl-C in the terminal reaches ``companion run`` alone, which then stops this process
-(SIGTERM: it exits at once; papermill has saved the notebook after every finished cell) and its
-kernel (which exits when its parent does).
+(SIGTERM: it ends its kernel and exits at once; papermill has saved the notebook after every
+finished cell).
 
 The kernel talks to papermill over IPC sockets in the private folder ``runtime`` of the spec
 (``JUPYTER_RUNTIME_DIR``), not over TCP: no other user of the machine can connect to it, and
@@ -29,15 +29,29 @@ def _status(spec: dict, data: dict) -> None:
 
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
     import papermill
+    from jupyter_client.manager import AsyncKernelManager
     from traitlets.config import Config
 
     config = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(spec["runtime"]) / "kernel")}})
+    km = AsyncKernelManager(kernel_name="python3", config=config)
+
+    def stop(*_):
+        # the kernel runs in a process group of its own: end it with us, before it can print
+        # that its parent is gone; papermill has saved the notebook after every finished cell
+        group = getattr(km.provisioner, "pgid", None) or getattr(km.provisioner, "pid", None)
+        if group:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except OSError:
+                pass
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         papermill.execute_notebook(spec["input"], spec["output"], parameters=spec["parameters"],
                                    cwd=spec["cwd"], progress_bar=spec["progress_bar"], kernel_name="python3",
-                                   execution_timeout=spec["timeout"], config=config)
+                                   execution_timeout=spec["timeout"], km=km)
     except papermill.PapermillExecutionError as exc:
         timeout = exc.ename in ("CellTimeoutError", "TimeoutError") or "timed out" in str(exc.evalue).lower()
         _status(spec, {"ok": False, "ename": exc.ename, "evalue": str(exc.evalue).strip(),
