@@ -29,25 +29,42 @@ def _status(spec: dict, data: dict) -> None:
 
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
-    import papermill
     from jupyter_client.manager import AsyncKernelManager
     from traitlets.config import Config
 
     config = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(spec["runtime"]) / "kernel")}})
     km = AsyncKernelManager(kernel_name="python3", config=config)
 
-    def stop(*_):
+    def end_kernel():
         # the kernel runs in a process group of its own: end it with us, before it can print
-        # that its parent is gone; papermill has saved the notebook after every finished cell
-        group = getattr(km.provisioner, "pgid", None) or getattr(km.provisioner, "pid", None)
-        if group:
+        # that its parent is gone (after a time limit nbclient may leave it running)
+        process = getattr(km.provisioner, "process", None)
+        if process is not None and process.poll() is None:
             try:
-                os.killpg(group, signal.SIGKILL)
+                os.killpg(getattr(km.provisioner, "pgid", None) or process.pid, signal.SIGKILL)
             except OSError:
                 pass
+
+    def stop(*_):
+        end_kernel()          # papermill has saved the notebook after every finished cell
         os._exit(143)
 
     signal.signal(signal.SIGTERM, stop)
+    try:
+        return _run(spec, km)
+    finally:
+        end_kernel()
+
+
+def _run(spec: dict, km) -> int:
+    import logging
+
+    import papermill
+
+    # nbclient logs through papermill's logger ("Timeout waiting for execute reply"): the one line
+    # of companion run says it, from the status written below
+    logging.getLogger("papermill").addHandler(logging.NullHandler())
+
     try:
         papermill.execute_notebook(spec["input"], spec["output"], parameters=spec["parameters"],
                                    cwd=spec["cwd"], progress_bar=spec["progress_bar"], kernel_name="python3",
