@@ -93,6 +93,42 @@ def test_the_build_finds_and_drops_a_cached_execution_without_figures(tmp_path):
     assert cli.cached_without_figures(tmp_path / "none", {"02_exact_learning": CH02}) == {}
 
 
+def _figureless_bundle(cache):
+    from jupyter_cache.base import CacheBundleIn
+
+    nb = nbformat.read(CH02, as_version=4)
+    for c in _figure_cells(nb):
+        c.outputs = [nbformat.from_dict(dict(o, data={k: v for k, v in o["data"].items() if k != "image/png"}))
+                     for o in c.outputs]
+    cache.cache_notebook_bundle(CacheBundleIn(nb, str(CH02)), overwrite=True)
+
+
+def test_companion_build_re_executes_then_refuses_a_chapter_without_its_figures(tmp_path, monkeypatch, capsys):
+    """The build itself (jupyter-book) is replaced by a stand-in that caches a figureless execution again."""
+    from jupyter_cache import get_cache
+
+    build = tmp_path / "_build"
+    build.mkdir()
+    (build / ".library-hash").write_text(results.library_hash() + "\n")       # the cache is current
+    _figureless_bundle(get_cache(str(build / ".jupyter_cache")))
+    calls = []
+
+    def fake_build(cmd, env=None):
+        calls.append(cmd)
+        assert cli.cached_without_figures(build / ".jupyter_cache", cli.chapters()) == {}   # dropped first
+        _figureless_bundle(get_cache(str(build / ".jupyter_cache")))          # executed, still no figures
+        return 0
+
+    monkeypatch.setattr(cli.subprocess, "call", fake_build)
+    assert cli.main(["build", "-o", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert "the cached executions of 02_exact_learning lack figures the committed notebooks have: executing them again" in out
+    assert calls and "--all" in calls[0] and calls[0][calls[0].index("--path-output") + 1] == str(tmp_path)
+    assert err.startswith("companion: error: the book's execution of 02_exact_learning lacks figures the committed "
+                          "notebooks have (02_exact_learning, code cell ")
+    assert not (build / "html").exists()
+
+
 # -- 3. no silent replacement ------------------------------------------------------------------------
 
 def test_results_go_next_to_the_notebook_papermill_writes(monkeypatch, tmp_path):
