@@ -5,17 +5,21 @@
     companion list                                   # every chapter, its parameters and defaults
     companion run 02_exact_learning -p d_values "[16, 64]" -p seed 3 -o runs/
     companion run 05_robustness -f params.yaml --timeout 1200
+    companion run 02 -p seed 3 --html                # also a page of the run, its numbers in the text
     companion cite 02_exact_learning sweep_worst_W   # a citation line with provenance
     companion build                                  # the HTML book (jupyter-book build)
+    companion build -o DIR                           # into DIR/_build (a read-only checkout)
 
 ``run`` executes a chapter through papermill, after checking every ``-p NAME VALUE`` (and every
 entry of a ``-f params.yaml`` file) against the chapter's ``parameters`` cell: an unknown name, a
 value of the wrong type or one outside the constraint declared next to the parameter
 (:mod:`companion.parameters`) is refused in one line before anything runs (plain papermill only
 warns). Values are read as YAML (``3``, ``0.5``, ``1e-3``, ``true``, ``"[4, 8]"``); a float
-parameter also takes ``1e-3`` inside a list, which YAML 1.1 reads as a string. Each cell has the
-book's time limit (600 s) unless ``--timeout`` says otherwise, and the chapter's results file is
-written only when every cell ran.
+parameter also takes ``1e-3`` inside a list, which YAML 1.1 reads as a string; only ``true`` and
+``false`` are booleans. Each cell has the book's time limit (600 s) unless ``--timeout`` says
+otherwise. The notebook and its results file are put in place together, only when every cell ran
+(:func:`run_chapter`); a run that fails, times out or is stopped (SIGINT, SIGTERM) says in one line
+what it kept. ``run`` and ``build`` need the ``[book]`` extra and say so in one line without it.
 """
 
 from __future__ import annotations
