@@ -157,6 +157,23 @@ def test_runs_without_a_results_folder_never_replace_each_other(monkeypatch, tmp
     assert results.load("02_exact_learning")["values"]["x"]["value"] == 2
 
 
+@pytest.mark.slow
+def test_plain_papermill_writes_the_results_next_to_its_notebook(tmp_path):
+    """`papermill --inject-output-path ... elsewhere/x.ipynb` without COMPANION_RESULTS_DIR: elsewhere/x.json."""
+    papermill = Path(sys.executable).with_name("papermill")
+    env = {k: v for k, v in os.environ.items() if k != "COMPANION_RESULTS_DIR"}
+    env["PWD"] = str(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    proc = subprocess.run([str(papermill), "--no-progress-bar", "--inject-output-path", "--cwd",
+                           str(ROOT / "book" / "chapters"), str(ROOT / "book" / "chapters" / "01_definitions.ipynb"),
+                           "elsewhere/x.ipynb", "-p", "n_checks", "50"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((tmp_path / "elsewhere" / "x.json").read_text())
+    assert data["chapter"] == "01_definitions" and data["parameters"]["n_checks"] == 50
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["x.ipynb", "x.json"]
+
+
 def test_a_second_run_into_the_same_folder_is_refused(tmp_path, capsys):
     with cli._Lock(tmp_path, "04_low_rank"):
         assert cli.main(["run", "04", "-o", str(tmp_path)]) == 2
