@@ -70,7 +70,7 @@ LIBRARY_DIR = Path(__file__).resolve().parent
 _PACKAGES = ("numpy", "scipy", "cvxpy", "matplotlib", "papermill", "jupyter-book", "myst-nb")
 
 _state: dict = {"chapter": None, "parameters": {}, "seed": None, "failed": False, "before": None,
-                "path": None, "file": None}
+                "path": None}
 
 
 def repo_root(start: Path | None = None) -> Path | None:
@@ -265,13 +265,17 @@ def _write_atomic(path: Path, data: dict) -> None:
 def _path(chapter: str) -> Path:
     """The results file of ``chapter``: the one :func:`record_parameters` chose for this run, else
     ``results_dir()/<chapter>.json``."""
-    if chapter == _state["chapter"] and _state["file"] is not None:
-        return _state["file"]
+    if chapter == _state["chapter"] and _state["path"] is not None:
+        return _state["path"]
     return results_dir() / f"{chapter}.json"
 
 
 def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     """Start a chapter's results file, recording its parameters; earlier values are discarded.
+
+    The file is chosen once here, by :func:`results_path` (``$COMPANION_RESULTS_DIR``, next to the
+    executed notebook, or a new file in ``runs/``), and every later :func:`publish` of the chapter
+    in this kernel writes into it.
 
     Every parameter (and ``seed``) is also glued under its own name, formatted as by
     :func:`publish`, so that the prose can cite the parameters a run used, e.g. ``{glue:text}`d```.
@@ -304,14 +308,13 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     outside IPython, is not checked.
     """
     chapter = _check_name(chapter, "chapter")
-    _state.update(path=None, failed=False, file=None)     # a refused call has no run to undo
+    _state.update(path=None, failed=False)     # a refused call has no run to undo
     _check_declared(chapter, {"seed": seed, **parameters})
     seed = check_int(seed, "seed", minimum=0)
     params = _plain(dict(parameters))
     path = results_path(chapter)
     before = path.read_bytes() if path.is_file() else None
-    _state.update(chapter=chapter, parameters=params, seed=seed, failed=False, before=before, path=path,
-                  file=path)
+    _state.update(chapter=chapter, parameters=params, seed=seed, failed=False, before=before, path=path)
     _watch_for_failure()
     _write_atomic(path, _header(chapter, params, seed) | {"values": {}})
     if glue:
