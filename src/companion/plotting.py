@@ -49,7 +49,7 @@ def show_figures_in(shell=None) -> bool:
 
     The inline backend (the Jupyter default) registers a figure formatter with IPython; any other
     backend, e.g. ``MPLBACKEND=Agg``, leaves a figure with its text repr only. This registers
-    IPython's own PNG formatter (:func:`IPython.core.pylabtools.select_figure_formats`, with the
+    IPython's own PNG formatter (``IPython.core.pylabtools.select_figure_formats``, with the
     inline backend's ``bbox_inches="tight"``) when the shell has no figure formatter yet, and
     leaves an existing one (``%config InlineBackend.figure_formats``) as it is. Called when this
     module is imported in a Jupyter kernel.
