@@ -502,6 +502,9 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0, precision=None) -
         If ``verify < 1`` or ``rtol <= 0``.
     NotIdentifiableError
         If the length-1 queries return 0 (then ``sum_h v^(h) = 0`` and the learner cannot start).
+    PrecisionError
+        If the answers are too coarse (float16, bfloat16) for the check to tell one head from
+        several (:func:`companion._learner.verify_outputs`).
 
     Notes
     -----
