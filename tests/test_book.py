@@ -190,8 +190,10 @@ def _latex_numbers(tex: str):
         if labels:                     # the box's own label is the last one before it
             numbers[labels[-1]] = m.group(1)
     refs = {}
-    for label, text in re.findall(r"\\hyperref\[\\detokenize\{[^{}]*:([^{}:]+)\}\]\{\\sphinxcrossref\{"
-                                  + NUMBERED + r"\}\}", tex):
+    # \hyperref[\detokenize{doc:label}]{\sphinxcrossref{Theorem 2.1}}, and sphinx-exercise's
+    # \hyperref[exercise:label]{Exercise 4.2}
+    for label, text in re.findall(r"\\hyperref\[(?:\\detokenize\{)?[^{}\]]*:([^{}:\]]+)\}?\]\{(?:\\sphinxcrossref\{)?"
+                                  + NUMBERED + r"\}", tex):
         refs.setdefault(label, []).append(text)
     return numbers, {k: v for k, v in refs.items() if k in numbers}
 
