@@ -413,9 +413,11 @@ def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
             mu *= 10
         if not improved or converged:
             break
-    if cost > 1e4 * floor:
-        # The normal equations square the condition number of the Jacobian; where they stall, the
-        # QR-based Levenberg-Marquardt of MINPACK (scipy.optimize.least_squares) finishes.
+    if 1e4 * floor < cost <= (1e-6 * scale) ** 2 * G.size:
+        # The normal equations square the condition number of the Jacobian; where they stall close
+        # to the answer, the QR-based Levenberg-Marquardt of MINPACK (scipy.optimize.least_squares)
+        # finishes. From a start that is far off (a misfit above 1e-6 relative after the steps above)
+        # it would take seconds to fail as well: the caller then redraws the row.
         def fun(p):
             return parts(p[:H], p[H:].reshape(H, d))[1].ravel()
 
