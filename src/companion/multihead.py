@@ -1508,7 +1508,13 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         sh = np.full((G.shape[0], h), np.nan)
         res = np.full(G.shape[0], np.inf)
         if ok.any():
-            gam[ok], sh[ok], res[ok] = polish_pairs(s, G[ok], g0[ok], l0[ok])
+            gam[ok], sh[ok] = g0[ok], l0[ok]
+            res[ok] = np.max(np.abs(np.einsum("psh,ph->ps", expit(s[None, :, None] + l0[ok][:, None, :]),
+                                              g0[ok]) - G[ok]), axis=1)
+            # Polish only the pairs whose interpolant misfits its own samples (most, at large H).
+            rough = np.flatnonzero(ok)[res[ok] > 1e-10 * np.max(np.abs(G[ok]), axis=1)]
+            if rough.size:
+                gam[rough], sh[rough], res[rough] = polish_pairs(s, G[rough], gam[rough], sh[rough])
         return gam, sh, res
 
     def check_visible(i, G):
@@ -1564,8 +1570,10 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
                 "use learn_canonical, or try another scale.")
         gamma0 = np.median(gam[agree], axis=0)
         # With the row's amplitudes fixed, each pair's shifts are far better conditioned.
-        sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
-                                 sh[agree], fixed_gamma=True)[1]
+        # (Skipped where every pair already fits to 1e-10 relative: the shifts are then as good.)
+        if np.max(res[agree]) > 1e-10 * gmax:
+            sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
+                                     sh[agree], fixed_gamma=True)[1]
         # Minimum-norm start from the resolved pairs (fewer than d of them leave R0 in their span;
         # the joint fit over all K tokens fills in the rest).
         R0 = _start_rows(X[agree], sh[agree], float(np.max(np.abs(s))))
