@@ -434,3 +434,101 @@ def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
             Z, res = parts(gamma, R)
         it += int(sol.nfev)
     return gamma, R, {"residual": float(np.max(np.abs(res))), "scale": scale, "iterations": it}
+
+
+def fit_rows_joint(s, G, X, gamma, R, *, XX=None, iters=60, max_bytes=2 ** 27):
+    """:func:`fit_row_joint`'s Levenberg-Marquardt steps for many rows at once (batched linear algebra).
+
+    Rows share the sample points ``s`` and the tokens ``X``; each row keeps its own damping and
+    stops on its own. No MINPACK fallback: a row that is not at rounding level afterwards is for
+    the caller to refit with :func:`fit_row_joint`.
+
+    Parameters
+    ----------
+    s : ndarray of shape (S,)
+    G : ndarray of shape (N, K, S)
+    X : ndarray of shape (K, d)
+    gamma : ndarray of shape (N, H)
+    R : ndarray of shape (N, H, d)
+    XX : ndarray of shape (K, d * d), optional
+    iters : int
+        Largest number of damped steps tried per row (a rejected step counts).
+    max_bytes : int
+        Rows are processed in chunks whose normal matrices take at most about this many bytes.
+
+    Returns
+    -------
+    gamma : ndarray of shape (N, H)
+    R : ndarray of shape (N, H, d)
+    residual, scale : ndarray of shape (N,)
+        Largest misfit and largest ``|G|`` of each row.
+    """
+    N, K, S = G.shape
+    H, d = R.shape[1:]
+    XX = np.einsum("ka,kb->kab", X, X).reshape(K, d * d) if XX is None else XX
+    p = H * (d + 1)
+    chunk = max(1, int(max_bytes // (8 * 4 * p * p + 8 * 6 * K * S * H)))
+    gamma, R = gamma.astype(float).copy(), R.astype(float).copy()
+    residual, scale = np.empty(N), np.max(np.abs(G), axis=(1, 2))
+    for lo in range(0, N, chunk):
+        sl = slice(lo, min(N, lo + chunk))
+        gamma[sl], R[sl], residual[sl] = _fit_rows_chunk(s, G[sl], X, XX, gamma[sl], R[sl],
+                                                         scale[sl], iters)
+    return gamma, R, residual, scale
+
+
+def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
+    n, K, S = G.shape
+    H, d = R.shape[1:]
+
+    Z, res = _parts_rows(s, X, G, gamma, R)
+    cost = np.sum(res ** 2, axis=(1, 2))
+    floor = (_EPS * scale) ** 2 * K * S
+    mu = np.full(n, 1e-3)
+    fails = np.zeros(n, int)
+    done = cost <= floor
+    for _ in range(iters):
+        a = np.flatnonzero(~done)
+        if a.size == 0:
+            break
+        Za, ra, ga = Z[a], res[a], gamma[a]
+        B = ga[:, None, None, :] * Za * (1 - Za)                              # (a, K, S, H)
+        Zf = Za.reshape(a.size, K * S, H)
+        Agg = Zf.transpose(0, 2, 1) @ Zf
+        ZT = Za.transpose(0, 1, 3, 2)                                         # (a, K, H, S)
+        C = (ZT @ B).reshape(a.size, K, H * H)
+        AgR = (C.transpose(0, 2, 1) @ X).reshape(a.size, H, H * d)
+        M = (B.transpose(0, 1, 3, 2) @ B).reshape(a.size, K, H * H)
+        ARR = (M.transpose(0, 2, 1) @ XX).reshape(a.size, H, H, d, d).transpose(0, 1, 3, 2, 4)
+        ARR = ARR.reshape(a.size, H * d, H * d)
+        A = np.concatenate([np.concatenate([Agg, AgR], axis=2),
+                            np.concatenate([AgR.transpose(0, 2, 1), ARR], axis=2)], axis=1)
+        rf = ra.reshape(a.size, K * S, 1)
+        gB = (B.transpose(0, 1, 3, 2) @ ra[..., None])[..., 0]               # (a, K, H)
+        g = np.concatenate([(Zf.transpose(0, 2, 1) @ rf)[..., 0],
+                            (gB.transpose(0, 2, 1) @ X).reshape(a.size, H * d)], axis=1)
+        diag = np.einsum("nii->ni", A)
+        diag = diag + 1e-12 * diag.max(axis=1, keepdims=True)
+        idx = np.arange(A.shape[1])
+        A[:, idx, idx] += mu[a, None] * diag
+        try:
+            step = -np.linalg.solve(A, g[..., None])[..., 0]
+        except np.linalg.LinAlgError:
+            step = np.stack([np.linalg.lstsq(Ai, -gi, rcond=None)[0] for Ai, gi in zip(A, g)])
+        gn, Rn = ga + step[:, :H], R[a] + step[:, H:].reshape(a.size, H, d)
+        Zn, rn = _parts_rows(s, X, G[a], gn, Rn)
+        cn = np.sum(rn ** 2, axis=(1, 2))
+        better = np.isfinite(cn) & (cn < cost[a])
+        conv = better & (cn > 0.5 * cost[a]) & (cn <= 1e4 * floor[a])
+        b = a[better]
+        gamma[b], R[b], Z[b], res[b], cost[b] = gn[better], Rn[better], Zn[better], rn[better], cn[better]
+        mu[a] = np.where(better, np.maximum(mu[a] / 10, 1e-12), mu[a] * 10)
+        fails[a] = np.where(better, 0, fails[a] + 1)
+        done[a] = conv | (fails[a] >= 16) | (better & (cn <= floor[a]))
+    return gamma, R, np.max(np.abs(res), axis=(1, 2))
+
+
+def _parts_rows(s, X, G, gm, Rm):
+    """``Z = sigma(s_t + R_h^T x_k)`` of shape (n, K, S, H) and the misfit ``Z gamma - G``."""
+    Z = expit(s[None, None, :, None] + (Rm @ X.T).transpose(0, 2, 1)[:, :, None, :])
+    return Z, (Z @ gm[:, None, :, None])[..., 0] - G

@@ -1458,7 +1458,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     """
     from scipy.special import expit
 
-    from ._rational import fit_row_joint, interpolate_pairs, polish_pairs, ratio_design
+    from ._rational import (fit_row_joint, fit_rows_joint, interpolate_pairs, polish_pairs,
+                            ratio_design)
 
     d = check_exact_oracle(oracle, "learn_canonical_rational")
     if (H is None) == (H_bound is None):
@@ -1538,9 +1539,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
             f"no number of terms up to H_bound={H_plan} fits a quarter of the pairs of row 0 to "
             f"{_START_TOL:g} relative; the oracle may not be a sum of heads, or H_bound is too small.")
 
-    def learn_row(i, G=None, fits=None):
-        if G is None:                                   # a redrawn direction: ask its pairs now
-            G = _ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None]
+    def start_row(i, G, fits=None):
+        """A row's start for the joint fit: amplitudes shared by its resolved pairs, rows R0."""
         gmax = check_visible(i, G)
         gam, sh, res = pair_fits(G, H_row) if fits is None else (f.copy() for f in fits)
         fit = res <= _START_TOL * gmax           # a start only: the joint fit refines it to tol
@@ -1577,13 +1577,22 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         # Minimum-norm start from the resolved pairs (fewer than d of them leave R0 in their span;
         # the joint fit over all K tokens fills in the rest).
         R0 = _start_rows(X[agree], sh[agree], float(np.max(np.abs(s))))
+        return gamma0, R0, int(agree.sum())
+
+    def finish_row(i, G, gamma0, R0, n_agree):
+        """The serial joint fit (with its MINPACK fallback near convergence) and its check."""
         gamma, R, info = fit_row_joint(s, G, X, gamma0, R0, XX=XX, iters=30)
         if info["residual"] > tol * info["scale"]:
             raise OracleInconsistentError(
                 f"row {i}: the joint fit of {H_row} heads over {K} tokens misfits by "
                 f"{info['residual'] / info['scale']:.2g} relative (tol={tol:g}), starting from "
-                f"{int(agree.sum())} resolved pairs; use learn_canonical.")
-        return gamma, R, float(agree.mean()), info["residual"] / info["scale"]
+                f"{n_agree} resolved pairs; use learn_canonical.")
+        return gamma, R, n_agree / K, info["residual"] / info["scale"]
+
+    def learn_row(i, G=None, fits=None):
+        if G is None:                                   # a redrawn direction: ask its pairs now
+            G = _ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None]
+        return finish_row(i, G, *start_row(i, G, fits))
     # Every row's pairs in one batch per length, and every pair's own fit batched over all rows.
     G_all = (_ask_pairs(oracle, (X[None] + P[:, None]).reshape(-1, d), np.tile(X, (d, 1)), n, m)
              - np.tile(bX, d)[:, None]).reshape(d, K, -1)
@@ -1591,11 +1600,34 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         check_visible(0, G_all[0])
         H_row = choose_terms(G_all[0])
     fits_all = [f.reshape(d, K, *f.shape[1:]) for f in pair_fits(G_all.reshape(d * K, -1), H_row)]
+    # Every row's start, then all joint fits batched (fit_rows_joint); a row that misfits after it
+    # gets the serial fit (and its fallback), then a new direction.
+    starts = {}
+    for i in range(d):
+        try:
+            starts[i] = start_row(i, G_all[i], tuple(f[i] for f in fits_all))
+        except OracleInconsistentError:
+            pass
+    batched = {}
+    if starts:
+        ids = sorted(starts)
+        gb, Rb, resb, scb = fit_rows_joint(s, G_all[ids], X, np.array([starts[i][0] for i in ids]),
+                                           np.array([starts[i][1] for i in ids]), XX=XX)
+        for j, i in enumerate(ids):
+            if resb[j] <= tol * scb[j]:
+                batched[i] = (gb[j], Rb[j], starts[i][2] / K, resb[j] / scb[j])
+            else:
+                starts[i] = (gb[j], Rb[j], starts[i][2])
     for i in range(d):
         G_i, fits_i = G_all[i], tuple(f[i] for f in fits_all)
         while True:
             try:
-                out = learn_row(i, G_i, fits_i)
+                if i in batched:
+                    out = batched[i]
+                elif i in starts and G_i is G_all[i]:
+                    out = finish_row(i, G_i, *starts[i])
+                else:
+                    out = learn_row(i, G_i, fits_i)
                 break
             except OracleInconsistentError:
                 if spare == 0:
@@ -1621,11 +1653,15 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     perms = [np.arange(Hf)]
     link_err = []
     bL = X_link @ v
+    if Hf > 1 and d > 1:                                # every link pair in one batch per length
+        G_link = (_ask_pairs(oracle, (X_link[None] + P[0] + P[1:, None]).reshape(-1, d),
+                             np.tile(X_link, (d - 1, 1)), n, m)
+                  - np.tile(bL, d - 1)[:, None]).reshape(d - 1, n_link, -1)
     for i in range(1, d):
         if Hf == 1:
             perms.append(np.arange(1))
             continue
-        G = _ask_pairs(oracle, X_link + P[0] + P[i], X_link, n, m) - bL[:, None]
+        G = G_link[i - 1]
         shifts = (X_link @ rows[0].T)[:, :, None] + (X_link @ rows[i].T)[:, None, :]   # (k, H, H)
         beta = amps[0][:, None] + amps[i][None, :]
         A = (expit(s[None, :, None, None] + shifts[:, None]) * beta).reshape(n_link * s.size, -1)
