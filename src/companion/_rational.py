@@ -484,7 +484,7 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
     Z, res = _parts_rows(s, X, G, gamma, R)
     cost = np.sum(res ** 2, axis=(1, 2))
     floor = (_EPS * scale) ** 2 * K * S
-    mu = np.full(n, 1e-3)
+    mu = np.full(n, 1e-8)            # the starts are close: Gauss-Newton steps from the first
     fails = np.zeros(n, int)
     done = cost <= floor
     for _ in range(iters):
@@ -524,7 +524,7 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
         gamma[b], R[b], Z[b], res[b], cost[b] = gn[better], Rn[better], Zn[better], rn[better], cn[better]
         mu[a] = np.where(better, np.maximum(mu[a] / 10, 1e-12), mu[a] * 10)
         fails[a] = np.where(better, 0, fails[a] + 1)
-        done[a] = conv | (fails[a] >= 16) | (better & (cn <= floor[a]))
+        done[a] = conv | (fails[a] >= 16) | (cost[a] <= 1e4 * floor[a]) & ~better | (cn <= floor[a])
     return gamma, R, np.max(np.abs(res), axis=(1, 2))
 
 

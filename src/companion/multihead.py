@@ -1320,17 +1320,24 @@ def _start_rows(X, L, window):
     window of ``log r`` (one far outside it is poorly determined), trimmed of outliers (a head whose
     amplitude is small along this row has some badly resolved shifts) while ``d + 1`` remain."""
     K, d = X.shape
-    R = np.zeros((L.shape[1], d))
-    for h in range(L.shape[1]):
-        use = np.abs(L[:, h]) <= window + 4
-        use = use if use.sum() > d else np.ones(K, bool)
-        for _ in range(4):
-            R[h] = np.linalg.lstsq(X[use], L[use, h], rcond=None)[0]
-            miss = np.abs(X @ R[h] - L[:, h])
-            keep = use & (miss <= 10 * np.median(miss[use]) + 1e-12)
-            if keep.sum() <= d or keep.sum() == use.sum():
-                break
-            use = keep
+    use = np.abs(L) <= window + 4                                    # (K, H)
+    use[:, use.sum(axis=0) <= d] = True
+    eye = np.eye(d)
+    for _ in range(4):
+        # All heads at once: the normal equations of each head's least squares, with a ridge of
+        # 1e-12 relative (the minimum-norm solution where fewer than d tokens are used).
+        Wt = use.T.astype(float)                                     # (H, K)
+        A = (Wt[:, :, None] * X[None]).transpose(0, 2, 1) @ X         # (H, d, d)
+        ridge = 1e-12 * np.einsum("hii->h", A)[:, None, None] / d + 1e-300
+        R = np.linalg.solve(A + ridge * eye, ((Wt * L.T) @ X)[..., None])[..., 0]
+        miss = np.abs(X @ R.T - L)
+        med = np.nanmedian(np.where(use, miss, np.nan), axis=0)
+        keep = use & (miss <= 10 * med + 1e-12)
+        frozen = (keep.sum(axis=0) <= d) | (keep.sum(axis=0) == use.sum(axis=0))
+        if frozen.all():
+            break
+        keep[:, frozen] = use[:, frozen]
+        use = keep
     return R
 
 
