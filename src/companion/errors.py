@@ -11,6 +11,7 @@ The message templates live next to their classes (``MESSAGES``), as ``scipy.opti
 - ``OracleInconsistentError``: the oracle's answers contradict the model the learner assumes.
 - ``SolverError``: a numerical solver (cvxpy, least squares) did not reach optimality.
 - ``ParameterError``: a chapter was given an unknown or ill-typed parameter.
+- ``ClaimError``: a sentence a chapter states (``results.claim``) is false for this run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "OracleInconsistentError",
     "SolverError",
     "ParameterError",
+    "ClaimError",
     "MESSAGES",
 ]
 
@@ -99,3 +101,12 @@ class SolverError(CompanionError, RuntimeError):
 
 class ParameterError(CompanionError, ValueError):
     """A chapter was given an unknown parameter name or a value of the wrong type."""
+
+
+class ClaimError(CompanionError, AssertionError):
+    """A claim a chapter's prose states is false for this run (:func:`companion.results.claim`).
+
+    Raised when the chapter executes, so that the chapter stops, its results file stays as it was,
+    and the book does not build with a sentence its own output contradicts. The message names the
+    claim, the chapter and the text the prose would have shown.
+    """

@@ -108,6 +108,21 @@ DATA_FILE = Path(__file__).resolve().parents[2] / "data" / "minilm_l6_heads.npz"
 #: ``data/bert_reference.py``; see :func:`load_reference`.
 REFERENCE_FILE = DATA_FILE.parent / "bert_reference_layer0.npz"
 
+
+def _fetch_command() -> str:
+    """The command that regenerates the weights, with this interpreter (``.venv/bin/python`` of the
+    repository, relative, when it is that one): a bare ``python`` may be one without the library."""
+    import sys
+
+    exe = Path(sys.executable)
+    root = DATA_FILE.parents[1]
+    try:
+        shown = exe.absolute().relative_to(root).as_posix()
+    except ValueError:
+        shown = str(exe)
+    return f"{shown} -m companion.pretrained fetch"
+
+
 #: Arrays of the npz, in the order hashed by :func:`content_sha256`, with their shapes.
 _KEYS = {
     "q_weight": (N_LAYERS, N_HEADS, D_HEAD, D_MODEL),
@@ -232,7 +247,8 @@ def load_weights(path=None) -> dict:
     if key not in _CACHE:
         if not path.is_file():
             raise InvalidInputError(
-                f"weights file {path.name} not found; run `python -m companion.pretrained fetch`."
+                f"weights file {path.name} not found at {path.resolve()}; run `{_fetch_command()}` "
+                "(it writes data/minilm_l6_heads.npz; see data/README.md)."
             )
         with np.load(path) as z:
             arrays = {k: np.array(z[k]) for k in z.files}
@@ -242,7 +258,7 @@ def load_weights(path=None) -> dict:
                 got = None if a is None else (a.shape, str(a.dtype))
                 raise InvalidInputError(
                     f"{path.name}: array {k!r} must be float32 of shape {shape}; got {got}. "
-                    "Regenerate it with `python -m companion.pretrained fetch`."
+                    f"Regenerate it with `{_fetch_command()}`."
                 )
             a.flags.writeable = False
         _CACHE[key] = arrays
