@@ -499,10 +499,14 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
         C = (ZT @ B).reshape(a.size, K, H * H)
         AgR = (C.transpose(0, 2, 1) @ X).reshape(a.size, H, H * d)
         M = (B.transpose(0, 1, 3, 2) @ B).reshape(a.size, K, H * H)
-        ARR = (M.transpose(0, 2, 1) @ XX).reshape(a.size, H, H, d, d).transpose(0, 1, 3, 2, 4)
-        ARR = ARR.reshape(a.size, H * d, H * d)
-        A = np.concatenate([np.concatenate([Agg, AgR], axis=2),
-                            np.concatenate([AgR.transpose(0, 2, 1), ARR], axis=2)], axis=1)
+        # (B_k^T B_k) kron x_k x_k^T summed over the tokens: one matrix product for all rows, its
+        # (h, g) blocks written in place (a transposed copy of the whole would cost as much again).
+        raw = (M.transpose(0, 2, 1).reshape(a.size * H * H, K) @ XX).reshape(a.size, H, H, d, d)
+        A = np.empty((a.size, H * (d + 1), H * (d + 1)))
+        A[:, :H, :H], A[:, :H, H:], A[:, H:, :H] = Agg, AgR, AgR.transpose(0, 2, 1)
+        for h in range(H):
+            for q in range(H):
+                A[:, H + h * d:H + (h + 1) * d, H + q * d:H + (q + 1) * d] = raw[:, h, q]
         rf = ra.reshape(a.size, K * S, 1)
         gB = (B.transpose(0, 1, 3, 2) @ ra[..., None])[..., 0]               # (a, K, H)
         g = np.concatenate([(Zf.transpose(0, 2, 1) @ rf)[..., 0],
@@ -524,7 +528,8 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
         gamma[b], R[b], Z[b], res[b], cost[b] = gn[better], Rn[better], Zn[better], rn[better], cn[better]
         mu[a] = np.where(better, np.maximum(mu[a] / 10, 1e-12), mu[a] * 10)
         fails[a] = np.where(better, 0, fails[a] + 1)
-        done[a] = conv | (fails[a] >= 16) | (cost[a] <= 1e4 * floor[a]) & ~better | (cn <= floor[a])
+        # Stop at rounding level (within 100 times eps of the data, in the mean), or when stuck.
+        done[a] = conv | (fails[a] >= 16) | (cost[a] <= 1e4 * floor[a])
     return gamma, R, np.max(np.abs(res), axis=(1, 2))
 
 
