@@ -1546,8 +1546,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
             f"no number of terms up to H_bound={H_plan} fits a quarter of the pairs of row 0 to "
             f"{_START_TOL:g} relative; the oracle may not be a sum of heads, or H_bound is too small.")
 
-    def start_row(i, G, fits=None):
-        """A row's start for the joint fit: amplitudes shared by its resolved pairs, rows R0."""
+    def label_row(i, G, fits=None):
+        """A row's amplitudes, shared by its resolved pairs: (gamma0, agree, shifts, rough)."""
         gmax = check_visible(i, G)
         gam, sh, res = pair_fits(G, H_row) if fits is None else (f.copy() for f in fits)
         fit = res <= _START_TOL * gmax           # a start only: the joint fit refines it to tol
@@ -1576,15 +1576,22 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
                 f"cannot separate {H_row} logistic terms from {2 * H_plan} samples at most tokens; "
                 "use learn_canonical, or try another scale.")
         gamma0 = np.median(gam[agree], axis=0)
-        # With the row's amplitudes fixed, each pair's shifts are far better conditioned.
-        # (Skipped where every pair already fits to 1e-10 relative: the shifts are then as good.)
-        if np.max(res[agree]) > 1e-10 * gmax:
-            sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
-                                     sh[agree], fixed_gamma=True)[1]
+        # ``rough``: some resolved pair misfits by more than 1e-10 relative, so its shifts gain
+        # from a refit with the row's amplitudes fixed (far better conditioned than the free fit).
+        return gamma0, agree, sh, bool(np.max(res[agree]) > 1e-10 * gmax)
+
+    def start_from(gamma0, agree, sh):
         # Minimum-norm start from the resolved pairs (fewer than d of them leave R0 in their span;
         # the joint fit over all K tokens fills in the rest).
-        R0 = _start_rows(X[agree], sh[agree], float(np.max(np.abs(s))))
-        return gamma0, R0, int(agree.sum())
+        return gamma0, _start_rows(X[agree], sh[agree], float(np.max(np.abs(s)))), int(agree.sum())
+
+    def start_row(i, G, fits=None):
+        """A row's start for the joint fit: amplitudes shared by its resolved pairs, rows R0."""
+        gamma0, agree, sh, rough = label_row(i, G, fits)
+        if rough:
+            sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
+                                     sh[agree], fixed_gamma=True)[1]
+        return start_from(gamma0, agree, sh)
 
     def finish_row(i, G, gamma0, R0, n_agree):
         """The serial joint fit (with its MINPACK fallback near convergence) and its check."""
@@ -1609,12 +1616,24 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     fits_all = [f.reshape(d, K, *f.shape[1:]) for f in pair_fits(G_all.reshape(d * K, -1), H_row)]
     # Every row's start, then all joint fits batched (fit_rows_joint); a row that misfits after it
     # gets the serial fit (and its fallback), then a new direction.
-    starts = {}
+    labels = {}
     for i in range(d):
         try:
-            starts[i] = start_row(i, G_all[i], tuple(f[i] for f in fits_all))
+            labels[i] = label_row(i, G_all[i], tuple(f[i] for f in fits_all))
         except OracleInconsistentError:
             pass
+    rough = [i for i in labels if labels[i][3]]
+    if rough:                               # the fixed-amplitude refits of every row in one batch
+        sel = [labels[i][1] for i in rough]
+        sh_r = polish_pairs(s, np.concatenate([G_all[i][a] for i, a in zip(rough, sel)]),
+                            np.concatenate([np.repeat(labels[i][0][None], a.sum(), axis=0)
+                                            for i, a in zip(rough, sel)]),
+                            np.concatenate([labels[i][2][a] for i, a in zip(rough, sel)]),
+                            fixed_gamma=True)[1]
+        ends = np.cumsum([a.sum() for a in sel])
+        for i, a, part in zip(rough, sel, np.split(sh_r, ends[:-1])):
+            labels[i][2][a] = part
+    starts = {i: start_from(*labels[i][:3]) for i in labels}
     batched = {}
     if starts:
         ids = sorted(starts)
