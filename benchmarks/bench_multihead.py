@@ -8,17 +8,23 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    largest H per d in {8, 16, 32, 64} (H = 1 .. 8, one seed; a failure is fast). Bounded: about a
    minute. With --search-H, also the open-ended search of the robust route (1. below), which takes
    hours at d = 64.
-   Measured 2026-12-01 on the shared 2-core machine (load average about 10; seconds are noisy):
+   Learner and oracle seconds are each the least of a few runs (see rational_row).
+   Measured 2026-12-01 11:18 UTC on the shared 2-core machine (load average about 9; the ratios
+   moved by about 1.5x between runs of the same commit):
      d  H  queries  / count  longest  learner s  oracle s  ratio
-     8  2      416    0.817        5      0.147   0.0006    243
-    16  4    3,576    0.875        9      0.314    0.019   16.3
-    32  4   15,368    0.938        9       1.15    0.159   7.25
-    64  4   64,496    0.984        9       21.0     1.49   14.0
-   every run recovered the canonical form to <= 6e-12 relative. Largest H to 1e-8 (seed 0):
-   5 at d = 8, 16, 32; 4 at d = 64 (d = 64, H = 5: row 18's joint fit misfits by 1.1e-4 after
-   its start from the per-pair fits). Not met: the learner's time is 7-240 x the oracle's, not
-   <= 2 x (the replayed oracle is a few vectorised calls; the learner's per-row fits dominate),
-   and H = 12 at d = 64 is refused (per-pair interpolation loses about a digit per head).
+     8  2      416    0.817        5     0.0195  0.000311   62.6
+    16  4    3,576    0.875        9     0.0534     0.014   3.82
+    32  2    7,704    0.941        5      0.123    0.0204   6.02
+    32  4   15,368    0.938        9      0.333    0.0931   3.58
+    64  2   31,544    0.963        5      0.597     0.275   2.17
+    64  4   64,496    0.984        9       2.98      1.00   2.98
+   every run recovered the canonical form to <= 8e-12 relative. Largest H to 1e-8 (seed 0):
+   5 at d = 8, 16, 32; 4 at d = 64 (the first failures, H = 6 at d <= 32 and H = 5 at d = 64: a row's joint fit
+   does not converge from the start the per-pair fits give, e.g. d = 64, H = 5, row 7 misfits by
+   1.8e-3 relative). Before the batched fits (commit 5941727) the ratio was 7-240 and d = 64,
+   H = 4 took 21 s (one far-off row spent 17 s in MINPACK before failing). Not met: the
+   learner's time is 2-4 x the oracle's at d = 32, 64 (not <= 2 x; at d <= 16 the oracle's
+   milliseconds are below the learner's fixed cost), and H = 12 at d = 64 is refused.
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest

@@ -1435,10 +1435,12 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     Rows ``delta_i`` (an orthonormal basis) share the tokens ``x_k``; within a row the amplitudes
     ``gamma_h = delta_i^T v_h`` are the same for every token and label the heads, and the shifts
     ``delta_i^T W_h x_k`` are linear in ``x_k``. Each pair is interpolated on its own
-    (:func:`companion._rational.interpolate_pairs`, then Levenberg-Marquardt); the pairs whose
-    ``H`` terms match the best pair's amplitudes start the joint fit of the row over all its
-    tokens (:func:`companion._rational.fit_row_joint`), which is far better conditioned than any
-    single pair: a collision of two poles at one token is resolved by the others. Rows are linked
+    (:func:`companion._rational.interpolate_pairs`, then Levenberg-Marquardt where the interpolant
+    misfits its own samples), batched over all pairs; the pairs whose ``H`` terms match the best
+    pair's amplitudes start the joint fit of the row over all its tokens (Gauss-Newton batched
+    over the rows, :func:`companion._rational.fit_rows_joint`; a row that misfits after it gets
+    :func:`companion._rational.fit_row_joint`, then a new direction), which is far better
+    conditioned than any single pair: a collision of two poles at one token is resolved by the others. Rows are linked
     to row 0 through ``n_link`` pairs at ``delta_0 + delta_i``, whose answers are linear in the
     ``H^2`` candidate terms (head ``h`` of row 0 with head ``g`` of row ``i``). Then
     ``v_h = sum_i gamma_h(i) delta_i`` and ``W_h = sum_i delta_i (delta_i^T W_h)``. Heads with equal
