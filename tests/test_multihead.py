@@ -458,6 +458,16 @@ def test_learn_canonical_rational_at_the_follow_up_count(d, H):
     assert _function_gap(rec.model, target) <= 1e-8
 
 
+def test_learn_canonical_rational_six_heads_with_the_default_spread():
+    """spread = 1.5 (the default) recovers H = 6 at d = 16; spread = 3.0 (the old default) refuses."""
+    target = mh.random_multi_head(16, 6, seed=0)
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=6)
+    assert rec.n_heads == 6 and rec.n_learning_queries <= mh.follow_up_count(16, 6)
+    assert rec.diagnostics["max_len"] == 13 and _function_gap(rec.model, target) <= 1e-8
+    with pytest.raises(OracleInconsistentError, match="joint fit of 6 heads"):
+        mh.learn_canonical_rational(ValueQueryOracle(target), H=6, spread=3.0)
+
+
 def test_learn_canonical_rational_with_a_bound_merges_and_drops():
     # three heads, two of them sharing W: the canonical form has 2; only H_bound = 4 is known
     base = mh.random_multi_head(8, 2, seed=1)
