@@ -9,22 +9,24 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    minute. With --search-H, also the open-ended search of the robust route (1. below), which takes
    hours at d = 64.
    Learner and oracle seconds are each the least of a few runs (see rational_row).
-   Measured 2026-12-01 11:18 UTC on the shared 2-core machine (load average about 9; the ratios
-   moved by about 1.5x between runs of the same commit):
+   Measured 2026-12-01 11:24 UTC on the shared 2-core machine (load average about 9; the ratios
+   moved by about 1.5x between runs of the same commit), default spread 1.5:
      d  H  queries  / count  longest  learner s  oracle s  ratio
-     8  2      416    0.817        5     0.0195  0.000311   62.6
-    16  4    3,576    0.875        9     0.0534     0.014   3.82
-    32  2    7,704    0.941        5      0.123    0.0204   6.02
-    32  4   15,368    0.938        9      0.333    0.0931   3.58
-    64  2   31,544    0.963        5      0.597     0.275   2.17
-    64  4   64,496    0.984        9       2.98      1.00   2.98
-   every run recovered the canonical form to <= 8e-12 relative. Largest H to 1e-8 (seed 0):
-   5 at d = 8, 16, 32; 4 at d = 64 (the first failures, H = 6 at d <= 32 and H = 5 at d = 64: a row's joint fit
-   does not converge from the start the per-pair fits give, e.g. d = 64, H = 5, row 7 misfits by
-   1.8e-3 relative). Before the batched fits (commit 5941727) the ratio was 7-240 and d = 64,
-   H = 4 took 21 s (one far-off row spent 17 s in MINPACK before failing). Not met: the
-   learner's time is 2-4 x the oracle's at d = 32, 64 (not <= 2 x; at d <= 16 the oracle's
-   milliseconds are below the learner's fixed cost), and H = 12 at d = 64 is refused.
+     8  2      416    0.817        5    0.00886  0.000309   28.7
+    16  4    3,576    0.875        9     0.0493    0.0088    5.6
+    32  2    7,704    0.941        5      0.078    0.0164   4.75
+    32  4   15,368    0.938        9      0.155    0.0614   2.53
+    64  2   31,544    0.963        5      0.369     0.118   3.13
+    64  4   63,528    0.969        9       1.04     0.704   1.48
+   every run recovered the canonical form to <= 2e-11 relative. Largest H to 1e-8 (seed 0): 6 at
+   d = 8, 16, 32, 64 (d = 8, H = 6 at 5.3e-9; d = 64, H = 6: 98,128 queries, 0.998 of the count,
+   5.6 s). The first failures, H = 7 at every d: a row's joint fit does not converge from the start
+   the per-pair fits give (d = 64, H = 7: row 11 misfits by 7.3e-3 relative). Before this round
+   (commit 5941727, spread 3.0, per-row fits) the ratio was 7-240, d = 64, H = 4 took 21 s (one
+   far-off row spent 17 s in MINPACK before failing), and the largest H was 5 (d <= 32) and 4
+   (d = 64). Not met: the learner's time is within 2 x the oracle's at d = 64, H = 4 but 2.5-5 x
+   at d = 32 and at H = 2 (there the oracle's tens of milliseconds are below the learner's fixed
+   cost), and H = 12 at d = 64 is refused.
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest
