@@ -20,7 +20,7 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
     64  4   63,528    0.969        9       1.04     0.704   1.48
    every run recovered the canonical form to <= 2e-11 relative. Largest H to 1e-8 (seed 0): 6 at
    d = 8, 16, 32, 64 (d = 8, H = 6 at 5.3e-9; d = 64, H = 6: 98,128 queries, 0.998 of the count,
-   5.6 s). The first failures, H = 7 at every d: a row's joint fit does not converge from the start
+   5.6 s, 3.1 x the oracle in one run; H = 5: 3.1 x). The first failures, H = 7 at every d: a row's joint fit does not converge from the start
    the per-pair fits give (d = 64, H = 7: row 11 misfits by 7.3e-3 relative). Before this round
    (commit 5941727, spread 3.0, per-row fits) the ratio was 7-240, d = 64, H = 4 took 21 s (one
    far-off row spent 17 s in MINPACK before failing), and the largest H was 5 (d <= 32) and 4
