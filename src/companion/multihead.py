@@ -1404,8 +1404,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     spread : float, default=1.5
         Token norms are log-uniform in ``[scale / spread, scale * spread]`` (``>= 1``). Measured
         (``benchmarks/bench_multihead.py``, seed 0): ``spread = 1.5`` recovers ``H = 6`` at
-        ``d = 16, 32, 64`` where ``3.0`` stopped at 5 (``d <= 32``) and 4 (``d = 64``, and fails
-        the same way at ``H = 7`` (a row's joint fit does not converge from its start). Why the
+        ``d = 16, 32, 64`` where ``3.0`` stopped at 5 (``d <= 32``) and 4 (``d = 64``); at ``H = 7``
+        it fails the same way (a row's joint fit does not converge from its start). Why the
         narrower spread helps is not isolated here.
     tol : float, default=1e-9
         Largest relative misfit of a row's joint fit (``0 < tol <= 1e-2``).
@@ -1466,9 +1466,9 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     pair's amplitudes start the joint fit of the row over all its tokens (Gauss-Newton batched
     over the rows, :func:`companion._rational.fit_rows_joint`; a row that misfits after it gets
     :func:`companion._rational.fit_row_joint`, then a new direction), which is far better
-    conditioned than any single pair: a collision of two poles at one token is resolved by the others. Rows are linked
-    to row 0 through ``n_link`` pairs at ``delta_0 + delta_i``, whose answers are linear in the
-    ``H^2`` candidate terms (head ``h`` of row 0 with head ``g`` of row ``i``). Then
+    conditioned than any single pair: a collision of two poles at one token is resolved by the
+    others. Rows are linked to row 0 through ``n_link`` pairs at ``delta_0 + delta_i``, whose
+    answers are linear in the ``H^2`` candidate terms (head ``h`` of row 0 with head ``g`` of row ``i``). Then
     ``v_h = sum_i gamma_h(i) delta_i`` and ``W_h = sum_i delta_i (delta_i^T W_h)``. Heads with equal
     ``W`` give one term, so the result is the canonical form.
 
