@@ -129,6 +129,8 @@ def test_cite_never_calls_a_bound_exact(results_tmp):
                            "[02_exact_learning: small_error_W;")
     assert "(exact)" not in line
     assert cli.cite("02", "tight").startswith("1e-10 (bound; measured 0, exact on every machine)")
+    results.publish("bits", 40, kind="bound", measured=47.25, lower=True, atol=3.0, glue=False)
+    assert cli.cite("02", "bits").startswith("40 (lower bound; measured 47.2, reproducible to rtol 0, atol 3 across")
 
 
 def test_cite_a_claim_and_an_old_results_file(results_tmp):

@@ -184,6 +184,12 @@ def test_a_bound_just_inside_holds_and_just_outside_stops_the_chapter(results_tm
     with pytest.raises(ClaimError, match=r"the bound 'over' = 1e-12 is false: the measured value 1\.01e-12"):
         results.publish("over", 1e-12, kind="bound", measured=1.01e-12, glue=False)
     assert "over" not in results.load("kinds")["values"]
+    results.publish("bits", 40, kind="bound", measured=40.0, lower=True, glue=False)      # at least 40 bits
+    assert results.load("kinds")["values"]["bits"]["bound"] == "lower"
+    with pytest.raises(ClaimError, match=r"the lower bound 'bits_low' = 40 is false: the measured value 39\.9 is below it"):
+        results.publish("bits_low", 40, kind="bound", measured=39.9, lower=True, glue=False)
+    with pytest.raises(InvalidInputError, match="lower=True is for kind='bound' only"):
+        results.publish("bits_x", 40, lower=True, glue=False)
 
 
 @pytest.mark.parametrize("kwargs, match", [

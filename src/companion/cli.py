@@ -250,7 +250,7 @@ def _what_it_is(entry) -> str:
     if kind == "bound":
         measured = entry.get("measured") or {}
         mtol = measured.get("tolerance")
-        return (f"bound; measured {measured.get('text', '?')}"
+        return (f"{'lower ' if entry.get('bound') == 'lower' else ''}bound; measured {measured.get('text', '?')}"
                 + (f", {_precision(mtol)}" if mtol else ", exact on every machine"))
     if kind == "claim":
         return "claim, checked when the chapter ran" + (f"; {_precision(tol)}" if tol else "")

@@ -345,7 +345,7 @@ KINDS = ("exact", "measured", "bound")
 
 
 def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=None, kind=None,
-            measured=None) -> None:
+            measured=None, lower=False) -> None:
     """Glue one cited number into the chapter and record it, with provenance, in the results JSON.
 
     Parameters
@@ -376,7 +376,10 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=N
     measured : float, default=None
         For ``kind="bound"`` only, and required there: the measured value the bound bounds, stored
         as ``"measured": {"value": ..., "text": ...}`` (with its tolerance). It must satisfy the
-        bound, ``|measured| <= value``.
+        bound, ``|measured| <= value`` (``measured >= value`` for a lower bound).
+    lower : bool, default=False
+        For ``kind="bound"``: the value is a lower bound ("at least 40 bits"), stored as
+        ``"bound": "lower"``; by default an upper bound, ``"bound": "upper"``.
 
     Raises
     ------
@@ -409,7 +412,7 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=N
     chapter = _chapter(chapter, "publish")
     plain = _plain(value)
     text = _format(value, fmt)
-    kind, measured_entry = _kind(name, plain, kind, measured, rtol, atol)
+    kind, measured_entry = _kind(name, plain, kind, measured, rtol, atol, lower)
     tolerance = _tolerance(plain if measured_entry is None else measured_entry["value"], rtol, atol)
     if measured_entry is not None:
         if tolerance:
@@ -417,11 +420,12 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=N
         tolerance = None          # the bound itself is a constant, exact on every machine
     entry = {"value": plain, "text": text, "kind": kind}
     entry |= ({"tolerance": tolerance} if tolerance else {})
-    entry |= ({"measured": measured_entry} if measured_entry is not None else {})
+    entry |= ({"measured": measured_entry, "bound": "lower" if lower else "upper"}
+              if measured_entry is not None else {})
     _record(name, text, entry, chapter, glue)
 
 
-def _kind(name, plain, kind, measured, rtol, atol):
+def _kind(name, plain, kind, measured, rtol, atol, lower=False):
     """The published value's kind and, for a bound, its checked ``measured`` entry."""
     has_tol = rtol is not None or atol is not None
     if kind is None:
@@ -429,6 +433,8 @@ def _kind(name, plain, kind, measured, rtol, atol):
     if kind not in KINDS:
         raise InvalidInputError(f"kind={kind!r} of {name!r} must be one of {', '.join(map(repr, KINDS))}.")
     if kind != "bound":
+        if lower:
+            raise InvalidInputError(f"lower=True is for kind='bound' only; {name!r} has kind={kind!r}.")
         if measured is not None:
             raise InvalidInputError(
                 f"measured= is for kind='bound' only; {name!r} has kind={kind!r}. Publish the measured "
@@ -452,10 +458,11 @@ def _kind(name, plain, kind, measured, rtol, atol):
             or not np.isfinite(float(measured)):
         raise InvalidInputError(f"measured={measured!r} of the bound {name!r} must be a finite real number.")
     measured = float(measured)
-    if not abs(measured) <= plain:
+    if (measured < plain) if lower else not abs(measured) <= plain:
         raise ClaimError(
-            f"the bound {name!r} = {plain:g} is false: the measured value {measured:.3g} exceeds it "
-            "in magnitude. The sentence that states it would be false; fix the bound or the run.")
+            f"the {'lower ' if lower else ''}bound {name!r} = {plain:g} is false: the measured value "
+            f"{measured:.3g} {'is below it' if lower else 'exceeds it in magnitude'}. The sentence that "
+            "states it would be false; fix the bound or the run.")
     return kind, {"value": measured, "text": _format(measured, None)}
 
 
