@@ -1,4 +1,4 @@
-"""Low-rank heads from rank-one projections (Theorems 5.1, 5.2) and query-optimal recovery (§5).
+"""Low-rank heads from rank-one projections (Theorems 5.1, 5.2) and at the degrees-of-freedom count (§5).
 
 A head whose merged matrix ``W`` has rank ``r`` (the head dimension) has only ``r (2d - r)`` degrees
 of freedom, far fewer than the ``d**2`` entries Theorem 4.1 reads one by one. Every learner here
@@ -625,7 +625,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         ``"nuclear"``: ``m`` Gaussian ROP measurements and ``min ||W||_* s.t. <a_k b_k^T, W> = t_k``
         through cvxpy with SCS, the program of Theorems 5.1 / 5.2 (an SDP: keep ``d <= 60``).
         ``"rgn"``: the same measurements, Riemannian Gauss-Newton from a spectral start.
-        ``"sketch"``: the query-optimal cross of ``k = rank + oversample`` rows and columns of
+        ``"sketch"``: the cross of ``k = rank + oversample`` rows and columns of
         a randomly rotated ``W``; ``d + k (2d - k)`` queries.
     n_measurements : int, default=None
         Number ``m`` of Gaussian ROP measurements for ``"nuclear"`` / ``"rgn"``; at least

@@ -58,15 +58,16 @@ ALLOWED = {
     r"\barXiv[:\s]\s*\d{4}\.\d{4,5}(?:v\d)?": "an arXiv identifier",
     r"\b(?:19|20)\d\d[a-z]?\b": "a year (of a citation or a version)",
     r"\bL\d+H\d+\b": "a MiniLM head's name (layer, head)",
+    r"\b[Ll]ayers? \d+\b": "a layer's name",
     r"\b\d+_[a-z_]+\b": "a chapter's file stem",
-    r"\bO\(": "",
+    r"\bO\(": "big-O notation (its argument is maths)",
     r"\bℓ\d\b|\bL\d\b": "a norm's name",
     r"\bMiniLM-L\d+\b|\ball-MiniLM-L\d+-v\d\b|\bbert-base\b": "a model's name",
     r"\b[A-Za-z]+\d+[A-Za-z]*\b": "an identifier with digits (ICML, a package name)",
     r"\b(?:length|rank|width|threshold|one|two)-\d+\b|\b\d+-(?:norm|bit|token|layer|class)\b|\b0-1\b|\b\d+B-class\b":
         "a compound name (length-1 query, 0-1 program, 1-norm, 7B-class model)",
     r"\b\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\w* (?:19|20)\d\d\b": "a date",
-    r"\([ivx]+\)": "",
+    r"\([ivx]+\)": "a roman-numbered list item",
 }
 
 #: Words that make a sentence a verdict (checked only together with a word of :data:`RESULT_WORDS`):
@@ -107,7 +108,7 @@ def markdown_cells(path) -> list[tuple[str, str]]:
 
 def _blocks(source: str):
     """Split a cell into (kind, text) blocks: 'prose', 'statement' (a quoted box) or 'skip'."""
-    out, pos = [], 0
+    out = []
     lines = source.split("\n")
     i, prose = 0, []
     while i < len(lines):
@@ -141,7 +142,6 @@ def _blocks(source: str):
         i += 1
     if prose:
         out.append(("prose", "\n".join(prose)))
-    del pos
     return [(k, t.replace("\0", "")) for k, t in out]
 
 
@@ -282,6 +282,20 @@ def hand_typed_numbers(source: str, where: str = "", *, allow=()) -> list[Findin
     allow : iterable of str
         Extra regular expressions, matched against a sentence (maths shown as ``$M0$``), whose digits
         are allowed: the short allowlist of a test, each entry with its reason.
+
+    Returns
+    -------
+    list of Finding
+        One per offending number, in the order of the cell.
+
+    Examples
+    --------
+    >>> [f.found for f in hand_typed_numbers("Queries of lengths 1 to 8, as in Theorem 4.1.")]
+    ['1', '8']
+    >>> [f.rule for f in hand_typed_numbers("It draws $m = 3\\,r(2d - r)$ measurements by default.")]
+    ['number in a default']
+    >>> hand_typed_numbers("The learner asked {glue:text}`n` queries, $d + d^2$ in §4.")
+    []
     """
     constants = library_constants()
     findings = []
@@ -305,7 +319,7 @@ def hand_typed_numbers(source: str, where: str = "", *, allow=()) -> list[Findin
                     names = _constant_names(value, constants)
                     if names and value == int(value):        # an integer: only a default multiple of r(...)
                         names = [n for n in names if "OVERSAMPLING" in n or "MULTIPLE" in n] if coefficient else []
-                    if kind != "statement" and default and value not in (0.0, 1.0):
+                    if kind != "statement" and default and value not in (0.0, 1.0, 2.0):
                         findings.append(Finding(where, "number in a default", f"{value:g} in ${maths[j]}$", shown))
                     elif names and kind != "statement":
                         findings.append(Finding(where, f"library constant ({', '.join(names[:3])}) in maths",
@@ -321,6 +335,16 @@ def unbacked_verdicts(source: str, where: str = "", *, allow=(), values=None) ->
     chapter's published values (``results.load(chapter)["values"]``); a verdict sentence whose glued
     value is a bare yes/no (or True/False) published with ``publish``, not ``claim``, is a finding:
     "(no)" renders without stopping the chapter.
+
+    Examples
+    --------
+    >>> [f.found for f in unbacked_verdicts("With $k = r$ the count is exactly the floor.")]
+    ['exactly']
+    >>> unbacked_verdicts("The count is exactly {glue:text}`k0` (checked when the chapter runs).")
+    []
+    >>> values = {"ok": {"value": "no", "text": "no", "kind": "exact"}}
+    >>> [f.rule for f in unbacked_verdicts("Every run was exact: {glue:text}`ok`.", values=values)]
+    ['verdict glued as yes/no, not a claim']
     """
     findings = []
     for kind, block in _blocks(source):
