@@ -33,6 +33,9 @@ def _revert(source: str, fixed: str, reverted: str) -> str:
 @pytest.fixture
 def namespace(tmp_path, monkeypatch):
     monkeypatch.setenv("COMPANION_RESULTS_DIR", str(tmp_path))
+    # the cells glue their values; outside a notebook that would start an IPython shell, which later
+    # tests would take for a chapter's kernel (results.record_parameters checks declarations there)
+    monkeypatch.setattr("myst_nb.glue", lambda *args, **kwargs: None)
     results.record_parameters("06_multi_head_claims_test", seed=0, glue=False)
     return {"np": np, "multihead": multihead, "oracles": oracles, "plotting": plotting, "results": results,
             "seed": 0}
