@@ -91,23 +91,25 @@ def test_papermill_dropping_a_parameter_line_is_an_error(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_failing_chapter_gives_one_clear_line_and_keeps_the_results_file(capsys, tmp_path):
+def test_a_failing_chapter_gives_one_clear_line_and_keeps_the_results_file(capfd, tmp_path):
     (tmp_path / "02_exact_learning.json").write_text("{}")
     code = cli.main(["run", "02", "-p", "d", "3", "-p", "d_values", "[2, 3]", "-p", "entry_scale", "1e308",
                      "-o", str(tmp_path), "--no-progress"])
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err          # the chapter's own process and kernel included
     assert code == 2
     assert "the chapter stopped at cell" in err and "Traceback" not in err
     assert (tmp_path / "02_exact_learning.json").read_text() == "{}"      # nothing half-way
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_exact_learning.ipynb", "02_exact_learning.json"]
+    assert f"the incomplete run (" in err and f"{tmp_path / '02_exact_learning.incomplete.ipynb'}, with the full traceback" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_exact_learning.incomplete.ipynb", "02_exact_learning.json"]
 
 
 @pytest.mark.slow
-def test_a_chapter_over_the_time_limit_is_stopped_in_one_line(capsys, tmp_path):
+def test_a_chapter_over_the_time_limit_is_stopped_in_one_line(capfd, tmp_path):
     code = cli.main(["run", "04", "-o", str(tmp_path), "--no-progress", "--timeout", "1"])
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err          # the chapter's own process and kernel included
     assert code == 2 and "time limit" in err and "--timeout" in err and "Traceback" not in err
-    assert not (tmp_path / "04_low_rank.json").exists()
+    assert "nothing written to 04_low_rank.ipynb or 04_low_rank.json" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["04_low_rank.incomplete.ipynb"]
 
 
 def test_cite_shows_a_published_tolerance(results_tmp, capsys):

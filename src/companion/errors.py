@@ -53,6 +53,20 @@ MESSAGES = {
         "The learner's assumptions do not hold for this target; nothing was returned. Pass "
         "verify=0 to get the unverified estimate anyway."
     ),
+    "verify_failed_rounding": (
+        "verification failed: on {n} fresh random queries the recovered model disagrees with the "
+        "oracle by up to {err:.3g} (relative), beyond the tolerance {tol:.3g} = {size:.0f} x "
+        "u={u:.2g} that rounding allows: {prec}. Rounding at that level cannot explain it, so "
+        "the oracle is not {what}; nothing was returned. Pass verify=0 to get the unverified "
+        "estimate anyway."
+    ),
+    "verify_vacuous": (
+        "cannot verify: {prec}, so a check on {n} fresh queries would have to accept "
+        "disagreements up to {tol:.3g} of the output ({size:.0f} x u) and would certify nothing. "
+        "The estimate's attainable relative error is about {floor:.2g}; pass verify=0 to get it "
+        "unverified, or use an approximate-oracle learner (companion.robust) with tau at the "
+        "answers' rounding."
+    ),
     "verify_noisy_failed": (
         "verification failed: {n} fresh queries certify ||{name} - {name}*|| >= {err:.3g}, more than "
         "the {allowed:.3g} allowed, for every target within tau={tau:.3g} of the answers with "
@@ -93,6 +107,10 @@ class NotIdentifiableError(CompanionError):
 
 class OracleInconsistentError(CompanionError):
     """The oracle's answers contradict the model the learner assumes (e.g. not a single head)."""
+
+
+class PrecisionError(CompanionError):
+    """The answers' precision is too coarse for what was asked (a check would certify nothing)."""
 
 
 class SolverError(CompanionError, RuntimeError):

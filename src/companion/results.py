@@ -10,11 +10,20 @@ its prose states ("every trial succeeds", "exactly d + d² queries"). Each call
   :func:`os.replace`), holding every published value with the chapter's parameters, seed, a hash of
   the library source, the git commit, package versions and the time.
 
-The results folder is ``$COMPANION_RESULTS_DIR`` if set (``companion run -o DIR``, ``make book``
-and the tests set it; a relative folder is taken from where the command was typed, ``$PWD``, even
-when papermill runs the kernel elsewhere with ``--cwd``), else ``runs/`` of the repository that
-holds the chapter. Only ``make execute`` writes into the committed ``data/results``, which it names
-explicitly: a reader's run never overwrites the book's numbers.
+Where the results file goes (:func:`results_path`), so that no run silently replaces another's:
+
+1. ``$COMPANION_RESULTS_DIR/<chapter>.json`` if the variable is set (``companion run`` sets it to
+   its staging folder and then moves the file next to the executed notebook, ``make book``,
+   ``make execute`` and the tests set it; a relative folder is taken from where the command was
+   typed, ``$PWD``, even when papermill runs the kernel elsewhere with ``--cwd``);
+2. else next to the executed notebook, named after it, when the kernel knows that notebook:
+   papermill's ``--inject-output-path`` (``papermill --inject-output-path IN.ipynb elsewhere/x.ipynb``
+   writes ``elsewhere/x.json``);
+3. else a new file ``runs/<chapter>-<UTC date and time>.json`` of the repository that holds the
+   chapter, one per run.
+
+Only ``make execute`` writes into the committed ``data/results``, which it names explicitly: a
+reader's run never overwrites the book's numbers.
 
 A chapter that fails writes nothing half-way: if a cell raises after :func:`record_parameters`
 (an error, or the interrupt of a time limit), the results file is put back as it was before the run,
@@ -51,6 +60,7 @@ __all__ = [
     "KINDS",
     "record_parameters",
     "results_dir",
+    "results_path",
     "book_results_dir",
     "mark_built",
     "library_hash",
@@ -97,6 +107,75 @@ def results_dir() -> Path:
         return path
     root = repo_root()
     return (root if root is not None else Path.cwd()) / "runs"
+
+
+def _executed_notebook() -> Path | None:
+    """The notebook this kernel's run writes, if the kernel knows it: papermill's ``--inject-output-path``
+    (``PAPERMILL_OUTPUT_PATH`` in the kernel's namespace; relative to ``$PWD``, as typed)."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        return None
+    out = shell.user_ns.get("PAPERMILL_OUTPUT_PATH") if shell is not None else None
+    if not isinstance(out, str) or not out.endswith(".ipynb") or "://" in out:
+        return None
+    path = Path(out).expanduser()
+    if not path.is_absolute():
+        pwd = os.environ.get("PWD")
+        path = (Path(pwd) if pwd and Path(pwd).is_absolute() else Path.cwd()) / path
+    return path
+
+
+def results_path(chapter: str) -> Path:
+    """The results file a run of ``chapter`` starting now publishes into.
+
+    ``$COMPANION_RESULTS_DIR/<chapter>.json`` if the variable is set; else, when the kernel knows
+    the executed notebook (papermill's ``--inject-output-path``), that notebook's path with the
+    suffix ``.json``; else a new file ``<repo>/runs/<chapter>-<UTC time>.json``, never an
+    existing one. :func:`record_parameters` fixes it for the rest of the run.
+
+    Parameters
+    ----------
+    chapter : str
+        The chapter's file stem, e.g. ``"02_exact_learning"``.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    InvalidInputError
+        If ``chapter`` is not a plain file stem.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> previous = os.environ.get("COMPANION_RESULTS_DIR")
+    >>> os.environ["COMPANION_RESULTS_DIR"] = folder = tempfile.mkdtemp()
+    >>> results_path("02_exact_learning") == Path(folder) / "02_exact_learning.json"
+    True
+    >>> del os.environ["COMPANION_RESULTS_DIR"]
+    >>> a = results_path("02_exact_learning")
+    >>> a.parent.name, a.name.startswith("02_exact_learning-") and a.suffix == ".json" and not a.exists()
+    ('runs', True)
+    >>> if previous is not None: os.environ["COMPANION_RESULTS_DIR"] = previous
+    """
+    chapter = _check_name(chapter, "chapter")
+    if os.environ.get("COMPANION_RESULTS_DIR"):
+        return results_dir() / f"{chapter}.json"
+    notebook = _executed_notebook()
+    if notebook is not None:
+        return notebook.with_suffix(".json")
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = results_dir() / f"{chapter}-{stamp}.json"
+    k = 1
+    while path.exists():
+        k += 1
+        path = results_dir() / f"{chapter}-{stamp}-{k}.json"
+    return path
 
 
 def book_results_dir() -> Path:
@@ -192,11 +271,19 @@ def _write_atomic(path: Path, data: dict) -> None:
 
 
 def _path(chapter: str) -> Path:
+    """The results file of ``chapter``: the one :func:`record_parameters` chose for this run, else
+    ``results_dir()/<chapter>.json``."""
+    if chapter == _state["chapter"] and _state["path"] is not None:
+        return _state["path"]
     return results_dir() / f"{chapter}.json"
 
 
 def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     """Start a chapter's results file, recording its parameters; earlier values are discarded.
+
+    The file is chosen once here, by :func:`results_path` (``$COMPANION_RESULTS_DIR``, next to the
+    executed notebook, or a new file in ``runs/``), and every later :func:`publish` of the chapter
+    in this kernel writes into it.
 
     Every parameter (and ``seed``) is also glued under its own name, formatted as by
     :func:`publish`, so that the prose can cite the parameters a run used, e.g. ``{glue:text}`d```.
@@ -233,7 +320,7 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     _check_declared(chapter, {"seed": seed, **parameters})
     seed = check_int(seed, "seed", minimum=0)
     params = _plain(dict(parameters))
-    path = _path(chapter)
+    path = results_path(chapter)
     before = path.read_bytes() if path.is_file() else None
     _state.update(chapter=chapter, parameters=params, seed=seed, failed=False, before=before, path=path)
     _watch_for_failure()
