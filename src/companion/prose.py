@@ -271,7 +271,7 @@ def _allowed_spans(sentence: str, allow):
 
 
 def hand_typed_numbers(source: str, where: str = "", *, allow=()) -> list[Finding]:
-    """Numbers typed by hand in one markdown cell (see the module's docstring for the rule).
+    r"""Numbers typed by hand in one markdown cell (see the module's docstring for the rule).
 
     Parameters
     ----------
