@@ -63,12 +63,15 @@ def random_queries(d, n, *, seed, scale=1.0, max_len=VERIFY_MAX_LEN, unit_ball=F
     return X
 
 
-def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what="the model"):
+def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what="the model",
+                   lift=None):
     """Compare ``oracle`` with ``predict`` on ``n`` fresh random queries (exact oracles).
 
     The disagreement on a query ``X`` is ``|VQ(X) - predict(X)| / out_scale(X)``, where
     ``out_scale(X)`` is the output scale of the recovered model on ``X`` (e.g. ``max_i |x_i^T v|``),
-    floored at the smallest positive float.
+    floored at the smallest positive float. With ``lift``, the queries are drawn in
+    ``oracle.d - 1`` dimensions and each is mapped by ``lift`` (e.g. a 1 appended to every token,
+    for a head defined on homogeneous coordinates only).
 
     Returns
     -------
@@ -83,7 +86,9 @@ def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what
     if n == 0:
         return {"n_verify_queries": 0}
     d = int(oracle.d)
-    X = random_queries(d, n, seed=seed, scale=scale)
+    X = random_queries(d if lift is None else d - 1, n, seed=seed, scale=scale)
+    if lift is not None:
+        X = [lift(x) for x in X]
     y = np.asarray(oracle(X), dtype=np.float64)
     y_hat = np.asarray(predict(X), dtype=np.float64)
     s = np.array([out_scale(x) for x in X])
@@ -206,6 +211,9 @@ _LEARNERS = {
     "learn_ffn": "ffn",
     "learn_one_layer": "transformer",
     "learn_orthogonal_heads": "multihead",
+    "learn_canonical": "multihead",
+    "learn_membership": "membership",
+    "learn_homogeneous_head": "pretrained",
 }
 
 

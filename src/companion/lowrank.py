@@ -574,7 +574,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         (its top-``rank`` SVD, each column of ``U`` with its largest entry positive),
         and per method: ``solver``, ``status``, ``solve_iterations``, ``objective`` (nuclear);
         ``iterations``, ``residual``, ``residuals``, ``lsqr_iterations`` (rgn); ``cross_size``,
-        ``core_singular_values``, ``rank_detected`` (sketch); ``n_verify_queries`` and, with
+        ``core_singular_values``, ``rank_detected``, ``rank_used`` (the rank returned) (sketch); ``n_verify_queries`` and, with
         ``verify``, ``verify_max_error``. ``n_queries`` counts the verification queries;
         ``n_learning_queries`` leaves them out.
 

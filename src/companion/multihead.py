@@ -997,9 +997,12 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     MultiHeadRecovery
         ``Ws``, ``vs`` of the canonical form (:func:`canonical_form` order). ``n_queries`` is read
         from the oracle (learning plus ``verify``). ``diagnostics``: ``n_heads``, ``max_len``
-        (longest sequence asked), ``n_learn_queries``, ``n_verify_queries``, ``kim_count``
+        (longest sequence asked), ``n_points`` (sequence lengths per token), ``n_tokens`` (query
+        tokens), ``n_learn_queries``, ``n_verify_queries``, ``kim_count``
         (``4 H d^2 - 2 H + 1``), ``resolved_fraction`` (fits accepted per row),
-        ``max_sensitivity``, ``verify_max_error``.
+        ``max_sensitivity``, ``reference_row`` (the row the others are linked to),
+        ``n_redrawn_rows`` (row directions drawn again), ``max_link_error`` (largest mismatch of a
+        linked row), ``verify_max_error``.
 
     Raises
     ------

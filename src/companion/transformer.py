@@ -214,8 +214,9 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
         FFN part including its own 64 checks; the attention part ``2 d**2`` plus re-measurements,
         because the head's ``d`` length-1 antisymmetrised queries are the FFN learner's ``2d``
         queries ``[+-e_j^T]``, answered again from memory (``diagnostics["n_reused"]``, ``2d``;
-        see :class:`ReusedAnswers`); and the whole-model check. ``n_verify_queries`` counts the
-        FFN's checks and the whole model's (``n_learning_queries`` leaves them out).
+        see :class:`ReusedAnswers`); and the whole-model check. ``diagnostics["n_verify_queries"]``
+        counts the FFN's checks and the whole model's (``n_learning_queries`` leaves them out), and
+        ``diagnostics["verify_max_error"]`` is the whole model's largest disagreement.
         ``diagnostics`` also holds the FFN learner's diagnostics (``ffn``), the attention
         learner's (``attention``), and ``v_mismatch``: the largest difference between the head's
         value vector (the measured ``VQ([e_j^T]) - VQ([-e_j^T])``) and the linear part ``A w_o``
