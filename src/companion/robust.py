@@ -42,7 +42,7 @@ from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead, random_single_head
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
 from .exact import read_value_vector
-from .lowrank import LowRankRecovery, degrees_of_freedom
+from .lowrank import LowRankRecovery, check_nuclear_size, degrees_of_freedom
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
 from .numerics.rgn import _rop_apply, _weighted_rgn
 from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_scales
@@ -1041,8 +1041,9 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         If ``oracle`` is not a value-query oracle, or answers labels (``tau = inf``, a
         :class:`~companion.membership.MembershipQueryOracle`); before any query.
     InvalidInputError
-        For a bad ``rank``, ``W_max``, ``tau``, ``method``, ``logit_max`` or solver option;
-        before the first query.
+        For a bad ``rank``, ``W_max``, ``tau``, ``method``, ``logit_max`` or solver option, or
+        ``"nuclear"`` above :data:`companion.lowrank.NUCLEAR_MAX_BYTES` (estimated by
+        :func:`companion.lowrank.nuclear_program_size`); before the first query.
     NotIdentifiableError
         If ``n_measurements < r (2d - r)`` (before the first query), or if ``v_hat = 0``.
     BudgetExceededError
@@ -1109,6 +1110,8 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
             f"n_measurements={m} cannot determine a rank-{r} {d} x {d} matrix: it has r(2d - r) = "
             f"{dof} degrees of freedom. Raise n_measurements to at least {dof} (with noise, "
             f"{int(np.ceil(NOISY_OVERSAMPLING * dof))} or more).")
+    if method == "nuclear":
+        check_nuclear_size(d, m, r, "learn_low_rank_noisy")
     start = reserve(oracle, d + m + verify, "learn_low_rank_noisy")
     rng = np.random.default_rng(seed)
 
