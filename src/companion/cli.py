@@ -21,7 +21,6 @@ written only when every cell ran.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import subprocess
@@ -279,7 +278,8 @@ def _cmd_run(args):
     except papermill.PapermillExecutionError as exc:
         if exc.ename in ("CellTimeoutError", "TimeoutError") or "timed out" in str(exc.evalue).lower():
             raise ParameterError(f"the chapter exceeded the time limit at cell {exc.exec_count}: raise it "
-                                 f"with --timeout (now {args.timeout or book_timeout()} s); notebook: {where}") from None
+                                 f"with --timeout (now {args.timeout or book_timeout()} s); "
+                                 f"notebook: {where}") from None
         raise ParameterError(
             f"the chapter stopped at cell {exc.exec_count} with {exc.ename}: {exc.evalue}\n"
             f"  (parameters {given}; the executed notebook with the full traceback: {where})"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import lapack, lu_factor, lu_solve
-from scipy.special import expit, logit
+from scipy.special import logit
 
 from ._streaming import chunk_queries
 from ._validation import check_choice, check_int, check_real
@@ -289,7 +289,8 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` plus
         re-measurements plus ``verify`` (``n_learning_queries`` leaves out the ``verify``).
         ``diagnostics`` holds ``probes`` (the probe matrix
-        ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits`` (``(d, d)``: the measured
+        ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits``
+        (``(d, d)``: the measured
         ``c^2 u_l^T W e_j``, row ``l``, column ``j``), ``scales`` (``(d, d)``: each probe's final
         ``c``), ``n_requeries``, ``max_abs_logit``, ``n_verify_queries`` and, with ``verify``, ``verify_max_error``.
 

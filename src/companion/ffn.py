@@ -25,7 +25,7 @@ merged, columns sorted (:func:`canonical_form`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
@@ -624,8 +624,8 @@ class FFNRecovery(Recovery):
     ``W`` is None (a network has no attention); ``v`` is the linear part ``A w_o``.
     """
 
-    A: np.ndarray = None
-    w_o: np.ndarray = None
+    A: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
+    w_o: np.ndarray = None  # type: ignore[assignment]
 
     @property
     def d(self) -> int:

@@ -43,7 +43,7 @@ from .errors import (InvalidInputError, NotIdentifiableError, OracleInconsistent
                      SolverError)
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
 from .attention import SingleHead
-from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
+from .exact import check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES
 from .numerics.rgn import _rgn
 from .numerics.rop import _gaussian_rop_design, rop_queries
@@ -651,7 +651,8 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         (its top-``rank`` SVD, each column of ``U`` with its largest entry positive),
         and per method: ``solver``, ``status``, ``solve_iterations``, ``objective`` (nuclear);
         ``iterations``, ``residual``, ``residuals``, ``lsqr_iterations`` (rgn); ``cross_size``,
-        ``core_singular_values``, ``rank_detected``, ``rank_used`` (the rank returned) (sketch); ``n_verify_queries`` and, with
+        ``core_singular_values``, ``rank_detected``, ``rank_used`` (the rank returned) (sketch);
+        ``n_verify_queries`` and, with
         ``verify``, ``verify_max_error``. ``n_queries`` counts the verification queries;
         ``n_learning_queries`` leaves them out.
 
@@ -686,7 +687,8 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     [1]_, with the scale ``c`` added). Theorem 5.1 (Cai & Zhang [2]_): ``m = O(r (d1 + d2))``
     Gaussian ROP measurements and nuclear-norm minimisation recover every rank-``r`` matrix with
     probability ``1 - exp(-Omega(m))``; Theorem 5.2 turns this into ``d + C r (2d)`` value queries.
-    ``"rgn"`` is Riemannian Gauss-Newton [3]_ on the same measurements. ``"sketch"`` measures ``M = L W R`` (``L``, ``R``
+    ``"rgn"`` is Riemannian Gauss-Newton [3]_ on the same measurements. ``"sketch"`` measures
+    ``M = L W R`` (``L``, ``R``
     orthogonal, random; every row of ``L`` has ``l^T v = ||v|| / sqrt(d)``) on ``k`` full rows and
     ``k`` full columns and returns ``W = L^T M_{:,K} (M_{K,K})^+_r M_{K,:} R^T``, the generalised
     Nystrom formula in its stabilised (truncated pseudo-inverse) form [4]_; a rank-``r`` matrix has

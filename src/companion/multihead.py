@@ -608,8 +608,8 @@ class MultiHeadRecovery(Recovery):
         As for :class:`~companion.recovery.Recovery`.
     """
 
-    Ws: np.ndarray = None
-    vs: np.ndarray = None
+    Ws: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
+    vs: np.ndarray = None  # type: ignore[assignment]
 
     @property
     def n_heads(self) -> int:

@@ -121,7 +121,8 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3)
     Riemannian Gauss-Newton (the steps of :func:`_rgn`) from the spectral start.
 
     The start is ``start`` (factors ``U, s, V``) or the unweighted spectral one
-    (``E[(d^2/m) sum t_k a_k b_k^T] = W`` for the Gaussian design); the steps use the weighted rows ``w_k a_k``, ``w_k t_k``. With noise the residual does not
+    (``E[(d^2/m) sum t_k a_k b_k^T] = W`` for the Gaussian design); the steps use the weighted rows
+    ``w_k a_k``, ``w_k t_k``. With noise the residual does not
     vanish (and Gauss-Newton need not decrease it monotonically): the loop stops when ``patience``
     iterations in a row fail to cut the smallest residual so far by a relative ``rtol``, and returns
     the iterate with the smallest residual.
