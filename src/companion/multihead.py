@@ -1393,7 +1393,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         ``Ws``, ``vs`` of the canonical form. ``n_learning_queries <= 4 H d^2 - 2 H + 1``
         (``rational_plan(d, H)["n_queries"]``). ``diagnostics``: ``n_heads``, ``max_len``
         (``<= 2 H + 1``), ``kim_count``, ``plan``, ``resolved_fraction`` (pairs of the worst row
-        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``.
+        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``,
+        ``n_verify_queries`` and, with ``verify``, ``verify_max_error``.
 
     Raises
     ------
