@@ -458,3 +458,44 @@ def test_every_public_learner_is_listed():
     listed = {entry.learn.__name__ for entry in LEARNERS}
     assert _public_learners() - listed == set(), "list the new learner in LEARNERS"
     assert listed <= _public_learners()
+
+
+# ----------------------------------------------------------------------------- the default tolerance
+
+class _OffByRelative:
+    """The target, plus ``kappa * rtol * max_i |x_i^T v|`` on every sequence longer than 2 tokens.
+
+    The single-head learners learn from sequences of length 1 and 2 only, so they recover the target
+    exactly; their verification (lengths 1 to 8) then sees a relative disagreement of exactly
+    ``kappa * rtol`` on its longer queries.
+    """
+
+    def __init__(self, target, rtol, kappa):
+        self.target, self.d, self.shift = target, target.d, kappa * rtol
+        self.v = np.asarray(target.v)
+
+    def __call__(self, X):
+        X = np.asarray(X)
+        y = np.asarray(self.target(X), dtype=np.float64)
+        if X.shape[1] > 2:
+            y = y + self.shift * np.max(np.abs(X @ self.v), axis=1)
+        return y
+
+
+_SINGLE_HEAD_EXACT = [entry for entry in LEARNERS if entry.id in (
+    "learn_single_head", "learn_low_rank[nuclear]", "learn_low_rank[rgn]", "learn_low_rank[sketch]",
+    "learn_homogeneous_head")]
+
+
+@pytest.mark.parametrize("kappa, accepted", [(0.5, True), (2.0, False)], ids=["inside", "outside"])
+@pytest.mark.parametrize("entry", _SINGLE_HEAD_EXACT, ids=[e.id for e in _SINGLE_HEAD_EXACT])
+def test_default_verify_rtol_just_inside_and_outside(entry, kappa, accepted):
+    """A disagreement of half the default verify_rtol is accepted, of twice it refused."""
+    rtol = inspect.signature(entry.learn).parameters["verify_rtol"].default
+    oracle = ValueQueryOracle(_OffByRelative(entry.target(), rtol, kappa))
+    if accepted:
+        rec = entry.run(oracle)
+        assert 0.4 * rtol < rec.diagnostics["verify_max_error"] <= 0.5 * rtol * (1 + 1e-6)
+    else:
+        with pytest.raises(OracleInconsistentError, match="verification"):
+            entry.run(oracle)
