@@ -142,5 +142,10 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3)
         if rel == 0 or it == max_iter or stalled >= patience:
             break
         X, Y, _ = _tangent_step(Aw, B, res, U, V, direct_max=2_000_000, rtol=1e-12)
-        U, s, V = _retract(U, s, V, X, Y, r)
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+            break                       # a diverged step: keep the best iterate (its fit is checked)
+        try:
+            U, s, V = _retract(U, s, V, X, Y, r)
+        except np.linalg.LinAlgError:
+            break
     return best[1], {"iterations": it, "residual": best[0], "residuals": history}
