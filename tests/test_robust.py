@@ -590,3 +590,11 @@ def test_fit_ratio_threshold_just_inside_and_outside():
             with pytest.raises(OracleInconsistentError):
                 robust._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0)
     assert bound == 3.0
+
+
+def test_noisy_rgn_fit_check_is_skipped_with_verify_0():
+    from companion import robust
+
+    outside = robust.random_margin_head(8, W_max=4.0, mu=0.1, seed=1)
+    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(outside, 1e-7), 2, W_max=4.0, verify=0)
+    assert rec.diagnostics["fit_ratio"] > robust.FIT_SLACK       # reported, not refused: opted out

@@ -969,10 +969,10 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def _check_fit(res, delta, w, *, r, tau, W_max) -> float:
-    """``sum w res^2 / sum w delta^2``; raise if it exceeds ``FIT_SLACK`` (see :data:`FIT_SLACK`)."""
+def _check_fit(res, delta, w, *, r, tau, W_max, refuse=True) -> float:
+    """``sum w res^2 / sum w delta^2``; with ``refuse``, raise if it exceeds ``FIT_SLACK``."""
     ratio = float(np.sum(w * res**2) / max(float(np.sum(w * delta**2)), np.finfo(float).tiny))
-    if ratio > FIT_SLACK:
+    if refuse and ratio > FIT_SLACK:
         raise OracleInconsistentError(_NOISY_MESSAGES["fit"].format(ratio=ratio, r=r, tau=tau,
                                                                     W_max=W_max))
     return ratio
@@ -1053,7 +1053,8 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         then no head with ``||W*||_F <= W_max`` answered within ``tau`` (the message says which
         assumption to relax).
     OracleInconsistentError
-        ``"rgn"``, ``tau > 0``: if the weighted residual of the rank-``r`` fit exceeds
+        ``"rgn"``, ``tau > 0``, ``verify > 0`` (the default; the check spends no query): if the
+        weighted residual of the rank-``r`` fit exceeds
         ``FIT_SLACK`` times the largest one a head inside the assumptions allows
         (``fit_ratio > FIT_SLACK``): no rank-``r`` head with ``||W*||_F <= W_max`` answered within
         ``tau``, or Gauss-Newton stopped in a wrong minimum. Also if the verification fails.
@@ -1153,7 +1154,7 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
         if tau > 0:
             info["fit_ratio"] = _check_fit(_rop_apply(A, B, W) - t, delta, w, r=r, tau=tau,
-                                           W_max=W_max)
+                                           W_max=W_max, refuse=verify > 0)
     diagnostics.update(info)
     with np.errstate(divide="ignore", invalid="ignore"):
         # at most 1 for W*: a larger value certifies W != W*
