@@ -145,7 +145,8 @@ def _not_an_oracle(target):
 _LOW_RANK_KEYS = {
     "nuclear": {"solver", "status", "solve_iterations", "objective"},
     "rgn": {"iterations", "residual", "residuals", "lsqr_iterations"},
-    "sketch": {"cross_size", "core_singular_values", "rank_detected", "rank_used"},
+    "sketch": {"cross_size", "core_singular_values", "rank_detected", "rank_used", "rank_tol_used", "kappa_W",
+               "floor_W", "floor_v"},
 }
 
 
@@ -178,7 +179,7 @@ LEARNERS = [
         id="learn_single_head", learn=exact.learn_single_head, target=_head, oracle=_exact,
         learning_count=lambda rec, d: d + d * d + rec.diagnostics["n_requeries"],
         wrong_oracle=_approx, outside=lambda: _exact(_two_heads()),
-        not_keys=frozenset({"c^2 u_l^T W e_j", "l", "j"})),
+        not_keys=frozenset({"c^2 u_l^T W e_j", "l", "j", "u"})),
     _low_rank("nuclear"),
     _low_rank("rgn"),
     _low_rank("sketch"),

@@ -313,7 +313,8 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits``
         (``(d, d)``: the measured
         ``c^2 u_l^T W e_j``, row ``l``, column ``j``), ``scales`` (``(d, d)``: each probe's final
-        ``c``), ``n_requeries``, ``max_abs_logit``, ``n_verify_queries`` and, with ``verify``, ``verify_max_error``.
+        ``c``), ``n_requeries``, ``max_abs_logit``, ``n_verify_queries`` and, with ``verify``,
+        ``verify_max_error`` and ``verify_tolerance``.
 
     Raises
     ------

@@ -795,7 +795,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         re-measurements of saturated probes and ``verify`` (``n_learning_queries`` leaves out the
         ``verify``). ``diagnostics`` holds ``hessian_eigenvalues`` (sorted by magnitude),
         ``head_dims``, ``n_requeries``, ``n_verify_queries`` and, with ``verify``,
-        ``verify_max_error``.
+        ``verify_max_error`` and ``verify_tolerance`` (the tolerance it was held to).
 
     Raises
     ------
@@ -1027,7 +1027,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         (longest sequence asked), ``n_points`` (sequence lengths per token), ``n_tokens`` (query
         tokens), ``n_learn_queries``, ``n_verify_queries``, ``kim_count``
         (``4 H d^2 - 2 H + 1``), ``resolved_fraction`` (fits accepted per row),
-        ``max_sensitivity``, ``reference_row`` (the row the others are linked to),
+        ``max_sensitivity``, ``verify_tolerance``, ``reference_row`` (the row the others are linked to),
         ``n_redrawn_rows`` (row directions drawn again), ``max_link_error`` (largest mismatch of a
         linked row), ``verify_max_error``.
 
@@ -1415,7 +1415,7 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         (``rational_plan(d, H)["n_queries"]``). ``diagnostics``: ``n_heads``, ``max_len``
         (``<= 2 H + 1``), ``kim_count``, ``plan``, ``resolved_fraction`` (pairs of the worst row
         whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``,
-        ``n_verify_queries`` and, with ``verify``, ``verify_max_error``.
+        ``n_verify_queries`` and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``.
 
     Raises
     ------

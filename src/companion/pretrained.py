@@ -903,7 +903,7 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         ``(d + 1)**2`` plus re-measurements plus ``verify`` (``n_learning_queries`` leaves out the
         ``verify``). ``diagnostics``: ``probes`` (d, d), ``cond_probes``, ``n_requeries``,
         ``max_abs_logit``, ``identifiable`` (the string ``"W[:d, :], v"``), ``n_verify_queries``
-        and, with ``verify``, ``verify_max_error``.
+        and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``.
         ``cond_probes`` is LAPACK's 1-norm condition estimate from the LU factors (an SVD of a
         384 x 384 matrix would cost more than the learner).
 

@@ -216,7 +216,8 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
         queries ``[+-e_j^T]``, answered again from memory (``diagnostics["n_reused"]``, ``2d``;
         see :class:`ReusedAnswers`); and the whole-model check. ``diagnostics["n_verify_queries"]``
         counts the FFN's checks and the whole model's (``n_learning_queries`` leaves them out), and
-        ``diagnostics["verify_max_error"]`` is the whole model's largest disagreement.
+        ``diagnostics["verify_max_error"]`` is the whole model's largest disagreement,
+        ``diagnostics["verify_tolerance"]`` its tolerance.
         ``diagnostics`` also holds the FFN learner's diagnostics (``ffn``), the attention
         learner's (``attention``), and ``v_mismatch``: the largest difference between the head's
         value vector (the measured ``VQ([e_j^T]) - VQ([-e_j^T])``) and the linear part ``A w_o``
