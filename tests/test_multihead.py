@@ -505,3 +505,16 @@ def test_learn_canonical_rational_input_checks_and_cancelling_heads():
     with pytest.raises(NotIdentifiableError, match="cancel"):
         mh.learn_canonical_rational(ValueQueryOracle(MultiHead(np.stack([h.W, h.W]), np.stack([h.v, -h.v]))),
                                     H=1)
+
+
+def test_detect_multi_head_rtol_just_inside_and_outside():
+    """A second head of relative size eps moves the single-head fit by about 5.8 eps on fresh queries."""
+    from companion.attention import random_single_head
+
+    a, b = random_single_head(4, seed=1), random_single_head(4, seed=2)
+    # eps = 1.2e-7: error ~ 7e-7 (inside 1e-6); eps = 3e-7: error ~ 1.8e-6 (outside 1e-6, inside 1e-5)
+    for eps, single in [(1.2e-7, True), (3e-7, False)]:
+        target = MultiHead(np.stack([a.W, b.W]), np.stack([a.v, eps * b.v]))
+        det = mh.detect_multi_head(ValueQueryOracle(target))
+        assert det.single_head is single, (eps, det.max_error)
+        assert 1e-7 < det.max_error < 1e-5

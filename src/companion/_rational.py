@@ -153,8 +153,6 @@ def fit_shifts(s, g, c, l0):
     info : dict
         ``residual`` (largest misfit).
     """
-    scale = float(np.max(np.abs(g)))
-
     def res(x):
         return logistic_sum(s, c, x) - g
 

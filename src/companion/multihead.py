@@ -28,8 +28,7 @@ from scipy.optimize import linear_sum_assignment
 from ._validation import as_float_array, check_int, check_real
 from .attention import MultiHead, SingleHead
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
-from .exact import (check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated,
-                    verify_single_head)
+from .exact import (check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated)
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
 from .recovery import Recovery
 
@@ -630,8 +629,8 @@ class MultiHeadRecovery(Recovery):
         As for :class:`~companion.recovery.Recovery`.
     """
 
-    Ws: np.ndarray = None
-    vs: np.ndarray = None
+    Ws: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
+    vs: np.ndarray = None  # type: ignore[assignment]
 
     @property
     def n_heads(self) -> int:
@@ -796,7 +795,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         re-measurements of saturated probes and ``verify`` (``n_learning_queries`` leaves out the
         ``verify``). ``diagnostics`` holds ``hessian_eigenvalues`` (sorted by magnitude),
         ``head_dims``, ``n_requeries``, ``n_verify_queries`` and, with ``verify``,
-        ``verify_max_error``.
+        ``verify_max_error`` and ``verify_tolerance`` (the tolerance it was held to).
 
     Raises
     ------
@@ -1025,9 +1024,12 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     MultiHeadRecovery
         ``Ws``, ``vs`` of the canonical form (:func:`canonical_form` order). ``n_queries`` is read
         from the oracle (learning plus ``verify``). ``diagnostics``: ``n_heads``, ``max_len``
-        (longest sequence asked), ``n_learn_queries``, ``n_verify_queries``, ``kim_count``
+        (longest sequence asked), ``n_points`` (sequence lengths per token), ``n_tokens`` (query
+        tokens), ``n_learn_queries``, ``n_verify_queries``, ``kim_count``
         (``4 H d^2 - 2 H + 1``), ``resolved_fraction`` (fits accepted per row),
-        ``max_sensitivity``, ``verify_max_error``.
+        ``max_sensitivity``, ``verify_tolerance``, ``reference_row`` (the row the others are linked to),
+        ``n_redrawn_rows`` (row directions drawn again), ``max_link_error`` (largest mismatch of a
+        linked row), ``verify_max_error``.
 
     Raises
     ------
@@ -1423,7 +1425,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         ``Ws``, ``vs`` of the canonical form. ``n_learning_queries <= 4 H d^2 - 2 H + 1``
         (``rational_plan(d, H)["n_queries"]``). ``diagnostics``: ``n_heads``, ``max_len``
         (``<= 2 H + 1``), ``kim_count``, ``plan``, ``resolved_fraction`` (pairs of the worst row
-        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``.
+        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``,
+        ``n_verify_queries`` and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``.
 
     Raises
     ------
