@@ -125,7 +125,7 @@ def _log_ticks_at(axis, values, max_ticks: int = 8) -> None:
 
     vals = np.unique(values[np.isfinite(values) & (values > 0)])
     if 1 < len(vals) <= max_ticks:
-        axis.set_major_locator(FixedLocator(vals))
+        axis.set_major_locator(FixedLocator(vals.tolist()))
         axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
