@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # reproducibility contract (tests/conftest.py replaces nbval's string comparison with companion.nbcompare).
 NBVAL  := --nbval --nbval-current-env
 
-.PHONY: all venv book book-release pdf test test-fast bench execute clean browser lint
+.PHONY: all venv book book-release pdf publish release test test-fast bench execute clean browser lint
 
 all: book
 
@@ -55,6 +55,18 @@ pdf: $(STAMP)
 	  else echo "error: the PDF needs TeX Live: apt-get install $(TEX_PACKAGES)"; exit 1; fi; }
 	$(VENV)/bin/jupyter-book build . --builder pdflatex
 	@echo "PDF: _build/latex/companion.pdf"
+	@grep -a -o "Output written on companion.pdf ([0-9]* pages" _build/latex/companion.log | sed 's/.*(/pages: /'
+
+# GitHub Pages by hand (the workflow .github/workflows/deploy.yml does it on every push to main):
+# the HTML of the last `make book` pushed to the gh-pages branch (-n: .nojekyll, -p: push, -f: force).
+publish: book
+	$(PY) -m pip install --quiet -e '.[publish]'
+	$(VENV)/bin/ghp-import -n -p -f _build/html
+
+# A citable release: release/companion-<version>.tar.gz with the HTML, the PDF, data/results, the
+# executed notebooks, CITATION.cff, .zenodo.json and SHA256SUMS (src/companion/release.py).
+release: book pdf
+	$(PY) -m companion.release
 
 # The whole suite: unit, property and doctests, every chapter under nbval, every chapter again under
 # two other OpenBLAS kernel types with 1 and 2 BLAS threads (tests/test_reproducibility.py), papermill
@@ -100,7 +112,7 @@ bench: $(STAMP)
 	@rc=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || { echo "FAILED: $$b"; rc=1; }; done; exit $$rc
 
 clean:
-	rm -rf _build .pytest_cache
+	rm -rf _build .pytest_cache release
 
 # Hand-made mutants of the library against the fast tests (issue 12); writes benchmarks/mutants.md.
 .PHONY: mutants

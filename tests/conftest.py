@@ -15,18 +15,18 @@ def results_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.fixture(scope="session")
-def book_html(tmp_path_factory):
-    """Build the book once per session from the committed outputs (no execution), strictly.
+def _build_book(tmp_path_factory, builder="html"):
+    """Build the book with ``builder`` from the committed outputs (no execution), strictly.
 
-    Returns the ``_build/html`` folder; fails with the build log if Sphinx warns (``-n -W``).
+    Returns the build folder (``_build`` holds ``html`` or ``latex``); fails with the build log if
+    Sphinx warns (``-n -W``).
     """
     import subprocess
     import sys
 
     import yaml
 
-    out = tmp_path_factory.mktemp("book")
+    out = tmp_path_factory.mktemp(f"book-{builder}")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     config["execute"]["execute_notebooks"] = "off"
     # paths in the configuration are relative to its file, which moves to the build folder
@@ -35,10 +35,29 @@ def book_html(tmp_path_factory):
     cfg.write_text(yaml.safe_dump(config))
     jb = Path(sys.executable).with_name("jupyter-book")
     proc = subprocess.run([str(jb), "build", str(ROOT), "-n", "-W", "--keep-going", "--config", str(cfg),
-                           "--path-output", str(out)], capture_output=True, text=True, timeout=900)
+                           "--path-output", str(out), "--builder", builder],
+                          capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        pytest.fail("book build failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:])
-    return out / "_build" / "html"
+        pytest.fail(f"book build ({builder}) failed:\n" + proc.stdout[-4000:] + proc.stderr[-4000:])
+    return out / "_build"
+
+
+@pytest.fixture(scope="session")
+def book_html(tmp_path_factory):
+    """Build the book once per session from the committed outputs (no execution), strictly.
+
+    Returns the ``_build/html`` folder; fails with the build log if Sphinx warns (``-n -W``).
+    """
+    return _build_book(tmp_path_factory, "html") / "html"
+
+
+@pytest.fixture(scope="session")
+def book_latex(tmp_path_factory):
+    """The LaTeX source of the PDF (``make pdf`` compiles it), built once per session like ``book_html``.
+
+    Returns the ``_build/latex`` folder (``companion.tex``).
+    """
+    return _build_book(tmp_path_factory, "latex") / "latex"
 
 
 @pytest.fixture

@@ -80,6 +80,8 @@ def test_page_renders_cleanly_in_chromium(doc, book_html, tmp_path):
         assert span.get_text().strip(), "an empty glued value"
     if doc.startswith("book/chapters/"):   # (the API page quotes the role in a docstring)
         assert "{glue" not in text, "an unresolved glue role"
+    from docutils.nodes import make_id
+
     for img in main.find_all("img"):
         src = unquote(urlparse(img.get("src", "")).path)
         assert src and (page.parent / src).resolve().is_file(), f"missing image {src!r}"
@@ -89,7 +91,7 @@ def test_page_renders_cleanly_in_chromium(doc, book_html, tmp_path):
         names = [c["metadata"]["mystnb"]["figure"]["name"] for c in nb["cells"]
                  if "figure" in c.get("metadata", {}).get("mystnb", {})]
         for name in names:
-            fig = main.find(id=name)
+            fig = main.find(id=make_id(name))          # Sphinx lower-cases ids (fig-mh-largest-H)
             assert fig is not None and fig.find("img") is not None, f"figure {name!r} has no image"
     for a in main.find_all("a", href=True):
         href = a["href"]

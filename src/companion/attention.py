@@ -124,7 +124,7 @@ class _SequenceModel:
 
 @dataclass(frozen=True, eq=False)
 class SingleHead(_SequenceModel):
-    """One softmax attention head in merged form, the regressor f_{W,v} of §3.
+    """One softmax attention head in merged form, the regressor :math:`f_{W,v}` of §3.
 
     Parameters
     ----------

@@ -533,12 +533,26 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     params = ", ".join(f"{k}={v!r}" for k, v in sorted({"seed": data.get("seed"),
                                                           **data["parameters"]}.items()))
     version = data.get("versions", {}).get("companion", "?")
+    version += _release_note(version)
     commit = (data.get("commit") or "unknown")[:12]
     precision = f" ({_what_it_is(entry)})"
     return (f"{entry['text']}{precision} [{stem}: {name}; parameters {params}; companion {version}, "
             f"library {data['library_hash']}, commit {commit}, {data['created']}] -- Executable "
             "companion to Bhattamishra, Shah, Hahn & Kanade, \"Provably Learning Attention with "
             "Queries\", ICML 2026.")
+
+
+def _release_note(version: str) -> str:
+    """", release 0.1.0, doi:..." when ``version`` is the release of CITATION.cff, else what it is not."""
+    from .release import release_info
+
+    rel = release_info()
+    if not rel:
+        return ""
+    doi = f", doi:{rel['doi']}" if rel.get("doi") else ""
+    if rel["version"] == version:
+        return f" (release {version}{doi})"
+    return f" (not a release; the last release is {rel['version']}{doi})"
 
 
 def _precision(tol) -> str:
@@ -689,11 +703,8 @@ def _cmd_build(args):
 
         shutil.rmtree(cache_dir, ignore_errors=True)
         print("forced: every chapter will be executed")
-        fresh = True
-    else:
-        fresh = clear_stale_cache(build_dir)
-        if fresh:
-            print("the library changed since the last build: every chapter will be re-executed")
+    elif clear_stale_cache(build_dir):
+        print("the library changed since the last build: every chapter will be re-executed")
     notebooks = chapters()
     lacking = cached_without_figures(cache_dir, notebooks)
     if lacking:
@@ -701,13 +712,13 @@ def _cmd_build(args):
         print(f"the cached executions of {', '.join(lacking)} lack figures the committed notebooks have: "
               "executing them again")
     jb = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going"]
+    # Always --all (a fresh Sphinx environment): Sphinx re-reads only the pages whose source changed
+    # and rewrites only those, so a number that moved elsewhere stays stale (an equation inserted in
+    # chapter 01 renumbers chapter 02's references to it), and a cleared execution cache is no source
+    # change at all. With the execution cache in place, reading every page costs seconds.
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going", "--all"]
     if args.output_dir:
         cmd += ["--path-output", str(base)]
-    if args.all or fresh or lacking:
-        # Sphinx re-reads (and myst-nb re-executes) only the pages whose source changed; a cleared
-        # execution cache is not a source change, so every page is read afresh.
-        cmd.append("--all")
     # Chapters executed for the HTML publish into _build/results: the committed data/results stay
     # as `make execute` wrote them, next to the committed notebook outputs they describe.
     env = dict(os.environ)
@@ -751,7 +762,7 @@ def main(argv=None) -> int:
     cite_p.add_argument("--results", help="results JSON to read (default: the results folder)")
     cite_p.set_defaults(func=_cmd_cite)
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
-    build.add_argument("--all", action="store_true", help="rewrite every HTML page")
+    build.add_argument("--all", action="store_true", help="(the default; kept for old scripts) read every page afresh")
     build.add_argument("--force", action="store_true", help="re-execute every chapter (release build)")
     build.add_argument("-o", "--output-dir", default=None, metavar="DIR",
                        help="build into DIR/_build instead of the repository's _build (a read-only checkout)")

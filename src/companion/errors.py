@@ -25,6 +25,7 @@ __all__ = [
     "SolverError",
     "ParameterError",
     "ClaimError",
+    "PrecisionError",
     "MESSAGES",
 ]
 

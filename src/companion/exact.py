@@ -46,7 +46,7 @@ __all__ = [
 #: An attention weight outside [SATURATION, 1 - SATURATION] is re-measured at a smaller scale.
 SATURATION = 1e-3
 _MAX_ROUNDS = 40          # each round shrinks the logit at least 6.9-fold
-#: Gaussian probes with |u^T v| below this multiple of ||v|| / sqrt(d) are redrawn (probe_matrix).
+#: Gaussian probes with ``|u^T v|`` below this multiple of ||v|| / sqrt(d) are redrawn (probe_matrix).
 GAUSSIAN_PROBE_FLOOR = 0.1
 _BLIND_SHRINK = 1 / 64     # factor on c^2 when sigma^-1 gave no estimate (alpha rounded to 0 or 1)
 
@@ -266,8 +266,9 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
     Parameters
     ----------
     oracle : ValueQueryOracle
-        Exact oracle for f_{W*, v*} with ``d = oracle.d``. It must answer sequences of length 1 and
-        2 (and 1 to 8 with ``verify``); its budget, if set, must allow ``d + d**2 + verify`` queries.
+        Exact oracle for :math:`f_{W^*, v^*}` with ``d = oracle.d``. It must answer sequences of
+        length 1 and 2 (and 1 to 8 with ``verify``); its budget, if set, must allow
+        ``d + d**2 + verify`` queries.
     probes : {"basis", "gaussian"}, default="basis"
         Deterministic probes (Theorem 4.1, step 3) or i.i.d. Gaussian probes; see
         :func:`probe_matrix`.
@@ -345,6 +346,7 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
     (:func:`companion._learner.best_relative_scale`), and the solve with the probes amplifies
     ``||E||_F`` by about ``||U^-1||_F / sqrt(d)``: ``floor_W = ||U^-1||_F ||E||_F /
     (sqrt(d) ||W||_F)``, conditioning times precision. ``v`` is read once: ``floor_v = u``.
+
     References
     ----------
     .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.

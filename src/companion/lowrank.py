@@ -666,7 +666,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     Parameters
     ----------
     oracle : ValueQueryOracle
-        Exact oracle for f_{W*, v*} with ``d = oracle.d`` and ``v* != 0``. It must answer
+        Exact oracle for :math:`f_{W^*, v^*}` with ``d = oracle.d`` and ``v* != 0``. It must answer
         sequences of length 1 and 2 (1 to 8 with ``verify``).
     rank : int or None
         Upper bound ``r`` on ``rank(W*)``, ``1 <= r <= d``. ``None`` (only with

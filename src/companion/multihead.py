@@ -1449,7 +1449,7 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     This book's derivation from the follow-up's abstract [2]_ (its algorithm is not public).
     For a query of ``n`` copies of ``u = x + delta`` followed by ``m`` copies of ``x`` (the query
     token last), head ``h`` puts weight ``n e^{a_h}`` on the copies of ``u`` and ``m e^{b_h}`` on
-    those of ``x`` (``a_h = u^T W_h x``, ``b_h = x^T W_h x``), so with ``r = n / m``
+    those of ``x`` (``a_h = u^T W_h x``, ``b_h = x^T W_h x``), so with ``r = n / m``::
 
         VQ = sum_h (r e^{a_h} u^T v_h + e^{b_h} x^T v_h) / (r e^{a_h} + e^{b_h})
            = x^T v + sum_h gamma_h r / (r + p_h),   gamma_h = delta^T v_h,

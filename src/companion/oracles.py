@@ -50,7 +50,7 @@ class ValueQueryOracle:
         Keep a copy of every query and its answer in ``log``.
     precision : str or float, default=None
         The precision the answers are computed in, as the oracle states it: a format of
-        :data:`FORMATS` (``"float32"``, ``"bfloat16"``, ...) or its relative
+        :data:`~companion.oracles.FORMATS` (``"float32"``, ``"bfloat16"``, ...) or its relative
         rounding ``u`` as a float in ``(0, 1)``. ``None``: not stated (an exact float64 oracle, or
         a black box whose learner measures it with :func:`measure_precision` when a check needs it).
 
@@ -192,7 +192,7 @@ def unit_roundoff(fmt) -> float:
 def round_to(x, fmt) -> np.ndarray:
     """``x`` rounded to nearest (ties to even) in ``fmt``, returned as float64.
 
-    bfloat16 is rounded through float32 (:func:`round_bfloat16`), as a model
+    bfloat16 is rounded through float32 (``round_bfloat16``), as a model
     that computes in float32 and stores bfloat16 does.
     """
     check_choice(fmt, "fmt", tuple(FORMATS))
@@ -206,7 +206,7 @@ def round_to(x, fmt) -> np.ndarray:
 
 
 def nearest_format(u) -> str:
-    """The format of :data:`FORMATS` whose unit roundoff is nearest to ``u`` in ratio.
+    """The format of :data:`~companion.oracles.FORMATS` whose unit roundoff is nearest to ``u`` in ratio.
 
     Examples
     --------
@@ -219,7 +219,7 @@ def nearest_format(u) -> str:
 
 
 def as_precision(precision) -> float:
-    """A stated precision (a name of :data:`FORMATS`, or a relative rounding in (0, 1/2]) as ``u``.
+    """A stated precision (a name of :data:`~companion.oracles.FORMATS`, or a relative rounding in (0, 1/2]) as ``u``.
 
     Raises
     ------

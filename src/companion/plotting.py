@@ -117,6 +117,19 @@ def _canvas(ax):
     return ax.figure, ax
 
 
+def _log_ticks_at(axis, values, max_ticks: int = 8) -> None:
+    """Label a log axis at the data's own abscissae (``4 8 16 32 64``) when there are few of them,
+    and never at minor ticks: over about one decade matplotlib labels the minor ticks too, and
+    their labels run into each other ("3×10¹4×10¹")."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    vals = np.unique(values[np.isfinite(values) & (values > 0)])
+    if 1 < len(vals) <= max_ticks:
+        axis.set_major_locator(FixedLocator(vals.tolist()))
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str, title=None,
           logx=False, logy=True, hlines: Mapping[str, float] | None = None, ax=None):
     """Plot one marked line per entry of ``series`` against ``x``.
@@ -151,6 +164,8 @@ def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
             ax.axhline(value, color="0.4", linestyle=("--", ":", "-.")[k % 3], linewidth=1, label=label)
         if logx:
             ax.set_xscale("log")
+            _log_ticks_at(ax.xaxis, np.concatenate([np.asarray(v, dtype=float).ravel() for v in
+                                                    (x.values() if isinstance(x, Mapping) else [x])]))
         if logy:
             ax.set_yscale("log")
         ax.set_xlabel(xlabel)
@@ -260,7 +275,35 @@ def table(rows, formats=None, *, columns=None):
         df[col] = [cell(x) for x in df[col]]
     if columns:
         df = df.rename(columns=dict(columns))
-    return df
+    return _full_width(df)
+
+
+_TABLE_CLASS = None
+
+
+def _full_width(df):
+    """``df`` as a DataFrame whose display never truncates a cell (pandas cuts text cells at
+    ``display.max_colwidth`` = 50 characters with "...", which hid the outcome of chapter 02's
+    saturation table). Only the display changes; any operation on it gives a plain DataFrame."""
+    global _TABLE_CLASS
+    import pandas as pd
+
+    if _TABLE_CLASS is None:
+        class Table(pd.DataFrame):
+            @property
+            def _constructor(self):
+                return pd.DataFrame
+
+            def _repr_html_(self):
+                with pd.option_context("display.max_colwidth", None):
+                    return super()._repr_html_()
+
+            def __repr__(self):
+                with pd.option_context("display.max_colwidth", None):
+                    return super().__repr__()
+
+        _TABLE_CLASS = Table
+    return _TABLE_CLASS(df)
 
 
 show_figures_in()

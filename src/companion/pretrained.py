@@ -10,14 +10,14 @@ From a BERT head to the paper's regressor
 -----------------------------------------
 Head ``h`` of a layer has query, key and value maps ``x -> Q x + b_Q`` (``Q, K, V`` of shape
 (32, 384), biases of shape (32,)) and its 32 columns ``O`` (384, 32) of the output projection, whose
-bias is ``b_O`` (384,). With a scalar readout ``c`` (a unit vector in R^384) the head's output at
+bias is ``b_O`` (384,). With a scalar readout ``c`` (a unit vector in :math:`\\mathbb{R}^{384}`) the head's output at
 the last (query) token ``x_N`` is
 
 .. math::
    g(X) = c^\\top\\Big(O \\sum_i \\alpha_i (V x_i + b_V) + b_O\\Big),\\qquad
    \\alpha = \\operatorname{softmax}_i\\big((Q x_N + b_Q)^\\top (K x_i + b_K) / \\sqrt{32}\\big).
 
-Append a constant 1 to every token, ``x~ = (x, 1)`` in R^385. The score expands into four terms;
+Append a constant 1 to every token, ``x~ = (x, 1)`` in :math:`\\mathbb{R}^{385}`. The score expands into four terms;
 ``x_i^T K^T Q x_N`` and ``x_i^T K^T b_Q`` depend on ``x_i``, while ``b_K^T Q x_N`` and
 ``b_K^T b_Q`` are the same for every token and cancel in the softmax. Since the weights sum to 1,
 ``c^T O b_V + c^T b_O`` is a constant output shift. Hence ``g(X) = f_{W~, v~}(X~)`` exactly, with
@@ -361,7 +361,7 @@ def load_bert_head(layer, head, *, path=None) -> BertHead:
 
 
 def default_readout(*, path=None) -> np.ndarray:
-    """The default readout ``c``: a fixed unit vector in R^384.
+    """The default readout ``c``: a fixed unit vector in :math:`\\mathbb{R}^{384}`.
 
     ``c = g / ||g||`` with ``g = numpy.random.default_rng(0).standard_normal(384)``, stored in the
     npz (key ``readout``) so that it does not depend on the NumPy version. A generic direction: it

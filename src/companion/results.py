@@ -593,7 +593,7 @@ def claim(name, holds, *, text, chapter=None, value=None, glue=True, rtol=None, 
     ----------
     name : str
         Glue key; letters, digits, ``_`` and ``-``.
-    holds : bool or numpy.bool_
+    holds : bool or ``numpy.bool_``
         The checked condition, e.g. ``rec.n_learning_queries == d + d * d``. Anything else (an
         array, a number, None) is refused: a claim is one truth value, not a truthy object.
     text : str

@@ -389,7 +389,8 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
     Parameters
     ----------
     oracle : ApproxValueQueryOracle or ValueQueryOracle
-        Oracle within ``tau = oracle.tau`` of f_{W*, v*}; its budget must allow ``d + d**2`` queries.
+        Oracle within ``tau = oracle.tau`` of :math:`f_{W^*, v^*}`; its budget must allow
+        ``d + d**2`` queries.
     W_max : float
         A known bound ``||W*||_F <= W_max``, with ``W_max >= 2`` (Theorem 6.2's assumption).
     mu : float
@@ -708,7 +709,7 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None, ver
     Parameters
     ----------
     oracle : ApproxValueQueryOracle or ValueQueryOracle
-        Oracle within ``tau`` of f_{W*, v*}; its budget must allow :func:`n_queries_lstsq` queries.
+        Oracle within ``tau`` of :math:`f_{W^*, v^*}`; its budget must allow :func:`n_queries_lstsq` queries.
     W_max : float
         A known bound on ``||W*||_F`` (``> 0``).
     repeats : int, default=4
@@ -986,7 +987,7 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
     Parameters
     ----------
     oracle : ApproxValueQueryOracle or ValueQueryOracle
-        Oracle within ``tau`` of f_{W*, v*} (§6), ``v* != 0``; answers sequences of length 1 and 2.
+        Oracle within ``tau`` of :math:`f_{W^*, v^*}` (§6), ``v* != 0``; answers sequences of length 1 and 2.
     rank : int
         Upper bound ``r`` on ``rank(W*)``, ``1 <= r <= d``.
     W_max : float
