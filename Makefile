@@ -67,6 +67,7 @@ test-fast: $(STAMP)
 # folder, copied there only when every cell ran (a failing chapter leaves data/results as it was).
 execute: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make execute NB=book/chapters/NN_name.ipynb"; exit 2; }
+	@test -z "$$COMPANION_PERTURB_ULPS" || { echo "error: COMPANION_PERTURB_ULPS=$$COMPANION_PERTURB_ULPS is set (the oracles' perturbation test mode); committed outputs are made with exact answers: unset it"; exit 2; }
 	@stage=$$(mktemp -d) && \
 	  ( cd $(dir $(NB)) && COMPANION_RESULTS_DIR=$$stage ../../$(VENV)/bin/jupyter execute --inplace --timeout=600 $(notdir $(NB)) ) \
 	  && mkdir -p data/results && cp $$stage/*.json data/results/; \

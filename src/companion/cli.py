@@ -303,6 +303,11 @@ def _cmd_cite(args):
 def _cmd_build(args):
     from .results import clear_stale_cache, mark_built
 
+    from .oracles import PERTURB_ENV, perturbation_ulps
+
+    if perturbation_ulps():
+        raise ParameterError(f"{PERTURB_ENV}={os.environ[PERTURB_ENV]} is set (the oracles' perturbation "
+                             "test mode): the book is built from exact answers only; unset it.")
     root = _root()
     build_dir = root / "_build"
     if args.force:
