@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # reproducibility contract (tests/conftest.py replaces nbval's string comparison with companion.nbcompare).
 NBVAL  := --nbval --nbval-current-env
 
-.PHONY: all venv book book-release pdf test test-fast bench execute clean browser
+.PHONY: all venv book book-release pdf test test-fast bench execute clean browser repro-report
 
 all: book
 
@@ -42,11 +42,18 @@ pdf: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --builder pdflatex
 	@echo "PDF: _build/latex/companion.pdf"
 
-# The whole suite: unit, property and doctests, every chapter under nbval, every chapter again under
-# two other OpenBLAS kernel types with 1 and 2 BLAS threads (tests/test_reproducibility.py), papermill
+# The whole suite: unit, property and doctests, every chapter under nbval, every chapter again with the
+# oracles' answers perturbed by 4 ulps and under two of the OpenBLAS kernel types and thread counts
+# this CPU runs (tests/test_reproducibility.py, which prints the reproducibility report), papermill
 # runs with non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
 test: $(STAMP) browser
 	$(PY) -m pytest tests src/companion book/chapters $(NBVAL)
+
+# Every chapter re-executed with perturbed oracle answers and under the rotation of OpenBLAS kernels and
+# thread counts (tests/test_reproducibility.py, also part of `make test`), and the report written to
+# data/results/reproducibility.json (only when every run passes), which book/reproducibility.md shows.
+repro-report: $(STAMP)
+	COMPANION_REPRO_REPORT=data/results/reproducibility.json $(PY) -m pytest tests/test_reproducibility.py -q
 
 # Headless Chromium for tests/test_browser.py: Debian's package, installed when missing and possible
 # (root with apt-get); otherwise that test is skipped with its reason.

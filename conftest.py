@@ -46,9 +46,12 @@ def pytest_terminal_summary(terminalreporter):
         return
     terminalreporter.write_sep("=", "reproducibility report (tests/test_reproducibility.py)")
     terminalreporter.write_line(module.format_report(rep))
-    if os.environ.get("COMPANION_REPRO_REPORT"):
-        module.write_report(rep, os.environ["COMPANION_REPRO_REPORT"])
-        terminalreporter.write_line(f"written to {os.environ['COMPANION_REPRO_REPORT']}")
+    target = os.environ.get("COMPANION_REPRO_REPORT")
+    if target and terminalreporter.stats.get("failed"):
+        terminalreporter.write_line(f"not written to {target}: some runs failed")
+    elif target:
+        module.write_report(rep, target)
+        terminalreporter.write_line(f"written to {target}")
 
 
 def pytest_unconfigure(config):

@@ -33,6 +33,7 @@ everywhere.
 """
 
 import concurrent.futures
+import itertools
 import json
 import os
 import platform
@@ -106,20 +107,21 @@ def _reported(kernel) -> set:
 def schedule(chapters, configs) -> dict:
     """``{chapter stem: [configuration, ...]}``: the perturbation for every chapter, and two kernels.
 
-    Chapter ``i`` takes the ``i``-th 1-thread and the ``i``-th 2-thread configuration (cyclically),
-    the second moved on while its kernel is the first's: two kernels and both thread counts per
-    chapter, every configuration at least once when there are at least as many chapters.
+    Chapter ``i`` takes the ``i``-th 1-thread and the ``i``-th 2-thread configuration (cyclically);
+    when the two share a kernel, the nearest pair after them that does not: two kernels and both
+    thread counts per chapter, and every configuration at least once when there are enough chapters.
     """
-    by_threads = [[c for c in configs or [] if c[1] == t] for t in THREADS]
+    one, two = ([c for c in configs or [] if c[1] == t] for t in THREADS)
     out = {}
     for i, path in enumerate(chapters):
-        picked = []
-        for group in by_threads:
-            for j in range(len(group)):
-                c = group[(i + j) % len(group)]
-                if all(c[0] != p[0] for p in picked):
-                    picked.append(c)
-                    break
+        if one and two:
+            pairs = sorted(itertools.product(range(len(one)), range(len(two))), key=lambda ab: (sum(ab), ab))
+            picked = next(([one[(i + a) % len(one)], two[(i + b) % len(two)]] for a, b in pairs
+                           if one[(i + a) % len(one)][0] != two[(i + b) % len(two)][0]),
+                          [one[i % len(one)]])
+        else:
+            group = one or two
+            picked = [group[i % len(group)]] if group else []
         out[path.stem] = [PERTURB, *picked]
     return out
 
@@ -279,3 +281,33 @@ def test_chapter_reproduces(path, config, reexecuted):
             else f"under OpenBLAS {config[0]} with {config[1]} thread(s) (native: {(NATIVE or {}).get('architecture')})")
     assert not diffs, (f"{path.stem} {what} differs from the committed outputs beyond the contract:\n"
                        + "\n".join(f"  code cell {i}: {d}" for i, ds in diffs.items() for d in ds))
+
+
+@pytest.mark.parametrize("n_kernels", [1, 2, 4, 5])
+def test_schedule_covers_every_configuration(n_kernels):
+    """The rotation: the perturbation for every chapter; two kernels with 1 and 2 threads each (when
+    there are two); every kernel and thread count, and from three kernels every configuration."""
+    kernels = list(KERNELS)[:n_kernels]
+    configs = [(k, t) for t in THREADS for k in kernels if (k, t) != ("Haswell", 2)]
+    plan = schedule(CHAPTERS, configs)
+    assert list(plan) == [p.stem for p in CHAPTERS]
+    assert all(runs[0] == PERTURB for runs in plan.values())
+    run = {c for runs in plan.values() for c in runs[1:]}
+    assert {k for k, _ in run} == set(kernels) and {t for _, t in run} == {t for _, t in configs}
+    if n_kernels >= 3:      # with two kernels, a 2-thread Sandybridge pairs only with a 1-thread Haswell
+        assert run == set(configs)
+    for runs in plan.values():
+        picked = runs[1:]
+        assert len({k for k, _ in picked}) == len(picked)                    # two different kernels
+        if n_kernels >= 2:
+            assert sorted(t for _, t in picked) == [1, 2], runs              # both thread counts
+    assert sum(len(r) - 1 for r in plan.values()) == (2 * len(CHAPTERS) if n_kernels >= 2 else 7)
+
+
+def test_this_machine_runs_every_kernel_and_both_thread_counts():
+    if CONFIGS is None:
+        pytest.skip(NBVAL_CONFIG)
+    run = {c for p, c in RUNS if c != PERTURB}
+    assert run == set(CONFIGS)
+    assert {k for k, _ in run} | {NBVAL_CONFIG[0]} >= {k for k in KERNELS if k in {c[0] for c in CONFIGS}}
+    assert {t for _, t in run} == set(THREADS)
