@@ -6,7 +6,7 @@ By default one head per layer (head 0 of layers 0 to 5); ``--all`` runs all 72 h
 
 * ``homogeneous``: :func:`companion.pretrained.learn_homogeneous_head` on the exact BERT head in
   homogeneous coordinates (d = 385, queries restricted to tokens ending in 1), oracle over the
-  :class:`~companion.pretrained.FactoredHead` target (scores through the rank-33 factors);
+  :class:`~companion.pretrained.FactorScoredHead` target (scores through the rank-33 factors);
 * ``bert oracle``: the same learner, oracle over :class:`~companion.pretrained.BertAttentionTarget`
   (BERT's own computation from the raw weight layout, never the merged ``W~``, ``v~``), as
   chapter 07 runs it;

@@ -85,7 +85,8 @@ def minilm():
         "what": "learn_low_rank_noisy on MiniLM heads (bias=False) behind float16/bfloat16 oracles",
         "settings": {"heads": MINILM_HEADS, "rank": MINILM_RANK, "W_max": MINILM_W_MAX,
                      "m_multiple_of_dof": MINILM_MULTIPLE, "seed": MINILM_SEED},
-        "commit": results._git_commit(), "library_hash": results.library_hash(),
+        "commit": results.provenance("minilm_noisy_lowrank", {}, MINILM_SEED)["commit"],
+        "library_hash": results.library_hash(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, indent=1) + "\n")
     print(f"saved {MINILM_OUT}")
 

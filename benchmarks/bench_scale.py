@@ -68,7 +68,7 @@ def child(learner, d, r, threads):
     """Run one row in this process and print its measurements as JSON."""
     from threadpoolctl import threadpool_limits
 
-    from companion import _streaming, attention, exact, lowrank, oracles
+    from companion import attention, exact, lowrank, oracles
 
     class TimedOracle(oracles.ValueQueryOracle):
         """Exact oracle that times its own calls and, right after each, a fresh oracle's.
@@ -143,7 +143,7 @@ def child(learner, d, r, threads):
         "ratio": seconds / oracle.seconds, "ratio_alone": seconds / spent,
         "peak_rss_mb": peak / 2**20, "rss_growth_mb": max(0, peak - rss0) / 2**20,
         "d2_floats_mb": 8 * d * d / 2**20, "target_mb": target_bytes / 2**20,
-        "chunk_bytes": _streaming.CHUNK_BYTES, "threads": threads,
+        "chunk_bytes": lowrank.CHUNK_BYTES, "threads": threads,
     }))
 
 
@@ -169,12 +169,12 @@ def save(rows, params):
         old = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         old = {"rows": {}}
-    header = results._header("bench_scale", params, SEED)
+    header = results.provenance("bench_scale", params, SEED)
     merged = dict(old.get("rows", {}))
     for row in rows:
         merged[row["label"]] = row | {"created": header["created"], "commit": header["commit"],
                                       "library_hash": header["library_hash"]}
-    results._write_atomic(path, header | {"rows": merged})
+    results.write_json(path, header | {"rows": merged})
     return path
 
 

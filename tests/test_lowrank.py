@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from companion import lowrank
+from companion.numerics import rgn, rop
 from companion.attention import SingleHead, random_single_head
 from companion.errors import (BudgetExceededError, InvalidInputError, NotIdentifiableError,
                               OracleInconsistentError, SolverError)
@@ -22,8 +23,8 @@ def rel_err(A, B):
 def test_rop_identity_matches_bilinear_form():
     head = random_single_head(7, rank=2, seed=3)
     rng = np.random.default_rng(0)
-    A, B = lowrank._gaussian_rop_design(7, 50, head.v, rng)
-    t, info = lowrank._measure_bilinear(ValueQueryOracle(head), A, B, head.v)
+    A, B = rop._gaussian_rop_design(7, 50, head.v, rng)
+    t, info = lowrank.measure_bilinear(ValueQueryOracle(head), A, B, head.v)
     assert np.allclose(t, np.einsum("kd,de,ke->k", A, head.W, B), rtol=1e-10, atol=1e-12)
     assert info["n_requeries"] == 0
 
@@ -32,8 +33,8 @@ def test_measurements_rescale_saturated_queries_and_count_them():
     head = random_single_head(6, rank=2, W_norm=500.0, seed=1)   # logits of order 100 at c = 1
     oracle = ValueQueryOracle(head)
     rng = np.random.default_rng(0)
-    A, B = lowrank._gaussian_rop_design(6, 40, head.v, rng)
-    t, info = lowrank._measure_bilinear(oracle, A, B, head.v)
+    A, B = rop._gaussian_rop_design(6, 40, head.v, rng)
+    t, info = lowrank.measure_bilinear(oracle, A, B, head.v)
     assert info["n_requeries"] > 0
     assert oracle.n_queries == 40 + info["n_requeries"]
     assert np.allclose(t, np.einsum("kd,de,ke->k", A, head.W, B), rtol=1e-8)
@@ -41,15 +42,34 @@ def test_measurements_rescale_saturated_queries_and_count_them():
 
 def test_fixed_scale_saturation_raises():
     head = random_single_head(6, rank=2, W_norm=1e4, seed=1)
-    A, B = lowrank._gaussian_rop_design(6, 20, head.v, np.random.default_rng(0))
+    A, B = rop._gaussian_rop_design(6, 20, head.v, np.random.default_rng(0))
     with pytest.raises(OracleInconsistentError, match="outside \\(0, 1\\)"):
-        lowrank._measure_bilinear(ValueQueryOracle(head), A, B, head.v, scale=1.0)
+        lowrank.measure_bilinear(ValueQueryOracle(head), A, B, head.v, scale=1.0)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda A, B, v: (A[:, :5], B, v), "d=6 columns"),
+    (lambda A, B, v: (A, B[:10], v), "one row per measurement"),
+    (lambda A, B, v: (A, B, v[:5]), "v must have shape"),
+    (lambda A, B, v: (np.where(np.arange(6) == 2, np.inf, A), B, v), "finite"),
+    (lambda A, B, v: (np.vstack([np.zeros((1, 6)), A[1:]]), B, v), "k=0"),
+])
+def test_measure_bilinear_refuses_bad_input_before_any_query(change, match):
+    head = random_single_head(6, rank=2, seed=1)
+    A, B = rop._gaussian_rop_design(6, 20, head.v, np.random.default_rng(0))
+    oracle = ValueQueryOracle(head)
+    with pytest.raises(InvalidInputError, match=match):
+        lowrank.measure_bilinear(oracle, *change(A, B, head.v))
+    for scale in ("fixed", 0.0, -1.0):
+        with pytest.raises(InvalidInputError, match="scale"):
+            lowrank.measure_bilinear(oracle, A, B, head.v, scale=scale)
+    assert oracle.n_queries == 0
 
 
 def test_design_redraws_left_vectors_orthogonal_to_v():
     v = np.zeros(5)
     v[0] = 1.0
-    A, B = lowrank._gaussian_rop_design(5, 2000, v, np.random.default_rng(0))
+    A, B = rop._gaussian_rop_design(5, 2000, v, np.random.default_rng(0))
     assert A.shape == B.shape == (2000, 5)
     assert np.min(np.abs(A @ v)) >= 1e-3 / np.sqrt(5)
 
@@ -58,7 +78,7 @@ def test_design_redraws_left_vectors_orthogonal_to_v():
 
 def test_nuclear_norm_problem_constraints_hold_at_the_truth():
     W = np.outer([1.0, 2.0, 0.0], [0.5, -1.0, 1.0])
-    A, B = lowrank._gaussian_rop_design(3, 10, np.ones(3), np.random.default_rng(1))
+    A, B = rop._gaussian_rop_design(3, 10, np.ones(3), np.random.default_rng(1))
     t = np.einsum("kd,de,ke->k", A, W, B)
     problem, Wvar = lowrank._nuclear_norm_problem(A, B, t)
     Wvar.value = W
@@ -69,7 +89,7 @@ def test_nuclear_norm_problem_constraints_hold_at_the_truth():
 def test_solve_nuclear_recovers_rank_one():
     rng = np.random.default_rng(2)
     W = np.outer(rng.standard_normal(8), rng.standard_normal(8))
-    A, B = lowrank._gaussian_rop_design(8, 3 * degrees_of_freedom(8, 1), np.ones(8), rng)
+    A, B = rop._gaussian_rop_design(8, 3 * degrees_of_freedom(8, 1), np.ones(8), rng)
     What, info = lowrank._solve_nuclear(A, B, np.einsum("kd,de,ke->k", A, W, B), eps=1e-9)
     assert info["status"] == "optimal" and info["solver"] == "SCS"
     assert rel_err(What, W) < 1e-6
@@ -78,7 +98,7 @@ def test_solve_nuclear_recovers_rank_one():
 def test_solve_nuclear_non_optimal_raises_solver_error():
     # 20 > d^2 = 9 random measurements: no 3 x 3 matrix satisfies them all (infeasible).
     rng = np.random.default_rng(2)
-    A, B = lowrank._gaussian_rop_design(3, 20, np.ones(3), rng)
+    A, B = rop._gaussian_rop_design(3, 20, np.ones(3), rng)
     with pytest.raises(SolverError, match="SCS stopped with status 'infeasible"):
         lowrank._solve_nuclear(A, B, rng.standard_normal(20), eps=1e-9)
 
@@ -90,8 +110,8 @@ def test_rgn_exact_on_noiseless_measurements(direct_max):
     rng = np.random.default_rng(0)
     d, r = 30, 3
     W = rng.standard_normal((d, r)) @ rng.standard_normal((r, d))
-    A, B = lowrank._gaussian_rop_design(d, 2 * degrees_of_freedom(d, r), np.ones(d), rng)
-    What, info = lowrank._rgn(A, B, np.einsum("kd,de,ke->k", A, W, B), r, max_iter=50,
+    A, B = rop._gaussian_rop_design(d, 2 * degrees_of_freedom(d, r), np.ones(d), rng)
+    What, info = rgn._rgn(A, B, np.einsum("kd,de,ke->k", A, W, B), r, max_iter=50,
                               tol=1e-13, direct_max=direct_max)
     assert rel_err(What, W) < 1e-10
     assert info["iterations"] <= 12
@@ -104,7 +124,7 @@ def test_retract_is_truncated_svd():
     V, _ = np.linalg.qr(rng.standard_normal((9, 2)))
     s = np.array([3.0, 1.0])
     X, Y = 0.1 * rng.standard_normal((9, 2)), 0.1 * rng.standard_normal((9, 2))
-    U2, s2, V2 = lowrank._retract(U, s, V, X, Y, 2)
+    U2, s2, V2 = rgn._retract(U, s, V, X, Y, 2)
     Z = (U * s) @ V.T + U @ X.T + Y @ V.T
     Uz, sz, Vzt = np.linalg.svd(Z)
     assert np.allclose((U2 * s2) @ V2.T, (Uz[:, :2] * sz[:2]) @ Vzt[:2])

@@ -337,10 +337,22 @@ def test_main_needs_a_command():
         P.main([])
 
 
+def test_old_name_factoredhead_warns_and_is_the_new_class():
+    """pretrained.FactoredHead was renamed FactorScoredHead (attention.FactoredHead is another class)."""
+    from companion.attention import FactoredHead as AttentionFactoredHead
+
+    with pytest.warns(DeprecationWarning, match="FactorScoredHead"):
+        old = P.FactoredHead
+    assert old is P.FactorScoredHead and old is not AttentionFactoredHead
+    assert "FactoredHead" not in P.__all__ and "FactorScoredHead" in P.__all__
+    with pytest.raises(AttributeError, match="no_such_name"):
+        P.no_such_name
+
+
 def test_factored_head_equals_the_dense_head():
     for bias in (True, False):
         target = P.load_head(2, 6, bias=bias)
-        assert isinstance(target, P.FactoredHead) and isinstance(target, SingleHead)
+        assert isinstance(target, P.FactorScoredHead) and isinstance(target, SingleHead)
         dense = SingleHead(target.W, target.v)
         rng = np.random.default_rng(4)
         X = rng.standard_normal((50, 3, target.d))

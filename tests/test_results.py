@@ -239,3 +239,21 @@ def test_a_failing_first_run_leaves_no_results_file(results_tmp, shell):
     results.publish("a", 1, glue=False)
     shell.run_cell(success=False)
     assert not any(results_tmp.iterdir())
+
+
+def test_write_json_is_atomic_plain_and_refuses_nan(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "bench.json"
+    header = results.provenance("bench_demo", {"d": np.int64(4), "taus": np.array([0.5])}, 0)
+    assert header["chapter"] == "bench_demo" and header["parameters"] == {"d": 4, "taus": [0.5]}
+    assert results.write_json(path, header | {"rows": [np.float64(1.5)]}) == path
+    data = json.loads(path.read_text())
+    assert data["rows"] == [1.5] and data["library_hash"] == results.library_hash()
+    with pytest.raises(ValueError):
+        results.write_json(path, {"x": float("nan")})
+    assert json.loads(path.read_text()) == data                 # the old file is intact
+    assert [p.name for p in path.parent.iterdir()] == ["bench.json"]   # no temporary left
+    with pytest.raises(InvalidInputError, match="name='a b'"):
+        results.provenance("a b", {}, None)
+    with pytest.raises(InvalidInputError, match="chapter"):
+        results.provenance("ok", {}, None, chapter="")
+

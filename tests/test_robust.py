@@ -302,7 +302,8 @@ def test_float_noise_keeps_its_tolerance_contract(noise):
 # ------------------------------------------------------------------------------------------
 
 from companion.errors import SolverError  # noqa: E402
-from companion.lowrank import _gaussian_rop_design, degrees_of_freedom, rop_queries  # noqa: E402
+from companion.lowrank import degrees_of_freedom, rop_queries  # noqa: E402
+from companion.numerics.rop import _gaussian_rop_design  # noqa: E402
 from companion.robust import (_noisy_nuclear, learn_low_rank_noisy, rop_error_bound,  # noqa: E402
                               rop_scales)
 

@@ -451,7 +451,8 @@ def test_remeasurement_count_of_a_large_head_exactly():
 def test_spectral_start_is_unbiased():
     # E[(d^2/m) sum_k t_k a_k b_k^T] = W for a, b ~ N(0, I/d): with m = 4000 the top-2 part is
     # within 20 % of W (measured 16 %), and its singular values within 5 %
-    from companion.lowrank import _gaussian_rop_design, _rop_apply, _spectral_start
+    from companion.numerics.rgn import _rop_apply, _spectral_start
+    from companion.numerics.rop import _gaussian_rop_design
 
     head = random_single_head(10, rank=2, seed=0)
     A, B = _gaussian_rop_design(10, 4000, head.v, np.random.default_rng(0))

@@ -13,6 +13,9 @@ A learner's body shows only its own steps; the common path around them lives her
    ``Recovery.n_learning_queries`` is the theorem's own count.
 
 The verification is this book's, not the paper's: the paper's learners trust their assumptions.
+
+Layer: below every learner, which all import it; it imports no learner, only the shared numerics
+(:mod:`companion.numerics.rop`, the rank-one projections of :func:`verify_noisy`).
 """
 
 from __future__ import annotations
@@ -128,8 +131,7 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
     """
     if n == 0:
         return {"n_verify_queries": 0}
-    from .lowrank import _gaussian_rop_design, rop_queries
-    from .robust import rop_error_bound, rop_scales
+    from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_queries, rop_scales
 
     d = int(oracle.d)
     tau_v = tau if tau_v is None else tau_v

@@ -22,6 +22,12 @@ Three ways to turn measurements into ``W``, one entry point :func:`learn_low_ran
   and ``k`` columns) and the stabilised generalised Nystrom formula (Nakatsukasa 2020); exact with
   ``k (2d - k) + d`` queries, ``k = r + 1``, against the floor ``r (2d - r) + d``. With
   ``rank=None`` the cross grows one row and column at a time until the rank shows.
+
+Layer: one of the paper's sections (§5), above the shared numerics it uses with
+:mod:`companion.robust`: the Gaussian design and :func:`rop_queries` live in
+``companion.numerics.rop`` (re-exported here), the Gauss-Newton solver in
+``companion.numerics.rgn``. :func:`measure_bilinear` (exact oracles, re-measuring saturated
+queries) and the sketch are this module's own.
 """
 
 from __future__ import annotations
@@ -29,17 +35,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.sparse.linalg import LinearOperator, lsqr
 from scipy.special import logit
 
-from ._streaming import answer_rop, chunk_queries
-from ._validation import check_choice, check_int, check_real
+from ._streaming import CHUNK_BYTES, answer_rop, chunk_queries
+from ._validation import as_float_array, check_choice, check_int, check_real
 from .errors import (InvalidInputError, NotIdentifiableError, OracleInconsistentError,
                      SolverError)
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
 from .attention import SingleHead
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES
+from .numerics.rgn import _rgn
+from .numerics.rop import _gaussian_rop_design, rop_queries
 from .recovery import Recovery
 
 __all__ = [
@@ -47,6 +54,8 @@ __all__ = [
     "LowRankRecovery",
     "degrees_of_freedom",
     "rop_queries",
+    "measure_bilinear",
+    "CHUNK_BYTES",
     "METHODS",
     "DEFAULT_OVERSAMPLING",
     "recovery_trial",
@@ -70,7 +79,6 @@ METHODS = ("nuclear", "rgn", "sketch")
 DEFAULT_OVERSAMPLING = {"nuclear": 5.0, "rgn": 2.0}
 
 _NOISE_FLOOR = 1e-12      # singular values of the sketch core below this are rounding noise
-_SMALL_AV = 1e-3          # a Gaussian left vector with |a^T v| < 1e-3 ||v|| / sqrt(d) is redrawn
 
 _MESSAGES = {
     "too_few": (
@@ -107,25 +115,65 @@ def degrees_of_freedom(d, r) -> int:
 # Measurements: one query per bilinear form a^T W b
 # ---------------------------------------------------------------------------------------------
 
-def rop_queries(A, B, c=1.0) -> np.ndarray:
-    """The two-token queries ``c_k [(a_k + b_k)^T; b_k^T]`` of rank-one projections.
+def _invert_rop(y, av, bv, c):
+    """Solve ``y = c (b^T v + sigma(t) a^T v)`` for ``t`` (``= c^2 a^T W b``) and ``sigma(t)``."""
+    alpha = (np.asarray(y) / c - bv) / av
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return logit(alpha), alpha
+
+
+def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, segments=None):
+    """Measure ``a_k^T W* b_k`` with one two-token value query each, keeping the sigmoid unsaturated.
+
+    The rank-one projection of §5: the query ``c_k [(a_k + b_k)^T; b_k^T]``
+    (:func:`rop_queries`) is answered ``c_k (b_k^T v* + sigma(c_k^2 a_k^T W* b_k) a_k^T v*)``, which
+    is solved for ``a_k^T W* b_k``. The queries are built and sent in bounded chunks of
+    ``CHUNK_BYTES`` bytes: no ``(m, 2, d)`` array is formed beyond ``A`` and ``B`` themselves.
 
     Parameters
     ----------
-    A, B : ndarray of shape (m, d)
-        Left vectors ``a_k`` and right vectors ``b_k`` as rows.
-    c : float or ndarray of shape (m,), default=1.0
-        Scale of each query.
+    oracle : ValueQueryOracle
+        Exact oracle of a single head ``f_{W*, v*}``, ``d = oracle.d``; it answers sequences of
+        length 2. Every query is counted by the oracle.
+    A, B : ndarray of shape (p, d) and (q, d)
+        Left and right vectors as rows (with ``rows``/``cols``: their sources). Every
+        ``a_k^T v`` must be nonzero (the answer is divided by it).
+    v : ndarray of shape (d,)
+        The value vector ``v*``, e.g. read off ``d`` length-1 queries by
+        :func:`companion.exact.read_value_vector`.
+    scale : "auto" or float, default="auto"
+        ``"auto"``: every query starts at ``c = 1`` and a measurement whose attention weight falls
+        outside ``[SATURATION, 1 - SATURATION]`` is re-measured at a smaller ``c`` (one extra query
+        each, counted by the oracle). A float ``> 0`` fixes ``c``.
+    rows, cols : ndarray of shape (m,) of int, default=None
+        Measurement ``k`` uses ``a_k = A[rows[k]]`` and ``b_k = B[cols[k]]``; ``None``: ``A[k]``, ``B[k]``.
+    segments : sequence of int, default=None
+        Lengths of runs of measurements in which ``rows`` and ``cols`` are each constant or
+        consecutive (the rows and columns of a cross), which are then sent without gathers.
 
     Returns
     -------
-    ndarray of shape (m, 2, d)
+    t : ndarray of shape (m,)
+        The measurements ``a_k^T W* b_k``, to rounding (about 1e-15 relative for unsaturated
+        weights).
+    info : dict
+        ``n_requeries`` (extra queries), ``scales`` (m,) the final ``c_k``, ``max_abs_logit``.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``A``, ``B`` or ``v`` do not have ``d = oracle.d`` columns (entries) or are not
+        finite, ``A`` and ``B`` differ in length without ``rows``/``cols``, some ``a_k^T v`` is
+        0, or ``scale`` is neither ``"auto"`` nor a float ``> 0``; before the first query.
+    OracleInconsistentError
+        If a weight stays saturated after 40 re-measurements, or lies outside (0, 1) at a fixed
+        scale: the oracle is not a softmax head, or ``scale`` is too large.
 
     Notes
     -----
-    By the two-token identity ``f([u^T; x^T]) = x^T v + sigma(u^T W x - x^T W x)(u^T v - x^T v)``
-    with ``u = c (a + b)`` and ``x = c b``, the answer is
-    ``c (b^T v + sigma(c^2 a^T W b) a^T v)`` (§5 of [1]_ with ``c = 1``).
+    §5 of [1]_ with ``c = 1``; the scale ``c`` (the logit scales by ``c**2``, the answer by ``c``)
+    and the re-measurement are this book's, shared with Theorem 4.1's learner
+    (:func:`companion.exact.remeasure_saturated`).
 
     References
     ----------
@@ -135,63 +183,30 @@ def rop_queries(A, B, c=1.0) -> np.ndarray:
     --------
     >>> import numpy as np
     >>> from companion.attention import random_single_head
-    >>> head = random_single_head(3, seed=0)
-    >>> a, b = np.array([[1.0, 0.5, 0.0]]), np.array([[0.0, 1.0, -1.0]])
-    >>> y = head(rop_queries(a, b))
-    >>> alpha = (y - b @ head.v) / (a @ head.v)
-    >>> bool(np.allclose(np.log(alpha / (1 - alpha)), a @ head.W @ b[0]))
+    >>> from companion.oracles import ValueQueryOracle
+    >>> head = random_single_head(6, rank=2, seed=0)
+    >>> rng = np.random.default_rng(1)
+    >>> A, B = rng.standard_normal((4, 6)), rng.standard_normal((4, 6))
+    >>> oracle = ValueQueryOracle(head)
+    >>> t, info = measure_bilinear(oracle, A, B, head.v)
+    >>> bool(np.allclose(t, np.einsum("kd,de,ke->k", A, head.W, B), rtol=1e-12))
+    True
+    >>> oracle.n_queries == 4 + info["n_requeries"]
     True
     """
-    A = np.asarray(A, dtype=np.float64)
-    B = np.asarray(B, dtype=np.float64)
-    X = np.stack([A + B, B], axis=1)
-    return X * np.reshape(np.asarray(c, dtype=np.float64), (-1, 1, 1))
-
-
-def _invert_rop(y, av, bv, c):
-    """Solve ``y = c (b^T v + sigma(t) a^T v)`` for ``t`` (``= c^2 a^T W b``) and ``sigma(t)``."""
-    alpha = (np.asarray(y) / c - bv) / av
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return logit(alpha), alpha
-
-
-def _measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, segments=None):
-    """Query ``a_k^T W b_k`` for every measurement ``k``, keeping the sigmoid unsaturated.
-
-    The queries are built and sent in bounded chunks (:func:`companion._streaming.answer_rop`):
-    no ``(m, d)`` array is formed beyond ``A`` and ``B`` themselves.
-
-    Parameters
-    ----------
-    oracle : ValueQueryOracle
-        Exact oracle of a single head.
-    A, B : ndarray of shape (p, d) and (q, d)
-        Left and right vectors (with ``rows``/``cols``: their sources); every ``a_k^T v`` must be
-        nonzero.
-    v : ndarray of shape (d,)
-        The value vector read off length-1 queries.
-    scale : "auto" or float
-        ``"auto"``: every query starts at ``c = 1`` and a measurement whose attention weight falls
-        outside ``[SATURATION, 1 - SATURATION]`` is re-measured at a smaller ``c`` (one extra query
-        each, counted by the oracle). A float fixes ``c``.
-    rows, cols : ndarray of shape (m,) of int, default=None
-        Measurement ``k`` uses ``a_k = A[rows[k]]`` and ``b_k = B[cols[k]]``; ``None``: ``A[k]``, ``B[k]``.
-    segments : sequence of int, default=None
-        Runs of structured measurements, see :func:`companion._streaming.answer_rop`.
-
-    Returns
-    -------
-    t : ndarray of shape (m,)
-        The measurements ``a_k^T W b_k``.
-    info : dict
-        ``n_requeries`` (extra queries), ``scales`` (m,), ``max_abs_logit``.
-
-    Raises
-    ------
-    OracleInconsistentError
-        If a weight stays saturated after 40 re-measurements, or lies outside (0, 1) at a fixed
-        scale: the oracle is not a softmax head, or ``scale`` is too large.
-    """
+    d = int(oracle.d)
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)  # no copy if float64
+    v = as_float_array(v, "v", ndim=1, shape=(d,))
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != d or B.shape[1] != d:
+        raise InvalidInputError(f"A and B must be 2-d with d={d} columns; got {A.shape=}, "
+                                f"{B.shape=}.")
+    if rows is None and cols is None and A.shape[0] != B.shape[0]:
+        raise InvalidInputError(f"A and B must have one row per measurement; got {A.shape=}, "
+                                f"{B.shape=} (or pass rows and cols).")
+    if isinstance(scale, str):
+        check_choice(scale, "scale", ("auto",))
+    else:
+        scale = check_real(scale, "scale", minimum=0.0, strict=True)
     auto = isinstance(scale, str)
     c0 = 1.0 if auto else float(scale)
     av, bv = A @ v, B @ v
@@ -199,6 +214,12 @@ def _measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, se
         av = av[rows]
     if cols is not None:
         bv = bv[cols]
+    if not (np.all(np.isfinite(av)) and np.all(np.isfinite(bv))):  # NaN/inf in A or B shows here
+        raise InvalidInputError("A and B must be finite; they contain NaN or inf.")
+    if not np.all(av):
+        k = int(np.flatnonzero(av == 0)[0])
+        raise InvalidInputError(f"a_k^T v = 0 for measurement k={k}: the answer carries no "
+                                "information on a_k^T W b_k; redraw a_k.")
     m = av.shape[0]
     y = answer_rop(oracle, A, B, c0, rows=rows, cols=cols, segments=segments)
     T, alpha = _invert_rop(y, av, bv, c0)
@@ -220,24 +241,6 @@ def _measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, se
         )
     info = {"n_requeries": n_requeries, "scales": C, "max_abs_logit": float(np.max(np.abs(T)))}
     return T / C**2, info
-
-
-def _gaussian_rop_design(d, m, v, rng):
-    """Gaussian ROP vectors ``a_k, b_k ~ N(0, I_d / d)`` (rows of ``A``, ``B``), shape (m, d) each.
-
-    A left vector with ``|a^T v| < 1e-3 ||v|| / sqrt(d)`` (probability 8e-4) is redrawn: it would
-    divide the answer by almost 0. The ``1/d`` variance (the paper's is 1) rescales the
-    measurement operator only, which changes neither the nuclear-norm program's solution nor the
-    least-squares fits, and keeps ``a^T W b`` of order ``||W||_F / d``.
-    """
-    A = rng.standard_normal((m, d)) / math.sqrt(d)
-    B = rng.standard_normal((m, d)) / math.sqrt(d)
-    floor = _SMALL_AV * np.linalg.norm(v) / math.sqrt(d)
-    bad = np.abs(A @ v) < floor
-    while np.any(bad):
-        A[bad] = rng.standard_normal((int(bad.sum()), d)) / math.sqrt(d)
-        bad = np.abs(A @ v) < floor
-    return A, B
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,104 +297,6 @@ def _solve_nuclear(A, B, t, *, eps):
             "room: loosen solver_eps or use method='rgn'."
         )
     return np.asarray(W.value, dtype=np.float64), info
-
-
-# ---------------------------------------------------------------------------------------------
-# Riemannian Gauss-Newton on the rank-r matrices
-# ---------------------------------------------------------------------------------------------
-
-def _spectral_start(A, B, t, r):
-    """Top-``r`` SVD of ``(d^2 / m) sum_k t_k a_k b_k^T``, whose expectation is ``W`` when
-    ``a, b ~ N(0, I / d)``. Returns ``U`` (d, r), ``s`` (r,), ``V`` (d, r)."""
-    m, d = A.shape
-    U, s, Vt = np.linalg.svd((d * d / m) * (A.T @ (t[:, None] * B)))
-    return U[:, :r], s[:r], Vt[:r].T
-
-
-def _rop_apply(A, B, W):
-    """The measurement operator: ``(a_k^T W b_k)_k``, shape (m,)."""
-    return np.einsum("kd,kd->k", A @ W, B)
-
-
-def _tangent_step(A, B, res, U, V, *, direct_max, rtol):
-    """Least-squares step in the tangent space at ``U S V^T``: ``min ||Phi(U X^T + Y V^T) - res||``.
-
-    With ``e_k = U^T a_k`` and ``c_k = V^T b_k`` the residual is linear in ``(X, Y)``:
-    ``a_k^T U X^T b_k + a_k^T Y V^T b_k = b_k^T X e_k + a_k^T Y c_k``. Solved directly
-    (``numpy.linalg.lstsq``, minimum norm) when the ``(m, 2 d r)`` design matrix has at most
-    ``direct_max`` entries, else matrix-free by LSQR (scipy), which also returns the minimum-norm
-    solution of this rank-deficient (``r^2`` gauge directions) system.
-
-    Returns
-    -------
-    X, Y : ndarray of shape (d, r)
-    iterations : int
-        LSQR iterations (0 for a direct solve).
-    """
-    m, d = A.shape
-    r = U.shape[1]
-    E, C = A @ U, B @ V
-    n = 2 * d * r
-    if m * n <= direct_max:
-        K = np.concatenate([(B[:, :, None] * E[:, None, :]).reshape(m, d * r),
-                            (A[:, :, None] * C[:, None, :]).reshape(m, d * r)], axis=1)
-        z, *_ = np.linalg.lstsq(K, res, rcond=None)
-        its = 0
-    else:
-        def matvec(z):
-            X, Y = z[: d * r].reshape(d, r), z[d * r:].reshape(d, r)
-            return np.einsum("kr,kr->k", B @ X, E) + np.einsum("kr,kr->k", A @ Y, C)
-
-        def rmatvec(y):
-            return np.concatenate([(B.T @ (y[:, None] * E)).ravel(),
-                                   (A.T @ (y[:, None] * C)).ravel()])
-
-        op = LinearOperator((m, n), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
-        z, _, its, *_ = lsqr(op, res, atol=rtol, btol=rtol, iter_lim=2000)
-    return z[: d * r].reshape(d, r), z[d * r:].reshape(d, r), int(its)
-
-
-def _retract(U, s, V, X, Y, r):
-    """Rank-``r`` truncated SVD of ``U S V^T + U X^T + Y V^T``, through two thin QRs."""
-    Qa, Ra = np.linalg.qr(np.concatenate([U, Y], axis=1))
-    Qb, Rb = np.linalg.qr(np.concatenate([V * s + X, V], axis=1))
-    Us, ss, Vst = np.linalg.svd(Ra @ Rb.T)
-    return Qa @ Us[:, :r], ss[:r], Qb @ Vst[:r].T
-
-
-def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000):
-    """Riemannian Gauss-Newton for ``t_k = a_k^T W b_k`` over the rank-``r`` matrices.
-
-    From the spectral start, each iteration solves the measurement least-squares problem in the
-    tangent space at the current iterate (:func:`_tangent_step`) and retracts to rank ``r`` by a
-    truncated SVD (:func:`_retract`): Gauss-Newton on the manifold of rank-``r`` matrices, which
-    converges quadratically near an exact solution (Luo, Huang, Li & Zhang 2024). Stops when the
-    relative residual ``||Phi(W) - t|| / ||t||`` is at most ``tol``, after ``max_iter`` iterations,
-    or when 5 iterations bring no 2-fold progress.
-
-    Returns
-    -------
-    W : ndarray of shape (d, d)
-    info : dict
-        ``iterations``, ``residual`` (final relative residual), ``residuals`` (history),
-        ``lsqr_iterations`` (total; 0 for direct solves).
-    """
-    U, s, V = _spectral_start(A, B, t, r)
-    tnorm = np.linalg.norm(t)
-    history, total = [], 0
-    for it in range(max_iter + 1):
-        W = (U * s) @ V.T
-        res = t - _rop_apply(A, B, W)
-        rel = float(np.linalg.norm(res) / tnorm) if tnorm > 0 else 0.0
-        history.append(rel)
-        if rel <= tol or it == max_iter or (it >= 5 and rel > 0.5 * history[-6]):
-            break
-        X, Y, its = _tangent_step(A, B, res, U, V, direct_max=direct_max,
-                                  rtol=max(1e-15, min(1e-6, 1e-3 * rel)))
-        total += its
-        U, s, V = _retract(U, s, V, X, Y, r)
-    return W, {"iterations": it, "residual": history[-1], "residuals": history,
-               "lsqr_iterations": total}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -515,8 +420,8 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
         nonlocal n_req, max_logit
         i, j, seg = _cross_indices(d, k0, k1, n)
         if i.size:
-            t, info = _measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
-                                        segments=seg)
+            t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
+                                       segments=seg)
             M[i, j] = t
             n_req += info["n_requeries"]
             max_logit = max(max_logit, info["max_abs_logit"])
@@ -791,7 +696,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
                + (f", rank {info['rank_detected']} detected" if r is None else ""))
     else:
         A, B = _gaussian_rop_design(d, m, v, rng)
-        t, info = _measure_bilinear(oracle, A, B, v, scale=scale)
+        t, info = measure_bilinear(oracle, A, B, v, scale=scale)
         diagnostics.update(n_measurements=m, n_requeries=info["n_requeries"],
                            max_abs_logit=info["max_abs_logit"])
         if method == "nuclear":

@@ -215,7 +215,7 @@ class ValueQueryOracle:
 
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
         if getattr(type(self.target), "_reads_only", False):
-            # The library's heads (SingleHead, FactoredHead) only read their input: hand them the
+            # The library's heads (SingleHead, FactoredHead, FactorScoredHead) only read their input: hand them the
             # batch validated above, without a second check and a copy (two passes over the batch).
             y = np.asarray(self.target._batch(X), dtype=np.float64).reshape(-1)
         else:

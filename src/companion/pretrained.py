@@ -74,7 +74,7 @@ __all__ = [
     "SAFETENSORS_SHA256",
     "CONTENT_SHA256",
     "BertHead",
-    "FactoredHead",
+    "FactorScoredHead",
     "load_weights",
     "load_bert_head",
     "default_readout",
@@ -374,13 +374,18 @@ def _readout(readout, path):
     return c
 
 
-class FactoredHead(SingleHead):
+class FactorScoredHead(SingleHead):
     """A :class:`~companion.attention.SingleHead` that scores through its native factors.
 
     The same function as ``SingleHead(W, v)`` with ``W = K^T Q`` (``native = (Q, K, V, w_o)``),
     evaluated as ``(K x_i)^T (Q x_N)``: ``O(N r d)`` work per query instead of ``O(d^2)``, which
     makes an oracle over a real head (``d = 385``, ``r = 33``) several times faster. Answers agree
     with the dense evaluation to rounding (about 1e-16 relative).
+
+    Unlike :class:`companion.attention.FactoredHead` (factors only, never a ``d x d`` matrix), it
+    holds the dense ``W`` and ``v`` too: a learner's result is compared with ``W`` directly.
+    Formerly ``companion.pretrained.FactoredHead``; that name still works, with a
+    ``DeprecationWarning``, and will be removed.
     """
 
     def _batch(self, X: np.ndarray) -> np.ndarray:
@@ -398,9 +403,29 @@ class FactoredHead(SingleHead):
         return cached
 
 
-def _factored(Q, K, V, w_o) -> FactoredHead:
+def _factored(Q, K, V, w_o) -> FactorScoredHead:
     base = SingleHead.from_native(Q, K, V, w_o)
-    return FactoredHead(base.W, base.v, native=base.native)
+    return FactorScoredHead(base.W, base.v, native=base.native)
+
+
+#: Deprecated names of this module: ``{old: (new name, object)}``, served by ``__getattr__``.
+_DEPRECATED = {"FactoredHead": ("FactorScoredHead", FactorScoredHead)}
+
+
+def __getattr__(name):
+    """``pretrained.FactoredHead`` (deprecated): :class:`FactorScoredHead`, with a warning.
+
+    The old name collided with :class:`companion.attention.FactoredHead`, a different class.
+    """
+    if name in _DEPRECATED:
+        import warnings
+
+        new, obj = _DEPRECATED[name]
+        warnings.warn(f"companion.pretrained.{name} is deprecated; use companion.pretrained.{new} "
+                      f"(companion.attention.{name} is a different class: a head stored as "
+                      "factors only).", DeprecationWarning, stacklevel=2)
+        return obj
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_head(layer, head, *, readout=None, bias=True, path=None) -> SingleHead:
@@ -426,7 +451,7 @@ def load_head(layer, head, *, readout=None, bias=True, path=None) -> SingleHead:
 
     Returns
     -------
-    FactoredHead
+    FactorScoredHead
         A :class:`~companion.attention.SingleHead` that evaluates through its factors.
         With ``bias=True``: ``W~`` of shape (385, 385), ``v~`` of shape (385,) as in the module
         docstring (the zero last row of ``W~`` is the canonical choice; ``rank == 32``), and

@@ -50,6 +50,8 @@ __all__ = [
     "repo_root",
     "clear_stale_cache",
     "LIBRARY_DIR",
+    "provenance",
+    "write_json",
 ]
 
 #: The library's source folder, hashed into every results file.
@@ -473,3 +475,72 @@ def mark_built(build_dir) -> None:
     build = Path(build_dir)
     build.mkdir(parents=True, exist_ok=True)
     (build / ".library-hash").write_text(library_hash() + "\n")
+
+
+def provenance(name, parameters, seed, *, chapter=None) -> dict:
+    """The provenance header of a results file written outside :func:`publish` (sweeps, benchmarks).
+
+    Parameters
+    ----------
+    name : str
+        Name of the file's content (letters, digits, ``_``, ``-``), e.g. ``"bench_scale"``.
+    parameters : dict
+        The parameters that made it; NumPy values are converted to plain Python values.
+    seed : int or None
+        The seed, if any.
+    chapter : str, default=None
+        The chapter it belongs to; default ``name``.
+
+    Returns
+    -------
+    dict
+        ``chapter``, ``parameters``, ``seed``, ``library_hash``, ``commit`` (``-dirty`` when
+        ``src`` has uncommitted changes; None outside a git checkout), ``versions`` of the key
+        packages and ``created`` (UTC, ISO 8601): the same header as a chapter's results file.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``name`` (or ``chapter``) is not a non-empty string of letters, digits, ``_`` or ``-``,
+        or a parameter is not a number, a string, or a list or dict of them.
+
+    Examples
+    --------
+    >>> header = provenance("bench_demo", {"d": 4}, 0)
+    >>> header["chapter"], header["parameters"], header["library_hash"] == library_hash()
+    ('bench_demo', {'d': 4}, True)
+    """
+    name = _check_name(name, "name")
+    chapter = name if chapter is None else _check_name(chapter, "chapter")
+    return _header(chapter, _plain(dict(parameters)), seed)
+
+
+def write_json(path, data) -> Path:
+    """Write ``data`` to ``path`` as indented JSON with sorted keys, atomically.
+
+    The file is written next to ``path`` and renamed over it, so a reader never sees half a file
+    and a failure leaves the old file as it was. NumPy scalars and arrays are converted to plain
+    values (as :func:`publish` converts them); NaN and infinity are refused.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file; its folder is created if missing.
+    data : dict
+        Numbers, strings, None, and lists or dicts of them.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    InvalidInputError
+        If a value is of another type.
+    ValueError
+        If a value is NaN or infinite (JSON has no such number).
+    """
+    path = Path(path)
+    _write_atomic(path, _plain(data))
+    return path

@@ -24,6 +24,11 @@ Beyond the paper:
   rank-one projections (§5) at scales that keep Lemma 6.1's window (:func:`rop_scales`), a bound on
   each measurement's error (:func:`rop_error_bound`), and a noise-aware solver (nuclear norm with
   the bounds as constraints, or weighted rank-``r`` Gauss-Newton). The paper leaves this case open.
+
+Layer: one of the paper's sections (§6), above the shared numerics it uses with
+:mod:`companion.lowrank`: :func:`rop_scales` and :func:`rop_error_bound` live in
+``companion.numerics.rop`` (re-exported here), the weighted Gauss-Newton solver in
+``companion.numerics.rgn``.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead, random_single_head
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
 from .exact import read_value_vector
-from .lowrank import (LowRankRecovery, _gaussian_rop_design, _retract, _rop_apply,
-                      _spectral_start, _tangent_step, degrees_of_freedom, rop_queries)
+from .lowrank import LowRankRecovery, degrees_of_freedom
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
+from .numerics.rgn import _rop_apply, _weighted_rgn
+from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_scales
 from .recovery import Recovery
 
 __all__ = [
@@ -920,100 +926,6 @@ _NOISY_MESSAGES = {
 }
 
 
-def rop_scales(A, B, *, W_max, logit_max=0.5) -> np.ndarray:
-    """Scales ``c_k`` of the ROP queries ``c_k [(a_k + b_k)^T; b_k^T]`` under §6's assumptions.
-
-    Parameters
-    ----------
-    A, B : ndarray of shape (m, d)
-        Left and right vectors (rows), nonzero.
-    W_max : float
-        Known bound on ``||W*||_F`` (so on ``||W*||_2``), ``> 0``.
-    logit_max : float, default=0.5
-        Largest logit allowed; ``1/2`` is Lemma 6.1's window.
-
-    Returns
-    -------
-    ndarray of shape (m,)
-        The largest ``c_k`` with both tokens in the unit ball (``c ||a + b|| <= 1``, ``c ||b|| <= 1``)
-        and ``c**2 ||a|| ||b|| W_max <= logit_max``, so the logit ``c**2 a^T W* b`` lies in
-        ``[-logit_max, logit_max]`` for every admissible ``W*``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> c = rop_scales(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), W_max=4.0)
-    >>> round(float(c[0]) ** 2 * 4.0, 12)     # the logit bound binds: c^2 W_max = 1/2
-    0.5
-    """
-    na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)
-    return np.minimum.reduce([1.0 / np.linalg.norm(A + B, axis=1), 1.0 / nb,
-                              np.sqrt(logit_max / (W_max * na * nb))])
-
-
-def rop_error_bound(alpha_hat, *, tau, c, A, B, av_hat, logit_max=0.5):
-    """Bound on the error of one noisy ROP measurement ``t_hat_k`` of ``<a_k b_k^T, W*>``.
-
-    Parameters
-    ----------
-    alpha_hat : ndarray of shape (m,)
-        Estimated attention weights ``(y_hat / c - b^T v_hat) / (a^T v_hat)`` (before clipping).
-    tau : float
-        The oracle's tolerance (length-1 and length-2 answers), ``>= 0``.
-    c : ndarray of shape (m,)
-        Query scales from :func:`rop_scales`.
-    A, B : ndarray of shape (m, d)
-        Left and right vectors.
-    av_hat : ndarray of shape (m,)
-        ``a_k^T v_hat``, nonzero.
-    logit_max : float, default=0.5
-        The logit bound the scales guarantee.
-
-    Returns
-    -------
-    delta : ndarray of shape (m,)
-        ``|t_hat_k - a_k^T W* b_k| <= delta_k`` for every head the answers are consistent with.
-    d_alpha : ndarray of shape (m,)
-        The bound on ``|alpha_hat_k - alpha*_k|`` behind it.
-
-    Notes
-    -----
-    With ``|y_hat - y| <= tau`` and ``|v_hat_i - v*_i| <= tau``,
-    ``alpha_hat - alpha* = (e / c - b^T (v_hat - v*) - alpha* a^T (v_hat - v*)) / a^T v_hat``, so
-
-    ``|alpha_hat - alpha*| <= tau (1 / c + ||b||_1 + sigma(x) ||a||_1) / |a^T v_hat| = d_alpha``
-
-    with ``x = logit_max``. As in Lemma 6.1 [1]_, ``alpha*`` lies in the window
-    ``[sigma(-x), sigma(x)]`` and clipping ``alpha_hat`` to it moves it no farther from ``alpha*``;
-    both then lie in ``I = [clip(alpha_hat) - d_alpha, clip(alpha_hat) + d_alpha]`` intersected with
-    the window, on which ``sigma^-1`` has slope at most ``1 / min_I p (1 - p)``. Hence the logit errs by
-    at most ``min(d_alpha / min_I p (1 - p), 2x)`` and ``t = logit / c**2`` by that over ``c**2``.
-    Lemma 6.1 is the case ``I`` = the whole window (slope ``1 / (sigma(x) sigma(-x))``).
-
-    References
-    ----------
-    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> delta, d_alpha = rop_error_bound(np.array([0.5]), tau=1e-4, c=np.array([0.5]),
-    ...                                  A=np.ones((1, 2)), B=np.ones((1, 2)), av_hat=np.array([1.0]))
-    >>> round(float(d_alpha[0]), 8), round(float(delta[0] / d_alpha[0]), 4)   # slope ~ 4, c^2 = 1/4
-    (0.00052449, 16.0)
-    """
-    x = float(logit_max)
-    lo, hi = float(expit(-x)), float(expit(x))
-    d_alpha = tau * (1.0 / c + np.abs(B).sum(1) + hi * np.abs(A).sum(1)) / np.abs(av_hat)
-    a_c = np.clip(alpha_hat, lo, hi)
-    p_lo = np.clip(a_c - d_alpha, lo, hi)
-    p_hi = np.clip(a_c + d_alpha, lo, hi)
-    # p (1 - p) is concave: its minimum over an interval is at an end point.
-    slope_den = np.minimum(p_lo * (1 - p_lo), p_hi * (1 - p_hi))
-    delta_logit = np.minimum(d_alpha / slope_den, 2 * x)
-    return delta_logit / c**2, d_alpha
-
-
 def _noisy_nuclear(A, B, t, delta, *, eps, tau, W_max):
     """``min ||W||_* s.t. |<a_k b_k^T, W> - t_k| <= delta_k`` with SCS; SolverError unless optimal."""
     import cvxpy as cp
@@ -1053,35 +965,6 @@ def _one_blas_thread():
         from contextlib import nullcontext
         return nullcontext()
     return threadpool_limits(limits=1, user_api="blas")
-
-
-def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3):
-    """Rank-``r`` weighted least squares ``min sum_k w_k^2 (<a_k b_k^T, W> - t_k)^2`` by
-    Riemannian Gauss-Newton (the steps of :mod:`companion.lowrank`) from the spectral start.
-
-    The start is ``start`` (factors ``U, s, V``) or the unweighted spectral one
-    (``E[(d^2/m) sum t_k a_k b_k^T] = W`` for the Gaussian design); the steps use the weighted rows ``w_k a_k``, ``w_k t_k``. With noise the residual does not
-    vanish (and Gauss-Newton need not decrease it monotonically): the loop stops when ``patience``
-    iterations in a row fail to cut the smallest residual so far by a relative ``rtol``, and returns
-    the iterate with the smallest residual.
-    """
-    U, s, V = _spectral_start(A, B, t, r) if start is None else start
-    Aw, tw = A * w[:, None], t * w
-    tnorm = np.linalg.norm(tw)
-    history, best, stalled = [], (np.inf, None), 0
-    for it in range(max_iter + 1):
-        W = (U * s) @ V.T
-        res = tw - _rop_apply(Aw, B, W)
-        rel = float(np.linalg.norm(res) / tnorm) if tnorm > 0 else 0.0
-        history.append(rel)
-        stalled = 0 if rel < best[0] * (1 - rtol) else stalled + 1
-        if rel < best[0]:
-            best = (rel, W)
-        if rel == 0 or it == max_iter or stalled >= patience:
-            break
-        X, Y, _ = _tangent_step(Aw, B, res, U, V, direct_max=2_000_000, rtol=1e-12)
-        U, s, V = _retract(U, s, V, X, Y, r)
-    return best[1], {"iterations": it, "residual": best[0], "residuals": history}
 
 
 def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, method="rgn",

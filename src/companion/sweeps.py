@@ -140,7 +140,6 @@ def run_sweep(fn: Callable[..., Mapping], grid, *, n_jobs=1, backend="loky", pro
 def _save(name, grid, rows, chapter, backend, n_jobs):
     from . import results
 
-    results._check_name(name, "name")
-    data = results._header(chapter or name, {"grid": results._plain(grid_points(grid))}, None)
-    data.update(kind="sweep", name=name, backend=backend, n_jobs=n_jobs, rows=results._plain(rows))
-    results._write_atomic(results.results_dir() / "sweeps" / f"{name}.json", data)
+    data = results.provenance(name, {"grid": grid_points(grid)}, None, chapter=chapter)
+    data.update(kind="sweep", name=name, backend=backend, n_jobs=n_jobs, rows=rows)
+    results.write_json(results.results_dir() / "sweeps" / f"{name}.json", data)

@@ -1,0 +1,180 @@
+"""Rank-one-projection (ROP) measurements of a merged matrix ``W`` (shared by §5 and §6).
+
+One two-token value query ``c [(a + b)^T; b^T]`` measures the rank-one projection
+``<a b^T, W> = a^T W b`` of Cai & Zhang (2015) through the two-token identity: its answer is
+``c (b^T v + sigma(c^2 a^T W b) a^T v)``. This module holds what every ROP learner shares:
+
+* :func:`_gaussian_rop_design` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``;
+* :func:`rop_queries` -- the queries themselves (``companion._streaming.answer_rop`` builds the
+  same values chunk by chunk);
+* :func:`rop_scales`, :func:`rop_error_bound` -- the scales that keep the logit in Lemma 6.1's
+  window whatever ``W*`` with ``||W*||_F <= W_max``, and the bound on one noisy measurement.
+
+Layer: shared numerics (see :mod:`companion.numerics`); no import from ``companion``. Public
+names are re-exported where users import them: ``companion.lowrank.rop_queries``,
+``companion.robust.rop_scales``, ``companion.robust.rop_error_bound``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import expit
+
+__all__ = ["rop_queries", "rop_scales", "rop_error_bound"]
+
+_SMALL_AV = 1e-3          # a Gaussian left vector with |a^T v| < 1e-3 ||v|| / sqrt(d) is redrawn
+
+
+def rop_queries(A, B, c=1.0) -> np.ndarray:
+    """The two-token queries ``c_k [(a_k + b_k)^T; b_k^T]`` of rank-one projections.
+
+    Parameters
+    ----------
+    A, B : ndarray of shape (m, d)
+        Left vectors ``a_k`` and right vectors ``b_k`` as rows.
+    c : float or ndarray of shape (m,), default=1.0
+        Scale of each query.
+
+    Returns
+    -------
+    ndarray of shape (m, 2, d)
+
+    Notes
+    -----
+    By the two-token identity ``f([u^T; x^T]) = x^T v + sigma(u^T W x - x^T W x)(u^T v - x^T v)``
+    with ``u = c (a + b)`` and ``x = c b``, the answer is
+    ``c (b^T v + sigma(c^2 a^T W b) a^T v)`` (§5 of [1]_ with ``c = 1``).
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.attention import random_single_head
+    >>> head = random_single_head(3, seed=0)
+    >>> a, b = np.array([[1.0, 0.5, 0.0]]), np.array([[0.0, 1.0, -1.0]])
+    >>> y = head(rop_queries(a, b))
+    >>> alpha = (y - b @ head.v) / (a @ head.v)
+    >>> bool(np.allclose(np.log(alpha / (1 - alpha)), a @ head.W @ b[0]))
+    True
+    """
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    X = np.stack([A + B, B], axis=1)
+    return X * np.reshape(np.asarray(c, dtype=np.float64), (-1, 1, 1))
+
+
+def _gaussian_rop_design(d, m, v, rng):
+    """Gaussian ROP vectors ``a_k, b_k ~ N(0, I_d / d)`` (rows of ``A``, ``B``), shape (m, d) each.
+
+    A left vector with ``|a^T v| < 1e-3 ||v|| / sqrt(d)`` (probability 8e-4) is redrawn: it would
+    divide the answer by almost 0. The ``1/d`` variance (the paper's is 1) rescales the
+    measurement operator only, which changes neither the nuclear-norm program's solution nor the
+    least-squares fits, and keeps ``a^T W b`` of order ``||W||_F / d``.
+    """
+    A = rng.standard_normal((m, d)) / math.sqrt(d)
+    B = rng.standard_normal((m, d)) / math.sqrt(d)
+    floor = _SMALL_AV * np.linalg.norm(v) / math.sqrt(d)
+    bad = np.abs(A @ v) < floor
+    while np.any(bad):
+        A[bad] = rng.standard_normal((int(bad.sum()), d)) / math.sqrt(d)
+        bad = np.abs(A @ v) < floor
+    return A, B
+
+
+def rop_scales(A, B, *, W_max, logit_max=0.5) -> np.ndarray:
+    """Scales ``c_k`` of the ROP queries ``c_k [(a_k + b_k)^T; b_k^T]`` under §6's assumptions.
+
+    Parameters
+    ----------
+    A, B : ndarray of shape (m, d)
+        Left and right vectors (rows), nonzero.
+    W_max : float
+        Known bound on ``||W*||_F`` (so on ``||W*||_2``), ``> 0``.
+    logit_max : float, default=0.5
+        Largest logit allowed; ``1/2`` is Lemma 6.1's window.
+
+    Returns
+    -------
+    ndarray of shape (m,)
+        The largest ``c_k`` with both tokens in the unit ball (``c ||a + b|| <= 1``, ``c ||b|| <= 1``)
+        and ``c**2 ||a|| ||b|| W_max <= logit_max``, so the logit ``c**2 a^T W* b`` lies in
+        ``[-logit_max, logit_max]`` for every admissible ``W*``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> c = rop_scales(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), W_max=4.0)
+    >>> round(float(c[0]) ** 2 * 4.0, 12)     # the logit bound binds: c^2 W_max = 1/2
+    0.5
+    """
+    na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)
+    return np.minimum.reduce([1.0 / np.linalg.norm(A + B, axis=1), 1.0 / nb,
+                              np.sqrt(logit_max / (W_max * na * nb))])
+
+
+def rop_error_bound(alpha_hat, *, tau, c, A, B, av_hat, logit_max=0.5):
+    """Bound on the error of one noisy ROP measurement ``t_hat_k`` of ``<a_k b_k^T, W*>``.
+
+    Parameters
+    ----------
+    alpha_hat : ndarray of shape (m,)
+        Estimated attention weights ``(y_hat / c - b^T v_hat) / (a^T v_hat)`` (before clipping).
+    tau : float
+        The oracle's tolerance (length-1 and length-2 answers), ``>= 0``.
+    c : ndarray of shape (m,)
+        Query scales from :func:`rop_scales`.
+    A, B : ndarray of shape (m, d)
+        Left and right vectors.
+    av_hat : ndarray of shape (m,)
+        ``a_k^T v_hat``, nonzero.
+    logit_max : float, default=0.5
+        The logit bound the scales guarantee.
+
+    Returns
+    -------
+    delta : ndarray of shape (m,)
+        ``|t_hat_k - a_k^T W* b_k| <= delta_k`` for every head the answers are consistent with.
+    d_alpha : ndarray of shape (m,)
+        The bound on ``|alpha_hat_k - alpha*_k|`` behind it.
+
+    Notes
+    -----
+    With ``|y_hat - y| <= tau`` and ``|v_hat_i - v*_i| <= tau``,
+    ``alpha_hat - alpha* = (e / c - b^T (v_hat - v*) - alpha* a^T (v_hat - v*)) / a^T v_hat``, so
+
+    ``|alpha_hat - alpha*| <= tau (1 / c + ||b||_1 + sigma(x) ||a||_1) / |a^T v_hat| = d_alpha``
+
+    with ``x = logit_max``. As in Lemma 6.1 [1]_, ``alpha*`` lies in the window
+    ``[sigma(-x), sigma(x)]`` and clipping ``alpha_hat`` to it moves it no farther from ``alpha*``;
+    both then lie in ``I = [clip(alpha_hat) - d_alpha, clip(alpha_hat) + d_alpha]`` intersected with
+    the window, on which ``sigma^-1`` has slope at most ``1 / min_I p (1 - p)``. Hence the logit errs by
+    at most ``min(d_alpha / min_I p (1 - p), 2x)`` and ``t = logit / c**2`` by that over ``c**2``.
+    Lemma 6.1 is the case ``I`` = the whole window (slope ``1 / (sigma(x) sigma(-x))``).
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> delta, d_alpha = rop_error_bound(np.array([0.5]), tau=1e-4, c=np.array([0.5]),
+    ...                                  A=np.ones((1, 2)), B=np.ones((1, 2)), av_hat=np.array([1.0]))
+    >>> round(float(d_alpha[0]), 8), round(float(delta[0] / d_alpha[0]), 4)   # slope ~ 4, c^2 = 1/4
+    (0.00052449, 16.0)
+    """
+    x = float(logit_max)
+    lo, hi = float(expit(-x)), float(expit(x))
+    d_alpha = tau * (1.0 / c + np.abs(B).sum(1) + hi * np.abs(A).sum(1)) / np.abs(av_hat)
+    a_c = np.clip(alpha_hat, lo, hi)
+    p_lo = np.clip(a_c - d_alpha, lo, hi)
+    p_hi = np.clip(a_c + d_alpha, lo, hi)
+    # p (1 - p) is concave: its minimum over an interval is at an end point.
+    slope_den = np.minimum(p_lo * (1 - p_lo), p_hi * (1 - p_hi))
+    delta_logit = np.minimum(d_alpha / slope_den, 2 * x)
+    return delta_logit / c**2, d_alpha
