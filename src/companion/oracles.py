@@ -12,9 +12,7 @@ query log keeps a copy of every query and answer.
 Both accept one sequence ``(N, d)`` (answer: ``float``), a batch ``(B, N, d)`` or a list of
 sequences of different lengths (answer: ``ndarray of shape (B,)``), and evaluate in float64.
 
-Perturbation test mode (the reproducibility tests; off by default)
-------------------------------------------------------------------
-With the environment variable ``COMPANION_PERTURB_ULPS=k`` (an integer, ``0 <= k <= 1000``) every
+**Perturbation test mode** (the reproducibility tests; off by default). With the environment variable ``COMPANION_PERTURB_ULPS=k`` (an integer, ``0 <= k <= 1000``) every
 oracle of this module, and every subclass (membership, the chapters' timed oracles), multiplies
 the target's float64 output ``f*(X)`` by ``1 + k * eps * s(X)`` before any noise or rounding of its
 own, where ``eps = numpy.finfo(float).eps`` (2**-52) and ``s(X) = +1 or -1`` is the sign of a
