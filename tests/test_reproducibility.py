@@ -278,7 +278,8 @@ def test_chapter_reproduces(path, config, reexecuted):
     diffs, summary = compare(path, out)
     REPORT[(path.stem, _config_id(config))] = summary
     what = (f"with the oracles' answers perturbed by {config[1]} ulps ({PERTURB_ENV})" if config[0] == "perturb"
-            else f"under OpenBLAS {config[0]} with {config[1]} thread(s) (native: {(NATIVE or {}).get('architecture')})")
+            else f"under OpenBLAS {config[0]} with {config[1]} thread(s) "
+                 f"(native: {(NATIVE or {}).get('architecture')})")
     assert not diffs, (f"{path.stem} {what} differs from the committed outputs beyond the contract:\n"
                        + "\n".join(f"  code cell {i}: {d}" for i, ds in diffs.items() for d in ds))
 

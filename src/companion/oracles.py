@@ -12,20 +12,21 @@ query log keeps a copy of every query and answer.
 Both accept one sequence ``(N, d)`` (answer: ``float``), a batch ``(B, N, d)`` or a list of
 sequences of different lengths (answer: ``ndarray of shape (B,)``), and evaluate in float64.
 
-**Perturbation test mode** (the reproducibility tests; off by default). With the environment variable ``COMPANION_PERTURB_ULPS=k`` (an integer, ``0 <= k <= 1000``) every
-oracle of this module, and every subclass (membership, the chapters' timed oracles), multiplies
-the target's float64 output ``f*(X)`` by ``1 + k * eps * s(X)`` before any noise or rounding of its
-own, where ``eps = numpy.finfo(float).eps`` (2**-52) and ``s(X) = +1 or -1`` is the sign of a
-SplitMix64 hash of the query's bytes (the same hash as ``noise="uniform"``, with its own seed
-:data:`PERTURB_SEED`). The same query always gets the same perturbed answer, and the answers of
-different queries move in independent-looking directions: the arithmetic of another machine,
-whose BLAS rounds the target's computation differently, reproduced on any machine.
-``tests/test_reproducibility.py`` re-executes every chapter in this mode and holds its outputs to
-the reproducibility contract (:mod:`companion.nbcompare`): an output it moves beyond its stated
-precision is printed with more digits than it has. Unset, empty or ``0`` means off. A value that
-is not such an integer raises :class:`~companion.errors.InvalidInputError` at the first answer.
-``make execute`` and ``companion build`` refuse to run while it is set, so committed outputs and
-published numbers are never made with perturbed answers (:func:`perturbation_ulps` tells which).
+**Perturbation test mode** (the reproducibility tests; off by default). With the environment
+variable ``COMPANION_PERTURB_ULPS=k`` (an integer, ``0 <= k <= 1000``) every oracle of this module,
+and every subclass (membership, the chapters' timed oracles), multiplies the target's float64 output
+``f*(X)`` by ``1 + k * eps * s(X)`` before any noise or rounding of its own, where ``eps =
+numpy.finfo(float).eps`` (2**-52) and ``s(X) = +1 or -1`` is the sign of a SplitMix64 hash of the
+query's bytes (the same hash as ``noise="uniform"``, with its own seed :data:`PERTURB_SEED`). The
+same query always gets the same perturbed answer, and the answers of different queries move in
+independent-looking directions: the arithmetic of another machine, whose BLAS rounds the target's
+computation differently, reproduced on any machine. ``tests/test_reproducibility.py`` re-executes
+every chapter in this mode and holds its outputs to the reproducibility contract
+(:mod:`companion.nbcompare`): an output it moves beyond its stated precision is printed with more
+digits than it has. Unset, empty or ``0`` means off. A value that is not such an integer raises
+:class:`~companion.errors.InvalidInputError` at the first answer. ``make execute`` and ``companion
+build`` refuse to run while it is set, so committed outputs and published numbers are never made
+with perturbed answers (:func:`perturbation_ulps` tells which).
 """
 
 from __future__ import annotations
