@@ -253,10 +253,7 @@ def private_uses(code: str) -> list[tuple[int, str]]:
 CLIENTS = sorted((ROOT / "book" / "chapters").glob("*.ipynb")) + sorted((ROOT / "benchmarks").glob("*.py"))
 
 #: Known uses left to the owner of the file; strict, so the mark must go when they are fixed.
-KNOWN = {
-    "06_multi_head.ipynb": "multihead._probe_hessian and companion._rational.count_pairs/fit_free "
-                           "(chapter 06 and multihead.py belong to issue 21's branch)",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _client_params():

@@ -330,3 +330,126 @@ def test_learn_canonical_refuses_cancelling_heads():
     h = random_single_head(4, seed=0)
     with pytest.raises(NotIdentifiableError, match="cancel"):
         learn_canonical(ValueQueryOracle(MultiHead(np.stack([h.W, h.W]), np.stack([h.v, -h.v]))))
+
+
+# --------------------------------------------------------------------------------------------
+# learn_canonical_rational: the counts route at the follow-up's count
+# --------------------------------------------------------------------------------------------
+
+def _function_gap(model, target, seed=5, n=64):
+    """Largest |f_model - f_target| relative to the output scale, on fresh queries of lengths 1..8."""
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for _ in range(n):
+        X = rng.standard_normal((int(rng.integers(1, 9)), target.d))
+        scale = max(1e-12, float(np.max(np.abs(X @ target.vs.T).sum(axis=1))))
+        worst = max(worst, abs(float(model(X)) - float(target(X))) / scale)
+    return worst
+
+
+def test_counts_identity_is_the_rational_function_of_the_derivation():
+    # n copies of u = x + delta then m copies of x: x^T v + sum_h gamma_h r / (r + p_h)
+    target = mh.random_multi_head(6, 3, seed=2)
+    rng = np.random.default_rng(0)
+    x, delta = rng.standard_normal(6), rng.standard_normal(6)
+    gamma = target.vs @ delta
+    p = np.exp(-np.einsum("d,hde,e->h", delta, target.Ws, x))
+    for n, m in [(1, 1), (3, 1), (1, 4), (5, 2), (0, 1)]:
+        X = np.vstack([np.repeat((x + delta)[None], n, 0), np.repeat(x[None], m, 0)])
+        r = n / m
+        assert float(target(X)) == pytest.approx(x @ target.vs.sum(0) + np.sum(gamma * r / (r + p)),
+                                                 rel=1e-13, abs=1e-13)
+
+
+def test_ratio_design_and_plan_bounds():
+    from companion._rational import ratio_design
+
+    for H in (1, 2, 5, 12, 16):
+        n, m = ratio_design(H)
+        assert n.size == 2 * H and np.unique(n / m).size == 2 * H
+        assert (n + m).max() == 2 * H + 1 and n.min() >= 1 and m.min() >= 1
+    for d, H in [(8, 2), (16, 5), (64, 12)]:
+        plan = mh.rational_plan(d, H)
+        assert plan["n_queries"] <= mh.follow_up_count(d, H) == 4 * H * d * d - 2 * H + 1
+        assert plan["K"] >= d + 1
+    # just inside and just outside: the smallest d that fits K >= d + 1 tokens per row for H = 8
+    d0 = next(d for d in range(1, 40) if _plan_ok(d, 8))
+    assert not _plan_ok(d0 - 1, 8) and mh.rational_plan(d0, 8)["K"] >= d0 + 1
+    with pytest.raises(InvalidInputError, match="tokens per row"):
+        mh.rational_plan(d0 - 1, 8)
+
+
+def _plan_ok(d, H):
+    try:
+        mh.rational_plan(d, H)
+        return True
+    except InvalidInputError:
+        return False
+
+
+def test_interpolate_pairs_recovers_poles_and_residues():
+    from companion._rational import interpolate_pairs, polish_pairs, ratio_design
+
+    n, m = ratio_design(3)
+    r = n / m
+    gamma, l = np.array([[0.7, -1.2, 2.0], [1.0, 0.5, -0.3]]), np.array([[-1.5, 0.2, 1.4], [-0.4, 0.9, 2.2]])
+    G = np.einsum("psh,ph->ps", 1 / (1 + np.exp(-(np.log(r)[None, :, None] + l[:, None, :]))), gamma)
+    g_hat, l_hat = interpolate_pairs(r, G, 3)
+    assert np.max(np.abs(l_hat - l)) <= 1e-8 and np.max(np.abs(g_hat - gamma)) <= 1e-8
+    g2, l2, res = polish_pairs(np.log(r), G, g_hat, l_hat)
+    assert np.max(np.abs(l2 - l)) <= 1e-12 and np.max(res) <= 1e-14
+    # fixed amplitudes: only the shifts move
+    g3, l3, _ = polish_pairs(np.log(r), G, gamma, l + 0.01, fixed_gamma=True)
+    assert np.array_equal(g3, gamma) and np.max(np.abs(l3 - l)) <= 1e-12
+
+
+@pytest.mark.parametrize("d, H", [(6, 2), (8, 4), pytest.param(16, 4, marks=pytest.mark.slow),
+                                  pytest.param(16, 5, marks=pytest.mark.slow)])
+def test_learn_canonical_rational_at_the_follow_up_count(d, H):
+    target = mh.random_multi_head(d, H, seed=0)
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=H)
+    assert rec.n_heads == H
+    assert rec.n_learning_queries <= mh.follow_up_count(d, H)
+    assert rec.diagnostics["max_len"] == 2 * H + 1
+    assert rec.n_queries - rec.n_learning_queries == 32                  # verification, apart
+    assert _canonical_gap(target, rec) <= 1e-8
+    assert _function_gap(rec.model, target) <= 1e-8
+
+
+def test_learn_canonical_rational_with_a_bound_merges_and_drops():
+    # three heads, two of them sharing W: the canonical form has 2; only H_bound = 4 is known
+    base = mh.random_multi_head(8, 2, seed=1)
+    target = MultiHead(np.stack([base.Ws[0], base.Ws[0], base.Ws[1]]),
+                       np.stack([0.25 * base.vs[0], 0.75 * base.vs[0], base.vs[1]]))
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H_bound=4)
+    assert rec.n_heads == 2
+    assert rec.n_learning_queries <= mh.follow_up_count(8, 4)
+    assert rec.diagnostics["max_len"] <= 2 * 4 + 1
+    assert mh.equivalent(rec.model, base, atol=1e-8)
+
+
+def test_learn_canonical_rational_refuses_where_float64_cannot_separate_the_heads():
+    target = mh.random_multi_head(16, 8, seed=0)
+    with pytest.raises(OracleInconsistentError, match="use learn_canonical"):
+        mh.learn_canonical_rational(ValueQueryOracle(target), H=8)
+
+
+def test_learn_canonical_rational_input_checks_and_cancelling_heads():
+    oracle = ValueQueryOracle(mh.random_multi_head(6, 2, seed=0))
+    for kw in ({}, {"H": 2, "H_bound": 3}, {"H": 0}, {"H": 2, "scale": 0.0}, {"H": 2, "scale": 101.0},
+               {"H": 2, "spread": 0.99}, {"H": 2, "tol": 0.0}, {"H": 2, "verify": -1}):
+        with pytest.raises(InvalidInputError):
+            mh.learn_canonical_rational(oracle, **kw)
+    assert oracle.n_queries == 0
+    with pytest.raises(TypeError):
+        mh.learn_canonical_rational(ApproxValueQueryOracle(mh.random_multi_head(4, 2, seed=0), 1e-3), H=2)
+    need = mh.rational_plan(6, 2)["n_queries"] + 32
+    small = ValueQueryOracle(mh.random_multi_head(6, 2, seed=0), budget=need - 1)
+    with pytest.raises(BudgetExceededError):
+        mh.learn_canonical_rational(small, H=2)
+    assert small.n_queries == 0
+    mh.learn_canonical_rational(ValueQueryOracle(mh.random_multi_head(6, 2, seed=0), budget=need), H=2)
+    h = random_single_head(6, seed=0)
+    with pytest.raises(NotIdentifiableError, match="cancel"):
+        mh.learn_canonical_rational(ValueQueryOracle(MultiHead(np.stack([h.W, h.W]), np.stack([h.v, -h.v]))),
+                                    H=1)

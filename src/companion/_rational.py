@@ -214,3 +214,221 @@ def fit_row(s, G, X, c0, R0):
     sens = _EPS * scale / np.sqrt(lam_min) if lam_min > 0 else np.inf
     return c, R, {"residual": float(np.max(np.abs(sol.fun))), "sensitivity": float(sens),
                   "scale": scale}
+
+
+# --------------------------------------------------------------------------------------------
+# The counts route (learn_canonical_rational): 2H samples per pair, batched over pairs
+# --------------------------------------------------------------------------------------------
+
+def ratio_design(H):
+    """``2 H`` counts ``(n, m)`` with ``n + m <= 2 H + 1``, ``n, m >= 1``, spread evenly in ``log(n / m)``.
+
+    ``n`` copies of ``u`` then ``m`` copies of the query token ``x``: the longest query has
+    ``2 H + 1`` tokens, the follow-up's bound. The ratios ``r = n / m`` cover ``[1 / (2H), 2H]``.
+
+    Examples
+    --------
+    >>> n, m = ratio_design(1)
+    >>> (n / m).tolist(), int((n + m).max())
+    ([0.5, 2.0], 3)
+    >>> n, m = ratio_design(12)
+    >>> n.size, int((n + m).max()), len(set((n / m).tolist()))
+    (24, 25, 24)
+    """
+    L = 2 * H + 1
+    a, b = np.meshgrid(np.arange(1, L), np.arange(1, L), indexing="ij")
+    ok = (a + b <= L) & (np.gcd(a, b) == 1)
+    a, b = a[ok], b[ok]
+    s = np.log(a / b)
+    order = np.argsort(s)
+    a, b, s = a[order], b[order], s[order]
+    taken = np.zeros(s.size, bool)
+    for t in np.linspace(s[0], s[-1], 2 * H):
+        j = int(np.argmin(np.where(taken, np.inf, np.abs(s - t))))
+        taken[j] = True
+    return a[taken], b[taken]
+
+
+def interpolate_pairs(r, G, H):
+    """Type-(H, H) rational interpolation of ``G(r) = sum_h gamma_h r / (r + p_h)``, one per row of ``G``.
+
+    Every row of ``G`` (shape ``(P, 2H)``, sampled at ``r`` of shape ``(2H,)``) together with the
+    known value ``G(0) = 0`` is ``2 H + 1`` samples of a rational function of type ``(H, H)``; its
+    barycentric interpolant (a Loewner null vector, support points ``0, r_1, r_3, ...``) has the
+    poles ``-p_h``, found as the eigenvalues of a rank-one update of a diagonal matrix. Batched
+    over the ``P`` rows.
+
+    Returns
+    -------
+    gamma, l : ndarray of shape (P, H)
+        Amplitudes and shifts ``l_h = -log p_h``, sorted by ``l``; NaN in rows where fewer than
+        ``H`` poles are real and negative.
+    """
+    P, S = G.shape
+    zs = np.concatenate([[0.0], r[0::2]])                        # H + 1 support points
+    zt = r[1::2]                                                 # H test points
+    fs = np.concatenate([np.zeros((P, 1)), G[:, 0::2]], axis=1)
+    ft = G[:, 1::2]
+    Lw = (ft[:, :, None] - fs[:, None, :]) / (zt[:, None] - zs[None, :])   # (P, H, H + 1)
+    w = np.linalg.svd(Lw)[2][:, -1, :]                                      # (P, H + 1)
+    zeta = 1.0 + r.max()                                         # a point far from the poles
+    W = w.sum(axis=1, keepdims=True)
+    W = np.where(np.abs(W) > 0, W, np.finfo(float).tiny)
+    a = -w * (zs - zeta) / W
+    M = np.zeros((P, H + 1, H + 1)) + np.diag(zs) + a[:, :, None]
+    lam = np.linalg.eigvals(M)                                   # poles and zeta
+    drop = np.argmin(np.abs(lam - zeta), axis=1)
+    lam = np.delete(lam, drop[:, None] + (H + 1) * np.arange(P)[:, None], axis=None).reshape(P, H)
+    real = (np.abs(lam.imag) <= 1e-6 * np.abs(lam)) & (lam.real < 0)
+    good = real.all(axis=1)
+    p = np.where(real, -lam.real, 1.0)
+    l = -np.log(p)
+    Z = expit(np.log(r)[None, :, None] + l[:, None, :])          # (P, 2H, H)
+    gamma = np.einsum("phs,ps->ph", np.linalg.pinv(Z), G)
+    order = np.argsort(l, axis=1)
+    l = np.take_along_axis(l, order, axis=1)
+    gamma = np.take_along_axis(gamma, order, axis=1)
+    l[~good] = np.nan
+    gamma[~good] = np.nan
+    return gamma, l
+
+
+def polish_pairs(s, G, gamma, l, *, iters=30, fixed_gamma=False):
+    """Levenberg-Marquardt on ``G[p] = sum_h gamma_h sigma(s + l_h)``, batched over the rows.
+
+    With ``fixed_gamma`` only the shifts move (the amplitudes shared by a row of pairs are known):
+    ``H`` unknowns from ``2 H`` samples, far better conditioned than the free fit.
+
+    Returns
+    -------
+    gamma, l : ndarray of shape (P, H)
+    residual : ndarray of shape (P,)
+        Largest absolute misfit of each row.
+    """
+    P, H = gamma.shape
+    theta = np.concatenate([gamma, l], axis=1)
+    mu = np.full(P, 1e-3)
+    free = slice(H, 2 * H) if fixed_gamma else slice(0, 2 * H)
+    nf = H if fixed_gamma else 2 * H
+
+    def parts(th):
+        Z = expit(s[None, :, None] + th[:, None, H:])
+        res = np.einsum("psh,ph->ps", Z, th[:, :H]) - G
+        return Z, res
+
+    Z, res = parts(theta)
+    cost = np.sum(res ** 2, axis=1)
+    eye = np.eye(nf)
+    done = np.zeros(P, bool)
+    for _ in range(iters):
+        J = np.concatenate([Z, theta[:, None, :H] * Z * (1 - Z)], axis=2)[:, :, free]
+        A = np.einsum("psi,psj->pij", J, J)
+        g = np.einsum("psi,ps->pi", J, res)
+        D = np.einsum("pii->pi", A) + 1e-300
+        step = -np.linalg.solve(A + mu[:, None, None] * (D[:, :, None] * eye), g[..., None])[..., 0]
+        new = theta.copy()
+        new[:, free] += step
+        Zn, rn = parts(new)
+        cn = np.sum(rn ** 2, axis=1)
+        better = np.isfinite(cn) & (cn < cost)
+        settled = ~better | (cost - cn <= 1e-3 * cost)
+        theta[better], Z[better], res[better], cost[better] = new[better], Zn[better], rn[better], cn[better]
+        mu = np.where(better, mu / 10, mu * 10).clip(1e-12, 1e12)
+        done = done & settled if _ else settled
+        if done.all() and _ >= 3:               # every pair converged or stuck
+            break
+    return theta[:, :H], theta[:, H:], np.max(np.abs(res), axis=1)
+
+
+def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
+    """Joint Levenberg-Marquardt of ``G[k, t] = sum_h gamma_h sigma(s_t + R_h^T x_k)`` over a row.
+
+    The normal equations are assembled blockwise (``(B_k^T B_k) kron x_k x_k^T`` summed by one
+    matrix product over the tokens), so one step costs ``O(K H^2 d^2 + (H d)^3)``.
+
+    Parameters
+    ----------
+    s : ndarray of shape (S,)
+    G : ndarray of shape (K, S)
+    X : ndarray of shape (K, d)
+    gamma : ndarray of shape (H,)
+    R : ndarray of shape (H, d)
+    XX : ndarray of shape (K, d * d), optional
+        ``x_k x_k^T`` flattened (shared by every row with the same tokens).
+
+    Returns
+    -------
+    gamma : ndarray of shape (H,)
+    R : ndarray of shape (H, d)
+    info : dict
+        ``residual`` (largest misfit), ``scale`` (largest ``|G|``), ``iterations``.
+    """
+    from scipy.linalg import cho_factor, cho_solve
+
+    K, S = G.shape
+    H, d = R.shape
+    XX = np.einsum("ka,kb->kab", X, X).reshape(K, d * d) if XX is None else XX
+    scale = float(np.max(np.abs(G)))
+
+    def parts(gm, Rm):
+        Z = expit(s[None, :, None] + (X @ Rm.T)[:, None, :])          # (K, S, H)
+        return Z, Z @ gm - G
+
+    start = np.concatenate([gamma, R.ravel()])
+    Z, res = parts(gamma, R)
+    cost = float(np.sum(res ** 2))
+    floor = (_EPS * scale) ** 2 * G.size                 # rounding level of the data
+    mu = 1e-3
+    it = 0
+    for it in range(1, iters + 1):
+        if cost <= floor:
+            break
+        B = gamma * Z * (1 - Z)                                       # (K, S, H)
+        Agg = np.einsum("ksh,ksg->hg", Z, Z)
+        C = np.einsum("ksh,ksg->khg", Z, B).reshape(K, H * H)
+        AgR = (C.T @ X).reshape(H, H, d).reshape(H, H * d)
+        M = np.einsum("ksh,ksg->khg", B, B).reshape(K, H * H)
+        ARR = (M.T @ XX).reshape(H, H, d, d).transpose(0, 2, 1, 3).reshape(H * d, H * d)
+        A = np.block([[Agg, AgR], [AgR.T, ARR]])
+        g = np.concatenate([np.einsum("ksh,ks->h", Z, res),
+                            (np.einsum("ksh,ks->kh", B, res).T @ X).ravel()])
+        diag = np.diag(A) + 1e-12 * np.max(np.diag(A))
+        improved = converged = False
+        for _ in range(16):
+            try:
+                step = -cho_solve(cho_factor(A + mu * np.diag(diag), check_finite=False), g,
+                                  check_finite=False)
+            except np.linalg.LinAlgError:
+                mu *= 10
+                continue
+            gn, Rn = gamma + step[:H], R + step[H:].reshape(H, d)
+            Zn, rn = parts(gn, Rn)
+            cn = float(np.sum(rn ** 2))
+            if np.isfinite(cn) and cn < cost:
+                converged = cn > 0.5 * cost and cn <= 1e4 * floor     # at rounding level, slowing
+                gamma, R, Z, res, cost = gn, Rn, Zn, rn, cn
+                mu = max(mu / 10, 1e-12)
+                improved = True
+                break
+            mu *= 10
+        if not improved or converged:
+            break
+    if cost > 1e4 * floor:
+        # The normal equations square the condition number of the Jacobian; where they stall, the
+        # QR-based Levenberg-Marquardt of MINPACK (scipy.optimize.least_squares) finishes.
+        def fun(p):
+            return parts(p[:H], p[H:].reshape(H, d))[1].ravel()
+
+        def jac(p):
+            Zp = expit(s[None, :, None] + (X @ p[H:].reshape(H, d).T)[:, None, :])
+            Bp = p[:H] * Zp * (1 - Zp)
+            return np.concatenate([Zp.reshape(K * S, H),
+                                   (Bp[..., None] * X[:, None, None, :]).reshape(K * S, H * d)], axis=1)
+
+        sol = least_squares(fun, start, jac=jac, method="lm",
+                            xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=50 * (H + 1))
+        if np.sum(sol.fun ** 2) < cost:
+            gamma, R = sol.x[:H], sol.x[H:].reshape(H, d)
+            Z, res = parts(gamma, R)
+        it += int(sol.nfev)
+    return gamma, R, {"residual": float(np.max(np.abs(res))), "scale": scale, "iterations": it}

@@ -957,6 +957,12 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
                     seed=0):
     """Recover the canonical form of a general multi-head target from value queries.
 
+    The robust route: several times the follow-up's ``4 H d^2 - 2 H + 1`` queries, and sequences
+    up to ``max_len`` tokens, but it resolves more heads per pair. When queries are expensive and
+    ``H`` is small, :func:`learn_canonical_rational` asks at most that count, of length
+    ``<= 2 H + 1``; use this one where that route refuses (``benchmarks/bench_multihead.py``
+    measures the largest ``H`` of both per ``d``).
+
     Parameters
     ----------
     oracle : ValueQueryOracle
@@ -1249,3 +1255,563 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
 
 
 __all__ += ["learn_canonical"]
+
+
+# --------------------------------------------------------------------------------------------
+# General heads at the follow-up's count: rational interpolation in the number of copies
+# --------------------------------------------------------------------------------------------
+
+#: Relative misfit at which a pair's own interpolation is good enough to start a row's joint fit
+#: (measured: the joint fit converges from about 1 % errors in the amplitudes and shifts).
+_START_TOL = 1e-6
+
+
+def follow_up_count(d, H) -> int:
+    """Kim, Kim & Guo's count ``4 H d^2 - 2 H + 1`` of value queries (of length ``<= 2 H + 1``).
+
+    Examples
+    --------
+    >>> follow_up_count(64, 12)
+    196585
+    """
+    d = check_int(d, "d", minimum=1)
+    H = check_int(H, "H", minimum=1)
+    return 4 * H * d * d - 2 * H + 1
+
+
+def rational_plan(d, H, *, spare_rows=2):
+    """How :func:`learn_canonical_rational` spends ``4 H d^2 - 2 H + 1`` queries.
+
+    Returns
+    -------
+    dict
+        ``S`` (``2 H`` samples per pair), ``K`` (query tokens per row), ``n_link`` (tokens per
+        link of two rows), ``n_pairs`` and ``n_queries`` (``d + S * n_pairs <= 4 H d^2 - 2 H + 1``),
+        ``budget``, ``spare_rows`` (rows that may be redrawn within the budget: a direction along
+        which a head's amplitude nearly vanishes leaves that head unresolved in its row).
+
+    Raises
+    ------
+    InvalidInputError
+        If fewer than ``d + 1`` tokens per row fit in the budget (then ``d`` is too small for ``H``).
+
+    Examples
+    --------
+    >>> p = rational_plan(64, 12)
+    >>> p["S"], p["K"], p["n_link"], p["n_queries"] <= p["budget"]
+    (24, 117, 7, True)
+    """
+    budget = follow_up_count(d, H)
+    S = 2 * H
+    n_link = 0 if H == 1 else H * H // S + 1
+    pairs = (budget - d) // S
+    K = (pairs - (d - 1) * n_link) // (d + spare_rows)
+    if K < d + 1:
+        raise InvalidInputError(
+            f"H={H} heads at d={d}: only {K} query tokens per row fit in 4Hd^2 - 2H + 1 = {budget} "
+            f"queries (need d + 1 = {d + 1}); use learn_canonical.")
+    n_pairs = (d + spare_rows) * K + (d - 1) * n_link
+    return {"S": S, "K": int(K), "n_link": int(n_link), "n_pairs": int(n_pairs),
+            "n_queries": int(d + S * n_pairs), "budget": int(budget), "spare_rows": spare_rows}
+
+
+def _start_rows(X, L, window):
+    """Rows ``R_h`` with ``X R_h ~ L[:, h]`` by least squares per head, over the shifts inside the
+    window of ``log r`` (one far outside it is poorly determined), trimmed of outliers (a head whose
+    amplitude is small along this row has some badly resolved shifts) while ``d + 1`` remain."""
+    K, d = X.shape
+    R = np.zeros((L.shape[1], d))
+    for h in range(L.shape[1]):
+        use = np.abs(L[:, h]) <= window + 4
+        use = use if use.sum() > d else np.ones(K, bool)
+        for _ in range(4):
+            R[h] = np.linalg.lstsq(X[use], L[use, h], rcond=None)[0]
+            miss = np.abs(X @ R[h] - L[:, h])
+            keep = use & (miss <= 10 * np.median(miss[use]) + 1e-12)
+            if keep.sum() <= d or keep.sum() == use.sum():
+                break
+            use = keep
+    return R
+
+
+def _ask_pairs(oracle, U, X, n, m):
+    """``VQ`` of ``n[t]`` copies of ``U[k]`` then ``m[t]`` copies of ``X[k]``: shape (K, S), one call per length."""
+    K, d = X.shape
+    out = np.empty((K, n.size))
+    for t, (a, b) in enumerate(zip(n, m)):
+        Q = np.empty((K, a + b, d))
+        Q[:, :a] = U[:, None]
+        Q[:, a:] = X[:, None]
+        out[:, t] = oracle(Q)
+    return out
+
+
+def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=3.0, tol=1e-9,
+                             verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0):
+    """Canonical form of a general multi-head target from ``<= 4 H d^2 - 2 H + 1`` value queries.
+
+    The route at the follow-up's count [2]_: every query is ``n`` copies of a token ``u`` followed
+    by ``m`` copies of the query token ``x`` with ``n + m <= 2 H + 1``. Use :func:`learn_canonical`
+    (the robust route: longer queries, several times the queries) when this one refuses, which it
+    does where float64 cannot separate ``H`` heads from ``2 H`` samples per pair (measured: see
+    ``benchmarks/bench_multihead.py``).
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle of dimension ``d`` for ``f = sum_h f_{W_h, v_h}`` (any heads).
+    H : int, default=None
+        Number of heads of the canonical form, if known.
+    H_bound : int, default=None
+        A known upper bound ``H_0`` on it, used when ``H`` is not given: the learner then asks
+        ``<= 4 H_0 d^2 - 2 H_0 + 1`` queries of length ``<= 2 H_0 + 1`` and finds the number of
+        heads on row 0: the smallest ``h`` whose interpolation through ``2 h`` of the ``2 H_0``
+        samples fits all of them for a quarter of the pairs (with more terms than heads the
+        interpolant only adds cancelling pole-zero pairs). Exactly one of ``H`` and ``H_bound``
+        must be given.
+    scale : float, default=3.0
+        Median norm of the query tokens ``x`` (``0 < scale <= 100``); the shifts
+        ``(u - x)^T W_h x`` grow with it. Tune it to ``||W_h||``: about 3 for entries of order 1.
+    spread : float, default=3.0
+        Token norms are log-uniform in ``[scale / spread, scale * spread]`` (``>= 1``).
+    tol : float, default=1e-9
+        Largest relative misfit of a row's joint fit (``0 < tol <= 1e-2``).
+    verify : int, default=32
+        Fresh random queries of lengths 1 to 8 on which the result is checked, counted apart
+        (``n_learning_queries`` is the follow-up's count); ``0`` opts out.
+    verify_rtol : float, default=1e-6
+        Largest relative disagreement accepted by the check.
+    seed : int, default=0
+        Seed of the directions ``u - x`` and the query tokens.
+
+    Returns
+    -------
+    MultiHeadRecovery
+        ``Ws``, ``vs`` of the canonical form. ``n_learning_queries <= 4 H d^2 - 2 H + 1``
+        (``rational_plan(d, H)["n_queries"]``). ``diagnostics``: ``n_heads``, ``max_len``
+        (``<= 2 H + 1``), ``kim_count``, ``plan``, ``resolved_fraction`` (pairs of the worst row
+        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``.
+
+    Raises
+    ------
+    TypeError
+        If the oracle is approximate.
+    InvalidInputError
+        If neither or both of ``H``, ``H_bound`` are given, a parameter is out of range, or ``d``
+        is too small for ``H`` (:func:`rational_plan`).
+    BudgetExceededError
+        If the budget is below the plan's count plus ``verify``; raised before the first query.
+    NotIdentifiableError
+        If the answers show no head at all (``f`` is ``x^T v`` on every query: the values cancel).
+    OracleInconsistentError
+        If too few pairs of a row are resolved by their own interpolation to start the joint fit
+        (float64 conditioning; the message gives the numbers), a row's joint fit does not reach
+        ``tol``, two rows cannot be linked, or the verification fails.
+
+    Notes
+    -----
+    This book's derivation from the follow-up's abstract [2]_ (its algorithm is not public).
+    For a query of ``n`` copies of ``u = x + delta`` followed by ``m`` copies of ``x`` (the query
+    token last), head ``h`` puts weight ``n e^{a_h}`` on the copies of ``u`` and ``m e^{b_h}`` on
+    those of ``x`` (``a_h = u^T W_h x``, ``b_h = x^T W_h x``), so with ``r = n / m``
+
+        VQ = sum_h (r e^{a_h} u^T v_h + e^{b_h} x^T v_h) / (r e^{a_h} + e^{b_h})
+           = x^T v + sum_h gamma_h r / (r + p_h),   gamma_h = delta^T v_h,
+             p_h = exp(-delta^T W_h x),   v = sum_h v_h,
+
+    a rational function of ``r`` of type ``(H, H)`` with ``2 H + 1`` parameters, fixed by ``2 H + 1``
+    samples (``r = 0``, the query ``x`` alone, and ``2 H`` ratios with ``n + m <= 2 H + 1``). Its
+    poles ``-p_h`` give ``delta^T W_h x`` and its residues ``-gamma_h p_h`` the value terms.
+    Here ``x^T v`` comes from ``d`` length-1 queries ``e_j`` (then ``G(0) = 0`` is known for every
+    pair), and every pair costs ``2 H`` queries.
+
+    Rows ``delta_i`` (an orthonormal basis) share the tokens ``x_k``; within a row the amplitudes
+    ``gamma_h = delta_i^T v_h`` are the same for every token and label the heads, and the shifts
+    ``delta_i^T W_h x_k`` are linear in ``x_k``. Each pair is interpolated on its own
+    (:func:`companion._rational.interpolate_pairs`, then Levenberg-Marquardt); the pairs whose
+    ``H`` terms match the best pair's amplitudes start the joint fit of the row over all its
+    tokens (:func:`companion._rational.fit_row_joint`), which is far better conditioned than any
+    single pair: a collision of two poles at one token is resolved by the others. Rows are linked
+    to row 0 through ``n_link`` pairs at ``delta_0 + delta_i``, whose answers are linear in the
+    ``H^2`` candidate terms (head ``h`` of row 0 with head ``g`` of row ``i``). Then
+    ``v_h = sum_i gamma_h(i) delta_i`` and ``W_h = sum_i delta_i (delta_i^T W_h)``. Heads with equal
+    ``W`` give one term, so the result is the canonical form.
+
+    Float64 limits the start, not the joint fit: a single pair's interpolation of ``H`` logistic
+    terms from ``2 H`` samples in ``|log r| <= log 2H`` loses about a digit per head.
+
+    References
+    ----------
+    .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
+    .. [2] Kim, Kim, Guo, "Provably Learning Multi-Head Attention with Queries", arXiv 2608.03294,
+       2026 (abstract).
+
+    Examples
+    --------
+    >>> from companion.oracles import ValueQueryOracle
+    >>> target = random_multi_head(6, 2, seed=0)
+    >>> rec = learn_canonical_rational(ValueQueryOracle(target), H=2)
+    >>> rec.n_heads, rec.n_learning_queries <= follow_up_count(6, 2), rec.diagnostics["max_len"]
+    (2, True, 5)
+    >>> equivalent(rec.model, target, atol=1e-8)
+    True
+    """
+    from scipy.special import expit
+
+    from ._rational import fit_row_joint, interpolate_pairs, polish_pairs, ratio_design
+
+    d = check_exact_oracle(oracle, "learn_canonical_rational")
+    if (H is None) == (H_bound is None):
+        raise InvalidInputError(
+            f"give exactly one of H (the number of heads) and H_bound (a bound on it); got "
+            f"H={H!r}, H_bound={H_bound!r}.")
+    known = H is not None
+    H_plan = check_int(H if known else H_bound, "H" if known else "H_bound", minimum=1)
+    scale = check_real(scale, "scale", minimum=0.0, strict=True, maximum=100.0)
+    spread = check_real(spread, "spread", minimum=1.0)
+    tol = check_real(tol, "tol", minimum=0.0, strict=True, maximum=1e-2)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
+    seed = check_int(seed, "seed", minimum=0)
+    plan = rational_plan(d, H_plan)
+    start = reserve(oracle, plan["n_queries"] + verify, "learn_canonical_rational")
+
+    n, m = ratio_design(H_plan)
+    r = n / m
+    s = np.log(r)
+    K, n_link = plan["K"], plan["n_link"]
+    rng = np.random.default_rng(seed)
+    P, Rq = np.linalg.qr(rng.standard_normal((d, d)))
+    P = (P * np.sign(np.diag(Rq))).T                               # rows delta_i, orthonormal
+
+    def tokens(k):
+        T = rng.standard_normal((k, d))
+        norms = scale * np.exp(rng.uniform(-np.log(spread), np.log(spread), k))
+        return T * (norms / np.linalg.norm(T, axis=1))[:, None]
+
+    X = tokens(K)
+    X_link = tokens(n_link)
+    XX = np.einsum("ka,kb->kab", X, X).reshape(K, d * d)
+    v = np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)       # d length-1 queries
+    bX = X @ v
+
+    amps, rows, fractions, residuals = [], [], [], []
+    H_row = H_plan if known else None
+    spare = plan["spare_rows"]
+    n_redrawn = 0
+
+    def pair_fits(G, h):
+        """Each pair on its own (batched): interpolation through 2h samples, then LM on all."""
+        sub = np.unique(np.round(np.linspace(0, s.size - 1, 2 * h)).astype(int))
+        g0, l0 = interpolate_pairs(r[sub], G[:, sub], h)
+        ok = np.all(np.isfinite(l0), axis=1)
+        gam = np.full((G.shape[0], h), np.nan)
+        sh = np.full((G.shape[0], h), np.nan)
+        res = np.full(G.shape[0], np.inf)
+        if ok.any():
+            gam[ok], sh[ok], res[ok] = polish_pairs(s, G[ok], g0[ok], l0[ok])
+        return gam, sh, res
+
+    def check_visible(i, G):
+        gmax = float(np.max(np.abs(G)))
+        if gmax <= 1e-13 * max(1.0, float(np.max(np.abs(bX)))):
+            raise NotIdentifiableError(
+                f"row {i}: every answer equals x^T v: no head's softmax is visible along "
+                "delta_i, so the values cancel (e.g. v and -v on equal W); the canonical form has "
+                "no heads here.")
+        return gmax
+
+    def choose_terms(G):
+        """Only a bound H_0: the smallest number of terms h whose interpolation through 2h of the
+        samples fits all 2 H_0 of them, for a quarter of the pairs (with more terms than heads the
+        interpolant has cancelling pole-zero pairs, and the misfit stops falling)."""
+        gmax = float(np.max(np.abs(G)))
+        for h_try in range(1, H_plan + 1):
+            if np.mean(pair_fits(G, h_try)[2] <= _START_TOL * gmax) >= 0.25:
+                return h_try
+        raise OracleInconsistentError(
+            f"no number of terms up to H_bound={H_plan} fits a quarter of the pairs of row 0 to "
+            f"{_START_TOL:g} relative; the oracle may not be a sum of heads, or H_bound is too small.")
+
+    def learn_row(i, G=None, fits=None):
+        if G is None:                                   # a redrawn direction: ask its pairs now
+            G = _ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None]
+        gmax = check_visible(i, G)
+        gam, sh, res = pair_fits(G, H_row) if fits is None else (f.copy() for f in fits)
+        fit = res <= _START_TOL * gmax           # a start only: the joint fit refines it to tol
+        if not fit.any():
+            raise OracleInconsistentError(
+                f"row {i}: none of the {K} pairs is resolved by its own interpolation of {H_row} "
+                f"terms from {2 * H_plan} samples (float64 conditioning grows with H; best misfit "
+                f"{np.min(res) / gmax:.2g} relative, tol={tol:g}); use learn_canonical, or lower "
+                "scale.")
+        # Label the heads by their amplitudes, shared by every pair of the row: sort each pair's
+        # terms by amplitude (the optimal matching in one dimension) and keep the largest group
+        # of pairs that agree to 1 %.
+        idx = np.flatnonzero(fit)
+        order = np.argsort(gam[idx], axis=1)
+        gs = np.take_along_axis(gam[idx], order, axis=1)
+        gam[idx], sh[idx] = gs, np.take_along_axis(sh[idx], order, axis=1)
+        close = (np.max(np.abs(gs[:, None] - gs[None]), axis=2)
+                 <= 1e-2 * np.max(np.abs(gs), axis=1)[:, None])
+        ref = idx[int(np.argmax(close.sum(axis=1)))]
+        agree = np.zeros(K, bool)
+        agree[idx] = close[np.flatnonzero(idx == ref)[0]]
+        if agree.sum() < 2:
+            raise OracleInconsistentError(
+                f"row {i}: only {int(agree.sum())} of {K} pairs resolved all {H_row} heads "
+                f"consistently on their own (need 2 to start the joint fit): float64 "
+                f"cannot separate {H_row} logistic terms from {2 * H_plan} samples at most tokens; "
+                "use learn_canonical, or try another scale.")
+        gamma0 = np.median(gam[agree], axis=0)
+        # With the row's amplitudes fixed, each pair's shifts are far better conditioned.
+        sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
+                                 sh[agree], fixed_gamma=True)[1]
+        # Minimum-norm start from the resolved pairs (fewer than d of them leave R0 in their span;
+        # the joint fit over all K tokens fills in the rest).
+        R0 = _start_rows(X[agree], sh[agree], float(np.max(np.abs(s))))
+        gamma, R, info = fit_row_joint(s, G, X, gamma0, R0, XX=XX, iters=30)
+        if info["residual"] > tol * info["scale"]:
+            raise OracleInconsistentError(
+                f"row {i}: the joint fit of {H_row} heads over {K} tokens misfits by "
+                f"{info['residual'] / info['scale']:.2g} relative (tol={tol:g}), starting from "
+                f"{int(agree.sum())} resolved pairs; use learn_canonical.")
+        return gamma, R, float(agree.mean()), info["residual"] / info["scale"]
+    # Every row's pairs in one batch per length, and every pair's own fit batched over all rows.
+    G_all = (_ask_pairs(oracle, (X[None] + P[:, None]).reshape(-1, d), np.tile(X, (d, 1)), n, m)
+             - np.tile(bX, d)[:, None]).reshape(d, K, -1)
+    if H_row is None:
+        check_visible(0, G_all[0])
+        H_row = choose_terms(G_all[0])
+    fits_all = [f.reshape(d, K, *f.shape[1:]) for f in pair_fits(G_all.reshape(d * K, -1), H_row)]
+    for i in range(d):
+        G_i, fits_i = G_all[i], tuple(f[i] for f in fits_all)
+        while True:
+            try:
+                out = learn_row(i, G_i, fits_i)
+                break
+            except OracleInconsistentError:
+                if spare == 0:
+                    raise
+                # A new direction for row i: along the old one a head's amplitude may vanish.
+                spare -= 1
+                n_redrawn += 1
+                for _ in range(100):
+                    q = rng.standard_normal(d)
+                    Pn = P.copy()
+                    Pn[i] = q / np.linalg.norm(q)
+                    if np.linalg.cond(Pn) < 10 * d:
+                        break
+                P[i] = Pn[i]
+                G_i, fits_i = None, None
+        amps.append(out[0])
+        rows.append(out[1])
+        fractions.append(out[2])
+        residuals.append(out[3])
+    Hf = H_row
+
+    # Link every row to row 0: the answers at delta_0 + delta_i are linear in the H^2 candidates.
+    perms = [np.arange(Hf)]
+    link_err = []
+    bL = X_link @ v
+    for i in range(1, d):
+        if Hf == 1:
+            perms.append(np.arange(1))
+            continue
+        G = _ask_pairs(oracle, X_link + P[0] + P[i], X_link, n, m) - bL[:, None]
+        shifts = (X_link @ rows[0].T)[:, :, None] + (X_link @ rows[i].T)[:, None, :]   # (k, H, H)
+        beta = amps[0][:, None] + amps[i][None, :]
+        A = (expit(s[None, :, None, None] + shifts[:, None]) * beta).reshape(n_link * s.size, -1)
+        coef = np.linalg.lstsq(A, G.ravel(), rcond=None)[0].reshape(Hf, Hf)
+        a, b = linear_sum_assignment(-coef)
+        sel = np.zeros((Hf, Hf), bool)
+        sel[a, b] = True
+        fitted = (expit(s[None, :, None] + shifts[:, a, b][:, None, :]) * beta[a, b]).sum(axis=2)
+        err = float(np.max(np.abs(fitted - G)) / np.max(np.abs(G)))
+        link_err.append(err)
+        if err > 1e3 * tol:
+            raise OracleInconsistentError(
+                f"rows 0 and {i} could not be linked: the best pairing of their {Hf} heads "
+                f"misfits the {n_link} link pairs by {err:.2g} relative (coefficients "
+                f"{np.sort(coef[sel])[:2].round(3).tolist()}...); use learn_canonical.")
+        perm = np.empty(Hf, int)
+        perm[a] = b
+        perms.append(perm)
+    Gam = np.array([amps[i][perms[i]] for i in range(d)])                 # (d, H): delta_i^T v_h
+    Rw = np.array([rows[i][perms[i]] for i in range(d)])                  # (d, H, d): delta_i^T W_h
+    Pinv = np.linalg.inv(P)                          # P orthonormal unless a row was redrawn
+    Ws = np.einsum("di,ihe->hde", Pinv, Rw)
+    vs = (Pinv @ Gam).T
+    model = canonical_form(MultiHead(Ws, vs), atol=1e-6)
+    n_learn = oracle.n_queries - start
+    diagnostics = {
+        "n_heads": model.n_heads,
+        "max_len": int(np.max(n + m)),
+        "kim_count": follow_up_count(d, H_plan),
+        "plan": plan,
+        "resolved_fraction": float(np.min(fractions)),
+        "max_row_residual": float(np.max(residuals)),
+        "max_link_error": max(link_err, default=0.0),
+        "n_redrawn_rows": n_redrawn,
+    }
+    message = (f"found {model.n_heads} heads from {n_learn} queries of length <= "
+               f"{diagnostics['max_len']} (4Hd^2 - 2H + 1 = {diagnostics['kim_count']})")
+    checked = _verify_heads(oracle, model, verify, rtol=verify_rtol, seed=seed + 1,
+                            what="a sum of attention heads (learn_canonical_rational)")
+    return build(MultiHeadRecovery, oracle, start, verification=checked, message=message,
+                 diagnostics=diagnostics, W=model.Ws.sum(axis=0), v=model.vs.sum(axis=0),
+                 Ws=model.Ws, vs=model.vs)
+
+
+__all__ += ["learn_canonical_rational", "follow_up_count", "rational_plan"]
+
+
+def counts_conditioning(d, H, *, shift_std=3.0, n_draws=20, seed=0):
+    """Rounding sensitivity of the counts route: one pair on its own against a joint row fit.
+
+    Random amplitudes ``gamma ~ N(0, I_H)``, row vectors ``R_h ~ N(0, shift_std^2 I_d / d)`` and
+    tokens of unit norm (shifts of standard deviation ``shift_std``), sampled at the ratios of
+    :func:`companion._rational.ratio_design`. The sensitivity is ``eps * max|G| / sigma_min(J)``
+    for the Jacobian ``J`` of the samples with respect to the unknowns: the largest change of an
+    unknown that a rounding-level change of the answers can cause.
+
+    Returns
+    -------
+    dict
+        ``"pair"``: median over ``n_draws`` pairs of the free fit of ``(gamma, l)`` from ``2 H``
+        samples; ``"pair_fixed_gamma"``: the same with the amplitudes known; ``"row"``: the joint
+        fit of ``(gamma, R)`` over the ``K`` tokens of :func:`rational_plan` (median of 3 draws).
+
+    Examples
+    --------
+    >>> c = counts_conditioning(8, 2)
+    >>> bool(c["pair"] < 1e-10 and c["row"] < 1e-10)
+    True
+    """
+    from scipy.special import expit
+
+    from ._rational import ratio_design
+
+    d = check_int(d, "d", minimum=1)
+    H = check_int(H, "H", minimum=1)
+    shift_std = check_real(shift_std, "shift_std", minimum=0.0, strict=True)
+    n_draws = check_int(n_draws, "n_draws", minimum=1)
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    n, m = ratio_design(H)
+    s = np.log(n / m)
+
+    def sens(J, scale):
+        sv = np.linalg.svd(J, compute_uv=False)
+        return float(_EPS * scale / sv[-1]) if sv[-1] > 0 else np.inf
+
+    free, fixed = [], []
+    for _ in range(n_draws):
+        g, l = rng.standard_normal(H), shift_std * rng.standard_normal(H)
+        Z = expit(s[:, None] + l[None])
+        scale = max(1.0, float(np.max(np.abs(Z @ g))))
+        B = g * Z * (1 - Z)
+        free.append(sens(np.hstack([Z, B]), scale))
+        fixed.append(sens(B, scale))
+    K = rational_plan(d, H)["K"]
+    rows = []
+    for _ in range(3):
+        g, R = rng.standard_normal(H), shift_std * rng.standard_normal((H, d)) / np.sqrt(d)
+        X = rng.standard_normal((K, d))
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        Z = expit(s[None, :, None] + (X @ R.T)[:, None, :])
+        B = g * Z * (1 - Z)
+        J = np.hstack([Z.reshape(-1, H), (B[..., None] * X[:, None, None, :]).reshape(-1, H * d)])
+        rows.append(sens(J, max(1.0, float(np.max(np.abs(Z @ g))))))
+    return {"pair": float(np.median(free)), "pair_fixed_gamma": float(np.median(fixed)),
+            "row": float(np.median(rows))}
+
+
+__all__ += ["counts_conditioning"]
+
+
+def probe_hessian(oracle, v, x0, step=1e-3):
+    """The symmetric matrix ``M = sym(sum_h v^(h) (W^(h) x0)^T)`` of :func:`learn_orthogonal_heads`.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle of dimension ``d``; ``d (d + 1)`` of its queries are spent.
+    v : array-like of shape (d,)
+        ``sum_h v^(h)`` (the answers to the length-1 queries ``e_j``).
+    x0 : array-like of shape (d,)
+        The probe's query token direction.
+    step : float, default=1e-3
+        Size ``s`` of the query token, ``0 < s <= 0.1`` (Richardson extrapolation over ``s, 2s``).
+
+    Returns
+    -------
+    ndarray of shape (d, d)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.oracles import ValueQueryOracle
+    >>> t = random_multi_head(4, 2, orthogonal=True, seed=0)
+    >>> x0 = np.ones(4) / 2
+    >>> M = probe_hessian(ValueQueryOracle(t), t.vs.sum(0), x0)
+    >>> exact = sum(np.outer(vh, W @ x0) + np.outer(W @ x0, vh) for W, vh in zip(t.Ws, t.vs)) / 2
+    >>> bool(np.allclose(M, exact, atol=1e-8))
+    True
+    """
+    d = check_exact_oracle(oracle, "probe_hessian")
+    v = as_float_array(v, "v", ndim=1, shape=(d,))
+    x0 = as_float_array(x0, "x0", ndim=1, shape=(d,))
+    step = check_real(step, "step", minimum=0.0, strict=True, maximum=0.1)
+    return _probe_hessian(oracle, v, x0, step)
+
+
+def count_pairs(n_points, max_len):
+    """Counts ``(n, m)`` with ``n + m <= max_len`` spread evenly in ``log(n / m)`` (the robust route's).
+
+    See :func:`companion._rational.count_pairs`.
+
+    Examples
+    --------
+    >>> n, m = count_pairs(5, 5)
+    >>> (n / m).round(3).tolist()
+    [0.25, 0.5, 1.0, 2.0, 4.0]
+    """
+    from ._rational import count_pairs as _count_pairs
+
+    return _count_pairs(check_int(n_points, "n_points", minimum=1), check_int(max_len, "max_len", minimum=2))
+
+
+def fit_logistic_sum(s, g):
+    """Fit ``g(s) = sum_h c_h sigma(s + l_h)`` with the number of terms found (AAA, then LM).
+
+    Parameters
+    ----------
+    s : array-like of shape (K,)
+        Sample points ``log(n / m)``.
+    g : array-like of shape (K,)
+        Answers minus ``x^T v``.
+
+    Returns
+    -------
+    c, l : ndarray of shape (H,)
+        Amplitudes and shifts, sorted by ``l``.
+    info : dict
+        ``residual``, ``sensitivity``, ``scale`` (:func:`companion._rational.fit_free`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> n, m = count_pairs(20, 64)
+    >>> s = np.log(n / m)
+    >>> g = 1.0 / (1 + np.exp(-(s - 1.0))) - 0.5 / (1 + np.exp(-(s + 1.0)))
+    >>> c, l, info = fit_logistic_sum(s, g)
+    >>> c.round(8).tolist(), l.round(8).tolist()
+    ([1.0, -0.5], [-1.0, 1.0])
+    """
+    from ._rational import fit_free
+
+    s = as_float_array(s, "s", ndim=1)
+    g = as_float_array(g, "g", ndim=1, shape=s.shape)
+    return fit_free(s, g)
+
+
+__all__ += ["probe_hessian", "count_pairs", "fit_logistic_sum"]
