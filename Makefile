@@ -11,7 +11,20 @@ NBVAL  := --nbval --nbval-current-env
 
 all: book
 
-venv: $(STAMP)
+# PYTHON given on the command line (or in the environment) with an existing .venv of another
+# Python: say so, instead of silently keeping the old .venv.
+ifneq ($(filter command line environment,$(origin PYTHON)),)
+PYCHECK := check-python
+endif
+
+.PHONY: check-python
+check-python:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; run 'make PYTHON=python3.X ...' with Python >= 3.10"; exit 1; }
+	@if [ -x $(PY) ]; then have=$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	  want=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])'); \
+	  [ "$$have" = "$$want" ] || { echo "error: .venv has Python $$have but PYTHON=$(PYTHON) is Python $$want: remove the old environment (rm -rf .venv) and run make again, or leave out PYTHON=$(PYTHON)"; exit 1; }; fi
+
+venv: $(PYCHECK) $(STAMP)
 
 # (Re)install whenever pyproject.toml changes; pip resolves [book] and [test] extras in one go.
 $(STAMP): pyproject.toml
@@ -23,11 +36,12 @@ $(STAMP): pyproject.toml
 
 # Execute every chapter on its defaults (jupyter-cache) and build the HTML; warnings are errors.
 # jupyter-cache only sees the notebooks' code, so `companion build` clears it when src/companion changed.
-book: $(STAMP)
-	$(VENV)/bin/companion build
+# BUILD=DIR builds into DIR/_build (a read-only checkout).
+book: $(PYCHECK) $(STAMP)
+	$(VENV)/bin/companion build $(if $(BUILD),-o $(BUILD))
 
 # Release build: execute every chapter afresh.
-book-release: $(STAMP)
+book-release: $(PYCHECK) $(STAMP)
 	$(VENV)/bin/companion build --force
 
 # The whole book as one PDF through LaTeX (xelatex), from the outputs of the last `make book`.
@@ -46,7 +60,7 @@ pdf: $(STAMP)
 # oracles' answers perturbed by 4 ulps and under two of the OpenBLAS kernel types and thread counts
 # this CPU runs (tests/test_reproducibility.py, which prints the reproducibility report), papermill
 # runs with non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
-test: $(STAMP) browser
+test: $(PYCHECK) $(STAMP) browser
 	$(PY) -m pytest tests src/companion book/chapters $(NBVAL)
 
 # Every chapter re-executed with perturbed oracle answers and under the rotation of OpenBLAS kernels and
@@ -66,13 +80,13 @@ browser:
 	  else echo "chromium not found and cannot be installed here: the browser test will be skipped"; fi; }
 
 # Unit, property and doc tests only (seconds).
-test-fast: $(STAMP)
+test-fast: $(PYCHECK) $(STAMP)
 	$(PY) -m pytest tests src/companion -m "not slow"
 
 # Execute one chapter in place so that its committed outputs are fresh: make execute NB=book/chapters/02_exact_learning.ipynb
 # The only command that writes the committed data/results: the chapter publishes into a staging
 # folder, copied there only when every cell ran (a failing chapter leaves data/results as it was).
-execute: $(STAMP)
+execute: $(PYCHECK) $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make execute NB=book/chapters/NN_name.ipynb"; exit 2; }
 	@test -z "$$COMPANION_PERTURB_ULPS" || { echo "error: COMPANION_PERTURB_ULPS=$$COMPANION_PERTURB_ULPS is set (the oracles' perturbation test mode); committed outputs are made with exact answers: unset it"; exit 2; }
 	@stage=$$(mktemp -d) && \
@@ -80,9 +94,10 @@ execute: $(STAMP)
 	  && mkdir -p data/results && cp $$stage/*.json data/results/; \
 	  rc=$$?; rm -rf $$stage; exit $$rc
 
-# Every benchmark table in one run.
+# Every benchmark table in one run; a benchmark whose printed target fails exits 1, and so does
+# `make bench` (after running the others).
 bench: $(STAMP)
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@rc=0; for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || { echo "FAILED: $$b"; rc=1; }; done; exit $$rc
 
 clean:
 	rm -rf _build .pytest_cache

@@ -3,7 +3,7 @@
 Run:  .venv/bin/python benchmarks/bench_scale.py [--quick] [--sizes 256,1024] [--threads 1] [--no-save]
 
 For d in {256, 1024, 2048, 4096} with r = d/32 (a factored head, ``random_single_head(d, rank=r,
-factored=True)``), the query-optimal sketch (``method="sketch"``, ``oversample=0``: the floor
+factored=True)``), the sketch at the degrees-of-freedom count (``method="sketch"``, ``oversample=0``: the floor
 ``d + r(2d - r)`` queries); and the two targets of issue 14 at d = 1024: the sketch with r = 64
 (128,000 queries) and Theorem 4.1 on a full-rank head (1,049,600 queries). Each row runs in its own
 subprocess, which reports:

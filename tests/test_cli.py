@@ -91,23 +91,25 @@ def test_papermill_dropping_a_parameter_line_is_an_error(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_failing_chapter_gives_one_clear_line_and_keeps_the_results_file(capsys, tmp_path):
+def test_a_failing_chapter_gives_one_clear_line_and_keeps_the_results_file(capfd, tmp_path):
     (tmp_path / "02_exact_learning.json").write_text("{}")
     code = cli.main(["run", "02", "-p", "d", "3", "-p", "d_values", "[2, 3]", "-p", "entry_scale", "1e308",
                      "-o", str(tmp_path), "--no-progress"])
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err          # the chapter's own process and kernel included
     assert code == 2
     assert "the chapter stopped at cell" in err and "Traceback" not in err
     assert (tmp_path / "02_exact_learning.json").read_text() == "{}"      # nothing half-way
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_exact_learning.ipynb", "02_exact_learning.json"]
+    assert f"the incomplete run (" in err and f"{tmp_path / '02_exact_learning.incomplete.ipynb'}, with the full traceback" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["02_exact_learning.incomplete.ipynb", "02_exact_learning.json"]
 
 
 @pytest.mark.slow
-def test_a_chapter_over_the_time_limit_is_stopped_in_one_line(capsys, tmp_path):
+def test_a_chapter_over_the_time_limit_is_stopped_in_one_line(capfd, tmp_path):
     code = cli.main(["run", "04", "-o", str(tmp_path), "--no-progress", "--timeout", "1"])
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err          # the chapter's own process and kernel included
     assert code == 2 and "time limit" in err and "--timeout" in err and "Traceback" not in err
-    assert not (tmp_path / "04_low_rank.json").exists()
+    assert "nothing written to 04_low_rank.ipynb or 04_low_rank.json" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["04_low_rank.incomplete.ipynb"]
 
 
 def test_cite_shows_a_published_tolerance(results_tmp, capsys):
@@ -115,8 +117,34 @@ def test_cite_shows_a_published_tolerance(results_tmp, capsys):
     results.publish("small_bits", 49.5, fmt="{:.1f}", atol=3.0, glue=False)
     results.publish("err", 3e-16, fmt="{:.0e}", rtol=0.5, atol=1e-12, glue=False)
     assert cli.cite("03", "small_bits").startswith(
-        "49.5 (reproducible to rtol 0, atol 3 across machines) [03_one_layer_transformer: small_bits;")
-    assert cli.cite("03", "err").startswith("3e-16 (reproducible to rtol 0.5, atol 1e-12 across machines)")
+        "49.5 (measured, reproducible to rtol 0, atol 3 across machines) [03_one_layer_transformer: small_bits;")
+    assert cli.cite("03", "err").startswith("3e-16 (measured, reproducible to rtol 0.5, atol 1e-12 across machines)")
+
+
+def test_cite_never_calls_a_bound_exact(results_tmp):
+    results.record_parameters("02_exact_learning", seed=0, glue=False)
+    results.publish("small_error_W", 1e-12, fmt="{:.0e}", kind="bound", measured=1.1e-15, rtol=1.0,
+                    atol=1e-15, glue=False)
+    results.publish("tight", 1e-10, fmt="{:.0e}", kind="bound", measured=0.0, glue=False)
+    line = cli.cite("02", "small_error_W")
+    assert line.startswith("1e-12 (bound; measured 1.1e-15, reproducible to rtol 1, atol 1e-15 across machines) "
+                           "[02_exact_learning: small_error_W;")
+    assert "(exact)" not in line
+    assert cli.cite("02", "tight").startswith("1e-10 (bound; measured 0, exact on every machine)")
+    results.publish("bits", 40, kind="bound", measured=47.25, lower=True, atol=3.0, glue=False)
+    assert cli.cite("02", "bits").startswith("40 (lower bound; measured 47.2, reproducible to rtol 0, atol 3 across")
+
+
+def test_cite_a_claim_and_an_old_results_file(results_tmp):
+    results.record_parameters("04_low_rank", seed=0, glue=False)
+    results.claim("count_is_floor", True, text="4,100", value=4100, glue=False)
+    assert cli.cite("04", "count_is_floor").startswith("4,100 (claim, checked when the chapter ran) [04_low_rank:")
+    path = results_tmp / "04_low_rank.json"                  # written before values had a kind
+    data = json.loads(path.read_text())
+    data["values"] = {"a": {"value": 1, "text": "1"}, "b": {"value": 2.0, "text": "2", "tolerance": {"rtol": 0.1}}}
+    path.write_text(json.dumps(data))
+    assert cli.cite("04", "a").startswith("1 (exact) [")
+    assert cli.cite("04", "b").startswith("2 (measured, reproducible to rtol 0.1, atol 0 across machines) [")
 
 
 def test_cite_reads_the_committed_numbers_by_default(monkeypatch):

@@ -150,3 +150,15 @@ def test_feedforward_reads_one_token_only():
     net = random_feedforward(2, 3, seed=0)
     with pytest.raises(InvalidInputError, match="one token"):
         net(np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("d, m", [(8, 16), (16, 8), (32, 16)])
+def test_the_query_count_the_docstring_states(d, m):
+    """learn_ffn's docstring: n_learning_queries is 5.9 to 8.7 times m d on random bias-free networks
+    (issue 19, item 24: it used to say about (m + 2)(d + 1), which is 4.5 to 6.8 times too few)."""
+    for seed in range(3):
+        rec = learn_ffn(ValueQueryOracle(random_feedforward(d, m, seed=seed)), seed=seed)
+        per_md = rec.n_learning_queries / (m * d)
+        assert 5.9 <= round(per_md, 2) <= 8.7, (d, m, seed, rec.n_learning_queries)
+        assert rec.n_learning_queries > 4 * (m + 2) * (d + 1)
+        assert rec.n_queries - rec.n_learning_queries == rec.diagnostics["n_verify_queries"]

@@ -48,7 +48,7 @@ def test_weights_are_a_trained_model_not_zeros():
 
 
 def test_missing_file_and_bad_shapes(tmp_path):
-    with pytest.raises(InvalidInputError, match="not found; run `python -m companion.pretrained fetch`"):
+    with pytest.raises(InvalidInputError, match=r"not found at .*nope\.npz; run `\S+ -m companion\.pretrained fetch`"):
         P.load_weights(tmp_path / "nope.npz")
     bad = {k: np.zeros(s, dtype=np.float32) for k, s in P._KEYS.items()}
     bad["q_bias"] = np.zeros((6, 12, 31), dtype=np.float32)

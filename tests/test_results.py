@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from companion import results
-from companion.errors import InvalidInputError
+from companion.errors import ClaimError, InvalidInputError
 
 
 def test_record_and_publish_write_provenance(results_tmp):
@@ -17,8 +17,8 @@ def test_record_and_publish_write_provenance(results_tmp):
     data = json.loads((results_tmp / "99_demo.json").read_text())
     assert data["chapter"] == "99_demo" and data["seed"] == 3
     assert data["parameters"] == {"d": 4, "sizes": [1, 2]}
-    assert data["values"]["n"] == {"value": 20, "text": "20"}
-    assert data["values"]["err"] == {"value": 1.25e-15, "text": "1.2e-15"}
+    assert data["values"]["n"] == {"value": 20, "text": "20", "kind": "exact"}
+    assert data["values"]["err"] == {"value": 1.25e-15, "text": "1.2e-15", "kind": "exact"}
     assert type(data["values"]["n"]["value"]) is int
     assert len(data["library_hash"]) == 16 and data["library_hash"] == results.library_hash()
     assert {"python", "numpy", "companion"} <= set(data["versions"])
@@ -156,6 +156,96 @@ def test_publish_refuses_bad_tolerance(results_tmp, kwargs):
     with pytest.raises(InvalidInputError, match="must be a finite real number"):
         results.publish("x", 1.0, glue=False, **kwargs)
     assert "x" not in results.load("tol")["values"]
+
+
+def test_publish_kind_defaults_from_the_tolerance(results_tmp):
+    results.record_parameters("kinds", seed=0, glue=False)
+    results.publish("count", 20, glue=False)
+    results.publish("err", 3e-16, glue=False, rtol=0.5, atol=1e-12)
+    values = results.load("kinds")["values"]
+    assert (values["count"]["kind"], values["err"]["kind"]) == ("exact", "measured")
+
+
+def test_publish_a_bound_with_the_value_it_bounds(results_tmp):
+    results.record_parameters("kinds", seed=0, glue=False)
+    results.publish("small_error_W", 1e-12, fmt="{:.0e}", kind="bound", measured=np.float64(1.1e-15),
+                    rtol=0.5, atol=1e-15, glue=False)
+    entry = results.load("kinds")["values"]["small_error_W"]
+    assert entry["kind"] == "bound" and entry["text"] == "1e-12" and entry["value"] == 1e-12
+    assert entry["measured"] == {"value": 1.1e-15, "text": "1.1e-15",
+                                 "tolerance": {"rtol": 0.5, "atol": 1e-15}}
+    assert "tolerance" not in entry           # the bound itself is a constant
+
+
+def test_a_bound_just_inside_holds_and_just_outside_stops_the_chapter(results_tmp):
+    results.record_parameters("kinds", seed=0, glue=False)
+    results.publish("at", 1e-12, kind="bound", measured=1e-12, glue=False)              # |m| == bound
+    results.publish("neg", 1e-12, kind="bound", measured=-0.99e-12, glue=False)
+    with pytest.raises(ClaimError, match=r"the bound 'over' = 1e-12 is false: the measured value 1\.01e-12"):
+        results.publish("over", 1e-12, kind="bound", measured=1.01e-12, glue=False)
+    assert "over" not in results.load("kinds")["values"]
+    results.publish("bits", 40, kind="bound", measured=40.0, lower=True, glue=False)      # at least 40 bits
+    assert results.load("kinds")["values"]["bits"]["bound"] == "lower"
+    with pytest.raises(ClaimError, match=r"the lower bound 'bits_low' = 40 is false: the measured value 39\.9 is below it"):
+        results.publish("bits_low", 40, kind="bound", measured=39.9, lower=True, glue=False)
+    with pytest.raises(InvalidInputError, match="lower=True is for kind='bound' only"):
+        results.publish("bits_x", 40, lower=True, glue=False)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"kind": "bound"}, "no measured="),
+    ({"kind": "bound", "measured": float("nan")}, "must be a finite real"),
+    ({"kind": "bound", "measured": True}, "must be a finite real"),
+    ({"kind": "exact", "measured": 1e-15}, "measured= is for kind='bound' only"),
+    ({"measured": 1e-15}, "measured= is for kind='bound' only"),
+    ({"kind": "measured"}, "kind='measured' but no rtol/atol"),
+    ({"kind": "exact", "rtol": 0.1}, "kind='exact' but rtol=0.1"),
+    ({"kind": "upper"}, "kind='upper' of 'x' must be one of 'exact', 'measured', 'bound'"),
+])
+def test_publish_refuses_an_inconsistent_kind(results_tmp, kwargs, match):
+    results.record_parameters("kinds", seed=0, glue=False)
+    with pytest.raises(InvalidInputError, match=match):
+        results.publish("x", 1e-12, glue=False, **kwargs)
+    assert "x" not in results.load("kinds")["values"]
+
+
+def test_a_bound_must_be_a_number(results_tmp):
+    results.record_parameters("kinds", seed=0, glue=False)
+    with pytest.raises(InvalidInputError, match="a bound must be a real number"):
+        results.publish("x", "small", kind="bound", measured=1.0, glue=False)
+
+
+def test_a_true_claim_is_recorded_with_its_text(results_tmp):
+    results.record_parameters("claims", seed=0, glue=False)
+    n, d = 20, 4
+    results.claim("count_is_formula", np.int64(n) == d + d * d, text=f"{n:,}", value=n, glue=False)
+    results.claim("all_succeed", np.array([True, True]).all(), text="10 of 10", glue=False)
+    values = results.load("claims")["values"]
+    assert values["count_is_formula"] == {"value": 20, "text": "20", "kind": "claim", "holds": True}
+    assert values["all_succeed"] == {"value": "10 of 10", "text": "10 of 10", "kind": "claim", "holds": True}
+
+
+def test_a_false_claim_stops_with_its_name_text_and_chapter(results_tmp):
+    results.record_parameters("04_low_rank", seed=0, glue=False)
+    with pytest.raises(ClaimError, match=r"claim 'count_is_floor' of chapter 04_low_rank is false: "
+                                         r"the sentence that shows '4,103'"):
+        results.claim("count_is_floor", 4103 == 4100, text="4,103", glue=False)
+    assert "count_is_floor" not in results.load("04_low_rank")["values"]
+
+
+@pytest.mark.parametrize("holds", [1, 0, None, "yes", np.array([True]), np.array([True, False]), 1.0])
+def test_a_claim_needs_one_bool(results_tmp, holds):
+    results.record_parameters("claims", seed=0, glue=False)
+    with pytest.raises(InvalidInputError, match="must be a Python or NumPy bool"):
+        results.claim("c", holds, text="x", glue=False)
+
+
+def test_a_claim_needs_a_chapter_and_a_string(results_tmp, monkeypatch):
+    monkeypatch.setitem(results._state, "chapter", None)
+    with pytest.raises(InvalidInputError, match=r"claim\(\) does not know the chapter"):
+        results.claim("c", True, text="x", glue=False)
+    with pytest.raises(InvalidInputError, match="must be the string the sentence shows"):
+        results.claim("c", True, text=20, chapter="claims", glue=False)
 
 
 def test_publish_refuses_tolerance_on_non_number(results_tmp):

@@ -99,12 +99,14 @@ def test_build_reads_the_oracle_and_reports_verification_apart():
     oracle(np.ones((4, 1, 3)))
     checked = _learner.verify_outputs(oracle, head, lambda x: np.max(np.abs(x @ head.v)), 6,
                                       rtol=1e-12, seed=0)
-    assert checked == {"n_verify_queries": 6, "verify_max_error": 0.0}
+    assert checked == {"n_verify_queries": 6, "verify_max_error": 0.0, "verify_tolerance": 1e-12}
     rec = _learner.build(Recovery, oracle, start, verification=checked, message="done",
                          diagnostics={"k": 1}, W=head.W, v=head.v)
     assert rec.n_queries == 10 and rec.n_learning_queries == 4
-    assert dict(rec.diagnostics) == {"k": 1, "n_verify_queries": 6, "verify_max_error": 0.0}
-    assert rec.message == "done; verified on 6 fresh queries (largest disagreement 0.0e+00)"
+    assert dict(rec.diagnostics) == {"k": 1, "n_verify_queries": 6, "verify_max_error": 0.0,
+                                     "verify_tolerance": 1e-12}
+    assert rec.message == ("done; verified on 6 fresh queries (largest disagreement 0.0e+00, "
+                           "tolerance 1.0e-12)")
     none = _learner.build(Recovery, oracle, start, W=head.W, v=head.v)
     assert none.diagnostics["n_verify_queries"] == 0 and none.message == ""
     assert _learner.verify_outputs(oracle, head, None, 0, rtol=1.0, seed=0) == {"n_verify_queries": 0}

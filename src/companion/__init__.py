@@ -6,8 +6,8 @@ oracles, and one module per paper section holds its learner (:mod:`companion.exa
 Theorem 4.1, ...). Every learner returns a :class:`~companion.recovery.Recovery`.
 """
 
-from ._learner import verification_defaults
+from ._learner import VERIFY_MAX_LEN, verification_defaults
 from .recovery import Recovery
 
 __version__ = "0.1.0"
-__all__ = ["Recovery", "verification_defaults", "__version__"]
+__all__ = ["Recovery", "verification_defaults", "VERIFY_MAX_LEN", "__version__"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_int, check_real
-from .errors import MESSAGES, OracleInconsistentError
+from .errors import MESSAGES, OracleInconsistentError, PrecisionError
 
 #: Fresh random queries every learner spends on its default verification.
 DEFAULT_VERIFY = 32
@@ -32,6 +32,223 @@ DEFAULT_VERIFY = 32
 VERIFY_MAX_LEN = 8
 
 _TINY = float(np.finfo(float).tiny)
+
+#: Relative rounding of an exact float64 oracle: half an ulp of 1.
+FLOAT64_U = float(np.finfo(np.float64).eps) / 2
+
+
+def _best_logit() -> float:
+    """The logit ``t* = argmax t sigma'(t)`` (about 1.5434): see :func:`best_relative_scale`."""
+    from scipy.optimize import minimize_scalar
+    from scipy.special import expit
+
+    res = minimize_scalar(lambda t: -t * expit(t) * expit(-t), bounds=(0.1, 5.0), method="bounded",
+                          options={"xatol": 1e-12})
+    return float(res.x)
+
+
+#: Logit at which one relative rounding of the answer costs the least in ``a^T W b``.
+BEST_LOGIT = _best_logit()
+
+
+def best_relative_scale(L) -> float:
+    """The query scale ``c`` for answers with *relative* rounding, from measured bilinear values ``L``.
+
+    A two-token query ``c [(a + b)^T; b^T]`` answers ``y = c (b^T v + sigma(t) a^T v)`` with
+    ``t = c^2 a^T W b``. One relative rounding ``u |y|`` of the answer moves
+    ``alpha = sigma(t)`` by ``u |y| / (c |a^T v|)`` (independent of ``c``, since ``y`` scales with
+    ``c``), so ``a^T W b = t / c^2`` moves by about ``u / (c^2 sigma'(t))`` times
+    ``|b^T v + alpha a^T v| / |a^T v|``. For one value that is least at ``t = t*`` where
+    ``t sigma'(t)`` peaks (``BEST_LOGIT``, about 1.54); for many, one scale minimises the sum
+    ``sum_k 1 / (c^2 sigma'(c^2 L_k))`` (``scipy.optimize.minimize_scalar`` over ``log c^2``).
+    This is :func:`companion.robust.best_scale`'s question asked for relative instead of absolute
+    rounding (this book's derivation). The scale is rounded to a power of two, so that the scaled
+    probe tokens are exact in every binary format.
+
+    Examples
+    --------
+    >>> best_relative_scale([0.4])         # logit 4 * 0.4 = 1.6, next to t* = 1.54
+    2.0
+    >>> best_relative_scale([0.0])
+    1.0
+    """
+    from scipy.optimize import minimize_scalar
+    from scipy.special import logsumexp
+
+    a = np.abs(np.asarray(L, dtype=np.float64)).ravel()
+    a = a[a > 0]
+    if a.size == 0:
+        return 1.0
+
+    def cost(log_c2):
+        # log sum_k 1 / (c^2 sigma(t_k) sigma(-t_k)), in log space: finite however saturated
+        t = np.exp(log_c2) * a
+        return float(logsumexp(np.logaddexp(0.0, t) + np.logaddexp(0.0, -t) - log_c2))
+
+    lo, hi = np.log(BEST_LOGIT / a.max()) - 3.0, np.log(BEST_LOGIT / a.min()) + 3.0
+    res = minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
+    return float(2.0 ** np.round(res.x / (2 * np.log(2.0))))
+
+
+def measurement_errors(u, L, C, av, bv, *, best=False):
+    """The error of each measured ``a_k^T W b_k`` caused by one relative rounding ``u`` of its answer.
+
+    ``u |b^T v + alpha a^T v| / (|a^T v| c^2 sigma'(t))`` with ``t = c^2 L`` (see
+    :func:`best_relative_scale`); with ``best`` at the best logit ``t*`` of each value instead of
+    the scale used (the attainable error).
+    """
+    from scipy.special import expit
+
+    L, C = np.asarray(L, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    t = C**2 * L
+    alpha = expit(t)
+    num = u * np.abs(bv + alpha * av) / np.abs(av)
+    if best:
+        return num * np.abs(L) / (BEST_LOGIT * expit(BEST_LOGIT) * expit(-BEST_LOGIT))
+    return num / (C**2 * alpha * (1.0 - alpha))
+
+
+#: Roundings in a served two-token answer: two score products, the max subtraction, exp, the sum,
+#: the division, the value product and the weighted sum.
+TWO_TOKEN_ROUNDINGS = 8
+
+
+def saturation_band(u, band) -> float:
+    """The attention weights to re-measure: outside ``[b, 1 - b]``, ``b = max(band, 2 n u)``.
+
+    A weight within the answer's rounding ``n u`` (``n = TWO_TOKEN_ROUNDINGS``) of 0 or 1 carries
+    no information on its logit, and ``sigma^{-1}`` amplifies an error ``delta`` by
+    ``1 / (alpha (1 - alpha))``: keeping ``alpha >= 2 n u`` bounds the relative error of
+    ``alpha (1 - alpha)`` by one half. For float64 answers ``band`` decides.
+    """
+    return max(float(band), rounding_tolerance(u, 2 * TWO_TOKEN_ROUNDINGS))
+
+
+def head_check_size(W, v, kappa_W, kappa_v):
+    """``size(X)`` for :func:`verify_outputs` of a recovered single head ``(W, v)``.
+
+    The served answer on ``X`` (``N`` tokens) and the float64 prediction differ by (i) the
+    rounding of the served evaluation: each score ``x_i^T W x_N`` and value ``x_i^T v`` comes
+    through about ``2 d`` roundings and the softmax and weighted sum add ``3 N``, and a score error
+    ``delta`` moves ``f`` by at most ``2 delta max_i |x_i^T v|``; relative to the output scale
+    ``max_i |x_i^T v|`` this is ``s(2d + 3N) (rho + 2 B) u`` (``s`` = :func:`rounding_size`) with ``B = max_i |x_i|^T |W| |x_N|`` and
+    ``rho = max_i |x_i|^T |v| / max_i |x_i^T v|`` (Higham 2002, §3.1); and (ii) the learner's own
+    error at its floor ``kappa u`` (``kappa_W``, ``kappa_v``: the relative floors of ``W`` and ``v``
+    per unit of ``u``), ``(2 kappa_W ||W||_F ||x_i|| ||x_N|| + kappa_v ||v|| ||x_i||) u`` relative.
+    The returned size is the sum divided by ``u``.
+    """
+    W, v = np.asarray(W), np.asarray(v)
+    aW, av, nW, nv = np.abs(W), np.abs(v), float(np.linalg.norm(W)), float(np.linalg.norm(v))
+    d = W.shape[0]
+
+    def size(x):
+        ax = np.abs(x)
+        out = max(float(np.max(np.abs(x @ v))), _TINY)
+        B = float(np.max(ax @ (aW @ ax[-1])))
+        rho = float(np.max(ax @ av)) / out
+        norms = np.linalg.norm(x, axis=1)
+        learned = (2 * kappa_W * nW * norms.max() * norms[-1] + kappa_v * nv * norms.max()) / out
+        return rounding_size(2 * d + 3 * len(x)) * (rho + 2 * B) + learned
+
+    return size
+
+
+#: Probability, per compared quantity, that the probabilistic rounding bound of
+#: :func:`rounding_size` is exceeded (a false alarm of a check).
+P_FALSE_ALARM = 1e-6
+
+
+def rounding_size(n) -> float:
+    """``lambda sqrt(n)``: the size factor of ``n`` roundings that add up, with high probability.
+
+    The worst-case bound of ``n`` roundings is ``gamma_n ~ n u`` (Higham 2002, Lemma 3.1); for
+    rounding errors that are independent and mean-zero, Higham & Mary (SIAM J. Sci. Comput. 41(5),
+    2019, Thm 2.4) bound it by ``lambda sqrt(n) u`` with probability at least
+    ``1 - 2 n exp(-lambda^2 (1 - u)^2 / 2)``. Setting that failure probability to
+    ``P_FALSE_ALARM`` gives ``lambda = sqrt(2 ln(2 n / P_FALSE_ALARM))`` (6.51 for n = 800).
+    A check that used ``n u`` would accept errors ``sqrt(n)`` times larger than rounding makes.
+
+    Examples
+    --------
+    >>> round(rounding_size(800) / float(np.sqrt(800)), 2)
+    6.51
+    """
+    n = max(float(n), 1.0)
+    return float(np.sqrt(2.0 * np.log(2.0 * n / P_FALSE_ALARM)) * np.sqrt(n))
+
+
+def rounding_tolerance(u, size) -> float:
+    """The tolerance ``size * u`` of a check on answers with relative rounding ``u``.
+
+    ``size`` counts the roundings that can add up in the compared quantity (the forward error
+    bound ``gamma_n = n u / (1 - n u)`` of ``n`` operations, Higham 2002, Lemma 3.1; numpy's
+    ``matrix_rank`` uses ``max(M, N) * eps`` for the same reason).
+    """
+    return float(size) * float(u)
+
+
+class AnswerPrecision:
+    """The relative rounding ``u`` a learner run assumes of its oracle's answers (private helper).
+
+    Stated by the learner's ``precision`` argument, else by the oracle
+    (:func:`companion.oracles.stated_precision`), else unknown: then float64's until a check
+    fails, when :meth:`measure` measures it from the answers
+    (:func:`companion.oracles.measure_precision`, ``3 * 8`` queries, counted apart like
+    verification). ``precision="measure"`` measures it before learning.
+    """
+
+    def __init__(self, oracle, precision=None, *, seed=0):
+        from .oracles import as_precision, stated_precision
+
+        self.oracle, self.seed = oracle, int(seed)
+        self.n_queries, self.format, self.source = 0, None, None
+        self.u = None
+        if isinstance(precision, str) and precision == "measure":
+            self.measure()
+        elif precision is not None:
+            self.u, self.source = as_precision(precision), "given"
+        elif stated_precision(oracle) is not None:
+            self.u, self.source = stated_precision(oracle), "stated"
+        if self.u is not None and self.format is None:
+            from .oracles import nearest_format
+
+            self.format = nearest_format(self.u)
+
+    @property
+    def known(self) -> bool:
+        return self.u is not None
+
+    @property
+    def value(self) -> float:
+        """``u`` if known, else float64's."""
+        return FLOAT64_U if self.u is None else self.u
+
+    @property
+    def coarse(self) -> bool:
+        """A known precision coarser than float64's (probe scales and thresholds change)."""
+        return self.u is not None and self.u > 4 * FLOAT64_U
+
+    def measure(self) -> bool:
+        """Measure ``u`` if nobody stated it; True if this changed what is known."""
+        if self.source is not None:
+            return False
+        from .oracles import measure_precision
+
+        m = measure_precision(self.oracle, seed=self.seed)
+        self.u, self.format, self.source = m["u"], m["format"], "measured"
+        self.n_queries += m["n_queries"]
+        return True
+
+    def describe(self) -> str:
+        if self.u is None:
+            return "the answers' precision is not stated (float64 assumed)"
+        how = {"measured": "carry rounding of about", "stated": "are stated to carry rounding",
+               "given": "are assumed to carry rounding"}[self.source]
+        return f"the answers {how} u={self.u:.2g} ({self.format}{'?' if self.source == 'measured' else ''})"
+
+    def diagnostics(self) -> dict:
+        return {"precision": self.value, "precision_source": self.source or "float64 assumed",
+                "precision_format": self.format or "float64", "n_precision_queries": self.n_queries}
 
 
 def check_verify(verify, verify_rtol) -> tuple[int, float]:
@@ -63,22 +280,38 @@ def random_queries(d, n, *, seed, scale=1.0, max_len=VERIFY_MAX_LEN, unit_ball=F
     return X
 
 
-def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what="the model"):
+#: A verification whose median tolerance reaches this fraction of the output scale certifies
+#: nothing (a model off by half its output would pass): it raises PrecisionError instead.
+VACUOUS_TOLERANCE = 0.5
+
+
+def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what="the model",
+                   precision=None, size=None, floor=None):
     """Compare ``oracle`` with ``predict`` on ``n`` fresh random queries (exact oracles).
 
     The disagreement on a query ``X`` is ``|VQ(X) - predict(X)| / out_scale(X)``, where
     ``out_scale(X)`` is the output scale of the recovered model on ``X`` (e.g. ``max_i |x_i^T v|``),
     floored at the smallest positive float.
 
+    With ``precision`` (an :class:`AnswerPrecision`) the tolerance is the larger of ``rtol`` and
+    :func:`rounding_tolerance` ``(u, size(X))`` on each query, ``size(X)`` the number of roundings
+    that can reach the answer (given by the learner). When the check fails and nobody stated the
+    precision, it is measured (:meth:`AnswerPrecision.measure`) and the check repeated with it; a
+    failure then says which it is: answers too coarse for this check, or not ``what``.
+
     Returns
     -------
     dict
-        ``n_verify_queries`` (``n``) and ``verify_max_error`` (the largest disagreement).
+        ``n_verify_queries`` (``n`` plus any precision queries), ``verify_max_error`` (the largest
+        disagreement) and ``verify_tolerance`` (the tolerance on that query).
 
     Raises
     ------
     OracleInconsistentError
-        If the largest disagreement exceeds ``rtol``: the oracle is not ``what``.
+        If a disagreement exceeds its tolerance: the oracle is not ``what``.
+    PrecisionError
+        If the median tolerance reaches ``VACUOUS_TOLERANCE`` (the answers are too coarse for the
+        check to mean anything; ``floor``, the estimate's attainable error, goes in the message).
     """
     if n == 0:
         return {"n_verify_queries": 0}
@@ -88,11 +321,36 @@ def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what
     y_hat = np.asarray(predict(X), dtype=np.float64)
     s = np.array([out_scale(x) for x in X])
     err = np.abs(y - y_hat) / np.maximum(s, _TINY)
-    worst = float(np.max(err))
-    if not worst <= rtol:
-        raise OracleInconsistentError(MESSAGES["verify_failed"].format(
-            n=n, err=worst, tol=rtol, what=what))
-    return {"n_verify_queries": n, "verify_max_error": worst}
+    sizes = np.ones(n) if size is None or precision is None else np.array([float(size(x)) for x in X])
+
+    def tolerances():
+        if precision is None:
+            return np.full(n, float(rtol))
+        return np.maximum(float(rtol), sizes * precision.value)
+
+    tol = tolerances()
+    if not np.all(err <= tol) and precision is not None and precision.measure():
+        tol = tolerances()
+    if precision is not None and float(np.median(tol)) >= VACUOUS_TOLERANCE:
+        k = int(np.argsort(tol)[n // 2])
+        raise PrecisionError(MESSAGES["verify_vacuous"].format(
+            prec=precision.describe(), n=n, tol=tol[k], size=sizes[k],
+            floor=float("nan") if floor is None else floor(precision.value)))
+    i = int(np.argmax(err / tol))
+    worst = float(err[i])
+    spent = n
+    if not np.all(err <= tol):
+        if precision is not None and precision.coarse:
+            exc = OracleInconsistentError(MESSAGES["verify_failed_rounding"].format(
+                n=n, err=worst, tol=tol[i], prec=precision.describe(), size=sizes[i],
+                u=precision.value, what=what))
+        else:
+            exc = OracleInconsistentError(MESSAGES["verify_failed"].format(
+                n=n, err=worst, tol=tol[i], what=what))
+        exc.max_error, exc.tolerance = worst, float(tol[i])      # for callers that report them
+        raise exc
+    return {"n_verify_queries": spent, "verify_max_error": float(np.max(err)),
+            "verify_tolerance": float(tol[int(np.argmax(err))])}
 
 
 def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, allowed_v=None,
@@ -174,23 +432,30 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
 def verified_message(info) -> str:
     """The clause a learner appends to its message after a verification."""
     n = info.get("n_verify_queries", 0)
-    if not n:
+    if not n or ("verify_max_error" not in info and "verify_error_W" not in info):
         return ""
     if "verify_max_error" in info:
-        return f"; verified on {n} fresh queries (largest disagreement {info['verify_max_error']:.1e})"
+        return (f"; verified on {n} fresh queries (largest disagreement {info['verify_max_error']:.1e}, "
+                f"tolerance {info.get('verify_tolerance', float('nan')):.1e})")
     return (f"; verified on {n} fresh queries (certified errors at least "
             f"{info['verify_error_W']:.1e} in W, {info['verify_error_v']:.1e} in v)")
 
 
-def build(cls, oracle, start, *, verification=None, message="", diagnostics=None, **fields):
+def build(cls, oracle, start, *, verification=None, message="", diagnostics=None, precision=None,
+          **fields):
     """The learner's result: ``cls(**fields)`` with ``n_queries`` read from the oracle.
 
     ``verification`` (what :func:`verify_outputs` or :func:`verify_noisy` returned, or None) goes
     into ``diagnostics``, always with ``n_verify_queries`` (0 when not verified), and its clause
-    into ``message``.
+    into ``message``. With ``precision`` (an :class:`AnswerPrecision`) its diagnostics are added
+    (``precision``, ``precision_source``, ``precision_format``, ``n_precision_queries``) and its
+    queries counted in ``n_verify_queries``, apart from the theorem's count.
     """
     diagnostics = dict(diagnostics or {})
     info = dict(verification or {"n_verify_queries": 0})
+    if precision is not None:
+        diagnostics.update(precision.diagnostics())
+        info["n_verify_queries"] = info.get("n_verify_queries", 0) + precision.n_queries
     diagnostics.update(info)
     return cls(n_queries=int(oracle.n_queries) - int(start), message=message + verified_message(info),
                diagnostics=diagnostics, **fields)

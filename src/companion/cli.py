@@ -5,17 +5,21 @@
     companion list                                   # every chapter, its parameters and defaults
     companion run 02_exact_learning -p d_values "[16, 64]" -p seed 3 -o runs/
     companion run 05_robustness -f params.yaml --timeout 1200
+    companion run 02 -p seed 3 --html                # also a page of the run, its numbers in the text
     companion cite 02_exact_learning sweep_worst_W   # a citation line with provenance
     companion build                                  # the HTML book (jupyter-book build)
+    companion build -o DIR                           # into DIR/_build (a read-only checkout)
 
 ``run`` executes a chapter through papermill, after checking every ``-p NAME VALUE`` (and every
 entry of a ``-f params.yaml`` file) against the chapter's ``parameters`` cell: an unknown name, a
 value of the wrong type or one outside the constraint declared next to the parameter
 (:mod:`companion.parameters`) is refused in one line before anything runs (plain papermill only
 warns). Values are read as YAML (``3``, ``0.5``, ``1e-3``, ``true``, ``"[4, 8]"``); a float
-parameter also takes ``1e-3`` inside a list, which YAML 1.1 reads as a string. Each cell has the
-book's time limit (600 s) unless ``--timeout`` says otherwise, and the chapter's results file is
-written only when every cell ran.
+parameter also takes ``1e-3`` inside a list, which YAML 1.1 reads as a string; only ``true`` and
+``false`` are booleans. Each cell has the book's time limit (600 s) unless ``--timeout`` says
+otherwise. The notebook and its results file are put in place together, only when every cell ran
+(:func:`run_chapter`); a run that fails, times out or is stopped (SIGINT, SIGTERM) says in one line
+what it kept. ``run`` and ``build`` need the ``[book]`` extra and say so in one line without it.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from pathlib import Path
 
 from .errors import ParameterError
 
-__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "book_timeout", "run_chapter", "cite"]
+__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "book_timeout", "run_chapter", "cite",
+           "RunIncomplete", "cached_without_figures", "render_run"]
 
 
 def _root() -> Path:
@@ -100,12 +105,41 @@ def chapter_parameters(chapter: str) -> dict:
                    "help": info["help"], "spec": info["spec_text"]} for name, info in decl.items()}
 
 
+def _yaml_loader():
+    """PyYAML's safe loader with the booleans of YAML 1.2: only ``true``/``false`` (any case).
+
+    YAML 1.1 also reads ``yes``, ``no``, ``on``, ``off``, ``y`` and ``n`` as booleans, so that
+    ``-p minilm_noisy yes`` would switch a five-minute section on; here they stay strings, which
+    a bool parameter refuses.
+    """
+    import re as _re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _re.compile(r"^(?:[Tt]rue|TRUE|[Ff]alse|FALSE)$"),
+                                 list("tTfF"))
+    return Loader
+
+
+def _yaml_load(text: str):
+    import yaml
+
+    return yaml.load(text, Loader=_yaml_loader())
+
+
 def _parse_value(text: str):
-    """A ``-p`` value read as YAML; strings that read as numbers become numbers (``1e-3``)."""
+    """A ``-p`` value read as YAML; strings that read as numbers become numbers (``1e-3``); only
+    ``true``/``false`` are booleans."""
     import yaml
 
     try:
-        value = yaml.safe_load(text)
+        value = _yaml_load(text)
     except yaml.YAMLError:
         return text
     if isinstance(value, str):
@@ -148,57 +182,329 @@ def book_timeout() -> int:
         return 600
 
 
-def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
-    """Execute a chapter with checked parameters through papermill.
+class RunIncomplete(ParameterError):
+    """A ``companion run`` that did not finish: the earlier pair is untouched (``.kept`` says what is kept).
 
-    The executed notebook goes to ``output_dir/<chapter>.ipynb`` and its results JSON to
-    ``output_dir/<chapter>.json``. The chapter publishes into a staging folder first; its results
-    file replaces ``output_dir/<chapter>.json`` only when every cell ran, so a chapter that fails
-    (or runs out of time) leaves the previous results file as it was. Returns the notebook's path.
+    ``signal`` is the name of the signal that stopped it (``"SIGINT"``, ``"SIGTERM"``), else None.
+    """
+
+    def __init__(self, message, *, kept=None, signal=None):
+        super().__init__(message)
+        self.kept = kept
+        self.signal = signal
+
+
+def _writable_folder(folder, alternative: str) -> Path:
+    """``folder``, created if needed, after checking that a file can be written in it.
+
+    Raises
+    ------
+    ParameterError
+        One line naming the folder, the reason (read-only file system, permission) and ``alternative``.
+    """
+    import tempfile
+
+    folder = Path(folder).resolve()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ParameterError(f"cannot write into {folder} ({exc.strerror or exc}); {alternative}") from None
+    return folder
+
+
+class _Lock:
+    """An exclusive lock on ``folder/.<stem>.lock`` (``fcntl.flock``), so that two runs of one chapter
+    into one folder cannot replace each other's results; removed when the run ends."""
+
+    def __init__(self, folder: Path, stem: str):
+        self.path = folder / f".{stem}.lock"
+        self.stem = stem
+        self.file = None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:            # pragma: no cover (Windows: no lock)
+            return self
+        while True:
+            f = open(self.path, "a+", encoding="utf-8")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                pid = f.read().strip() or "?"
+                f.close()
+                raise ParameterError(
+                    f"another companion run of {self.stem} (pid {pid}) is writing into {self.path.parent}; "
+                    "wait for it to finish, or give this run another folder with -o DIR.") from None
+            try:                       # the file we locked may have been removed by a run that just ended
+                same = os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            f.close()
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self.file = f
+        return self
+
+    def __exit__(self, *exc):
+        if self.file is not None:
+            self.path.unlink(missing_ok=True)
+            self.file.close()
+        return False
+
+
+def _require(modules, extra: str, what: str) -> None:
+    """Refuse in one line, naming the extra to install, when a module ``what`` needs is missing."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ParameterError(f"{what} needs {' and '.join(missing)}, which this installation lacks: install "
+                             f"the [{extra}] extra, pip install -e '.[{extra}]' (or make venv).")
+
+
+def _supervise(cmd, env) -> str | None:
+    """Run ``cmd`` in its own session; on SIGINT/SIGTERM stop it. Returns the signal's name, or None."""
+    import signal
+
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    got = []
+
+    def stop(signum, frame):
+        got.append(signal.Signals(signum).name)
+        if proc.poll() is None:
+            proc.terminate()
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                proc.wait()
+                break
+            except InterruptedError:     # pragma: no cover
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return got[0] if got else None
+
+
+def _cells_done(nb_path: Path) -> tuple[int, int] | None:
+    """(code cells executed, code cells) of a partly executed notebook, or None if it is unreadable."""
+    try:
+        cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return None
+    code = [c for c in cells if c.get("cell_type") == "code"
+            and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    done = sum(1 for c in code if c.get("execution_count") is not None
+               and c.get("metadata", {}).get("papermill", {}).get("status") != "running")
+    return done, len(code)
+
+
+def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
+    """Execute a chapter with checked parameters through papermill; publish its notebook and results together.
+
+    The executed notebook goes to ``output_dir/<chapter>.ipynb`` and its results JSON, named after
+    it, to ``output_dir/<chapter>.json``. The chapter runs into the staging folder
+    ``output_dir/<chapter>.running/`` (its results too); the pair replaces the earlier one only
+    when every cell ran. A run that stops (a cell's error, the time limit, SIGINT or SIGTERM)
+    leaves the earlier pair as it was, keeps its partly executed notebook as
+    ``output_dir/<chapter>.incomplete.ipynb`` (with the traceback) and discards its partial results.
+    Returns the notebook's path.
 
     Parameters
     ----------
+    chapter : str
+        Chapter stem or unique prefix.
+    parameters : dict
+        Parameter name -> value, checked first (:func:`check_parameters`).
+    output_dir : path-like
+        Folder of the run (created if needed).
+    progress_bar : bool, default=True
+        Papermill's progress bar, on stderr.
     timeout : float, default=None
         Time limit in seconds for each cell; by default the book's (:func:`companion.cli.book_timeout`, 600 s).
+
+    Raises
+    ------
+    ParameterError
+        Before anything runs: a bad parameter, a folder that cannot be written (read-only
+        checkout: give another with ``-o``), another run of this chapter into the same folder, or
+        an installation without a Jupyter kernel.
+    RunIncomplete
+        The run did not finish; the message says why and what was kept.
     """
     import shutil
     import tempfile
 
-    import papermill
-
     path = _resolve(chapter)
     params = check_parameters(path.stem, parameters)
-    out_dir = Path(output_dir).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    _require(("ipykernel", "myst_nb"), "book", "companion run (a Jupyter kernel and myst-nb's glue)")
+    out_dir = _writable_folder(output_dir, "give a writable folder for the run with -o DIR")
     out_nb = out_dir / path.name
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", dir=out_dir))
-    old = os.environ.get("COMPANION_RESULTS_DIR")
-    os.environ["COMPANION_RESULTS_DIR"] = str(staging)
-    try:
-        papermill.execute_notebook(str(path), str(out_nb), parameters=params, cwd=str(path.parent),
-                                   progress_bar=progress_bar, kernel_name="python3",
-                                   execution_timeout=timeout if timeout is not None else book_timeout())
-        for item in staging.iterdir():           # every cell ran: publish the results file
-            target = out_dir / item.name
-            if item.is_dir():
-                shutil.copytree(item, target, dirs_exist_ok=True)
+    out_json = out_nb.with_suffix(".json")
+    incomplete = out_dir / f"{path.stem}.incomplete.ipynb"
+    limit = timeout if timeout is not None else book_timeout()
+    with _Lock(out_dir, path.stem):
+        staging = out_dir / f"{path.stem}.running"
+        shutil.rmtree(staging, ignore_errors=True)        # a run killed with SIGKILL left it
+        staging.mkdir()
+        private = Path(tempfile.mkdtemp(prefix="companion-run-"))
+        try:
+            spec = {"input": str(path), "output": str(staging / path.name), "parameters": params,
+                    "cwd": str(path.parent), "progress_bar": bool(progress_bar), "timeout": limit,
+                    "status": str(private / "status.json"), "runtime": str(private)}
+            (private / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+            env = dict(os.environ, COMPANION_RESULTS_DIR=str(staging), JUPYTER_RUNTIME_DIR=str(private),
+                       PYTHONUNBUFFERED="1")
+            stopped = _supervise([sys.executable, "-m", "companion._execute", str(private / "spec.json")], env)
+            try:
+                status = json.loads((private / "status.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                status = {"ok": False, "ename": None}
+            done = staging / path.name
+            if status.get("ok") and stopped is None and done.is_file():
+                made = staging / out_json.name
+                if made.is_file():
+                    os.replace(made, out_json)
+                else:                      # a chapter that publishes nothing: no stale JSON beside it
+                    out_json.unlink(missing_ok=True)
+                os.replace(done, out_nb)
+                return out_nb
+            if out_nb.exists() or out_json.exists():
+                kept_line = f"{out_nb.name} and {out_json.name} in {out_dir} are the earlier run's, unchanged"
             else:
-                os.replace(item, target)
-    finally:
+                kept_line = f"nothing written to {out_nb.name} or {out_json.name} in {out_dir}"
+            counts = _cells_done(done) if done.is_file() else None
+            if counts is not None:
+                os.replace(done, incomplete)
+                kept_line += f"; the incomplete run ({counts[0]} of {counts[1]} code cells): {incomplete}"
+                kept = incomplete
+            else:
+                kept_line += "; nothing of this run was kept"
+                kept = None
+            if stopped is not None:
+                raise RunIncomplete(f"stopped by {stopped}; {kept_line}.", kept=kept, signal=stopped)
+            if status.get("timeout"):
+                at = f" at cell {status['exec_count']}" if status.get("exec_count") else ""
+                raise RunIncomplete(f"the chapter exceeded the time limit of {limit:g} s per cell{at}: raise it "
+                                    f"with --timeout SECONDS; {kept_line}.", kept=kept)
+            if status.get("ename") is None:
+                raise RunIncomplete(f"the chapter's process ended without a result; {kept_line}.", kept=kept)
+            at = f" at cell {status['exec_count']}" if status.get("exec_count") else ""
+            raise RunIncomplete(f"the chapter stopped{at} with {status['ename']}: {status['evalue']}\n"
+                                f"  (parameters {parameters}; {kept_line}, with the full traceback.)", kept=kept)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(private, ignore_errors=True)
+
+
+def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
+    """Render an executed chapter as an HTML page in the book's theme, with the run's own numbers.
+
+    A one-chapter Jupyter Book is built from the executed notebook (myst-nb, no execution: the
+    run's outputs are used as they are), with the book's configuration, theme, MathJax served with
+    the page (offline) and bibliography. Every ``{glue:text}`` role of the prose is filled from the
+    run's glued outputs, the very values its results JSON records; a box at the top states the
+    run's parameters and provenance. Links to the book's other chapters are not resolved (Sphinx
+    leaves their text).
+
+    Parameters
+    ----------
+    notebook : path-like
+        The executed notebook, e.g. ``runs/02_exact_learning.ipynb``.
+    results_file : path-like, default=None
+        Its results JSON, for the provenance box; by default the notebook's path with ``.json``.
+    out_dir : path-like, default=None
+        The folder of the page; by default ``<notebook folder>/<stem>_html``, replaced if it exists.
+
+    Returns
+    -------
+    pathlib.Path
+        The page, ``<out_dir>/<stem>.html``.
+
+    Raises
+    ------
+    ParameterError
+        If Jupyter Book is not installed (the [book] extra), or the build fails (the message names its log).
+    """
+    import shutil
+    import tempfile
+
+    import nbformat
+    import yaml
+
+    _require(("jupyter_book",), "book", "companion run --html (Jupyter Book)")
+    root = _root()
+    notebook = Path(notebook).resolve()
+    stem = notebook.name.removesuffix(".ipynb")
+    results_file = Path(results_file) if results_file else notebook.with_suffix(".json")
+    out_dir = Path(out_dir).resolve() if out_dir else notebook.parent / f"{stem}_html"
+    with tempfile.TemporaryDirectory(prefix="companion-html-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        nb = nbformat.read(notebook, as_version=4)
+        try:
+            data = json.loads(results_file.read_text(encoding="utf-8"))
+            params = ", ".join(f"`{k} = {v!r}`" for k, v in {"seed": data.get("seed"), **data["parameters"]}.items())
+            prov = (f"companion {data.get('versions', {}).get('companion', '?')}, library {data.get('library_hash')}, "
+                    f"commit {(data.get('commit') or 'unknown')[:12]}, {data.get('created')}")
+            note = f"Parameters of this run: {params}. Executed with {prov}; its numbers: `{results_file.name}`."
+        except (OSError, ValueError, KeyError, TypeError):
+            note = "This run's results file was not found next to it; the numbers shown are the notebook's."
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(
+            f"```{{admonition}} A re-run of this chapter, with its own numbers\n:class: note\n\n{note}\n```"))
+        if nb.nbformat_minor < 5:          # cell ids came with nbformat 4.5
+            nb.cells[0].pop("id", None)
+        nbformat.write(nb, src / f"{stem}.ipynb")
+        for name in ("references.bib", "bibliography.md"):
+            shutil.copy2(root / "book" / name, src / name)
+        config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
+        config["title"] = f"{config.get('title', 'The companion')}: a re-run"
+        config["execute"] = {**config.get("execute", {}), "execute_notebooks": "off"}
+        config["exclude_patterns"] = []
+        config["bibtex_bibfiles"] = ["references.bib"]
+        config.pop("launch_buttons", None)
+        config.setdefault("html", {}).update(use_repository_button=False, use_download_button=False)
+        sphinx = config.setdefault("sphinx", {})
+        sphinx["local_extensions"] = {k: str(root / v) for k, v in (sphinx.get("local_extensions") or {}).items()}
+        (src / "_config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        (src / "_toc.yml").write_text(yaml.safe_dump({"format": "jb-book", "root": stem,
+                                                      "chapters": [{"file": "bibliography"}]}), encoding="utf-8")
+        jb = Path(sys.executable).with_name("jupyter-book")
+        log = Path(tmp) / "build.log"
+        with open(log, "w", encoding="utf-8") as f:
+            code = subprocess.call([str(jb) if jb.exists() else "jupyter-book", "build", str(src), "--path-output",
+                                    str(Path(tmp) / "out")], stdout=f, stderr=subprocess.STDOUT)
+        html = Path(tmp) / "out" / "_build" / "html"
+        if code != 0 or not (html / f"{stem}.html").is_file():
+            kept = out_dir.parent / f"{stem}_html.log"
+            shutil.copy2(log, kept)
+            raise ParameterError(f"rendering {notebook.name} as HTML failed (jupyter-book exit {code}); the log: {kept}")
+        staging = out_dir.parent / f".{out_dir.name}.new"
         shutil.rmtree(staging, ignore_errors=True)
-        if old is None:
-            os.environ.pop("COMPANION_RESULTS_DIR", None)
-        else:
-            os.environ["COMPANION_RESULTS_DIR"] = old
-    return out_nb
+        shutil.copytree(html, staging)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        os.replace(staging, out_dir)
+    return out_dir / f"{stem}.html"
 
 
 def cite(chapter: str, name: str, *, results_file=None) -> str:
     """A one-line citation of one published number, with its precision and provenance.
 
     By default the number is read from ``$COMPANION_RESULTS_DIR`` if set, else from the book's
-    committed ``data/results`` (:func:`companion.results.book_results_dir`). A number published
-    with ``rtol``/``atol`` is cited with that precision.
+    committed ``data/results`` (:func:`companion.results.book_results_dir`). The line says what the
+    number is: ``(exact)``, ``(measured, reproducible to rtol ..., atol ... across machines)``,
+    ``(bound; measured 1.1e-15, ...)`` with the measured value a bound bounds, or ``(claim, checked
+    when the chapter ran)``.
 
     Raises
     ------
@@ -228,13 +534,33 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
                                                           **data["parameters"]}.items()))
     version = data.get("versions", {}).get("companion", "?")
     commit = (data.get("commit") or "unknown")[:12]
-    tol = entry.get("tolerance")
-    precision = (f" (reproducible to rtol {tol.get('rtol', 0.0):g}, atol {tol.get('atol', 0.0):g} "
-                 "across machines)" if tol else " (exact)")
+    precision = f" ({_what_it_is(entry)})"
     return (f"{entry['text']}{precision} [{stem}: {name}; parameters {params}; companion {version}, "
             f"library {data['library_hash']}, commit {commit}, {data['created']}] -- Executable "
             "companion to Bhattamishra, Shah, Hahn & Kanade, \"Provably Learning Attention with "
             "Queries\", ICML 2026.")
+
+
+def _precision(tol) -> str:
+    return f"reproducible to rtol {tol.get('rtol', 0.0):g}, atol {tol.get('atol', 0.0):g} across machines"
+
+
+def _what_it_is(entry) -> str:
+    """What a published value is, in words: exact, measured (with its precision), a bound (with the
+    measured value it bounds) or a claim checked when the chapter ran. A results file written
+    before values had a ``"kind"`` is read by its tolerance (measured if it has one, else exact)."""
+    tol = entry.get("tolerance")
+    kind = entry.get("kind") or ("measured" if tol else "exact")
+    if kind == "bound":
+        measured = entry.get("measured") or {}
+        mtol = measured.get("tolerance")
+        return (f"{'lower ' if entry.get('bound') == 'lower' else ''}bound; measured {measured.get('text', '?')}"
+                + (f", {_precision(mtol)}" if mtol else ", exact on every machine"))
+    if kind == "claim":
+        return "claim, checked when the chapter ran" + (f"; {_precision(tol)}" if tol else "")
+    if kind == "measured" and tol:
+        return f"measured, {_precision(tol)}"
+    return "exact"
 
 
 def _cmd_list(args):
@@ -251,7 +577,7 @@ def _read_parameter_file(path) -> dict:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = _yaml_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ParameterError(f"cannot read the parameter file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
@@ -265,39 +591,88 @@ def _read_parameter_file(path) -> dict:
 
 
 def _cmd_run(args):
-    import papermill
-
     given = {}
     for path in args.parameter_file or []:
         given.update(_read_parameter_file(path))
     for name, text in args.parameter or []:
         given[name] = _parse_value(text)
-    where = Path(args.output_dir).resolve() / _resolve(args.chapter).name
     try:
         out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress,
                           timeout=args.timeout)
-    except papermill.PapermillExecutionError as exc:
-        if exc.ename in ("CellTimeoutError", "TimeoutError") or "timed out" in str(exc.evalue).lower():
-            raise ParameterError(f"the chapter exceeded the time limit at cell {exc.exec_count}: raise it "
-                                 f"with --timeout (now {args.timeout or book_timeout()} s); notebook: {where}") from None
-        raise ParameterError(
-            f"the chapter stopped at cell {exc.exec_count} with {exc.ename}: {exc.evalue}\n"
-            f"  (parameters {given}; the executed notebook with the full traceback: {where})"
-        ) from None
-    except Exception as exc:          # nbclient's CellTimeoutError, DeadKernelError
-        if type(exc).__name__ in ("CellTimeoutError", "DeadKernelError", "TimeoutError"):
-            raise ParameterError(
-                f"the chapter did not finish within the time limit of {args.timeout or book_timeout()} s "
-                f"per cell ({type(exc).__name__}); raise it with --timeout SECONDS; notebook: {where}") from None
+    except RunIncomplete as exc:
+        if exc.signal is not None:
+            print(f"companion: {exc}", file=sys.stderr)
+            return 130 if exc.signal == "SIGINT" else 143
         raise
     print(f"executed notebook: {out}")
     print(f"results: {out.with_suffix('.json')}")
+    if args.html:
+        print(f"page: {render_run(out)}")
     return 0
 
 
 def _cmd_cite(args):
     print(cite(args.chapter, args.name, results_file=args.results))
     return 0
+
+
+def cached_without_figures(cache_dir, notebooks) -> dict[str, list[str]]:
+    """Chapters whose cached execution lacks figures that the committed notebook has.
+
+    Jupyter Book's execution cache (jupyter-cache) keys on a notebook's code alone, so an
+    execution that lost its figures (e.g. under ``MPLBACKEND=Agg`` with a library that did not
+    display them) would be served again by every later build. Each committed notebook is matched
+    to its cached execution and their figure outputs compared cell by cell
+    (:func:`companion.nbcompare.compare_figures`).
+
+    Parameters
+    ----------
+    cache_dir : path-like
+        The cache folder, ``_build/.jupyter_cache``; nothing is found if it does not exist.
+    notebooks : mapping of str to path-like
+        Chapter stem -> committed notebook (:func:`chapters`).
+
+    Returns
+    -------
+    dict
+        Stem -> one line per code cell whose figures differ, for the chapters that lack figures.
+    """
+    import nbformat
+    from jupyter_cache import get_cache
+
+    from . import nbcompare
+
+    if not Path(cache_dir).is_dir():
+        return {}
+    cache = get_cache(str(cache_dir))
+    found = {}
+    for stem, path in notebooks.items():
+        committed = nbformat.read(path, as_version=4)
+        try:
+            record = cache.match_cache_notebook(committed)
+        except KeyError:
+            continue
+        cached = cache.get_cache_bundle(record.pk).nb
+        ref = [c for c in committed.cells if c.cell_type == "code"]
+        test = [c for c in cached.cells if c.cell_type == "code"]
+        lines = [f"code cell {i}: {d}" for i, (rc, tc) in enumerate(zip(ref, test))
+                 for d in nbcompare.compare_figures(rc.get("outputs", []), tc.get("outputs", []))
+                 if "missing" in d]
+        if lines:
+            found[stem] = lines
+    return found
+
+
+def _drop_cached(cache_dir, stems, notebooks) -> None:
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache = get_cache(str(cache_dir))
+    for stem in stems:
+        try:
+            cache.remove_cache(cache.match_cache_notebook(nbformat.read(notebooks[stem], as_version=4)).pk)
+        except KeyError:
+            pass
 
 
 def _cmd_build(args):
@@ -309,20 +684,32 @@ def _cmd_build(args):
         raise ParameterError(f"{PERTURB_ENV}={os.environ[PERTURB_ENV]} is set (the oracles' perturbation "
                              "test mode): the book is built from exact answers only; unset it.")
     root = _root()
-    build_dir = root / "_build"
+    _require(("jupyter_book",), "book", "companion build (the HTML book)")
+    base = Path(args.output_dir).resolve() if args.output_dir else root
+    build_dir = _writable_folder(base / "_build", "build the book elsewhere with companion build -o DIR "
+                                 "(make book BUILD=DIR), which writes DIR/_build")
+    cache_dir = build_dir / ".jupyter_cache"
     if args.force:
         import shutil
 
-        shutil.rmtree(build_dir / ".jupyter_cache", ignore_errors=True)
+        shutil.rmtree(cache_dir, ignore_errors=True)
         print("forced: every chapter will be executed")
         fresh = True
     else:
         fresh = clear_stale_cache(build_dir)
         if fresh:
             print("the library changed since the last build: every chapter will be re-executed")
+    notebooks = chapters()
+    lacking = cached_without_figures(cache_dir, notebooks)
+    if lacking:
+        _drop_cached(cache_dir, lacking, notebooks)
+        print(f"the cached executions of {', '.join(lacking)} lack figures the committed notebooks have: "
+              "executing them again")
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(root), "-n", "-W", "--keep-going"]
-    if args.all or fresh:
+    if args.output_dir:
+        cmd += ["--path-output", str(base)]
+    if args.all or fresh or lacking:
         # Sphinx re-reads (and myst-nb re-executes) only the pages whose source changed; a cleared
         # execution cache is not a source change, so every page is read afresh.
         cmd.append("--all")
@@ -332,6 +719,13 @@ def _cmd_build(args):
     env.setdefault("COMPANION_RESULTS_DIR", str(build_dir / "results"))
     code = subprocess.call(cmd, env=env)
     if code == 0:
+        lacking = cached_without_figures(cache_dir, notebooks)
+        if lacking:           # the build executed them and they still have no figures: refuse it
+            stem, lines = next(iter(lacking.items()))
+            raise ParameterError(
+                f"the book's execution of {', '.join(lacking)} lacks figures the committed notebooks have "
+                f"({stem}, {lines[0]}); the build is refused (check MPLBACKEND={os.environ.get('MPLBACKEND')!r} "
+                "and that the chapter displays its figures through companion.plotting).")
         mark_built(build_dir)          # only a finished build makes the library hash current
         print(f"book: {build_dir / 'html' / 'index.html'}")
     return code
@@ -352,6 +746,8 @@ def main(argv=None) -> int:
     run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                      help="time limit per cell (default: the book's execute.timeout, 600 s)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--html", action="store_true",
+                     help="also render the run as a page in the book's theme, its numbers filled in (DIR/<chapter>_html/)")
     run.set_defaults(func=_cmd_run)
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")
     cite_p.add_argument("chapter")
@@ -361,6 +757,8 @@ def main(argv=None) -> int:
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
     build.add_argument("--all", action="store_true", help="rewrite every HTML page")
     build.add_argument("--force", action="store_true", help="re-execute every chapter (release build)")
+    build.add_argument("-o", "--output-dir", default=None, metavar="DIR",
+                       help="build into DIR/_build instead of the repository's _build (a read-only checkout)")
     build.set_defaults(func=_cmd_build)
     args = parser.parse_args(argv)
     try:
@@ -368,6 +766,12 @@ def main(argv=None) -> int:
     except ParameterError as exc:
         print(f"companion: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader of our output has gone (``companion list | head -3``): stop quietly, as
+        # Python's documentation advises (the interpreter's final flush would raise again)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,6 +11,7 @@ The message templates live next to their classes (``MESSAGES``), as ``scipy.opti
 - ``OracleInconsistentError``: the oracle's answers contradict the model the learner assumes.
 - ``SolverError``: a numerical solver (cvxpy, least squares) did not reach optimality.
 - ``ParameterError``: a chapter was given an unknown or ill-typed parameter.
+- ``ClaimError``: a sentence a chapter states (``results.claim``) is false for this run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "OracleInconsistentError",
     "SolverError",
     "ParameterError",
+    "ClaimError",
     "MESSAGES",
 ]
 
@@ -50,6 +52,20 @@ MESSAGES = {
         "oracle by up to {err:.3g} (relative; tolerance {tol:.3g}), so the oracle is not {what}. "
         "The learner's assumptions do not hold for this target; nothing was returned. Pass "
         "verify=0 to get the unverified estimate anyway."
+    ),
+    "verify_failed_rounding": (
+        "verification failed: on {n} fresh random queries the recovered model disagrees with the "
+        "oracle by up to {err:.3g} (relative), beyond the tolerance {tol:.3g} = {size:.0f} x "
+        "u={u:.2g} that rounding allows: {prec}. Rounding at that level cannot explain it, so "
+        "the oracle is not {what}; nothing was returned. Pass verify=0 to get the unverified "
+        "estimate anyway."
+    ),
+    "verify_vacuous": (
+        "cannot verify: {prec}, so a check on {n} fresh queries would have to accept "
+        "disagreements up to {tol:.3g} of the output ({size:.0f} x u) and would certify nothing. "
+        "The estimate's attainable relative error is about {floor:.2g}; pass verify=0 to get it "
+        "unverified, or use an approximate-oracle learner (companion.robust) with tau at the "
+        "answers' rounding."
     ),
     "verify_noisy_failed": (
         "verification failed: {n} fresh queries certify ||{name} - {name}*|| >= {err:.3g}, more than "
@@ -93,9 +109,22 @@ class OracleInconsistentError(CompanionError):
     """The oracle's answers contradict the model the learner assumes (e.g. not a single head)."""
 
 
+class PrecisionError(CompanionError):
+    """The answers' precision is too coarse for what was asked (a check would certify nothing)."""
+
+
 class SolverError(CompanionError, RuntimeError):
     """A numerical solver did not reach an optimal solution; the message names solver and status."""
 
 
 class ParameterError(CompanionError, ValueError):
     """A chapter was given an unknown parameter name or a value of the wrong type."""
+
+
+class ClaimError(CompanionError, AssertionError):
+    """A claim a chapter's prose states is false for this run (:func:`companion.results.claim`).
+
+    Raised when the chapter executes, so that the chapter stops, its results file stays as it was,
+    and the book does not build with a sentence its own output contradicts. The message names the
+    claim, the chapter and the text the prose would have shown.
+    """

@@ -23,7 +23,8 @@ from scipy.special import expit, logit
 from ._streaming import chunk_queries
 from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead
-from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
+from ._learner import (BEST_LOGIT, DEFAULT_VERIFY, AnswerPrecision, best_relative_scale, build,
+                       check_verify, head_check_size, reserve, saturation_band, verify_outputs)
 from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
 from .recovery import Recovery
 
@@ -39,11 +40,14 @@ __all__ = [
     "sweep",
     "sweep_point",
     "SATURATION",
+    "GAUSSIAN_PROBE_FLOOR",
 ]
 
 #: An attention weight outside [SATURATION, 1 - SATURATION] is re-measured at a smaller scale.
 SATURATION = 1e-3
 _MAX_ROUNDS = 40          # each round shrinks the logit at least 6.9-fold
+#: Gaussian probes with |u^T v| below this multiple of ||v|| / sqrt(d) are redrawn (probe_matrix).
+GAUSSIAN_PROBE_FLOOR = 0.1
 _BLIND_SHRINK = 1 / 64     # factor on c^2 when sigma^-1 gave no estimate (alpha rounded to 0 or 1)
 
 
@@ -92,7 +96,9 @@ def probe_matrix(v, probes="basis", *, seed=0) -> np.ndarray:
         ``"basis"``: ``u_l = e_l``, replaced by ``e_l + e_p`` (``p = argmax |v|``) when ``v_l = 0``
         (the paper's rule) and, for precision, whenever ``|v_l| < |v_p| / 2``, so that
         ``|u_l^T v| >= |v_p| / 2`` for every probe. ``"gaussian"``: rows i.i.d. ``N(0, I_d / d)``;
-        a row with ``|u^T v| < 0.1 ||v|| / sqrt(d)`` is redrawn (no query is spent on it).
+        a row with ``|u^T v| < GAUSSIAN_PROBE_FLOOR ||v|| / sqrt(d)`` (0.1) is redrawn (no query is
+        spent on it): about ``erf(0.1 / sqrt(2))`` = 8 % of rows, a departure from the paper's
+        ``N(0, I_d)`` that keeps the denominator ``u^T v`` away from 0.
     seed : int, default=0
         Seed of ``numpy.random.default_rng`` for ``"gaussian"``.
 
@@ -112,7 +118,7 @@ def probe_matrix(v, probes="basis", *, seed=0) -> np.ndarray:
         return U
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     U = rng.standard_normal((d, d)) / np.sqrt(d)
-    floor = 0.1 * np.linalg.norm(v) / np.sqrt(d)
+    floor = GAUSSIAN_PROBE_FLOOR * np.linalg.norm(v) / np.sqrt(d)
     bad = np.abs(U @ v) < floor
     while np.any(bad):
         U[bad] = rng.standard_normal((int(bad.sum()), d)) / np.sqrt(d)
@@ -254,7 +260,7 @@ def verify_single_head(oracle, W, v, n, *, rtol=1e-6, scale=1.0, seed=0):
 
 
 def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-6,
-                      seed=0):
+                      seed=0, precision=None):
     """Recover the merged parameters (W, v) of one attention head from exact value queries.
 
     Parameters
@@ -282,12 +288,27 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         Largest relative disagreement accepted by the check.
     seed : int, default=0
         Seed of the Gaussian probes and of the verification queries.
+    precision : None, "measure", str or float, default=None
+        The relative rounding ``u`` of the answers (this book's, for served models): a format
+        (``"float32"``, ``"bfloat16"``, ...) or a float; ``"measure"`` measures it first
+        (:func:`companion.oracles.measure_precision`, 24 queries counted with the verification);
+        ``None`` takes the oracle's stated ``precision``, else assumes float64 and measures it
+        only if the verification fails. A known ``u`` coarser than float64's (i) widens the
+        saturation band to :func:`companion._learner.saturation_band`, (ii) with
+        ``scale="auto"``, sets one probe scale for relative rounding from the first column
+        (:func:`companion._learner.best_relative_scale`; that column is asked again, ``d``
+        re-measurements), and (iii) sets the verification tolerance to ``size(X) * u``
+        (:func:`companion._learner.head_check_size`) where that exceeds ``verify_rtol``.
 
     Returns
     -------
     Recovery
         ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` plus
         re-measurements plus ``verify`` (``n_learning_queries`` leaves out the ``verify``).
+        Precision diagnostics: ``precision`` (the ``u`` used), ``precision_source``,
+        ``precision_format``, ``n_precision_queries``, ``floor_W`` and ``floor_v`` (the relative
+        errors one rounding ``u`` of every answer causes at the best probe scale: the attainable
+        accuracy, see Notes), ``kappa_W`` (``floor_W / u``, the conditioning).
         ``diagnostics`` holds ``probes`` (the probe matrix
         ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits`` (``(d, d)``: the measured
         ``c^2 u_l^T W e_j``, row ``l``, column ``j``), ``scales`` (``(d, d)``: each probe's final
@@ -316,6 +337,12 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
     shared by all columns. The scale ``c`` is not in the paper (which takes ``c = 1``); it changes
     nothing in exact arithmetic and keeps full float64 precision when ``||W||`` is large.
 
+    The floor (this book's): one relative rounding ``u |y|`` of the answer to probe ``l``, column
+    ``j`` moves the measured ``u_l^T W e_j`` by ``e_lj = u |v_j + alpha u_l^T v| |L_lj| /
+    (|u_l^T v| t* sigma'(t*))`` at the best logit ``t*``
+    (:func:`companion._learner.best_relative_scale`), and the solve with the probes amplifies
+    ``||E||_F`` by about ``||U^-1||_F / sqrt(d)``: ``floor_W = ||U^-1||_F ||E||_F /
+    (sqrt(d) ||W||_F)``, conditioning times precision. ``v`` is read once: ``floor_v = u``.
     References
     ----------
     .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
@@ -343,6 +370,8 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
     verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
     start = reserve(oracle, d + d * d + verify, "learn_single_head")
+    prec = AnswerPrecision(oracle, precision, seed=seed + 2)
+    band = saturation_band(prec.value, SATURATION)
 
     # Step 1: v from d length-1 queries.
     v = read_value_vector(oracle)
@@ -352,9 +381,17 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
     # Step 3 (probes), then step 2 column by column, in batches of whole columns.
     U = probe_matrix(v, probes, seed=seed)
     uv = U @ v
+    n_requeries = 0
+    if auto and prec.coarse:
+        # One probe scale for relative rounding, from the first column at c = 1 (asked again below).
+        t0, a0 = invert_two_token(oracle(column_queries(U, 0, c0)), v[0], uv, c0)
+        c_first = np.full(d, c0)
+        n_requeries += d + remeasure_saturated(
+            lambda idx, c: invert_two_token(oracle(column_queries(U[idx], 0, c)), v[0], uv[idx], c),
+            t0, a0, c_first, band=band)
+        c0 = best_relative_scale(t0 / c_first**2)
     T = np.empty((d, d))          # T[l, j] = measured logit c^2 u_l^T W e_j
     C = np.full((d, d), c0)       # C[l, j] = final scale c of that probe
-    n_requeries = 0
     # One buffer of whole columns, reused: its first tokens hold c u_l, and only entry j of the
     # two tokens changes from column to column, so the queries cost O(d) to build per column.
     # The values are bit-for-bit those of column_queries(U, j, c0).
@@ -376,7 +413,7 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
                 def measure(idx, c, j=j):
                     return invert_two_token(oracle(column_queries(U[idx], j, c)), v[j], uv[idx], c)
 
-                n_requeries += remeasure_saturated(measure, T[:, j], alpha, C[:, j])
+                n_requeries += remeasure_saturated(measure, T[:, j], alpha, C[:, j], band=band)
     if not np.all(np.isfinite(T)):
         l, j = np.argwhere(~np.isfinite(T))[0]
         advice = "the oracle is not a single head" if auto else 'use scale="auto"'
@@ -397,13 +434,38 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         "n_requeries": n_requeries,
         "max_abs_logit": float(np.max(np.abs(T))),
     }
+    kappa_W = probe_floor(U, lu, T, C, v, uv, W)
     message = (f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)"
                + (f" and {n_requeries} re-measurements of saturated probes" if n_requeries else ""))
     checked = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), verify,
                              rtol=verify_rtol, seed=seed + 1, scale=float(np.sqrt(np.median(C))),
-                             what="a single attention head (Theorem 4.1's assumption)")
+                             what="a single attention head (Theorem 4.1's assumption)",
+                             precision=prec, size=head_check_size(W, v, kappa_W, 1.0),
+                             floor=lambda u: kappa_W * u)
+    diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * prec.value, floor_v=prec.value)
+    if prec.known:
+        message += f"; {prec.describe()}, attainable relative error of W about {kappa_W * prec.value:.1e}"
+    if prec.source == "measured":
+        message += ("; the precision was measured after learning, so the probe scale was not chosen "
+                    "for it: pass precision='measure' (24 queries first) to reach the floor")
     return build(Recovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=W, v=v)
+                 diagnostics=diagnostics, precision=prec, W=W, v=v)
+
+
+def probe_floor(U, lu, T, C, v, uv, W) -> float:
+    """``floor_W / u`` of :func:`learn_single_head`: the relative error of ``W`` per unit rounding.
+
+    See the Notes of :func:`learn_single_head`; ``T``, ``C`` are the measured logits and scales,
+    ``lu`` the LU factors of the probes ``U``.
+    """
+    d = U.shape[0]
+    L = T / C**2
+    alpha = expit(T)
+    s_best = BEST_LOGIT * expit(BEST_LOGIT) * expit(-BEST_LOGIT)
+    E = np.abs(v[None, :] + alpha * uv[:, None]) * np.abs(L) / (np.abs(uv)[:, None] * s_best)
+    U_inv_F = float(np.linalg.norm(lu_solve(lu, np.eye(d))))
+    nW = float(np.linalg.norm(W))
+    return U_inv_F * float(np.linalg.norm(E)) / (np.sqrt(d) * nW) if nW > 0 else 0.0
 
 
 def sweep_point(d, *, seed, probes="basis", entry_scale=None, scale="auto") -> dict:

@@ -1,4 +1,4 @@
-"""Low-rank heads from rank-one projections (Theorems 5.1, 5.2) and query-optimal recovery (§5).
+"""Low-rank heads from rank-one projections (Theorems 5.1, 5.2) and at the degrees-of-freedom count (§5).
 
 A head whose merged matrix ``W`` has rank ``r`` (the head dimension) has only ``r (2d - r)`` degrees
 of freedom, far fewer than the ``d**2`` entries Theorem 4.1 reads one by one. Every learner here
@@ -41,7 +41,9 @@ from ._streaming import CHUNK_BYTES, answer_rop, chunk_queries
 from ._validation import as_float_array, check_choice, check_int, check_real
 from .errors import (InvalidInputError, NotIdentifiableError, OracleInconsistentError,
                      SolverError)
-from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
+from ._learner import (DEFAULT_VERIFY, AnswerPrecision, best_relative_scale, build, check_verify,
+                       head_check_size, measurement_errors, reserve, saturation_band,
+                       verify_outputs)
 from .attention import SingleHead
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES
@@ -91,6 +93,12 @@ _MESSAGES = {
         "either m={m} measurements ({C:.2f} r(2d - r)) are too few for this draw (raise "
         "n_measurements or change seed), or rank(W*) > rank={r} (pass a larger rank)."
     ),
+    "rank_small_rounding": (
+        "the oracle's head has rank above the assumed rank={r}: singular value {i} of the {k} x {k} "
+        "core is {s:.3g} relative, beyond its measured rounding level {noise:.3g} (twice the "
+        "core's change when asked again at another scale; {prec}). Rounding cannot explain it: "
+        "pass a larger rank, or rank=None with method='sketch' to detect it."
+    ),
     "rank_small": (
         "the oracle's head has rank above the assumed rank={r}: {what} (relative {err:.3g} > "
         "rank_tol={tol:.3g}). Pass a larger rank, or rank=None with method='sketch' to detect it."
@@ -122,7 +130,8 @@ def _invert_rop(y, av, bv, c):
         return logit(alpha), alpha
 
 
-def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, segments=None):
+def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, segments=None,
+                     c_start=1.0, band=SATURATION):
     """Measure ``a_k^T W* b_k`` with one two-token value query each, keeping the sigmoid unsaturated.
 
     The rank-one projection of §5: the query ``c_k [(a_k + b_k)^T; b_k^T]``
@@ -150,6 +159,12 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
     segments : sequence of int, default=None
         Lengths of runs of measurements in which ``rows`` and ``cols`` are each constant or
         consecutive (the rows and columns of a cross), which are then sent without gathers.
+    c_start : float, default=1.0
+        With ``scale="auto"``, the scale every query starts at (e.g. one chosen for relative
+        rounding by :func:`companion._learner.best_relative_scale`).
+    band : float, default=SATURATION
+        Weights outside ``[band, 1 - band]`` are re-measured (see
+        :func:`companion._learner.saturation_band` for answers with coarse precision).
 
     Returns
     -------
@@ -157,7 +172,8 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
         The measurements ``a_k^T W* b_k``, to rounding (about 1e-15 relative for unsaturated
         weights).
     info : dict
-        ``n_requeries`` (extra queries), ``scales`` (m,) the final ``c_k``, ``max_abs_logit``.
+        ``n_requeries`` (extra queries), ``scales`` (m,) the final ``c_k``, ``max_abs_logit``,
+        ``av`` and ``bv`` (m,) the ``a_k^T v`` and ``b_k^T v``.
 
     Raises
     ------
@@ -208,7 +224,7 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
     else:
         scale = check_real(scale, "scale", minimum=0.0, strict=True)
     auto = isinstance(scale, str)
-    c0 = 1.0 if auto else float(scale)
+    c0 = float(c_start) if auto else float(scale)
     av, bv = A @ v, B @ v
     if rows is not None:
         av = av[rows]
@@ -231,7 +247,7 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
                                cols=idx if cols is None else cols[idx])
             return _invert_rop(y_idx, av[idx], bv[idx], c)
 
-        n_requeries = remeasure_saturated(measure, T, alpha, C)
+        n_requeries = remeasure_saturated(measure, T, alpha, C, band=band)
     if not np.all(np.isfinite(T)):
         k = int(np.flatnonzero(~np.isfinite(T))[0])
         advice = "the oracle is not a single head" if auto else 'use scale="auto" or a smaller scale'
@@ -239,7 +255,8 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
             f"the attention weight of measurement {k} is {alpha[k]!r}, outside (0, 1), so "
             f"sigma^-1 is undefined; {advice}."
         )
-    info = {"n_requeries": n_requeries, "scales": C, "max_abs_logit": float(np.max(np.abs(T)))}
+    info = {"n_requeries": n_requeries, "scales": C, "max_abs_logit": float(np.max(np.abs(T))),
+            "av": av, "bv": bv}
     return T / C**2, info
 
 
@@ -403,37 +420,83 @@ def _cross_indices(d, k0, k1, n=None):
     return np.concatenate(rows), np.concatenate(cols), (seg if n is not None else None)
 
 
-def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
+def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
     """Measure a growing cross of ``M = L W R`` and return ``W = L^T (Nystrom of M) R^T``.
 
     Memory: ``L``, ``R``, ``M`` and ``W`` (``d x d`` each) and one chunk of queries; ``W`` is
     assembled from its rank-``rho`` factors, ``O(d^2 rho)`` work.
+
+    A singular value of the core counts as zero below the largest of ``rank_tol * s_1``, 1e-12
+    and, once the answers' precision is known to be coarser than float64's (stated, or measured
+    because the float64 decision found too high a rank), the core's *measured* rounding level:
+    the ``k x k`` core is asked again at a scale ``sqrt(3/2)`` larger (not a power of two, so
+    every product is rounded anew; ``k^2`` queries, counted as re-measurements), and the level is
+    ``2 ||M_1 - M_2||_2``. Two independent roundings ``N_1``, ``N_2`` of the core have
+    ``||N_1 - N_2||_2`` about ``sqrt(2) ||N_1||_2``, and a singular value that is zero in exact
+    arithmetic is at most ``||N_1||_2`` after rounding (Weyl), so the level sits a factor
+    ``2 sqrt(2)`` above what rounding can create. It is measured, not modelled: it holds however
+    the framework accumulates (float32 sums for bfloat16 kernels, or not).
     """
     d = v.shape[0]
     L, RT = _sketch_bases(v, rng)
     M = np.full((d, d), np.nan)
+    E_best = np.zeros((d, d))               # ... at the best scale (the floor)
     n_req = 0
     max_logit = 0.0
     n = chunk_queries(d)
+    band = saturation_band(prec.value, SATURATION)
+    c_start = 1.0
+    if prec.coarse and isinstance(scale, str):
+        # One scale for relative rounding, from the first row of the cross at c = 1 (asked again).
+        t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=np.zeros(d, int),
+                                    cols=np.arange(d), band=band)
+        n_req += d + info["n_requeries"]
+        c_start = best_relative_scale(t)
 
     def grow(k0, k1):
         nonlocal n_req, max_logit
         i, j, seg = _cross_indices(d, k0, k1, n)
         if i.size:
             t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
-                                       segments=seg)
+                                        segments=seg, c_start=c_start, band=band)
             M[i, j] = t
+            E_best[i, j] = measurement_errors(1.0, t, info["scales"], info["av"], info["bv"],
+                                              best=True)
             n_req += info["n_requeries"]
             max_logit = max(max_logit, info["max_abs_logit"])
+
+    levels = {}
+
+    def core_level(k):
+        """``2 ||M_1 - M_2||_2`` of the ``k x k`` core asked at two scales (see above)."""
+        nonlocal n_req
+        if k not in levels:
+            i, j = (a.ravel() for a in np.meshgrid(np.arange(k), np.arange(k), indexing="ij"))
+            t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
+                                        c_start=c_start * math.sqrt(1.5), band=band)
+            n_req += i.size + info["n_requeries"]
+            levels[k] = 2.0 * float(np.linalg.norm(t.reshape(k, k) - M[:k, :k], 2))
+        return levels[k]
+
+    def rank_of(s, k):
+        noise = core_level(k) if prec.coarse else 0.0
+        return int(np.sum(s > max(rank_tol * s[0], _NOISE_FLOOR, noise))) if s.size else 0, noise
 
     if rank is not None:
         k = min(d, rank + oversample)
         grow(0, k)
         s = np.linalg.svd(M[:k, :k], compute_uv=False)
-        if k > rank and _numerical_rank(s, rank_tol) > rank:
+        if k > rank and rank_of(s, k)[0] > rank and prec.measure():
+            pass                                            # re-decided below with the measured u
+        rho_k, noise = rank_of(s, k)
+        if k > rank and rho_k > rank:
+            if prec.coarse:
+                raise OracleInconsistentError(_MESSAGES["rank_small_rounding"].format(
+                    r=rank, i=rank + 1, k=k, s=s[rank] / s[0], noise=noise / s[0],
+                    prec=prec.describe()))
             raise OracleInconsistentError(_MESSAGES["rank_small"].format(
                 r=rank, what=f"singular value {rank + 1} of the {k} x {k} core is nonzero",
-                err=s[rank] / s[0], tol=rank_tol))
+                err=s[rank] / s[0], tol=max(rank_tol, noise / s[0])))
         detected = None
     else:
         k = 0
@@ -441,18 +504,25 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng):
             grow(k, k + 1)
             k += 1
             s = np.linalg.svd(M[:k, :k], compute_uv=False)
-            if k == d or _numerical_rank(s, rank_tol) < k:
+            if k == d or rank_of(s, k)[0] < k:
                 break
-        detected = _numerical_rank(s, rank_tol)
+        detected = rank_of(s, k)[0]
+    tol_used = max(rank_tol, rank_of(s, k)[1] / s[0]) if s.size and s[0] > 0 else rank_tol
     if k == d:
-        rho = _numerical_rank(s, rank_tol)
+        rho = rank_of(s, k)[0]
         W = L.T @ M @ RT
+        amp = 1.0
     else:
-        F, G, s, rho = _nystrom_factors(M[:, :k], M[:k, :], k, rank, rank_tol)
+        F, G, s, rho = _nystrom_factors(M[:, :k], M[:k, :], k, rank, tol_used)
         factors = (L.T @ F, G @ RT)
         W = factors[0] @ factors[1]
+        amp = 1.0 + float(np.linalg.norm(F, 2) * np.linalg.norm(G, 2)) / max(float(s[0]), _NOISE_FLOOR)
+    nW = float(np.linalg.norm(W))
+    measured = ~np.isnan(M)
+    kappa = amp * float(np.linalg.norm(E_best[measured])) / nW if nW > 0 else 0.0
     info = {"cross_size": k, "core_singular_values": s, "rank_detected": detected,
-            "n_requeries": n_req, "max_abs_logit": max_logit, "rank_used": rho}
+            "n_requeries": n_req, "max_abs_logit": max_logit, "rank_used": rho,
+            "kappa_W": kappa, "rank_tol_used": tol_used}
     if k < d:
         info["factors"] = factors            # W = F G, rank rho: its SVD in O(d rho^2)
     return W, info
@@ -515,7 +585,7 @@ def _sign_normalised_svd(W, r, factors=None):
 
 def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, oversample=1,
                    rank_tol=1e-8, scale="auto", solver_eps=1e-9, max_iter=50, tol=1e-13,
-                   verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0):
+                   verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, precision=None):
     """Recover a head whose merged ``W`` has rank at most ``rank`` from few value queries (§5).
 
     Parameters
@@ -530,7 +600,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         ``"nuclear"``: ``m`` Gaussian ROP measurements and ``min ||W||_* s.t. <a_k b_k^T, W> = t_k``
         through cvxpy with SCS, the program of Theorems 5.1 / 5.2 (an SDP: keep ``d <= 60``).
         ``"rgn"``: the same measurements, Riemannian Gauss-Newton from a spectral start.
-        ``"sketch"``: the query-optimal cross of ``k = rank + oversample`` rows and columns of
+        ``"sketch"``: the cross of ``k = rank + oversample`` rows and columns of
         a randomly rotated ``W``; ``d + k (2d - k)`` queries.
     n_measurements : int, default=None
         Number ``m`` of Gaussian ROP measurements for ``"nuclear"`` / ``"rgn"``; at least
@@ -564,6 +634,13 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         Largest relative disagreement the check accepts.
     seed : int, default=0
         Seed of ``numpy.random.default_rng`` for the measurement vectors and rotations.
+    precision : None, "measure", str or float, default=None
+        The relative rounding ``u`` of the answers, as in
+        :func:`companion.exact.learn_single_head`. ``"sketch"``: the rank decision counts a
+        singular value as zero below the rounding level of the core (see ``_sketch``), measured
+        from the answers if the check fails and nobody stated ``u``; a known coarse ``u`` sets
+        one probe scale for relative rounding from the cross's first row (``d`` re-measurements).
+        Every method: the verification tolerance follows ``u``.
 
     Returns
     -------
@@ -680,6 +757,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         planned = d + m
     start = reserve(oracle, planned + verify, "learn_low_rank")
     rng = np.random.default_rng(seed)
+    prec = AnswerPrecision(oracle, precision, seed=seed + 2)
 
     v = read_value_vector(oracle)
     if not np.any(v):
@@ -688,9 +766,10 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     diagnostics = {}
     if method == "sketch":
         W, info = _sketch(oracle, v, r, oversample=oversample, rank_tol=rank_tol, scale=scale,
-                          rng=rng)
+                          rng=rng, prec=prec)
         diagnostics.update(info)
-        diagnostics["n_measurements"] = oracle.n_queries - start - d - info["n_requeries"]
+        diagnostics["n_measurements"] = (oracle.n_queries - start - d - info["n_requeries"]
+                                         - prec.n_queries)
         r_out = info["rank_used"]
         how = (f"a cross of {info['cross_size']} rows and columns"
                + (f", rank {info['rank_detected']} detected" if r is None else ""))
@@ -715,11 +794,23 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     message = f"recovered a rank-{r_out} W and v from {d} + {oracle.n_queries - start - d} value queries: {how}"
     if diagnostics.get("n_requeries"):
         message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
+    kappa_W = diagnostics.pop("kappa_W", 0.0)
     checked = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), verify,
                              rtol=verify_rtol, seed=seed + 1,
-                             what=f"a single head with rank(W*) <= {r_out} recovered by {method!r}")
+                             what=f"a single head with rank(W*) <= {r_out} recovered by {method!r}",
+                             precision=prec, size=head_check_size(W, v, kappa_W, 1.0),
+                             floor=lambda u: kappa_W * u)
+    if method == "sketch":
+        diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * prec.value, floor_v=prec.value)
+        if prec.known:
+            message += (f"; {prec.describe()}, attainable relative error of W about "
+                        f"{kappa_W * prec.value:.1e}")
+        if prec.source == "measured":
+            message += ("; the precision was measured after learning, so the probe scale was not chosen "
+                        "for it: pass precision='measure' (24 queries first) to reach the floor")
     return build(LowRankRecovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=W, v=v, rank=int(r_out), method=method)
+                 diagnostics=diagnostics, W=W, v=v, rank=int(r_out), method=method,
+                 precision=prec)
 
 
 #: Measurement designs of :func:`recovery_trial`.

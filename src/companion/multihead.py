@@ -467,7 +467,7 @@ class Detection:
     message: str
 
 
-def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0) -> Detection:
+def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0, precision=None) -> Detection:
     """Run the single-head learner, then test its answer on ``verify`` fresh random queries.
 
     Parameters
@@ -481,6 +481,14 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0) -> Detection:
         Largest relative disagreement that still counts as "one head".
     seed : int, default=0
         Seed of the verification queries.
+    precision : None, "measure", str or float, default=None
+        The relative rounding ``u`` of the answers, as in
+        :func:`companion.exact.learn_single_head` (stated by the oracle if None, else measured
+        when the float64 check fails). "One head" then means a disagreement within the larger of
+        ``rtol`` and the rounding tolerance ``size(X) u``
+        (:func:`companion._learner.head_check_size`), so a float32-served single head is not
+        called multi-head, while a multi-head layer, whose disagreement does not shrink with
+        ``u``, still is.
 
     Returns
     -------
@@ -494,6 +502,9 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0) -> Detection:
         If ``verify < 1`` or ``rtol <= 0``.
     NotIdentifiableError
         If the length-1 queries return 0 (then ``sum_h v^(h) = 0`` and the learner cannot start).
+    PrecisionError
+        If the answers are too coarse (float16, bfloat16) for the check to tell one head from
+        several (:func:`companion._learner.verify_outputs`).
 
     Notes
     -----
@@ -524,15 +535,26 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0) -> Detection:
         oracle.require(d + d * d + verify, learner="detect_multi_head")
     start = oracle.n_queries
     try:
-        rec = learn_single_head(oracle, verify=0)
+        rec = learn_single_head(oracle, verify=0, precision=precision)
     except OracleInconsistentError as exc:
         return Detection(False, float("inf"), oracle.n_queries - start, None,
                          f"not a single head: Theorem 4.1's inversion failed ({exc})")
+    from ._learner import AnswerPrecision, head_check_size
+
+    prec = AnswerPrecision(oracle, precision if precision != "measure" else rec.diagnostics["precision"],
+                           seed=seed + 2)
     scale = float(np.sqrt(np.median(rec.diagnostics["scales"])))
-    err = verify_single_head(oracle, rec.W, rec.v, verify, rtol=np.inf, scale=scale, seed=seed)
-    single = bool(err <= rtol)
-    msg = (f"{'consistent with' if single else 'not'} a single head: largest relative "
-           f"disagreement {err:.3g} on {verify} fresh queries (tolerance {rtol:.3g})")
+    size = head_check_size(rec.W, rec.v, rec.diagnostics["kappa_W"], 1.0)
+    try:
+        info = verify_outputs(oracle, SingleHead(rec.W, rec.v), lambda x: np.max(np.abs(x @ rec.v)),
+                              verify, rtol=rtol, seed=seed, scale=scale, precision=prec, size=size,
+                              what="a single attention head")
+        single, err, tol = True, info["verify_max_error"], info["verify_tolerance"]
+        msg = (f"consistent with a single head: largest relative disagreement {err:.3g} on "
+               f"{verify} fresh queries (tolerance {tol:.3g}; {prec.describe()})")
+    except OracleInconsistentError as exc:
+        single, err = False, getattr(exc, "max_error", float("inf"))
+        msg = f"not a single head: {exc}"
     return Detection(single, float(err), oracle.n_queries - start, rec, msg)
 
 

@@ -27,7 +27,9 @@ The contract (README, *Reproducibility*; the book's page ``book/reproducibility.
 A table (an output with an HTML ``<table>``) is compared through its HTML, cell by cell; its plain
 text rendering, which wraps columns, is not compared.
 
-Images (PNG, JPEG) are not compared; figures are checked by the browser test.
+Images (PNG, JPEG, SVG) are not compared pixel by pixel; their presence is (:func:`compare_figures`):
+a re-run that lacks a figure the committed output has (e.g. a figure shown only as
+``<Figure size 640x360 with 1 Axes>`` under a non-inline matplotlib backend) differs.
 
 For example (a rounding-level error, a changed error, a tolerance in bits, a count):
 
@@ -49,7 +51,7 @@ import re
 from pathlib import Path
 
 __all__ = ["ROUNDING_LEVEL", "SANITIZE", "compare_text", "compare_outputs", "compare_notebooks",
-           "cell_rules", "glue_tolerances", "NumberStat", "summarize"]
+           "cell_rules", "glue_tolerances", "compare_figures", "FIGURE_MIMES", "NumberStat", "summarize"]
 
 #: Numbers below this magnitude in both outputs are at rounding level and match (rule 1).
 ROUNDING_LEVEL = 1e-9
@@ -66,6 +68,8 @@ _NUMBER = re.compile(
     r"(?![\w])"
 )
 _SKIPPED_MIME = ("image/png", "image/jpeg", "image/svg+xml", "application/vnd.jupyter.widget-view+json")
+#: The MIME types of a figure: their presence and number is compared, not their bytes.
+FIGURE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
 
 
 def _sanitize(text: str) -> str:
@@ -277,6 +281,53 @@ def _text(data) -> str:
     return json.dumps(data, sort_keys=True)
 
 
+def _figure_counts(outputs) -> dict:
+    counts: dict = {}
+    for out in outputs:
+        if out.get("output_type") in ("display_data", "execute_result"):
+            for mime in FIGURE_MIMES:
+                if mime in (out.get("data") or {}):
+                    counts[mime] = counts.get(mime, 0) + 1
+    return counts
+
+
+def compare_figures(reference_outputs, test_outputs) -> list[str]:
+    """Figures the committed outputs of one code cell have and a re-run's lack (or adds), by kind.
+
+    Only the kinds (``image/png``, ``image/jpeg``, ``image/svg+xml``) and the number of figure
+    outputs are compared, never their pixels: a re-run under another matplotlib or FreeType draws
+    other bytes, but a figure that went missing (a backend that shows only the figure's repr) is
+    a difference.
+
+    Parameters
+    ----------
+    reference_outputs, test_outputs : list of dict
+        nbformat outputs of one code cell, the committed ones first.
+
+    Returns
+    -------
+    list of str
+        One line per figure kind whose count differs; empty if both have the same figures.
+
+    Examples
+    --------
+    >>> png = {"output_type": "execute_result", "data": {"image/png": "iVBO", "text/plain": "<Figure>"}}
+    >>> repr_only = {"output_type": "execute_result", "data": {"text/plain": "<Figure>"}}
+    >>> compare_figures([png], [png])
+    []
+    >>> compare_figures([png], [repr_only])
+    ['figures: 0 image/png outputs where 1 are committed (a figure is missing)']
+    """
+    ref, test = _figure_counts(reference_outputs), _figure_counts(test_outputs)
+    out = []
+    for mime in FIGURE_MIMES:
+        r, t = ref.get(mime, 0), test.get(mime, 0)
+        if r != t:
+            why = "a figure is missing" if t < r else "a figure more than committed"
+            out.append(f"figures: {t} {mime} outputs where {r} are committed ({why})")
+    return out
+
+
 def compare_outputs(reference_outputs, test_outputs, *, rules=(), glue=None, stats=None) -> list[str]:
     """Differences between the committed outputs of one code cell and a re-run's.
 
@@ -294,8 +345,12 @@ def compare_outputs(reference_outputs, test_outputs, *, rules=(), glue=None, sta
     Returns
     -------
     list of str
-        One line per difference; empty if the outputs match.
+        One line per difference; empty if the outputs match. Missing figures come first
+        (:func:`compare_figures`).
     """
+    figures = compare_figures(reference_outputs, test_outputs)
+    if figures:
+        return figures
     glue = glue or {}
     ref, test = _flatten(reference_outputs), _flatten(test_outputs)
     if any("<table" in text for text, _ in ref.get("text/html", [])):

@@ -39,7 +39,9 @@ from ._validation import apply_by_length, as_sequences, check_choice, check_int,
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
 
 __all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "AntisymmetrisedOracle", "NOISE_MODELS",
-           "PERTURB_ENV", "PERTURB_SEED", "perturbation_ulps", "perturb"]
+           "PERTURB_ENV", "PERTURB_SEED", "perturbation_ulps", "perturb",
+           "measure_precision", "stated_precision", "as_precision", "FORMATS", "unit_roundoff",
+           "round_to", "nearest_format"]
 
 #: The environment variable of the perturbation test mode (module docstring).
 PERTURB_ENV = "COMPANION_PERTURB_ULPS"
@@ -137,6 +139,11 @@ class ValueQueryOracle:
         Largest number of queries the oracle will answer; ``None`` means unlimited.
     record : bool, default=False
         Keep a copy of every query and its answer in ``log``.
+    precision : str or float, default=None
+        The precision the answers are computed in, as the oracle states it: a format of
+        :data:`FORMATS` (``"float32"``, ``"bfloat16"``, ...) or its relative
+        rounding ``u`` as a float in ``(0, 1)``. ``None``: not stated (an exact float64 oracle, or
+        a black box whose learner measures it with :func:`measure_precision` when a check needs it).
 
     Attributes
     ----------
@@ -152,6 +159,8 @@ class ValueQueryOracle:
         Every query and its answer, in order, when ``record=True``; else empty.
     tau : float
         The tolerance of the answers: 0 for this exact oracle.
+    precision : float or None
+        The stated relative rounding ``u`` of the answers (``precision`` as a float), or None.
 
     Raises
     ------
@@ -173,7 +182,7 @@ class ValueQueryOracle:
 
     tau = 0.0
 
-    def __init__(self, target, *, d=None, budget=None, record=False):
+    def __init__(self, target, *, d=None, budget=None, record=False, precision=None):
         if not callable(target):
             raise InvalidInputError(
                 f"target must be callable on a batch (B, N, d); got {type(target).__name__}."
@@ -190,6 +199,7 @@ class ValueQueryOracle:
         self.record = bool(record)
         self.n_queries = 0
         self.log: list[tuple[np.ndarray, float]] = []
+        self.precision = None if precision is None else as_precision(precision)
 
     @property
     def remaining(self):
@@ -247,6 +257,172 @@ class ValueQueryOracle:
     def __repr__(self):
         budget = "" if self.budget is None else f", budget={self.budget}"
         return f"{type(self).__name__}(d={self.d}, n_queries={self.n_queries}{budget})"
+
+
+#: Floating-point formats of a served model, with the number of stored fraction bits.
+FORMATS = {"float64": 52, "float32": 23, "float16": 10, "bfloat16": 7}
+
+
+def unit_roundoff(fmt) -> float:
+    """The relative rounding ``u = 2**-(p + 1)`` of a format with ``p`` fraction bits.
+
+    Rounding to nearest moves a value ``x`` in the normal range by at most ``u |x|`` (Higham,
+    *Accuracy and Stability of Numerical Algorithms*, 2002, Thm 2.2): half an ulp of 1.
+
+    Examples
+    --------
+    >>> unit_roundoff("float32") == 2.0**-24, unit_roundoff("bfloat16") == 2.0**-8
+    (True, True)
+    >>> unit_roundoff("float64") == float(np.finfo(np.float64).eps) / 2
+    True
+    """
+    check_choice(fmt, "fmt", tuple(FORMATS))
+    return 2.0 ** -(FORMATS[fmt] + 1)
+
+
+def round_to(x, fmt) -> np.ndarray:
+    """``x`` rounded to nearest (ties to even) in ``fmt``, returned as float64.
+
+    bfloat16 is rounded through float32 (:func:`round_bfloat16`), as a model
+    that computes in float32 and stores bfloat16 does.
+    """
+    check_choice(fmt, "fmt", tuple(FORMATS))
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        if fmt == "float64":
+            return x.copy()
+        if fmt == "bfloat16":
+            return round_bfloat16(x)
+        return x.astype(np.dtype(fmt)).astype(np.float64)
+
+
+def nearest_format(u) -> str:
+    """The format of :data:`FORMATS` whose unit roundoff is nearest to ``u`` in ratio.
+
+    Examples
+    --------
+    >>> nearest_format(3e-8), nearest_format(2e-3), nearest_format(0.0)
+    ('float32', 'bfloat16', 'float64')
+    """
+    if not u > 0:
+        return "float64"
+    return min(FORMATS, key=lambda f: abs(np.log(u / unit_roundoff(f))))
+
+
+def as_precision(precision) -> float:
+    """A stated precision (a name of :data:`FORMATS`, or a relative rounding in (0, 1/2]) as ``u``.
+
+    Raises
+    ------
+    InvalidInputError
+        For an unknown format or a number outside (0, 1/2].
+    """
+    if isinstance(precision, str):
+        return unit_roundoff(check_choice(precision, "precision", tuple(FORMATS)))
+    return check_real(precision, "precision", minimum=0.0, strict=True, maximum=0.5)
+
+
+def stated_precision(oracle):
+    """The relative rounding ``u`` an oracle states (``oracle.precision``), or None if it states none.
+
+    An :class:`AntisymmetrisedOracle` states its underlying oracle's.
+    """
+    inner = getattr(oracle, "oracle", None)
+    u = getattr(oracle, "precision", None)
+    if u is None and inner is not None:
+        u = getattr(inner, "precision", None)
+    return None if u is None else float(u)
+
+
+def _significant_bits(y: np.ndarray) -> int:
+    """The most significant bits any nonzero entry of ``y`` needs (53 for a full float64)."""
+    y = np.asarray(y, dtype=np.float64)
+    y = y[(y != 0) & np.isfinite(y)]
+    if y.size == 0:
+        return 0
+    m = (y.view(np.uint64) & np.uint64(2**52 - 1)) | np.uint64(2**52)   # mantissa, hidden bit set
+    tz = np.zeros(m.shape, dtype=np.int64)
+    for k in range(53):                                                  # trailing zero bits
+        tz += ((m >> np.uint64(k)) & np.uint64(1) == 0) & (tz == k)
+    return int(53 - tz.min())
+
+
+def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
+    """Measure the relative rounding of an oracle's answers from ``3 n`` queries, knowing no model.
+
+    Attention has exact invariances that a floating-point evaluation does not keep bit for bit:
+
+    * **permuting the tokens before the last** leaves ``f(X) = sum_i alpha_i x_i^T v`` unchanged
+      (the softmax and the weighted sum are symmetric in the tokens; the last is the query);
+    * **repeating every token** (``x_1, x_1, ..., x_N, x_N``) leaves it unchanged too (every weight
+      ``e^{s_i}`` appears twice in the numerator and in the denominator).
+
+    In exact arithmetic the three answers to ``X``, its reversal before the last token and its
+    doubling agree, so their spread is the rounding of the served computation (its sums are taken
+    in another order and over other lengths). The estimate from the spreads is the median, over
+    ``n`` random ``X`` (``length`` tokens ``N(0, I_d / d)``, the verification queries'
+    distribution), of ``(max - min)`` of the three answers divided by the root-mean-square answer.
+    A served model that rounds its *output* to a short format (bfloat16) hides that spread below
+    its last bit; so the answers' granularity is read too: an answer with ``p`` significant bits
+    has rounding ``2**-p``, and the largest ``p`` over all answers bounds the format's. The
+    measured precision ``u`` is the larger of the two estimates. It measures the rounding unit of
+    the answers, not the error of every answer: thresholds multiply it by a size factor
+    (:func:`companion._learner.rounding_tolerance`), like ``numpy.linalg.matrix_rank``'s
+    ``eps * max(M, N)``.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Any value-query oracle; ``3 n`` of its queries are spent (counted, and budgeted before
+        the first).
+    n : int, default=8
+        Random sequences, ``>= 1``.
+    length : int, default=8
+        Their length, ``>= 3`` (two tokens before the last, so that a permutation changes them).
+    seed : int, default=0
+        Seed of ``numpy.random.default_rng``.
+
+    Returns
+    -------
+    dict
+        ``u`` (the measured relative rounding), ``u_spread``, ``u_granularity``, ``bits`` (the
+        largest significant bits seen), ``format`` (:func:`nearest_format` of
+        ``u``) and ``n_queries`` (``3 n``).
+
+    Raises
+    ------
+    BudgetExceededError
+        If fewer than ``3 n`` queries remain (before the first).
+
+    Examples
+    --------
+    >>> from companion.attention import random_single_head
+    >>> from companion.served import ServedHead
+    >>> m = measure_precision(ValueQueryOracle(ServedHead(random_single_head(16, seed=0))))
+    >>> m["format"], m["n_queries"], bool(1e-8 < m["u"] < 1e-6)
+    ('float32', 24, True)
+    >>> measure_precision(ValueQueryOracle(random_single_head(16, seed=0)))["format"]
+    'float64'
+    """
+    n = check_int(n, "n", minimum=1)
+    length = check_int(length, "length", minimum=3)
+    seed = check_int(seed, "seed", minimum=0)
+    d = int(oracle.d)
+    if hasattr(oracle, "require"):
+        oracle.require(3 * n, learner="measure_precision")
+    X = np.random.default_rng(seed).standard_normal((n, length, d)) / np.sqrt(d)
+    P = X.copy()
+    P[:, :-1] = X[:, -2::-1]                             # reversed before the last token
+    R = np.repeat(X, 2, axis=1)                          # every token twice; x_N stays last
+    Y = np.stack([np.asarray(oracle(X), dtype=np.float64), np.asarray(oracle(P), dtype=np.float64),
+                  np.asarray(oracle(R), dtype=np.float64)])
+    rms = float(np.sqrt(np.mean(Y**2)))
+    u_spread = float(np.median(Y.max(axis=0) - Y.min(axis=0)) / rms) if rms > 0 else 0.0
+    bits = _significant_bits(Y)
+    u_gran = 2.0 ** -bits if bits else 0.0
+    u = max(u_spread, u_gran)
+    return {"u": u, "u_spread": u_spread, "u_granularity": u_gran, "bits": bits,
+            "format": nearest_format(u), "n_queries": 3 * n}
 
 
 def _hash_uniform(X: np.ndarray, seed: int) -> np.ndarray:
@@ -362,6 +538,9 @@ class ApproxValueQueryOracle(ValueQueryOracle):
         * ``"float16"``: ``f*`` rounded to IEEE half precision (``numpy.float16``, nearest even).
         * ``"bfloat16"``: ``f*`` rounded to bfloat16 through float32 (``round_bfloat16``), as a
           model served in bfloat16 returns it.
+        * ``"none"``: the target's own answers, unchanged: for a target whose answers already
+          carry their error (a :class:`~companion.served.ServedHead`), ``tau`` being its stated
+          bound. The oracle cannot check that bound.
     seed : int, default=0
         Seed of the hash behind ``"uniform"``.
     digits : int, default=None
@@ -392,7 +571,8 @@ class ApproxValueQueryOracle(ValueQueryOracle):
     def __init__(self, target, tau, *, noise="uniform", seed=0, digits=None, d=None, budget=None,
                  record=False):
         super().__init__(target, d=d, budget=budget, record=record)
-        self.noise = check_choice(noise, "noise", NOISE_MODELS)
+        # "none": the target's own answers (a served model), not a perturbation model
+        self.noise = check_choice(noise, "noise", NOISE_MODELS + ("none",))
         self.seed = check_int(seed, "seed", minimum=0)
         self.digits = None
         if noise == "round":
@@ -415,6 +595,8 @@ class ApproxValueQueryOracle(ValueQueryOracle):
 
     def _answer(self, X: np.ndarray) -> np.ndarray:
         y = self._evaluate(X)
+        if self.noise == "none":
+            return y
         if self.noise == "uniform":
             return _within(y, y + self.tau * _hash_uniform(X, self.seed), self.tau)
         if self.noise == "worst":

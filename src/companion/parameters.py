@@ -14,8 +14,15 @@ clause                          meaning
 ``in [a, b] x [c, d]``          a pair (list of 2) whose entries lie in these intervals
 ``one of a, b, c``              one of these values (numbers or words)
 ``non-empty``                   a list with at least one element
+``a divisor of E``              an integer that divides the integer ``E`` (an expression of the
+                                other parameters, as a bound): ``a divisor of d``
+``a divisor of every E``        an integer that divides every element of the list ``E``:
+                                ``each a divisor of every d_values``
 ``each CLAUSE``                 every element of the list satisfies the clause
 =============================  ==============================================================
+
+A bool parameter takes ``True`` or ``False`` only (``companion run`` reads only ``true`` and
+``false`` as booleans, not YAML 1.1's ``yes``/``no``/``on``/``off``).
 
 Clauses are joined by the word ``and``. For example::
 
@@ -122,11 +129,18 @@ def _parse_clause(part: str, whole: str):
                 raise ParameterError(f"cannot read the interval {piece!r} in the constraint {whole!r}")
             intervals.append(interval)
         return ("in", intervals)
+    if part.startswith("a divisor of "):
+        rest = part[13:].strip()
+        every = rest.startswith("every ")
+        expr = rest[6:].strip() if every else rest
+        if not expr:
+            raise ParameterError(f"cannot read the constraint {whole!r}: 'a divisor of' needs what it divides")
+        return ("divides", expr, every)
     if part.startswith("one of "):
         return ("one of", [coerce_word(w.strip()) for w in part[7:].split(",")])
     raise ParameterError(
         f"cannot read the constraint {whole!r}: each clause is 'in [a, b]', 'in [a, b] x [c, d]', "
-        "'one of a, b', 'non-empty' or 'each CLAUSE', joined by 'and'")
+        "'one of a, b', 'non-empty', 'a divisor of E', 'a divisor of every E' or 'each CLAUSE', joined by 'and'")
 
 
 def coerce_word(word: str):
@@ -227,6 +241,15 @@ def _satisfies(value, clause, env) -> bool:
         return isinstance(value, (list, tuple)) and all(_satisfies(x, clause[1], env) for x in value)
     if kind == "one of":
         return any(value == v and isinstance(value, bool) == isinstance(v, bool) for v in clause[1])
+    if kind == "divides":
+        target = _eval(clause[1], env)
+        targets = list(target) if clause[2] else [target]
+        if isinstance(value, bool) or not isinstance(value, int) or value == 0:
+            return False
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in targets):
+            raise ParameterError(f"the constraint 'a divisor of {'every ' if clause[2] else ''}{clause[1]}' "
+                                 f"needs integers; {clause[1]}={target!r}")
+        return all(t % value == 0 for t in targets)
     if kind == "in":
         intervals = clause[1]
         items = [value] if len(intervals) == 1 else value
@@ -272,6 +295,8 @@ def check(decl: dict, values: dict, *, where: str = "") -> dict:
             hint = ""
             if isinstance(value, str) and isinstance(info["default"], (list, tuple)):
                 hint = "; pass a list as YAML (companion run -p or -f, papermill -y)"
+            elif isinstance(info["default"], bool):
+                hint = "; pass true or false"
             raise ParameterError(
                 f"{prefix}parameter {name}={value!r} must be {_type_name(info['default'])}"
                 f"{', ' + info['spec_text'] if info['spec_text'] else ''} (default {info['default']!r}){hint}"

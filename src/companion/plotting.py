@@ -4,6 +4,11 @@ Every chapter figure is drawn by a function here, so that fonts, sizes, colours 
 across the book. Each function returns the ``matplotlib.figure.Figure`` and draws nothing else; the
 chapter's cell displays it, and cell metadata gives it a caption and a name for ``{numref}``.
 Figures are deterministic: no timestamps, and the Agg backend's PNG output depends only on the data.
+
+In a Jupyter kernel, importing this module makes a figure display as a PNG whatever the
+matplotlib backend (:func:`show_figures_in`): with ``MPLBACKEND=Agg``, common on headless machines
+and CI, IPython would otherwise show only ``<Figure size 640x360 with 1 Axes>`` and the chapter
+would lose its figures.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-__all__ = ["STYLE", "figure", "lines", "bars", "singular_values", "table", "FLOAT64_EPS"]
+__all__ = ["STYLE", "figure", "lines", "bars", "singular_values", "table", "FLOAT64_EPS", "show_figures_in"]
 
 #: Machine epsilon of float64, drawn as a reference line on error plots.
 FLOAT64_EPS = float(np.finfo(np.float64).eps)
@@ -34,6 +39,58 @@ STYLE = {
 }
 
 _MARKERS = "osD^vP*X"
+
+#: The MIME types IPython can render a figure as (``InlineBackend.figure_formats``).
+_FIGURE_MIMES = ("image/png", "image/jpeg", "image/svg+xml", "application/pdf", "image/retina")
+
+
+def show_figures_in(shell=None) -> bool:
+    """Make ``shell`` display every matplotlib figure as a PNG, whatever the backend.
+
+    The inline backend (the Jupyter default) registers a figure formatter with IPython; any other
+    backend, e.g. ``MPLBACKEND=Agg``, leaves a figure with its text repr only. This registers
+    IPython's own PNG formatter (``IPython.core.pylabtools.select_figure_formats``, with the
+    inline backend's ``bbox_inches="tight"``) when the shell has no figure formatter yet, and
+    leaves an existing one (``%config InlineBackend.figure_formats``) as it is. Called when this
+    module is imported in a Jupyter kernel.
+
+    Parameters
+    ----------
+    shell : IPython.core.interactiveshell.InteractiveShell, default=None
+        The shell; by default the running kernel's (a terminal IPython or plain Python: nothing).
+
+    Returns
+    -------
+    bool
+        True if the shell displays figures (it did already, or now does), False without a shell.
+
+    Examples
+    --------
+    >>> show_figures_in(None)          # plain Python: no shell, nothing to do
+    False
+    """
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+        if shell is None or getattr(shell, "kernel", None) is None:
+            return False
+    from matplotlib.figure import Figure
+
+    formatters = shell.display_formatter.formatters
+    for mime in _FIGURE_MIMES:
+        if mime in formatters:
+            try:
+                formatters[mime].lookup_by_type(Figure)
+                return True
+            except KeyError:
+                pass
+    from IPython.core.pylabtools import select_figure_formats
+
+    select_figure_formats(shell, {"png"}, bbox_inches="tight")
+    return True
 
 
 def figure(ncols: int = 1, *, width: float | None = None, height: float | None = None):
@@ -204,3 +261,6 @@ def table(rows, formats=None, *, columns=None):
     if columns:
         df = df.rename(columns=dict(columns))
     return df
+
+
+show_figures_in()

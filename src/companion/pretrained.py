@@ -108,6 +108,21 @@ DATA_FILE = Path(__file__).resolve().parents[2] / "data" / "minilm_l6_heads.npz"
 #: ``data/bert_reference.py``; see :func:`load_reference`.
 REFERENCE_FILE = DATA_FILE.parent / "bert_reference_layer0.npz"
 
+
+def _fetch_command() -> str:
+    """The command that regenerates the weights, with this interpreter (``.venv/bin/python`` of the
+    repository, relative, when it is that one): a bare ``python`` may be one without the library."""
+    import sys
+
+    exe = Path(sys.executable)
+    root = DATA_FILE.parents[1]
+    try:
+        shown = exe.absolute().relative_to(root).as_posix()
+    except ValueError:
+        shown = str(exe)
+    return f"{shown} -m companion.pretrained fetch"
+
+
 #: Arrays of the npz, in the order hashed by :func:`content_sha256`, with their shapes.
 _KEYS = {
     "q_weight": (N_LAYERS, N_HEADS, D_HEAD, D_MODEL),
@@ -232,7 +247,8 @@ def load_weights(path=None) -> dict:
     if key not in _CACHE:
         if not path.is_file():
             raise InvalidInputError(
-                f"weights file {path.name} not found; run `python -m companion.pretrained fetch`."
+                f"weights file {path.name} not found at {path.resolve()}; run `{_fetch_command()}` "
+                "(it writes data/minilm_l6_heads.npz; see data/README.md)."
             )
         with np.load(path) as z:
             arrays = {k: np.array(z[k]) for k in z.files}
@@ -242,7 +258,7 @@ def load_weights(path=None) -> dict:
                 got = None if a is None else (a.shape, str(a.dtype))
                 raise InvalidInputError(
                     f"{path.name}: array {k!r} must be float32 of shape {shape}; got {got}. "
-                    "Regenerate it with `python -m companion.pretrained fetch`."
+                    f"Regenerate it with `{_fetch_command()}`."
                 )
             a.flags.writeable = False
         _CACHE[key] = arrays
@@ -561,12 +577,15 @@ def _kept_heads(head):
     return [check_int(head, "head", minimum=0, maximum=N_HEADS - 1)]
 
 
-def _bert_vector(X, arrays, heads):
+def _bert_vector(X, arrays, heads, dtype=np.float64):
     """Attention block output at the last token, (B, N, 384) -> (B, 384); only ``heads`` computed.
 
-    ``X`` may be a strided view (e.g. homogeneous tokens without their last coordinate).
+    ``X`` may be a strided view (e.g. homogeneous tokens without their last coordinate). With
+    ``dtype=np.float32`` every array and every operation is float32 (the weights are float32 as
+    stored, so the cast is exact), as the model served in float32 computes it.
     """
-    Wq, bq, Wk, bk, Wv, bv, Wo, bo = arrays
+    Wq, bq, Wk, bk, Wv, bv, Wo, bo = (np.asarray(a, dtype=dtype) for a in arrays)
+    X = np.asarray(X, dtype=dtype)
     rows = np.concatenate([np.arange(D_HEAD * h, D_HEAD * (h + 1)) for h in heads])
     B, N, _ = X.shape
     H, r = len(heads), rows.size
@@ -575,12 +594,12 @@ def _bert_vector(X, arrays, heads):
     k = kv[..., :r].reshape(B, N, H, D_HEAD)
     v = kv[..., r:].reshape(B, N, H, D_HEAD)
     q = (X[:, -1, :] @ Wq[rows].T + bq[rows]).reshape(B, H, D_HEAD)        # the last token's query
-    scores = np.einsum("bnhk,bhk->bhn", k, q) / np.sqrt(D_HEAD)
-    context = np.einsum("bhn,bnhk->bhk", softmax(scores, axis=-1), v)      # (B, H, 32)
+    scores = np.einsum("bnhk,bhk->bhn", k, q) / dtype(np.sqrt(D_HEAD))
+    context = np.einsum("bhn,bnhk->bhk", softmax(scores, axis=-1).astype(dtype), v)  # (B, H, 32)
     return context.reshape(B, r) @ Wo[:, rows].T + bo                       # (B, 384)
 
 
-def bert_attention_vector(X, layer, *, head=None, path=None):
+def bert_attention_vector(X, layer, *, head=None, path=None, dtype="float64"):
     """BERT's self-attention block of one layer at the last token, before the residual and LayerNorm.
 
     What the module ``encoder.layer[L].attention`` of a Hugging Face ``BertModel`` computes up to
@@ -602,12 +621,16 @@ def bert_attention_vector(X, layer, *, head=None, path=None):
         output projection; those heads are therefore not computed). ``None`` keeps all 12.
     path : str or Path, default=None
         The npz file.
+    dtype : {"float64", "float32"}, default="float64"
+        Arithmetic: float64 (exact on the float32 weights, to rounding), or float32 throughout,
+        the model as served in float32 (inputs rounded to float32 first).
 
     Returns
     -------
     ndarray of shape (384,) or (B, 384)
         The output of ``attention.output.dense`` at the last token (float64 arithmetic on the
-        float32 weights). With one head kept, the shared bias ``b_O`` is included once.
+        float32 weights, or float32 with ``dtype="float32"``, returned as float64). With one head
+        kept, the shared bias ``b_O`` is included once.
 
     Raises
     ------
@@ -630,8 +653,10 @@ def bert_attention_vector(X, layer, *, head=None, path=None):
     """
     layer = check_int(layer, "layer", minimum=0, maximum=N_LAYERS - 1)
     heads = _kept_heads(head)
+    dt = {"float64": np.float64, "float32": np.float32}[check_choice(dtype, "dtype",
+                                                                     ("float64", "float32"))]
     X, single = _check_bert_input(X)
-    out = _bert_vector(X, _bert_layer(layer, path), heads)
+    out = _bert_vector(X, _bert_layer(layer, path), heads, dt).astype(np.float64)
     return out[0] if single else out
 
 

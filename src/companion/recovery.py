@@ -66,7 +66,10 @@ class Recovery:
 
     @property
     def n_learning_queries(self) -> int:
-        """``n_queries`` minus ``diagnostics["n_verify_queries"]`` (0 if absent): the learner's own count."""
+        """``n_queries`` minus ``diagnostics["n_verify_queries"]`` (0 if absent): the learner's own count.
+
+        Queries spent measuring the answers' precision are counted in ``n_verify_queries``.
+        """
         return self.n_queries - int(self.diagnostics.get("n_verify_queries", 0))
 
     def relative_errors(self, target) -> dict:

@@ -1,7 +1,8 @@
 """Publish the numbers a chapter cites: glue for the text, JSON with provenance for citers.
 
-A chapter calls :func:`record_parameters` once, right after its ``parameters`` cell, and
-:func:`publish` once for every number its prose cites. Each call
+A chapter calls :func:`record_parameters` once, right after its ``parameters`` cell,
+:func:`publish` once for every number its prose cites, and :func:`claim` once for every verdict
+its prose states ("every trial succeeds", "exactly d + d² queries"). Each call
 
 * glues the *formatted* value (a Python ``str``) under ``name`` with ``myst_nb.glue``, so that
   ``{glue:text}`name``` in the chapter renders exactly the published text; and
@@ -9,15 +10,29 @@ A chapter calls :func:`record_parameters` once, right after its ``parameters`` c
   :func:`os.replace`), holding every published value with the chapter's parameters, seed, a hash of
   the library source, the git commit, package versions and the time.
 
-The results folder is ``$COMPANION_RESULTS_DIR`` if set (``companion run -o DIR``, ``make book``
-and the tests set it; a relative folder is taken from where the command was typed, ``$PWD``, even
-when papermill runs the kernel elsewhere with ``--cwd``), else ``runs/`` of the repository that
-holds the chapter. Only ``make execute`` writes into the committed ``data/results``, which it names
-explicitly: a reader's run never overwrites the book's numbers.
+Where the results file goes (:func:`results_path`), so that no run silently replaces another's:
+
+1. ``$COMPANION_RESULTS_DIR/<chapter>.json`` if the variable is set (``companion run`` sets it to
+   its staging folder and then moves the file next to the executed notebook, ``make book``,
+   ``make execute`` and the tests set it; a relative folder is taken from where the command was
+   typed, ``$PWD``, even when papermill runs the kernel elsewhere with ``--cwd``);
+2. else next to the executed notebook, named after it, when the kernel knows that notebook:
+   papermill's ``--inject-output-path`` (``papermill --inject-output-path IN.ipynb elsewhere/x.ipynb``
+   writes ``elsewhere/x.json``);
+3. else a new file ``runs/<chapter>-<UTC date and time>.json`` of the repository that holds the
+   chapter, one per run.
+
+Only ``make execute`` writes into the committed ``data/results``, which it names explicitly: a
+reader's run never overwrites the book's numbers.
 
 A chapter that fails writes nothing half-way: if a cell raises after :func:`record_parameters`
 (an error, or the interrupt of a time limit), the results file is put back as it was before the run,
 and later :func:`publish` calls of that run only glue.
+
+Each published value says what it is (``"kind"`` in the JSON, quoted by ``companion cite``):
+``"exact"`` (the same on every machine), ``"measured"`` (reproducible to its ``rtol``/``atol``) or
+``"bound"`` (a constant the chapter states as an upper bound, stored with the ``"measured"`` value
+it bounds). A claim is stored with ``"kind": "claim"``: it was checked when the chapter ran.
 """
 
 from __future__ import annotations
@@ -37,12 +52,15 @@ from pathlib import Path
 import numpy as np
 
 from ._validation import check_int
-from .errors import InvalidInputError
+from .errors import ClaimError, InvalidInputError
 
 __all__ = [
     "publish",
+    "claim",
+    "KINDS",
     "record_parameters",
     "results_dir",
+    "results_path",
     "book_results_dir",
     "mark_built",
     "library_hash",
@@ -89,6 +107,75 @@ def results_dir() -> Path:
         return path
     root = repo_root()
     return (root if root is not None else Path.cwd()) / "runs"
+
+
+def _executed_notebook() -> Path | None:
+    """The notebook this kernel's run writes, if the kernel knows it: papermill's ``--inject-output-path``
+    (``PAPERMILL_OUTPUT_PATH`` in the kernel's namespace; relative to ``$PWD``, as typed)."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        return None
+    out = shell.user_ns.get("PAPERMILL_OUTPUT_PATH") if shell is not None else None
+    if not isinstance(out, str) or not out.endswith(".ipynb") or "://" in out:
+        return None
+    path = Path(out).expanduser()
+    if not path.is_absolute():
+        pwd = os.environ.get("PWD")
+        path = (Path(pwd) if pwd and Path(pwd).is_absolute() else Path.cwd()) / path
+    return path
+
+
+def results_path(chapter: str) -> Path:
+    """The results file a run of ``chapter`` starting now publishes into.
+
+    ``$COMPANION_RESULTS_DIR/<chapter>.json`` if the variable is set; else, when the kernel knows
+    the executed notebook (papermill's ``--inject-output-path``), that notebook's path with the
+    suffix ``.json``; else a new file ``<repo>/runs/<chapter>-<UTC time>.json``, never an
+    existing one. :func:`record_parameters` fixes it for the rest of the run.
+
+    Parameters
+    ----------
+    chapter : str
+        The chapter's file stem, e.g. ``"02_exact_learning"``.
+
+    Returns
+    -------
+    pathlib.Path
+
+    Raises
+    ------
+    InvalidInputError
+        If ``chapter`` is not a plain file stem.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> previous = os.environ.get("COMPANION_RESULTS_DIR")
+    >>> os.environ["COMPANION_RESULTS_DIR"] = folder = tempfile.mkdtemp()
+    >>> results_path("02_exact_learning") == Path(folder) / "02_exact_learning.json"
+    True
+    >>> del os.environ["COMPANION_RESULTS_DIR"]
+    >>> a = results_path("02_exact_learning")
+    >>> a.parent.name, a.name.startswith("02_exact_learning-") and a.suffix == ".json" and not a.exists()
+    ('runs', True)
+    >>> if previous is not None: os.environ["COMPANION_RESULTS_DIR"] = previous
+    """
+    chapter = _check_name(chapter, "chapter")
+    if os.environ.get("COMPANION_RESULTS_DIR"):
+        return results_dir() / f"{chapter}.json"
+    notebook = _executed_notebook()
+    if notebook is not None:
+        return notebook.with_suffix(".json")
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = results_dir() / f"{chapter}-{stamp}.json"
+    k = 1
+    while path.exists():
+        k += 1
+        path = results_dir() / f"{chapter}-{stamp}-{k}.json"
+    return path
 
 
 def book_results_dir() -> Path:
@@ -184,11 +271,19 @@ def _write_atomic(path: Path, data: dict) -> None:
 
 
 def _path(chapter: str) -> Path:
+    """The results file of ``chapter``: the one :func:`record_parameters` chose for this run, else
+    ``results_dir()/<chapter>.json``."""
+    if chapter == _state["chapter"] and _state["path"] is not None:
+        return _state["path"]
     return results_dir() / f"{chapter}.json"
 
 
 def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     """Start a chapter's results file, recording its parameters; earlier values are discarded.
+
+    The file is chosen once here, by :func:`results_path` (``$COMPANION_RESULTS_DIR``, next to the
+    executed notebook, or a new file in ``runs/``), and every later :func:`publish` of the chapter
+    in this kernel writes into it.
 
     Every parameter (and ``seed``) is also glued under its own name, formatted as by
     :func:`publish`, so that the prose can cite the parameters a run used, e.g. ``{glue:text}`d```.
@@ -225,7 +320,7 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     _check_declared(chapter, {"seed": seed, **parameters})
     seed = check_int(seed, "seed", minimum=0)
     params = _plain(dict(parameters))
-    path = _path(chapter)
+    path = results_path(chapter)
     before = path.read_bytes() if path.is_file() else None
     _state.update(chapter=chapter, parameters=params, seed=seed, failed=False, before=before, path=path)
     _watch_for_failure()
@@ -334,7 +429,12 @@ def _format(value, fmt) -> str:
     return fmt.format(_plain(value))
 
 
-def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=None) -> None:
+#: The kinds of published value: see :func:`publish`.
+KINDS = ("exact", "measured", "bound")
+
+
+def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=None, kind=None,
+            measured=None, lower=False) -> None:
     """Glue one cited number into the chapter and record it, with provenance, in the results JSON.
 
     Parameters
@@ -355,13 +455,31 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=N
         a re-run may give any ``x`` with ``|x - value| <= atol + rtol * |value|``. Leave both
         unset for a value that is exact on every machine (counts, ranks, parameters, choices);
         set them for rounding-level errors, bits of precision and solver iterates. They are stored
-        with the value as ``"tolerance": {"rtol": ..., "atol": ...}``.
+        with the value as ``"tolerance": {"rtol": ..., "atol": ...}``. For ``kind="bound"`` they
+        are the precision of ``measured`` (the bound itself is a constant).
+    kind : {"exact", "measured", "bound"}, default=None
+        What the value is, stored as ``"kind"`` and quoted by ``companion cite``: ``"exact"``, the
+        same on every machine; ``"measured"``, reproducible to ``rtol``/``atol`` (which it needs);
+        ``"bound"``, a constant stated as an upper bound on a measured quantity, e.g. "the error
+        is below 1e-12". By default ``"measured"`` if ``rtol`` or ``atol`` is given, else ``"exact"``.
+    measured : float, default=None
+        For ``kind="bound"`` only, and required there: the measured value the bound bounds, stored
+        as ``"measured": {"value": ..., "text": ...}`` (with its tolerance). It must satisfy the
+        bound, ``|measured| <= value`` (``measured >= value`` for a lower bound).
+    lower : bool, default=False
+        For ``kind="bound"``: the value is a lower bound ("at least 40 bits"), stored as
+        ``"bound": "lower"``; by default an upper bound, ``"bound": "upper"``.
 
     Raises
     ------
     InvalidInputError
-        If no chapter is known, the name is not a plain key, the value is not serialisable, or a
-        tolerance is negative, NaN, or given for a value that is not a real number.
+        If no chapter is known, the name is not a plain key, the value is not serialisable, a
+        tolerance is negative, NaN, or given for a value that is not a real number, ``kind`` is not
+        one of :data:`KINDS`, ``"measured"`` comes without a tolerance or ``"exact"`` with one, or
+        ``measured`` is missing for a bound (or given for another kind, or not a finite real).
+    ClaimError
+        If ``kind="bound"`` and the measured value breaks the bound: the sentence stating the bound
+        would be false.
 
     Examples
     --------
@@ -371,21 +489,74 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=N
     >>> record_parameters("demo", seed=0, d=4, glue=False)
     >>> publish("n", 20, glue=False)
     >>> load("demo")["values"]["n"]
-    {'text': '20', 'value': 20}
+    {'kind': 'exact', 'text': '20', 'value': 20}
+    >>> publish("err_bound", 1e-12, kind="bound", measured=1.1e-15, rtol=0.5, glue=False)
+    >>> entry = load("demo")["values"]["err_bound"]
+    >>> entry["kind"], entry["text"], entry["measured"]["text"], entry["measured"]["value"] <= entry["value"]
+    ('bound', '1e-12', '1.1e-15', True)
     >>> if previous is None: del os.environ["COMPANION_RESULTS_DIR"]
     ... else: os.environ["COMPANION_RESULTS_DIR"] = previous
     """
     name = _check_name(name, "name")
-    chapter = chapter if chapter is not None else _state["chapter"]
-    if chapter is None:
-        raise InvalidInputError(
-            "publish() does not know the chapter: call record_parameters(chapter, seed=..., ...) "
-            "first, or pass chapter=..."
-        )
-    chapter = _check_name(chapter, "chapter")
+    chapter = _chapter(chapter, "publish")
     plain = _plain(value)
     text = _format(value, fmt)
-    tolerance = _tolerance(plain, rtol, atol)
+    kind, measured_entry = _kind(name, plain, kind, measured, rtol, atol, lower)
+    tolerance = _tolerance(plain if measured_entry is None else measured_entry["value"], rtol, atol)
+    if measured_entry is not None:
+        if tolerance:
+            measured_entry["tolerance"] = tolerance
+        tolerance = None          # the bound itself is a constant, exact on every machine
+    entry = {"value": plain, "text": text, "kind": kind}
+    entry |= ({"tolerance": tolerance} if tolerance else {})
+    entry |= ({"measured": measured_entry, "bound": "lower" if lower else "upper"}
+              if measured_entry is not None else {})
+    _record(name, text, entry, chapter, glue)
+
+
+def _kind(name, plain, kind, measured, rtol, atol, lower=False):
+    """The published value's kind and, for a bound, its checked ``measured`` entry."""
+    has_tol = rtol is not None or atol is not None
+    if kind is None:
+        kind = "measured" if has_tol else "exact"
+    if kind not in KINDS:
+        raise InvalidInputError(f"kind={kind!r} of {name!r} must be one of {', '.join(map(repr, KINDS))}.")
+    if kind != "bound":
+        if lower:
+            raise InvalidInputError(f"lower=True is for kind='bound' only; {name!r} has kind={kind!r}.")
+        if measured is not None:
+            raise InvalidInputError(
+                f"measured= is for kind='bound' only; {name!r} has kind={kind!r}. Publish the measured "
+                "value under its own name, or publish this one as a bound.")
+        if kind == "measured" and not has_tol:
+            raise InvalidInputError(
+                f"{name!r} has kind='measured' but no rtol/atol: give the precision it has across "
+                "machines, or publish it as kind='exact' if it is the same on every machine.")
+        if kind == "exact" and has_tol:
+            raise InvalidInputError(
+                f"{name!r} has kind='exact' but rtol={rtol!r}, atol={atol!r}: an exact value has no "
+                "tolerance; use kind='measured'.")
+        return kind, None
+    if isinstance(plain, bool) or not isinstance(plain, (int, float)):
+        raise InvalidInputError(f"a bound must be a real number; {name!r} is {plain!r}.")
+    if measured is None:
+        raise InvalidInputError(
+            f"{name!r} has kind='bound' but no measured=: pass the measured value the bound bounds, "
+            "so that a citer can quote both.")
+    if isinstance(measured, (bool, np.bool_)) or not isinstance(measured, numbers.Real) \
+            or not np.isfinite(float(measured)):
+        raise InvalidInputError(f"measured={measured!r} of the bound {name!r} must be a finite real number.")
+    measured = float(measured)
+    if (measured < plain) if lower else not abs(measured) <= plain:
+        raise ClaimError(
+            f"the {'lower ' if lower else ''}bound {name!r} = {plain:g} is false: the measured value "
+            f"{measured:.3g} {'is below it' if lower else 'exceeds it in magnitude'}. The sentence that "
+            "states it would be false; fix the bound or the run.")
+    return kind, {"value": measured, "text": _format(measured, None)}
+
+
+def _record(name, text, entry, chapter, glue) -> None:
+    """Write ``entry`` under ``name`` into the chapter's results file (unless the run failed) and glue."""
     path = _path(chapter)
     if _state["failed"] and chapter == _state["chapter"]:
         if glue:       # an earlier cell of this run failed: its results file stays as it was
@@ -399,12 +570,96 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=N
         same = chapter == _state["chapter"]
         data = _header(chapter, _state["parameters"] if same else {},
                        _state["seed"] if same else None) | {"values": {}}
-    data["values"][name] = {"value": plain, "text": text} | ({"tolerance": tolerance} if tolerance else {})
+    data["values"][name] = entry
     _write_atomic(path, data)
     if glue:
         from myst_nb import glue as _glue
 
         _glue(name, text, display=False)
+
+
+def claim(name, holds, *, text, chapter=None, value=None, glue=True, rtol=None, atol=None) -> None:
+    """Check one verdict the prose states; glue the text it shows, or stop the chapter.
+
+    A sentence such as "every trial succeeds" or "the learner asked exactly d + d² queries" is a
+    check that runs when the chapter executes. When ``holds`` is true, ``text`` (the value the
+    sentence shows, e.g. ``"4,160"`` or ``"10 of 10"``) is glued under ``name``, to be shown in
+    prose with ``{glue:text}`name```, and recorded in the results JSON as
+    ``{"kind": "claim", "holds": true, "text": ..., "value": ...}`` with the provenance of
+    :func:`publish`. When it is false, :class:`~companion.errors.ClaimError` stops the chapter:
+    its results file is put back as it was, and the book does not build.
+
+    Parameters
+    ----------
+    name : str
+        Glue key; letters, digits, ``_`` and ``-``.
+    holds : bool or numpy.bool_
+        The checked condition, e.g. ``rec.n_learning_queries == d + d * d``. Anything else (an
+        array, a number, None) is refused: a claim is one truth value, not a truthy object.
+    text : str
+        What the sentence shows, e.g. ``f"{rec.n_learning_queries:,}"``.
+    chapter : str, default=None
+        Chapter stem; defaults to the one given to :func:`record_parameters`.
+    value : int, float, str, bool, or a list/dict of them, default=None
+        The number behind ``text``, stored for citers; by default ``text`` itself.
+    glue : bool, default=True
+        Glue the text with ``myst_nb.glue`` (turn off outside notebooks).
+    rtol, atol : float, default=None
+        The precision of ``value`` across machines, if it is a measured number (as for :func:`publish`).
+
+    Raises
+    ------
+    ClaimError
+        If ``holds`` is false; the message names the claim, the chapter and the text.
+    InvalidInputError
+        If ``holds`` is not a Python or NumPy bool, ``text`` is not a string, no chapter is known,
+        or the name is not a plain key.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> previous = os.environ.get("COMPANION_RESULTS_DIR")
+    >>> os.environ["COMPANION_RESULTS_DIR"] = tempfile.mkdtemp()
+    >>> record_parameters("demo", seed=0, d=4, glue=False)
+    >>> n, d = 20, 4
+    >>> claim("count_is_formula", n == d + d * d, text=f"{n:,}", value=n, glue=False)
+    >>> load("demo")["values"]["count_is_formula"]
+    {'holds': True, 'kind': 'claim', 'text': '20', 'value': 20}
+    >>> claim("count_is_formula", n == d * d, text=f"{n:,}", glue=False)
+    Traceback (most recent call last):
+    ...
+    companion.errors.ClaimError: claim 'count_is_formula' of chapter demo is false: ...
+    >>> if previous is None: del os.environ["COMPANION_RESULTS_DIR"]
+    ... else: os.environ["COMPANION_RESULTS_DIR"] = previous
+    """
+    name = _check_name(name, "name")
+    if not isinstance(holds, (bool, np.bool_)):
+        raise InvalidInputError(
+            f"claim {name!r}: holds={holds!r} (type {type(holds).__name__}) must be a Python or NumPy "
+            "bool; reduce an array with .all() or .any(), compare a number explicitly.")
+    if not isinstance(text, str):
+        raise InvalidInputError(f"claim {name!r}: text={text!r} must be the string the sentence shows.")
+    chapter = _chapter(chapter, "claim")
+    if not bool(holds):
+        raise ClaimError(
+            f"claim {name!r} of chapter {chapter} is false: the sentence that shows {text!r} "
+            f"(glue {name!r}) does not hold for this run. Its parameters or the library changed what "
+            "the sentence states: fix the sentence, or the run.")
+    plain = _plain(text if value is None else value)
+    tolerance = _tolerance(plain, rtol, atol)
+    entry = {"value": plain, "text": text, "kind": "claim", "holds": True}
+    entry |= ({"tolerance": tolerance} if tolerance else {})
+    _record(name, text, entry, chapter, glue)
+
+
+def _chapter(chapter, what) -> str:
+    chapter = chapter if chapter is not None else _state["chapter"]
+    if chapter is None:
+        raise InvalidInputError(
+            f"{what}() does not know the chapter: call record_parameters(chapter, seed=..., ...) "
+            "first, or pass chapter=..."
+        )
+    return _check_name(chapter, "chapter")
 
 
 def _tolerance(plain, rtol, atol) -> dict | None:
