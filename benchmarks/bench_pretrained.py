@@ -56,7 +56,7 @@ def _run(kind, layer, head):
         rec = pretrained.learn_homogeneous_head(oracle)
         seconds = time.process_time() - t0
         err = pretrained.homogeneous_errors(rec, target)
-    return {"kind": kind, "layer": layer, "head": head, "d": target.d, "queries": oracle.n_queries,
+    return {"kind": kind, "layer": layer, "head": head, "d": target.d, "queries": rec.n_learning_queries,
             "err_W": err["W"], "err_v": err["v"], "seconds": seconds}
 
 

@@ -152,6 +152,22 @@ def test_feedforward_reads_one_token_only():
         net(np.zeros((2, 2)))
 
 
+def test_merge_neurons_threshold_just_inside_and_outside():
+    """Two kinks on one hyperplane are one neuron when |u_i^T u_j| > 1 - 1e-6, two below."""
+    from companion.ffn import _merge_neurons
+
+    def pair(cos):
+        u = np.array([1.0, 0.0, 0.0])
+        w = np.array([cos, np.sqrt(1.0 - cos**2), 0.0])
+        return np.stack([u, w], axis=1), np.array([1.0, 2.0]), np.array([0.5, 1.0])
+
+    for gap, n_kept in [(0.5e-6, 1), (0.9e-6, 1), (1.1e-6, 2), (2e-6, 2)]:
+        U, c, q = _merge_neurons(*pair(1.0 - gap))
+        assert U.shape[1] == n_kept, gap
+        if n_kept == 1:                                    # the better-quality kink is kept
+            assert c.tolist() == [2.0]
+
+
 @pytest.mark.parametrize("d, m", [(8, 16), (16, 8), (32, 16)])
 def test_the_query_count_the_docstring_states(d, m):
     """learn_ffn's docstring: n_learning_queries is 5.9 to 8.7 times m d on random bias-free networks

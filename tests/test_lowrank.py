@@ -491,3 +491,75 @@ class _Recorder:
     def __call__(self, X):
         self.batches.append(np.shape(X)[0])
         return self._o(X)
+
+
+# ----------------------------------------------------------------- the nuclear program's size limit
+
+def test_nuclear_size_limit_just_inside_and_outside_without_building():
+    """Refused before any query above NUCLEAR_MAX_BYTES; just inside, the learner goes on (to the budget)."""
+    from companion.errors import BudgetExceededError
+
+    d = 64
+    per_m = lowrank.NUCLEAR_BYTES_PER_ENTRY * d * d
+    m_max = lowrank.NUCLEAR_MAX_BYTES // per_m             # 4096 measurements at d = 64
+    assert lowrank.nuclear_program_size(d, m_max)["bytes"] <= lowrank.NUCLEAR_MAX_BYTES
+    assert lowrank.nuclear_program_size(d, m_max + 1)["bytes"] > lowrank.NUCLEAR_MAX_BYTES
+    target = random_single_head(d, rank=2, seed=0)
+    inside = ValueQueryOracle(target, budget=0)           # passes the size check, then the budget stops it
+    with pytest.raises(BudgetExceededError):
+        lowrank.learn_low_rank(inside, 2, method="nuclear", n_measurements=int(m_max))
+    outside = ValueQueryOracle(target)
+    with pytest.raises(InvalidInputError, match=r"m d\^2 = 16,781,312 entries.*method='rgn'.*method='sketch'"):
+        lowrank.learn_low_rank(outside, 2, method="nuclear", n_measurements=int(m_max) + 1)
+    assert outside.n_queries == 0
+    # A tenfold change of either constant moves the limit: the paper's default at d = 96, r = 8.
+    big = lowrank.nuclear_program_size(96, 5 * 8 * (2 * 96 - 8))
+    assert big["entries"] == 7360 * 96**2 and big["variables"] == 2 * 96**2 + 96 and big["psd_cone"] == 192
+    assert 8.6e9 < big["bytes"] < 8.8e9
+    with pytest.raises(InvalidInputError, match="d=96 with m=7360"):
+        lowrank.learn_low_rank(ValueQueryOracle(random_single_head(96, rank=8, seed=0)), 8)
+
+
+def test_noisy_nuclear_size_limit_refused_before_any_query():
+    from companion import robust
+    from companion.oracles import ApproxValueQueryOracle
+
+    head = robust.random_margin_head(96, W_max=4.0, mu=0.1, rank=8, seed=0)
+    oracle = ApproxValueQueryOracle(head, 1e-6)
+    with pytest.raises(InvalidInputError, match="learn_low_rank_noisy.*method='rgn'"):
+        robust.learn_low_rank_noisy(oracle, 8, W_max=4.0, method="nuclear", n_measurements=20_000)
+    assert oracle.n_queries == 0
+
+
+def test_sketch_rank_tol_just_inside_and_outside():
+    """A (r+1)-th direction whose core singular value is 0.28 rank_tol passes, 2.8 rank_tol is refused."""
+    from companion.errors import OracleInconsistentError
+
+    head = random_single_head(12, rank=2, seed=0)
+    U, s, Vt = np.linalg.svd(head.W)
+    for rel, ok in [(3e-8, True), (3e-7, False)]:
+        target = SingleHead(head.W + rel * s[0] * np.outer(U[:, 5], Vt[5]), head.v)
+        if ok:
+            rec = lowrank.learn_low_rank(ValueQueryOracle(target), 2, method="sketch", verify=0)
+            core = rec.diagnostics["core_singular_values"]
+            assert 0.1 * lowrank_rank_tol() < core[2] / core[0] < lowrank_rank_tol()
+        else:
+            with pytest.raises(OracleInconsistentError, match="rank above the assumed rank=2"):
+                lowrank.learn_low_rank(ValueQueryOracle(target), 2, method="sketch", verify=0)
+
+
+def lowrank_rank_tol():
+    import inspect
+
+    return inspect.signature(lowrank.learn_low_rank).parameters["rank_tol"].default
+
+
+def test_rop_design_redraws_exactly_below_its_floor():
+    """|a^T v| >= 1e-3 ||v|| / sqrt(d) for every row, and rows between 1e-3 and 1e-2 of it are kept."""
+    d, m = 16, 40_000
+    v = np.random.default_rng(1).standard_normal(d)
+    A, B = rop._gaussian_rop_design(d, m, v, np.random.default_rng(2))
+    ratio = np.abs(A @ v) / (np.linalg.norm(v) / np.sqrt(d))
+    assert ratio.min() >= 1e-3 and A.shape == B.shape == (m, d)
+    kept_small = np.sum(ratio < 1e-2)           # about m * (0.8 % - 0.08 %) = 290 rows
+    assert 150 < kept_small < 450

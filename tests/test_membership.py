@@ -143,3 +143,13 @@ def test_verification_catches_an_oracle_that_is_not_a_single_head():
     two = MultiHead(np.stack([a.W, b.W]), np.stack([a.v, b.v]))
     with pytest.raises(OracleInconsistentError):
         learn_membership(MembershipQueryOracle(two), W_max=50.0, bits=30, verify=200)
+
+
+def test_n_learning_queries_leaves_out_the_verification():
+    """Fails before the fix: no n_verify_queries in diagnostics, so n_learning_queries counted them."""
+    target = random_single_head(3, seed=5)
+    rec = learn_membership(MembershipQueryOracle(target), W_max=8.0, bits=12)
+    assert rec.diagnostics["n_verify_queries"] == 200
+    assert rec.n_learning_queries == membership_query_count(3, 12) == rec.n_queries - 200
+    rec0 = learn_membership(MembershipQueryOracle(target), W_max=8.0, bits=12, verify=0)
+    assert rec0.diagnostics["n_verify_queries"] == 0 and rec0.n_learning_queries == rec0.n_queries

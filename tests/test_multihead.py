@@ -403,6 +403,48 @@ def test_interpolate_pairs_recovers_poles_and_residues():
     assert np.array_equal(g3, gamma) and np.max(np.abs(l3 - l)) <= 1e-12
 
 
+def _row_problem(n_rows, K, d, H, seed=0):
+    from companion._rational import ratio_design
+
+    rng = np.random.default_rng(seed)
+    n, m = ratio_design(H)
+    s = np.log(n / m)
+    X = rng.standard_normal((K, d))
+    gamma = rng.standard_normal((n_rows, H))
+    R = rng.standard_normal((n_rows, H, d)) * 1.5 / np.sqrt(d)
+    Z = 1 / (1 + np.exp(-(s[None, None, :, None] + np.einsum("kd,nhd->nkh", X, R)[:, :, None, :])))
+    return s, np.einsum("nksh,nh->nks", Z, gamma), X, gamma, R
+
+
+def test_fit_rows_joint_batched_equals_the_truth_from_a_start_one_percent_off():
+    from companion._rational import fit_rows_joint
+
+    s, G, X, gamma, R = _row_problem(5, 30, 6, 3)
+    rng = np.random.default_rng(1)
+    g0 = gamma * (1 + 0.01 * rng.standard_normal(gamma.shape))
+    R0 = R + 0.01 * rng.standard_normal(R.shape)
+    g, Rh, res, scale = fit_rows_joint(s, G, X, g0, R0, max_bytes=1)      # one row per chunk
+    assert np.max(res / scale) <= 1e-13
+    assert np.max(np.abs(g - gamma)) <= 1e-10 and np.max(np.abs(Rh - R)) <= 1e-10
+    g2, R2, res2, _ = fit_rows_joint(s, G, X, g0, R0)                         # all rows at once
+    assert np.max(np.abs(g2 - g)) <= 1e-12 and np.max(res2 / scale) <= 1e-13
+
+
+def test_fit_row_joint_far_off_start_returns_without_the_minpack_fallback(monkeypatch):
+    """A start far off (not near convergence) used to run MINPACK for seconds before failing."""
+    import companion._rational as rat
+
+    s, G, X, gamma, R = _row_problem(1, 30, 6, 3)
+    called = []
+    monkeypatch.setattr(rat, "least_squares", lambda *a, **k: called.append(1) / 0)
+    g, Rh, info = rat.fit_row_joint(s, G[0], X, -gamma[0], -R[0], iters=2)
+    assert not called and info["residual"] > 1e-6 * info["scale"]
+    # near the answer the fallback is still used when the normal equations stop early
+    monkeypatch.undo()
+    g, Rh, info = rat.fit_row_joint(s, G[0], X, gamma[0] * 1.001, R[0] + 1e-3, iters=30)
+    assert info["residual"] <= 1e-13 * info["scale"]
+
+
 @pytest.mark.parametrize("d, H", [(6, 2), (8, 4), pytest.param(16, 4, marks=pytest.mark.slow),
                                   pytest.param(16, 5, marks=pytest.mark.slow)])
 def test_learn_canonical_rational_at_the_follow_up_count(d, H):
@@ -414,6 +456,16 @@ def test_learn_canonical_rational_at_the_follow_up_count(d, H):
     assert rec.n_queries - rec.n_learning_queries == 32                  # verification, apart
     assert _canonical_gap(target, rec) <= 1e-8
     assert _function_gap(rec.model, target) <= 1e-8
+
+
+def test_learn_canonical_rational_six_heads_with_the_default_spread():
+    """spread = 1.5 (the default) recovers H = 6 at d = 16; spread = 3.0 (the old default) refuses."""
+    target = mh.random_multi_head(16, 6, seed=0)
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=6)
+    assert rec.n_heads == 6 and rec.n_learning_queries <= mh.follow_up_count(16, 6)
+    assert rec.diagnostics["max_len"] == 13 and _function_gap(rec.model, target) <= 1e-8
+    with pytest.raises(OracleInconsistentError, match="joint fit of 6 heads"):
+        mh.learn_canonical_rational(ValueQueryOracle(target), H=6, spread=3.0)
 
 
 def test_learn_canonical_rational_with_a_bound_merges_and_drops():
@@ -453,3 +505,16 @@ def test_learn_canonical_rational_input_checks_and_cancelling_heads():
     with pytest.raises(NotIdentifiableError, match="cancel"):
         mh.learn_canonical_rational(ValueQueryOracle(MultiHead(np.stack([h.W, h.W]), np.stack([h.v, -h.v]))),
                                     H=1)
+
+
+def test_detect_multi_head_rtol_just_inside_and_outside():
+    """A second head of relative size eps moves the single-head fit by about 5.8 eps on fresh queries."""
+    from companion.attention import random_single_head
+
+    a, b = random_single_head(4, seed=1), random_single_head(4, seed=2)
+    # eps = 1.2e-7: error ~ 7e-7 (inside 1e-6); eps = 3e-7: error ~ 1.8e-6 (outside 1e-6, inside 1e-5)
+    for eps, single in [(1.2e-7, True), (3e-7, False)]:
+        target = MultiHead(np.stack([a.W, b.W]), np.stack([a.v, eps * b.v]))
+        det = mh.detect_multi_head(ValueQueryOracle(target))
+        assert det.single_head is single, (eps, det.max_error)
+        assert 1e-7 < det.max_error < 1e-5

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from companion import pretrained as P
-from companion.attention import SingleHead
+from companion.attention import MultiHead, SingleHead
 from companion.errors import (
     BudgetExceededError,
     InvalidInputError,
@@ -211,7 +211,8 @@ def test_learner_on_a_real_head_is_exact_with_385_squared_queries():
     target = P.load_head(0, 5)
     oracle = ValueQueryOracle(target)
     rec = P.learn_homogeneous_head(oracle)
-    assert rec.n_queries == oracle.n_queries == 385**2
+    assert rec.n_queries == oracle.n_queries == 385**2 + 32
+    assert rec.n_learning_queries == 385**2 and rec.diagnostics["verify_max_error"] < 1e-9
     err = P.homogeneous_errors(rec, target)
     assert err["W"] < 1e-10 and err["v"] < 1e-12
     np.testing.assert_array_equal(rec.W[384], 0.0)
@@ -229,9 +230,9 @@ def test_learner_asks_only_homogeneous_queries_and_ignores_last_row():
     target = _synthetic_homogeneous(5, seed=0)
     oracle = ValueQueryOracle(target, record=True)
     rec = P.learn_homogeneous_head(oracle)
-    assert rec.n_queries == 36 and len(oracle.log) == 36
-    assert all(np.all(X[:, -1] == 1.0) for X, _ in oracle.log)
-    assert {X.shape[0] for X, _ in oracle.log} == {1, 2}
+    assert rec.n_learning_queries == 36 and rec.n_queries == len(oracle.log) == 36 + 32
+    assert all(np.all(X[:, -1] == 1.0) for X, _ in oracle.log)      # verification queries too
+    assert {X.shape[0] for X, _ in oracle.log[:36]} == {1, 2}
     np.testing.assert_allclose(rec.W[:5], target.W[:5], rtol=0, atol=1e-12)
     np.testing.assert_array_equal(rec.W[5], 0.0)
     np.testing.assert_allclose(rec.v, target.v, rtol=0, atol=1e-14)
@@ -244,16 +245,18 @@ def test_learner_remeasures_saturated_probes():
     target = _synthetic_homogeneous(4, seed=1, W_scale=30.0)
     rec = P.learn_homogeneous_head(ValueQueryOracle(target))
     assert rec.diagnostics["n_requeries"] > 0
-    assert rec.n_queries == 25 + rec.diagnostics["n_requeries"]
+    assert rec.n_learning_queries == 25 + rec.diagnostics["n_requeries"]
     assert P.homogeneous_errors(rec, target)["W"] < 1e-9
 
 
 def test_learner_errors():
     target = _synthetic_homogeneous(3, seed=2)
-    with pytest.raises(BudgetExceededError, match="needs 16 queries"):
-        oracle = ValueQueryOracle(target, budget=15)
+    with pytest.raises(BudgetExceededError, match="needs 48 queries"):
+        oracle = ValueQueryOracle(target, budget=47)             # (d + 1)^2 + 32 verification queries
         P.learn_homogeneous_head(oracle)
     assert oracle.n_queries == 0
+    P.learn_homogeneous_head(ValueQueryOracle(target, budget=48))
+    P.learn_homogeneous_head(ValueQueryOracle(target, budget=16), verify=0)
     with pytest.raises(TypeError, match="needs an exact value-query oracle"):
         P.learn_homogeneous_head(ApproxValueQueryOracle(target, 1e-3))
     with pytest.raises(InvalidInputError, match="oracle.d=1 must be >= 2"):
@@ -264,6 +267,17 @@ def test_learner_errors():
     v[3] = 2.0                                         # only the constant part: f is constant
     with pytest.raises(NotIdentifiableError, match="token part"):
         P.learn_homogeneous_head(ValueQueryOracle(SingleHead(np.ones((4, 4)), v)))
+
+
+def test_learner_verifies_by_default_and_refuses_a_layer_of_two_heads():
+    """Fails before the fix: the learner had no verification and returned a single head for two."""
+    a, b = _synthetic_homogeneous(4, seed=5), _synthetic_homogeneous(4, seed=6)
+    two = MultiHead(np.stack([a.W, b.W]), np.stack([a.v, b.v]))
+    with pytest.raises(OracleInconsistentError, match="not a single head on homogeneous inputs"):
+        P.learn_homogeneous_head(ValueQueryOracle(two))
+    rec = P.learn_homogeneous_head(ValueQueryOracle(two), verify=0)     # opted out: no check
+    assert rec.diagnostics["n_verify_queries"] == 0
+    assert rec.n_queries == rec.n_learning_queries == 25 + rec.diagnostics["n_requeries"]
 
 
 def test_learner_rejects_a_non_softmax_oracle():
@@ -371,7 +385,8 @@ def test_learner_recovers_the_identifiable_part_of_random_heads(d, seed, scale, 
     target = _synthetic_homogeneous(d, seed)
     oracle = ValueQueryOracle(target)
     rec = P.learn_homogeneous_head(oracle, scale=scale, probes=probes, seed=seed)
-    assert rec.n_queries == (d + 1) ** 2 + rec.diagnostics["n_requeries"] == oracle.n_queries
+    assert rec.n_learning_queries == (d + 1) ** 2 + rec.diagnostics["n_requeries"]
+    assert rec.n_queries == oracle.n_queries == rec.n_learning_queries + 32
     np.testing.assert_allclose(rec.W[:d], target.W[:d], rtol=0, atol=1e-8 * max(1.0, np.abs(target.W).max()))
     np.testing.assert_allclose(rec.v, target.v, rtol=0, atol=1e-13)
 
@@ -512,7 +527,7 @@ def test_learner_on_bert_computation_recovers_the_homogeneous_head():
     """Theorem 4.1 on BERT's own computation: the (d + 1)^2 answers give W~ and v~ to rounding."""
     oracle = ValueQueryOracle(P.BertAttentionTarget(0, 4))
     rec = P.learn_homogeneous_head(oracle)
-    assert oracle.n_queries == rec.n_queries == 385**2
+    assert oracle.n_queries == rec.n_queries == 385**2 + 32 and rec.n_learning_queries == 385**2
     err = P.homogeneous_errors(rec, P.load_head(0, 4))
     assert err["W"] < 1e-11 and err["v"] < 1e-13
     # The recovered head reproduces BERT's output on fresh sequences.

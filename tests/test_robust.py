@@ -566,3 +566,54 @@ def test_learn_robust_margin_check_allows_float64_rounding(ulps, refused):
             learn_robust(oracle, W_max=2.0, mu=mu, verify=0)
     else:
         learn_robust(oracle, W_max=2.0, mu=mu, verify=0)
+
+# ----------------------------------------------------------------- fixes found by the contract suite
+
+@pytest.mark.parametrize("learn", ["learn_robust", "learn_robust_lstsq", "learn_low_rank_noisy"])
+def test_noisy_learners_refuse_a_label_oracle_before_any_query(learn):
+    """Fails before the fix: tau = inf passed the oracle check and failed later, after queries."""
+    from companion import robust
+    from companion.membership import MembershipQueryOracle
+
+    oracle = MembershipQueryOracle(random_margin_head(4, W_max=3.0, mu=0.2, seed=2))
+    args = (2,) if learn == "learn_low_rank_noisy" else ()
+    kwargs = {"W_max": 3.0} | ({"mu": 0.2} if learn == "learn_robust" else {})
+    with pytest.raises(TypeError, match=r"tau=inf .*learn_membership"):
+        getattr(robust, learn)(oracle, *args, **kwargs)
+    assert oracle.n_queries == 0
+
+
+def test_noisy_rgn_refuses_a_target_above_its_rank():
+    """Fails before the fix: a full-rank head was returned as a rank-2 W with relative error 0.45."""
+    from companion import robust
+
+    inside = robust.random_margin_head(8, W_max=4.0, mu=0.1, rank=2, seed=0)
+    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(inside, 1e-7), 2, W_max=4.0)
+    assert 0.0 < rec.diagnostics["fit_ratio"] <= 1.0
+    outside = robust.random_margin_head(8, W_max=4.0, mu=0.1, seed=1)
+    with pytest.raises(OracleInconsistentError, match=r"fit_ratio=.* rank\(W\*\) > 2"):
+        robust.learn_low_rank_noisy(ApproxValueQueryOracle(outside, 1e-7), 2, W_max=4.0)
+
+
+def test_fit_ratio_threshold_just_inside_and_outside():
+    from companion import robust
+
+    delta, w = np.array([1.0, 2.0]), np.array([1.0, 0.5])
+    bound = float(np.sum(w * delta**2))
+    for ratio, ok in [(1.0, True), (robust.FIT_SLACK * (1 - 1e-9), True),
+                      (robust.FIT_SLACK * (1 + 1e-9), False), (1.0 + 1e-5, False)]:
+        res = delta * np.sqrt(ratio)
+        if ok:
+            assert robust._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0) == pytest.approx(ratio, rel=1e-12)
+        else:
+            with pytest.raises(OracleInconsistentError):
+                robust._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0)
+    assert bound == 3.0
+
+
+def test_noisy_rgn_fit_check_is_skipped_with_verify_0():
+    from companion import robust
+
+    outside = robust.random_margin_head(8, W_max=4.0, mu=0.1, seed=1)
+    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(outside, 1e-7), 2, W_max=4.0, verify=0)
+    assert rec.diagnostics["fit_ratio"] > robust.FIT_SLACK       # reported, not refused: opted out

@@ -76,7 +76,8 @@ def _run(spec: dict, km) -> int:
         return 1
     except Exception as exc:             # nbclient's CellTimeoutError, DeadKernelError, NoSuchKernel
         name = type(exc).__name__
-        _status(spec, {"ok": False, "ename": name, "evalue": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+        _status(spec, {"ok": False, "ename": name,
+                       "evalue": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
                        "exec_count": None, "timeout": name in ("CellTimeoutError", "TimeoutError")})
         return 1
     _status(spec, {"ok": True})

@@ -131,7 +131,8 @@ def head_check_size(W, v, kappa_W, kappa_v):
     rounding of the served evaluation: each score ``x_i^T W x_N`` and value ``x_i^T v`` comes
     through about ``2 d`` roundings and the softmax and weighted sum add ``3 N``, and a score error
     ``delta`` moves ``f`` by at most ``2 delta max_i |x_i^T v|``; relative to the output scale
-    ``max_i |x_i^T v|`` this is ``s(2d + 3N) (rho + 2 B) u`` (``s`` = :func:`rounding_size`) with ``B = max_i |x_i|^T |W| |x_N|`` and
+    ``max_i |x_i^T v|`` this is ``s(2d + 3N) (rho + 2 B) u`` (``s`` = :func:`rounding_size`) with
+    ``B = max_i |x_i|^T |W| |x_N|`` and
     ``rho = max_i |x_i|^T |v| / max_i |x_i^T v|`` (Higham 2002, §3.1); and (ii) the learner's own
     error at its floor ``kappa u`` (``kappa_W``, ``kappa_v``: the relative floors of ``W`` and ``v``
     per unit of ``u``), ``(2 kappa_W ||W||_F ||x_i|| ||x_N|| + kappa_v ||v|| ||x_i||) u`` relative.
@@ -286,12 +287,14 @@ VACUOUS_TOLERANCE = 0.5
 
 
 def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what="the model",
-                   precision=None, size=None, floor=None):
+                   precision=None, size=None, floor=None, lift=None):
     """Compare ``oracle`` with ``predict`` on ``n`` fresh random queries (exact oracles).
 
     The disagreement on a query ``X`` is ``|VQ(X) - predict(X)| / out_scale(X)``, where
     ``out_scale(X)`` is the output scale of the recovered model on ``X`` (e.g. ``max_i |x_i^T v|``),
-    floored at the smallest positive float.
+    floored at the smallest positive float. With ``lift``, the queries are drawn in
+    ``oracle.d - 1`` dimensions and each is mapped by ``lift`` (e.g. a 1 appended to every token,
+    for a head defined on homogeneous coordinates only).
 
     With ``precision`` (an :class:`AnswerPrecision`) the tolerance is the larger of ``rtol`` and
     :func:`rounding_tolerance` ``(u, size(X))`` on each query, ``size(X)`` the number of roundings
@@ -316,7 +319,9 @@ def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what
     if n == 0:
         return {"n_verify_queries": 0}
     d = int(oracle.d)
-    X = random_queries(d, n, seed=seed, scale=scale)
+    X = random_queries(d if lift is None else d - 1, n, seed=seed, scale=scale)
+    if lift is not None:
+        X = [lift(x) for x in X]
     y = np.asarray(oracle(X), dtype=np.float64)
     y_hat = np.asarray(predict(X), dtype=np.float64)
     s = np.array([out_scale(x) for x in X])
@@ -471,18 +476,21 @@ _LEARNERS = {
     "learn_ffn": "ffn",
     "learn_one_layer": "transformer",
     "learn_orthogonal_heads": "multihead",
+    "learn_canonical": "multihead",
+    "learn_homogeneous_head": "pretrained",
 }
 
 
-def verification_defaults(names) -> dict:
+def verification_defaults(names=None) -> dict:
     """Each learner's default verification: ``{name: (verify, verify_rtol)}``, read from its signature.
 
     Chapters cite these numbers instead of typing them.
 
     Parameters
     ----------
-    names : sequence of str
+    names : sequence of str, default=None
         Learner names, e.g. ``["learn_single_head"]``; see ``_LEARNERS`` for the known ones.
+        ``None``: every known learner (``companion.prose`` reads the whole table).
 
     Raises
     ------
@@ -500,7 +508,7 @@ def verification_defaults(names) -> dict:
     from .errors import InvalidInputError
 
     out = {}
-    for name in names:
+    for name in sorted(_LEARNERS) if names is None else names:
         if name not in _LEARNERS:
             raise InvalidInputError(f"{name!r} is not a learner with a default verification; "
                                     f"choose from {sorted(_LEARNERS)}.")

@@ -153,8 +153,6 @@ def fit_shifts(s, g, c, l0):
     info : dict
         ``residual`` (largest misfit).
     """
-    scale = float(np.max(np.abs(g)))
-
     def res(x):
         return logistic_sum(s, c, x) - g
 
@@ -413,9 +411,11 @@ def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
             mu *= 10
         if not improved or converged:
             break
-    if cost > 1e4 * floor:
-        # The normal equations square the condition number of the Jacobian; where they stall, the
-        # QR-based Levenberg-Marquardt of MINPACK (scipy.optimize.least_squares) finishes.
+    if 1e4 * floor < cost <= (1e-6 * scale) ** 2 * G.size:
+        # The normal equations square the condition number of the Jacobian; where they stall close
+        # to the answer, the QR-based Levenberg-Marquardt of MINPACK (scipy.optimize.least_squares)
+        # finishes. From a start that is far off (a misfit above 1e-6 relative after the steps above)
+        # it would take seconds to fail as well: the caller then redraws the row.
         def fun(p):
             return parts(p[:H], p[H:].reshape(H, d))[1].ravel()
 
@@ -432,3 +432,106 @@ def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
             Z, res = parts(gamma, R)
         it += int(sol.nfev)
     return gamma, R, {"residual": float(np.max(np.abs(res))), "scale": scale, "iterations": it}
+
+
+def fit_rows_joint(s, G, X, gamma, R, *, XX=None, iters=60, max_bytes=2 ** 27):
+    """:func:`fit_row_joint`'s Levenberg-Marquardt steps for many rows at once (batched linear algebra).
+
+    Rows share the sample points ``s`` and the tokens ``X``; each row keeps its own damping and
+    stops on its own. No MINPACK fallback: a row that is not at rounding level afterwards is for
+    the caller to refit with :func:`fit_row_joint`.
+
+    Parameters
+    ----------
+    s : ndarray of shape (S,)
+    G : ndarray of shape (N, K, S)
+    X : ndarray of shape (K, d)
+    gamma : ndarray of shape (N, H)
+    R : ndarray of shape (N, H, d)
+    XX : ndarray of shape (K, d * d), optional
+    iters : int
+        Largest number of damped steps tried per row (a rejected step counts).
+    max_bytes : int
+        Rows are processed in chunks whose normal matrices take at most about this many bytes.
+
+    Returns
+    -------
+    gamma : ndarray of shape (N, H)
+    R : ndarray of shape (N, H, d)
+    residual, scale : ndarray of shape (N,)
+        Largest misfit and largest ``|G|`` of each row.
+    """
+    N, K, S = G.shape
+    H, d = R.shape[1:]
+    XX = np.einsum("ka,kb->kab", X, X).reshape(K, d * d) if XX is None else XX
+    p = H * (d + 1)
+    chunk = max(1, int(max_bytes // (8 * 4 * p * p + 8 * 6 * K * S * H)))
+    gamma, R = gamma.astype(float).copy(), R.astype(float).copy()
+    residual, scale = np.empty(N), np.max(np.abs(G), axis=(1, 2))
+    for lo in range(0, N, chunk):
+        sl = slice(lo, min(N, lo + chunk))
+        gamma[sl], R[sl], residual[sl] = _fit_rows_chunk(s, G[sl], X, XX, gamma[sl], R[sl],
+                                                         scale[sl], iters)
+    return gamma, R, residual, scale
+
+
+def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
+    n, K, S = G.shape
+    H, d = R.shape[1:]
+
+    Z, res = _parts_rows(s, X, G, gamma, R)
+    cost = np.sum(res ** 2, axis=(1, 2))
+    floor = (_EPS * scale) ** 2 * K * S
+    mu = np.full(n, 1e-8)            # the starts are close: Gauss-Newton steps from the first
+    fails = np.zeros(n, int)
+    done = cost <= floor
+    for _ in range(iters):
+        a = np.flatnonzero(~done)
+        if a.size == 0:
+            break
+        Za, ra, ga = Z[a], res[a], gamma[a]
+        B = ga[:, None, None, :] * Za * (1 - Za)                              # (a, K, S, H)
+        Zf = Za.reshape(a.size, K * S, H)
+        Agg = Zf.transpose(0, 2, 1) @ Zf
+        ZT = Za.transpose(0, 1, 3, 2)                                         # (a, K, H, S)
+        C = (ZT @ B).reshape(a.size, K, H * H)
+        AgR = (C.transpose(0, 2, 1) @ X).reshape(a.size, H, H * d)
+        M = (B.transpose(0, 1, 3, 2) @ B).reshape(a.size, K, H * H)
+        # (B_k^T B_k) kron x_k x_k^T summed over the tokens: one matrix product for all rows, its
+        # (h, g) blocks written in place (a transposed copy of the whole would cost as much again).
+        raw = (M.transpose(0, 2, 1).reshape(a.size * H * H, K) @ XX).reshape(a.size, H, H, d, d)
+        A = np.empty((a.size, H * (d + 1), H * (d + 1)))
+        A[:, :H, :H], A[:, :H, H:], A[:, H:, :H] = Agg, AgR, AgR.transpose(0, 2, 1)
+        for h in range(H):
+            for q in range(H):
+                A[:, H + h * d:H + (h + 1) * d, H + q * d:H + (q + 1) * d] = raw[:, h, q]
+        rf = ra.reshape(a.size, K * S, 1)
+        gB = (B.transpose(0, 1, 3, 2) @ ra[..., None])[..., 0]               # (a, K, H)
+        g = np.concatenate([(Zf.transpose(0, 2, 1) @ rf)[..., 0],
+                            (gB.transpose(0, 2, 1) @ X).reshape(a.size, H * d)], axis=1)
+        diag = np.einsum("nii->ni", A)
+        diag = diag + 1e-12 * diag.max(axis=1, keepdims=True)
+        idx = np.arange(A.shape[1])
+        A[:, idx, idx] += mu[a, None] * diag
+        try:
+            step = -np.linalg.solve(A, g[..., None])[..., 0]
+        except np.linalg.LinAlgError:
+            step = np.stack([np.linalg.lstsq(Ai, -gi, rcond=None)[0] for Ai, gi in zip(A, g)])
+        gn, Rn = ga + step[:, :H], R[a] + step[:, H:].reshape(a.size, H, d)
+        Zn, rn = _parts_rows(s, X, G[a], gn, Rn)
+        cn = np.sum(rn ** 2, axis=(1, 2))
+        better = np.isfinite(cn) & (cn < cost[a])
+        conv = better & (cn > 0.5 * cost[a]) & (cn <= 1e4 * floor[a])
+        b = a[better]
+        gamma[b], R[b], Z[b], res[b], cost[b] = gn[better], Rn[better], Zn[better], rn[better], cn[better]
+        mu[a] = np.where(better, np.maximum(mu[a] / 10, 1e-12), mu[a] * 10)
+        fails[a] = np.where(better, 0, fails[a] + 1)
+        # Stop at rounding level (within 100 times eps of the data, in the mean), or when stuck.
+        done[a] = conv | (fails[a] >= 16) | (cost[a] <= 1e4 * floor[a])
+    return gamma, R, np.max(np.abs(res), axis=(1, 2))
+
+
+def _parts_rows(s, X, G, gm, Rm):
+    """``Z = sigma(s_t + R_h^T x_k)`` of shape (n, K, S, H) and the misfit ``Z gamma - G``."""
+    Z = expit(s[None, None, :, None] + (Rm @ X.T).transpose(0, 2, 1)[:, :, None, :])
+    return Z, (Z @ gm[:, None, :, None])[..., 0] - G

@@ -325,16 +325,16 @@ class FactoredHead(_SequenceModel):
 
     @property
     def rank(self) -> int:
-        rk = np.linalg.qr(self.K.T, mode="r")
+        rk = np.linalg.qr(self.K.T, mode="r")           # mode="r" returns the array R only
         rq = np.linalg.qr(self.Q.T, mode="r")
-        return int(np.linalg.matrix_rank(rk @ rq.T))
+        return int(np.linalg.matrix_rank(rk @ rq.T))  # type: ignore[attr-defined]
 
     def to_single_head(self) -> SingleHead:
         """The same head in merged form, :class:`SingleHead` (forms the ``d x d`` matrix ``W``)."""
-        return SingleHead(self.W, self.v, native=self.native)
+        return SingleHead(self.W, self.v, native=self.native)  # type: ignore[attr-defined]
 
-    def _batch(self, X: np.ndarray) -> np.ndarray:
-        return factored_batch(X, self._KV, self._Qt)
+    def _batch(self, X: np.ndarray) -> np.ndarray:   # v, _KV, _Qt are set in __post_init__
+        return factored_batch(X, self._KV, self._Qt)  # type: ignore[attr-defined]
 
     def __repr__(self):
         return f"FactoredHead(d={self.d}, r={self.r}, ||v||_2={np.linalg.norm(self.v):.4g})"

@@ -25,7 +25,6 @@ what it kept. ``run`` and ``build`` need the ``[book]`` extra and say so in one 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import subprocess
@@ -488,7 +487,8 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
         if code != 0 or not (html / f"{stem}.html").is_file():
             kept = out_dir.parent / f"{stem}_html.log"
             shutil.copy2(log, kept)
-            raise ParameterError(f"rendering {notebook.name} as HTML failed (jupyter-book exit {code}); the log: {kept}")
+            raise ParameterError(f"rendering {notebook.name} as HTML failed (jupyter-book exit {code}); "
+                                 f"the log: {kept}")
         staging = out_dir.parent / f".{out_dir.name}.new"
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(html, staging)
@@ -747,7 +747,8 @@ def main(argv=None) -> int:
                      help="time limit per cell (default: the book's execute.timeout, 600 s)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument("--html", action="store_true",
-                     help="also render the run as a page in the book's theme, its numbers filled in (DIR/<chapter>_html/)")
+                     help="also render the run as a page in the book's theme, its numbers filled in "
+                          "(DIR/<chapter>_html/)")
     run.set_defaults(func=_cmd_run)
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")
     cite_p.add_argument("chapter")

@@ -310,9 +310,11 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         errors one rounding ``u`` of every answer causes at the best probe scale: the attainable
         accuracy, see Notes), ``kappa_W`` (``floor_W / u``, the conditioning).
         ``diagnostics`` holds ``probes`` (the probe matrix
-        ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits`` (``(d, d)``: the measured
+        ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits``
+        (``(d, d)``: the measured
         ``c^2 u_l^T W e_j``, row ``l``, column ``j``), ``scales`` (``(d, d)``: each probe's final
-        ``c``), ``n_requeries``, ``max_abs_logit``, ``n_verify_queries`` and, with ``verify``, ``verify_max_error``.
+        ``c``), ``n_requeries``, ``max_abs_logit``, ``n_verify_queries`` and, with ``verify``,
+        ``verify_max_error`` and ``verify_tolerance``.
 
     Raises
     ------

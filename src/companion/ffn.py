@@ -25,7 +25,7 @@ merged, columns sorted (:func:`canonical_form`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
@@ -624,8 +624,8 @@ class FFNRecovery(Recovery):
     ``W`` is None (a network has no attention); ``v`` is the linear part ``A w_o``.
     """
 
-    A: np.ndarray = None
-    w_o: np.ndarray = None
+    A: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
+    w_o: np.ndarray = None  # type: ignore[assignment]
 
     @property
     def d(self) -> int:
@@ -682,9 +682,11 @@ def learn_ffn(oracle, *, signs="auto", refine=True, milp_time_limit=10.0, max_pl
     FFNRecovery
         ``A`` of shape (d, k) with unit-norm columns and ``w_o`` of shape (k,), in
         :func:`canonical_form` (``k = m`` for a generic target, ``m + 2`` after a MILP time-out);
-        ``v = A w_o``; ``W`` is None. ``diagnostics``: ``n_planes``, ``n_kink_queries``,
-        ``n_gradient_queries``, ``n_linear_queries``, ``n_verify_queries``, ``n_step_retries``,
-        ``signs_method``, ``signs_status``, ``signs_seconds``, ``verify_rel_error`` (also as
+        ``v = A w_o``; ``W`` is None. ``diagnostics``: ``n_planes``, ``n_linear_queries`` (``2d``),
+        ``n_scan_queries`` (kink search, gradients and refinement on the planes), ``n_verify_queries``
+        (``n_learning_queries = n_linear_queries + n_scan_queries``), ``n_step_retries``,
+        ``plane_failures`` (why each rejected plane failed), ``signs_method``, ``signs_status``,
+        ``signs_seconds``, ``verify_rel_error`` (also as
         ``verify_max_error``; NaN with ``verify=0``) and ``verify_bits``. ``n_queries`` counts the
         verification points; ``n_learning_queries`` leaves them out.
 

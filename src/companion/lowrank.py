@@ -60,6 +60,8 @@ __all__ = [
     "CHUNK_BYTES",
     "METHODS",
     "DEFAULT_OVERSAMPLING",
+    "NUCLEAR_MAX_BYTES",
+    "nuclear_program_size",
     "recovery_trial",
     "phase_transition",
     "transition_point",
@@ -82,6 +84,19 @@ DEFAULT_OVERSAMPLING = {"nuclear": 5.0, "rgn": 2.0}
 
 _NOISE_FLOOR = 1e-12      # singular values of the sketch core below this are rounding noise
 
+#: Memory cvxpy and SCS take per entry of the nuclear-norm program's measurement operator
+#: (``m d^2`` entries: row ``k`` is ``vec(a_k b_k^T)``). Measured (this book, cvxpy 1.x, peak RSS of
+#: ``Problem.get_problem_data(SCS)`` above the imports): 116 B at d = 32, 126 B at d = 48, 113 B at
+#: d = 64 (r = 4, m = 5 r (2d - r)); the canonicalisation also takes about 3 s per 10^6 entries.
+NUCLEAR_BYTES_PER_ENTRY = 128
+
+#: Largest estimated memory of a nuclear-norm program :func:`learn_low_rank` and
+#: :func:`companion.robust.learn_low_rank_noisy` build (2 GiB); above it they refuse before any
+#: query. At the default ``m = 5 r (2d - r)`` this admits d <= 118, 94, 75, 60 for r = 1, 2, 4, 8;
+#: the paper's ``learn_low_rank(oracle, 8)`` at d = 96 would need about 8 GB. Raise it (a module
+#: attribute) to build larger programs on a larger machine.
+NUCLEAR_MAX_BYTES = 2 * 2**30
+
 _MESSAGES = {
     "too_few": (
         "n_measurements={m} cannot determine a rank-{r} {d} x {d} matrix: it has r(2d - r) = {dof} "
@@ -92,6 +107,19 @@ _MESSAGES = {
         "Riemannian Gauss-Newton stopped after {it} iterations with relative residual {res:.3g}: "
         "either m={m} measurements ({C:.2f} r(2d - r)) are too few for this draw (raise "
         "n_measurements or change seed), or rank(W*) > rank={r} (pass a larger rank)."
+    ),
+    "nuclear_too_big": (
+        "{learner}(method='nuclear') at d={d} with m={m} measurements would build a convex program "
+        "whose measurement operator has m d^2 = {entries:,} entries: about {gb:.1f} GB for cvxpy and "
+        "SCS ({per} bytes per entry, measured), above companion.lowrank.NUCLEAR_MAX_BYTES = "
+        "{limit:.1f} GB. Refused before any query. The scalable methods use the same kind of "
+        "measurements without the program: method='rgn' (Riemannian Gauss-Newton from a spectral "
+        "start on Gaussian rank-one projections; assumes rank(W*) <= rank={r} and enough "
+        "measurements for this draw, and raises SolverError rather than return a wrong W) or, for "
+        "an exact oracle, method='sketch' (a cross of rank + oversample rows and columns of a "
+        "randomly rotated W, d + k(2d - k) queries; assumes rank(W*) <= rank, checked by the "
+        "extra singular value). Or pass fewer n_measurements, or raise NUCLEAR_MAX_BYTES on a "
+        "machine with the memory."
     ),
     "rank_small_rounding": (
         "the oracle's head has rank above the assumed rank={r}: singular value {i} of the {k} x {k} "
@@ -122,6 +150,53 @@ def degrees_of_freedom(d, r) -> int:
 # ---------------------------------------------------------------------------------------------
 # Measurements: one query per bilinear form a^T W b
 # ---------------------------------------------------------------------------------------------
+
+def nuclear_program_size(d, m) -> dict:
+    """Size of the nuclear-norm program on ``m`` rank-one projections of a ``d x d`` matrix, unbuilt.
+
+    Parameters
+    ----------
+    d : int
+        Dimension, ``>= 1``.
+    m : int
+        Number of measurements (constraints), ``>= 1``.
+
+    Returns
+    -------
+    dict
+        ``variables``: ``d^2`` entries of ``W`` plus the two symmetric ``d x d`` blocks of the
+        semidefinite form of ``||W||_*`` (``d^2 + d (d + 1)``); ``constraints``: ``m`` measurement
+        rows and one semidefinite cone of size ``2d``; ``entries``: nonzeros of the measurement
+        operator, ``m d^2``; ``bytes``: the estimated peak memory of cvxpy and SCS,
+        ``NUCLEAR_BYTES_PER_ENTRY * m d^2`` (measured, see that constant).
+
+    Raises
+    ------
+    InvalidInputError
+        If ``d`` or ``m`` is not an integer ``>= 1``.
+
+    Examples
+    --------
+    >>> size = nuclear_program_size(96, 5 * 8 * (2 * 96 - 8))     # the paper's default at d = 96, r = 8
+    >>> size["entries"], round(size["bytes"] / 1e9, 1), size["bytes"] > NUCLEAR_MAX_BYTES
+    (67829760, 8.7, True)
+    """
+    d = check_int(d, "d", minimum=1)
+    m = check_int(m, "m", minimum=1)
+    entries = m * d * d
+    return {"variables": d * d + d * (d + 1), "constraints": m, "psd_cone": 2 * d,
+            "entries": entries, "bytes": NUCLEAR_BYTES_PER_ENTRY * entries}
+
+
+def check_nuclear_size(d, m, r, learner: str) -> dict:
+    """Raise :class:`~companion.errors.InvalidInputError` if the program exceeds ``NUCLEAR_MAX_BYTES``."""
+    size = nuclear_program_size(d, m)
+    if size["bytes"] > NUCLEAR_MAX_BYTES:
+        raise InvalidInputError(_MESSAGES["nuclear_too_big"].format(
+            learner=learner, d=d, m=m, r=r, entries=size["entries"], gb=size["bytes"] / 1e9,
+            per=NUCLEAR_BYTES_PER_ENTRY, limit=NUCLEAR_MAX_BYTES / 1e9))
+    return size
+
 
 def _invert_rop(y, av, bv, c):
     """Solve ``y = c (b^T v + sigma(t) a^T v)`` for ``t`` (``= c^2 a^T W b``) and ``sigma(t)``."""
@@ -598,7 +673,9 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         ``method="sketch"``) detects the rank: the cross grows until its core is rank-deficient.
     method : {"nuclear", "rgn", "sketch"}, default="nuclear"
         ``"nuclear"``: ``m`` Gaussian ROP measurements and ``min ||W||_* s.t. <a_k b_k^T, W> = t_k``
-        through cvxpy with SCS, the program of Theorems 5.1 / 5.2 (an SDP: keep ``d <= 60``).
+        through cvxpy with SCS, the program of Theorems 5.1 / 5.2 (an SDP whose size
+        :func:`nuclear_program_size` estimates; refused above ``NUCLEAR_MAX_BYTES``, 2 GiB, e.g.
+        beyond d = 60 at rank 8 with the default ``m``).
         ``"rgn"``: the same measurements, Riemannian Gauss-Newton from a spectral start.
         ``"sketch"``: the cross of ``k = rank + oversample`` rows and columns of
         a randomly rotated ``W``; ``d + k (2d - k)`` queries.
@@ -651,8 +728,12 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         (its top-``rank`` SVD, each column of ``U`` with its largest entry positive),
         and per method: ``solver``, ``status``, ``solve_iterations``, ``objective`` (nuclear);
         ``iterations``, ``residual``, ``residuals``, ``lsqr_iterations`` (rgn); ``cross_size``,
-        ``core_singular_values``, ``rank_detected`` (sketch); ``n_verify_queries`` and, with
-        ``verify``, ``verify_max_error``. ``n_queries`` counts the verification queries;
+        ``core_singular_values``, ``rank_detected``, ``rank_used`` (the rank returned) (sketch);
+        ``n_verify_queries`` and, with
+        ``verify``, ``verify_max_error`` and ``verify_tolerance``; the answers' precision: ``precision``,
+        ``precision_format``, ``precision_source``, ``n_precision_queries``; and (sketch) ``rank_tol_used``,
+        ``kappa_W``, ``floor_W``, ``floor_v`` (the rank threshold used and the attainable errors).
+        ``n_queries`` counts the verification queries;
         ``n_learning_queries`` leaves them out.
 
     Raises
@@ -661,7 +742,9 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
         If ``oracle`` is approximate (``tau > 0``).
     InvalidInputError
         For a bad ``rank``, ``method``, ``n_measurements``, ``oversample`` or tolerance, or
-        ``rank=None`` with a method other than ``"sketch"``. Raised before the first query.
+        ``rank=None`` with a method other than ``"sketch"``; or with ``"nuclear"``, if the
+        program's estimated memory exceeds ``NUCLEAR_MAX_BYTES`` (the message names ``"rgn"`` and
+        ``"sketch"`` and what they assume). Raised before the first query.
     NotIdentifiableError
         If ``n_measurements < r (2d - r)`` (raised before the first query: fewer measurements than
         degrees of freedom cannot determine ``W``), or if ``v* = 0``.
@@ -684,7 +767,8 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     [1]_, with the scale ``c`` added). Theorem 5.1 (Cai & Zhang [2]_): ``m = O(r (d1 + d2))``
     Gaussian ROP measurements and nuclear-norm minimisation recover every rank-``r`` matrix with
     probability ``1 - exp(-Omega(m))``; Theorem 5.2 turns this into ``d + C r (2d)`` value queries.
-    ``"rgn"`` is Riemannian Gauss-Newton [3]_ on the same measurements. ``"sketch"`` measures ``M = L W R`` (``L``, ``R``
+    ``"rgn"`` is Riemannian Gauss-Newton [3]_ on the same measurements. ``"sketch"`` measures
+    ``M = L W R`` (``L``, ``R``
     orthogonal, random; every row of ``L`` has ``l^T v = ||v|| / sqrt(d)``) on ``k`` full rows and
     ``k`` full columns and returns ``W = L^T M_{:,K} (M_{K,K})^+_r M_{K,:} R^T``, the generalised
     Nystrom formula in its stabilised (truncated pseudo-inverse) form [4]_; a rank-``r`` matrix has
@@ -755,6 +839,8 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
             raise NotIdentifiableError(_MESSAGES["too_few"].format(
                 m=m, r=r, d=d, dof=dof, sketch=d + k * (2 * d - k)))
         planned = d + m
+        if method == "nuclear":
+            check_nuclear_size(d, m, r, "learn_low_rank")
     start = reserve(oracle, planned + verify, "learn_low_rank")
     rng = np.random.default_rng(seed)
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)

@@ -198,8 +198,9 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
         :func:`membership_query_count` plus ``verify``. ``diagnostics``: ``bits``, ``p`` (index of
         the largest ``|v_i|``), ``n_support``, ``n_queries_v``, ``n_queries_W``,
         ``logit_halfwidth`` (``(d, d)``: the final bisection half-width ``S 2**-bits`` of each
-        logit), ``probes`` (``(d, d)``) and, with ``verify``, ``n_verify_disagreements`` (labels that
-        differ within the error bound, allowed).
+        logit), ``probes`` (``(d, d)``), ``n_verify_queries`` (``verify``; ``n_learning_queries``
+        leaves them out) and, with ``verify``, ``n_verify_disagreements`` (labels that differ within
+        the error bound, allowed).
 
     Raises
     ------
@@ -312,6 +313,7 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
     }
     message = (f"recovered W and v / ||v||_inf from {n_v + n_W} labels "
                f"({bits} bisection steps per entry)")
+    diagnostics["n_verify_queries"] = verify
     if verify:
         E_W = float(np.linalg.norm(Uinv, 2) ** 2 * np.linalg.norm(diagnostics["logit_halfwidth"]))
         diagnostics["n_verify_disagreements"] = _verify_labels(

@@ -28,8 +28,7 @@ from scipy.optimize import linear_sum_assignment
 from ._validation import as_float_array, check_int, check_real
 from .attention import MultiHead, SingleHead
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
-from .exact import (check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated,
-                    verify_single_head)
+from .exact import (check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated)
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
 from .recovery import Recovery
 
@@ -630,8 +629,8 @@ class MultiHeadRecovery(Recovery):
         As for :class:`~companion.recovery.Recovery`.
     """
 
-    Ws: np.ndarray = None
-    vs: np.ndarray = None
+    Ws: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
+    vs: np.ndarray = None  # type: ignore[assignment]
 
     @property
     def n_heads(self) -> int:
@@ -796,7 +795,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         re-measurements of saturated probes and ``verify`` (``n_learning_queries`` leaves out the
         ``verify``). ``diagnostics`` holds ``hessian_eigenvalues`` (sorted by magnitude),
         ``head_dims``, ``n_requeries``, ``n_verify_queries`` and, with ``verify``,
-        ``verify_max_error``.
+        ``verify_max_error`` and ``verify_tolerance`` (the tolerance it was held to).
 
     Raises
     ------
@@ -1025,9 +1024,12 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     MultiHeadRecovery
         ``Ws``, ``vs`` of the canonical form (:func:`canonical_form` order). ``n_queries`` is read
         from the oracle (learning plus ``verify``). ``diagnostics``: ``n_heads``, ``max_len``
-        (longest sequence asked), ``n_learn_queries``, ``n_verify_queries``, ``kim_count``
+        (longest sequence asked), ``n_points`` (sequence lengths per token), ``n_tokens`` (query
+        tokens), ``n_learn_queries``, ``n_verify_queries``, ``kim_count``
         (``4 H d^2 - 2 H + 1``), ``resolved_fraction`` (fits accepted per row),
-        ``max_sensitivity``, ``verify_max_error``.
+        ``max_sensitivity``, ``verify_tolerance``, ``reference_row`` (the row the others are linked to),
+        ``n_redrawn_rows`` (row directions drawn again), ``max_link_error`` (largest mismatch of a
+        linked row), ``verify_max_error``.
 
     Raises
     ------
@@ -1342,17 +1344,24 @@ def _start_rows(X, L, window):
     window of ``log r`` (one far outside it is poorly determined), trimmed of outliers (a head whose
     amplitude is small along this row has some badly resolved shifts) while ``d + 1`` remain."""
     K, d = X.shape
-    R = np.zeros((L.shape[1], d))
-    for h in range(L.shape[1]):
-        use = np.abs(L[:, h]) <= window + 4
-        use = use if use.sum() > d else np.ones(K, bool)
-        for _ in range(4):
-            R[h] = np.linalg.lstsq(X[use], L[use, h], rcond=None)[0]
-            miss = np.abs(X @ R[h] - L[:, h])
-            keep = use & (miss <= 10 * np.median(miss[use]) + 1e-12)
-            if keep.sum() <= d or keep.sum() == use.sum():
-                break
-            use = keep
+    use = np.abs(L) <= window + 4                                    # (K, H)
+    use[:, use.sum(axis=0) <= d] = True
+    eye = np.eye(d)
+    for _ in range(4):
+        # All heads at once: the normal equations of each head's least squares, with a ridge of
+        # 1e-12 relative (the minimum-norm solution where fewer than d tokens are used).
+        Wt = use.T.astype(float)                                     # (H, K)
+        A = (Wt[:, :, None] * X[None]).transpose(0, 2, 1) @ X         # (H, d, d)
+        ridge = 1e-12 * np.einsum("hii->h", A)[:, None, None] / d + 1e-300
+        R = np.linalg.solve(A + ridge * eye, ((Wt * L.T) @ X)[..., None])[..., 0]
+        miss = np.abs(X @ R.T - L)
+        med = np.nanmedian(np.where(use, miss, np.nan), axis=0)
+        keep = use & (miss <= 10 * med + 1e-12)
+        frozen = (keep.sum(axis=0) <= d) | (keep.sum(axis=0) == use.sum(axis=0))
+        if frozen.all():
+            break
+        keep[:, frozen] = use[:, frozen]
+        use = keep
     return R
 
 
@@ -1368,7 +1377,7 @@ def _ask_pairs(oracle, U, X, n, m):
     return out
 
 
-def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=3.0, tol=1e-9,
+def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=1.5, tol=1e-9,
                              verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0):
     """Canonical form of a general multi-head target from ``<= 4 H d^2 - 2 H + 1`` value queries.
 
@@ -1394,8 +1403,12 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     scale : float, default=3.0
         Median norm of the query tokens ``x`` (``0 < scale <= 100``); the shifts
         ``(u - x)^T W_h x`` grow with it. Tune it to ``||W_h||``: about 3 for entries of order 1.
-    spread : float, default=3.0
-        Token norms are log-uniform in ``[scale / spread, scale * spread]`` (``>= 1``).
+    spread : float, default=1.5
+        Token norms are log-uniform in ``[scale / spread, scale * spread]`` (``>= 1``). Measured
+        (``benchmarks/bench_multihead.py``, seed 0): ``spread = 1.5`` recovers ``H = 6`` at
+        ``d = 16, 32, 64`` where ``3.0`` stopped at 5 (``d <= 32``) and 4 (``d = 64``); at ``H = 7``
+        it fails the same way (a row's joint fit does not converge from its start). Why the
+        narrower spread helps is not isolated here.
     tol : float, default=1e-9
         Largest relative misfit of a row's joint fit (``0 < tol <= 1e-2``).
     verify : int, default=32
@@ -1412,7 +1425,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         ``Ws``, ``vs`` of the canonical form. ``n_learning_queries <= 4 H d^2 - 2 H + 1``
         (``rational_plan(d, H)["n_queries"]``). ``diagnostics``: ``n_heads``, ``max_len``
         (``<= 2 H + 1``), ``kim_count``, ``plan``, ``resolved_fraction`` (pairs of the worst row
-        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``.
+        whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``,
+        ``n_verify_queries`` and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``.
 
     Raises
     ------
@@ -1450,12 +1464,14 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     Rows ``delta_i`` (an orthonormal basis) share the tokens ``x_k``; within a row the amplitudes
     ``gamma_h = delta_i^T v_h`` are the same for every token and label the heads, and the shifts
     ``delta_i^T W_h x_k`` are linear in ``x_k``. Each pair is interpolated on its own
-    (:func:`companion._rational.interpolate_pairs`, then Levenberg-Marquardt); the pairs whose
-    ``H`` terms match the best pair's amplitudes start the joint fit of the row over all its
-    tokens (:func:`companion._rational.fit_row_joint`), which is far better conditioned than any
-    single pair: a collision of two poles at one token is resolved by the others. Rows are linked
-    to row 0 through ``n_link`` pairs at ``delta_0 + delta_i``, whose answers are linear in the
-    ``H^2`` candidate terms (head ``h`` of row 0 with head ``g`` of row ``i``). Then
+    (:func:`companion._rational.interpolate_pairs`, then Levenberg-Marquardt where the interpolant
+    misfits its own samples), batched over all pairs; the pairs whose ``H`` terms match the best
+    pair's amplitudes start the joint fit of the row over all its tokens (Gauss-Newton batched
+    over the rows, :func:`companion._rational.fit_rows_joint`; a row that misfits after it gets
+    :func:`companion._rational.fit_row_joint`, then a new direction), which is far better
+    conditioned than any single pair: a collision of two poles at one token is resolved by the
+    others. Rows are linked to row 0 through ``n_link`` pairs at ``delta_0 + delta_i``, whose
+    answers are linear in the ``H^2`` candidate terms (head ``h`` of row 0 with head ``g`` of row ``i``). Then
     ``v_h = sum_i gamma_h(i) delta_i`` and ``W_h = sum_i delta_i (delta_i^T W_h)``. Heads with equal
     ``W`` give one term, so the result is the canonical form.
 
@@ -1480,7 +1496,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     """
     from scipy.special import expit
 
-    from ._rational import fit_row_joint, interpolate_pairs, polish_pairs, ratio_design
+    from ._rational import (fit_row_joint, fit_rows_joint, interpolate_pairs, polish_pairs,
+                            ratio_design)
 
     d = check_exact_oracle(oracle, "learn_canonical_rational")
     if (H is None) == (H_bound is None):
@@ -1530,7 +1547,13 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         sh = np.full((G.shape[0], h), np.nan)
         res = np.full(G.shape[0], np.inf)
         if ok.any():
-            gam[ok], sh[ok], res[ok] = polish_pairs(s, G[ok], g0[ok], l0[ok])
+            gam[ok], sh[ok] = g0[ok], l0[ok]
+            res[ok] = np.max(np.abs(np.einsum("psh,ph->ps", expit(s[None, :, None] + l0[ok][:, None, :]),
+                                              g0[ok]) - G[ok]), axis=1)
+            # Polish only the pairs whose interpolant misfits its own samples (most, at large H).
+            rough = np.flatnonzero(ok)[res[ok] > 1e-10 * np.max(np.abs(G[ok]), axis=1)]
+            if rough.size:
+                gam[rough], sh[rough], res[rough] = polish_pairs(s, G[rough], gam[rough], sh[rough])
         return gam, sh, res
 
     def check_visible(i, G):
@@ -1554,9 +1577,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
             f"no number of terms up to H_bound={H_plan} fits a quarter of the pairs of row 0 to "
             f"{_START_TOL:g} relative; the oracle may not be a sum of heads, or H_bound is too small.")
 
-    def learn_row(i, G=None, fits=None):
-        if G is None:                                   # a redrawn direction: ask its pairs now
-            G = _ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None]
+    def label_row(i, G, fits=None):
+        """A row's amplitudes, shared by its resolved pairs: (gamma0, agree, shifts, rough)."""
         gmax = check_visible(i, G)
         gam, sh, res = pair_fits(G, H_row) if fits is None else (f.copy() for f in fits)
         fit = res <= _START_TOL * gmax           # a start only: the joint fit refines it to tol
@@ -1585,19 +1607,37 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
                 f"cannot separate {H_row} logistic terms from {2 * H_plan} samples at most tokens; "
                 "use learn_canonical, or try another scale.")
         gamma0 = np.median(gam[agree], axis=0)
-        # With the row's amplitudes fixed, each pair's shifts are far better conditioned.
-        sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
-                                 sh[agree], fixed_gamma=True)[1]
+        # ``rough``: some resolved pair misfits by more than 1e-10 relative, so its shifts gain
+        # from a refit with the row's amplitudes fixed (far better conditioned than the free fit).
+        return gamma0, agree, sh, bool(np.max(res[agree]) > 1e-10 * gmax)
+
+    def start_from(gamma0, agree, sh):
         # Minimum-norm start from the resolved pairs (fewer than d of them leave R0 in their span;
         # the joint fit over all K tokens fills in the rest).
-        R0 = _start_rows(X[agree], sh[agree], float(np.max(np.abs(s))))
+        return gamma0, _start_rows(X[agree], sh[agree], float(np.max(np.abs(s)))), int(agree.sum())
+
+    def start_row(i, G, fits=None):
+        """A row's start for the joint fit: amplitudes shared by its resolved pairs, rows R0."""
+        gamma0, agree, sh, rough = label_row(i, G, fits)
+        if rough:
+            sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
+                                     sh[agree], fixed_gamma=True)[1]
+        return start_from(gamma0, agree, sh)
+
+    def finish_row(i, G, gamma0, R0, n_agree):
+        """The serial joint fit (with its MINPACK fallback near convergence) and its check."""
         gamma, R, info = fit_row_joint(s, G, X, gamma0, R0, XX=XX, iters=30)
         if info["residual"] > tol * info["scale"]:
             raise OracleInconsistentError(
                 f"row {i}: the joint fit of {H_row} heads over {K} tokens misfits by "
                 f"{info['residual'] / info['scale']:.2g} relative (tol={tol:g}), starting from "
-                f"{int(agree.sum())} resolved pairs; use learn_canonical.")
-        return gamma, R, float(agree.mean()), info["residual"] / info["scale"]
+                f"{n_agree} resolved pairs; use learn_canonical.")
+        return gamma, R, n_agree / K, info["residual"] / info["scale"]
+
+    def learn_row(i, G=None, fits=None):
+        if G is None:                                   # a redrawn direction: ask its pairs now
+            G = _ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None]
+        return finish_row(i, G, *start_row(i, G, fits))
     # Every row's pairs in one batch per length, and every pair's own fit batched over all rows.
     G_all = (_ask_pairs(oracle, (X[None] + P[:, None]).reshape(-1, d), np.tile(X, (d, 1)), n, m)
              - np.tile(bX, d)[:, None]).reshape(d, K, -1)
@@ -1605,11 +1645,46 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         check_visible(0, G_all[0])
         H_row = choose_terms(G_all[0])
     fits_all = [f.reshape(d, K, *f.shape[1:]) for f in pair_fits(G_all.reshape(d * K, -1), H_row)]
+    # Every row's start, then all joint fits batched (fit_rows_joint); a row that misfits after it
+    # gets the serial fit (and its fallback), then a new direction.
+    labels = {}
+    for i in range(d):
+        try:
+            labels[i] = label_row(i, G_all[i], tuple(f[i] for f in fits_all))
+        except OracleInconsistentError:
+            pass
+    rough = [i for i in labels if labels[i][3]]
+    if rough:                               # the fixed-amplitude refits of every row in one batch
+        sel = [labels[i][1] for i in rough]
+        sh_r = polish_pairs(s, np.concatenate([G_all[i][a] for i, a in zip(rough, sel)]),
+                            np.concatenate([np.repeat(labels[i][0][None], a.sum(), axis=0)
+                                            for i, a in zip(rough, sel)]),
+                            np.concatenate([labels[i][2][a] for i, a in zip(rough, sel)]),
+                            fixed_gamma=True)[1]
+        ends = np.cumsum([a.sum() for a in sel])
+        for i, a, part in zip(rough, sel, np.split(sh_r, ends[:-1])):
+            labels[i][2][a] = part
+    starts = {i: start_from(*labels[i][:3]) for i in labels}
+    batched = {}
+    if starts:
+        ids = sorted(starts)
+        gb, Rb, resb, scb = fit_rows_joint(s, G_all[ids], X, np.array([starts[i][0] for i in ids]),
+                                           np.array([starts[i][1] for i in ids]), XX=XX)
+        for j, i in enumerate(ids):
+            if resb[j] <= tol * scb[j]:
+                batched[i] = (gb[j], Rb[j], starts[i][2] / K, resb[j] / scb[j])
+            else:
+                starts[i] = (gb[j], Rb[j], starts[i][2])
     for i in range(d):
         G_i, fits_i = G_all[i], tuple(f[i] for f in fits_all)
         while True:
             try:
-                out = learn_row(i, G_i, fits_i)
+                if i in batched:
+                    out = batched[i]
+                elif i in starts and G_i is G_all[i]:
+                    out = finish_row(i, G_i, *starts[i])
+                else:
+                    out = learn_row(i, G_i, fits_i)
                 break
             except OracleInconsistentError:
                 if spare == 0:
@@ -1635,11 +1710,15 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     perms = [np.arange(Hf)]
     link_err = []
     bL = X_link @ v
+    if Hf > 1 and d > 1:                                # every link pair in one batch per length
+        G_link = (_ask_pairs(oracle, (X_link[None] + P[0] + P[1:, None]).reshape(-1, d),
+                             np.tile(X_link, (d - 1, 1)), n, m)
+                  - np.tile(bL, d - 1)[:, None]).reshape(d - 1, n_link, -1)
     for i in range(1, d):
         if Hf == 1:
             perms.append(np.arange(1))
             continue
-        G = _ask_pairs(oracle, X_link + P[0] + P[i], X_link, n, m) - bL[:, None]
+        G = G_link[i - 1]
         shifts = (X_link @ rows[0].T)[:, :, None] + (X_link @ rows[i].T)[:, None, :]   # (k, H, H)
         beta = amps[0][:, None] + amps[i][None, :]
         A = (expit(s[None, :, None, None] + shifts[:, None]) * beta).reshape(n_link * s.size, -1)

@@ -529,7 +529,8 @@ class ApproxValueQueryOracle(ValueQueryOracle):
         * ``"uniform"``: ``f* + tau * u(X)`` with ``u(X)`` uniform in [-1, 1), a hash of ``X`` and
           ``seed``.
         * ``"worst"``: ``f* + tau * s(X)`` with a sign ``s`` chosen to hurt the Theorem 4.1 / 6.2
-          estimators (a heuristic adversary, not the worst case over all answers within ``tau``): a length-1 answer is pulled towards 0 (``s = -sign(f*)``), which shrinks
+          estimators (a heuristic adversary, not the worst case over all answers within ``tau``):
+          a length-1 answer is pulled towards 0 (``s = -sign(f*)``), which shrinks
           the read-off ``|v_i|`` used as a denominator; a longer answer is pushed away from the query
           token's own value ``x_N^T v`` by the same sign as ``f* - x_N^T v``, which inflates the
           apparent attention on the other tokens. Needs a target with attribute ``v``.

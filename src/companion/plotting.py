@@ -13,7 +13,7 @@ would lose its figures.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -24,7 +24,7 @@ __all__ = ["STYLE", "figure", "lines", "bars", "singular_values", "table", "FLOA
 FLOAT64_EPS = float(np.finfo(np.float64).eps)
 
 #: The rcParams applied to every companion figure.
-STYLE = {
+STYLE: dict[Any, Any] = {
     "figure.figsize": (6.4, 3.6),
     "figure.dpi": 100,
     "savefig.dpi": 100,
@@ -142,9 +142,9 @@ def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
     """
     with plt.rc_context(STYLE):
         fig, ax = _canvas(ax)
-        for k, (label, y) in enumerate(series.items()):
+        for k, (label, values) in enumerate(series.items()):
             xs = np.asarray(x[label] if isinstance(x, Mapping) else x, dtype=float)
-            y = np.asarray(y, dtype=float)
+            y = np.asarray(values, dtype=float)
             keep = np.isfinite(y) & ((y > 0) if logy else True)
             ax.plot(xs[keep], y[keep], marker=_MARKERS[k % len(_MARKERS)], label=label)
         for k, (label, value) in enumerate((hlines or {}).items()):
@@ -200,8 +200,8 @@ def singular_values(spectra: Mapping[str, Sequence[float]], *, rank_line: int | 
     """
     with plt.rc_context(STYLE):
         fig, ax = _canvas(ax)
-        for label, s in spectra.items():
-            s = np.sort(np.asarray(s, dtype=float))[::-1]
+        for label, values in spectra.items():
+            s = np.sort(np.asarray(values, dtype=float))[::-1]
             ax.semilogy(np.arange(1, len(s) + 1), np.maximum(s, FLOAT64_EPS * 1e-3), label=label)
         if rank_line is not None:
             ax.axvline(rank_line + 0.5, color="0.4", linestyle="--", linewidth=1,

@@ -62,6 +62,7 @@ from .attention import SingleHead, factored_batch
 from .errors import MESSAGES, InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from .exact import SATURATION, check_exact_oracle, invert_two_token, probe_matrix
 from .recovery import Recovery
+from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
 
 __all__ = [
     "N_LAYERS",
@@ -866,7 +867,8 @@ def _cond_1(U, lu) -> float:
     return float(1.0 / rcond) if rcond > 0 else float("inf")
 
 
-def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
+def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-6,
+                           seed=0):
     """Recover a head from value queries whose tokens all end in 1 (homogeneous coordinates).
 
     Parameters
@@ -883,16 +885,25 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
         Starting scale ``c > 0`` of the token part. A probe whose attention weight leaves
         ``[SATURATION, 1 - SATURATION]`` is re-measured at a smaller ``c`` (one extra query each,
         in ``diagnostics["n_requeries"]``).
+    verify : int, default=32
+        Fresh random homogeneous queries (lengths 1 to 8, every token ending in 1; never used for
+        learning) on which the recovered head is compared with the oracle; 0 opts out. It turns an
+        oracle that is not a single head on homogeneous inputs into an
+        :class:`~companion.errors.OracleInconsistentError` instead of a wrong ``W``.
+    verify_rtol : float, default=1e-6
+        Largest relative disagreement ``|VQ(X) - f_hat(X)| / max_i |x~_i^T v~|`` the check accepts.
     seed : int, default=0
-        Seed of the Gaussian probes.
+        Seed of the Gaussian probes (and, plus 1, of the verification queries).
 
     Returns
     -------
     Recovery
         ``W`` of shape (d + 1, d + 1): the identifiable first ``d`` rows, and a zero last row
         (the canonical representative); ``v`` of shape (d + 1,). ``n_queries`` equals
-        ``(d + 1)**2`` plus re-measurements. ``diagnostics``: ``probes`` (d, d), ``cond_probes``,
-        ``n_requeries``, ``max_abs_logit``, ``identifiable`` (the string ``"W[:d, :], v"``).
+        ``(d + 1)**2`` plus re-measurements plus ``verify`` (``n_learning_queries`` leaves out the
+        ``verify``). ``diagnostics``: ``probes`` (d, d), ``cond_probes``, ``n_requeries``,
+        ``max_abs_logit``, ``identifiable`` (the string ``"W[:d, :], v"``), ``n_verify_queries``
+        and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``.
         ``cond_probes`` is LAPACK's 1-norm condition estimate from the LU factors (an SVD of a
         384 x 384 matrix would cost more than the learner).
 
@@ -906,9 +917,11 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
         If the token part ``v = v~[:d]`` is 0: then every answer equals ``v~[d]`` and nothing
         about ``W~`` is revealed.
     BudgetExceededError
-        If the budget is below ``(d + 1)**2``; raised before the first query.
+        If the budget is below ``(d + 1)**2 + verify``; raised before the first query.
     OracleInconsistentError
-        If an attention weight stays saturated after 40 re-measurements.
+        If an attention weight stays saturated after 40 re-measurements, or the verification
+        queries disagree with the recovered head (the oracle is not a single head on homogeneous
+        inputs).
 
     Notes
     -----
@@ -937,7 +950,7 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
     >>> from companion.oracles import ValueQueryOracle
     >>> target = load_head(0, 1)
     >>> rec = learn_homogeneous_head(ValueQueryOracle(target))
-    >>> rec.n_queries == 385**2, homogeneous_errors(rec, target)["W"] < 1e-10
+    >>> rec.n_learning_queries == 385**2, homogeneous_errors(rec, target)["W"] < 1e-10
     (True, True)
     """
     d1 = check_exact_oracle(oracle, "learn_homogeneous_head")
@@ -947,11 +960,10 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
         )
     check_choice(probes, "probes", ("basis", "gaussian"))
     c0 = check_real(scale, "scale", minimum=0.0, strict=True)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
     d = d1 - 1
-    if hasattr(oracle, "require"):
-        oracle.require(d1 * d1, learner="learn_homogeneous_head")
-    start = oracle.n_queries
+    start = reserve(oracle, d1 * d1 + verify, "learn_homogeneous_head")
 
     # Step 1: v0 and v.
     X1 = np.zeros((d1, 1, d1))
@@ -1019,8 +1031,11 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, seed=0):
     message = (f"recovered the identifiable rows of W~ and v~ from (d + 1)^2 = {d1 * d1} "
                "homogeneous value queries (Theorem 4.1 in homogeneous coordinates); last row of "
                "W~ set to 0" + (f"; {n_requeries} re-measurements" if n_requeries else ""))
-    return Recovery(W=W_full, v=v_full, n_queries=oracle.n_queries - start, message=message,
-                    diagnostics=diagnostics)
+    checked = verify_outputs(oracle, SingleHead(W_full, v_full), lambda x: np.max(np.abs(x @ v_full)),
+                             verify, rtol=verify_rtol, seed=seed + 1, lift=homogeneous,
+                             what="a single head on homogeneous inputs")
+    return build(Recovery, oracle, start, verification=checked, message=message,
+                 diagnostics=diagnostics, W=W_full, v=v_full)
 
 
 def homogeneous_errors(rec, target) -> dict:

@@ -110,7 +110,8 @@ def _blocks(source: str):
     """Split a cell into (kind, text) blocks: 'prose', 'statement' (a quoted box) or 'skip'."""
     out = []
     lines = source.split("\n")
-    i, prose = 0, []
+    i = 0
+    prose: list[str] = []
     while i < len(lines):
         line = lines[i]
         m = _DIRECTIVE.match(line)
@@ -119,7 +120,7 @@ def _blocks(source: str):
             if prose:
                 out.append(("prose", "\n".join(prose)))
                 prose = []
-            marker = (m.group("fence") if m else fence.group(1))
+            marker = (m.group("fence") if m else fence.group(1))  # type: ignore[union-attr]
             name = m.group("name") if m else ""
             body, i = [], i + 1
             while i < len(lines) and not lines[i].startswith(marker):
@@ -249,7 +250,7 @@ def library_constants() -> dict:
         for learner, (n, rtol) in companion.verification_defaults().items():
             add(n, f"verification_defaults()[{learner!r}] count")
             add(rtol, f"verification_defaults()[{learner!r}] tolerance")
-    except Exception:           # noqa: BLE001 - the table is optional for this reader
+    except Exception:
         pass
     _CONSTANTS = found
     return found
@@ -271,7 +272,7 @@ def _allowed_spans(sentence: str, allow):
 
 
 def hand_typed_numbers(source: str, where: str = "", *, allow=()) -> list[Finding]:
-    """Numbers typed by hand in one markdown cell (see the module's docstring for the rule).
+    r"""Numbers typed by hand in one markdown cell (see the module's docstring for the rule).
 
     Parameters
     ----------
@@ -370,7 +371,7 @@ def unbacked_verdicts(source: str, where: str = "", *, allow=(), values=None) ->
             shown = _show(sentence, maths, glued)
             if any(re.search(p, shown) for p in allow):
                 continue
-            word = re.search(verdict, bare, re.I).group(0)
+            word = re.search(verdict, bare, re.I).group(0)  # type: ignore[union-attr]
             findings.append(Finding(where, "unbacked verdict", word, shown))
     return findings
 

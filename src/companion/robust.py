@@ -42,7 +42,7 @@ from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead, random_single_head
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
 from .exact import read_value_vector
-from .lowrank import LowRankRecovery, degrees_of_freedom
+from .lowrank import LowRankRecovery, check_nuclear_size, degrees_of_freedom
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
 from .numerics.rgn import _rop_apply, _weighted_rgn
 from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_scales
@@ -114,7 +114,13 @@ def _check_oracle(oracle, learner: str) -> tuple[int, float]:
             f"got {type(oracle).__name__}; wrap the model in "
             "companion.oracles.ApproxValueQueryOracle."
         )
-    return int(oracle.d), float(getattr(oracle, "tau", 0.0))
+    tau = float(getattr(oracle, "tau", 0.0))
+    if not np.isfinite(tau):
+        raise TypeError(
+            f"{learner} needs answers within a finite tolerance tau of f*; {type(oracle).__name__} "
+            f"has tau={tau} (a label oracle says nothing about |f*|): use "
+            "companion.membership.learn_membership for labels.")
+    return int(oracle.d), tau
 
 
 # --------------------------------------------------------------------------------------------
@@ -437,7 +443,8 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
         With ``verify`` on (the default), if ``tau > mu / 2``: the theorem's guarantee is then
         infinite and the margin cannot be checked, before any query.
     TypeError
-        If ``oracle`` is not a value-query oracle.
+        If ``oracle`` is not a value-query oracle, or answers labels (``tau = inf``, a
+        :class:`~companion.membership.MembershipQueryOracle`); before any query.
     InvalidInputError
         If ``W_max < 2`` or ``mu`` is not in (0, 1].
     BudgetExceededError
@@ -756,7 +763,8 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None, ver
     Raises
     ------
     TypeError
-        If ``oracle`` is not a value-query oracle.
+        If ``oracle`` is not a value-query oracle, or answers labels (``tau = inf``, a
+        :class:`~companion.membership.MembershipQueryOracle`); before any query.
     InvalidInputError
         For ``W_max <= 0``, ``repeats < 1``, a bad ``scale`` or ``rank`` not in [1, d].
     BudgetExceededError
@@ -912,6 +920,12 @@ NOISY_METHODS = ("rgn", "nuclear")
 #: ``r (2d - r)``.
 NOISY_OVERSAMPLING = 3.0
 
+#: ``learn_low_rank_noisy(method="rgn")`` refuses a fit whose weighted residual exceeds this many
+#: times the largest one ``W*`` may have (1 in exact arithmetic: the fit minimises the weighted
+#: residual over rank-``r`` matrices, and ``W*`` is one with ``|r_k| <= delta_k``); the margin
+#: above 1 covers float64 rounding of the residuals. This book's check.
+FIT_SLACK = 1.0 + 1e-6
+
 _NOISY_MESSAGES = {
     "infeasible": (
         "SCS found the noise-aware nuclear-norm program {status}: no matrix meets all {m} "
@@ -922,6 +936,13 @@ _NOISY_MESSAGES = {
     "inaccurate": (
         "SCS stopped with status {status!r} on the noise-aware nuclear-norm program "
         "(eps={eps:g}, {its} iterations); loosen solver_eps or use method='rgn'."
+    ),
+    "fit": (
+        "the best rank-{r} fit leaves a weighted residual fit_ratio={ratio:.3g} times the largest "
+        "one a head with rank(W*) <= {r} and ||W*||_F <= W_max={W_max:g} answering within "
+        "tau={tau:.3g} can leave (at most 1): rank(W*) > {r} (raise rank), ||W*||_F > W_max, the "
+        "oracle errs by more than tau, or it is not a single head; or Gauss-Newton stopped in a "
+        "wrong minimum (try another seed or method='nuclear')."
     ),
 }
 
@@ -965,6 +986,15 @@ def _one_blas_thread():
         from contextlib import nullcontext
         return nullcontext()
     return threadpool_limits(limits=1, user_api="blas")
+
+
+def _check_fit(res, delta, w, *, r, tau, W_max, refuse=True) -> float:
+    """``sum w res^2 / sum w delta^2``; with ``refuse``, raise if it exceeds ``FIT_SLACK``."""
+    ratio = float(np.sum(w * res**2) / max(float(np.sum(w * delta**2)), np.finfo(float).tiny))
+    if refuse and ratio > FIT_SLACK:
+        raise OracleInconsistentError(_NOISY_MESSAGES["fit"].format(ratio=ratio, r=r, tau=tau,
+                                                                    W_max=W_max))
+    return ratio
 
 
 def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, method="rgn",
@@ -1016,17 +1046,23 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         ``n_measurements``, ``scales`` (m,), ``delta`` (m,) the per-measurement bounds of
         :func:`rop_error_bound`, ``n_clipped``, ``max_abs_logit`` (estimated), and the solver's
         ``status``, ``solve_iterations``, ``objective`` (nuclear) or ``iterations``, ``residual``,
-        ``residuals`` (rgn), and the verification's ``n_verify_queries``, ``verify_error_W``,
+        ``residuals``, ``start`` (``"spectral"`` or ``"sqrt-weighted"``, the run kept) and
+        ``fit_ratio`` (rgn: the weighted residual ``sum_k w_k r_k^2`` over ``sum_k w_k delta_k^2``,
+        at most 1 for a global minimiser when the assumptions hold), ``max_violation``
+        (``max_k |<a_k b_k^T, W> - t_k| / delta_k``, at most 1 for ``W*``), ``singular_values``
+        (top ``r + 1`` of ``W``), and the verification's ``n_verify_queries``, ``verify_error_W``,
         ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``. ``n_queries`` counts the
         verification queries; ``n_learning_queries`` (``d + m``) leaves them out.
 
     Raises
     ------
     TypeError
-        If ``oracle`` is not a value-query oracle.
+        If ``oracle`` is not a value-query oracle, or answers labels (``tau = inf``, a
+        :class:`~companion.membership.MembershipQueryOracle`); before any query.
     InvalidInputError
-        For a bad ``rank``, ``W_max``, ``tau``, ``method``, ``logit_max`` or solver option;
-        before the first query.
+        For a bad ``rank``, ``W_max``, ``tau``, ``method``, ``logit_max`` or solver option, or
+        ``"nuclear"`` above :data:`companion.lowrank.NUCLEAR_MAX_BYTES` (estimated by
+        :func:`companion.lowrank.nuclear_program_size`); before the first query.
     NotIdentifiableError
         If ``n_measurements < r (2d - r)`` (before the first query), or if ``v_hat = 0``.
     BudgetExceededError
@@ -1035,6 +1071,12 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         If SCS does not reach an optimal solution, in particular if the program is infeasible:
         then no head with ``||W*||_F <= W_max`` answered within ``tau`` (the message says which
         assumption to relax).
+    OracleInconsistentError
+        ``"rgn"``, ``tau > 0``, ``verify > 0`` (the default; the check spends no query): if the
+        weighted residual of the rank-``r`` fit exceeds
+        ``FIT_SLACK`` times the largest one a head inside the assumptions allows
+        (``fit_ratio > FIT_SLACK``): no rank-``r`` head with ``||W*||_F <= W_max`` answered within
+        ``tau``, or Gauss-Newton stopped in a wrong minimum. Also if the verification fails.
 
     Notes
     -----
@@ -1088,6 +1130,8 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
             f"n_measurements={m} cannot determine a rank-{r} {d} x {d} matrix: it has r(2d - r) = "
             f"{dof} degrees of freedom. Raise n_measurements to at least {dof} (with noise, "
             f"{int(np.ceil(NOISY_OVERSAMPLING * dof))} or more).")
+    if method == "nuclear":
+        check_nuclear_size(d, m, r, "learn_low_rank_noisy")
     start = reserve(oracle, d + m + verify, "learn_low_rank_noisy")
     rng = np.random.default_rng(seed)
 
@@ -1127,6 +1171,9 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         if info2["residual"] < info["residual"]:
             W, info = W2, dict(info2, start="sqrt-weighted")
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
+        if tau > 0:
+            info["fit_ratio"] = _check_fit(_rop_apply(A, B, W) - t, delta, w, r=r, tau=tau,
+                                           W_max=W_max, refuse=verify > 0)
     diagnostics.update(info)
     with np.errstate(divide="ignore", invalid="ignore"):
         # at most 1 for W*: a larger value certifies W != W*

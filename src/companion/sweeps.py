@@ -117,8 +117,8 @@ def run_sweep(fn: Callable[..., Mapping], grid, *, n_jobs=1, backend="loky", pro
         raise InvalidInputError("n_jobs=0 is not allowed; use a positive count or -1 for all cores.")
     points = grid_points(grid)
     if backend == "sequential":
-        outputs = (fn(**p) for p in points)
-        outputs = list(tqdm(outputs, total=len(points), disable=not progress, desc=name or "sweep"))
+        calls = (fn(**p) for p in points)
+        outputs = list(tqdm(calls, total=len(points), disable=not progress, desc=name or "sweep"))
     else:
         context = joblib.parallel_backend("dask") if backend == "dask" else joblib.parallel_backend(backend)
         with context:

@@ -126,8 +126,8 @@ class TransformerRecovery(Recovery):
     ``W`` (d, d) is the attention matrix and ``v = A w_o`` the antisymmetrised head's value vector.
     """
 
-    A: np.ndarray = None
-    w_o: np.ndarray = None
+    A: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
+    w_o: np.ndarray = None  # type: ignore[assignment]
 
     @property
     def model(self) -> OneLayerTransformer:
@@ -214,8 +214,10 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
         FFN part including its own 64 checks; the attention part ``2 d**2`` plus re-measurements,
         because the head's ``d`` length-1 antisymmetrised queries are the FFN learner's ``2d``
         queries ``[+-e_j^T]``, answered again from memory (``diagnostics["n_reused"]``, ``2d``;
-        see :class:`ReusedAnswers`); and the whole-model check. ``n_verify_queries`` counts the
-        FFN's checks and the whole model's (``n_learning_queries`` leaves them out).
+        see :class:`ReusedAnswers`); and the whole-model check. ``diagnostics["n_verify_queries"]``
+        counts the FFN's checks and the whole model's (``n_learning_queries`` leaves them out), and
+        ``diagnostics["verify_max_error"]`` is the whole model's largest disagreement,
+        ``diagnostics["verify_tolerance"]`` its tolerance.
         ``diagnostics`` also holds the FFN learner's diagnostics (``ffn``), the attention
         learner's (``attention``), and ``v_mismatch``: the largest difference between the head's
         value vector (the measured ``VQ([e_j^T]) - VQ([-e_j^T])``) and the linear part ``A w_o``
@@ -236,7 +238,8 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
     -----
     Section 4.1 of Bhattamishra et al. 2026 [1]_ reduces the Transformer to an FFN learner, which
     the paper assumes, plus Theorem 4.1 on ``VQ(X) - VQ(-X)``, for ``Q_FFN(d, m) + 2 (d + d**2)``
-    queries; reusing the ``2d`` answers the two steps share makes it ``Q_FFN(d, m) + 2 d**2``. The FFN learner here is :func:`~companion.ffn.learn_ffn` (critical points, Carlini et
+    queries; reusing the ``2d`` answers the two steps share makes it ``Q_FFN(d, m) + 2 d**2``. The
+    FFN learner here is :func:`~companion.ffn.learn_ffn` (critical points, Carlini et
     al. 2020 [2]_). The learner never reads the target's parameters.
 
     References

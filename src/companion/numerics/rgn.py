@@ -121,7 +121,8 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3)
     Riemannian Gauss-Newton (the steps of :func:`_rgn`) from the spectral start.
 
     The start is ``start`` (factors ``U, s, V``) or the unweighted spectral one
-    (``E[(d^2/m) sum t_k a_k b_k^T] = W`` for the Gaussian design); the steps use the weighted rows ``w_k a_k``, ``w_k t_k``. With noise the residual does not
+    (``E[(d^2/m) sum t_k a_k b_k^T] = W`` for the Gaussian design); the steps use the weighted rows
+    ``w_k a_k``, ``w_k t_k``. With noise the residual does not
     vanish (and Gauss-Newton need not decrease it monotonically): the loop stops when ``patience``
     iterations in a row fail to cut the smallest residual so far by a relative ``rtol``, and returns
     the iterate with the smallest residual.
@@ -141,5 +142,10 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3)
         if rel == 0 or it == max_iter or stalled >= patience:
             break
         X, Y, _ = _tangent_step(Aw, B, res, U, V, direct_max=2_000_000, rtol=1e-12)
-        U, s, V = _retract(U, s, V, X, Y, r)
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+            break                       # a diverged step: keep the best iterate (its fit is checked)
+        try:
+            U, s, V = _retract(U, s, V, X, Y, r)
+        except np.linalg.LinAlgError:
+            break
     return best[1], {"iterations": it, "residual": best[0], "residuals": history}
