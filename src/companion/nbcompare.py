@@ -424,10 +424,11 @@ def summarize(stats: dict) -> dict:
     >>> compare_notebooks(ref, new, stats=stats), summarize(stats)
     ({}, {'exact': 2, 'tolerance': 0, 'rounding': 1, 'max_move': 0.0, 'max_move_cell': None})
     """
-    out = {"exact": 0, "tolerance": 0, "rounding": 0, "max_move": 0.0, "max_move_cell": None}
+    counts = {"exact": 0, "tolerance": 0, "rounding": 0}
+    largest, where = 0.0, None
     for cell, numbers in stats.items():
         for stat in numbers:
-            out[stat.kind] += 1
-            if stat.move is not None and stat.move > out["max_move"]:
-                out["max_move"], out["max_move_cell"] = stat.move, cell
-    return out
+            counts[stat.kind] += 1
+            if stat.move is not None and stat.move > largest:
+                largest, where = stat.move, cell
+    return {**counts, "max_move": largest, "max_move_cell": where}
