@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # reproducibility contract (tests/conftest.py replaces nbval's string comparison with companion.nbcompare).
 NBVAL  := --nbval --nbval-current-env
 
-.PHONY: all venv book book-release pdf publish release test test-fast bench execute clean browser lint
+.PHONY: all venv book book-release pdf publish release test test-fast bench execute clean browser lint repro-report
 
 all: book
 
@@ -68,11 +68,18 @@ publish: book
 release: book pdf
 	$(PY) -m companion.release
 
-# The whole suite: unit, property and doctests, every chapter under nbval, every chapter again under
-# two other OpenBLAS kernel types with 1 and 2 BLAS threads (tests/test_reproducibility.py), papermill
+# The whole suite: unit, property and doctests, every chapter under nbval, every chapter again with the
+# oracles' answers perturbed by 4 ulps and under two of the OpenBLAS kernel types and thread counts
+# this CPU runs (tests/test_reproducibility.py, which prints the reproducibility report), papermill
 # runs with non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
 test: $(PYCHECK) $(STAMP) browser lint
 	$(PY) -m pytest tests src/companion book/chapters $(NBVAL)
+
+# Every chapter re-executed with perturbed oracle answers and under the rotation of OpenBLAS kernels and
+# thread counts (tests/test_reproducibility.py, also part of `make test`), and the report written to
+# data/results/reproducibility.json (only when every run passes), which book/reproducibility.md shows.
+repro-report: $(STAMP)
+	COMPANION_REPRO_REPORT=data/results/reproducibility.json $(PY) -m pytest tests/test_reproducibility.py -q
 
 # ruff (lint, and the format check) and mypy over src/companion, configured in pyproject.toml.
 # The formatter has not been applied yet (parallel branches edit the files; it is run once after the
@@ -101,6 +108,7 @@ test-fast: $(PYCHECK) $(STAMP) lint
 # folder, copied there only when every cell ran (a failing chapter leaves data/results as it was).
 execute: $(PYCHECK) $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make execute NB=book/chapters/NN_name.ipynb"; exit 2; }
+	@test -z "$$COMPANION_PERTURB_ULPS" || { echo "error: COMPANION_PERTURB_ULPS=$$COMPANION_PERTURB_ULPS is set (the oracles' perturbation test mode); committed outputs are made with exact answers: unset it"; exit 2; }
 	@stage=$$(mktemp -d) && \
 	  ( cd $(dir $(NB)) && COMPANION_RESULTS_DIR=$$stage ../../$(VENV)/bin/jupyter execute --inplace --timeout=600 $(notdir $(NB)) ) \
 	  && mkdir -p data/results && cp $$stage/*.json data/results/; \

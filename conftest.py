@@ -30,9 +30,28 @@ def pytest_configure(config):
 
 def pytest_collection_finish(session):
     """Start the re-executions under other BLAS kernels now, in the background (tests/test_reproducibility.py)."""
-    items = [i for i in session.items if getattr(i, "originalname", "") == "test_chapter_reproduces_under_other_blas"]
+    items = [i for i in session.items if getattr(i, "originalname", "") == "test_chapter_reproduces"]
     if items:
         items[0].module.start(items)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the reproducibility report of the re-executions compared (and write it if asked)."""
+    import sys
+
+    module = next((m for m in list(sys.modules.values())
+                   if (getattr(m, "__file__", None) or "").endswith("test_reproducibility.py")), None)
+    rep = module.report() if module else None
+    if rep is None:
+        return
+    terminalreporter.write_sep("=", "reproducibility report (tests/test_reproducibility.py)")
+    terminalreporter.write_line(module.format_report(rep))
+    target = os.environ.get("COMPANION_REPRO_REPORT")
+    if target and terminalreporter.stats.get("failed"):
+        terminalreporter.write_line(f"not written to {target}: some runs failed")
+    elif target:
+        module.write_report(rep, target)
+        terminalreporter.write_line(f"written to {target}")
 
 
 def pytest_unconfigure(config):

@@ -118,3 +118,29 @@ def nbformat_cell(metadata):
     import nbformat
 
     return nbformat.v4.new_code_cell("", metadata=metadata)
+
+
+def test_stats_count_how_each_number_was_compared_and_how_far_it_moved():
+    from companion import nbcompare
+
+    def nb(text, tolerance=None):
+        meta = {"companion": {"tolerance": tolerance}} if tolerance else {}
+        return {"cells": [{"cell_type": "code", "execution_count": 1, "metadata": meta,
+                           "outputs": [{"output_type": "stream", "name": "stdout", "text": text}]}]}
+
+    rule = {"atol": 5.0, "match": r"[\d.]+ bits"}
+    stats = {}
+    diffs = nbcompare.compare_notebooks(nb("20 queries, 47.0 bits, error 3e-16, ratio 2.00", rule),
+                                        nb("20 queries, 44.0 bits, error 1e-15, ratio 2.01"), stats=stats)
+    assert diffs == {0: ["stdout: 2.00 became 2.01 (exact unless a tolerance applies)"]}
+    s = nbcompare.summarize(stats)
+    assert (s["exact"], s["tolerance"], s["rounding"]) == (2, 1, 1)
+    assert s["max_move"] == pytest.approx(3.0 / 47.0) and s["max_move_cell"] == 0
+    # a number that was 0 and is not: an infinite move; identical outputs: no move, still counted
+    stats = {}
+    nbcompare.compare_notebooks(nb("0.0 and 5"), nb("0.1 and 5"), stats=stats)
+    assert nbcompare.summarize(stats)["max_move"] == float("inf")
+    stats = {}
+    assert nbcompare.compare_notebooks(nb("a 1.5"), nb("a 1.5"), stats=stats) == {}
+    assert nbcompare.summarize(stats) == {"exact": 1, "tolerance": 0, "rounding": 0, "max_move": 0.0,
+                                          "max_move_cell": None}

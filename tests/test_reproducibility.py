@@ -1,32 +1,65 @@
-"""Every chapter re-executed under other OpenBLAS kernels and thread counts, held to the contract.
+"""Every chapter re-executed under perturbed answers and under other BLAS kernels, held to the contract.
 
-nbval checks the committed outputs on this machine's own BLAS kernel. Here every chapter is
-executed again, in background processes started as soon as the suite is collected (so that they
-share the machine with the serial rest of ``make test``), under two other OpenBLAS kernel types (chosen from those this
-CPU can run: Haswell, Sandybridge, SkylakeX, Nehalem, never the native one) and with 1 and with 2
-BLAS threads, and its outputs are compared with the committed ones by the same rule as nbval's
-(:mod:`companion.nbcompare`). Skipped, with the reason, off x86-64 or without OpenBLAS.
+nbval checks the committed outputs with this machine's arithmetic. Here every chapter is executed
+again, in background processes started as soon as the suite is collected (so that they share the
+machine with the serial rest of ``make test``), and its outputs are compared with the committed
+ones by the same rule as nbval's (:mod:`companion.nbcompare`):
+
+1. **Perturbed answers** (machine-independent): every chapter once with
+   ``COMPANION_PERTURB_ULPS=4`` (:data:`PERTURB_ULPS`), the oracles' test mode that multiplies each
+   answer by ``1 + 4 eps s(X)`` with a sign from a hash of the query (:mod:`companion.oracles`).
+   That is the arithmetic of a machine we do not have, the same on every machine: an output it
+   moves beyond its stated tolerance is printed with more digits than it has.
+2. **Every OpenBLAS kernel type the CPU runs** (:data:`KERNELS`: Haswell, Sandybridge, SkylakeX,
+   Nehalem, Prescott, each kept when /proc/cpuinfo has its flags), with 1 and 2 BLAS threads: up to
+   ten configurations, less the one nbval already runs (the environment's ``OPENBLAS_CORETYPE``, or
+   the native kernel, with its thread count). Running every chapter under all of them would be
+   about 70 executions, some 25 minutes of CPU on top of the rest of the suite; instead each
+   chapter runs under two of them, in a rotation (:func:`schedule`): chapter ``i`` takes the
+   ``i``-th 1-thread and the ``i``-th 2-thread configuration, with two different kernels. So every
+   configuration runs at least once (14 executions for at most 10 configurations), every chapter
+   meets two kernels and both thread counts, and the perturbation run, which finds the digits a
+   chapter does not have on any machine, covers every chapter. A kernel-specific defect is found by
+   the configuration that meets it; the perturbation finds the kind, wherever the suite runs.
+
+The executions run in ``os.cpu_count()`` worker threads, each one papermill process, slowest
+chapters first. At the end (``conftest.py``) a report is printed: per chapter, how many numbers
+were compared exactly, how many to a stated tolerance and how many at rounding level, and the
+largest relative move under the perturbation and under the kernels. With
+``COMPANION_REPRO_REPORT=path.json`` it is also written there (``make repro-report`` writes the
+committed ``data/results/reproducibility.json``, which the book's reproducibility page shows).
+Kernel runs are skipped, with the reason, off x86-64 or without OpenBLAS; the perturbation runs
+everywhere.
 """
 
 import concurrent.futures
+import itertools
 import json
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from companion import nbcompare
+from companion.oracles import PERTURB_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb"))
-#: OpenBLAS kernel types in order of preference, with the CPU flags each needs.
+#: OpenBLAS kernel types, with the CPU flags (/proc/cpuinfo names) each needs.
 KERNELS = {"Haswell": {"avx2", "fma"}, "Sandybridge": {"avx"}, "SkylakeX": {"avx512f", "avx512bw", "avx512vl"},
-           "Nehalem": {"sse4_2"}}
+           "Nehalem": {"sse4_2"}, "Prescott": {"pni"}}
+#: Names OpenBLAS reports (``openblas_get_corename``, via threadpoolctl) for a kernel type: on x86-64
+#: its dynamic core table aliases the Katmai entry to the Prescott kernel and names it first.
+REPORTED = {"Prescott": {"Prescott", "Katmai"}}
 THREADS = (1, 2)
+#: Ulps of the perturbation run (a few units, as a second machine's rounding moves a result).
+PERTURB_ULPS = 4
+PERTURB = ("perturb", PERTURB_ULPS)
 
 pytestmark = pytest.mark.slow
 
@@ -40,67 +73,111 @@ def _blas(env) -> dict:
     return infos[0] if infos else {}
 
 
-def _configs():
-    """[(kernel, threads)]: two kernel types other than the native one, with 1 and 2 threads."""
+def _cpu() -> tuple[set, str, str]:
+    """(flags, vendor, model name) of the first CPU in /proc/cpuinfo."""
+    info = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    return set(info.get("flags", "").split()), info.get("vendor_id", "?"), info.get("model name", "?")
+
+
+def _kernel_configs():
+    """(configurations, nbval's own, the native BLAS info), or (None, reason, None)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None, f"OpenBLAS kernel types are x86-64 names; this machine is {platform.machine()}"
+        return None, f"OpenBLAS kernel types are x86-64 names; this machine is {platform.machine()}", None
     native = _blas({k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"})
     if native.get("internal_api") != "openblas":
-        return None, f"numpy does not use OpenBLAS here ({native.get('internal_api')})"
+        return None, f"numpy does not use OpenBLAS here ({native.get('internal_api')})", None
     try:
-        flags = set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                         if line.startswith("flags")).split(":")[1].split())
-    except (OSError, StopIteration):
-        return None, "cannot read the CPU flags from /proc/cpuinfo"
-    others = [k for k, need in KERNELS.items() if need <= flags and k.lower() != native["architecture"].lower()]
-    if len(others) < 2:
-        return None, f"this CPU runs fewer than two OpenBLAS kernel types besides {native['architecture']}"
-    return [(others[0], THREADS[0]), (others[1], THREADS[1])], native["architecture"]
+        flags = _cpu()[0]
+    except OSError:
+        return None, "cannot read the CPU flags from /proc/cpuinfo", None
+    here = _blas(dict(os.environ))
+    own = (here.get("architecture"), here.get("num_threads"))
+    kernels = [k for k, need in KERNELS.items() if need <= flags]
+    configs = [(k, t) for t in THREADS for k in kernels if not (_reported(k) & {own[0]} and t == own[1])]
+    return configs, own, native
 
 
-CONFIGS, NATIVE = _configs()
+def _reported(kernel) -> set:
+    return REPORTED.get(kernel, {kernel})
 
 
-def _execute(path: Path, kernel: str, threads: int, out_dir: Path) -> Path:
-    env = dict(os.environ, OPENBLAS_CORETYPE=kernel, OPENBLAS_NUM_THREADS=str(threads),
-               COMPANION_RESULTS_DIR=str(out_dir), MPLBACKEND="Agg", PYTHONHASHSEED="0")
-    blas = _blas(env)
-    assert (blas.get("architecture"), blas.get("num_threads")) == (kernel, threads), \
-        f"OpenBLAS did not take {kernel} with {threads} threads: {blas}"
+def schedule(chapters, configs) -> dict:
+    """``{chapter stem: [configuration, ...]}``: the perturbation for every chapter, and two kernels.
+
+    Chapter ``i`` takes the ``i``-th 1-thread and the ``i``-th 2-thread configuration (cyclically);
+    when the two share a kernel, the nearest pair after them that does not: two kernels and both
+    thread counts per chapter, and every configuration at least once when there are enough chapters.
+    """
+    one, two = ([c for c in configs or [] if c[1] == t] for t in THREADS)
+    out = {}
+    for i, path in enumerate(chapters):
+        if one and two:
+            pairs = sorted(itertools.product(range(len(one)), range(len(two))), key=lambda ab: (sum(ab), ab))
+            picked = next(([one[(i + a) % len(one)], two[(i + b) % len(two)]] for a, b in pairs
+                           if one[(i + a) % len(one)][0] != two[(i + b) % len(two)][0]),
+                          [one[i % len(one)]])
+        else:
+            group = one or two
+            picked = [group[i % len(group)]] if group else []
+        out[path.stem] = [PERTURB, *picked]
+    return out
+
+
+CONFIGS, NBVAL_CONFIG, NATIVE = _kernel_configs()
+SCHEDULE = schedule(CHAPTERS, CONFIGS)
+RUNS = [(path, config) for path in CHAPTERS for config in SCHEDULE[path.stem]]
+
+
+def _config_id(config) -> str:
+    return f"perturb{config[1]}ulps" if config[0] == "perturb" else f"{config[0]}-{config[1]}thread"
+
+
+def _execute(path: Path, config, out_dir: Path) -> Path:
+    env = dict(os.environ, COMPANION_RESULTS_DIR=str(out_dir), MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    env.pop(PERTURB_ENV, None)
+    if config[0] == "perturb":
+        env[PERTURB_ENV] = str(config[1])
+    else:
+        kernel, threads = config
+        env.update(OPENBLAS_CORETYPE=kernel, OPENBLAS_NUM_THREADS=str(threads))
+        blas = _blas(env)
+        assert blas.get("architecture") in _reported(kernel) and blas.get("num_threads") == threads, \
+            f"OpenBLAS did not take {kernel} with {threads} threads: {blas}"
     out = out_dir / path.name
     papermill = Path(sys.executable).with_name("papermill")
     proc = subprocess.run([str(papermill), "--no-progress-bar", "-k", "python3", "--execution-timeout", "600",
                            "--cwd", str(path.parent), str(path), str(out)],
                           env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, f"{path.stem} failed under {kernel}/{threads}:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{path.stem} failed under {_config_id(config)}:\n{proc.stderr[-3000:]}"
     return out
 
 
 _JOBS: dict = {}
 _POOL: list = []
+#: (chapter stem, configuration id) -> nbcompare.summarize(...) of every compared run.
+REPORT: dict = {}
 
 
 def start(items) -> None:
     """Submit the re-executions of the selected tests at once (called by conftest.py when collection ends).
 
-    They run in the background while the rest of the suite runs (one process per two cores), so
-    that the serial parts of ``make test`` (nbval, the books) and these runs share the machine.
+    They run in the background while the rest of the suite runs, in ``os.cpu_count()`` workers.
     """
-    if CONFIGS is None or _POOL:
+    if _POOL:
         return
-    import tempfile
-
     selected = {(item.callspec.params["path"], item.callspec.params["config"]) for item in items}
-    base = Path(tempfile.mkdtemp(prefix="companion-blas-"))
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) // 2))
+    base = Path(tempfile.mkdtemp(prefix="companion-repro-"))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 2))
     _POOL.append((pool, base))
     # the slowest chapters first, so that the pool stays busy to the end
-    for path in sorted(CHAPTERS, key=lambda p: -p.stat().st_size):
-        for kernel, threads in CONFIGS:
-            if (path, (kernel, threads)) in selected:
-                out_dir = base / f"{kernel}-{threads}" / path.stem
-                out_dir.mkdir(parents=True)
-                _JOBS[(path.stem, kernel, threads)] = pool.submit(_execute, path, kernel, threads, out_dir)
+    for path, config in sorted(RUNS, key=lambda run: -run[0].stat().st_size):
+        if (path, config) in selected:
+            out_dir = base / _config_id(config) / path.stem
+            out_dir.mkdir(parents=True)
+            _JOBS[(path.stem, config)] = pool.submit(_execute, path, config, out_dir)
 
 
 def stop() -> None:
@@ -113,22 +190,125 @@ def stop() -> None:
     _POOL.clear()
 
 
+def compare(path: Path, out: Path):
+    """(differences, summary) of a re-executed chapter ``out`` against the committed ``path``."""
+    glue = nbcompare.glue_tolerances(ROOT / "data" / "results" / f"{path.stem}.json") \
+        | nbcompare.glue_tolerances(out.parent / f"{path.stem}.json")
+    stats: dict = {}
+    diffs = nbcompare.compare_notebooks(nbformat.read(path, as_version=4), nbformat.read(out, as_version=4),
+                                        glue=glue, stats=stats)
+    return diffs, nbcompare.summarize(stats)
+
+
+def platform_info() -> dict:
+    """What the runs ran on, read from this machine and the packages imported."""
+    from importlib import metadata
+
+    try:
+        _, vendor, model = _cpu()
+    except OSError:
+        vendor = model = "?"
+    versions = {name: metadata.version(name) for name in ("numpy", "scipy", "scs", "cvxpy")}
+    return {"cpu_vendor": vendor, "cpu_model": model, "machine": platform.machine(),
+            "python": platform.python_version(), "versions": versions,
+            "openblas": (NATIVE or {}).get("version"), "native_kernel": (NATIVE or {}).get("architecture"),
+            "nbval_kernel": list(NBVAL_CONFIG) if CONFIGS is not None else None,
+            "kernel_configs": [list(c) for c in CONFIGS or []], "perturb_ulps": PERTURB_ULPS,
+            "os_cpu_count": os.cpu_count()}
+
+
+def report() -> dict | None:
+    """The per-chapter report of the runs compared in this session (None if none was)."""
+    if not REPORT:
+        return None
+    chapters = {}
+    for (stem, cid), summary in sorted(REPORT.items()):
+        row = chapters.setdefault(stem, {"exact": 0, "tolerance": 0, "rounding": 0, "perturb_max_move": None,
+                                         "perturb_max_move_cell": None, "kernel_max_move": None,
+                                         "kernel_max_move_cell": None, "runs": []})
+        row["runs"].append(cid)
+        which = "perturb" if cid.startswith("perturb") else "kernel"
+        if which == "perturb":      # the counts: one run's classification (every run compares the same numbers)
+            row.update({k: summary[k] for k in ("exact", "tolerance", "rounding")})
+        if row[f"{which}_max_move"] is None or summary["max_move"] > row[f"{which}_max_move"]:
+            row[f"{which}_max_move"], row[f"{which}_max_move_cell"] = summary["max_move"], summary["max_move_cell"]
+    return {"platform": platform_info(), "chapters": chapters}
+
+
+def format_report(rep: dict) -> str:
+    """The report as a plain-text table."""
+    p = rep["platform"]
+    lines = [f"reproducibility report: {p['cpu_vendor']} {p['cpu_model']}, OpenBLAS {p['openblas']} "
+             f"(native {p['native_kernel']}, nbval under {p['nbval_kernel']}), perturbation {p['perturb_ulps']} ulps",
+             f"kernel configurations: {', '.join(f'{k}/{t}' for k, t in p['kernel_configs']) or 'none'}",
+             f"{'chapter':28s} {'exact':>6s} {'tol.':>6s} {'round.':>6s} {'max move (perturb)':>19s} "
+             f"{'max move (kernels)':>19s}"]
+
+    def move(x, cell):
+        return "-" if x is None else f"{x:.1e}" + (f" (c{cell})" if cell is not None else "")
+
+    for stem, r in rep["chapters"].items():
+        lines.append(f"{stem:28s} {r['exact']:6d} {r['tolerance']:6d} {r['rounding']:6d} "
+                     f"{move(r['perturb_max_move'], r['perturb_max_move_cell']):>19s} "
+                     f"{move(r['kernel_max_move'], r['kernel_max_move_cell']):>19s}")
+    return "\n".join(lines)
+
+
+def write_report(rep: dict, path) -> None:
+    """Write the report as JSON, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(rep, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 @pytest.fixture(scope="session")
 def reexecuted():
-    if CONFIGS is None:
-        pytest.skip(NATIVE)
     return _JOBS
 
 
-@pytest.mark.parametrize("config", CONFIGS or [("none", 0)], ids=[f"{k}-{t}thread" for k, t in CONFIGS or [("none", 0)]])
-@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_chapter_reproduces_under_other_blas(path, config, reexecuted):
-    kernel, threads = config
-    out = reexecuted[(path.stem, kernel, threads)].result()
-    glue = nbcompare.glue_tolerances(ROOT / "data" / "results" / f"{path.stem}.json") \
-        | nbcompare.glue_tolerances(out.parent / f"{path.stem}.json")
-    diffs = nbcompare.compare_notebooks(nbformat.read(path, as_version=4), nbformat.read(out, as_version=4),
-                                        glue=glue)
-    assert not diffs, (f"{path.stem} under OpenBLAS {kernel} with {threads} thread(s) (native: {NATIVE}) "
-                       "differs from the committed outputs beyond the contract:\n"
+@pytest.mark.parametrize("path, config", RUNS, ids=[f"{p.stem}-{_config_id(c)}" for p, c in RUNS])
+def test_chapter_reproduces(path, config, reexecuted):
+    if config[0] != "perturb" and CONFIGS is None:
+        pytest.skip(NBVAL_CONFIG)
+    out = reexecuted[(path.stem, config)].result()
+    diffs, summary = compare(path, out)
+    REPORT[(path.stem, _config_id(config))] = summary
+    what = (f"with the oracles' answers perturbed by {config[1]} ulps ({PERTURB_ENV})" if config[0] == "perturb"
+            else f"under OpenBLAS {config[0]} with {config[1]} thread(s) "
+                 f"(native: {(NATIVE or {}).get('architecture')})")
+    assert not diffs, (f"{path.stem} {what} differs from the committed outputs beyond the contract:\n"
                        + "\n".join(f"  code cell {i}: {d}" for i, ds in diffs.items() for d in ds))
+
+
+@pytest.mark.parametrize("n_kernels", [1, 2, 4, 5])
+def test_schedule_covers_every_configuration(n_kernels):
+    """The rotation: the perturbation for every chapter; two kernels with 1 and 2 threads each (when
+    there are two); every kernel and thread count, and from three kernels every configuration."""
+    kernels = list(KERNELS)[:n_kernels]
+    configs = [(k, t) for t in THREADS for k in kernels if (k, t) != ("Haswell", 2)]
+    plan = schedule(CHAPTERS, configs)
+    assert list(plan) == [p.stem for p in CHAPTERS]
+    assert all(runs[0] == PERTURB for runs in plan.values())
+    run = {c for runs in plan.values() for c in runs[1:]}
+    assert {k for k, _ in run} == set(kernels) and {t for _, t in run} == {t for _, t in configs}
+    if n_kernels >= 3:      # with two kernels, a 2-thread Sandybridge pairs only with a 1-thread Haswell
+        assert run == set(configs)
+    for runs in plan.values():
+        picked = runs[1:]
+        assert len({k for k, _ in picked}) == len(picked)                    # two different kernels
+        if n_kernels >= 2:
+            assert sorted(t for _, t in picked) == [1, 2], runs              # both thread counts
+    assert sum(len(r) - 1 for r in plan.values()) == (2 * len(CHAPTERS) if n_kernels >= 2 else 7)
+
+
+def test_this_machine_runs_every_kernel_and_both_thread_counts():
+    if CONFIGS is None:
+        pytest.skip(NBVAL_CONFIG)
+    run = {c for p, c in RUNS if c != PERTURB}
+    assert run == set(CONFIGS)
+    assert {k for k, _ in run} == {k for k, _ in CONFIGS}           # every kernel type the CPU runs
+    assert {t for _, t in run} == set(THREADS)

@@ -548,6 +548,25 @@ def test_learn_robust_refuses_when_tau_exceeds_half_the_margin():
                 pass                     # refused by the checks after the queries: also allowed
 
 
+@pytest.mark.parametrize("ulps, refused", [(2, False), (60, True)])
+def test_learn_robust_margin_check_allows_float64_rounding(ulps, refused):
+    """|v_hat_i| = mu - tau a few ulps low (another machine's rounding of the worst noise) keeps the
+    margin; below the slack 4 d eps mu (32 ulps of mu here) it fails (issue 18)."""
+    from companion.robust import margin_rounding
+
+    d, mu, tau = 8, 0.1, 1e-4
+    W = random_single_head(d, W_norm=2.0, seed=0).W
+    v = np.full(d, 0.3)
+    v[1] = mu * (1.0 - ulps * np.finfo(float).eps)          # |v*_1| = mu, a few ulps low
+    oracle = ApproxValueQueryOracle(SingleHead(W, v), tau, noise="worst")   # pulls v_hat_1 to mu - tau
+    v_hat_1 = abs(oracle(np.eye(d)[1:2]))
+    assert (mu - tau - v_hat_1 > margin_rounding(d, mu)) == refused
+    if refused:
+        with pytest.raises(OracleInconsistentError, match=r"v_hat\[1\]"):
+            learn_robust(oracle, W_max=2.0, mu=mu, verify=0)
+    else:
+        learn_robust(oracle, W_max=2.0, mu=mu, verify=0)
+
 # ----------------------------------------------------------------- fixes found by the contract suite
 
 @pytest.mark.parametrize("learn", ["learn_robust", "learn_robust_lstsq", "learn_low_rank_noisy"])

@@ -692,6 +692,11 @@ def _drop_cached(cache_dir, stems, notebooks) -> None:
 def _cmd_build(args):
     from .results import clear_stale_cache, mark_built
 
+    from .oracles import PERTURB_ENV, perturbation_ulps
+
+    if perturbation_ulps():
+        raise ParameterError(f"{PERTURB_ENV}={os.environ[PERTURB_ENV]} is set (the oracles' perturbation "
+                             "test mode): the book is built from exact answers only; unset it.")
     root = _root()
     _require(("jupyter_book",), "book", "companion build (the HTML book)")
     base = Path(args.output_dir).resolve() if args.output_dir else root

@@ -51,7 +51,7 @@ import re
 from pathlib import Path
 
 __all__ = ["ROUNDING_LEVEL", "SANITIZE", "compare_text", "compare_outputs", "compare_notebooks",
-           "cell_rules", "glue_tolerances", "compare_figures", "FIGURE_MIMES"]
+           "cell_rules", "glue_tolerances", "compare_figures", "FIGURE_MIMES", "NumberStat", "summarize"]
 
 #: Numbers below this magnitude in both outputs are at rounding level and match (rule 1).
 ROUNDING_LEVEL = 1e-9
@@ -163,7 +163,7 @@ def _number_matches(r: str, t: str, rules) -> bool:
                for rule in rules)
 
 
-def compare_text(reference: str, test: str, *, rules=(), glue=None) -> list[str]:
+def compare_text(reference: str, test: str, *, rules=(), glue=None, stats=None) -> list[str]:
     """Differences between a committed output text and a re-run's, by the contract.
 
     Parameters
@@ -174,6 +174,9 @@ def compare_text(reference: str, test: str, *, rules=(), glue=None) -> list[str]
         Tolerance rules (see the module docstring).
     glue : str, default=None
         The glue name of the output, for rules with ``"glue"``.
+    stats : list, default=None
+        If given, one :class:`NumberStat` per number of the committed text is appended to it
+        (how it was compared and how far it moved), when both texts have the same words.
 
     Returns
     -------
@@ -181,7 +184,7 @@ def compare_text(reference: str, test: str, *, rules=(), glue=None) -> list[str]
         One line per difference; empty if the texts match.
     """
     reference, test = _sanitize(reference), _sanitize(test)
-    if reference == test:
+    if reference == test and stats is None:
         return []
     ref_pieces, ref_numbers = _split(reference)
     test_pieces, test_numbers = _split(test)
@@ -196,11 +199,40 @@ def compare_text(reference: str, test: str, *, rules=(), glue=None) -> list[str]
     out = []
     for (r, start), (t, _) in zip(ref_numbers, test_numbers):
         applicable = list(_rules_for(rules, reference, start, r, glue=glue, columns=columns))
+        if stats is not None:
+            stats.append(_stat(r, t, applicable))
         if not _number_matches(r, t, applicable):
             why = (f"beyond the tolerance {applicable}" if applicable
                    else "exact unless a tolerance applies")
             out.append(f"{r} became {t} ({why})")
     return out
+
+
+class NumberStat(tuple):
+    """``(kind, move)`` of one compared number: ``kind`` is ``"exact"`` (no rule reaches it),
+    ``"tolerance"`` (a cell or published tolerance applies) or ``"rounding"`` (below
+    :data:`ROUNDING_LEVEL` in both texts); ``move`` is ``|t - r| / |r|`` as printed (``inf`` if
+    ``r`` is 0 and ``t`` is not; ``None`` at rounding level or for a non-finite number)."""
+
+    __slots__ = ()
+
+    @property
+    def kind(self) -> str:
+        return self[0]
+
+    @property
+    def move(self):
+        return self[1]
+
+
+def _stat(r: str, t: str, applicable) -> NumberStat:
+    x, y = _value(r), _value(t)
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return NumberStat(("exact", None))
+    if abs(x) < ROUNDING_LEVEL and abs(y) < ROUNDING_LEVEL:
+        return NumberStat(("rounding", None))
+    move = abs(y - x) / abs(x) if x else (0.0 if y == x else math.inf)
+    return NumberStat(("tolerance" if applicable else "exact", move))
 
 
 def cell_rules(cell) -> list[dict]:
@@ -296,7 +328,7 @@ def compare_figures(reference_outputs, test_outputs) -> list[str]:
     return out
 
 
-def compare_outputs(reference_outputs, test_outputs, *, rules=(), glue=None) -> list[str]:
+def compare_outputs(reference_outputs, test_outputs, *, rules=(), glue=None, stats=None) -> list[str]:
     """Differences between the committed outputs of one code cell and a re-run's.
 
     Parameters
@@ -307,6 +339,8 @@ def compare_outputs(reference_outputs, test_outputs, *, rules=(), glue=None) -> 
         The cell's tolerance rules (:func:`cell_rules`).
     glue : dict, default=None
         Tolerances of published values by glue name (:func:`glue_tolerances`).
+    stats : list, default=None
+        Collects a :class:`NumberStat` per compared number (:func:`compare_text`).
 
     Returns
     -------
@@ -332,11 +366,11 @@ def compare_outputs(reference_outputs, test_outputs, *, rules=(), glue=None) -> 
         for (r, name), (t, _) in zip(ref[key], test[key]):
             extra = [glue[name]] if name in glue else []
             out += [f"{key}{f' (glue {name})' if name else ''}: {d}"
-                    for d in compare_text(r, t, rules=[*rules, *extra], glue=name)]
+                    for d in compare_text(r, t, rules=[*rules, *extra], glue=name, stats=stats)]
     return out
 
 
-def compare_notebooks(reference_nb, test_nb, *, glue=None) -> dict[int, list[str]]:
+def compare_notebooks(reference_nb, test_nb, *, glue=None, stats=None) -> dict[int, list[str]]:
     """Differences between two executions of one notebook, by code cell index (0-based among code cells).
 
     Parameters
@@ -345,6 +379,8 @@ def compare_notebooks(reference_nb, test_nb, *, glue=None) -> dict[int, list[str
         Notebooks as read by ``nbformat.read`` (the committed one first).
     glue : dict, default=None
         Tolerances of published values by glue name (:func:`glue_tolerances` of the re-run).
+    stats : dict, default=None
+        If given, filled with code cell index -> list of :class:`NumberStat` (see :func:`summarize`).
 
     Returns
     -------
@@ -360,7 +396,39 @@ def compare_notebooks(reference_nb, test_nb, *, glue=None) -> dict[int, list[str
     for i, (rc, tc) in enumerate(zip(ref_cells, test_cells)):
         if rc.get("execution_count") is None and not rc.get("outputs"):
             continue
-        diffs = compare_outputs(rc.get("outputs", []), tc.get("outputs", []), rules=cell_rules(rc), glue=glue)
+        cell_stats = None if stats is None else stats.setdefault(i, [])
+        diffs = compare_outputs(rc.get("outputs", []), tc.get("outputs", []), rules=cell_rules(rc), glue=glue,
+                                stats=cell_stats)
         if diffs:
             found[i] = diffs
     return found
+
+
+def summarize(stats: dict) -> dict:
+    """Counts and the largest move of a :func:`compare_notebooks` ``stats`` dict.
+
+    Returns
+    -------
+    dict
+        ``exact``, ``tolerance``, ``rounding``: how many numbers were compared each way;
+        ``max_move``: the largest relative move ``|t - r| / |r|`` of a number above rounding
+        level (0.0 if none moved), and ``max_move_cell``: the code cell it is in (or None).
+
+    Examples
+    --------
+    >>> stats = {}
+    >>> ref = {"cells": [{"cell_type": "code", "execution_count": 1, "metadata": {},
+    ...         "outputs": [{"output_type": "stream", "name": "stdout", "text": "20 queries, 0.5, 3e-16"}]}]}
+    >>> new = {"cells": [{"cell_type": "code", "execution_count": 1, "metadata": {},
+    ...         "outputs": [{"output_type": "stream", "name": "stdout", "text": "20 queries, 0.5, 1e-15"}]}]}
+    >>> compare_notebooks(ref, new, stats=stats), summarize(stats)
+    ({}, {'exact': 2, 'tolerance': 0, 'rounding': 1, 'max_move': 0.0, 'max_move_cell': None})
+    """
+    counts = {"exact": 0, "tolerance": 0, "rounding": 0}
+    largest, where = 0.0, None
+    for cell, numbers in stats.items():
+        for stat in numbers:
+            counts[stat.kind] += 1
+            if stat.move is not None and stat.move > largest:
+                largest, where = stat.move, cell
+    return {**counts, "max_move": largest, "max_move_cell": where}

@@ -11,9 +11,27 @@ query log keeps a copy of every query and answer.
 
 Both accept one sequence ``(N, d)`` (answer: ``float``), a batch ``(B, N, d)`` or a list of
 sequences of different lengths (answer: ``ndarray of shape (B,)``), and evaluate in float64.
+
+**Perturbation test mode** (the reproducibility tests; off by default). With the environment
+variable ``COMPANION_PERTURB_ULPS=k`` (an integer, ``0 <= k <= 1000``) every oracle of this module,
+and every subclass (membership, the chapters' timed oracles), multiplies the target's float64 output
+``f*(X)`` by ``1 + k * eps * s(X)`` before any noise or rounding of its own, where ``eps =
+numpy.finfo(float).eps`` (2**-52) and ``s(X) = +1 or -1`` is the sign of a SplitMix64 hash of the
+query's bytes (the same hash as ``noise="uniform"``, with its own seed :data:`PERTURB_SEED`). The
+same query always gets the same perturbed answer, and the answers of different queries move in
+independent-looking directions: the arithmetic of another machine, whose BLAS rounds the target's
+computation differently, reproduced on any machine. ``tests/test_reproducibility.py`` re-executes
+every chapter in this mode and holds its outputs to the reproducibility contract
+(:mod:`companion.nbcompare`): an output it moves beyond its stated precision is printed with more
+digits than it has. Unset, empty or ``0`` means off. A value that is not such an integer raises
+:class:`~companion.errors.InvalidInputError` at the first answer. ``make execute`` and ``companion
+build`` refuse to run while it is set, so committed outputs and published numbers are never made
+with perturbed answers (:func:`perturbation_ulps` tells which).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -21,8 +39,81 @@ from ._validation import apply_by_length, as_sequences, check_choice, check_int,
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
 
 __all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "AntisymmetrisedOracle", "NOISE_MODELS",
+           "PERTURB_ENV", "PERTURB_SEED", "perturbation_ulps", "perturb",
            "measure_precision", "stated_precision", "as_precision", "FORMATS", "unit_roundoff",
            "round_to", "nearest_format"]
+
+#: The environment variable of the perturbation test mode (module docstring).
+PERTURB_ENV = "COMPANION_PERTURB_ULPS"
+#: Seed of the hash that gives each query's perturbation sign (distinct from the noise seeds used).
+PERTURB_SEED = 0x5EED_0F_B175
+_PERTURB_MAX = 1000
+
+
+def perturbation_ulps() -> int:
+    """The ``k`` of the perturbation test mode, read from ``$COMPANION_PERTURB_ULPS`` (0: off).
+
+    Returns
+    -------
+    int
+        ``k`` in ``[0, 1000]``; 0 when the variable is unset or empty.
+
+    Raises
+    ------
+    InvalidInputError
+        If the variable is set to anything but an integer in ``[0, 1000]``.
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ.pop(PERTURB_ENV, None) and None
+    >>> perturbation_ulps()
+    0
+    """
+    raw = os.environ.get(PERTURB_ENV, "").strip()
+    if not raw:
+        return 0
+    try:
+        k = int(raw)
+    except ValueError:
+        k = -1
+    if not 0 <= k <= _PERTURB_MAX:
+        raise InvalidInputError(
+            f"{PERTURB_ENV}={raw!r} must be an integer number of float64 ulps in [0, {_PERTURB_MAX}] "
+            f"(the perturbation test mode of companion.oracles); unset it for exact answers.")
+    return k
+
+
+def perturb(y: np.ndarray, X: np.ndarray, k: int) -> np.ndarray:
+    """Answers ``y`` of a batch ``X`` ``(B, N, d)`` multiplied by ``1 + k * eps * s(X)`` (test mode).
+
+    Parameters
+    ----------
+    y : ndarray of shape (B,)
+        The target's answers.
+    X : ndarray of shape (B, N, d)
+        The queries; ``s(X) = +1 or -1`` is the sign of a hash of each query's bytes.
+    k : int
+        Ulps of float64 (``eps = 2**-52``); 0 returns ``y`` unchanged.
+
+    Returns
+    -------
+    ndarray of shape (B,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.ones((2, 1, 3)); X[1] *= 2
+    >>> rel = perturb(np.ones(2), X, 4) - 1.0
+    >>> bool(np.all(np.abs(rel) == 4 * np.finfo(float).eps))
+    True
+    """
+    if not k:
+        return y
+    # hashed 16384 words (128 KiB) at a time: the test mode adds little memory to what a chapter measures
+    rows = max(1, 16384 // max(1, X.shape[1] * X.shape[2]))
+    u = np.concatenate([_hash_uniform(X[i:i + rows], PERTURB_SEED) for i in range(0, X.shape[0], rows)])
+    return y * (1.0 + k * np.finfo(np.float64).eps * np.where(u < 0.0, -1.0, 1.0))
 
 #: Noise models of :class:`ApproxValueQueryOracle`.
 NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16")
@@ -145,7 +236,7 @@ class ValueQueryOracle:
         if not np.all(np.isfinite(y)):
             i = int(np.flatnonzero(~np.isfinite(y))[0])
             raise OracleInconsistentError(MESSAGES["nonfinite_answer"].format(value=float(y[i]), index=i))
-        return y
+        return perturb(y, X, perturbation_ulps())
 
     def __call__(self, X):
         """Answer one sequence ``(N, d)`` (float), a batch ``(B, N, d)`` or a list (``(B,)``)."""

@@ -86,6 +86,22 @@ _MARGIN_MESSAGE = (
     "min_i |v*_i| >= mu: pass a smaller mu (its guarantee grows like 1/mu), or use "
     "learn_robust_lstsq, whose probes need no margin."
 )
+
+
+def margin_rounding(d, mu) -> float:
+    """Slack of the margin check of :func:`learn_robust` for float64 rounding: ``4 d eps mu``.
+
+    ``|v_hat_i| < mu - tau - margin_rounding(d, mu)`` refutes the margin; a read-off within a few
+    ulps of ``mu - tau`` (the worst noise on a head with ``|v*_i| = mu``) does not.
+
+    Examples
+    --------
+    >>> margin_rounding(8, 0.1) == 4 * 8 * 2.0**-52 * 0.1
+    True
+    """
+    return 4.0 * d * float(np.finfo(np.float64).eps) * mu
+
+
 _CHUNK_BYTES = 32 * 2**20   # size of one batch of length-2 queries sent to the oracle
 _X_STAR = 2.3994            # argmax of x^2 sigma'(x): x tanh(x/2) = 2
 
@@ -480,7 +496,10 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
 
     # Step 1: v_hat from d length-1 queries; check the margin.
     v_hat = read_value_vector(oracle)
-    small = (np.abs(v_hat) < mu - tau) | (v_hat == 0)
+    # The answers carry float64 rounding besides tau: a head with |v*_i| = mu answered with the
+    # worst noise reads |v_hat_i| = mu - tau up to a few ulps (a length-d dot product rounds by
+    # up to d eps |v_i|), which is no failed margin; below that slack it is one.
+    small = (np.abs(v_hat) < mu - tau - margin_rounding(d, mu)) | (v_hat == 0)
     if np.any(small):
         i = int(np.flatnonzero(small)[np.argmin(np.abs(v_hat[small]))])
         raise OracleInconsistentError(
