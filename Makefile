@@ -82,11 +82,9 @@ repro-report: $(STAMP)
 	COMPANION_REPRO_REPORT=data/results/reproducibility.json $(PY) -m pytest tests/test_reproducibility.py -q
 
 # ruff (lint, and the format check) and mypy over src/companion, configured in pyproject.toml.
-# The formatter has not been applied yet (parallel branches edit the files; it is run once after the
-# merges with `ruff format src/companion`): until then the format check reports and does not fail.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src/companion
-	-$(VENV)/bin/ruff format --check src/companion
+	$(VENV)/bin/ruff format --check src/companion
 	$(VENV)/bin/mypy
 
 # Headless Chromium for tests/test_browser.py: Debian's package, installed when missing and possible

@@ -46,7 +46,7 @@ def main(spec_path: str) -> int:
                 pass
 
     def stop(*_):
-        end_kernel()          # papermill has saved the notebook after every finished cell
+        end_kernel()  # papermill has saved the notebook after every finished cell
         os._exit(143)
 
     signal.signal(signal.SIGTERM, stop)
@@ -66,19 +66,41 @@ def _run(spec: dict, km) -> int:
     logging.getLogger("papermill").addHandler(logging.NullHandler())
 
     try:
-        papermill.execute_notebook(spec["input"], spec["output"], parameters=spec["parameters"],
-                                   cwd=spec["cwd"], progress_bar=spec["progress_bar"], kernel_name="python3",
-                                   execution_timeout=spec["timeout"], km=km)
+        papermill.execute_notebook(
+            spec["input"],
+            spec["output"],
+            parameters=spec["parameters"],
+            cwd=spec["cwd"],
+            progress_bar=spec["progress_bar"],
+            kernel_name="python3",
+            execution_timeout=spec["timeout"],
+            km=km,
+        )
     except papermill.PapermillExecutionError as exc:
         timeout = exc.ename in ("CellTimeoutError", "TimeoutError") or "timed out" in str(exc.evalue).lower()
-        _status(spec, {"ok": False, "ename": exc.ename, "evalue": str(exc.evalue).strip(),
-                       "exec_count": exc.exec_count, "timeout": timeout})
+        _status(
+            spec,
+            {
+                "ok": False,
+                "ename": exc.ename,
+                "evalue": str(exc.evalue).strip(),
+                "exec_count": exc.exec_count,
+                "timeout": timeout,
+            },
+        )
         return 1
-    except Exception as exc:             # nbclient's CellTimeoutError, DeadKernelError, NoSuchKernel
+    except Exception as exc:  # nbclient's CellTimeoutError, DeadKernelError, NoSuchKernel
         name = type(exc).__name__
-        _status(spec, {"ok": False, "ename": name,
-                       "evalue": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-                       "exec_count": None, "timeout": name in ("CellTimeoutError", "TimeoutError")})
+        _status(
+            spec,
+            {
+                "ok": False,
+                "ename": name,
+                "evalue": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                "exec_count": None,
+                "timeout": name in ("CellTimeoutError", "TimeoutError"),
+            },
+        )
         return 1
     _status(spec, {"ok": True})
     return 0

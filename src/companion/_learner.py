@@ -42,8 +42,9 @@ def _best_logit() -> float:
     from scipy.optimize import minimize_scalar
     from scipy.special import expit
 
-    res = minimize_scalar(lambda t: -t * expit(t) * expit(-t), bounds=(0.1, 5.0), method="bounded",
-                          options={"xatol": 1e-12})
+    res = minimize_scalar(
+        lambda t: -t * expit(t) * expit(-t), bounds=(0.1, 5.0), method="bounded", options={"xatol": 1e-12}
+    )
     return float(res.x)
 
 
@@ -243,19 +244,25 @@ class AnswerPrecision:
     def describe(self) -> str:
         if self.u is None:
             return "the answers' precision is not stated (float64 assumed)"
-        how = {"measured": "carry rounding of about", "stated": "are stated to carry rounding",
-               "given": "are assumed to carry rounding"}[self.source]
+        how = {
+            "measured": "carry rounding of about",
+            "stated": "are stated to carry rounding",
+            "given": "are assumed to carry rounding",
+        }[self.source]
         return f"the answers {how} u={self.u:.2g} ({self.format}{'?' if self.source == 'measured' else ''})"
 
     def diagnostics(self) -> dict:
-        return {"precision": self.value, "precision_source": self.source or "float64 assumed",
-                "precision_format": self.format or "float64", "n_precision_queries": self.n_queries}
+        return {
+            "precision": self.value,
+            "precision_source": self.source or "float64 assumed",
+            "precision_format": self.format or "float64",
+            "n_precision_queries": self.n_queries,
+        }
 
 
 def check_verify(verify, verify_rtol) -> tuple[int, float]:
     """``verify`` as an int ``>= 0`` and ``verify_rtol`` as a float ``> 0``."""
-    return (check_int(verify, "verify", minimum=0),
-            check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True))
+    return (check_int(verify, "verify", minimum=0), check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True))
 
 
 def reserve(oracle, n, learner: str) -> int:
@@ -286,8 +293,21 @@ def random_queries(d, n, *, seed, scale=1.0, max_len=VERIFY_MAX_LEN, unit_ball=F
 VACUOUS_TOLERANCE = 0.5
 
 
-def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what="the model",
-                   precision=None, size=None, floor=None, lift=None):
+def verify_outputs(
+    oracle,
+    predict,
+    out_scale,
+    n,
+    *,
+    rtol,
+    seed,
+    scale=1.0,
+    what="the model",
+    precision=None,
+    size=None,
+    floor=None,
+    lift=None,
+):
     """Compare ``oracle`` with ``predict`` on ``n`` fresh random queries (exact oracles).
 
     The disagreement on a query ``X`` is ``|VQ(X) - predict(X)| / out_scale(X)``, where
@@ -338,28 +358,39 @@ def verify_outputs(oracle, predict, out_scale, n, *, rtol, seed, scale=1.0, what
         tol = tolerances()
     if precision is not None and float(np.median(tol)) >= VACUOUS_TOLERANCE:
         k = int(np.argsort(tol)[n // 2])
-        raise PrecisionError(MESSAGES["verify_vacuous"].format(
-            prec=precision.describe(), n=n, tol=tol[k], size=sizes[k],
-            floor=float("nan") if floor is None else floor(precision.value)))
+        raise PrecisionError(
+            MESSAGES["verify_vacuous"].format(
+                prec=precision.describe(),
+                n=n,
+                tol=tol[k],
+                size=sizes[k],
+                floor=float("nan") if floor is None else floor(precision.value),
+            )
+        )
     i = int(np.argmax(err / tol))
     worst = float(err[i])
     spent = n
     if not np.all(err <= tol):
         if precision is not None and precision.coarse:
-            exc = OracleInconsistentError(MESSAGES["verify_failed_rounding"].format(
-                n=n, err=worst, tol=tol[i], prec=precision.describe(), size=sizes[i],
-                u=precision.value, what=what))
+            exc = OracleInconsistentError(
+                MESSAGES["verify_failed_rounding"].format(
+                    n=n, err=worst, tol=tol[i], prec=precision.describe(), size=sizes[i], u=precision.value, what=what
+                )
+            )
         else:
-            exc = OracleInconsistentError(MESSAGES["verify_failed"].format(
-                n=n, err=worst, tol=tol[i], what=what))
-        exc.max_error, exc.tolerance = worst, float(tol[i])      # for callers that report them
+            exc = OracleInconsistentError(MESSAGES["verify_failed"].format(n=n, err=worst, tol=tol[i], what=what))
+        exc.max_error, exc.tolerance = worst, float(tol[i])  # for callers that report them
         raise exc
-    return {"n_verify_queries": spent, "verify_max_error": float(np.max(err)),
-            "verify_tolerance": float(tol[int(np.argmax(err))])}
+    return {
+        "n_verify_queries": spent,
+        "verify_max_error": float(np.max(err)),
+        "verify_tolerance": float(tol[int(np.argmax(err))]),
+    }
 
 
-def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, allowed_v=None,
-                 rtol, seed, what="the model"):
+def verify_noisy(
+    oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, allowed_v=None, rtol, seed, what="the model"
+):
     """Certify, on ``n`` fresh queries, how wrong a head ``(W, v)`` learned from a noisy oracle is.
 
     An answer within ``tau`` of ``f*`` cannot prove small errors, but it can prove large ones:
@@ -424,13 +455,20 @@ def verify_noisy(oracle, W, v, n, *, tau, W_max, tau_v=None, allowed_W=None, all
         delta, _ = rop_error_bound(alpha, tau=max(tau, tau_v), c=c, A=A, B=B, av_hat=av)
         gap = np.abs(t - np.einsum("kd,kd->k", A @ W, B)) - delta
         err_W = float(np.max(gap / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1))))
-    info = {"n_verify_queries": spent, "verify_error_W": max(err_W, 0.0),
-            "verify_error_v": max(err_v, 0.0), "verify_allowed_W": allowed_W,
-            "verify_allowed_v": allowed_v}
+    info = {
+        "n_verify_queries": spent,
+        "verify_error_W": max(err_W, 0.0),
+        "verify_error_v": max(err_v, 0.0),
+        "verify_allowed_W": allowed_W,
+        "verify_allowed_v": allowed_v,
+    }
     for name, err, allowed in (("W", err_W, allowed_W), ("v", err_v, allowed_v)):
         if err > allowed:
-            raise OracleInconsistentError(MESSAGES["verify_noisy_failed"].format(
-                n=n, name=name, err=err, allowed=allowed, tau=tau, W_max=W_max, what=what))
+            raise OracleInconsistentError(
+                MESSAGES["verify_noisy_failed"].format(
+                    n=n, name=name, err=err, allowed=allowed, tau=tau, W_max=W_max, what=what
+                )
+            )
     return info
 
 
@@ -440,14 +478,17 @@ def verified_message(info) -> str:
     if not n or ("verify_max_error" not in info and "verify_error_W" not in info):
         return ""
     if "verify_max_error" in info:
-        return (f"; verified on {n} fresh queries (largest disagreement {info['verify_max_error']:.1e}, "
-                f"tolerance {info.get('verify_tolerance', float('nan')):.1e})")
-    return (f"; verified on {n} fresh queries (certified errors at least "
-            f"{info['verify_error_W']:.1e} in W, {info['verify_error_v']:.1e} in v)")
+        return (
+            f"; verified on {n} fresh queries (largest disagreement {info['verify_max_error']:.1e}, "
+            f"tolerance {info.get('verify_tolerance', float('nan')):.1e})"
+        )
+    return (
+        f"; verified on {n} fresh queries (certified errors at least "
+        f"{info['verify_error_W']:.1e} in W, {info['verify_error_v']:.1e} in v)"
+    )
 
 
-def build(cls, oracle, start, *, verification=None, message="", diagnostics=None, precision=None,
-          **fields):
+def build(cls, oracle, start, *, verification=None, message="", diagnostics=None, precision=None, **fields):
     """The learner's result: ``cls(**fields)`` with ``n_queries`` read from the oracle.
 
     ``verification`` (what :func:`verify_outputs` or :func:`verify_noisy` returned, or None) goes
@@ -462,8 +503,12 @@ def build(cls, oracle, start, *, verification=None, message="", diagnostics=None
         diagnostics.update(precision.diagnostics())
         info["n_verify_queries"] = info.get("n_verify_queries", 0) + precision.n_queries
     diagnostics.update(info)
-    return cls(n_queries=int(oracle.n_queries) - int(start), message=message + verified_message(info),
-               diagnostics=diagnostics, **fields)
+    return cls(
+        n_queries=int(oracle.n_queries) - int(start),
+        message=message + verified_message(info),
+        diagnostics=diagnostics,
+        **fields,
+    )
 
 
 #: Where each learner lives, for :func:`verification_defaults`.
@@ -510,9 +555,9 @@ def verification_defaults(names=None) -> dict:
     out = {}
     for name in sorted(_LEARNERS) if names is None else names:
         if name not in _LEARNERS:
-            raise InvalidInputError(f"{name!r} is not a learner with a default verification; "
-                                    f"choose from {sorted(_LEARNERS)}.")
-        params = inspect.signature(getattr(importlib.import_module(f"companion.{_LEARNERS[name]}"),
-                                           name)).parameters
+            raise InvalidInputError(
+                f"{name!r} is not a learner with a default verification; choose from {sorted(_LEARNERS)}."
+            )
+        params = inspect.signature(getattr(importlib.import_module(f"companion.{_LEARNERS[name]}"), name)).parameters
         out[name] = (int(params["verify"].default), float(params["verify_rtol"].default))
     return out

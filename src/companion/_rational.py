@@ -79,8 +79,16 @@ def _polish(s, g, c, l):
         z = expit(s[:, None] + x[None, H:])
         return np.hstack([z, x[None, :H] * z * (1 - z)])
 
-    sol = least_squares(res, np.concatenate([c, l]), jac=jac, method="lm", xtol=1e-15, ftol=1e-15,
-                        gtol=1e-15, max_nfev=200 * (2 * H + 1))
+    sol = least_squares(
+        res,
+        np.concatenate([c, l]),
+        jac=jac,
+        method="lm",
+        xtol=1e-15,
+        ftol=1e-15,
+        gtol=1e-15,
+        max_nfev=200 * (2 * H + 1),
+    )
     return sol.x[:H], sol.x[H:], sol.fun, jac(sol.x)
 
 
@@ -130,18 +138,16 @@ def fit_free(s, g, *, max_terms=None, rtol=1e-12, sensitivity=True):
             pol, res = a.poles(), a.residues()
         except (ValueError, np.linalg.LinAlgError):
             return empty[0], empty[1], {"residual": np.inf, "sensitivity": np.inf, "scale": scale}
-    keep = ((np.abs(pol.imag) <= 1e-6 * np.abs(pol)) & (pol.real < 0)
-            & (np.abs(res) > 1e-9 * scale * np.abs(pol)))
+    keep = (np.abs(pol.imag) <= 1e-6 * np.abs(pol)) & (pol.real < 0) & (np.abs(res) > 1e-9 * scale * np.abs(pol))
     p = -pol.real[keep]
-    c = -res.real[keep] / p              # g = sum c - sum c p / (r + p): residue -c p at -p
+    c = -res.real[keep] / p  # g = sum c - sum c p / (r + p): residue -c p at -p
     l = -np.log(p)
     if c.size == 0:
         return empty[0], empty[1], {"residual": scale, "sensitivity": 0.0, "scale": scale}
     c, l, fun, J = _polish(s, g, c, l)
     order = np.argsort(l)
     sens = _sensitivity(J, scale) if sensitivity else np.nan
-    return c[order], l[order], {"residual": float(np.max(np.abs(fun))), "sensitivity": sens,
-                                "scale": scale}
+    return c[order], l[order], {"residual": float(np.max(np.abs(fun))), "sensitivity": sens, "scale": scale}
 
 
 def fit_shifts(s, g, c, l0):
@@ -153,6 +159,7 @@ def fit_shifts(s, g, c, l0):
     info : dict
         ``residual`` (largest misfit).
     """
+
     def res(x):
         return logistic_sum(s, c, x) - g
 
@@ -160,8 +167,7 @@ def fit_shifts(s, g, c, l0):
         z = expit(s[:, None] + x[None, :])
         return c[None, :] * z * (1 - z)
 
-    sol = least_squares(res, l0, jac=jac, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15,
-                        max_nfev=200 * (c.size + 1))
+    sol = least_squares(res, l0, jac=jac, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=200 * (c.size + 1))
     return sol.x, {"residual": float(np.max(np.abs(sol.fun)))}
 
 
@@ -194,29 +200,30 @@ def fit_row(s, G, X, c0, R0):
 
     def res(p):
         c, R = unpack(p)
-        Z = expit(s[None, :, None] + (X @ R.T)[:, None, :])          # (n_x, K, H)
+        Z = expit(s[None, :, None] + (X @ R.T)[:, None, :])  # (n_x, K, H)
         return (Z @ c - G).ravel()
 
     def jac(p):
         c, R = unpack(p)
         Z = expit(s[None, :, None] + (X @ R.T)[:, None, :])
-        dZ = (c * Z * (1 - Z))                                        # (n_x, K, H)
-        Jr = dZ[..., None] * X[:, None, None, :]                       # (n_x, K, H, d)
+        dZ = c * Z * (1 - Z)  # (n_x, K, H)
+        Jr = dZ[..., None] * X[:, None, None, :]  # (n_x, K, H, d)
         return np.concatenate([Z.reshape(n_x * K, H), Jr.reshape(n_x * K, H * d)], axis=1)
 
-    sol = least_squares(res, np.concatenate([c0, R0.ravel()]), jac=jac, method="lm", xtol=1e-15,
-                        ftol=1e-15, gtol=1e-15, max_nfev=100)
+    sol = least_squares(
+        res, np.concatenate([c0, R0.ravel()]), jac=jac, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=100
+    )
     c, R = unpack(sol.x)
     J = jac(sol.x)
-    lam_min = float(np.linalg.eigvalsh(J.T @ J)[0])       # sigma_min^2; cheaper than an SVD of J
+    lam_min = float(np.linalg.eigvalsh(J.T @ J)[0])  # sigma_min^2; cheaper than an SVD of J
     sens = _EPS * scale / np.sqrt(lam_min) if lam_min > 0 else np.inf
-    return c, R, {"residual": float(np.max(np.abs(sol.fun))), "sensitivity": float(sens),
-                  "scale": scale}
+    return c, R, {"residual": float(np.max(np.abs(sol.fun))), "sensitivity": float(sens), "scale": scale}
 
 
 # --------------------------------------------------------------------------------------------
 # The counts route (learn_canonical_rational): 2H samples per pair, batched over pairs
 # --------------------------------------------------------------------------------------------
+
 
 def ratio_design(H):
     """``2 H`` counts ``(n, m)`` with ``n + m <= 2 H + 1``, ``n, m >= 1``, spread evenly in ``log(n / m)``.
@@ -263,25 +270,25 @@ def interpolate_pairs(r, G, H):
         ``H`` poles are real and negative.
     """
     P, S = G.shape
-    zs = np.concatenate([[0.0], r[0::2]])                        # H + 1 support points
-    zt = r[1::2]                                                 # H test points
+    zs = np.concatenate([[0.0], r[0::2]])  # H + 1 support points
+    zt = r[1::2]  # H test points
     fs = np.concatenate([np.zeros((P, 1)), G[:, 0::2]], axis=1)
     ft = G[:, 1::2]
-    Lw = (ft[:, :, None] - fs[:, None, :]) / (zt[:, None] - zs[None, :])   # (P, H, H + 1)
-    w = np.linalg.svd(Lw)[2][:, -1, :]                                      # (P, H + 1)
-    zeta = 1.0 + r.max()                                         # a point far from the poles
+    Lw = (ft[:, :, None] - fs[:, None, :]) / (zt[:, None] - zs[None, :])  # (P, H, H + 1)
+    w = np.linalg.svd(Lw)[2][:, -1, :]  # (P, H + 1)
+    zeta = 1.0 + r.max()  # a point far from the poles
     W = w.sum(axis=1, keepdims=True)
     W = np.where(np.abs(W) > 0, W, np.finfo(float).tiny)
     a = -w * (zs - zeta) / W
     M = np.zeros((P, H + 1, H + 1)) + np.diag(zs) + a[:, :, None]
-    lam = np.linalg.eigvals(M)                                   # poles and zeta
+    lam = np.linalg.eigvals(M)  # poles and zeta
     drop = np.argmin(np.abs(lam - zeta), axis=1)
     lam = np.delete(lam, drop[:, None] + (H + 1) * np.arange(P)[:, None], axis=None).reshape(P, H)
     real = (np.abs(lam.imag) <= 1e-6 * np.abs(lam)) & (lam.real < 0)
     good = real.all(axis=1)
     p = np.where(real, -lam.real, 1.0)
     l = -np.log(p)
-    Z = expit(np.log(r)[None, :, None] + l[:, None, :])          # (P, 2H, H)
+    Z = expit(np.log(r)[None, :, None] + l[:, None, :])  # (P, 2H, H)
     gamma = np.einsum("phs,ps->ph", np.linalg.pinv(Z), G)
     order = np.argsort(l, axis=1)
     l = np.take_along_axis(l, order, axis=1)
@@ -315,7 +322,7 @@ def polish_pairs(s, G, gamma, l, *, iters=30, fixed_gamma=False):
         return Z, res
 
     Z, res = parts(theta)
-    cost = np.sum(res ** 2, axis=1)
+    cost = np.sum(res**2, axis=1)
     eye = np.eye(nf)
     done = np.zeros(P, bool)
     for _ in range(iters):
@@ -327,13 +334,13 @@ def polish_pairs(s, G, gamma, l, *, iters=30, fixed_gamma=False):
         new = theta.copy()
         new[:, free] += step
         Zn, rn = parts(new)
-        cn = np.sum(rn ** 2, axis=1)
+        cn = np.sum(rn**2, axis=1)
         better = np.isfinite(cn) & (cn < cost)
         settled = ~better | (cost - cn <= 1e-3 * cost)
         theta[better], Z[better], res[better], cost[better] = new[better], Zn[better], rn[better], cn[better]
         mu = np.where(better, mu / 10, mu * 10).clip(1e-12, 1e12)
         done = done & settled if _ else settled
-        if done.all() and _ >= 3:               # every pair converged or stuck
+        if done.all() and _ >= 3:  # every pair converged or stuck
             break
     return theta[:, :H], theta[:, H:], np.max(np.abs(res), axis=1)
 
@@ -369,41 +376,39 @@ def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
     scale = float(np.max(np.abs(G)))
 
     def parts(gm, Rm):
-        Z = expit(s[None, :, None] + (X @ Rm.T)[:, None, :])          # (K, S, H)
+        Z = expit(s[None, :, None] + (X @ Rm.T)[:, None, :])  # (K, S, H)
         return Z, Z @ gm - G
 
     start = np.concatenate([gamma, R.ravel()])
     Z, res = parts(gamma, R)
-    cost = float(np.sum(res ** 2))
-    floor = (_EPS * scale) ** 2 * G.size                 # rounding level of the data
+    cost = float(np.sum(res**2))
+    floor = (_EPS * scale) ** 2 * G.size  # rounding level of the data
     mu = 1e-3
     it = 0
     for it in range(1, iters + 1):
         if cost <= floor:
             break
-        B = gamma * Z * (1 - Z)                                       # (K, S, H)
+        B = gamma * Z * (1 - Z)  # (K, S, H)
         Agg = np.einsum("ksh,ksg->hg", Z, Z)
         C = np.einsum("ksh,ksg->khg", Z, B).reshape(K, H * H)
         AgR = (C.T @ X).reshape(H, H, d).reshape(H, H * d)
         M = np.einsum("ksh,ksg->khg", B, B).reshape(K, H * H)
         ARR = (M.T @ XX).reshape(H, H, d, d).transpose(0, 2, 1, 3).reshape(H * d, H * d)
         A = np.block([[Agg, AgR], [AgR.T, ARR]])
-        g = np.concatenate([np.einsum("ksh,ks->h", Z, res),
-                            (np.einsum("ksh,ks->kh", B, res).T @ X).ravel()])
+        g = np.concatenate([np.einsum("ksh,ks->h", Z, res), (np.einsum("ksh,ks->kh", B, res).T @ X).ravel()])
         diag = np.diag(A) + 1e-12 * np.max(np.diag(A))
         improved = converged = False
         for _ in range(16):
             try:
-                step = -cho_solve(cho_factor(A + mu * np.diag(diag), check_finite=False), g,
-                                  check_finite=False)
+                step = -cho_solve(cho_factor(A + mu * np.diag(diag), check_finite=False), g, check_finite=False)
             except np.linalg.LinAlgError:
                 mu *= 10
                 continue
             gn, Rn = gamma + step[:H], R + step[H:].reshape(H, d)
             Zn, rn = parts(gn, Rn)
-            cn = float(np.sum(rn ** 2))
+            cn = float(np.sum(rn**2))
             if np.isfinite(cn) and cn < cost:
-                converged = cn > 0.5 * cost and cn <= 1e4 * floor     # at rounding level, slowing
+                converged = cn > 0.5 * cost and cn <= 1e4 * floor  # at rounding level, slowing
                 gamma, R, Z, res, cost = gn, Rn, Zn, rn, cn
                 mu = max(mu / 10, 1e-12)
                 improved = True
@@ -422,19 +427,19 @@ def fit_row_joint(s, G, X, gamma, R, *, XX=None, iters=8):
         def jac(p):
             Zp = expit(s[None, :, None] + (X @ p[H:].reshape(H, d).T)[:, None, :])
             Bp = p[:H] * Zp * (1 - Zp)
-            return np.concatenate([Zp.reshape(K * S, H),
-                                   (Bp[..., None] * X[:, None, None, :]).reshape(K * S, H * d)], axis=1)
+            return np.concatenate(
+                [Zp.reshape(K * S, H), (Bp[..., None] * X[:, None, None, :]).reshape(K * S, H * d)], axis=1
+            )
 
-        sol = least_squares(fun, start, jac=jac, method="lm",
-                            xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=50 * (H + 1))
-        if np.sum(sol.fun ** 2) < cost:
+        sol = least_squares(fun, start, jac=jac, method="lm", xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=50 * (H + 1))
+        if np.sum(sol.fun**2) < cost:
             gamma, R = sol.x[:H], sol.x[H:].reshape(H, d)
             Z, res = parts(gamma, R)
         it += int(sol.nfev)
     return gamma, R, {"residual": float(np.max(np.abs(res))), "scale": scale, "iterations": it}
 
 
-def fit_rows_joint(s, G, X, gamma, R, *, XX=None, iters=60, max_bytes=2 ** 27):
+def fit_rows_joint(s, G, X, gamma, R, *, XX=None, iters=60, max_bytes=2**27):
     """:func:`fit_row_joint`'s Levenberg-Marquardt steps for many rows at once (batched linear algebra).
 
     Rows share the sample points ``s`` and the tokens ``X``; each row keeps its own damping and
@@ -470,8 +475,7 @@ def fit_rows_joint(s, G, X, gamma, R, *, XX=None, iters=60, max_bytes=2 ** 27):
     residual, scale = np.empty(N), np.max(np.abs(G), axis=(1, 2))
     for lo in range(0, N, chunk):
         sl = slice(lo, min(N, lo + chunk))
-        gamma[sl], R[sl], residual[sl] = _fit_rows_chunk(s, G[sl], X, XX, gamma[sl], R[sl],
-                                                         scale[sl], iters)
+        gamma[sl], R[sl], residual[sl] = _fit_rows_chunk(s, G[sl], X, XX, gamma[sl], R[sl], scale[sl], iters)
     return gamma, R, residual, scale
 
 
@@ -480,9 +484,9 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
     H, d = R.shape[1:]
 
     Z, res = _parts_rows(s, X, G, gamma, R)
-    cost = np.sum(res ** 2, axis=(1, 2))
+    cost = np.sum(res**2, axis=(1, 2))
     floor = (_EPS * scale) ** 2 * K * S
-    mu = np.full(n, 1e-8)            # the starts are close: Gauss-Newton steps from the first
+    mu = np.full(n, 1e-8)  # the starts are close: Gauss-Newton steps from the first
     fails = np.zeros(n, int)
     done = cost <= floor
     for _ in range(iters):
@@ -490,10 +494,10 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
         if a.size == 0:
             break
         Za, ra, ga = Z[a], res[a], gamma[a]
-        B = ga[:, None, None, :] * Za * (1 - Za)                              # (a, K, S, H)
+        B = ga[:, None, None, :] * Za * (1 - Za)  # (a, K, S, H)
         Zf = Za.reshape(a.size, K * S, H)
         Agg = Zf.transpose(0, 2, 1) @ Zf
-        ZT = Za.transpose(0, 1, 3, 2)                                         # (a, K, H, S)
+        ZT = Za.transpose(0, 1, 3, 2)  # (a, K, H, S)
         C = (ZT @ B).reshape(a.size, K, H * H)
         AgR = (C.transpose(0, 2, 1) @ X).reshape(a.size, H, H * d)
         M = (B.transpose(0, 1, 3, 2) @ B).reshape(a.size, K, H * H)
@@ -504,11 +508,12 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
         A[:, :H, :H], A[:, :H, H:], A[:, H:, :H] = Agg, AgR, AgR.transpose(0, 2, 1)
         for h in range(H):
             for q in range(H):
-                A[:, H + h * d:H + (h + 1) * d, H + q * d:H + (q + 1) * d] = raw[:, h, q]
+                A[:, H + h * d : H + (h + 1) * d, H + q * d : H + (q + 1) * d] = raw[:, h, q]
         rf = ra.reshape(a.size, K * S, 1)
-        gB = (B.transpose(0, 1, 3, 2) @ ra[..., None])[..., 0]               # (a, K, H)
-        g = np.concatenate([(Zf.transpose(0, 2, 1) @ rf)[..., 0],
-                            (gB.transpose(0, 2, 1) @ X).reshape(a.size, H * d)], axis=1)
+        gB = (B.transpose(0, 1, 3, 2) @ ra[..., None])[..., 0]  # (a, K, H)
+        g = np.concatenate(
+            [(Zf.transpose(0, 2, 1) @ rf)[..., 0], (gB.transpose(0, 2, 1) @ X).reshape(a.size, H * d)], axis=1
+        )
         diag = np.einsum("nii->ni", A)
         diag = diag + 1e-12 * diag.max(axis=1, keepdims=True)
         idx = np.arange(A.shape[1])
@@ -519,7 +524,7 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
             step = np.stack([np.linalg.lstsq(Ai, -gi, rcond=None)[0] for Ai, gi in zip(A, g)])
         gn, Rn = ga + step[:, :H], R[a] + step[:, H:].reshape(a.size, H, d)
         Zn, rn = _parts_rows(s, X, G[a], gn, Rn)
-        cn = np.sum(rn ** 2, axis=(1, 2))
+        cn = np.sum(rn**2, axis=(1, 2))
         better = np.isfinite(cn) & (cn < cost[a])
         conv = better & (cn > 0.5 * cost[a]) & (cn <= 1e4 * floor[a])
         b = a[better]

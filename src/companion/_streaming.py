@@ -39,7 +39,7 @@ def _select(M, idx, s, e):
     if np.all(i == i0):
         return M[i0], ("const", i0, e - s)
     if int(i[-1]) - i0 == e - s - 1 and np.all(np.diff(i) == 1):
-        return M[i0:i0 + e - s], ("range", i0, e - s)
+        return M[i0 : i0 + e - s], ("range", i0, e - s)
     return M[i], None
 
 
@@ -98,7 +98,7 @@ def answer_rop(oracle, A, B, c=1.0, *, rows=None, cols=None, segments=None) -> n
         X = buf[: e - s]
         if not (unit and key is not None and key == previous):
             X[:, 1, :] = b
-        np.add(a, X[:, 1, :], out=X[:, 0, :])          # a + b, as rop_queries computes it
+        np.add(a, X[:, 1, :], out=X[:, 0, :])  # a + b, as rop_queries computes it
         if unit:
             previous = key
         else:

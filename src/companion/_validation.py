@@ -18,9 +18,7 @@ from .errors import InvalidInputError
 def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """Return ``value`` as a Python ``int``; reject bools, non-integral floats and out-of-range values."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise InvalidInputError(
-            f"{name} must be an integer; got {value!r} of type {type(value).__name__}."
-        )
+        raise InvalidInputError(f"{name} must be an integer; got {value!r} of type {type(value).__name__}.")
     value = int(value)
     if minimum is not None and value < minimum:
         raise InvalidInputError(f"{name}={value} must be >= {minimum}.")
@@ -29,13 +27,12 @@ def check_int(value, name: str, *, minimum: int | None = None, maximum: int | No
     return value
 
 
-def check_real(value, name: str, *, minimum: float | None = None, strict: bool = False,
-               maximum: float | None = None) -> float:
+def check_real(
+    value, name: str, *, minimum: float | None = None, strict: bool = False, maximum: float | None = None
+) -> float:
     """Return ``value`` as a finite Python ``float`` within the given range."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InvalidInputError(
-            f"{name} must be a real number; got {value!r} of type {type(value).__name__}."
-        )
+        raise InvalidInputError(f"{name} must be a real number; got {value!r} of type {type(value).__name__}.")
     value = float(value)
     if not np.isfinite(value):
         raise InvalidInputError(f"{name}={value!r} must be finite.")
@@ -92,9 +89,7 @@ def as_sequences(X, d: int, name: str = "X"):
         seqs = [as_float_array(x, f"{name}[{i}]", ndim=2, shape=(None, d)) for i, x in enumerate(X)]
         for i, x in enumerate(seqs):
             if x.shape[0] == 0:
-                raise InvalidInputError(
-                    f"{name}[{i}] is an empty sequence (N=0); every query needs N >= 1 tokens."
-                )
+                raise InvalidInputError(f"{name}[{i}] is an empty sequence (N=0); every query needs N >= 1 tokens.")
         if len({x.shape[0] for x in seqs}) == 1:
             return np.stack(seqs), False
         return seqs, False

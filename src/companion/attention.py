@@ -53,7 +53,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 _DEDUP_MIN_BATCH = 64
-_FUSED_RUNS = 16          # at most this many runs of one query token: a product per run
+_FUSED_RUNS = 16  # at most this many runs of one query token: a product per run
 
 
 def _runs(rows: np.ndarray):
@@ -105,8 +105,8 @@ def _scores(X, W) -> np.ndarray:
             else:
                 Wq = last @ W.T
     else:
-        Wq = last @ W.T                        # (B, d): W x_N for every sequence
-    return np.einsum("bnd,bd->bn", X, Wq)      # (B, N): x_i^T W x_N
+        Wq = last @ W.T  # (B, d): W x_N for every sequence
+    return np.einsum("bnd,bd->bn", X, Wq)  # (B, N): x_i^T W x_N
 
 
 class _SequenceModel:
@@ -221,9 +221,10 @@ class SingleHead(_SequenceModel):
         return np.sum(attention_weights(X, self.W) * (X @ self.v), axis=-1)
 
     def __repr__(self):
-        return (f"SingleHead(d={self.d}, rank={self.rank}, ||W||_F={np.linalg.norm(self.W):.4g}, "
-                f"||v||_2={np.linalg.norm(self.v):.4g})")
-
+        return (
+            f"SingleHead(d={self.d}, rank={self.rank}, ||W||_F={np.linalg.norm(self.W):.4g}, "
+            f"||v||_2={np.linalg.norm(self.v):.4g})"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -325,7 +326,7 @@ class FactoredHead(_SequenceModel):
 
     @property
     def rank(self) -> int:
-        rk = np.linalg.qr(self.K.T, mode="r")           # mode="r" returns the array R only
+        rk = np.linalg.qr(self.K.T, mode="r")  # mode="r" returns the array R only
         rq = np.linalg.qr(self.Q.T, mode="r")
         return int(np.linalg.matrix_rank(rk @ rq.T))  # type: ignore[attr-defined]
 
@@ -333,7 +334,7 @@ class FactoredHead(_SequenceModel):
         """The same head in merged form, :class:`SingleHead` (forms the ``d x d`` matrix ``W``)."""
         return SingleHead(self.W, self.v, native=self.native)  # type: ignore[attr-defined]
 
-    def _batch(self, X: np.ndarray) -> np.ndarray:   # v, _KV, _Qt are set in __post_init__
+    def _batch(self, X: np.ndarray) -> np.ndarray:  # v, _KV, _Qt are set in __post_init__
         return factored_batch(X, self._KV, self._Qt)  # type: ignore[attr-defined]
 
     def __repr__(self):
@@ -348,7 +349,7 @@ def factored_batch(X: np.ndarray, KV: np.ndarray, Qt: np.ndarray) -> np.ndarray:
     of :mod:`companion.pretrained`.
     """
     B, N, d = X.shape
-    P = (X.reshape(B * N, d) @ KV).reshape(B, N, -1)      # K x_i and x_i^T v, one product
+    P = (X.reshape(B * N, d) @ KV).reshape(B, N, -1)  # K x_i and x_i^T v, one product
     scores = np.einsum("bnr,br->bn", P[:, :, :-1], X[:, -1, :] @ Qt)
     return np.sum(softmax(scores, axis=-1) * P[:, :, -1], axis=-1)
 
@@ -442,7 +443,6 @@ class MultiHead(_SequenceModel):
         return f"MultiHead(n_heads={self.n_heads}, d={self.d})"
 
 
-
 def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, factored=False, seed):
     """Draw a random head with ``W = Q_f K_f^T / sqrt(r)`` of rank ``r`` and Gaussian ``v``.
 
@@ -498,8 +498,7 @@ def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, factored=False
     if W_norm is not None:
         W_norm = check_real(W_norm, "W_norm", minimum=0.0)
         # ||K^T Q||_F^2 = tr((K K^T)(Q Q^T)): r x r Gram matrices, no d x d product when factored
-        norm = (np.sqrt(max(float(np.sum((K @ K.T) * (Q @ Q.T))), 0.0)) if factored
-                else np.linalg.norm(K.T @ Q))
+        norm = np.sqrt(max(float(np.sum((K @ K.T) * (Q @ Q.T))), 0.0)) if factored else np.linalg.norm(K.T @ Q)
         K = K * (W_norm / norm)
     if v_norm is not None:
         v_norm = check_real(v_norm, "v_norm", minimum=0.0, strict=True)
@@ -619,7 +618,6 @@ class OneLayerTransformer(_SequenceModel):
     def _batch(self, X: np.ndarray) -> np.ndarray:
         h = np.einsum("bn,bnd->bd", attention_weights(X, self.W), X)
         return np.maximum(h @ self.A, 0.0) @ self.w_o
-
 
     def __repr__(self):
         return f"OneLayerTransformer(d={self.d}, m={self.m})"

@@ -33,8 +33,18 @@ from pathlib import Path
 
 from .errors import ParameterError
 
-__all__ = ["main", "chapters", "chapter_parameters", "check_parameters", "book_timeout", "run_chapter", "cite",
-           "RunIncomplete", "cached_without_figures", "render_run"]
+__all__ = [
+    "main",
+    "chapters",
+    "chapter_parameters",
+    "check_parameters",
+    "book_timeout",
+    "run_chapter",
+    "cite",
+    "RunIncomplete",
+    "cached_without_figures",
+    "render_run",
+]
 
 
 def _root() -> Path:
@@ -64,12 +74,10 @@ def _resolve(chapter: str) -> Path:
         return matches[0]
     if len(matches) > 1:
         raise ParameterError(
-            f"chapter {chapter!r} is ambiguous: it starts {', '.join(p.stem for p in matches)}; "
-            "give more of the name."
+            f"chapter {chapter!r} is ambiguous: it starts {', '.join(p.stem for p in matches)}; give more of the name."
         )
     raise ParameterError(
-        f"unknown chapter {chapter!r}; choose one of: {', '.join(found)} (a unique prefix such as "
-        "'02' also works)."
+        f"unknown chapter {chapter!r}; choose one of: {', '.join(found)} (a unique prefix such as '02' also works)."
     )
 
 
@@ -100,8 +108,15 @@ def chapter_parameters(chapter: str) -> dict:
         decl = parameters.declared(cell.source if cell is not None else "")
     except ParameterError as exc:
         raise ParameterError(f"{path.stem}: {exc}") from None
-    return {name: {"default": info["default"], "type": type(info["default"]).__name__,
-                   "help": info["help"], "spec": info["spec_text"]} for name, info in decl.items()}
+    return {
+        name: {
+            "default": info["default"],
+            "type": type(info["default"]).__name__,
+            "help": info["help"],
+            "spec": info["spec_text"],
+        }
+        for name, info in decl.items()
+    }
 
 
 def _yaml_loader():
@@ -120,9 +135,11 @@ def _yaml_loader():
 
     Loader.yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    Loader.add_implicit_resolver("tag:yaml.org,2002:bool", _re.compile(r"^(?:[Tt]rue|TRUE|[Ff]alse|FALSE)$"),
-                                 list("tTfF"))
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", _re.compile(r"^(?:[Tt]rue|TRUE|[Ff]alse|FALSE)$"), list("tTfF")
+    )
     return Loader
 
 
@@ -143,7 +160,7 @@ def _parse_value(text: str):
         return text
     if isinstance(value, str):
         try:
-            return float(value)        # YAML 1.1 reads "1e-3" as a string
+            return float(value)  # YAML 1.1 reads "1e-3" as a string
         except ValueError:
             return value
     return value
@@ -225,7 +242,7 @@ class _Lock:
     def __enter__(self):
         try:
             import fcntl
-        except ImportError:            # pragma: no cover (Windows: no lock)
+        except ImportError:  # pragma: no cover (Windows: no lock)
             return self
         while True:
             f = open(self.path, "a+", encoding="utf-8")
@@ -237,8 +254,9 @@ class _Lock:
                 f.close()
                 raise ParameterError(
                     f"another companion run of {self.stem} (pid {pid}) is writing into {self.path.parent}; "
-                    "wait for it to finish, or give this run another folder with -o DIR.") from None
-            try:                       # the file we locked may have been removed by a run that just ended
+                    "wait for it to finish, or give this run another folder with -o DIR."
+                ) from None
+            try:  # the file we locked may have been removed by a run that just ended
                 same = os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino
             except FileNotFoundError:
                 same = False
@@ -265,8 +283,10 @@ def _require(modules, extra: str, what: str) -> None:
 
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        raise ParameterError(f"{what} needs {' and '.join(missing)}, which this installation lacks: install "
-                             f"the [{extra}] extra, pip install -e '.[{extra}]' (or make venv).")
+        raise ParameterError(
+            f"{what} needs {' and '.join(missing)}, which this installation lacks: install "
+            f"the [{extra}] extra, pip install -e '.[{extra}]' (or make venv)."
+        )
 
 
 def _supervise(cmd, env) -> str | None:
@@ -287,7 +307,7 @@ def _supervise(cmd, env) -> str | None:
             try:
                 proc.wait()
                 break
-            except InterruptedError:     # pragma: no cover
+            except InterruptedError:  # pragma: no cover
                 continue
     finally:
         for s, handler in previous.items():
@@ -301,10 +321,17 @@ def _cells_done(nb_path: Path) -> tuple[int, int] | None:
         cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
     except (OSError, ValueError, KeyError):
         return None
-    code = [c for c in cells if c.get("cell_type") == "code"
-            and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
-    done = sum(1 for c in code if c.get("execution_count") is not None
-               and c.get("metadata", {}).get("papermill", {}).get("status") != "running")
+    code = [
+        c
+        for c in cells
+        if c.get("cell_type") == "code" and "injected-parameters" not in c.get("metadata", {}).get("tags", [])
+    ]
+    done = sum(
+        1
+        for c in code
+        if c.get("execution_count") is not None
+        and c.get("metadata", {}).get("papermill", {}).get("status") != "running"
+    )
     return done, len(code)
 
 
@@ -354,16 +381,24 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     limit = timeout if timeout is not None else book_timeout()
     with _Lock(out_dir, path.stem):
         staging = out_dir / f"{path.stem}.running"
-        shutil.rmtree(staging, ignore_errors=True)        # a run killed with SIGKILL left it
+        shutil.rmtree(staging, ignore_errors=True)  # a run killed with SIGKILL left it
         staging.mkdir()
         private = Path(tempfile.mkdtemp(prefix="companion-run-"))
         try:
-            spec = {"input": str(path), "output": str(staging / path.name), "parameters": params,
-                    "cwd": str(path.parent), "progress_bar": bool(progress_bar), "timeout": limit,
-                    "status": str(private / "status.json"), "runtime": str(private)}
+            spec = {
+                "input": str(path),
+                "output": str(staging / path.name),
+                "parameters": params,
+                "cwd": str(path.parent),
+                "progress_bar": bool(progress_bar),
+                "timeout": limit,
+                "status": str(private / "status.json"),
+                "runtime": str(private),
+            }
             (private / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-            env = dict(os.environ, COMPANION_RESULTS_DIR=str(staging), JUPYTER_RUNTIME_DIR=str(private),
-                       PYTHONUNBUFFERED="1")
+            env = dict(
+                os.environ, COMPANION_RESULTS_DIR=str(staging), JUPYTER_RUNTIME_DIR=str(private), PYTHONUNBUFFERED="1"
+            )
             stopped = _supervise([sys.executable, "-m", "companion._execute", str(private / "spec.json")], env)
             try:
                 status = json.loads((private / "status.json").read_text(encoding="utf-8"))
@@ -374,7 +409,7 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
                 made = staging / out_json.name
                 if made.is_file():
                     os.replace(made, out_json)
-                else:                      # a chapter that publishes nothing: no stale JSON beside it
+                else:  # a chapter that publishes nothing: no stale JSON beside it
                     out_json.unlink(missing_ok=True)
                 os.replace(done, out_nb)
                 return out_nb
@@ -394,13 +429,19 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
                 raise RunIncomplete(f"stopped by {stopped}; {kept_line}.", kept=kept, signal=stopped)
             if status.get("timeout"):
                 at = f" at cell {status['exec_count']}" if status.get("exec_count") else ""
-                raise RunIncomplete(f"the chapter exceeded the time limit of {limit:g} s per cell{at}: raise it "
-                                    f"with --timeout SECONDS; {kept_line}.", kept=kept)
+                raise RunIncomplete(
+                    f"the chapter exceeded the time limit of {limit:g} s per cell{at}: raise it "
+                    f"with --timeout SECONDS; {kept_line}.",
+                    kept=kept,
+                )
             if status.get("ename") is None:
                 raise RunIncomplete(f"the chapter's process ended without a result; {kept_line}.", kept=kept)
             at = f" at cell {status['exec_count']}" if status.get("exec_count") else ""
-            raise RunIncomplete(f"the chapter stopped{at} with {status['ename']}: {status['evalue']}\n"
-                                f"  (parameters {parameters}; {kept_line}, with the full traceback.)", kept=kept)
+            raise RunIncomplete(
+                f"the chapter stopped{at} with {status['ename']}: {status['evalue']}\n"
+                f"  (parameters {parameters}; {kept_line}, with the full traceback.)",
+                kept=kept,
+            )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(private, ignore_errors=True)
@@ -454,14 +495,20 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
         try:
             data = json.loads(results_file.read_text(encoding="utf-8"))
             params = ", ".join(f"`{k} = {v!r}`" for k, v in {"seed": data.get("seed"), **data["parameters"]}.items())
-            prov = (f"companion {data.get('versions', {}).get('companion', '?')}, library {data.get('library_hash')}, "
-                    f"commit {(data.get('commit') or 'unknown')[:12]}, {data.get('created')}")
+            prov = (
+                f"companion {data.get('versions', {}).get('companion', '?')}, library {data.get('library_hash')}, "
+                f"commit {(data.get('commit') or 'unknown')[:12]}, {data.get('created')}"
+            )
             note = f"Parameters of this run: {params}. Executed with {prov}; its numbers: `{results_file.name}`."
         except (OSError, ValueError, KeyError, TypeError):
             note = "This run's results file was not found next to it; the numbers shown are the notebook's."
-        nb.cells.insert(0, nbformat.v4.new_markdown_cell(
-            f"```{{admonition}} A re-run of this chapter, with its own numbers\n:class: note\n\n{note}\n```"))
-        if nb.nbformat_minor < 5:          # cell ids came with nbformat 4.5
+        nb.cells.insert(
+            0,
+            nbformat.v4.new_markdown_cell(
+                f"```{{admonition}} A re-run of this chapter, with its own numbers\n:class: note\n\n{note}\n```"
+            ),
+        )
+        if nb.nbformat_minor < 5:  # cell ids came with nbformat 4.5
             nb.cells[0].pop("id", None)
         nbformat.write(nb, src / f"{stem}.ipynb")
         for name in ("references.bib", "bibliography.md"):
@@ -476,19 +523,31 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
         sphinx = config.setdefault("sphinx", {})
         sphinx["local_extensions"] = {k: str(root / v) for k, v in (sphinx.get("local_extensions") or {}).items()}
         (src / "_config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-        (src / "_toc.yml").write_text(yaml.safe_dump({"format": "jb-book", "root": stem,
-                                                      "chapters": [{"file": "bibliography"}]}), encoding="utf-8")
+        (src / "_toc.yml").write_text(
+            yaml.safe_dump({"format": "jb-book", "root": stem, "chapters": [{"file": "bibliography"}]}),
+            encoding="utf-8",
+        )
         jb = Path(sys.executable).with_name("jupyter-book")
         log = Path(tmp) / "build.log"
         with open(log, "w", encoding="utf-8") as f:
-            code = subprocess.call([str(jb) if jb.exists() else "jupyter-book", "build", str(src), "--path-output",
-                                    str(Path(tmp) / "out")], stdout=f, stderr=subprocess.STDOUT)
+            code = subprocess.call(
+                [
+                    str(jb) if jb.exists() else "jupyter-book",
+                    "build",
+                    str(src),
+                    "--path-output",
+                    str(Path(tmp) / "out"),
+                ],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+            )
         html = Path(tmp) / "out" / "_build" / "html"
         if code != 0 or not (html / f"{stem}.html").is_file():
             kept = out_dir.parent / f"{stem}_html.log"
             shutil.copy2(log, kept)
-            raise ParameterError(f"rendering {notebook.name} as HTML failed (jupyter-book exit {code}); "
-                                 f"the log: {kept}")
+            raise ParameterError(
+                f"rendering {notebook.name} as HTML failed (jupyter-book exit {code}); the log: {kept}"
+            )
         staging = out_dir.parent / f".{out_dir.name}.new"
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(html, staging)
@@ -526,24 +585,23 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     if chapter_of_file != stem:
         raise ParameterError(f"{path} holds the results of {chapter_of_file}, not of {stem}.")
     if name not in values:
-        raise ParameterError(
-            f"{stem} published no value {name!r}; it published: {', '.join(sorted(data['values']))}."
-        )
+        raise ParameterError(f"{stem} published no value {name!r}; it published: {', '.join(sorted(data['values']))}.")
     entry = data["values"][name]
-    params = ", ".join(f"{k}={v!r}" for k, v in sorted({"seed": data.get("seed"),
-                                                          **data["parameters"]}.items()))
+    params = ", ".join(f"{k}={v!r}" for k, v in sorted({"seed": data.get("seed"), **data["parameters"]}.items()))
     version = data.get("versions", {}).get("companion", "?")
     version += _release_note(version)
     commit = (data.get("commit") or "unknown")[:12]
     precision = f" ({_what_it_is(entry)})"
-    return (f"{entry['text']}{precision} [{stem}: {name}; parameters {params}; companion {version}, "
-            f"library {data['library_hash']}, commit {commit}, {data['created']}] -- Executable "
-            "companion to Bhattamishra, Shah, Hahn & Kanade, \"Provably Learning Attention with "
-            "Queries\", ICML 2026.")
+    return (
+        f"{entry['text']}{precision} [{stem}: {name}; parameters {params}; companion {version}, "
+        f"library {data['library_hash']}, commit {commit}, {data['created']}] -- Executable "
+        'companion to Bhattamishra, Shah, Hahn & Kanade, "Provably Learning Attention with '
+        'Queries", ICML 2026.'
+    )
 
 
 def _release_note(version: str) -> str:
-    """", release 0.1.0, doi:..." when ``version`` is the release of CITATION.cff, else what it is not."""
+    """ ", release 0.1.0, doi:..." when ``version`` is the release of CITATION.cff, else what it is not."""
     from .release import release_info
 
     rel = release_info()
@@ -568,8 +626,9 @@ def _what_it_is(entry) -> str:
     if kind == "bound":
         measured = entry.get("measured") or {}
         mtol = measured.get("tolerance")
-        return (f"{'lower ' if entry.get('bound') == 'lower' else ''}bound; measured {measured.get('text', '?')}"
-                + (f", {_precision(mtol)}" if mtol else ", exact on every machine"))
+        return f"{'lower ' if entry.get('bound') == 'lower' else ''}bound; measured {measured.get('text', '?')}" + (
+            f", {_precision(mtol)}" if mtol else ", exact on every machine"
+        )
     if kind == "claim":
         return "claim, checked when the chapter ran" + (f"; {_precision(tol)}" if tol else "")
     if kind == "measured" and tol:
@@ -599,8 +658,10 @@ def _read_parameter_file(path) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise ParameterError(f"the parameter file {path} must map parameter names to values (YAML), "
-                             f"e.g. 'seed: 3'; it holds a {type(data).__name__}.")
+        raise ParameterError(
+            f"the parameter file {path} must map parameter names to values (YAML), "
+            f"e.g. 'seed: 3'; it holds a {type(data).__name__}."
+        )
     return data
 
 
@@ -611,8 +672,7 @@ def _cmd_run(args):
     for name, text in args.parameter or []:
         given[name] = _parse_value(text)
     try:
-        out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress,
-                          timeout=args.timeout)
+        out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress, timeout=args.timeout)
     except RunIncomplete as exc:
         if exc.signal is not None:
             print(f"companion: {exc}", file=sys.stderr)
@@ -669,9 +729,12 @@ def cached_without_figures(cache_dir, notebooks) -> dict[str, list[str]]:
         cached = cache.get_cache_bundle(record.pk).nb
         ref = [c for c in committed.cells if c.cell_type == "code"]
         test = [c for c in cached.cells if c.cell_type == "code"]
-        lines = [f"code cell {i}: {d}" for i, (rc, tc) in enumerate(zip(ref, test))
-                 for d in nbcompare.compare_figures(rc.get("outputs", []), tc.get("outputs", []))
-                 if "missing" in d]
+        lines = [
+            f"code cell {i}: {d}"
+            for i, (rc, tc) in enumerate(zip(ref, test))
+            for d in nbcompare.compare_figures(rc.get("outputs", []), tc.get("outputs", []))
+            if "missing" in d
+        ]
         if lines:
             found[stem] = lines
     return found
@@ -695,13 +758,17 @@ def _cmd_build(args):
     from .oracles import PERTURB_ENV, perturbation_ulps
 
     if perturbation_ulps():
-        raise ParameterError(f"{PERTURB_ENV}={os.environ[PERTURB_ENV]} is set (the oracles' perturbation "
-                             "test mode): the book is built from exact answers only; unset it.")
+        raise ParameterError(
+            f"{PERTURB_ENV}={os.environ[PERTURB_ENV]} is set (the oracles' perturbation "
+            "test mode): the book is built from exact answers only; unset it."
+        )
     root = _root()
     _require(("jupyter_book",), "book", "companion build (the HTML book)")
     base = Path(args.output_dir).resolve() if args.output_dir else root
-    build_dir = _writable_folder(base / "_build", "build the book elsewhere with companion build -o DIR "
-                                 "(make book BUILD=DIR), which writes DIR/_build")
+    build_dir = _writable_folder(
+        base / "_build",
+        "build the book elsewhere with companion build -o DIR (make book BUILD=DIR), which writes DIR/_build",
+    )
     cache_dir = build_dir / ".jupyter_cache"
     if args.force:
         import shutil
@@ -714,8 +781,10 @@ def _cmd_build(args):
     lacking = cached_without_figures(cache_dir, notebooks)
     if lacking:
         _drop_cached(cache_dir, lacking, notebooks)
-        print(f"the cached executions of {', '.join(lacking)} lack figures the committed notebooks have: "
-              "executing them again")
+        print(
+            f"the cached executions of {', '.join(lacking)} lack figures the committed notebooks have: "
+            "executing them again"
+        )
     jb = Path(sys.executable).with_name("jupyter-book")
     # Always --all (a fresh Sphinx environment): Sphinx re-reads only the pages whose source changed
     # and rewrites only those, so a number that moved elsewhere stays stale (an equation inserted in
@@ -731,13 +800,14 @@ def _cmd_build(args):
     code = subprocess.call(cmd, env=env)
     if code == 0:
         lacking = cached_without_figures(cache_dir, notebooks)
-        if lacking:           # the build executed them and they still have no figures: refuse it
+        if lacking:  # the build executed them and they still have no figures: refuse it
             stem, lines = next(iter(lacking.items()))
             raise ParameterError(
                 f"the book's execution of {', '.join(lacking)} lacks figures the committed notebooks have "
                 f"({stem}, {lines[0]}); the build is refused (check MPLBACKEND={os.environ.get('MPLBACKEND')!r} "
-                "and that the chapter displays its figures through companion.plotting).")
-        mark_built(build_dir)          # only a finished build makes the library hash current
+                "and that the chapter displays its figures through companion.plotting)."
+            )
+        mark_built(build_dir)  # only a finished build makes the library hash current
         print(f"book: {build_dir / 'html' / 'index.html'}")
     return code
 
@@ -749,17 +819,36 @@ def main(argv=None) -> int:
     sub.add_parser("list", help="list chapters with their parameters and defaults").set_defaults(func=_cmd_list)
     run = sub.add_parser("run", help="execute a chapter with new parameters (papermill)")
     run.add_argument("chapter", help="chapter stem or unique prefix, e.g. 02_exact_learning or 02")
-    run.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("NAME", "VALUE"),
-                     help="set a parameter; VALUE is read as YAML (3, 0.5, 1e-3, true, '[4, 8]')")
-    run.add_argument("-f", "--parameters-file", dest="parameter_file", action="append", metavar="FILE",
-                     help="YAML file of parameters (name: value), as papermill's -f; -p values override it")
+    run.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="set a parameter; VALUE is read as YAML (3, 0.5, 1e-3, true, '[4, 8]')",
+    )
+    run.add_argument(
+        "-f",
+        "--parameters-file",
+        dest="parameter_file",
+        action="append",
+        metavar="FILE",
+        help="YAML file of parameters (name: value), as papermill's -f; -p values override it",
+    )
     run.add_argument("-o", "--output-dir", default="runs", help="folder for the notebook and results (default: runs)")
-    run.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                     help="time limit per cell (default: the book's execute.timeout, 600 s)")
+    run.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="time limit per cell (default: the book's execute.timeout, 600 s)",
+    )
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    run.add_argument("--html", action="store_true",
-                     help="also render the run as a page in the book's theme, its numbers filled in "
-                          "(DIR/<chapter>_html/)")
+    run.add_argument(
+        "--html",
+        action="store_true",
+        help="also render the run as a page in the book's theme, its numbers filled in (DIR/<chapter>_html/)",
+    )
     run.set_defaults(func=_cmd_run)
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")
     cite_p.add_argument("chapter")
@@ -769,8 +858,13 @@ def main(argv=None) -> int:
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
     build.add_argument("--all", action="store_true", help="(the default; kept for old scripts) read every page afresh")
     build.add_argument("--force", action="store_true", help="re-execute every chapter (release build)")
-    build.add_argument("-o", "--output-dir", default=None, metavar="DIR",
-                       help="build into DIR/_build instead of the repository's _build (a read-only checkout)")
+    build.add_argument(
+        "-o",
+        "--output-dir",
+        default=None,
+        metavar="DIR",
+        help="build into DIR/_build instead of the repository's _build (a read-only checkout)",
+    )
     build.set_defaults(func=_cmd_build)
     args = parser.parse_args(argv)
     try:

@@ -23,8 +23,18 @@ from scipy.special import expit, logit
 from ._streaming import chunk_queries
 from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead
-from ._learner import (BEST_LOGIT, DEFAULT_VERIFY, AnswerPrecision, best_relative_scale, build,
-                       check_verify, head_check_size, reserve, saturation_band, verify_outputs)
+from ._learner import (
+    BEST_LOGIT,
+    DEFAULT_VERIFY,
+    AnswerPrecision,
+    best_relative_scale,
+    build,
+    check_verify,
+    head_check_size,
+    reserve,
+    saturation_band,
+    verify_outputs,
+)
 from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
 from .recovery import Recovery
 
@@ -45,10 +55,10 @@ __all__ = [
 
 #: An attention weight outside [SATURATION, 1 - SATURATION] is re-measured at a smaller scale.
 SATURATION = 1e-3
-_MAX_ROUNDS = 40          # each round shrinks the logit at least 6.9-fold
+_MAX_ROUNDS = 40  # each round shrinks the logit at least 6.9-fold
 #: Gaussian probes with ``|u^T v|`` below this multiple of ||v|| / sqrt(d) are redrawn (probe_matrix).
 GAUSSIAN_PROBE_FLOOR = 0.1
-_BLIND_SHRINK = 1 / 64     # factor on c^2 when sigma^-1 gave no estimate (alpha rounded to 0 or 1)
+_BLIND_SHRINK = 1 / 64  # factor on c^2 when sigma^-1 gave no estimate (alpha rounded to 0 or 1)
 
 
 def check_exact_oracle(oracle, learner: str) -> int:
@@ -60,8 +70,7 @@ def check_exact_oracle(oracle, learner: str) -> int:
         )
     tau = getattr(oracle, "tau", 0.0)
     if tau:
-        raise TypeError(MESSAGES["needs_exact"].format(
-            learner=learner, cls=type(oracle).__name__, tau=tau))
+        raise TypeError(MESSAGES["needs_exact"].format(learner=learner, cls=type(oracle).__name__, tau=tau))
     return int(oracle.d)
 
 
@@ -77,7 +86,7 @@ def read_value_vector(oracle) -> np.ndarray:
     n = chunk_queries(d, 1)
     v = np.empty(d)
     X = np.zeros((min(n, d), 1, d))
-    for i0 in range(0, d, n):                   # in chunks: no d x d identity at large d
+    for i0 in range(0, d, n):  # in chunks: no d x d identity at large d
         i1 = min(d, i0 + n)
         X[np.arange(i1 - i0), 0, np.arange(i0, i1)] = 1.0
         v[i0:i1] = oracle(X[: i1 - i0])
@@ -214,8 +223,9 @@ def remeasure_saturated(measure, t, alpha, c, *, band=SATURATION, what="softmax 
         if _ == _MAX_ROUNDS:
             break
         t_sat = np.abs(t[sat])
-        shrink = np.where(np.isfinite(t_sat) & (alpha[sat] > 0) & (alpha[sat] < 1),
-                          1.0 / np.maximum(t_sat, 1.0), _BLIND_SHRINK)
+        shrink = np.where(
+            np.isfinite(t_sat) & (alpha[sat] > 0) & (alpha[sat] < 1), 1.0 / np.maximum(t_sat, 1.0), _BLIND_SHRINK
+        )
         c[sat] *= np.sqrt(shrink)
         t[sat], alpha[sat] = measure(sat, c[sat])
         n += sat.size
@@ -252,15 +262,24 @@ def verify_single_head(oracle, W, v, n, *, rtol=1e-6, scale=1.0, seed=0):
     """
     n = check_int(n, "n", minimum=1)
     try:
-        info = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), n,
-                              rtol=rtol, seed=seed, scale=scale, what="a single attention head")
+        info = verify_outputs(
+            oracle,
+            SingleHead(W, v),
+            lambda x: np.max(np.abs(x @ v)),
+            n,
+            rtol=rtol,
+            seed=seed,
+            scale=scale,
+            what="a single attention head",
+        )
     except OracleInconsistentError as exc:
         raise OracleInconsistentError(f"the oracle is not a single attention head: {exc}") from None
     return info["verify_max_error"]
 
 
-def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-6,
-                      seed=0, precision=None):
+def learn_single_head(
+    oracle, *, probes="basis", scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, precision=None
+):
     """Recover the merged parameters (W, v) of one attention head from exact value queries.
 
     Parameters
@@ -392,10 +411,14 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         c_first = np.full(d, c0)
         n_requeries += d + remeasure_saturated(
             lambda idx, c: invert_two_token(oracle(column_queries(U[idx], 0, c)), v[0], uv[idx], c),
-            t0, a0, c_first, band=band)
+            t0,
+            a0,
+            c_first,
+            band=band,
+        )
         c0 = best_relative_scale(t0 / c_first**2)
-    T = np.empty((d, d))          # T[l, j] = measured logit c^2 u_l^T W e_j
-    C = np.full((d, d), c0)       # C[l, j] = final scale c of that probe
+    T = np.empty((d, d))  # T[l, j] = measured logit c^2 u_l^T W e_j
+    C = np.full((d, d), c0)  # C[l, j] = final scale c of that probe
     # One buffer of whole columns, reused: its first tokens hold c u_l, and only entry j of the
     # two tokens changes from column to column, so the queries cost O(d) to build per column.
     # The values are bit-for-bit those of column_queries(U, j, c0).
@@ -414,6 +437,7 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         for k, j in enumerate(cols):
             T[:, j], alpha = invert_two_token(y[k], v[j], uv, c0)
             if auto:
+
                 def measure(idx, c, j=j):
                     return invert_two_token(oracle(column_queries(U[idx], j, c)), v[j], uv[idx], c)
 
@@ -422,10 +446,9 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         l, j = np.argwhere(~np.isfinite(T))[0]
         advice = "the oracle is not a single head" if auto else 'use scale="auto"'
         raise OracleInconsistentError(
-            f"the attention weight for probe {l}, column {j} is outside (0, 1), so sigma^-1 is "
-            f"undefined; {advice}."
+            f"the attention weight for probe {l}, column {j} is outside (0, 1), so sigma^-1 is undefined; {advice}."
         )
-    L = T / C**2                  # L[l, j] = u_l^T W e_j
+    L = T / C**2  # L[l, j] = u_l^T W e_j
     lu = lu_factor(U)
     W = lu_solve(lu, L)
     rcond, _ = lapack.dgecon(lu[0], np.linalg.norm(U, 1), norm="1")  # LAPACK 1-norm estimate
@@ -439,21 +462,41 @@ def learn_single_head(oracle, *, probes="basis", scale="auto", verify=DEFAULT_VE
         "max_abs_logit": float(np.max(np.abs(T))),
     }
     kappa_W = probe_floor(U, lu, T, C, v, uv, W)
-    message = (f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)"
-               + (f" and {n_requeries} re-measurements of saturated probes" if n_requeries else ""))
-    checked = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), verify,
-                             rtol=verify_rtol, seed=seed + 1, scale=float(np.sqrt(np.median(C))),
-                             what="a single attention head (Theorem 4.1's assumption)",
-                             precision=prec, size=head_check_size(W, v, kappa_W, 1.0),
-                             floor=lambda u: kappa_W * u)
+    message = f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)" + (
+        f" and {n_requeries} re-measurements of saturated probes" if n_requeries else ""
+    )
+    checked = verify_outputs(
+        oracle,
+        SingleHead(W, v),
+        lambda x: np.max(np.abs(x @ v)),
+        verify,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        scale=float(np.sqrt(np.median(C))),
+        what="a single attention head (Theorem 4.1's assumption)",
+        precision=prec,
+        size=head_check_size(W, v, kappa_W, 1.0),
+        floor=lambda u: kappa_W * u,
+    )
     diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * prec.value, floor_v=prec.value)
     if prec.known:
         message += f"; {prec.describe()}, attainable relative error of W about {kappa_W * prec.value:.1e}"
     if prec.source == "measured":
-        message += ("; the precision was measured after learning, so the probe scale was not chosen "
-                    "for it: pass precision='measure' (24 queries first) to reach the floor")
-    return build(Recovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, precision=prec, W=W, v=v)
+        message += (
+            "; the precision was measured after learning, so the probe scale was not chosen "
+            "for it: pass precision='measure' (24 queries first) to reach the floor"
+        )
+    return build(
+        Recovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        precision=prec,
+        W=W,
+        v=v,
+    )
 
 
 def probe_floor(U, lu, T, C, v, uv, W) -> float:
@@ -492,13 +535,16 @@ def sweep_point(d, *, seed, probes="basis", entry_scale=None, scale="auto") -> d
     target = random_single_head(d, W_norm=W_norm, seed=seed + d)
     rec = learn_single_head(ValueQueryOracle(target), probes=probes, scale=scale, verify=0, seed=seed)
     err = rec.relative_errors(target)
-    return {"n_queries": rec.n_queries, "d_plus_d2": d + d * d,
-            "n_requeries": rec.diagnostics["n_requeries"],
-            "rel_error_W": err["W"], "rel_error_v": err["v"]}
+    return {
+        "n_queries": rec.n_queries,
+        "d_plus_d2": d + d * d,
+        "n_requeries": rec.diagnostics["n_requeries"],
+        "rel_error_W": err["W"],
+        "rel_error_v": err["v"],
+    }
 
 
-def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_jobs=1,
-          backend="sequential", name=None):
+def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_jobs=1, backend="sequential", name=None):
     """Run :func:`sweep_point` for every ``d`` through :func:`companion.sweeps.run_sweep`.
 
     Parameters
@@ -530,8 +576,7 @@ def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_j
     """
     from .sweeps import run_sweep
 
-    points = [{"d": d, "seed": seed, "probes": probes, "entry_scale": entry_scale, "scale": scale}
-              for d in d_values]
+    points = [{"d": d, "seed": seed, "probes": probes, "entry_scale": entry_scale, "scale": scale} for d in d_values]
     rows = run_sweep(sweep_point, points, n_jobs=n_jobs, backend=backend, progress=False, name=name)
     keep = ("d", "n_queries", "d_plus_d2", "n_requeries", "rel_error_W", "rel_error_v")
     return [{k: r[k] for k in keep} for r in rows]

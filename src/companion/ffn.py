@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 _EPS = float(np.finfo(np.float64).eps)
-_FRACTIONS = (0.2371, 0.4937, 0.7529)   # quarter, half and three-quarter points of find_kinks
+_FRACTIONS = (0.2371, 0.4937, 0.7529)  # quarter, half and three-quarter points of find_kinks
 
 
 def _relu(z):
@@ -222,7 +222,7 @@ def canonical_form(A, w_o, *, tol=1e-9):
         return np.zeros((A.shape[0], 0)), np.zeros(0)
     U = np.stack(merged_U, axis=1)
     c = np.asarray(merged_c)
-    order = np.lexsort(U[::-1])        # first coordinate is the primary key
+    order = np.lexsort(U[::-1])  # first coordinate is the primary key
     return U[:, order], c[order]
 
 
@@ -254,9 +254,11 @@ def align_networks(A_hat, w_hat, A, w_o):
     lin_err /= max(float(np.linalg.norm(lin_ref)), np.finfo(float).tiny)
     out = {"width_hat": int(Uh.shape[1]), "width": int(U.shape[1]), "linear_error": lin_err}
     if Uh.shape[1] != U.shape[1] or U.shape[1] == 0:
-        return out | {"direction_error": float("inf") if Uh.shape[1] != U.shape[1] else 0.0,
-                      "weight_error": float("inf") if Uh.shape[1] != U.shape[1] else 0.0,
-                      "matched": Uh.shape[1] == U.shape[1]}
+        return out | {
+            "direction_error": float("inf") if Uh.shape[1] != U.shape[1] else 0.0,
+            "weight_error": float("inf") if Uh.shape[1] != U.shape[1] else 0.0,
+            "matched": Uh.shape[1] == U.shape[1],
+        }
     cost = np.linalg.norm(Uh[:, :, None] - U[:, None, :], axis=0)
     rows, cols = linear_sum_assignment(cost)
     return out | {
@@ -375,7 +377,7 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
         tol = rtol * scale * (1.0 + max(abs(l), abs(r)))
         chord = (gr - gl) / w
         if all(abs(gx - (gl + chord * (x - l))) <= tol for x, gx in ((q1, g1), (m, gm), (q3, g3))):
-            continue                                        # linear on [l, r]
+            continue  # linear on [l, r]
         if w <= min_width * width:
             kinks.append(m)
             continue
@@ -389,8 +391,7 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
             # of q1 (right of q3), and a test point must fit between.
             if q1 + 2 * e < t < q3 - 2 * e and abs(gm - line_m) <= tol:
                 ga, gb = ev([t - e, t + e])
-                if (abs(ga - (gl + s1 * (t - e - l))) <= tol
-                        and abs(gb - (gr + s2 * (t + e - r))) <= tol):
+                if abs(ga - (gl + s1 * (t - e - l))) <= tol and abs(gb - (gr + s2 * (t + e - r))) <= tol:
                     kinks.append(t)
                     continue
         stack.append((l, m))
@@ -441,6 +442,7 @@ def _line_neurons(f, p, q, scale, *, span):
     Returns unit directions U (d, k) oriented along ``q``, coefficients c (k,), the kink points'
     angles in the (p, q) plane, and the smallest segment length next to each kink.
     """
+
     def g(ts):
         return f(p[None, :] + ts[:, None] * q[None, :])
 
@@ -450,11 +452,11 @@ def _line_neurons(f, p, q, scale, *, span):
     mids = 0.5 * (edges[:-1] + edges[1:])
     Y = p[None, :] + mids[:, None] * q[None, :]
     G, _, n_retries = _gradients(f, Y, 0.125 * lengths, scale)
-    jumps = G[1:] - G[:-1]                           # (k, d): c_i u_i, u_i oriented along q
+    jumps = G[1:] - G[:-1]  # (k, d): c_i u_i, u_i oriented along q
     c = np.linalg.norm(jumps, axis=1) * np.sign(jumps @ q)
     U = (jumps / c[:, None]).T if kinks.size else np.zeros((p.size, 0))
     gap = np.minimum(lengths[:-1], lengths[1:])
-    angles = np.mod(np.arctan2(kinks, 1.0), np.pi)   # direction p + t q  <->  angle atan(t)
+    angles = np.mod(np.arctan2(kinks, 1.0), np.pi)  # direction p + t q  <->  angle atan(t)
     return U, c, angles, gap, n_evals + Y.shape[0] * (p.size + 1), n_retries
 
 
@@ -477,16 +479,16 @@ def _refine(f, U, c, b, rng, *, max_rho=1.0):
     for i in range(m):
         u = U[:, i]
         Qm, _ = np.linalg.qr(np.column_stack([u, rng.standard_normal((d, d - 1))]))
-        Z = Qm[:, 1:]                                            # (d, d-1), orthogonal to u
+        Z = Qm[:, 1:]  # (d, d-1), orthogonal to u
         others = np.delete(np.arange(m), i)
         if others.size:
-            T = -(U[:, others].T @ Z) / (U[:, others].T @ u)[:, None]   # crossings of the others
+            T = -(U[:, others].T @ Z) / (U[:, others].T @ u)[:, None]  # crossings of the others
             rho = np.minimum(0.5 * np.min(np.abs(T), axis=0), max_rho)
         else:
             rho = np.full(d - 1, max_rho)
         bases.append(Z)
         rhos.append(rho)
-        ts = rho[:, None] * steps[None, :]                      # (d-1, 4)
+        ts = rho[:, None] * steps[None, :]  # (d-1, 4)
         points.append(Z.T[:, None, :] + ts[:, :, None] * u[None, None, :])
     P = np.concatenate([p.reshape(-1, d) for p in points])
     G = f(P).reshape(m, d - 1, 4)
@@ -587,9 +589,13 @@ def resolve_signs(U, c, b, *, method="auto", time_limit=10.0, rtol=1e-7):
         status = "solved"
     elif method == "milp":
         rhs = b + M.sum(axis=1)
-        res = milp(np.zeros(m), integrality=np.ones(m), bounds=Bounds(0, 1),
-                   constraints=LinearConstraint(2 * M, rhs - atol, rhs + atol),
-                   options={"time_limit": float(time_limit), "presolve": True})
+        res = milp(
+            np.zeros(m),
+            integrality=np.ones(m),
+            bounds=Bounds(0, 1),
+            constraints=LinearConstraint(2 * M, rhs - atol, rhs + atol),
+            options={"time_limit": float(time_limit), "presolve": True},
+        )
         if res.x is not None:
             s, status = 2.0 * np.round(res.x) - 1.0, "solved"
         elif res.status == 1:
@@ -648,8 +654,9 @@ def _merge_neurons(U, c, quality, tol=1e-6):
     return U[:, kept], c[kept], quality[kept]
 
 
-def learn_ffn(oracle, *, signs="auto", refine=True, milp_time_limit=10.0, max_planes=3,
-              verify=64, verify_rtol=1e-9, seed=0):
+def learn_ffn(
+    oracle, *, signs="auto", refine=True, milp_time_limit=10.0, max_planes=3, verify=64, verify_rtol=1e-9, seed=0
+):
     """Extract a bias-free ReLU network ``x -> w_o^T ReLU(A^T x)`` from length-1 value queries.
 
     Parameters
@@ -771,12 +778,11 @@ def learn_ffn(oracle, *, signs="auto", refine=True, milp_time_limit=10.0, max_pl
             if scale == 0.0:
                 if not np.any(y_check):
                     raise NotIdentifiableError(
-                        "the oracle answered 0 on every query: the network computes 0 and has "
-                        "no identifiable neurons.")
+                        "the oracle answered 0 on every query: the network computes 0 and has no identifiable neurons."
+                    )
                 scale = float(np.max(np.abs(y_check)))
         try:
-            parts = [_line_neurons(f, base, direction, scale, span=1.1)
-                     for base, direction in ((p, q), (q, -p))]
+            parts = [_line_neurons(f, base, direction, scale, span=1.1) for base, direction in ((p, q), (q, -p))]
             U = np.concatenate([pt[0] for pt in parts], axis=1)
             c = np.concatenate([pt[1] for pt in parts])
             quality = np.concatenate([pt[3] * np.abs(pt[1]) for pt in parts])
@@ -802,8 +808,7 @@ def learn_ffn(oracle, *, signs="auto", refine=True, milp_time_limit=10.0, max_pl
         rel = float(np.max(np.abs(y_hat - y_check))) / ref
         if rel <= verify_rtol:
             break
-        failures.append(f"relative disagreement {rel:.3g} > verify_rtol={verify_rtol:.3g} on "
-                        f"{verify} fresh points")
+        failures.append(f"relative disagreement {rel:.3g} > verify_rtol={verify_rtol:.3g} on {verify} fresh points")
     else:
         raise OracleInconsistentError(
             f"no extraction from {max_planes} random planes matched the oracle (last: "
@@ -827,12 +832,13 @@ def learn_ffn(oracle, *, signs="auto", refine=True, milp_time_limit=10.0, max_pl
         "verify_bits": float(-np.log2(rel)) if rel > 0 else (float("inf") if rel == 0 else rel),
     }
     width = U.shape[1]
-    message = (f"extracted {width} neurons from {n_total} length-1 queries "
-               f"({plane + 1} plane(s)); signs by {info['method']}: {info['status']}")
+    message = (
+        f"extracted {width} neurons from {n_total} length-1 queries "
+        f"({plane + 1} plane(s)); signs by {info['method']}: {info['status']}"
+    )
     if s is None:
         message += f"; returned an equivalent network of width {A_c.shape[1]} (not the target's neurons)"
-    return FFNRecovery(W=None, v=A_c @ w_c, n_queries=n_total, message=message,
-                       diagnostics=diagnostics, A=A_c, w_o=w_c)
+    return FFNRecovery(W=None, v=A_c @ w_c, n_queries=n_total, message=message, diagnostics=diagnostics, A=A_c, w_o=w_c)
 
 
 def _assemble(U, c, s, b):

@@ -39,11 +39,19 @@ from scipy.special import logit
 
 from ._streaming import CHUNK_BYTES, answer_rop, chunk_queries
 from ._validation import as_float_array, check_choice, check_int, check_real
-from .errors import (InvalidInputError, NotIdentifiableError, OracleInconsistentError,
-                     SolverError)
-from ._learner import (DEFAULT_VERIFY, AnswerPrecision, best_relative_scale, build, check_verify,
-                       head_check_size, measurement_errors, reserve, saturation_band,
-                       verify_outputs)
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
+from ._learner import (
+    DEFAULT_VERIFY,
+    AnswerPrecision,
+    best_relative_scale,
+    build,
+    check_verify,
+    head_check_size,
+    measurement_errors,
+    reserve,
+    saturation_band,
+    verify_outputs,
+)
 from .attention import SingleHead
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES
@@ -82,7 +90,7 @@ METHODS = ("nuclear", "rgn", "sketch")
 #: SolverError (never returns a wrong W silently) on the draws it cannot fit below.
 DEFAULT_OVERSAMPLING = {"nuclear": 5.0, "rgn": 2.0}
 
-_NOISE_FLOOR = 1e-12      # singular values of the sketch core below this are rounding noise
+_NOISE_FLOOR = 1e-12  # singular values of the sketch core below this are rounding noise
 
 #: Memory cvxpy and SCS take per entry of the nuclear-norm program's measurement operator
 #: (``m d^2`` entries: row ``k`` is ``vec(a_k b_k^T)``). Measured (this book, cvxpy 1.x, peak RSS of
@@ -151,6 +159,7 @@ def degrees_of_freedom(d, r) -> int:
 # Measurements: one query per bilinear form a^T W b
 # ---------------------------------------------------------------------------------------------
 
+
 def nuclear_program_size(d, m) -> dict:
     """Size of the nuclear-norm program on ``m`` rank-one projections of a ``d x d`` matrix, unbuilt.
 
@@ -184,17 +193,31 @@ def nuclear_program_size(d, m) -> dict:
     d = check_int(d, "d", minimum=1)
     m = check_int(m, "m", minimum=1)
     entries = m * d * d
-    return {"variables": d * d + d * (d + 1), "constraints": m, "psd_cone": 2 * d,
-            "entries": entries, "bytes": NUCLEAR_BYTES_PER_ENTRY * entries}
+    return {
+        "variables": d * d + d * (d + 1),
+        "constraints": m,
+        "psd_cone": 2 * d,
+        "entries": entries,
+        "bytes": NUCLEAR_BYTES_PER_ENTRY * entries,
+    }
 
 
 def check_nuclear_size(d, m, r, learner: str) -> dict:
     """Raise :class:`~companion.errors.InvalidInputError` if the program exceeds ``NUCLEAR_MAX_BYTES``."""
     size = nuclear_program_size(d, m)
     if size["bytes"] > NUCLEAR_MAX_BYTES:
-        raise InvalidInputError(_MESSAGES["nuclear_too_big"].format(
-            learner=learner, d=d, m=m, r=r, entries=size["entries"], gb=size["bytes"] / 1e9,
-            per=NUCLEAR_BYTES_PER_ENTRY, limit=NUCLEAR_MAX_BYTES / 1e9))
+        raise InvalidInputError(
+            _MESSAGES["nuclear_too_big"].format(
+                learner=learner,
+                d=d,
+                m=m,
+                r=r,
+                entries=size["entries"],
+                gb=size["bytes"] / 1e9,
+                per=NUCLEAR_BYTES_PER_ENTRY,
+                limit=NUCLEAR_MAX_BYTES / 1e9,
+            )
+        )
     return size
 
 
@@ -205,8 +228,9 @@ def _invert_rop(y, av, bv, c):
         return logit(alpha), alpha
 
 
-def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, segments=None,
-                     c_start=1.0, band=SATURATION):
+def measure_bilinear(
+    oracle, A, B, v, *, scale="auto", rows=None, cols=None, segments=None, c_start=1.0, band=SATURATION
+):
     """Measure ``a_k^T W* b_k`` with one two-token value query each, keeping the sigmoid unsaturated.
 
     The rank-one projection of §5: the query ``c_k [(a_k + b_k)^T; b_k^T]``
@@ -289,11 +313,11 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
     A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)  # no copy if float64
     v = as_float_array(v, "v", ndim=1, shape=(d,))
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != d or B.shape[1] != d:
-        raise InvalidInputError(f"A and B must be 2-d with d={d} columns; got {A.shape=}, "
-                                f"{B.shape=}.")
+        raise InvalidInputError(f"A and B must be 2-d with d={d} columns; got {A.shape=}, {B.shape=}.")
     if rows is None and cols is None and A.shape[0] != B.shape[0]:
-        raise InvalidInputError(f"A and B must have one row per measurement; got {A.shape=}, "
-                                f"{B.shape=} (or pass rows and cols).")
+        raise InvalidInputError(
+            f"A and B must have one row per measurement; got {A.shape=}, {B.shape=} (or pass rows and cols)."
+        )
     if isinstance(scale, str):
         check_choice(scale, "scale", ("auto",))
     else:
@@ -309,17 +333,20 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
         raise InvalidInputError("A and B must be finite; they contain NaN or inf.")
     if not np.all(av):
         k = int(np.flatnonzero(av == 0)[0])
-        raise InvalidInputError(f"a_k^T v = 0 for measurement k={k}: the answer carries no "
-                                "information on a_k^T W b_k; redraw a_k.")
+        raise InvalidInputError(
+            f"a_k^T v = 0 for measurement k={k}: the answer carries no information on a_k^T W b_k; redraw a_k."
+        )
     m = av.shape[0]
     y = answer_rop(oracle, A, B, c0, rows=rows, cols=cols, segments=segments)
     T, alpha = _invert_rop(y, av, bv, c0)
     C = np.full(m, c0)
     n_requeries = 0
     if auto:
+
         def measure(idx, c):
-            y_idx = answer_rop(oracle, A, B, c, rows=idx if rows is None else rows[idx],
-                               cols=idx if cols is None else cols[idx])
+            y_idx = answer_rop(
+                oracle, A, B, c, rows=idx if rows is None else rows[idx], cols=idx if cols is None else cols[idx]
+            )
             return _invert_rop(y_idx, av[idx], bv[idx], c)
 
         n_requeries = remeasure_saturated(measure, T, alpha, C, band=band)
@@ -330,14 +357,14 @@ def measure_bilinear(oracle, A, B, v, *, scale="auto", rows=None, cols=None, seg
             f"the attention weight of measurement {k} is {alpha[k]!r}, outside (0, 1), so "
             f"sigma^-1 is undefined; {advice}."
         )
-    info = {"n_requeries": n_requeries, "scales": C, "max_abs_logit": float(np.max(np.abs(T))),
-            "av": av, "bv": bv}
+    info = {"n_requeries": n_requeries, "scales": C, "max_abs_logit": float(np.max(np.abs(T))), "av": av, "bv": bv}
     return T / C**2, info
 
 
 # ---------------------------------------------------------------------------------------------
 # The convex program of Theorems 5.1 / 5.2
 # ---------------------------------------------------------------------------------------------
+
 
 def _nuclear_norm_problem(A, B, t):
     """Form ``min ||W||_* s.t. a_k^T W b_k = t_k`` (k = 1..m) as a cvxpy problem.
@@ -378,9 +405,12 @@ def _solve_nuclear(A, B, t, *, eps):
         problem.solve(solver=cp.SCS, eps_abs=eps, eps_rel=eps, max_iters=200_000)
     except cp.error.SolverError as exc:
         raise SolverError(f"SCS failed on the nuclear-norm program: {exc}") from None
-    info = {"solver": "SCS", "status": problem.status,
-            "solve_iterations": int(problem.solver_stats.num_iters or 0),
-            "objective": float(problem.value) if problem.value is not None else float("nan")}
+    info = {
+        "solver": "SCS",
+        "status": problem.status,
+        "solve_iterations": int(problem.solver_stats.num_iters or 0),
+        "objective": float(problem.value) if problem.value is not None else float("nan"),
+    }
     if problem.status != cp.OPTIMAL:
         raise SolverError(
             f"SCS stopped with status {problem.status!r} on the nuclear-norm program "
@@ -394,6 +424,7 @@ def _solve_nuclear(A, B, t, *, eps):
 # ---------------------------------------------------------------------------------------------
 # Query-optimal sketch
 # ---------------------------------------------------------------------------------------------
+
 
 def _haar(d, rng):
     """A Haar-random orthogonal ``d x d`` matrix (QR of a Gaussian with the sign fix of Mezzadri)."""
@@ -419,7 +450,7 @@ def _sketch_bases(v, rng):
     w = g - target
     nw = np.linalg.norm(w)
     if nw != 0:
-        L -= np.outer(2.0 * w / nw**2, w @ L)          # in place: no second d x d array
+        L -= np.outer(2.0 * w / nw**2, w @ L)  # in place: no second d x d array
     return L, L[rng.permutation(d)]
 
 
@@ -472,19 +503,19 @@ def _cross_indices(d, k0, k1, n=None):
     rows, cols, seg = [], [], []
     if n is None:
         for k in range(k0, k1):
-            rows.append(np.full(d - k, k))              # row k, columns k .. d-1
+            rows.append(np.full(d - k, k))  # row k, columns k .. d-1
             cols.append(np.arange(k, d))
-            rows.append(np.arange(k + 1, d))            # column k, rows k+1 .. d-1
+            rows.append(np.arange(k + 1, d))  # column k, rows k+1 .. d-1
             cols.append(np.full(d - k - 1, k))
     else:
-        for j0 in range(k0, d, n):                      # row pieces, one block of columns at a time
+        for j0 in range(k0, d, n):  # row pieces, one block of columns at a time
             j1 = min(d, j0 + n)
             for i in range(k0, min(k1, j1)):
                 js = np.arange(max(i, j0), j1)
                 rows.append(np.full(js.size, i))
                 cols.append(js)
                 seg.append(js.size)
-        for k in range(k0, k1):                         # column pieces
+        for k in range(k0, k1):  # column pieces
             for i0 in range(k + 1, d, n):
                 i1 = min(d, i0 + n)
                 rows.append(np.arange(i0, i1))
@@ -515,7 +546,7 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
     d = v.shape[0]
     L, RT = _sketch_bases(v, rng)
     M = np.full((d, d), np.nan)
-    E_best = np.zeros((d, d))               # ... at the best scale (the floor)
+    E_best = np.zeros((d, d))  # ... at the best scale (the floor)
     n_req = 0
     max_logit = 0.0
     n = chunk_queries(d)
@@ -523,8 +554,7 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
     c_start = 1.0
     if prec.coarse and isinstance(scale, str):
         # One scale for relative rounding, from the first row of the cross at c = 1 (asked again).
-        t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=np.zeros(d, int),
-                                    cols=np.arange(d), band=band)
+        t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=np.zeros(d, int), cols=np.arange(d), band=band)
         n_req += d + info["n_requeries"]
         c_start = best_relative_scale(t)
 
@@ -532,11 +562,11 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
         nonlocal n_req, max_logit
         i, j, seg = _cross_indices(d, k0, k1, n)
         if i.size:
-            t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
-                                        segments=seg, c_start=c_start, band=band)
+            t, info = measure_bilinear(
+                oracle, L, RT, v, scale=scale, rows=i, cols=j, segments=seg, c_start=c_start, band=band
+            )
             M[i, j] = t
-            E_best[i, j] = measurement_errors(1.0, t, info["scales"], info["av"], info["bv"],
-                                              best=True)
+            E_best[i, j] = measurement_errors(1.0, t, info["scales"], info["av"], info["bv"], best=True)
             n_req += info["n_requeries"]
             max_logit = max(max_logit, info["max_abs_logit"])
 
@@ -547,8 +577,9 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
         nonlocal n_req
         if k not in levels:
             i, j = (a.ravel() for a in np.meshgrid(np.arange(k), np.arange(k), indexing="ij"))
-            t, info = measure_bilinear(oracle, L, RT, v, scale=scale, rows=i, cols=j,
-                                        c_start=c_start * math.sqrt(1.5), band=band)
+            t, info = measure_bilinear(
+                oracle, L, RT, v, scale=scale, rows=i, cols=j, c_start=c_start * math.sqrt(1.5), band=band
+            )
             n_req += i.size + info["n_requeries"]
             levels[k] = 2.0 * float(np.linalg.norm(t.reshape(k, k) - M[:k, :k], 2))
         return levels[k]
@@ -562,16 +593,23 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
         grow(0, k)
         s = np.linalg.svd(M[:k, :k], compute_uv=False)
         if k > rank and rank_of(s, k)[0] > rank and prec.measure():
-            pass                                            # re-decided below with the measured u
+            pass  # re-decided below with the measured u
         rho_k, noise = rank_of(s, k)
         if k > rank and rho_k > rank:
             if prec.coarse:
-                raise OracleInconsistentError(_MESSAGES["rank_small_rounding"].format(
-                    r=rank, i=rank + 1, k=k, s=s[rank] / s[0], noise=noise / s[0],
-                    prec=prec.describe()))
-            raise OracleInconsistentError(_MESSAGES["rank_small"].format(
-                r=rank, what=f"singular value {rank + 1} of the {k} x {k} core is nonzero",
-                err=s[rank] / s[0], tol=max(rank_tol, noise / s[0])))
+                raise OracleInconsistentError(
+                    _MESSAGES["rank_small_rounding"].format(
+                        r=rank, i=rank + 1, k=k, s=s[rank] / s[0], noise=noise / s[0], prec=prec.describe()
+                    )
+                )
+            raise OracleInconsistentError(
+                _MESSAGES["rank_small"].format(
+                    r=rank,
+                    what=f"singular value {rank + 1} of the {k} x {k} core is nonzero",
+                    err=s[rank] / s[0],
+                    tol=max(rank_tol, noise / s[0]),
+                )
+            )
         detected = None
     else:
         k = 0
@@ -595,11 +633,18 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
     nW = float(np.linalg.norm(W))
     measured = ~np.isnan(M)
     kappa = amp * float(np.linalg.norm(E_best[measured])) / nW if nW > 0 else 0.0
-    info = {"cross_size": k, "core_singular_values": s, "rank_detected": detected,
-            "n_requeries": n_req, "max_abs_logit": max_logit, "rank_used": rho,
-            "kappa_W": kappa, "rank_tol_used": tol_used}
+    info = {
+        "cross_size": k,
+        "core_singular_values": s,
+        "rank_detected": detected,
+        "n_requeries": n_req,
+        "max_abs_logit": max_logit,
+        "rank_used": rho,
+        "kappa_W": kappa,
+        "rank_tol_used": tol_used,
+    }
     if k < d:
-        info["factors"] = factors            # W = F G, rank rho: its SVD in O(d rho^2)
+        info["factors"] = factors  # W = F G, rank rho: its SVD in O(d rho^2)
     return W, info
 
 
@@ -610,7 +655,7 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
 from dataclasses import dataclass  # noqa: E402
 
 
-@dataclass(frozen=True, eq=False, repr=False)   # keep Recovery's sorted, aligned repr
+@dataclass(frozen=True, eq=False, repr=False)  # keep Recovery's sorted, aligned repr
 class LowRankRecovery(Recovery):
     """A :class:`~companion.recovery.Recovery` with the rank the learner used.
 
@@ -658,9 +703,23 @@ def _sign_normalised_svd(W, r, factors=None):
     return U * flip, s, Vt * flip[:, None], sv
 
 
-def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, oversample=1,
-                   rank_tol=1e-8, scale="auto", solver_eps=1e-9, max_iter=50, tol=1e-13,
-                   verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, precision=None):
+def learn_low_rank(
+    oracle,
+    rank,
+    *,
+    method="nuclear",
+    n_measurements=None,
+    oversample=1,
+    rank_tol=1e-8,
+    scale="auto",
+    solver_eps=1e-9,
+    max_iter=50,
+    tol=1e-13,
+    verify=DEFAULT_VERIFY,
+    verify_rtol=1e-6,
+    seed=0,
+    precision=None,
+):
     """Recover a head whose merged ``W`` has rank at most ``rank`` from few value queries (§5).
 
     Parameters
@@ -836,8 +895,7 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
             m = check_int(n_measurements, "n_measurements", minimum=1)
         if m < dof:
             k = min(d, r + 1)
-            raise NotIdentifiableError(_MESSAGES["too_few"].format(
-                m=m, r=r, d=d, dof=dof, sketch=d + k * (2 * d - k)))
+            raise NotIdentifiableError(_MESSAGES["too_few"].format(m=m, r=r, d=d, dof=dof, sketch=d + k * (2 * d - k)))
         planned = d + m
         if method == "nuclear":
             check_nuclear_size(d, m, r, "learn_low_rank")
@@ -851,26 +909,25 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
 
     diagnostics = {}
     if method == "sketch":
-        W, info = _sketch(oracle, v, r, oversample=oversample, rank_tol=rank_tol, scale=scale,
-                          rng=rng, prec=prec)
+        W, info = _sketch(oracle, v, r, oversample=oversample, rank_tol=rank_tol, scale=scale, rng=rng, prec=prec)
         diagnostics.update(info)
-        diagnostics["n_measurements"] = (oracle.n_queries - start - d - info["n_requeries"]
-                                         - prec.n_queries)
+        diagnostics["n_measurements"] = oracle.n_queries - start - d - info["n_requeries"] - prec.n_queries
         r_out = info["rank_used"]
-        how = (f"a cross of {info['cross_size']} rows and columns"
-               + (f", rank {info['rank_detected']} detected" if r is None else ""))
+        how = f"a cross of {info['cross_size']} rows and columns" + (
+            f", rank {info['rank_detected']} detected" if r is None else ""
+        )
     else:
         A, B = _gaussian_rop_design(d, m, v, rng)
         t, info = measure_bilinear(oracle, A, B, v, scale=scale)
-        diagnostics.update(n_measurements=m, n_requeries=info["n_requeries"],
-                           max_abs_logit=info["max_abs_logit"])
+        diagnostics.update(n_measurements=m, n_requeries=info["n_requeries"], max_abs_logit=info["max_abs_logit"])
         if method == "nuclear":
             W, sinfo = _solve_nuclear(A, B, t, eps=solver_eps)
         else:
             W, sinfo = _rgn(A, B, t, r, max_iter=max_iter, tol=tol)
             if sinfo["residual"] > max(1e3 * tol, 1e-8):
-                raise SolverError(_MESSAGES["rgn_failed"].format(
-                    it=sinfo["iterations"], res=sinfo["residual"], m=m, C=m / dof, r=r))
+                raise SolverError(
+                    _MESSAGES["rgn_failed"].format(it=sinfo["iterations"], res=sinfo["residual"], m=m, C=m / dof, r=r)
+                )
         diagnostics.update(sinfo)
         r_out = r
         how = f"{m} Gaussian rank-one projections ({method})"
@@ -881,22 +938,40 @@ def learn_low_rank(oracle, rank, *, method="nuclear", n_measurements=None, overs
     if diagnostics.get("n_requeries"):
         message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
     kappa_W = diagnostics.pop("kappa_W", 0.0)
-    checked = verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), verify,
-                             rtol=verify_rtol, seed=seed + 1,
-                             what=f"a single head with rank(W*) <= {r_out} recovered by {method!r}",
-                             precision=prec, size=head_check_size(W, v, kappa_W, 1.0),
-                             floor=lambda u: kappa_W * u)
+    checked = verify_outputs(
+        oracle,
+        SingleHead(W, v),
+        lambda x: np.max(np.abs(x @ v)),
+        verify,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        what=f"a single head with rank(W*) <= {r_out} recovered by {method!r}",
+        precision=prec,
+        size=head_check_size(W, v, kappa_W, 1.0),
+        floor=lambda u: kappa_W * u,
+    )
     if method == "sketch":
         diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * prec.value, floor_v=prec.value)
         if prec.known:
-            message += (f"; {prec.describe()}, attainable relative error of W about "
-                        f"{kappa_W * prec.value:.1e}")
+            message += f"; {prec.describe()}, attainable relative error of W about {kappa_W * prec.value:.1e}"
         if prec.source == "measured":
-            message += ("; the precision was measured after learning, so the probe scale was not chosen "
-                        "for it: pass precision='measure' (24 queries first) to reach the floor")
-    return build(LowRankRecovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=W, v=v, rank=int(r_out), method=method,
-                 precision=prec)
+            message += (
+                "; the precision was measured after learning, so the probe scale was not chosen "
+                "for it: pass precision='measure' (24 queries first) to reach the floor"
+            )
+    return build(
+        LowRankRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=W,
+        v=v,
+        rank=int(r_out),
+        method=method,
+        precision=prec,
+    )
 
 
 #: Measurement designs of :func:`recovery_trial`.
@@ -963,8 +1038,7 @@ def recovery_trial(d, r, ratio, *, method, seed, threshold=1e-6, design="rop") -
     check_choice(method, "method", ("nuclear", "rgn"))
     check_choice(design, "design", DESIGNS)
     if design == "gaussian" and method != "nuclear":
-        raise InvalidInputError(
-            f"design='gaussian' is solved by method='nuclear' only; got method={method!r}.")
+        raise InvalidInputError(f"design='gaussian' is solved by method='nuclear' only; got method={method!r}.")
     m = int(np.ceil(check_real(ratio, "ratio", minimum=0.0, strict=True) * degrees_of_freedom(d, r)))
     head = random_single_head(d, rank=r, seed=seed)
     if design == "gaussian":
@@ -973,8 +1047,7 @@ def recovery_trial(d, r, ratio, *, method, seed, threshold=1e-6, design="rop") -
             err = float(np.linalg.norm(W - head.W) / np.linalg.norm(head.W))
         except SolverError:
             err = None
-        return {"m": m, "n_queries": 0, "rel_error_W": err,
-                "exact": err is not None and err <= threshold}
+        return {"m": m, "n_queries": 0, "rel_error_W": err, "exact": err is not None and err <= threshold}
     oracle = ValueQueryOracle(head)
     # One BLAS thread: these solves are small, and on a shared machine threaded BLAS made a
     # trial up to 20 times slower; parallelism belongs to run_sweep's workers.
@@ -986,8 +1059,7 @@ def recovery_trial(d, r, ratio, *, method, seed, threshold=1e-6, design="rop") -
         err = rec.relative_errors(head)["W"]
     except SolverError:
         err = None
-    return {"m": m, "n_queries": oracle.n_queries, "rel_error_W": err,
-            "exact": err is not None and err <= threshold}
+    return {"m": m, "n_queries": oracle.n_queries, "rel_error_W": err, "exact": err is not None and err <= threshold}
 
 
 def _trial_seed(seed, d, r, i_ratio, t):
@@ -995,8 +1067,9 @@ def _trial_seed(seed, d, r, i_ratio, t):
     return int(np.random.SeedSequence([seed, d, r, i_ratio, t]).generate_state(1)[0])
 
 
-def phase_transition(cases, ratios, *, method, n_trials, seed, n_jobs=1, backend="sequential",
-                     name=None, design="rop") -> dict:
+def phase_transition(
+    cases, ratios, *, method, n_trials, seed, n_jobs=1, backend="sequential", name=None, design="rop"
+) -> dict:
     """Probability of exact recovery against ``m / (r (2d - r))`` for several ``(d, r)``.
 
     Every ``(d, r, ratio, trial)`` is one :func:`recovery_trial` with its own random head and
@@ -1039,16 +1112,30 @@ def phase_transition(cases, ratios, *, method, n_trials, seed, n_jobs=1, backend
     n_trials = check_int(n_trials, "n_trials", minimum=1)
     seed = check_int(seed, "seed", minimum=0)
     check_choice(design, "design", DESIGNS)
-    points = [{"d": int(d), "r": int(r), "ratio": float(q), "method": method, "design": design,
-               "seed": _trial_seed(seed, int(d), int(r), i, t)}
-              for d, r in cases for i, q in enumerate(ratios) for t in range(n_trials)]
+    points = [
+        {
+            "d": int(d),
+            "r": int(r),
+            "ratio": float(q),
+            "method": method,
+            "design": design,
+            "seed": _trial_seed(seed, int(d), int(r), i, t),
+        }
+        for d, r in cases
+        for i, q in enumerate(ratios)
+        for t in range(n_trials)
+    ]
     rows = run_sweep(recovery_trial, points, n_jobs=n_jobs, backend=backend, progress=False, name=name)
     out = {}
     for d, r in cases:
         out[(int(d), int(r))] = [
-            float(np.mean([row["exact"] for row in rows
-                           if (row["d"], row["r"], row["ratio"]) == (int(d), int(r), float(q))]))
-            for q in ratios]
+            float(
+                np.mean(
+                    [row["exact"] for row in rows if (row["d"], row["r"], row["ratio"]) == (int(d), int(r), float(q))]
+                )
+            )
+            for q in ratios
+        ]
     return out
 
 
@@ -1077,8 +1164,7 @@ def transition_point(ratios, rates, level=0.5) -> float:
     q = np.asarray(ratios, dtype=np.float64)
     p = np.asarray(rates, dtype=np.float64)
     if q.shape != p.shape or q.ndim != 1 or np.any(np.diff(q) <= 0):
-        raise InvalidInputError(
-            f"ratios must be increasing and match rates; got {q.shape=}, {p.shape=}.")
+        raise InvalidInputError(f"ratios must be increasing and match rates; got {q.shape=}, {p.shape=}.")
     hit = np.flatnonzero(p >= level)
     if hit.size == 0:
         return float("nan")
@@ -1155,9 +1241,9 @@ def nuclear_statistical_dimension(d, r, *, n_samples=400, seed=0) -> float:
     def J(tau):
         return dof + r * tau * tau + float(np.mean(np.sum(np.maximum(sv - tau, 0.0) ** 2, axis=1)))
 
-    res = minimize_scalar(J, bounds=(0.0, float(sv.max())), method="bounded",
-                          options={"xatol": 1e-10})
+    res = minimize_scalar(J, bounds=(0.0, float(sv.max())), method="bounded", options={"xatol": 1e-10})
     return float(min(res.fun, J(0.0)))
+
 
 def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
     """Cost of the sketch at size ``d`` against the oracle's own cost, measured in this process.
@@ -1222,9 +1308,16 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
         t0 = time.perf_counter()
         rec = learn_low_rank(oracle, r, method="sketch", oversample=0, seed=seed)
         seconds = time.perf_counter() - t0
-        row = {"d": d, "r": r, "queries": rec.n_queries, "floor": d + degrees_of_freedom(d, r),
-               "rel_error_W": rec.relative_errors(head)["W"], "learner_s": seconds,
-               "oracle_s": oracle.seconds, "ratio": seconds / oracle.seconds}
+        row = {
+            "d": d,
+            "r": r,
+            "queries": rec.n_queries,
+            "floor": d + degrees_of_freedom(d, r),
+            "rel_error_W": rec.relative_errors(head)["W"],
+            "learner_s": seconds,
+            "oracle_s": oracle.seconds,
+            "ratio": seconds / oracle.seconds,
+        }
         del rec
         if memory:
             tracemalloc.start()

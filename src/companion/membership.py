@@ -94,8 +94,7 @@ class MembershipQueryOracle(ValueQueryOracle):
 
     def __repr__(self):
         budget = "" if self.budget is None else f", budget={self.budget}"
-        return (f"MembershipQueryOracle(d={self.d}, threshold={self.threshold:g}, "
-                f"n_queries={self.n_queries}{budget})")
+        return f"MembershipQueryOracle(d={self.d}, threshold={self.threshold:g}, n_queries={self.n_queries}{budget})"
 
 
 def membership_query_count(d, bits, *, n_support=None) -> int:
@@ -124,7 +123,7 @@ def membership_query_count(d, bits, *, n_support=None) -> int:
 def _design(r_x, r_u, m):
     """Probe length ``kappa`` and squared scale ``c2`` for the test "t > m" (see the module notes)."""
     m = np.asarray(m, dtype=np.float64)
-    y_star = -np.sign(r_x * r_u) * np.sign(m)                       # 0 where m == 0
+    y_star = -np.sign(r_x * r_u) * np.sign(m)  # 0 where m == 0
     kappa = -r_x / (expit(y_star) * r_u)
     with np.errstate(divide="ignore"):
         c2 = np.where(m == 0.0, 1.0, 1.0 / np.abs(kappa * m))
@@ -240,7 +239,8 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
     if oracle.threshold != 0.0:
         raise InvalidInputError(
             f"threshold={oracle.threshold!r}: learn_membership handles the threshold 0 only "
-            "(sign(f*)); with a nonzero threshold the steps differ. Use threshold=0.")
+            "(sign(f*)); with a nonzero threshold the steps differ. Use threshold=0."
+        )
     d = int(oracle.d)
     W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
     bits = check_int(bits, "bits", minimum=1, maximum=52)
@@ -255,15 +255,14 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
     lab = _labels(oracle, np.concatenate([E, -E]))
     support = lab[:d] != lab[d:]
     if not np.any(support):
-        raise NotIdentifiableError(
-            "every query [+-e_i] has the label +1, so v* = 0 and f* = 0: no label reveals W.")
+        raise NotIdentifiableError("every query [+-e_i] has the label +1, so v* = 0 and f* = 0: no label reveals W.")
     s = np.where(support, lab[:d], 0.0)
     idx = np.flatnonzero(support)
 
     # Step 2: p = argmax |v_i| by a tournament of comparisons |v_i| >= |v_k|.
     p = int(idx[0])
     for i in idx[1:]:
-        if _labels(oracle, [s[i] * E[i] - s[p] * E[p]])[0] > 0:   # +1: |v_i| - |v_p| >= 0
+        if _labels(oracle, [s[i] * E[i] - s[p] * E[p]])[0] > 0:  # +1: |v_i| - |v_p| >= 0
             p = int(i)
 
     # Step 3: |v_i / v_p| by bisection on lam in [0, 1].
@@ -272,7 +271,7 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
     for _ in range(bits if rest.size else 0):
         mid = 0.5 * (lo + hi)
         X = s[rest, None] * E[rest] - mid[:, None] * s[p] * E[p][None, :]
-        above = _labels(oracle, X) > 0          # |v_i| - mid |v_p| >= 0
+        above = _labels(oracle, X) > 0  # |v_i| - mid |v_p| >= 0
         lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
     r = np.zeros(d)
     r[p] = s[p]
@@ -301,26 +300,29 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
         raise OracleInconsistentError(
             f"the bisection of logit {k} ended at the edge of [-S, S] with S={S[k]:.3g}: "
             f"|u^T W x| exceeds ||u|| ||x|| W_max, so W_max={W_max:g} is too small (or the oracle "
-            "is not a single head). Pass a larger W_max.")
+            "is not a single head). Pass a larger W_max."
+        )
     T = (0.5 * (lo + hi)).reshape(d, d)
     Uinv = np.linalg.inv(U)
     W = Uinv @ T @ Uinv.T
     n_W = oracle.n_queries - start - n_v
 
     diagnostics = {
-        "bits": bits, "p": p, "n_support": int(idx.size), "n_queries_v": n_v, "n_queries_W": n_W,
-        "logit_halfwidth": (S * 2.0**-bits).reshape(d, d), "probes": U,
+        "bits": bits,
+        "p": p,
+        "n_support": int(idx.size),
+        "n_queries_v": n_v,
+        "n_queries_W": n_W,
+        "logit_halfwidth": (S * 2.0**-bits).reshape(d, d),
+        "probes": U,
     }
-    message = (f"recovered W and v / ||v||_inf from {n_v + n_W} labels "
-               f"({bits} bisection steps per entry)")
+    message = f"recovered W and v / ||v||_inf from {n_v + n_W} labels ({bits} bisection steps per entry)"
     diagnostics["n_verify_queries"] = verify
     if verify:
         E_W = float(np.linalg.norm(Uinv, 2) ** 2 * np.linalg.norm(diagnostics["logit_halfwidth"]))
-        diagnostics["n_verify_disagreements"] = _verify_labels(
-            oracle, W, r, verify, E_W, bits, verify_slack, seed)
+        diagnostics["n_verify_disagreements"] = _verify_labels(oracle, W, r, verify, E_W, bits, verify_slack, seed)
         message += f"; verified on {verify} fresh queries"
-    return Recovery(W=W, v=r, n_queries=oracle.n_queries - start, message=message,
-                    diagnostics=diagnostics)
+    return Recovery(W=W, v=r, n_queries=oracle.n_queries - start, message=message, diagnostics=diagnostics)
 
 
 def _verify_labels(oracle, W, v, n, E_W, bits, slack, seed):
@@ -342,5 +344,6 @@ def _verify_labels(oracle, W, v, n, E_W, bits, slack, seed):
         raise OracleInconsistentError(
             f"on {n} fresh queries the recovered head's label disagrees with the oracle's where "
             f"|f_hat| = {abs(f_hat[k]):.3g} exceeds its error bound {bound[k]:.3g}: the oracle is "
-            "not a single head with threshold 0 (or W_max is wrong).")
+            "not a single head with threshold 0 (or W_max is wrong)."
+        )
     return int(np.sum(disagree))

@@ -28,7 +28,7 @@ from scipy.optimize import linear_sum_assignment
 from ._validation import as_float_array, check_int, check_real
 from .attention import MultiHead, SingleHead
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
-from .exact import (check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated)
+from .exact import check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
 from .recovery import Recovery
 
@@ -71,15 +71,14 @@ def _check_weights(weights, name, *, total):
     if w.size == 0:
         raise InvalidInputError(f"{name} is empty; give at least one weight.")
     if abs(w.sum() - total) > 1e-12 * max(1.0, np.abs(w).sum()):
-        raise InvalidInputError(
-            f"{name} must sum to {total:g}; got sum {w.sum()!r}. Normalise them, e.g. w / w.sum()."
-        )
+        raise InvalidInputError(f"{name} must sum to {total:g}; got sum {w.sum()!r}. Normalise them, e.g. w / w.sum().")
     return w
 
 
 # --------------------------------------------------------------------------------------------
 # Constructions of equivalent parameter sets
 # --------------------------------------------------------------------------------------------
+
 
 def proposition_7_1(A, b, weights) -> MultiHead:
     """The construction of Proposition 7.1: ``H`` heads ``W^(h) = A``, ``v^(h) = lambda_h b``.
@@ -148,9 +147,7 @@ def permute_heads(model, perm) -> MultiHead:
     model = _as_model(model)
     perm = np.asarray(perm)
     if perm.shape != (model.n_heads,) or not np.array_equal(np.sort(perm), np.arange(model.n_heads)):
-        raise InvalidInputError(
-            f"perm must be a permutation of range(H={model.n_heads}); got {perm.tolist()!r}."
-        )
+        raise InvalidInputError(f"perm must be a permutation of range(H={model.n_heads}); got {perm.tolist()!r}.")
     return MultiHead(model.Ws[perm], model.vs[perm])
 
 
@@ -222,13 +219,13 @@ def add_cancelling_heads(model, W, vs) -> MultiHead:
             "Append -vs.sum(axis=0) as a last row."
         )
     k = vs.shape[0]
-    return MultiHead(np.concatenate([model.Ws, np.repeat(W[None], k, axis=0)]),
-                     np.concatenate([model.vs, vs]))
+    return MultiHead(np.concatenate([model.Ws, np.repeat(W[None], k, axis=0)]), np.concatenate([model.vs, vs]))
 
 
 # --------------------------------------------------------------------------------------------
 # Canonical form and comparison
 # --------------------------------------------------------------------------------------------
+
 
 def canonical_form(model, *, atol=1e-9) -> MultiHead:
     """The canonical form: merge heads with equal ``W`` (summing their ``v``), drop ``v = 0``, sort.
@@ -367,6 +364,7 @@ def equivalent(model_a, model_b, *, atol=1e-9) -> bool:
 # Random targets
 # --------------------------------------------------------------------------------------------
 
+
 def random_multi_head(d, n_heads, *, orthogonal=False, head_dim=None, seed) -> MultiHead:
     """Draw a random ``H``-head model, optionally with heads in mutually orthogonal subspaces.
 
@@ -414,9 +412,7 @@ def random_multi_head(d, n_heads, *, orthogonal=False, head_dim=None, seed) -> M
     else:
         dh = check_int(head_dim, "head_dim", minimum=1, maximum=d)
     if orthogonal and H * dh > d:
-        raise InvalidInputError(
-            f"orthogonal heads need n_heads * head_dim <= d; got {H} * {dh} > {d}. Lower head_dim."
-        )
+        raise InvalidInputError(f"orthogonal heads need n_heads * head_dim <= d; got {H} * {dh} > {d}. Lower head_dim.")
     seed = check_int(seed, "seed", minimum=0)
     rng = np.random.default_rng(seed)
     if not orthogonal:
@@ -430,7 +426,7 @@ def random_multi_head(d, n_heads, *, orthogonal=False, head_dim=None, seed) -> M
     Ws = np.empty((H, d, d))
     vs = np.empty((H, d))
     for h in range(H):
-        B = Q[:, h * dh:(h + 1) * dh]
+        B = Q[:, h * dh : (h + 1) * dh]
         Ws[h] = B @ (rng.standard_normal((dh, dh)) / np.sqrt(dh)) @ B.T
         vs[h] = B @ rng.standard_normal(dh)
     return MultiHead(Ws, vs)
@@ -439,6 +435,7 @@ def random_multi_head(d, n_heads, *, orthogonal=False, head_dim=None, seed) -> M
 # --------------------------------------------------------------------------------------------
 # Detection: is the oracle one head?
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Detection:
@@ -536,29 +533,45 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0, precision=None) -
     try:
         rec = learn_single_head(oracle, verify=0, precision=precision)
     except OracleInconsistentError as exc:
-        return Detection(False, float("inf"), oracle.n_queries - start, None,
-                         f"not a single head: Theorem 4.1's inversion failed ({exc})")
+        return Detection(
+            False,
+            float("inf"),
+            oracle.n_queries - start,
+            None,
+            f"not a single head: Theorem 4.1's inversion failed ({exc})",
+        )
     from ._learner import AnswerPrecision, head_check_size
 
-    prec = AnswerPrecision(oracle, precision if precision != "measure" else rec.diagnostics["precision"],
-                           seed=seed + 2)
+    prec = AnswerPrecision(oracle, precision if precision != "measure" else rec.diagnostics["precision"], seed=seed + 2)
     scale = float(np.sqrt(np.median(rec.diagnostics["scales"])))
     size = head_check_size(rec.W, rec.v, rec.diagnostics["kappa_W"], 1.0)
     try:
-        info = verify_outputs(oracle, SingleHead(rec.W, rec.v), lambda x: np.max(np.abs(x @ rec.v)),
-                              verify, rtol=rtol, seed=seed, scale=scale, precision=prec, size=size,
-                              what="a single attention head")
+        info = verify_outputs(
+            oracle,
+            SingleHead(rec.W, rec.v),
+            lambda x: np.max(np.abs(x @ rec.v)),
+            verify,
+            rtol=rtol,
+            seed=seed,
+            scale=scale,
+            precision=prec,
+            size=size,
+            what="a single attention head",
+        )
         single, err, tol = True, info["verify_max_error"], info["verify_tolerance"]
-        msg = (f"consistent with a single head: largest relative disagreement {err:.3g} on "
-               f"{verify} fresh queries (tolerance {tol:.3g}; {prec.describe()})")
+        msg = (
+            f"consistent with a single head: largest relative disagreement {err:.3g} on "
+            f"{verify} fresh queries (tolerance {tol:.3g}; {prec.describe()})"
+        )
     except OracleInconsistentError as exc:
         single, err = False, getattr(exc, "max_error", float("inf"))
         msg = f"not a single head: {exc}"
     return Detection(single, float(err), oracle.n_queries - start, rec, msg)
 
 
-def verify_model(oracle, model, n, *, rtol=1e-6, seed=0,
-                 what="a sum of heads in mutually orthogonal subspaces") -> float:
+def verify_model(
+    oracle, model, n, *, rtol=1e-6, seed=0, what="a sum of heads in mutually orthogonal subspaces"
+) -> float:
     """Largest relative disagreement between ``oracle`` and ``model`` on ``n`` random queries.
 
     Queries have random lengths 1 to 8 and tokens ``N(0, I_d / d)``; the disagreement is
@@ -605,13 +618,21 @@ def _verify_heads(oracle, model, n, *, rtol, seed, what):
     """:func:`~companion._learner.verify_outputs` for a sum of heads, relative to
     ``max_i sum_h |x_i^T v^(h)|``; returns its verification record (for ``build``)."""
     vs = model.vs
-    return verify_outputs(oracle, model, lambda x: max(1e-12, float(np.max(np.abs(x @ vs.T).sum(axis=1)))),
-                          n, rtol=rtol, seed=seed, what=what)
+    return verify_outputs(
+        oracle,
+        model,
+        lambda x: max(1e-12, float(np.max(np.abs(x @ vs.T).sum(axis=1)))),
+        n,
+        rtol=rtol,
+        seed=seed,
+        what=what,
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Structured learner: heads in mutually orthogonal subspaces
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class MultiHeadRecovery(Recovery):
@@ -670,7 +691,7 @@ def _probe_hessian(oracle, v, x0, s):
     base = Wdir @ v / 2
     D1 = 2 * (y[0] - s * (x0 @ v) - base) / s
     D2 = 2 * (y[1] - 2 * s * (x0 @ v) - base) / (2 * s)
-    q = (4 * D1 - D2) / 3 * 2          # = w^T M w with M = sym(sum_h v_h a_h^T)
+    q = (4 * D1 - D2) / 3 * 2  # = w^T M w with M = sym(sum_h v_h a_h^T)
     Q = np.zeros((d, d))
     Q[iu] = q
     diag = np.diag(Q).copy()
@@ -701,8 +722,13 @@ def _measure_row(oracle, z, v, uv):
     idx = np.arange(d)
     t, alpha = invert_two_token(oracle(queries(idx)), v, uv, c)
     n_re = remeasure_saturated(
-        lambda j, cj: invert_two_token(oracle(queries(j)), v[j], uv, cj), t, alpha, c,
-        band=_BAND, what="sum of heads in mutually orthogonal subspaces")
+        lambda j, cj: invert_two_token(oracle(queries(j)), v[j], uv, cj),
+        t,
+        alpha,
+        c,
+        band=_BAND,
+        what="sum of heads in mutually orthogonal subspaces",
+    )
     if not np.all(np.isfinite(t)):
         raise OracleInconsistentError(
             "an attention weight fell outside (0, 1) for a probe inside a head's subspace: the "
@@ -749,8 +775,7 @@ def _grow_subspace(oracle, q, v, tol):
     return np.array(Z).T, np.array(R).T, K, n_re
 
 
-def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY, verify_rtol=1e-5,
-                           seed=0):
+def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY, verify_rtol=1e-5, seed=0):
     """Recover the heads of a multi-head oracle whose heads live in mutually orthogonal subspaces.
 
     Parameters
@@ -880,7 +905,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         if bases:
             F = np.column_stack(bases)
             if np.linalg.norm(q - F @ (F.T @ q)) < 0.5:
-                continue           # inside a subspace already found
+                continue  # inside a subspace already found
             q = q - F @ (F.T @ q)
         Z, R, B, k = _grow_subspace(oracle, q, v, tol)
         n_re += k
@@ -894,24 +919,38 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         "head_dims": [int(B.shape[1]) for B in bases],
         "n_requeries": n_re,
     }
-    message = (f"found {len(bases)} heads in orthogonal subspaces of dimensions "
-               f"{diagnostics['head_dims']}")
+    message = f"found {len(bases)} heads in orthogonal subspaces of dimensions {diagnostics['head_dims']}"
     checked = _verify_heads(
-        oracle, MultiHead(Ws, vs), verify, rtol=verify_rtol, seed=seed + 1,
+        oracle,
+        MultiHead(Ws, vs),
+        verify,
+        rtol=verify_rtol,
+        seed=seed + 1,
         what="a sum of heads in mutually orthogonal subspaces, each cyclic with W^(h) != 0 "
-             "(the assumptions of learn_orthogonal_heads)")
-    return build(MultiHeadRecovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=Ws.sum(axis=0), v=vs.sum(axis=0), Ws=Ws, vs=vs)
+        "(the assumptions of learn_orthogonal_heads)",
+    )
+    return build(
+        MultiHeadRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=Ws.sum(axis=0),
+        v=vs.sum(axis=0),
+        Ws=Ws,
+        vs=vs,
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # General heads: the canonical form from value queries (this book's construction)
 # --------------------------------------------------------------------------------------------
 
+
 def _repeat_queries(u, x, n, m):
     """Sequences of ``n[k]`` copies of ``u`` followed by ``m[k]`` copies of ``x`` (query token last)."""
-    return [np.concatenate([np.repeat(u[None], a, axis=0), np.repeat(x[None], b, axis=0)])
-            for a, b in zip(n, m)]
+    return [np.concatenate([np.repeat(u[None], a, axis=0), np.repeat(x[None], b, axis=0)]) for a, b in zip(n, m)]
 
 
 def _ask_rows(oracle, delta, Xs, n, m, v):
@@ -936,7 +975,7 @@ def _row_terms(s, G, H, tol, need, fits=None):
     from ._rational import fit_free, fit_shifts
 
     fits = list(fits or [])
-    fits += [fit_free(s, g, sensitivity=False) for g in G[len(fits):]]
+    fits += [fit_free(s, g, sensitivity=False) for g in G[len(fits) :]]
     sizes = np.array([f[0].size for f in fits])
     good = [k for k, f in enumerate(fits) if f[2]["residual"] <= tol * max(f[2]["scale"], 1e-300)]
     if H is None:
@@ -946,10 +985,11 @@ def _row_terms(s, G, H, tol, need, fits=None):
     else:
         H_row = H
     ref = [k for k in good if sizes[k] == H_row]
-    if not ref:                # no fit at tolerance: start from looser fits (the row fit refines)
-        ref = [k for k, f in enumerate(fits)
-               if sizes[k] == H_row and f[2]["residual"] <= 1e-6 * max(f[2]["scale"], 1e-300)]
-    if not ref or H_row == 0:   # no fit, or no head visible along this row
+    if not ref:  # no fit at tolerance: start from looser fits (the row fit refines)
+        ref = [
+            k for k, f in enumerate(fits) if sizes[k] == H_row and f[2]["residual"] <= 1e-6 * max(f[2]["scale"], 1e-300)
+        ]
+    if not ref or H_row == 0:  # no fit, or no head visible along this row
         return None, None, fits
     sens = [fit_free(s, G[k])[2]["sensitivity"] for k in ref[:8]]
     c = fits[ref[int(np.argmin(sens))]][0]
@@ -973,9 +1013,21 @@ def _row_terms(s, G, H, tol, need, fits=None):
     return c, L, fits
 
 
-def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, oversample=2.0,
-                    max_tokens_factor=8.0, row_retries=2, tol=1e-9, verify=64, verify_rtol=1e-6,
-                    seed=0):
+def learn_canonical(
+    oracle,
+    H=None,
+    *,
+    scale=4.0,
+    max_len=128,
+    n_points=None,
+    oversample=2.0,
+    max_tokens_factor=8.0,
+    row_retries=2,
+    tol=1e-9,
+    verify=64,
+    verify_rtol=1e-6,
+    seed=0,
+):
     """Recover the canonical form of a general multi-head target from value queries.
 
     The robust route: several times the follow-up's ``4 H d^2 - 2 H + 1`` queries, and sequences
@@ -1096,15 +1148,14 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     n, m = count_pairs(n_points, max_len)
     s = np.log(n / m)
     n_x = int(np.ceil(oversample * d))
-    n_link = max(3, int(np.ceil(2 * H_plan ** 2 / n_points)))
+    n_link = max(3, int(np.ceil(2 * H_plan**2 / n_points)))
     max_tokens = int(np.ceil(max_tokens_factor * d))
     if hasattr(oracle, "require"):
-        oracle.require(d + d * n_x * n.size + (d - 1) * n_link * n.size + verify,
-                       learner="learn_canonical")
+        oracle.require(d + d * n_x * n.size + (d - 1) * n_link * n.size + verify, learner="learn_canonical")
     start = oracle.n_queries
     rng = np.random.default_rng(seed)
     P, R = np.linalg.qr(rng.standard_normal((d, d)))
-    P = (P * np.sign(np.diag(R))).T                       # rows delta_i, orthonormal
+    P = (P * np.sign(np.diag(R))).T  # rows delta_i, orthonormal
     Xs = rng.standard_normal((n_x, d))
     Xs *= scale / np.linalg.norm(Xs, axis=1, keepdims=True)
     X_link = rng.standard_normal((n_link, d))
@@ -1127,10 +1178,10 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
                 extra = rng.standard_normal((int(np.ceil(d / 2)), d))
                 extra *= scale / np.linalg.norm(extra, axis=1, keepdims=True)
                 Xs = np.vstack([Xs, extra])
-            G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0]:], n, m, v)])
+            G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0] :], n, m, v)])
         n_x = Xs.shape[0]
         if G.shape[0] < n_x:
-            G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0]:], n, m, v)])
+            G = np.vstack([G, _ask_rows(oracle, P[i], Xs[G.shape[0] :], n, m, v)])
             c, L, fits = _row_terms(s, G, H_row, tol, d + 2, fits)
         if c is None and np.all(np.abs(G) <= 1e-12 * max(1.0, float(np.max(np.abs(v), initial=0.0)))):
             raise NotIdentifiableError(
@@ -1143,12 +1194,13 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
                 f"row {i}: no well-conditioned fit of the logistic sum among {n_x} query tokens "
                 f"(tolerance {tol:g}); "
                 + (f"H={H} may be wrong (try H=None to detect it), or " if H is not None else "")
-                + "raise max_len or scale, or give H; the oracle may also not be a sum of heads.")
+                + "raise max_len or scale, or give H; the oracle may also not be a sum of heads."
+            )
         ok = np.all(np.isfinite(L), axis=1)
-        for _ in range(3):       # drop tokens whose shifts disagree with the others (mislabelled)
+        for _ in range(3):  # drop tokens whose shifts disagree with the others (mislabelled)
             if ok.sum() < d:
                 break
-            R0 = np.linalg.lstsq(Xs[ok], L[ok], rcond=None)[0].T             # (H_i, d): delta_i^T W_h
+            R0 = np.linalg.lstsq(Xs[ok], L[ok], rcond=None)[0].T  # (H_i, d): delta_i^T W_h
             miss = np.full(n_x, np.inf)
             miss[ok] = np.max(np.abs(Xs[ok] @ R0.T - L[ok]), axis=1)
             ok = miss <= max(1e-7, 10 * np.median(miss[ok]))
@@ -1157,13 +1209,15 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
                 f"row {i}: only {int(ok.sum())} of {n_x} fits resolved the {c.size} heads "
                 f"consistently (need {d} with well-conditioned tokens); "
                 + (f"H={H} may be wrong (try H=None to detect it), or " if H is not None else "")
-                + "raise max_tokens_factor, max_len or scale.")
+                + "raise max_tokens_factor, max_len or scale."
+            )
         c, R, info = fit_row(s, G, Xs, c, R0)
         if info["residual"] > 1e3 * _EPS * info["scale"] * np.sqrt(G.size) or info["sensitivity"] > tol:
             raise OracleInconsistentError(
                 f"row {i}: the joint fit of {c.size} heads over {n_x} tokens has misfit "
                 f"{info['residual'] / info['scale']:.2g} and rounding sensitivity "
-                f"{info['sensitivity']:.2g} (tolerance {tol:g}); raise max_len or scale.")
+                f"{info['sensitivity']:.2g} (tolerance {tol:g}); raise max_len or scale."
+            )
         return c, R, float(ok.mean()), info["sensitivity"]
 
     def redraw(i):
@@ -1192,11 +1246,12 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     H_found = max(o[0].size for o in out)
     for i in range(d):
         attempt = 0
-        while out[i][0].size != H_found:        # a head invisible along this direction
+        while out[i][0].size != H_found:  # a head invisible along this direction
             if attempt == row_retries:
                 raise OracleInconsistentError(
                     f"row {i} sees {out[i][0].size} heads, other rows {H_found}, after "
-                    f"{row_retries} new directions; change seed.")
+                    f"{row_retries} new directions; change seed."
+                )
             redraw(i)
             n_redrawn += 1
             attempt += 1
@@ -1216,6 +1271,7 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
     perms[i0] = np.arange(H_found)
     link_err = []
     from scipy.special import expit
+
     for i in range(d):
         if i == i0:
             continue
@@ -1227,8 +1283,9 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         # Every candidate term (head h of row i0 with head g of row i) has known shifts at the link
         # tokens, so the link answers are linear in the H^2 candidate amplitudes beta_hg; the true
         # pairs have beta_hg = c_h(i0) + c_g(i), the others 0.
-        shifts = (np.einsum("hd,kd->kh", rows[i0], X_link)[:, :, None]
-                  + np.einsum("gd,kd->kg", rows[i], X_link)[:, None, :])      # (n_link, H, H)
+        shifts = (
+            np.einsum("hd,kd->kh", rows[i0], X_link)[:, :, None] + np.einsum("gd,kd->kg", rows[i], X_link)[:, None, :]
+        )  # (n_link, H, H)
         A = expit(s[None, :, None, None] + shifts[:, None]).reshape(n_link * n.size, -1)
         beta = np.linalg.lstsq(A, G.ravel(), rcond=None)[0].reshape(H_found, H_found)
         pred = amps[i0][:, None] + amps[i][None, :]
@@ -1240,11 +1297,12 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         if link_err[-1] > 1e-3:
             raise OracleInconsistentError(
                 f"rows {i0} and {i} could not be linked: the best pairing of their heads misfits "
-                f"the link queries by {link_err[-1]:.3g} (relative).")
+                f"the link queries by {link_err[-1]:.3g} (relative)."
+            )
         perms[i] = c_idx
-    Rw = np.array([rows[i][perms[i]] for i in range(d)])            # (d, H, d): delta_i^T W_h
-    Cv = np.array([amps[i][perms[i]] for i in range(d)])            # (d, H): delta_i^T v_h
-    Pinv = np.linalg.inv(P)                                          # rows delta_i, redrawn ones included
+    Rw = np.array([rows[i][perms[i]] for i in range(d)])  # (d, H, d): delta_i^T W_h
+    Cv = np.array([amps[i][perms[i]] for i in range(d)])  # (d, H): delta_i^T v_h
+    Pinv = np.linalg.inv(P)  # rows delta_i, redrawn ones included
     Ws = np.einsum("di,ihe->hde", Pinv, Rw)
     vs = (Pinv @ Cv).T
     n_learn = oracle.n_queries - start
@@ -1262,20 +1320,27 @@ def learn_canonical(oracle, H=None, *, scale=4.0, max_len=128, n_points=None, ov
         "n_redrawn_rows": n_redrawn,
         "max_link_error": max(link_err, default=0.0),
     }
-    message = (f"found {model.n_heads} heads from {n_learn} queries of length <= "
-               f"{diagnostics['max_len']}")
+    message = f"found {model.n_heads} heads from {n_learn} queries of length <= {diagnostics['max_len']}"
     try:
-        checked = _verify_heads(oracle, model, verify, rtol=verify_rtol, seed=seed + 1,
-                                what="a sum of attention heads")
+        checked = _verify_heads(oracle, model, verify, rtol=verify_rtol, seed=seed + 1, what="a sum of attention heads")
     except OracleInconsistentError as exc:
         raise OracleInconsistentError(
             f"learn_canonical: the recovered {model.n_heads}-head canonical form fails "
             f"verification ({str(exc).split(':')[0]}); the oracle is not a sum of attention "
             "heads, or its heads are too close to resolve (try a larger scale or max_len)."
         ) from exc
-    return build(MultiHeadRecovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=model.Ws.sum(axis=0), v=model.vs.sum(axis=0),
-                 Ws=model.Ws, vs=model.vs)
+    return build(
+        MultiHeadRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=model.Ws.sum(axis=0),
+        v=model.vs.sum(axis=0),
+        Ws=model.Ws,
+        vs=model.vs,
+    )
 
 
 __all__ += ["learn_canonical"]
@@ -1333,10 +1398,18 @@ def rational_plan(d, H, *, spare_rows=2):
     if K < d + 1:
         raise InvalidInputError(
             f"H={H} heads at d={d}: only {K} query tokens per row fit in 4Hd^2 - 2H + 1 = {budget} "
-            f"queries (need d + 1 = {d + 1}); use learn_canonical.")
+            f"queries (need d + 1 = {d + 1}); use learn_canonical."
+        )
     n_pairs = (d + spare_rows) * K + (d - 1) * n_link
-    return {"S": S, "K": int(K), "n_link": int(n_link), "n_pairs": int(n_pairs),
-            "n_queries": int(d + S * n_pairs), "budget": int(budget), "spare_rows": spare_rows}
+    return {
+        "S": S,
+        "K": int(K),
+        "n_link": int(n_link),
+        "n_pairs": int(n_pairs),
+        "n_queries": int(d + S * n_pairs),
+        "budget": int(budget),
+        "spare_rows": spare_rows,
+    }
 
 
 def _start_rows(X, L, window):
@@ -1344,14 +1417,14 @@ def _start_rows(X, L, window):
     window of ``log r`` (one far outside it is poorly determined), trimmed of outliers (a head whose
     amplitude is small along this row has some badly resolved shifts) while ``d + 1`` remain."""
     K, d = X.shape
-    use = np.abs(L) <= window + 4                                    # (K, H)
+    use = np.abs(L) <= window + 4  # (K, H)
     use[:, use.sum(axis=0) <= d] = True
     eye = np.eye(d)
     for _ in range(4):
         # All heads at once: the normal equations of each head's least squares, with a ridge of
         # 1e-12 relative (the minimum-norm solution where fewer than d tokens are used).
-        Wt = use.T.astype(float)                                     # (H, K)
-        A = (Wt[:, :, None] * X[None]).transpose(0, 2, 1) @ X         # (H, d, d)
+        Wt = use.T.astype(float)  # (H, K)
+        A = (Wt[:, :, None] * X[None]).transpose(0, 2, 1) @ X  # (H, d, d)
         ridge = 1e-12 * np.einsum("hii->h", A)[:, None, None] / d + 1e-300
         R = np.linalg.solve(A + ridge * eye, ((Wt * L.T) @ X)[..., None])[..., 0]
         miss = np.abs(X @ R.T - L)
@@ -1377,8 +1450,9 @@ def _ask_pairs(oracle, U, X, n, m):
     return out
 
 
-def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=1.5, tol=1e-9,
-                             verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0):
+def learn_canonical_rational(
+    oracle, H=None, *, H_bound=None, scale=3.0, spread=1.5, tol=1e-9, verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0
+):
     """Canonical form of a general multi-head target from ``<= 4 H d^2 - 2 H + 1`` value queries.
 
     The route at the follow-up's count [2]_: every query is ``n`` copies of a token ``u`` followed
@@ -1496,14 +1570,14 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     """
     from scipy.special import expit
 
-    from ._rational import (fit_row_joint, fit_rows_joint, interpolate_pairs, polish_pairs,
-                            ratio_design)
+    from ._rational import fit_row_joint, fit_rows_joint, interpolate_pairs, polish_pairs, ratio_design
 
     d = check_exact_oracle(oracle, "learn_canonical_rational")
     if (H is None) == (H_bound is None):
         raise InvalidInputError(
             f"give exactly one of H (the number of heads) and H_bound (a bound on it); got "
-            f"H={H!r}, H_bound={H_bound!r}.")
+            f"H={H!r}, H_bound={H_bound!r}."
+        )
     known = H is not None
     H_plan = check_int(H if known else H_bound, "H" if known else "H_bound", minimum=1)
     scale = check_real(scale, "scale", minimum=0.0, strict=True, maximum=100.0)
@@ -1520,7 +1594,7 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     K, n_link = plan["K"], plan["n_link"]
     rng = np.random.default_rng(seed)
     P, Rq = np.linalg.qr(rng.standard_normal((d, d)))
-    P = (P * np.sign(np.diag(Rq))).T                               # rows delta_i, orthonormal
+    P = (P * np.sign(np.diag(Rq))).T  # rows delta_i, orthonormal
 
     def tokens(k):
         T = rng.standard_normal((k, d))
@@ -1530,7 +1604,7 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     X = tokens(K)
     X_link = tokens(n_link)
     XX = np.einsum("ka,kb->kab", X, X).reshape(K, d * d)
-    v = np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)       # d length-1 queries
+    v = np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)  # d length-1 queries
     bX = X @ v
 
     amps, rows, fractions, residuals = [], [], [], []
@@ -1548,8 +1622,9 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         res = np.full(G.shape[0], np.inf)
         if ok.any():
             gam[ok], sh[ok] = g0[ok], l0[ok]
-            res[ok] = np.max(np.abs(np.einsum("psh,ph->ps", expit(s[None, :, None] + l0[ok][:, None, :]),
-                                              g0[ok]) - G[ok]), axis=1)
+            res[ok] = np.max(
+                np.abs(np.einsum("psh,ph->ps", expit(s[None, :, None] + l0[ok][:, None, :]), g0[ok]) - G[ok]), axis=1
+            )
             # Polish only the pairs whose interpolant misfits its own samples (most, at large H).
             rough = np.flatnonzero(ok)[res[ok] > 1e-10 * np.max(np.abs(G[ok]), axis=1)]
             if rough.size:
@@ -1562,7 +1637,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
             raise NotIdentifiableError(
                 f"row {i}: every answer equals x^T v: no head's softmax is visible along "
                 "delta_i, so the values cancel (e.g. v and -v on equal W); the canonical form has "
-                "no heads here.")
+                "no heads here."
+            )
         return gmax
 
     def choose_terms(G):
@@ -1575,19 +1651,21 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
                 return h_try
         raise OracleInconsistentError(
             f"no number of terms up to H_bound={H_plan} fits a quarter of the pairs of row 0 to "
-            f"{_START_TOL:g} relative; the oracle may not be a sum of heads, or H_bound is too small.")
+            f"{_START_TOL:g} relative; the oracle may not be a sum of heads, or H_bound is too small."
+        )
 
     def label_row(i, G, fits=None):
         """A row's amplitudes, shared by its resolved pairs: (gamma0, agree, shifts, rough)."""
         gmax = check_visible(i, G)
         gam, sh, res = pair_fits(G, H_row) if fits is None else (f.copy() for f in fits)
-        fit = res <= _START_TOL * gmax           # a start only: the joint fit refines it to tol
+        fit = res <= _START_TOL * gmax  # a start only: the joint fit refines it to tol
         if not fit.any():
             raise OracleInconsistentError(
                 f"row {i}: none of the {K} pairs is resolved by its own interpolation of {H_row} "
                 f"terms from {2 * H_plan} samples (float64 conditioning grows with H; best misfit "
                 f"{np.min(res) / gmax:.2g} relative, tol={tol:g}); use learn_canonical, or lower "
-                "scale.")
+                "scale."
+            )
         # Label the heads by their amplitudes, shared by every pair of the row: sort each pair's
         # terms by amplitude (the optimal matching in one dimension) and keep the largest group
         # of pairs that agree to 1 %.
@@ -1595,8 +1673,7 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         order = np.argsort(gam[idx], axis=1)
         gs = np.take_along_axis(gam[idx], order, axis=1)
         gam[idx], sh[idx] = gs, np.take_along_axis(sh[idx], order, axis=1)
-        close = (np.max(np.abs(gs[:, None] - gs[None]), axis=2)
-                 <= 1e-2 * np.max(np.abs(gs), axis=1)[:, None])
+        close = np.max(np.abs(gs[:, None] - gs[None]), axis=2) <= 1e-2 * np.max(np.abs(gs), axis=1)[:, None]
         ref = idx[int(np.argmax(close.sum(axis=1)))]
         agree = np.zeros(K, bool)
         agree[idx] = close[np.flatnonzero(idx == ref)[0]]
@@ -1605,7 +1682,8 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
                 f"row {i}: only {int(agree.sum())} of {K} pairs resolved all {H_row} heads "
                 f"consistently on their own (need 2 to start the joint fit): float64 "
                 f"cannot separate {H_row} logistic terms from {2 * H_plan} samples at most tokens; "
-                "use learn_canonical, or try another scale.")
+                "use learn_canonical, or try another scale."
+            )
         gamma0 = np.median(gam[agree], axis=0)
         # ``rough``: some resolved pair misfits by more than 1e-10 relative, so its shifts gain
         # from a refit with the row's amplitudes fixed (far better conditioned than the free fit).
@@ -1620,8 +1698,9 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         """A row's start for the joint fit: amplitudes shared by its resolved pairs, rows R0."""
         gamma0, agree, sh, rough = label_row(i, G, fits)
         if rough:
-            sh[agree] = polish_pairs(s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0),
-                                     sh[agree], fixed_gamma=True)[1]
+            sh[agree] = polish_pairs(
+                s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0), sh[agree], fixed_gamma=True
+            )[1]
         return start_from(gamma0, agree, sh)
 
     def finish_row(i, G, gamma0, R0, n_agree):
@@ -1631,16 +1710,19 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
             raise OracleInconsistentError(
                 f"row {i}: the joint fit of {H_row} heads over {K} tokens misfits by "
                 f"{info['residual'] / info['scale']:.2g} relative (tol={tol:g}), starting from "
-                f"{n_agree} resolved pairs; use learn_canonical.")
+                f"{n_agree} resolved pairs; use learn_canonical."
+            )
         return gamma, R, n_agree / K, info["residual"] / info["scale"]
 
     def learn_row(i, G=None, fits=None):
-        if G is None:                                   # a redrawn direction: ask its pairs now
+        if G is None:  # a redrawn direction: ask its pairs now
             G = _ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None]
         return finish_row(i, G, *start_row(i, G, fits))
+
     # Every row's pairs in one batch per length, and every pair's own fit batched over all rows.
-    G_all = (_ask_pairs(oracle, (X[None] + P[:, None]).reshape(-1, d), np.tile(X, (d, 1)), n, m)
-             - np.tile(bX, d)[:, None]).reshape(d, K, -1)
+    G_all = (
+        _ask_pairs(oracle, (X[None] + P[:, None]).reshape(-1, d), np.tile(X, (d, 1)), n, m) - np.tile(bX, d)[:, None]
+    ).reshape(d, K, -1)
     if H_row is None:
         check_visible(0, G_all[0])
         H_row = choose_terms(G_all[0])
@@ -1654,13 +1736,15 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         except OracleInconsistentError:
             pass
     rough = [i for i in labels if labels[i][3]]
-    if rough:                               # the fixed-amplitude refits of every row in one batch
+    if rough:  # the fixed-amplitude refits of every row in one batch
         sel = [labels[i][1] for i in rough]
-        sh_r = polish_pairs(s, np.concatenate([G_all[i][a] for i, a in zip(rough, sel)]),
-                            np.concatenate([np.repeat(labels[i][0][None], a.sum(), axis=0)
-                                            for i, a in zip(rough, sel)]),
-                            np.concatenate([labels[i][2][a] for i, a in zip(rough, sel)]),
-                            fixed_gamma=True)[1]
+        sh_r = polish_pairs(
+            s,
+            np.concatenate([G_all[i][a] for i, a in zip(rough, sel)]),
+            np.concatenate([np.repeat(labels[i][0][None], a.sum(), axis=0) for i, a in zip(rough, sel)]),
+            np.concatenate([labels[i][2][a] for i, a in zip(rough, sel)]),
+            fixed_gamma=True,
+        )[1]
         ends = np.cumsum([a.sum() for a in sel])
         for i, a, part in zip(rough, sel, np.split(sh_r, ends[:-1])):
             labels[i][2][a] = part
@@ -1668,8 +1752,9 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     batched = {}
     if starts:
         ids = sorted(starts)
-        gb, Rb, resb, scb = fit_rows_joint(s, G_all[ids], X, np.array([starts[i][0] for i in ids]),
-                                           np.array([starts[i][1] for i in ids]), XX=XX)
+        gb, Rb, resb, scb = fit_rows_joint(
+            s, G_all[ids], X, np.array([starts[i][0] for i in ids]), np.array([starts[i][1] for i in ids]), XX=XX
+        )
         for j, i in enumerate(ids):
             if resb[j] <= tol * scb[j]:
                 batched[i] = (gb[j], Rb[j], starts[i][2] / K, resb[j] / scb[j])
@@ -1710,16 +1795,17 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
     perms = [np.arange(Hf)]
     link_err = []
     bL = X_link @ v
-    if Hf > 1 and d > 1:                                # every link pair in one batch per length
-        G_link = (_ask_pairs(oracle, (X_link[None] + P[0] + P[1:, None]).reshape(-1, d),
-                             np.tile(X_link, (d - 1, 1)), n, m)
-                  - np.tile(bL, d - 1)[:, None]).reshape(d - 1, n_link, -1)
+    if Hf > 1 and d > 1:  # every link pair in one batch per length
+        G_link = (
+            _ask_pairs(oracle, (X_link[None] + P[0] + P[1:, None]).reshape(-1, d), np.tile(X_link, (d - 1, 1)), n, m)
+            - np.tile(bL, d - 1)[:, None]
+        ).reshape(d - 1, n_link, -1)
     for i in range(1, d):
         if Hf == 1:
             perms.append(np.arange(1))
             continue
         G = G_link[i - 1]
-        shifts = (X_link @ rows[0].T)[:, :, None] + (X_link @ rows[i].T)[:, None, :]   # (k, H, H)
+        shifts = (X_link @ rows[0].T)[:, :, None] + (X_link @ rows[i].T)[:, None, :]  # (k, H, H)
         beta = amps[0][:, None] + amps[i][None, :]
         A = (expit(s[None, :, None, None] + shifts[:, None]) * beta).reshape(n_link * s.size, -1)
         coef = np.linalg.lstsq(A, G.ravel(), rcond=None)[0].reshape(Hf, Hf)
@@ -1733,13 +1819,14 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
             raise OracleInconsistentError(
                 f"rows 0 and {i} could not be linked: the best pairing of their {Hf} heads "
                 f"misfits the {n_link} link pairs by {err:.2g} relative (coefficients "
-                f"{np.sort(coef[sel])[:2].round(3).tolist()}...); use learn_canonical.")
+                f"{np.sort(coef[sel])[:2].round(3).tolist()}...); use learn_canonical."
+            )
         perm = np.empty(Hf, int)
         perm[a] = b
         perms.append(perm)
-    Gam = np.array([amps[i][perms[i]] for i in range(d)])                 # (d, H): delta_i^T v_h
-    Rw = np.array([rows[i][perms[i]] for i in range(d)])                  # (d, H, d): delta_i^T W_h
-    Pinv = np.linalg.inv(P)                          # P orthonormal unless a row was redrawn
+    Gam = np.array([amps[i][perms[i]] for i in range(d)])  # (d, H): delta_i^T v_h
+    Rw = np.array([rows[i][perms[i]] for i in range(d)])  # (d, H, d): delta_i^T W_h
+    Pinv = np.linalg.inv(P)  # P orthonormal unless a row was redrawn
     Ws = np.einsum("di,ihe->hde", Pinv, Rw)
     vs = (Pinv @ Gam).T
     model = canonical_form(MultiHead(Ws, vs), atol=1e-6)
@@ -1754,13 +1841,30 @@ def learn_canonical_rational(oracle, H=None, *, H_bound=None, scale=3.0, spread=
         "max_link_error": max(link_err, default=0.0),
         "n_redrawn_rows": n_redrawn,
     }
-    message = (f"found {model.n_heads} heads from {n_learn} queries of length <= "
-               f"{diagnostics['max_len']} (4Hd^2 - 2H + 1 = {diagnostics['kim_count']})")
-    checked = _verify_heads(oracle, model, verify, rtol=verify_rtol, seed=seed + 1,
-                            what="a sum of attention heads (learn_canonical_rational)")
-    return build(MultiHeadRecovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=model.Ws.sum(axis=0), v=model.vs.sum(axis=0),
-                 Ws=model.Ws, vs=model.vs)
+    message = (
+        f"found {model.n_heads} heads from {n_learn} queries of length <= "
+        f"{diagnostics['max_len']} (4Hd^2 - 2H + 1 = {diagnostics['kim_count']})"
+    )
+    checked = _verify_heads(
+        oracle,
+        model,
+        verify,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        what="a sum of attention heads (learn_canonical_rational)",
+    )
+    return build(
+        MultiHeadRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=model.Ws.sum(axis=0),
+        v=model.vs.sum(axis=0),
+        Ws=model.Ws,
+        vs=model.vs,
+    )
 
 
 __all__ += ["learn_canonical_rational", "follow_up_count", "rational_plan"]
@@ -1822,8 +1926,7 @@ def counts_conditioning(d, H, *, shift_std=3.0, n_draws=20, seed=0):
         B = g * Z * (1 - Z)
         J = np.hstack([Z.reshape(-1, H), (B[..., None] * X[:, None, None, :]).reshape(-1, H * d)])
         rows.append(sens(J, max(1.0, float(np.max(np.abs(Z @ g))))))
-    return {"pair": float(np.median(free)), "pair_fixed_gamma": float(np.median(fixed)),
-            "row": float(np.median(rows))}
+    return {"pair": float(np.median(free)), "pair_fixed_gamma": float(np.median(fixed)), "row": float(np.median(rows))}
 
 
 __all__ += ["counts_conditioning"]

@@ -50,17 +50,28 @@ import math
 import re
 from pathlib import Path
 
-__all__ = ["ROUNDING_LEVEL", "SANITIZE", "compare_text", "compare_outputs", "compare_notebooks",
-           "cell_rules", "glue_tolerances", "compare_figures", "FIGURE_MIMES", "NumberStat", "summarize"]
+__all__ = [
+    "ROUNDING_LEVEL",
+    "SANITIZE",
+    "compare_text",
+    "compare_outputs",
+    "compare_notebooks",
+    "cell_rules",
+    "glue_tolerances",
+    "compare_figures",
+    "FIGURE_MIMES",
+    "NumberStat",
+    "summarize",
+]
 
 #: Numbers below this magnitude in both outputs are at rounding level and match (rule 1).
 ROUNDING_LEVEL = 1e-9
 
 #: Replaced before any comparison: (regex, replacement). They carry no number the book cites.
 SANITIZE = [
-    (r"\d+(\.\d+)?\s?(s|ms|µs|us|seconds)\b", "<TIME>"),        # timings
-    (r"0x[0-9a-fA-F]+", "<ADDR>"),                              # memory addresses
-    (r"(/[\w.\-]+){2,}/?", "<PATH>"),                           # absolute paths
+    (r"\d+(\.\d+)?\s?(s|ms|µs|us|seconds)\b", "<TIME>"),  # timings
+    (r"0x[0-9a-fA-F]+", "<ADDR>"),  # memory addresses
+    (r"(/[\w.\-]+){2,}/?", "<PATH>"),  # absolute paths
 ]
 
 _NUMBER = re.compile(
@@ -82,7 +93,7 @@ def _split(text: str):
     """(pieces of text between numbers, numbers as (string, start offset))."""
     pieces, numbers, last = [], [], 0
     for m in _NUMBER.finditer(text):
-        pieces.append(text[last:m.start()])
+        pieces.append(text[last : m.start()])
         numbers.append((m.group(), m.start()))
         last = m.end()
     pieces.append(text[last:])
@@ -116,8 +127,11 @@ def _table_columns(html: str):
     for table in re.finditer(r"<table.*?</table>", html, re.S):
         head = re.search(r"<thead>(.*?)</thead>", table.group(), re.S)
         rows = re.findall(r"<tr[^>]*>(.*?)</tr>", head.group(1), re.S) if head else []
-        headers = [re.sub(r"<[^>]+>", "", h).strip()
-                   for h in re.findall(r"<th[^>]*>(.*?)</th>", rows[-1], re.S)] if rows else []
+        headers = (
+            [re.sub(r"<[^>]+>", "", h).strip() for h in re.findall(r"<th[^>]*>(.*?)</th>", rows[-1], re.S)]
+            if rows
+            else []
+        )
         for row in re.finditer(r"<tr[^>]*>(.*?)</tr>", table.group(), re.S):
             if head and head.start() <= row.start() < head.end():
                 continue
@@ -157,10 +171,11 @@ def _number_matches(r: str, t: str, rules) -> bool:
     if abs(x) < ROUNDING_LEVEL and abs(y) < ROUNDING_LEVEL:
         return True
     slack = _half_unit(r) + _half_unit(t)
-    if abs(y - x) < slack * (1 - 1e-9):     # one number printed at two precisions: 0.6004158, 0.600416
+    if abs(y - x) < slack * (1 - 1e-9):  # one number printed at two precisions: 0.6004158, 0.600416
         return True
-    return any(abs(y - x) <= float(rule.get("atol", 0.0)) + float(rule.get("rtol", 0.0)) * abs(x) + slack
-               for rule in rules)
+    return any(
+        abs(y - x) <= float(rule.get("atol", 0.0)) + float(rule.get("rtol", 0.0)) * abs(x) + slack for rule in rules
+    )
 
 
 def compare_text(reference: str, test: str, *, rules=(), glue=None, stats=None) -> list[str]:
@@ -202,8 +217,7 @@ def compare_text(reference: str, test: str, *, rules=(), glue=None, stats=None) 
         if stats is not None:
             stats.append(_stat(r, t, applicable))
         if not _number_matches(r, t, applicable):
-            why = (f"beyond the tolerance {applicable}" if applicable
-                   else "exact unless a tolerance applies")
+            why = f"beyond the tolerance {applicable}" if applicable else "exact unless a tolerance applies"
             out.append(f"{r} became {t} ({why})")
     return out
 
@@ -248,8 +262,9 @@ def glue_tolerances(results_file) -> dict:
         return {}
     values = json.loads(path.read_text(encoding="utf-8")).get("values", {})
     # A published tolerance covers the glued text however it is formatted ("{:.0f}" prints 14).
-    return {k: {**v["tolerance"], "integers": True} for k, v in values.items()
-            if isinstance(v, dict) and v.get("tolerance")}
+    return {
+        k: {**v["tolerance"], "integers": True} for k, v in values.items() if isinstance(v, dict) and v.get("tolerance")
+    }
 
 
 def _flatten(outputs):
@@ -354,7 +369,7 @@ def compare_outputs(reference_outputs, test_outputs, *, rules=(), glue=None, sta
     glue = glue or {}
     ref, test = _flatten(reference_outputs), _flatten(test_outputs)
     if any("<table" in text for text, _ in ref.get("text/html", [])):
-        ref.pop("text/plain", None)          # a table is compared through its HTML, by column
+        ref.pop("text/plain", None)  # a table is compared through its HTML, by column
         test.pop("text/plain", None)
     if set(ref) != set(test):
         return [f"output kinds differ: committed {sorted(ref)}, re-run {sorted(test)}"]
@@ -365,8 +380,10 @@ def compare_outputs(reference_outputs, test_outputs, *, rules=(), glue=None, sta
             continue
         for (r, name), (t, _) in zip(ref[key], test[key]):
             extra = [glue[name]] if name in glue else []
-            out += [f"{key}{f' (glue {name})' if name else ''}: {d}"
-                    for d in compare_text(r, t, rules=[*rules, *extra], glue=name, stats=stats)]
+            out += [
+                f"{key}{f' (glue {name})' if name else ''}: {d}"
+                for d in compare_text(r, t, rules=[*rules, *extra], glue=name, stats=stats)
+            ]
     return out
 
 
@@ -388,8 +405,11 @@ def compare_notebooks(reference_nb, test_nb, *, glue=None, stats=None) -> dict[i
         Code cell index -> list of differences, for the cells that differ.
     """
     ref_cells = [c for c in reference_nb["cells"] if c["cell_type"] == "code"]
-    test_cells = [c for c in test_nb["cells"] if c["cell_type"] == "code"
-                  and "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
+    test_cells = [
+        c
+        for c in test_nb["cells"]
+        if c["cell_type"] == "code" and "injected-parameters" not in c.get("metadata", {}).get("tags", [])
+    ]
     if len(ref_cells) != len(test_cells):
         return {-1: [f"{len(test_cells)} code cells where {len(ref_cells)} are committed"]}
     found = {}
@@ -397,8 +417,9 @@ def compare_notebooks(reference_nb, test_nb, *, glue=None, stats=None) -> dict[i
         if rc.get("execution_count") is None and not rc.get("outputs"):
             continue
         cell_stats = None if stats is None else stats.setdefault(i, [])
-        diffs = compare_outputs(rc.get("outputs", []), tc.get("outputs", []), rules=cell_rules(rc), glue=glue,
-                                stats=cell_stats)
+        diffs = compare_outputs(
+            rc.get("outputs", []), tc.get("outputs", []), rules=cell_rules(rc), glue=glue, stats=cell_stats
+        )
         if diffs:
             found[i] = diffs
     return found

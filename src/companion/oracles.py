@@ -38,10 +38,23 @@ import numpy as np
 from ._validation import apply_by_length, as_sequences, check_choice, check_int, check_real
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
 
-__all__ = ["ValueQueryOracle", "ApproxValueQueryOracle", "AntisymmetrisedOracle", "NOISE_MODELS",
-           "PERTURB_ENV", "PERTURB_SEED", "perturbation_ulps", "perturb",
-           "measure_precision", "stated_precision", "as_precision", "FORMATS", "unit_roundoff",
-           "round_to", "nearest_format"]
+__all__ = [
+    "ValueQueryOracle",
+    "ApproxValueQueryOracle",
+    "AntisymmetrisedOracle",
+    "NOISE_MODELS",
+    "PERTURB_ENV",
+    "PERTURB_SEED",
+    "perturbation_ulps",
+    "perturb",
+    "measure_precision",
+    "stated_precision",
+    "as_precision",
+    "FORMATS",
+    "unit_roundoff",
+    "round_to",
+    "nearest_format",
+]
 
 #: The environment variable of the perturbation test mode (module docstring).
 PERTURB_ENV = "COMPANION_PERTURB_ULPS"
@@ -80,7 +93,8 @@ def perturbation_ulps() -> int:
     if not 0 <= k <= _PERTURB_MAX:
         raise InvalidInputError(
             f"{PERTURB_ENV}={raw!r} must be an integer number of float64 ulps in [0, {_PERTURB_MAX}] "
-            f"(the perturbation test mode of companion.oracles); unset it for exact answers.")
+            f"(the perturbation test mode of companion.oracles); unset it for exact answers."
+        )
     return k
 
 
@@ -112,8 +126,9 @@ def perturb(y: np.ndarray, X: np.ndarray, k: int) -> np.ndarray:
         return y
     # hashed 16384 words (128 KiB) at a time: the test mode adds little memory to what a chapter measures
     rows = max(1, 16384 // max(1, X.shape[1] * X.shape[2]))
-    u = np.concatenate([_hash_uniform(X[i:i + rows], PERTURB_SEED) for i in range(0, X.shape[0], rows)])
+    u = np.concatenate([_hash_uniform(X[i : i + rows], PERTURB_SEED) for i in range(0, X.shape[0], rows)])
     return y * (1.0 + k * np.finfo(np.float64).eps * np.where(u < 0.0, -1.0, 1.0))
+
 
 #: Noise models of :class:`ApproxValueQueryOracle`.
 NOISE_MODELS = ("uniform", "worst", "round", "float16", "bfloat16")
@@ -184,15 +199,11 @@ class ValueQueryOracle:
 
     def __init__(self, target, *, d=None, budget=None, record=False, precision=None):
         if not callable(target):
-            raise InvalidInputError(
-                f"target must be callable on a batch (B, N, d); got {type(target).__name__}."
-            )
+            raise InvalidInputError(f"target must be callable on a batch (B, N, d); got {type(target).__name__}.")
         if d is None:
             d = getattr(target, "d", None)
             if d is None:
-                raise InvalidInputError(
-                    "the target has no attribute d; pass the input dimension as d=..."
-                )
+                raise InvalidInputError("the target has no attribute d; pass the input dimension as d=...")
         self.target = target
         self.d = check_int(d, "d", minimum=1)
         self.budget = None if budget is None else check_int(budget, "budget", minimum=0)
@@ -213,7 +224,10 @@ class ValueQueryOracle:
         if n > self.remaining:
             raise BudgetExceededError(
                 MESSAGES["budget_upfront"].format(
-                    learner=learner, needed=n, remaining=self.remaining, budget=self.budget,
+                    learner=learner,
+                    needed=n,
+                    remaining=self.remaining,
+                    budget=self.budget,
                     total=self.n_queries + n,
                 )
             )
@@ -244,9 +258,7 @@ class ValueQueryOracle:
         n = len(seqs)
         if n > self.remaining:
             raise BudgetExceededError(
-                MESSAGES["budget"].format(
-                    needed=n, remaining=self.remaining, budget=self.budget, used=self.n_queries
-                )
+                MESSAGES["budget"].format(needed=n, remaining=self.remaining, budget=self.budget, used=self.n_queries)
             )
         y = apply_by_length(seqs, self._answer)
         self.n_queries += n
@@ -340,9 +352,9 @@ def _significant_bits(y: np.ndarray) -> int:
     y = y[(y != 0) & np.isfinite(y)]
     if y.size == 0:
         return 0
-    m = (y.view(np.uint64) & np.uint64(2**52 - 1)) | np.uint64(2**52)   # mantissa, hidden bit set
+    m = (y.view(np.uint64) & np.uint64(2**52 - 1)) | np.uint64(2**52)  # mantissa, hidden bit set
     tz = np.zeros(m.shape, dtype=np.int64)
-    for k in range(53):                                                  # trailing zero bits
+    for k in range(53):  # trailing zero bits
         tz += ((m >> np.uint64(k)) & np.uint64(1) == 0) & (tz == k)
     return int(53 - tz.min())
 
@@ -412,17 +424,28 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
         oracle.require(3 * n, learner="measure_precision")
     X = np.random.default_rng(seed).standard_normal((n, length, d)) / np.sqrt(d)
     P = X.copy()
-    P[:, :-1] = X[:, -2::-1]                             # reversed before the last token
-    R = np.repeat(X, 2, axis=1)                          # every token twice; x_N stays last
-    Y = np.stack([np.asarray(oracle(X), dtype=np.float64), np.asarray(oracle(P), dtype=np.float64),
-                  np.asarray(oracle(R), dtype=np.float64)])
+    P[:, :-1] = X[:, -2::-1]  # reversed before the last token
+    R = np.repeat(X, 2, axis=1)  # every token twice; x_N stays last
+    Y = np.stack(
+        [
+            np.asarray(oracle(X), dtype=np.float64),
+            np.asarray(oracle(P), dtype=np.float64),
+            np.asarray(oracle(R), dtype=np.float64),
+        ]
+    )
     rms = float(np.sqrt(np.mean(Y**2)))
     u_spread = float(np.median(Y.max(axis=0) - Y.min(axis=0)) / rms) if rms > 0 else 0.0
     bits = _significant_bits(Y)
-    u_gran = 2.0 ** -bits if bits else 0.0
+    u_gran = 2.0**-bits if bits else 0.0
     u = max(u_spread, u_gran)
-    return {"u": u, "u_spread": u_spread, "u_granularity": u_gran, "bits": bits,
-            "format": nearest_format(u), "n_queries": 3 * n}
+    return {
+        "u": u,
+        "u_spread": u_spread,
+        "u_granularity": u_gran,
+        "bits": bits,
+        "format": nearest_format(u),
+        "n_queries": 3 * n,
+    }
 
 
 def _hash_uniform(X: np.ndarray, seed: int) -> np.ndarray:
@@ -502,7 +525,7 @@ def round_tau(digits: int) -> float:
     True
     """
     digits = check_int(digits, "digits", minimum=1, maximum=17)
-    return 0.5 * 10.0 ** (-digits) + 2.0 ** -50
+    return 0.5 * 10.0 ** (-digits) + 2.0**-50
 
 
 class ApproxValueQueryOracle(ValueQueryOracle):
@@ -569,8 +592,7 @@ class ApproxValueQueryOracle(ValueQueryOracle):
     (True, True)
     """
 
-    def __init__(self, target, tau, *, noise="uniform", seed=0, digits=None, d=None, budget=None,
-                 record=False):
+    def __init__(self, target, tau, *, noise="uniform", seed=0, digits=None, d=None, budget=None, record=False):
         super().__init__(target, d=d, budget=budget, record=record)
         # "none": the target's own answers (a served model), not a perturbation model
         self.noise = check_choice(noise, "noise", NOISE_MODELS + ("none",))
@@ -590,9 +612,7 @@ class ApproxValueQueryOracle(ValueQueryOracle):
             raise InvalidInputError(f"tau must be given for noise={noise!r}.")
         self.tau = check_real(tau, "tau", minimum=0.0)
         if noise == "worst" and getattr(target, "v", None) is None:
-            raise InvalidInputError(
-                'noise="worst" needs a target with a value vector attribute v (a SingleHead).'
-            )
+            raise InvalidInputError('noise="worst" needs a target with a value vector attribute v (a SingleHead).')
 
     def _answer(self, X: np.ndarray) -> np.ndarray:
         y = self._evaluate(X)
@@ -609,14 +629,14 @@ class ApproxValueQueryOracle(ValueQueryOracle):
             return _within(y, y + self.tau * s, self.tau)
         if self.noise in FORMAT_TAU:
             with np.errstate(over="ignore"):
-                rounded = (y.astype(np.float16).astype(np.float64) if self.noise == "float16"
-                           else round_bfloat16(y))
+                rounded = y.astype(np.float16).astype(np.float64) if self.noise == "float16" else round_bfloat16(y)
             err = np.abs(rounded - y)
             if np.any(~(err <= self.tau)):
                 i = int(np.argmax(np.where(np.isfinite(err), err, np.inf)))
                 raise OracleInconsistentError(
                     f"rounding f*={y[i]!r} to {self.noise} moves it by {err[i]:.3g} > tau="
-                    f"{self.tau:.3g}; the oracle would break its tolerance. Pass a larger tau.")
+                    f"{self.tau:.3g}; the oracle would break its tolerance. Pass a larger tau."
+                )
             return rounded
         rounded = round_significant(y, self.digits)
         err = np.abs(rounded - y)
@@ -631,8 +651,10 @@ class ApproxValueQueryOracle(ValueQueryOracle):
 
     def __repr__(self):
         extra = f", digits={self.digits}" if self.digits else ""
-        return (f"{type(self).__name__}(d={self.d}, tau={self.tau:g}, noise={self.noise!r}{extra}, "
-                f"n_queries={self.n_queries})")
+        return (
+            f"{type(self).__name__}(d={self.d}, tau={self.tau:g}, noise={self.noise!r}{extra}, "
+            f"n_queries={self.n_queries})"
+        )
 
 
 class AntisymmetrisedOracle:
@@ -705,7 +727,7 @@ class AntisymmetrisedOracle:
     @property
     def remaining(self):
         left = getattr(self.oracle, "remaining", np.inf)
-        return left if left == np.inf else left // 2       # inf // 2 would be nan
+        return left if left == np.inf else left // 2  # inf // 2 would be nan
 
     def require(self, n, *, learner="the learner"):
         """Raise :class:`~companion.errors.BudgetExceededError` now if ``2 n`` underlying queries do not fit."""
@@ -717,10 +739,10 @@ class AntisymmetrisedOracle:
         seqs, single = as_sequences(X, self.d)
         if isinstance(seqs, np.ndarray):
             y = np.asarray(self.oracle(np.concatenate([seqs, -seqs])), dtype=np.float64)
-            out = y[: len(seqs)] - y[len(seqs):]
+            out = y[: len(seqs)] - y[len(seqs) :]
         else:
             y = np.asarray(self.oracle(list(seqs) + [-x for x in seqs]), dtype=np.float64)
-            out = y[: len(seqs)] - y[len(seqs):]
+            out = y[: len(seqs)] - y[len(seqs) :]
         return float(out[0]) if single else out
 
     def __repr__(self):

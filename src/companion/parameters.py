@@ -61,12 +61,21 @@ __all__ = ["declared", "check", "parse_spec", "coerce"]
 
 _MARK = re.compile(r";\s*must be\s+(?P<spec>.+)$")
 _FUNCS = {"sqrt": math.sqrt, "min": min, "max": max, "len": len, "abs": abs, "log2": math.log2}
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow, ast.USub: operator.neg, ast.UAdd: operator.pos}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
 
 
 def _eval(expr: str, env: dict):
     """Evaluate a bound: numbers, ``inf``, parameter names, + - * / // **, sqrt/min/max/len/abs/log2."""
+
     def ev(node):
         if isinstance(node, ast.Expression):
             return ev(node.body)
@@ -85,6 +94,7 @@ def _eval(expr: str, env: dict):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
             return _FUNCS[node.func.id](*[ev(a) for a in node.args])
         raise ParameterError(f"cannot read the bound {expr!r} of a constraint")
+
     try:
         return ev(ast.parse(expr.strip(), mode="eval"))
     except SyntaxError:
@@ -104,7 +114,7 @@ def _interval(piece: str):
         depth += c == "("
         depth -= c == ")"
         if c == "," and depth == 0:
-            return piece[0], inner[:i].strip(), inner[i + 1:].strip(), piece[-1]
+            return piece[0], inner[:i].strip(), inner[i + 1 :].strip(), piece[-1]
     return None
 
 
@@ -140,7 +150,8 @@ def _parse_clause(part: str, whole: str):
         return ("one of", [coerce_word(w.strip()) for w in part[7:].split(",")])
     raise ParameterError(
         f"cannot read the constraint {whole!r}: each clause is 'in [a, b]', 'in [a, b] x [c, d]', "
-        "'one of a, b', 'non-empty', 'a divisor of E', 'a divisor of every E' or 'each CLAUSE', joined by 'and'")
+        "'one of a, b', 'non-empty', 'a divisor of E', 'a divisor of every E' or 'each CLAUSE', joined by 'and'"
+    )
 
 
 def coerce_word(word: str):
@@ -171,7 +182,8 @@ def declared(source: str) -> dict:
     if dropped:
         raise ParameterError(
             f"papermill cannot read the line of {', '.join(dropped)} in the parameters cell (it drops "
-            "lines whose comment holds '=', '<' or '>'); fix the comment.")
+            "lines whose comment holds '=', '<' or '>'); fix the comment."
+        )
     out = {}
     for p in found:
         try:
@@ -181,8 +193,12 @@ def declared(source: str) -> dict:
         help_text = p.help or ""
         m = _MARK.search(help_text)
         spec_text = m["spec"].strip() if m else None
-        out[p.name] = {"default": default, "help": help_text[:m.start()].strip() if m else help_text,
-                       "spec": parse_spec(spec_text) if spec_text else [], "spec_text": spec_text}
+        out[p.name] = {
+            "default": default,
+            "help": help_text[: m.start()].strip() if m else help_text,
+            "spec": parse_spec(spec_text) if spec_text else [],
+            "spec_text": spec_text,
+        }
     return out
 
 
@@ -247,8 +263,10 @@ def _satisfies(value, clause, env) -> bool:
         if isinstance(value, bool) or not isinstance(value, int) or value == 0:
             return False
         if not all(isinstance(t, int) and not isinstance(t, bool) for t in targets):
-            raise ParameterError(f"the constraint 'a divisor of {'every ' if clause[2] else ''}{clause[1]}' "
-                                 f"needs integers; {clause[1]}={target!r}")
+            raise ParameterError(
+                f"the constraint 'a divisor of {'every ' if clause[2] else ''}{clause[1]}' "
+                f"needs integers; {clause[1]}={target!r}"
+            )
         return all(t % value == 0 for t in targets)
     if kind == "in":
         intervals = clause[1]
@@ -285,8 +303,9 @@ def check(decl: dict, values: dict, *, where: str = "") -> dict:
     out = {}
     for name, value in values.items():
         if name not in decl:
-            listing = ", ".join(f"{k} ({_type_name(v['default'], article=False)}, default {v['default']!r})"
-                                for k, v in decl.items())
+            listing = ", ".join(
+                f"{k} ({_type_name(v['default'], article=False)}, default {v['default']!r})" for k, v in decl.items()
+            )
             raise ParameterError(f"{where}has no parameter {name!r}; its parameters are: {listing}.")
         info = decl[name]
         try:
@@ -310,5 +329,6 @@ def check(decl: dict, values: dict, *, where: str = "") -> dict:
                 raise ParameterError(
                     f"{prefix}parameter {name}={value!r} must be {info['spec_text']}"
                     f"{' with ' + ', '.join(refs) if refs else ''} "
-                    f"({_type_name(info['default'])}; default {info['default']!r})")
+                    f"({_type_name(info['default'])}; default {info['default']!r})"
+                )
     return out

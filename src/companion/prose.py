@@ -30,18 +30,28 @@ import numbers
 import re
 from pathlib import Path
 
-__all__ = ["Finding", "markdown_cells", "hand_typed_numbers", "unbacked_verdicts", "library_constants",
-           "check_markdown", "ALLOWED", "VERDICT_WORDS", "RESULT_WORDS", "REASONING"]
+__all__ = [
+    "Finding",
+    "markdown_cells",
+    "hand_typed_numbers",
+    "unbacked_verdicts",
+    "library_constants",
+    "check_markdown",
+    "ALLOWED",
+    "VERDICT_WORDS",
+    "RESULT_WORDS",
+    "REASONING",
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
     """One sentence that breaks the rule: where it is, what was found, and the sentence itself."""
 
-    where: str          # e.g. "04_low_rank.ipynb c8"
-    rule: str           # "digit in prose", "library constant in maths", "number in a default", "unbacked verdict"
-    found: str          # the offending token (a number, a verdict word)
-    sentence: str       # the sentence, maths shown as $...$
+    where: str  # e.g. "04_low_rank.ipynb c8"
+    rule: str  # "digit in prose", "library constant in maths", "number in a default", "unbacked verdict"
+    found: str  # the offending token (a number, a verdict word)
+    sentence: str  # the sentence, maths shown as $...$
 
     def __str__(self) -> str:
         return f"{self.where}: {self.rule} {self.found!r} in: {self.sentence}"
@@ -64,33 +74,77 @@ ALLOWED = {
     r"\bℓ\d\b|\bL\d\b": "a norm's name",
     r"\bMiniLM-L\d+\b|\ball-MiniLM-L\d+-v\d\b|\bbert-base\b": "a model's name",
     r"\b[A-Za-z]+\d+[A-Za-z]*\b": "an identifier with digits (ICML, a package name)",
-    r"\b(?:length|rank|width|threshold|one|two)-\d+\b|\b\d+-(?:norm|bit|token|layer|class)\b|\b0-1\b|\b\d+B-class\b":
-        "a compound name (length-1 query, 0-1 program, 1-norm, 7B-class model)",
+    (
+        r"\b(?:length|rank|width|threshold|one|two)-\d+\b"
+        r"|\b\d+-(?:norm|bit|token|layer|class)\b|\b0-1\b|\b\d+B-class\b"
+    ): "a compound name (length-1 query, 0-1 program, 1-norm, 7B-class model)",
     r"\b\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\w* (?:19|20)\d\d\b": "a date",
     r"\([ivx]+\)": "a roman-numbered list item",
 }
 
 #: Words that make a sentence a verdict (checked only together with a word of :data:`RESULT_WORDS`):
 #: the issue's list, and comparisons of two numbers.
-VERDICT_WORDS = (r"\bevery\b", r"\ball\b", r"\balways\b", r"\bnever\b", r"\bexactly\b", r"\bonly\b",
-                 r"\bat most\b", r"\bat least\b", r"\bwithin\b", r"\btimes (?:fewer|more|larger|smaller)\b",
-                 r"\bfails\b", r"\bsucceeds\b", r"\bmatch(?:es)?\b", r"\bmore than\b", r"\bfewer than\b",
-                 r"\bless than\b", r"\blarger than\b", r"\bsmaller than\b", r"\bequal to\b")
+VERDICT_WORDS = (
+    r"\bevery\b",
+    r"\ball\b",
+    r"\balways\b",
+    r"\bnever\b",
+    r"\bexactly\b",
+    r"\bonly\b",
+    r"\bat most\b",
+    r"\bat least\b",
+    r"\bwithin\b",
+    r"\btimes (?:fewer|more|larger|smaller)\b",
+    r"\bfails\b",
+    r"\bsucceeds\b",
+    r"\bmatch(?:es)?\b",
+    r"\bmore than\b",
+    r"\bfewer than\b",
+    r"\bless than\b",
+    r"\blarger than\b",
+    r"\bsmaller than\b",
+    r"\bequal to\b",
+)
 
 #: Words that make a verdict one about a run's results (a count, an error, a trial, an outcome).
-RESULT_WORDS = (r"\bquer(?:y|ies)\b", r"\bcounts?\b", r"\berrors?\b", r"\btrials?\b",
-                r"\bmeasurements\b", r"\brecover(?:s|ed)\b", r"\blabels\b", r"\biterations?\b",
-                r"\bdisagree(?:s|ment)?\b", r"\bfloor\b", r"\bratio\b", r"\bsuccess\b",
-                r"\bfail(?:s|ed|ure)\b", r"\bsucceeds?\b", r"\bneurons?\b", r"\bre-learn")
+RESULT_WORDS = (
+    r"\bquer(?:y|ies)\b",
+    r"\bcounts?\b",
+    r"\berrors?\b",
+    r"\btrials?\b",
+    r"\bmeasurements\b",
+    r"\brecover(?:s|ed)\b",
+    r"\blabels\b",
+    r"\biterations?\b",
+    r"\bdisagree(?:s|ment)?\b",
+    r"\bfloor\b",
+    r"\bratio\b",
+    r"\bsuccess\b",
+    r"\bfail(?:s|ed|ure)\b",
+    r"\bsucceeds?\b",
+    r"\bneurons?\b",
+    r"\bre-learn",
+)
 
 #: A sentence of reasoning rather than of a run's outcome: about the paper's statement, a condition,
 #: or what must or would happen. Such a sentence is not a verdict on this chapter's outputs.
-REASONING = (r"\b(?:[Tt]heorem|paper|proof|proves?|guarantee|with probability|almost surely|must|would|"
-             r"could|might|[Ii]f|[Ww]hen(?:ever)?|[Uu]nless|assumes?|needs?|requires?|exercise|therefore|hence|because|since)\b")
+REASONING = (
+    r"\b(?:[Tt]heorem|paper|proof|proves?|guarantee|with probability|almost surely|must|would|"
+    r"could|might|[Ii]f|[Ww]hen(?:ever)?|[Uu]nless|assumes?|needs?|requires?|exercise|therefore|hence|because|since)\b"
+)
 
 _DIRECTIVE = re.compile(r"^(?P<fence>`{3,}|:{3,})\s*\{(?P<name>[\w:-]+)\}(?P<arg>[^\n]*)$", re.M)
-_STATEMENT_BOXES = ("prf:theorem", "prf:lemma", "prf:proposition", "prf:definition", "prf:corollary",
-                    "prf:assumption", "prf:conjecture", "prf:axiom", "exercise")
+_STATEMENT_BOXES = (
+    "prf:theorem",
+    "prf:lemma",
+    "prf:proposition",
+    "prf:definition",
+    "prf:corollary",
+    "prf:assumption",
+    "prf:conjecture",
+    "prf:axiom",
+    "exercise",
+)
 _ROLE = re.compile(r"\{(?P<role>[\w:-]+)\}`(?P<arg>[^`]*)`")
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?%?")
 
@@ -120,7 +174,7 @@ def _blocks(source: str):
             if prose:
                 out.append(("prose", "\n".join(prose)))
                 prose = []
-            marker = (m.group("fence") if m else fence.group(1))  # type: ignore[union-attr]
+            marker = m.group("fence") if m else fence.group(1)  # type: ignore[union-attr]
             name = m.group("name") if m else ""
             body, i = [], i + 1
             while i < len(lines) and not lines[i].startswith(marker):
@@ -132,11 +186,11 @@ def _blocks(source: str):
                 out.append(("skip", text))
             elif name in _STATEMENT_BOXES:
                 out.append(("statement", text))
-            else:                     # admonitions, solutions, figures: prose inside
+            else:  # admonitions, solutions, figures: prose inside
                 out.extend(_blocks(text))
             continue
         if line.startswith("    ") and (not prose or not prose[-1].strip() or prose[-1] == "\0"):
-            out.append(("skip", line))                     # an indented code block
+            out.append(("skip", line))  # an indented code block
             prose.append("\0")
         else:
             prose.append(line)
@@ -156,6 +210,7 @@ def _clean(text: str):
         return f"$M{len(maths) - 1}$"
 
     text = re.sub(r"(?<!\\)\$([^$]+?)(?<!\\)\$", keep_math, text)
+
     def role(m):
         if m.group("role").startswith("glue"):
             glued.append(m.group("arg"))
@@ -165,11 +220,11 @@ def _clean(text: str):
     glued: list = []
     text = _ROLE.sub(role, text)
     text = re.sub(r"``.*?``|`[^`]*`", " ⟦code⟧ ", text)
-    text = re.sub(r"\]\([^)]*\)", "]", text)                      # link targets
+    text = re.sub(r"\]\([^)]*\)", "]", text)  # link targets
     text = re.sub(r"<https?://[^>]*>|https?://\S+", " ⟦url⟧ ", text)
-    text = re.sub(r"^\([\w:-]+\)=\s*$", " ", text, flags=re.M)    # labels
-    text = re.sub(r"^#+\s*(?:\d+(?:\.\d+)*\.?\s)?", "", text, flags=re.M)   # headings' section numbers
-    text = re.sub(r"^\s*(?:\d+\.|[-*+])\s+", "", text, flags=re.M)          # list markers
+    text = re.sub(r"^\([\w:-]+\)=\s*$", " ", text, flags=re.M)  # labels
+    text = re.sub(r"^#+\s*(?:\d+(?:\.\d+)*\.?\s)?", "", text, flags=re.M)  # headings' section numbers
+    text = re.sub(r"^\s*(?:\d+\.|[-*+])\s+", "", text, flags=re.M)  # list markers
     return text, maths, glued
 
 
@@ -192,11 +247,11 @@ def _math_numbers(tex: str):
         if m.group(1) is not None:
             out.append((10.0 ** int(m.group(1)), False))
             continue
-        before = tex[:m.start()]
-        if re.search(r"[\^_]\{?-?$", before):                      # an exponent or a subscript
+        before = tex[: m.start()]
+        if re.search(r"[\^_]\{?-?$", before):  # an exponent or a subscript
             continue
-        after = tex[m.end():]
-        coefficient = bool(re.match(r"\s*(?:\\,|\\cdot|\\times)?\s*r\b", after))   # a multiple of r(2d - r)
+        after = tex[m.end() :]
+        coefficient = bool(re.match(r"\s*(?:\\,|\\cdot|\\times)?\s*r\b", after))  # a multiple of r(2d - r)
         out.append((float(m.group(2)), coefficient))
     return out
 
@@ -227,8 +282,21 @@ def library_constants() -> dict:
             return
         found.setdefault(value, []).append(name)
 
-    modules = ("attention", "oracles", "exact", "lowrank", "robust", "ffn", "transformer", "multihead",
-               "pretrained", "membership", "_learner", "_streaming", "recovery")
+    modules = (
+        "attention",
+        "oracles",
+        "exact",
+        "lowrank",
+        "robust",
+        "ffn",
+        "transformer",
+        "multihead",
+        "pretrained",
+        "membership",
+        "_learner",
+        "_streaming",
+        "recovery",
+    )
     for mod_name in modules:
         try:
             mod = importlib.import_module(f"companion.{mod_name}")
@@ -245,7 +313,7 @@ def library_constants() -> dict:
             if name.startswith("learn_") and callable(fn) and getattr(fn, "__module__", "") == mod.__name__:
                 for p in inspect.signature(fn).parameters.values():
                     if p.kind is p.KEYWORD_ONLY and isinstance(p.default, float) and 0 < p.default < 1:
-                        add(p.default, f"{mod_name}.{name}({p.name}=)")   # a tolerance
+                        add(p.default, f"{mod_name}.{name}({p.name}=)")  # a tolerance
     try:
         for learner, (n, rtol) in companion.verification_defaults().items():
             add(n, f"verification_defaults()[{learner!r}] count")
@@ -312,19 +380,25 @@ def hand_typed_numbers(source: str, where: str = "", *, allow=()) -> list[Findin
                 if any(a <= m.start() and m.end() <= b for a, b in spans):
                     continue
                 if kind == "statement":
-                    continue             # a statement box quotes the paper's own numbers
+                    continue  # a statement box quotes the paper's own numbers
                 findings.append(Finding(where, "digit in prose", m.group(0), shown))
             default = re.search(r"\bdefaults?\b|\bby default\b", bare)
             for j in (int(k) for k in re.findall(r"\$M(\d+)\$", sentence)):
                 for value, coefficient in _math_numbers(maths[j]):
                     names = _constant_names(value, constants)
-                    if names and value == int(value):        # an integer: only a default multiple of r(...)
+                    if names and value == int(value):  # an integer: only a default multiple of r(...)
                         names = [n for n in names if "OVERSAMPLING" in n or "MULTIPLE" in n] if coefficient else []
                     if kind != "statement" and default and value not in (0.0, 1.0, 2.0):
                         findings.append(Finding(where, "number in a default", f"{value:g} in ${maths[j]}$", shown))
                     elif names and kind != "statement":
-                        findings.append(Finding(where, f"library constant ({', '.join(names[:3])}) in maths",
-                                                f"{value:g} in ${maths[j]}$", shown))
+                        findings.append(
+                            Finding(
+                                where,
+                                f"library constant ({', '.join(names[:3])}) in maths",
+                                f"{value:g} in ${maths[j]}$",
+                                shown,
+                            )
+                        )
     return findings
 
 
@@ -355,12 +429,16 @@ def unbacked_verdicts(source: str, where: str = "", *, allow=(), values=None) ->
         for sentence in _sentences(text):
             names = [glued[int(j)] for j in re.findall(r"⟦glue(\d+)⟧", sentence)]
             if names:
-                for name in names:             # a verdict glued as yes/no is not checked (issue 19, item 1)
+                for name in names:  # a verdict glued as yes/no is not checked (issue 19, item 1)
                     entry = (values or {}).get(name)
-                    if isinstance(entry, dict) and entry.get("kind") != "claim" and \
-                            str(entry.get("value")).lower() in ("yes", "no", "true", "false"):
-                        findings.append(Finding(where, "verdict glued as yes/no, not a claim", name,
-                                                _show(sentence, maths, glued)))
+                    if (
+                        isinstance(entry, dict)
+                        and entry.get("kind") != "claim"
+                        and str(entry.get("value")).lower() in ("yes", "no", "true", "false")
+                    ):
+                        findings.append(
+                            Finding(where, "verdict glued as yes/no, not a claim", name, _show(sentence, maths, glued))
+                        )
                 continue
             bare = re.sub(r"\$M\d+\$", " MATH ", sentence)
             verdict = next((w for w in VERDICT_WORDS if re.search(w, bare, re.I)), None)

@@ -101,14 +101,32 @@ def zenodo_metadata(citation="CITATION.cff") -> dict:
     for ident in paper.get("identifiers", []):
         value = str(ident.get("value", ""))
         if value.lower().startswith("arxiv:"):
-            related.append({"identifier": value, "relation": "isSupplementTo", "scheme": "arxiv",
-                            "resource_type": "publication-conferencepaper"})
+            related.append(
+                {
+                    "identifier": value,
+                    "relation": "isSupplementTo",
+                    "scheme": "arxiv",
+                    "resource_type": "publication-conferencepaper",
+                }
+            )
         elif ident.get("type") == "doi":
-            related.append({"identifier": value, "relation": "isSupplementTo", "scheme": "doi",
-                            "resource_type": "publication-conferencepaper"})
+            related.append(
+                {
+                    "identifier": value,
+                    "relation": "isSupplementTo",
+                    "scheme": "doi",
+                    "resource_type": "publication-conferencepaper",
+                }
+            )
     if paper.get("doi"):
-        related.append({"identifier": str(paper["doi"]), "relation": "isSupplementTo", "scheme": "doi",
-                        "resource_type": "publication-conferencepaper"})
+        related.append(
+            {
+                "identifier": str(paper["doi"]),
+                "relation": "isSupplementTo",
+                "scheme": "doi",
+                "resource_type": "publication-conferencepaper",
+            }
+        )
     if related:
         meta["related_identifiers"] = related
     return meta
@@ -142,16 +160,22 @@ def _source_date(root: Path) -> int:
 def _members(root: Path, build: Path) -> list[tuple[str, Path]]:
     """(path in the archive, file on disk) of every file of the release, sorted; checks each part."""
     html, pdf = build / "html", build / "latex" / "companion.pdf"
-    missing = [(what, where, how) for what, where, how in [
-        ("the built HTML", html / "index.html", "make book"),
-        ("the PDF", pdf, "make pdf"),
-        ("the published numbers", root / "data" / "results", "make execute NB=..."),
-    ] if not where.exists()]
+    missing = [
+        (what, where, how)
+        for what, where, how in [
+            ("the built HTML", html / "index.html", "make book"),
+            ("the PDF", pdf, "make pdf"),
+            ("the published numbers", root / "data" / "results", "make execute NB=..."),
+        ]
+        if not where.exists()
+    ]
     if missing:
-        raise ParameterError("the release needs " + "; ".join(f"{w} ({p} is missing: run {h})"
-                                                            for w, p, h in missing))
-    files = [(f"html/{p.relative_to(html).as_posix()}", p) for p in html.rglob("*") if p.is_file()
-             and ".doctrees" not in p.parts and p.name != ".buildinfo"]
+        raise ParameterError("the release needs " + "; ".join(f"{w} ({p} is missing: run {h})" for w, p, h in missing))
+    files = [
+        (f"html/{p.relative_to(html).as_posix()}", p)
+        for p in html.rglob("*")
+        if p.is_file() and ".doctrees" not in p.parts and p.name != ".buildinfo"
+    ]
     files.append(("companion.pdf", pdf))
     files += [(f"data/results/{p.name}", p) for p in (root / "data" / "results").glob("*.json")]
     files += [(f"book/chapters/{p.name}", p) for p in (root / "book" / "chapters").glob("[0-9][0-9]_*.ipynb")]
@@ -188,8 +212,10 @@ def write_release(root=None, *, build=None, out=None) -> Path:
     zenodo = json.dumps(meta, indent=2, ensure_ascii=False) + "\n"
     committed = root / ".zenodo.json"
     if not committed.is_file() or json.loads(committed.read_text(encoding="utf-8")) != meta:
-        raise ParameterError(f"{committed} is missing or not derived from CITATION.cff: run "
-                             "'python -m companion.release --zenodo' and commit it")
+        raise ParameterError(
+            f"{committed} is missing or not derived from CITATION.cff: run "
+            "'python -m companion.release --zenodo' and commit it"
+        )
     name = f"companion-{meta['version']}"
     entries = [(arc, path.read_bytes()) for arc, path in _members(root, build)]
     entries.append((".zenodo.json", zenodo.encode()))
@@ -200,8 +226,10 @@ def write_release(root=None, *, build=None, out=None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     archive = out / f"{name}.tar.gz"
     buffer = io.BytesIO()
-    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, filename="") as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for arc, data in entries:
             info = tarfile.TarInfo(f"{name}/{arc}")
             info.size, info.mtime, info.mode = len(data), mtime, 0o644
@@ -210,7 +238,7 @@ def write_release(root=None, *, build=None, out=None) -> Path:
             tar.addfile(info, io.BytesIO(data))
     tmp = archive.with_suffix(".gz.tmp")
     tmp.write_bytes(buffer.getvalue())
-    os.replace(tmp, archive)                       # atomic: no half-written archive
+    os.replace(tmp, archive)  # atomic: no half-written archive
     (out / f"{archive.name}.sha256").write_text(f"{_sha256(buffer.getvalue())}  {archive.name}\n")
     return archive
 

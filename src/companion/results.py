@@ -77,8 +77,7 @@ LIBRARY_DIR = Path(__file__).resolve().parent
 
 _PACKAGES = ("numpy", "scipy", "cvxpy", "matplotlib", "papermill", "jupyter-book", "myst-nb")
 
-_state: dict = {"chapter": None, "parameters": {}, "seed": None, "failed": False, "before": None,
-                "path": None}
+_state: dict = {"chapter": None, "parameters": {}, "seed": None, "failed": False, "before": None, "path": None}
 
 
 def repo_root(start: Path | None = None) -> Path | None:
@@ -202,10 +201,12 @@ def _git_commit() -> str | None:
     if root is None:
         return None
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "src"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         return out + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -223,9 +224,7 @@ def _versions() -> dict:
 
 def _check_name(name: str, what: str) -> str:
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name):
-        raise InvalidInputError(
-            f"{what}={name!r} must be a non-empty string of letters, digits, '_' or '-'."
-        )
+        raise InvalidInputError(f"{what}={name!r} must be a non-empty string of letters, digits, '_' or '-'.")
     return name
 
 
@@ -246,8 +245,7 @@ def _plain(value):
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     raise InvalidInputError(
-        f"cannot publish a value of type {type(value).__name__}; publish a number, a string, "
-        "or a list or dict of them."
+        f"cannot publish a value of type {type(value).__name__}; publish a number, a string, or a list or dict of them."
     )
 
 
@@ -262,7 +260,7 @@ def _write_atomic(path: Path, data: dict) -> None:
             os.fsync(f.fileno())
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)      # mkstemp creates 0600; results are for everyone to read
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; results are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -316,7 +314,7 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     outside IPython, is not checked.
     """
     chapter = _check_name(chapter, "chapter")
-    _state.update(path=None, failed=False)     # a refused call has no run to undo
+    _state.update(path=None, failed=False)  # a refused call has no run to undo
     _check_declared(chapter, {"seed": seed, **parameters})
     seed = check_int(seed, "seed", minimum=0)
     params = _plain(dict(parameters))
@@ -343,7 +341,7 @@ def _declarations(chapter: str) -> dict | None:
         shell = get_ipython()
     except ImportError:
         shell = None
-    if shell is None:          # a script or a test, not a notebook: nothing declared to check against
+    if shell is None:  # a script or a test, not a notebook: nothing declared to check against
         return None
     for source in reversed(shell.history_manager.input_hist_raw):
         if "must be" in source and re.search(r"^seed\s*=", source, re.M):
@@ -371,7 +369,8 @@ def _check_declared(chapter: str, values: dict) -> None:
     if missing:
         raise ParameterError(
             f"record_parameters({chapter!r}, ...) misses {', '.join(missing)}, declared in the chapter's "
-            "parameters cell: pass every parameter, so that it is checked and recorded.")
+            "parameters cell: pass every parameter, so that it is checked and recorded."
+        )
     parameters.check(decl, values, where=f"chapter {chapter} ")
 
 
@@ -433,8 +432,9 @@ def _format(value, fmt) -> str:
 KINDS = ("exact", "measured", "bound")
 
 
-def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=None, kind=None,
-            measured=None, lower=False) -> None:
+def publish(
+    name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=None, kind=None, measured=None, lower=False
+) -> None:
     """Glue one cited number into the chapter and record it, with provenance, in the results JSON.
 
     Parameters
@@ -506,11 +506,10 @@ def publish(name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=N
     if measured_entry is not None:
         if tolerance:
             measured_entry["tolerance"] = tolerance
-        tolerance = None          # the bound itself is a constant, exact on every machine
+        tolerance = None  # the bound itself is a constant, exact on every machine
     entry = {"value": plain, "text": text, "kind": kind}
-    entry |= ({"tolerance": tolerance} if tolerance else {})
-    entry |= ({"measured": measured_entry, "bound": "lower" if lower else "upper"}
-              if measured_entry is not None else {})
+    entry |= {"tolerance": tolerance} if tolerance else {}
+    entry |= {"measured": measured_entry, "bound": "lower" if lower else "upper"} if measured_entry is not None else {}
     _record(name, text, entry, chapter, glue)
 
 
@@ -527,31 +526,39 @@ def _kind(name, plain, kind, measured, rtol, atol, lower=False):
         if measured is not None:
             raise InvalidInputError(
                 f"measured= is for kind='bound' only; {name!r} has kind={kind!r}. Publish the measured "
-                "value under its own name, or publish this one as a bound.")
+                "value under its own name, or publish this one as a bound."
+            )
         if kind == "measured" and not has_tol:
             raise InvalidInputError(
                 f"{name!r} has kind='measured' but no rtol/atol: give the precision it has across "
-                "machines, or publish it as kind='exact' if it is the same on every machine.")
+                "machines, or publish it as kind='exact' if it is the same on every machine."
+            )
         if kind == "exact" and has_tol:
             raise InvalidInputError(
                 f"{name!r} has kind='exact' but rtol={rtol!r}, atol={atol!r}: an exact value has no "
-                "tolerance; use kind='measured'.")
+                "tolerance; use kind='measured'."
+            )
         return kind, None
     if isinstance(plain, bool) or not isinstance(plain, (int, float)):
         raise InvalidInputError(f"a bound must be a real number; {name!r} is {plain!r}.")
     if measured is None:
         raise InvalidInputError(
             f"{name!r} has kind='bound' but no measured=: pass the measured value the bound bounds, "
-            "so that a citer can quote both.")
-    if isinstance(measured, (bool, np.bool_)) or not isinstance(measured, numbers.Real) \
-            or not np.isfinite(float(measured)):
+            "so that a citer can quote both."
+        )
+    if (
+        isinstance(measured, (bool, np.bool_))
+        or not isinstance(measured, numbers.Real)
+        or not np.isfinite(float(measured))
+    ):
         raise InvalidInputError(f"measured={measured!r} of the bound {name!r} must be a finite real number.")
     measured = float(measured)
     if (measured < plain) if lower else not abs(measured) <= plain:
         raise ClaimError(
             f"the {'lower ' if lower else ''}bound {name!r} = {plain:g} is false: the measured value "
             f"{measured:.3g} {'is below it' if lower else 'exceeds it in magnitude'}. The sentence that "
-            "states it would be false; fix the bound or the run.")
+            "states it would be false; fix the bound or the run."
+        )
     return kind, {"value": measured, "text": _format(measured, None)}
 
 
@@ -559,7 +566,7 @@ def _record(name, text, entry, chapter, glue) -> None:
     """Write ``entry`` under ``name`` into the chapter's results file (unless the run failed) and glue."""
     path = _path(chapter)
     if _state["failed"] and chapter == _state["chapter"]:
-        if glue:       # an earlier cell of this run failed: its results file stays as it was
+        if glue:  # an earlier cell of this run failed: its results file stays as it was
             from myst_nb import glue as _glue
 
             _glue(name, text, display=False)
@@ -568,8 +575,7 @@ def _record(name, text, entry, chapter, glue) -> None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
         same = chapter == _state["chapter"]
-        data = _header(chapter, _state["parameters"] if same else {},
-                       _state["seed"] if same else None) | {"values": {}}
+        data = _header(chapter, _state["parameters"] if same else {}, _state["seed"] if same else None) | {"values": {}}
     data["values"][name] = entry
     _write_atomic(path, data)
     if glue:
@@ -636,7 +642,8 @@ def claim(name, holds, *, text, chapter=None, value=None, glue=True, rtol=None, 
     if not isinstance(holds, (bool, np.bool_)):
         raise InvalidInputError(
             f"claim {name!r}: holds={holds!r} (type {type(holds).__name__}) must be a Python or NumPy "
-            "bool; reduce an array with .all() or .any(), compare a number explicitly.")
+            "bool; reduce an array with .all() or .any(), compare a number explicitly."
+        )
     if not isinstance(text, str):
         raise InvalidInputError(f"claim {name!r}: text={text!r} must be the string the sentence shows.")
     chapter = _chapter(chapter, "claim")
@@ -644,11 +651,12 @@ def claim(name, holds, *, text, chapter=None, value=None, glue=True, rtol=None, 
         raise ClaimError(
             f"claim {name!r} of chapter {chapter} is false: the sentence that shows {text!r} "
             f"(glue {name!r}) does not hold for this run. Its parameters or the library changed what "
-            "the sentence states: fix the sentence, or the run.")
+            "the sentence states: fix the sentence, or the run."
+        )
     plain = _plain(text if value is None else value)
     tolerance = _tolerance(plain, rtol, atol)
     entry = {"value": plain, "text": text, "kind": "claim", "holds": True}
-    entry |= ({"tolerance": tolerance} if tolerance else {})
+    entry |= {"tolerance": tolerance} if tolerance else {}
     _record(name, text, entry, chapter, glue)
 
 
@@ -674,8 +682,12 @@ def _tolerance(plain, rtol, atol) -> dict | None:
     out = {}
     for key, tol in (("rtol", rtol), ("atol", atol)):
         tol = 0.0 if tol is None else tol
-        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (float(tol) >= 0.0) \
-                or not np.isfinite(float(tol)):
+        if (
+            isinstance(tol, bool)
+            or not isinstance(tol, numbers.Real)
+            or not (float(tol) >= 0.0)
+            or not np.isfinite(float(tol))
+        ):
             raise InvalidInputError(f"{key}={tol!r} must be a finite real number >= 0.")
         out[key] = float(tol)
     return out

@@ -102,8 +102,8 @@ def margin_rounding(d, mu) -> float:
     return 4.0 * d * float(np.finfo(np.float64).eps) * mu
 
 
-_CHUNK_BYTES = 32 * 2**20   # size of one batch of length-2 queries sent to the oracle
-_X_STAR = 2.3994            # argmax of x^2 sigma'(x): x tanh(x/2) = 2
+_CHUNK_BYTES = 32 * 2**20  # size of one batch of length-2 queries sent to the oracle
+_X_STAR = 2.3994  # argmax of x^2 sigma'(x): x tanh(x/2) = 2
 
 
 def _check_oracle(oracle, learner: str) -> tuple[int, float]:
@@ -119,13 +119,15 @@ def _check_oracle(oracle, learner: str) -> tuple[int, float]:
         raise TypeError(
             f"{learner} needs answers within a finite tolerance tau of f*; {type(oracle).__name__} "
             f"has tau={tau} (a label oracle says nothing about |f*|): use "
-            "companion.membership.learn_membership for labels.")
+            "companion.membership.learn_membership for labels."
+        )
     return int(oracle.d), tau
 
 
 # --------------------------------------------------------------------------------------------
 # Lemma 6.1
 # --------------------------------------------------------------------------------------------
+
 
 def clipped_logit(alpha, *, tau_clip=TAU_CLIP):
     """``sigma^{-1}(clip(alpha; tau_clip, 1 - tau_clip))``, the inversion step of Theorem 6.2.
@@ -213,6 +215,7 @@ def lemma_6_1_bound(alpha_hat, alpha_star):
 # --------------------------------------------------------------------------------------------
 # Theorem 6.2: tolerance and guarantee
 # --------------------------------------------------------------------------------------------
+
 
 def _check_setting(mu, W_max, d):
     mu = check_real(mu, "mu", minimum=0.0, strict=True, maximum=1.0)
@@ -351,8 +354,7 @@ def random_margin_head(d, *, W_max, mu, W_norm=None, rank=None, seed) -> SingleH
     mu = check_real(mu, "mu", minimum=0.0, strict=True)
     if mu > 1 / np.sqrt(d):
         raise InvalidInputError(
-            f"mu={mu} > 1/sqrt(d)={1 / np.sqrt(d):.4g}: no v with ||v|| <= 1 has min |v_i| >= mu; "
-            "lower mu or d."
+            f"mu={mu} > 1/sqrt(d)={1 / np.sqrt(d):.4g}: no v with ||v|| <= 1 has min |v_i| >= mu; lower mu or d."
         )
     W_norm = W_max if W_norm is None else check_real(W_norm, "W_norm", minimum=0.0, maximum=W_max)
     seed = check_int(seed, "seed", minimum=0)
@@ -366,6 +368,7 @@ def random_margin_head(d, *, W_max, mu, W_norm=None, rank=None, seed) -> SingleH
 # --------------------------------------------------------------------------------------------
 # Theorem 6.2: the learner
 # --------------------------------------------------------------------------------------------
+
 
 def robust_queries(d, j, *, a, b, U=None) -> np.ndarray:
     """The length-2 queries ``[(b u_i + a e_j)^T; (a e_j)^T]`` for column ``j``, one per probe ``u_i``.
@@ -502,8 +505,7 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
     small = (np.abs(v_hat) < mu - tau - margin_rounding(d, mu)) | (v_hat == 0)
     if np.any(small):
         i = int(np.flatnonzero(small)[np.argmin(np.abs(v_hat[small]))])
-        raise OracleInconsistentError(
-            _MARGIN_MESSAGE.format(i=i, v=abs(v_hat[i]), mu=mu, tau=tau))
+        raise OracleInconsistentError(_MARGIN_MESSAGE.format(i=i, v=abs(v_hat[i]), mu=mu, tau=tau))
 
     # Step 2: one query per entry, logit a b W_ij in [-1/2, 1/2].
     a, b = 0.5, 1.0 / W_max
@@ -532,27 +534,46 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
     eps_W, eps_v = guaranteed_error(tau, mu=mu, W_max=W_max, d=d)
     n_clipped = int(np.sum((alpha_hat < TAU_CLIP) | (alpha_hat > 1 - TAU_CLIP)))
     diagnostics = {
-        "a": a, "b": b, "tau": tau, "alpha_hat": alpha_hat, "n_clipped": n_clipped,
+        "a": a,
+        "b": b,
+        "tau": tau,
+        "alpha_hat": alpha_hat,
+        "n_clipped": n_clipped,
         "min_abs_v": float(np.min(np.abs(v_hat))),
-        "eps_W_guaranteed": eps_W, "eps_v_guaranteed": eps_v,
+        "eps_W_guaranteed": eps_W,
+        "eps_v_guaranteed": eps_v,
     }
-    guarantee = (f"guaranteed ||W - W*||_F <= {eps_W:.3g}, ||v - v*|| <= {eps_v:.3g}"
-                 if np.isfinite(eps_W) else f"no guarantee (tau={tau:.3g} > mu/2={mu / 2:.3g})")
-    message = (f"recovered W and v from d + d^2 = {d + d * d} approximate value queries "
-               f"(Theorem 6.2); {guarantee}")
+    guarantee = (
+        f"guaranteed ||W - W*||_F <= {eps_W:.3g}, ||v - v*|| <= {eps_v:.3g}"
+        if np.isfinite(eps_W)
+        else f"no guarantee (tau={tau:.3g} > mu/2={mu / 2:.3g})"
+    )
+    message = f"recovered W and v from d + d^2 = {d + d * d} approximate value queries (Theorem 6.2); {guarantee}"
     diagnostics["eps_W_posterior"] = float(
-        LIPSCHITZ_6_1 * tau * (1.0 + (1.0 + a) / b) / (a * b) * np.sqrt(d * np.sum(v_hat**-2.0)))
-    checked = verify_noisy(oracle, W_hat, v_hat, verify, tau=tau, W_max=W_max,
-                           allowed_W=min(eps_W, diagnostics["eps_W_posterior"]),
-                           allowed_v=np.sqrt(d) * tau, rtol=verify_rtol, seed=seed + 1,
-                           what="a single head within tau with ||W*||_F <= W_max and margin mu")
-    return build(Recovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=W_hat, v=v_hat)
+        LIPSCHITZ_6_1 * tau * (1.0 + (1.0 + a) / b) / (a * b) * np.sqrt(d * np.sum(v_hat**-2.0))
+    )
+    checked = verify_noisy(
+        oracle,
+        W_hat,
+        v_hat,
+        verify,
+        tau=tau,
+        W_max=W_max,
+        allowed_W=min(eps_W, diagnostics["eps_W_posterior"]),
+        allowed_v=np.sqrt(d) * tau,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        what="a single head within tau with ||W*||_F <= W_max and margin mu",
+    )
+    return build(
+        Recovery, oracle, start, verification=checked, message=message, diagnostics=diagnostics, W=W_hat, v=v_hat
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Beyond the paper: the probe scale and a least-squares learner
 # --------------------------------------------------------------------------------------------
+
 
 def entry_error_bound(b, *, tau, mu, W_max, a=0.5, probe_norm=1.0):
     """Theorem 6.2's worst-case bound on ``|W_hat_ij - W*_ij|`` when the probe scale is ``b``.
@@ -628,16 +649,13 @@ def best_scale(W_max, *, a=0.5, probe_norm=1.0, b_max=None) -> float:
     4.7
     """
     W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
-    b_max = (1.0 - a) / probe_norm if b_max is None else check_real(b_max, "b_max", minimum=0.0,
-                                                                      strict=True)
+    b_max = (1.0 - a) / probe_norm if b_max is None else check_real(b_max, "b_max", minimum=0.0, strict=True)
 
     def f(log_b):
-        return np.log(entry_error_bound(np.exp(log_b), tau=1.0, mu=2.0, W_max=W_max, a=a,
-                                        probe_norm=probe_norm))
+        return np.log(entry_error_bound(np.exp(log_b), tau=1.0, mu=2.0, W_max=W_max, a=a, probe_norm=probe_norm))
 
     hi = np.log(b_max)
-    res = minimize_scalar(f, bounds=(hi - 12.0, hi), method="bounded",
-                          options={"xatol": 1e-10})
+    res = minimize_scalar(f, bounds=(hi - 12.0, hi), method="bounded", options={"xatol": 1e-10})
     b = float(np.exp(res.x))
     return b_max if f(hi) <= f(np.log(b)) + 1e-12 else b
 
@@ -721,8 +739,9 @@ def lstsq_error_bound(tau, *, v_inf, W_max, d, repeats=1, scale="best", rank=Non
     return (2.0 * eps_W if rank is not None and rank < d else eps_W), eps_v
 
 
-def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None, verify=DEFAULT_VERIFY,
-                       verify_rtol=0.1, seed=0):
+def learn_robust_lstsq(
+    oracle, *, W_max, repeats=4, scale="best", rank=None, verify=DEFAULT_VERIFY, verify_rtol=0.1, seed=0
+):
     """Spend ``repeats`` times the queries of Theorem 6.2 to cut the error, without a margin.
 
     Parameters
@@ -846,17 +865,18 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None, ver
         b0 = check_real(scale, "scale", minimum=0.0, strict=True, maximum=b_cap)
     start = reserve(oracle, n_queries_lstsq(d, R) + verify, "learn_robust_lstsq")
     factors = 1.0 - 0.3 * np.arange(R) / R
-    c = factors                        # scales of the length-1 queries
-    bs = b0 * factors                  # probe scales
+    c = factors  # scales of the length-1 queries
+    bs = b0 * factors  # probe scales
 
     # v by least squares over y_r = c_r v_i + noise.
     Y = np.stack([np.asarray(oracle(cr * np.eye(d)[:, None, :])) for cr in c])
     v_hat = (c @ Y) / (c @ c)
-    v_noise = tau * float(np.sum(np.abs(c)) / (c @ c))      # |v_hat_i - v*_i| <= v_noise
+    v_noise = tau * float(np.sum(np.abs(c)) / (c @ c))  # |v_hat_i - v*_i| <= v_noise
     if not np.any(np.abs(v_hat) > v_noise):
         raise NotIdentifiableError(
             f"every |v_hat_i| is at most {v_noise:.3g}, the read-out error allowed by tau={tau:g}: "
-            "v* may be 0, then f is identically 0 and W is not identifiable. A smaller tau is needed.")
+            "v* may be 0, then f is identically 0 and W is not identifiable. A smaller tau is needed."
+        )
     p = int(np.argmax(np.abs(v_hat)))
     s = np.where(np.sign(v_hat * v_hat[p]) < 0, -1.0, 1.0)
     U = np.eye(d)
@@ -885,29 +905,50 @@ def learn_robust_lstsq(oracle, *, W_max, repeats=4, scale="best", rank=None, ver
                 w = (b * b * alpha * (1 - alpha)) ** 2
                 num[rows, j] += w * t
                 den[rows, j] += w
-    T = num / den                       # T[i, j] ~ u_i^T W e_j
+    T = num / den  # T[i, j] ~ u_i^T W e_j
     W_hat = T - np.outer(np.where(np.arange(d) == p, 0.0, s), T[p])
     if rank is not None and rank < d:
         Us, sv, Vt = np.linalg.svd(W_hat)
         W_hat = (Us[:, :rank] * sv[:rank]) @ Vt[:rank]
-    message = (f"recovered W and v from {oracle.n_queries - start} approximate value queries "
-               f"(margin-free probes, b = {b0:.3g}, {R} scales, {R + K} for the pivot row)")
+    message = (
+        f"recovered W and v from {oracle.n_queries - start} approximate value queries "
+        f"(margin-free probes, b = {b0:.3g}, {R} scales, {R + K} for the pivot row)"
+    )
     # The guarantee of the Notes, with the observed denominators |u_i^T v_hat| row by row.
     all_b = np.concatenate([bs, b_pivot])
-    row_err = np.max(_lstsq_logit_error(all_b[None, :], tau, v_noise, np.abs(uv)[:, None], W_max,
-                                        a=a), axis=1)
+    row_err = np.max(_lstsq_logit_error(all_b[None, :], tau, v_noise, np.abs(uv)[:, None], W_max, a=a), axis=1)
     entry = row_err + np.where(np.arange(d) == p, 0.0, row_err[p])
     eps_W_bound = float(np.sqrt(d) * np.linalg.norm(entry))
     if rank is not None and rank < d:
-        eps_W_bound *= 2.0                 # Eckart-Young: the truncation at most doubles it
-    diagnostics = {"pivot": p, "signs": s, "scales": bs, "v_scales": c, "n_clipped": n_clipped,
-                   "tau": tau, "rank": rank, "eps_W_bound": eps_W_bound,
-                   "eps_v_bound": float(np.sqrt(d) * v_noise)}
-    checked = verify_noisy(oracle, W_hat, v_hat, verify, tau=tau, tau_v=v_noise, W_max=W_max,
-                           allowed_W=eps_W_bound, allowed_v=np.sqrt(d) * v_noise, rtol=verify_rtol,
-                           seed=seed + 1, what="a single head within tau with ||W*||_F <= W_max")
-    return build(Recovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=W_hat, v=v_hat)
+        eps_W_bound *= 2.0  # Eckart-Young: the truncation at most doubles it
+    diagnostics = {
+        "pivot": p,
+        "signs": s,
+        "scales": bs,
+        "v_scales": c,
+        "n_clipped": n_clipped,
+        "tau": tau,
+        "rank": rank,
+        "eps_W_bound": eps_W_bound,
+        "eps_v_bound": float(np.sqrt(d) * v_noise),
+    }
+    checked = verify_noisy(
+        oracle,
+        W_hat,
+        v_hat,
+        verify,
+        tau=tau,
+        tau_v=v_noise,
+        W_max=W_max,
+        allowed_W=eps_W_bound,
+        allowed_v=np.sqrt(d) * v_noise,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        what="a single head within tau with ||W*||_F <= W_max",
+    )
+    return build(
+        Recovery, oracle, start, verification=checked, message=message, diagnostics=diagnostics, W=W_hat, v=v_hat
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -968,14 +1009,16 @@ def _noisy_nuclear(A, B, t, delta, *, eps, tau, W_max):
     except cp.error.SolverError as exc:
         raise SolverError(f"SCS failed on the noise-aware nuclear-norm program: {exc}") from None
     its = int(problem.solver_stats.num_iters or 0)
-    info = {"solver": "SCS", "status": problem.status, "solve_iterations": its,
-            "objective": float(problem.value) if problem.value is not None else float("nan")}
+    info = {
+        "solver": "SCS",
+        "status": problem.status,
+        "solve_iterations": its,
+        "objective": float(problem.value) if problem.value is not None else float("nan"),
+    }
     if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
-        raise SolverError(_NOISY_MESSAGES["infeasible"].format(
-            status=problem.status, m=len(t), W_max=W_max, tau=tau))
+        raise SolverError(_NOISY_MESSAGES["infeasible"].format(status=problem.status, m=len(t), W_max=W_max, tau=tau))
     if problem.status != cp.OPTIMAL:
-        raise SolverError(_NOISY_MESSAGES["inaccurate"].format(status=problem.status, eps=eps,
-                                                               its=its))
+        raise SolverError(_NOISY_MESSAGES["inaccurate"].format(status=problem.status, eps=eps, its=its))
     return np.asarray(W.value, dtype=np.float64), info
 
 
@@ -985,6 +1028,7 @@ def _one_blas_thread():
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover
         from contextlib import nullcontext
+
         return nullcontext()
     return threadpool_limits(limits=1, user_api="blas")
 
@@ -993,14 +1037,25 @@ def _check_fit(res, delta, w, *, r, tau, W_max, refuse=True) -> float:
     """``sum w res^2 / sum w delta^2``; with ``refuse``, raise if it exceeds ``FIT_SLACK``."""
     ratio = float(np.sum(w * res**2) / max(float(np.sum(w * delta**2)), np.finfo(float).tiny))
     if refuse and ratio > FIT_SLACK:
-        raise OracleInconsistentError(_NOISY_MESSAGES["fit"].format(ratio=ratio, r=r, tau=tau,
-                                                                    W_max=W_max))
+        raise OracleInconsistentError(_NOISY_MESSAGES["fit"].format(ratio=ratio, r=r, tau=tau, W_max=W_max))
     return ratio
 
 
-def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, method="rgn",
-                         logit_max=0.5, solver_eps=1e-7, max_iter=30, verify=DEFAULT_VERIFY,
-                         verify_rtol=0.1, seed=0):
+def learn_low_rank_noisy(
+    oracle,
+    rank,
+    *,
+    W_max,
+    tau=None,
+    n_measurements=None,
+    method="rgn",
+    logit_max=0.5,
+    solver_eps=1e-7,
+    max_iter=30,
+    verify=DEFAULT_VERIFY,
+    verify_rtol=0.1,
+    seed=0,
+):
     """Recover a head with ``rank(W*) <= r`` from approximate value queries: noisy ROP.
 
     Parameters
@@ -1130,7 +1185,8 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
         raise NotIdentifiableError(
             f"n_measurements={m} cannot determine a rank-{r} {d} x {d} matrix: it has r(2d - r) = "
             f"{dof} degrees of freedom. Raise n_measurements to at least {dof} (with noise, "
-            f"{int(np.ceil(NOISY_OVERSAMPLING * dof))} or more).")
+            f"{int(np.ceil(NOISY_OVERSAMPLING * dof))} or more)."
+        )
     if method == "nuclear":
         check_nuclear_size(d, m, r, "learn_low_rank_noisy")
     start = reserve(oracle, d + m + verify, "learn_low_rank_noisy")
@@ -1138,11 +1194,10 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
 
     v_hat = read_value_vector(oracle)
     if not np.any(v_hat):
-        raise NotIdentifiableError(
-            "every v_hat_i is 0: f is (within tau) identically 0 and W is not identifiable.")
+        raise NotIdentifiableError("every v_hat_i is 0: f is (within tau) identically 0 and W is not identifiable.")
     A, B = _gaussian_rop_design(d, m, v_hat, rng)
     c = rop_scales(A, B, W_max=W_max, logit_max=logit_max)
-    y = answer_rop(oracle, A, B, c)            # in bounded chunks: no (m, 2, d) array
+    y = answer_rop(oracle, A, B, c)  # in bounded chunks: no (m, 2, d) array
     av, bv = A @ v_hat, B @ v_hat
     alpha_hat = (y / c - bv) / av
     lo = float(expit(-logit_max))
@@ -1150,8 +1205,14 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
     t = logit(np.clip(alpha_hat, lo, 1 - lo)) / c**2
     delta, _ = rop_error_bound(alpha_hat, tau=tau, c=c, A=A, B=B, av_hat=av, logit_max=logit_max)
 
-    diagnostics = {"tau": tau, "n_measurements": m, "scales": c, "delta": delta,
-                   "n_clipped": n_clipped, "max_abs_logit": float(np.max(np.abs(t * c**2)))}
+    diagnostics = {
+        "tau": tau,
+        "n_measurements": m,
+        "scales": c,
+        "delta": delta,
+        "n_clipped": n_clipped,
+        "max_abs_logit": float(np.max(np.abs(t * c**2))),
+    }
     if method == "nuclear":
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
         how = "noise-aware nuclear-norm program (SCS)"
@@ -1166,26 +1227,47 @@ def learn_low_rank_noisy(oracle, rank, *, W_max, tau=None, n_measurements=None, 
             W, info = _weighted_rgn(A, B, t, w, r, max_iter=max_iter)
             W_half, _ = _weighted_rgn(A, B, t, np.sqrt(w), r, max_iter=max_iter)
             Uh, sh, Vth = np.linalg.svd(W_half)
-            W2, info2 = _weighted_rgn(A, B, t, w, r, max_iter=max_iter,
-                                      start=(Uh[:, :r], sh[:r], Vth[:r].T))
+            W2, info2 = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=(Uh[:, :r], sh[:r], Vth[:r].T))
         info["start"] = "spectral"
         if info2["residual"] < info["residual"]:
             W, info = W2, dict(info2, start="sqrt-weighted")
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
         if tau > 0:
-            info["fit_ratio"] = _check_fit(_rop_apply(A, B, W) - t, delta, w, r=r, tau=tau,
-                                           W_max=W_max, refuse=verify > 0)
+            info["fit_ratio"] = _check_fit(
+                _rop_apply(A, B, W) - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0
+            )
     diagnostics.update(info)
     with np.errstate(divide="ignore", invalid="ignore"):
         # at most 1 for W*: a larger value certifies W != W*
         diagnostics["max_violation"] = float(np.max(np.abs(_rop_apply(A, B, W) - t) / delta))
     diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: r + 1]
-    message = (f"recovered a rank-{r} W and v from {d} + {m} approximate value queries "
-               f"(tau={tau:.3g}): {m} Gaussian rank-one projections, {how}")
+    message = (
+        f"recovered a rank-{r} W and v from {d} + {m} approximate value queries "
+        f"(tau={tau:.3g}): {m} Gaussian rank-one projections, {how}"
+    )
     if n_clipped:
         message += f"; {n_clipped} weights clipped to Lemma 6.1's window"
-    checked = verify_noisy(oracle, W, v_hat, verify, tau=tau, W_max=W_max, allowed_v=np.sqrt(d) * tau,
-                           rtol=verify_rtol, seed=seed + 1,
-                           what=f"a single head within tau with ||W*||_F <= W_max and rank <= {r}")
-    return build(LowRankRecovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=W, v=v_hat, rank=r, method=method)
+    checked = verify_noisy(
+        oracle,
+        W,
+        v_hat,
+        verify,
+        tau=tau,
+        W_max=W_max,
+        allowed_v=np.sqrt(d) * tau,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        what=f"a single head within tau with ||W*||_F <= W_max and rank <= {r}",
+    )
+    return build(
+        LowRankRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=W,
+        v=v_hat,
+        rank=r,
+        method=method,
+    )

@@ -28,8 +28,8 @@ from .attention import SingleHead
 from .errors import InvalidInputError
 from .oracles import FORMATS, nearest_format, round_to, unit_roundoff
 
-__all__ = ["FORMATS", "unit_roundoff", "round_to", "nearest_format", "ServedHead",
-           "SERVED_LEARNERS", "served_accuracy"]
+__all__ = ["FORMATS", "unit_roundoff", "round_to", "nearest_format", "ServedHead", "SERVED_LEARNERS", "served_accuracy"]
+
 
 class ServedHead:
     """A single head served in ``fmt``: stored weights and every operation rounded to it.
@@ -104,13 +104,13 @@ class ServedHead:
         r = self._round
         x = r(X)
         if self._Qt is None:
-            q = r(x[:, -1, :] @ self._Kt.T)                    # W x_N, (B, d)
+            q = r(x[:, -1, :] @ self._Kt.T)  # W x_N, (B, d)
             scores = r(np.einsum("bnd,bd->bn", x, q))
         else:
-            q = r(x[:, -1, :] @ self._Qt)                      # Q x_N, (B, k)
-            k = r(x @ self._Kt)                                # K x_i, (B, N, k)
+            q = r(x[:, -1, :] @ self._Qt)  # Q x_N, (B, k)
+            k = r(x @ self._Kt)  # K x_i, (B, N, k)
             scores = r(np.einsum("bnk,bk->bn", k, q))
-        values = r(x @ self._v)                                # x_i^T v, (B, N)
+        values = r(x @ self._v)  # x_i^T v, (B, N)
         e = r(np.exp(r(scores - scores.max(axis=1, keepdims=True))))
         alpha = r(e / r(e.sum(axis=1, keepdims=True)))
         y = r(np.sum(alpha * values, axis=1)).astype(np.float64)
@@ -167,17 +167,27 @@ def served_accuracy(learner, fmt, d, *, seed=0):
     d = check_int(d, "d", minimum=2)
     u = unit_roundoff(check_choice(fmt, "fmt", ("float32", "float16", "bfloat16")))
     r = max(1, d // 12)
-    row = {"learner": learner, "fmt": fmt, "d": d, "u": u, "error_W": float("nan"),
-           "floor_W": float("nan"), "ratio": float("nan"), "tau": float("nan"), "n_queries": 0,
-           "outcome": "ok"}
+    row = {
+        "learner": learner,
+        "fmt": fmt,
+        "d": d,
+        "u": u,
+        "error_W": float("nan"),
+        "floor_W": float("nan"),
+        "ratio": float("nan"),
+        "tau": float("nan"),
+        "n_queries": 0,
+        "outcome": "ok",
+    }
     W_max, mu = 4.0, 0.5 / np.sqrt(d)
     if learner in ("single_head", "sketch"):
-        target = ServedHead(random_single_head(d, rank=None if learner == "single_head" else r,
-                                               seed=seed + d), fmt)
+        target = ServedHead(random_single_head(d, rank=None if learner == "single_head" else r, seed=seed + d), fmt)
         oracle = ValueQueryOracle(target, precision=fmt)
     else:
-        target = ServedHead(random_margin_head(d, W_max=W_max, mu=mu, seed=seed + d,
-                                               rank=r if learner == "low_rank_noisy" else None), fmt)
+        target = ServedHead(
+            random_margin_head(d, W_max=W_max, mu=mu, seed=seed + d, rank=r if learner == "low_rank_noisy" else None),
+            fmt,
+        )
         row["tau"] = rounding_size(TWO_TOKEN_ROUNDINGS) * u
         oracle = ApproxValueQueryOracle(target, row["tau"], noise="none")
     try:

@@ -69,8 +69,9 @@ def grid_points(grid) -> list[dict]:
     return [dict(p) for p in points]
 
 
-def run_sweep(fn: Callable[..., Mapping], grid, *, n_jobs=1, backend="loky", progress=True,
-              name=None, chapter=None) -> list[dict]:
+def run_sweep(
+    fn: Callable[..., Mapping], grid, *, n_jobs=1, backend="loky", progress=True, name=None, chapter=None
+) -> list[dict]:
     """Evaluate ``fn(**point)`` on every grid point; return one row per point, in grid order.
 
     Parameters
@@ -109,7 +110,7 @@ def run_sweep(fn: Callable[..., Mapping], grid, *, n_jobs=1, backend="loky", pro
     [{'a': 1}, {'a': 2}]
     """
     import joblib
-    from tqdm import tqdm   # plain text bar: tqdm.auto needs ipywidgets in notebooks
+    from tqdm import tqdm  # plain text bar: tqdm.auto needs ipywidgets in notebooks
 
     check_choice(backend, "backend", BACKENDS)
     n_jobs = check_int(n_jobs, "n_jobs")

@@ -75,7 +75,7 @@ class ReusedAnswers:
         self.d = int(oracle.d)
         self.tau = float(getattr(oracle, "tau", 0.0))
         self.n_reused = 0
-        self._known = {}          # (j, sign) -> answer to [sign * e_j^T]
+        self._known = {}  # (j, sign) -> answer to [sign * e_j^T]
 
     @property
     def n_queries(self) -> int:
@@ -96,8 +96,7 @@ class ReusedAnswers:
         nz = np.count_nonzero(flat, axis=1)
         j = np.argmax(np.abs(flat), axis=1)
         val = flat[np.arange(len(flat)), j]
-        return [(int(jj), float(vv)) if n == 1 and abs(vv) == 1.0 else None
-                for n, jj, vv in zip(nz, j, val)]
+        return [(int(jj), float(vv)) if n == 1 and abs(vv) == 1.0 else None for n, jj, vv in zip(nz, j, val)]
 
     def __call__(self, X):
         if not (isinstance(X, np.ndarray) and X.ndim == 3 and X.shape[1] == 1 and X.shape[2] == self.d):
@@ -174,8 +173,17 @@ def random_one_layer(d, m, *, rank=None, seed) -> OneLayerTransformer:
     return OneLayerTransformer.from_native(Q, K, V, W1, w2)
 
 
-def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-10,
-                    verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, **ffn_options):
+def learn_one_layer(
+    oracle,
+    *,
+    signs="auto",
+    milp_time_limit=10.0,
+    zero_tol=1e-10,
+    verify=DEFAULT_VERIFY,
+    verify_rtol=1e-6,
+    seed=0,
+    **ffn_options,
+):
     """Recover ``(W, A, w_o)`` of a one-layer Transformer from exact value queries (§4.1).
 
     Parameters
@@ -272,8 +280,11 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
     n_ffn = oracle.n_queries - start
     b = ffn.v
     # Size of the answers to [+-e_j^T], from the extracted network (no new query).
-    ref = float(np.max(np.abs(ffn.network.forward(np.concatenate([np.eye(d), -np.eye(d)]))),
-                       initial=0.0)) if ffn.A.size else 0.0
+    ref = (
+        float(np.max(np.abs(ffn.network.forward(np.concatenate([np.eye(d), -np.eye(d)]))), initial=0.0))
+        if ffn.A.size
+        else 0.0
+    )
     if not np.any(np.abs(b) > zero_tol * max(ref, np.finfo(float).tiny)):
         raise NotIdentifiableError(
             "A w_o = 0: the antisymmetrised oracle VQ(X) - VQ(-X) = alpha(X, W)^T X A w_o is "
@@ -282,11 +293,10 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
         )
     anti = AntisymmetrisedOracle(oracle)
     try:
-        head = learn_single_head(anti, verify=0)   # the whole model is verified below
+        head = learn_single_head(anti, verify=0)  # the whole model is verified below
     except NotIdentifiableError as exc:
         raise NotIdentifiableError(
-            "the antisymmetrised oracle read A w_o = 0, so W is not identifiable from it (§4.1). "
-            f"({exc})"
+            f"the antisymmetrised oracle read A w_o = 0, so W is not identifiable from it (§4.1). ({exc})"
         ) from None
     n_att = oracle.n_queries - start - n_ffn
     diagnostics = {
@@ -297,18 +307,35 @@ def learn_one_layer(oracle, *, signs="auto", milp_time_limit=10.0, zero_tol=1e-1
         "ffn": dict(ffn.diagnostics),
         "attention": dict(head.diagnostics),
     }
-    message = (f"FFN: {ffn.message}; attention: W from the antisymmetrised oracle with {n_att} "
-               f"queries (2 d^2 = {2 * d * d}; its {d} length-1 queries reuse the FFN's "
-               f"{oracle.n_reused} answers to [+-e_j])")
+    message = (
+        f"FFN: {ffn.message}; attention: W from the antisymmetrised oracle with {n_att} "
+        f"queries (2 d^2 = {2 * d * d}; its {d} length-1 queries reuse the FFN's "
+        f"{oracle.n_reused} answers to [+-e_j])"
+    )
     model = OneLayerTransformer(head.W, ffn.A, ffn.w_o)
     A, w = ffn.A, np.abs(ffn.w_o)
-    checked = verify_outputs(oracle, model, lambda x: float(w @ np.max(np.abs(x @ A), axis=0)), verify,
-                             rtol=verify_rtol, seed=seed + 1,
-                             what="a one-layer Transformer w_o^T ReLU(alpha(X, W)^T X A) (no bias, "
-                                  "residual or LayerNorm)")
+    checked = verify_outputs(
+        oracle,
+        model,
+        lambda x: float(w @ np.max(np.abs(x @ A), axis=0)),
+        verify,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        what="a one-layer Transformer w_o^T ReLU(alpha(X, W)^T X A) (no bias, residual or LayerNorm)",
+    )
     checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
-    return build(TransformerRecovery, oracle, start, verification=checked, message=message,
-                 diagnostics=diagnostics, W=head.W, v=b, A=ffn.A, w_o=ffn.w_o)
+    return build(
+        TransformerRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=head.W,
+        v=b,
+        A=ffn.A,
+        w_o=ffn.w_o,
+    )
 
 
 def output_precision(model_hat, model, *, n=1000, max_len=8, seed=0):

@@ -55,22 +55,24 @@ def _tangent_step(A, B, res, U, V, *, direct_max, rtol):
     E, C = A @ U, B @ V
     n = 2 * d * r
     if m * n <= direct_max:
-        K = np.concatenate([(B[:, :, None] * E[:, None, :]).reshape(m, d * r),
-                            (A[:, :, None] * C[:, None, :]).reshape(m, d * r)], axis=1)
+        K = np.concatenate(
+            [(B[:, :, None] * E[:, None, :]).reshape(m, d * r), (A[:, :, None] * C[:, None, :]).reshape(m, d * r)],
+            axis=1,
+        )
         z, *_ = np.linalg.lstsq(K, res, rcond=None)
         its = 0
     else:
+
         def matvec(z):
-            X, Y = z[: d * r].reshape(d, r), z[d * r:].reshape(d, r)
+            X, Y = z[: d * r].reshape(d, r), z[d * r :].reshape(d, r)
             return np.einsum("kr,kr->k", B @ X, E) + np.einsum("kr,kr->k", A @ Y, C)
 
         def rmatvec(y):
-            return np.concatenate([(B.T @ (y[:, None] * E)).ravel(),
-                                   (A.T @ (y[:, None] * C)).ravel()])
+            return np.concatenate([(B.T @ (y[:, None] * E)).ravel(), (A.T @ (y[:, None] * C)).ravel()])
 
         op = LinearOperator((m, n), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
         z, _, its, *_ = lsqr(op, res, atol=rtol, btol=rtol, iter_lim=2000)
-    return z[: d * r].reshape(d, r), z[d * r:].reshape(d, r), int(its)
+    return z[: d * r].reshape(d, r), z[d * r :].reshape(d, r), int(its)
 
 
 def _retract(U, s, V, X, Y, r):
@@ -108,12 +110,10 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000):
         history.append(rel)
         if rel <= tol or it == max_iter or (it >= 5 and rel > 0.5 * history[-6]):
             break
-        X, Y, its = _tangent_step(A, B, res, U, V, direct_max=direct_max,
-                                  rtol=max(1e-15, min(1e-6, 1e-3 * rel)))
+        X, Y, its = _tangent_step(A, B, res, U, V, direct_max=direct_max, rtol=max(1e-15, min(1e-6, 1e-3 * rel)))
         total += its
         U, s, V = _retract(U, s, V, X, Y, r)
-    return W, {"iterations": it, "residual": history[-1], "residuals": history,
-               "lsqr_iterations": total}
+    return W, {"iterations": it, "residual": history[-1], "residuals": history, "lsqr_iterations": total}
 
 
 def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3):
@@ -143,7 +143,7 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3)
             break
         X, Y, _ = _tangent_step(Aw, B, res, U, V, direct_max=2_000_000, rtol=1e-12)
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
-            break                       # a diverged step: keep the best iterate (its fit is checked)
+            break  # a diverged step: keep the best iterate (its fit is checked)
         try:
             U, s, V = _retract(U, s, V, X, Y, r)
         except np.linalg.LinAlgError:

@@ -24,7 +24,7 @@ from scipy.special import expit
 
 __all__ = ["rop_queries", "rop_scales", "rop_error_bound"]
 
-_SMALL_AV = 1e-3          # a Gaussian left vector with |a^T v| < 1e-3 ||v|| / sqrt(d) is redrawn
+_SMALL_AV = 1e-3  # a Gaussian left vector with |a^T v| < 1e-3 ||v|| / sqrt(d) is redrawn
 
 
 def rop_queries(A, B, c=1.0) -> np.ndarray:
@@ -113,8 +113,7 @@ def rop_scales(A, B, *, W_max, logit_max=0.5) -> np.ndarray:
     0.5
     """
     na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)
-    return np.minimum.reduce([1.0 / np.linalg.norm(A + B, axis=1), 1.0 / nb,
-                              np.sqrt(logit_max / (W_max * na * nb))])
+    return np.minimum.reduce([1.0 / np.linalg.norm(A + B, axis=1), 1.0 / nb, np.sqrt(logit_max / (W_max * na * nb))])
 
 
 def rop_error_bound(alpha_hat, *, tau, c, A, B, av_hat, logit_max=0.5):
