@@ -247,3 +247,54 @@ def test_best_relative_scale_puts_one_logit_near_t_star_and_is_a_power_of_two():
 
     c = best_relative_scale([0.01])
     assert np.log2(c) == round(np.log2(c)) and 0.5 < c**2 * 0.01 / BEST_LOGIT < 2
+
+
+# -- the canonical-form learners name the answers' rounding when it is the cause of a refusal -------
+
+
+def _float32_two_heads(d=6):
+    from companion.multihead import random_multi_head
+
+    target = random_multi_head(d, 2, seed=0)
+
+    def served(X):
+        X32 = np.asarray(X, np.float32).astype(np.float64)
+        return np.asarray(target(X32), np.float32).astype(np.float64)
+
+    return target, served
+
+
+@pytest.mark.parametrize("learner", ["learn_canonical", "learn_canonical_rational"])
+@pytest.mark.parametrize("stated", ["float32", None])
+def test_canonical_learners_blame_float32_rounding_not_H(learner, stated):
+    from companion import multihead
+    from companion.errors import PrecisionError
+
+    _, served = _float32_two_heads()
+    oracle = ValueQueryOracle(served, d=6, precision=stated) if stated else ValueQueryOracle(served, d=6)
+    with pytest.raises(PrecisionError, match=r"float32.*not a wrong\s+H") as info:
+        getattr(multihead, learner)(oracle, H=2)
+    assert "may be wrong" not in str(info.value).split("(The fit said")[0]
+
+
+@pytest.mark.parametrize("factor, blamed", [(2.0**9, False), (2.0**11, True)])
+def test_canonical_rounding_diagnosis_threshold_just_inside_and_outside(factor, blamed):
+    from companion import multihead
+    from companion._learner import FLOAT64_U
+    from companion.errors import OracleInconsistentError, PrecisionError
+
+    assert multihead._COARSE_FACTOR == 2.0**10
+    _, served = _float32_two_heads()
+    oracle = ValueQueryOracle(served, d=6, precision=factor * FLOAT64_U)
+    with pytest.raises(PrecisionError if blamed else OracleInconsistentError) as info:
+        multihead.learn_canonical(oracle, H=2)
+    assert isinstance(info.value, PrecisionError) == blamed
+
+
+def test_canonical_learner_keeps_its_float64_diagnosis_on_an_exact_oracle():
+    from companion import multihead
+    from companion.errors import OracleInconsistentError
+
+    target = multihead.random_multi_head(6, 3, seed=1)  # three heads, but H=1 is claimed
+    with pytest.raises(OracleInconsistentError):  # not PrecisionError: float64 answers are not to blame
+        multihead.learn_canonical_rational(ValueQueryOracle(target), H=1)

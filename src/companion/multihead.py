@@ -27,9 +27,9 @@ from scipy.optimize import linear_sum_assignment
 
 from ._validation import as_float_array, check_int, check_real
 from .attention import MultiHead, SingleHead
-from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
+from .errors import CompanionError, InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from .exact import check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated
-from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
+from ._learner import DEFAULT_VERIFY, FLOAT64_U, AnswerPrecision, build, check_verify, reserve, verify_outputs
 from .recovery import Recovery
 
 __all__ = [
@@ -1013,6 +1013,41 @@ def _row_terms(s, G, H, tol, need, fits=None):
     return c, L, fits
 
 
+#: A refusal is put down to the answers' rounding when their precision is this many times float64's or
+#: coarser: float32's u is about 5e8 times float64's, while a few ulps of arithmetic noise (another
+#: machine, the perturbation test mode of companion.oracles) stay far below it.
+_COARSE_FACTOR = 2.0**10
+
+
+def _refused_for_precision(body, learner, oracle, *args, seed=0, **kwargs):
+    """Run a canonical-form learner; name the answers' rounding when it is the cause of a refusal.
+
+    Both canonical-form routes fit sums of logistic terms to float64 rounding. When one refuses
+    (:class:`~companion.errors.OracleInconsistentError`), the answers' precision is looked up
+    (stated by the oracle) or measured (:func:`companion.oracles.measure_precision`, 24 queries)
+    and, if it is ``_COARSE_FACTOR`` times float64's or coarser, :class:`~companion.errors.PrecisionError` is raised
+    instead: the refusal is then the rounding, not a wrong ``H`` or a model outside the class.
+    """
+    try:
+        return body(oracle, *args, seed=seed, **kwargs)
+    except OracleInconsistentError as err:
+        prec = AnswerPrecision(oracle, seed=seed + 7)
+        if not prec.known:
+            try:
+                prec.measure()
+            except CompanionError:  # no budget left to measure: keep the original diagnosis
+                raise err from None
+        if prec.u is not None and prec.u > _COARSE_FACTOR * FLOAT64_U:
+            raise PrecisionError(
+                f"{learner} could not resolve the heads, and {prec.describe()}: its fits of logistic sums "
+                "need answers exact to float64 rounding, so this refusal is the answers' rounding, not a wrong "
+                "H or a target outside the class. At this precision use detect_multi_head(oracle, "
+                "precision=...) to tell one head from several; no canonical-form learner here works from "
+                f"answers this coarse. (The fit said: {err})"
+            ) from err
+        raise
+
+
 def learn_canonical(
     oracle,
     H=None,
@@ -1085,6 +1120,9 @@ def learn_canonical(
 
     Raises
     ------
+    PrecisionError
+        If the fits refuse and the answers' precision (stated, or measured with 24 more queries)
+        is far coarser than float64's (float32 or coarser): the rounding, not ``H`` or the model, is the cause.
     TypeError
         If the oracle is approximate.
     InvalidInputError
@@ -1129,6 +1167,40 @@ def learn_canonical(
     >>> rec.n_heads, equivalent(rec.model, target, atol=1e-8)
     (2, True)
     """
+    return _refused_for_precision(
+        _learn_canonical,
+        "learn_canonical",
+        oracle,
+        H,
+        scale=scale,
+        max_len=max_len,
+        n_points=n_points,
+        oversample=oversample,
+        max_tokens_factor=max_tokens_factor,
+        row_retries=row_retries,
+        tol=tol,
+        verify=verify,
+        verify_rtol=verify_rtol,
+        seed=seed,
+    )
+
+
+def _learn_canonical(
+    oracle,
+    H=None,
+    *,
+    scale=4.0,
+    max_len=128,
+    n_points=None,
+    oversample=2.0,
+    max_tokens_factor=8.0,
+    row_retries=2,
+    tol=1e-9,
+    verify=64,
+    verify_rtol=1e-6,
+    seed=0,
+):
+    """The body of :func:`learn_canonical` (its docstring documents it)."""
     from ._rational import count_pairs, fit_row
 
     d = check_exact_oracle(oracle, "learn_canonical")
@@ -1504,6 +1576,9 @@ def learn_canonical_rational(
 
     Raises
     ------
+    PrecisionError
+        If the fits refuse and the answers' precision (stated, or measured with 24 more queries)
+        is far coarser than float64's (float32 or coarser): the rounding, not ``H`` or the model, is the cause.
     TypeError
         If the oracle is approximate.
     InvalidInputError
@@ -1568,6 +1643,25 @@ def learn_canonical_rational(
     >>> equivalent(rec.model, target, atol=1e-8)
     True
     """
+    return _refused_for_precision(
+        _learn_canonical_rational,
+        "learn_canonical_rational",
+        oracle,
+        H,
+        H_bound=H_bound,
+        scale=scale,
+        spread=spread,
+        tol=tol,
+        verify=verify,
+        verify_rtol=verify_rtol,
+        seed=seed,
+    )
+
+
+def _learn_canonical_rational(
+    oracle, H=None, *, H_bound=None, scale=3.0, spread=1.5, tol=1e-9, verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0
+):
+    """The body of :func:`learn_canonical_rational` (its docstring documents it)."""
     from scipy.special import expit
 
     from ._rational import fit_row_joint, fit_rows_joint, interpolate_pairs, polish_pairs, ratio_design
