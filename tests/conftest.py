@@ -28,9 +28,10 @@ def _build_book(tmp_path_factory, builder="html"):
 
     out = tmp_path_factory.mktemp(f"book-{builder}")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    # "auto" executes only what has no outputs: the chapters keep their committed outputs, and the
-    # reproducibility page (a MyST notebook gluing data/results/reproducibility.json) is executed.
-    config["execute"]["execute_notebooks"] = "auto"
+    # The chapters render their committed outputs (excluded from execution); the reproducibility page,
+    # a MyST notebook gluing data/results/reproducibility.json, has none and is executed.
+    config["execute"]["execute_notebooks"] = "force"
+    config["execute"]["exclude_patterns"] = [p.name for p in (ROOT / "book" / "chapters").glob("*.ipynb")]
     # paths in the configuration are relative to its file, which moves to the build folder
     config["sphinx"]["local_extensions"] = {k: str(ROOT / v) for k, v in config["sphinx"]["local_extensions"].items()}
     cfg = out / "_config.yml"

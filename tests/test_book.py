@@ -244,7 +244,8 @@ def _scratch_clone(tmp_path):
             shutil.copy2(ROOT / name, scratch / name)
     (scratch / ".venv").symlink_to(ROOT / ".venv")
     config = yaml.safe_load((scratch / "_config.yml").read_text())
-    config["execute"]["execute_notebooks"] = "auto"  # only the reproducibility page, which has no outputs
+    config["execute"]["execute_notebooks"] = "force"  # the reproducibility page only: chapters are excluded
+    config["execute"]["exclude_patterns"] = [p.name for p in (scratch / "book" / "chapters").glob("*.ipynb")]
     (scratch / "_config.yml").write_text(yaml.safe_dump(config))
     return scratch
 
