@@ -251,6 +251,18 @@ class AnswerPrecision:
         }[self.source]
         return f"the answers {how} u={self.u:.2g} ({self.format}{'?' if self.source == 'measured' else ''})"
 
+    def report_floor(self, diagnostics: dict, message: str, kappa_W: float) -> str:
+        """Record the attainable error ``kappa_W * u`` in ``diagnostics``; return ``message`` saying it."""
+        diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * self.value, floor_v=self.value)
+        if self.known:
+            message += f"; {self.describe()}, attainable relative error of W about {kappa_W * self.value:.1e}"
+        if self.source == "measured":
+            message += (
+                "; the precision was measured after learning, so the probe scale was not chosen "
+                "for it: pass precision='measure' (24 queries first) to reach the floor"
+            )
+        return message
+
     def diagnostics(self) -> dict:
         return {
             "precision": self.value,

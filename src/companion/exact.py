@@ -478,14 +478,7 @@ def learn_single_head(
         size=head_check_size(W, v, kappa_W, 1.0),
         floor=lambda u: kappa_W * u,
     )
-    diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * prec.value, floor_v=prec.value)
-    if prec.known:
-        message += f"; {prec.describe()}, attainable relative error of W about {kappa_W * prec.value:.1e}"
-    if prec.source == "measured":
-        message += (
-            "; the precision was measured after learning, so the probe scale was not chosen "
-            "for it: pass precision='measure' (24 queries first) to reach the floor"
-        )
+    message = prec.report_floor(diagnostics, message, kappa_W)
     return build(
         Recovery,
         oracle,

@@ -19,6 +19,7 @@ heads whose value vectors cancel add nothing. This module holds
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -1019,35 +1020,42 @@ def _row_terms(s, G, H, tol, need, fits=None):
 _COARSE_FACTOR = 2.0**10
 
 
-def _refused_for_precision(body, learner, oracle, *args, seed=0, **kwargs):
-    """Run a canonical-form learner; name the answers' rounding when it is the cause of a refusal.
+def _names_rounding(body):
+    """Decorate a canonical-form learner: name the answers' rounding when it causes a refusal.
 
     Both canonical-form routes fit sums of logistic terms to float64 rounding. When one refuses
     (:class:`~companion.errors.OracleInconsistentError`), the answers' precision is looked up
     (stated by the oracle) or measured (:func:`companion.oracles.measure_precision`, 24 queries)
-    and, if it is ``_COARSE_FACTOR`` times float64's or coarser, :class:`~companion.errors.PrecisionError` is raised
-    instead: the refusal is then the rounding, not a wrong ``H`` or a model outside the class.
+    and, if it is ``_COARSE_FACTOR`` times float64's or coarser, :class:`~companion.errors.PrecisionError`
+    is raised instead: the refusal is then the rounding, not a wrong ``H`` or a model outside the class.
     """
-    try:
-        return body(oracle, *args, seed=seed, **kwargs)
-    except OracleInconsistentError as err:
-        prec = AnswerPrecision(oracle, seed=seed + 7)
-        if not prec.known:
-            try:
-                prec.measure()
-            except CompanionError:  # no budget left to measure: keep the original diagnosis
-                raise err from None
-        if prec.u is not None and prec.u > _COARSE_FACTOR * FLOAT64_U:
-            raise PrecisionError(
-                f"{learner} could not resolve the heads, and {prec.describe()}: its fits of logistic sums "
-                "need answers exact to float64 rounding, so this refusal is the answers' rounding, not a wrong "
-                "H or a target outside the class. At this precision use detect_multi_head(oracle, "
-                "precision=...) to tell one head from several; no canonical-form learner here works from "
-                f"answers this coarse. (The fit said: {err})"
-            ) from err
-        raise
+    learner = body.__name__
+
+    @functools.wraps(body)
+    def run(oracle, *args, seed=0, **kwargs):
+        try:
+            return body(oracle, *args, seed=seed, **kwargs)
+        except OracleInconsistentError as err:
+            prec = AnswerPrecision(oracle, seed=seed + 7)
+            if not prec.known:
+                try:
+                    prec.measure()
+                except CompanionError:  # no budget left to measure: keep the original diagnosis
+                    raise err from None
+            if prec.u is not None and prec.u > _COARSE_FACTOR * FLOAT64_U:
+                raise PrecisionError(
+                    f"{learner} could not resolve the heads, and {prec.describe()}: its fits of logistic sums "
+                    "need answers exact to float64 rounding, so this refusal is the answers' rounding, not a wrong "
+                    "H or a target outside the class. At this precision use detect_multi_head(oracle, "
+                    "precision=...) to tell one head from several; no canonical-form learner here works from "
+                    f"answers this coarse. (The fit said: {err})"
+                ) from err
+            raise
+
+    return run
 
 
+@_names_rounding
 def learn_canonical(
     oracle,
     H=None,
@@ -1167,40 +1175,6 @@ def learn_canonical(
     >>> rec.n_heads, equivalent(rec.model, target, atol=1e-8)
     (2, True)
     """
-    return _refused_for_precision(
-        _learn_canonical,
-        "learn_canonical",
-        oracle,
-        H,
-        scale=scale,
-        max_len=max_len,
-        n_points=n_points,
-        oversample=oversample,
-        max_tokens_factor=max_tokens_factor,
-        row_retries=row_retries,
-        tol=tol,
-        verify=verify,
-        verify_rtol=verify_rtol,
-        seed=seed,
-    )
-
-
-def _learn_canonical(
-    oracle,
-    H=None,
-    *,
-    scale=4.0,
-    max_len=128,
-    n_points=None,
-    oversample=2.0,
-    max_tokens_factor=8.0,
-    row_retries=2,
-    tol=1e-9,
-    verify=64,
-    verify_rtol=1e-6,
-    seed=0,
-):
-    """The body of :func:`learn_canonical` (its docstring documents it)."""
     from ._rational import count_pairs, fit_row
 
     d = check_exact_oracle(oracle, "learn_canonical")
@@ -1522,6 +1496,7 @@ def _ask_pairs(oracle, U, X, n, m):
     return out
 
 
+@_names_rounding
 def learn_canonical_rational(
     oracle, H=None, *, H_bound=None, scale=3.0, spread=1.5, tol=1e-9, verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0
 ):
@@ -1643,25 +1618,6 @@ def learn_canonical_rational(
     >>> equivalent(rec.model, target, atol=1e-8)
     True
     """
-    return _refused_for_precision(
-        _learn_canonical_rational,
-        "learn_canonical_rational",
-        oracle,
-        H,
-        H_bound=H_bound,
-        scale=scale,
-        spread=spread,
-        tol=tol,
-        verify=verify,
-        verify_rtol=verify_rtol,
-        seed=seed,
-    )
-
-
-def _learn_canonical_rational(
-    oracle, H=None, *, H_bound=None, scale=3.0, spread=1.5, tol=1e-9, verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0
-):
-    """The body of :func:`learn_canonical_rational` (its docstring documents it)."""
     from scipy.special import expit
 
     from ._rational import fit_row_joint, fit_rows_joint, interpolate_pairs, polish_pairs, ratio_design
