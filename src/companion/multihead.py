@@ -738,8 +738,12 @@ def _measure_row(oracle, z, v, uv):
     return t / c**2, n_re
 
 
-def _grow_subspace(oracle, q, v, tol):
-    """Krylov growth from ``q`` under ``W^(h)T``: returns probes ``Z``, rows ``R = W^(h)T Z``, basis."""
+def _grow_subspace(oracle, q, v, tol, max_probes):
+    """Krylov growth from ``q`` under ``W^(h)T``: returns probes ``Z``, rows ``R = W^(h)T Z``, basis.
+
+    At most ``max_probes`` probes (``d`` minus the dimensions already found: orthogonal subspaces
+    of R^d add up to at most ``d``); one more raises :class:`OracleInconsistentError`.
+    """
     d = v.shape[0]
     K = q[:, None] / np.linalg.norm(q)
     Z, R = [], []
@@ -759,6 +763,12 @@ def _grow_subspace(oracle, q, v, tol):
             z = z / np.linalg.norm(z)
         else:
             z = K[:, 0]
+        if len(Z) == max_probes:
+            raise OracleInconsistentError(
+                f"the heads found so far span more than d={d} dimensions: their subspaces are not "
+                "mutually orthogonal, so the oracle is not a sum of heads in orthogonal subspaces "
+                "(the assumption of learn_orthogonal_heads); use learn_canonical for general heads."
+            )
         uv = float(z @ v)
         if abs(uv) <= tol * np.linalg.norm(v):
             raise NotIdentifiableError(
@@ -819,7 +829,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         ``Ws`` (H, d, d), ``vs`` (H, d) in the order found; ``n_queries`` equals
         ``d + d (d + 1) + d * sum_h dim S_h`` (``2 d^2 + 2 d`` when the subspaces fill R^d) plus
         re-measurements of saturated probes and ``verify`` (``n_learning_queries`` leaves out the
-        ``verify``). ``diagnostics`` holds ``hessian_eigenvalues`` (sorted by magnitude),
+        ``verify``); never more than ``2 d^2 + 2 d`` before the re-measurements. ``diagnostics`` holds ``hessian_eigenvalues`` (sorted by magnitude),
         ``head_dims``, ``n_requeries``, ``n_verify_queries`` and, with ``verify``,
         ``verify_max_error`` and ``verify_tolerance`` (the tolerance it was held to).
 
@@ -829,11 +839,16 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         If the oracle is approximate.
     InvalidInputError
         For ``step``, ``tol``, ``verify`` out of range.
+    BudgetExceededError
+        If the oracle's budget is below ``2 d^2 + 2 d + verify`` (the count when the subspaces fill
+        R^d, the most the learner asks before re-measurements), before the first query; or if the
+        re-measurements of saturated probes then pass the budget.
     NotIdentifiableError
         If ``sum_h v^(h) = 0`` or the Hessian probe is 0 (no head visible).
     OracleInconsistentError
-        If an attention weight of an isolated head leaves (0, 1), or the verification fails: the
-        oracle's heads are not in orthogonal subspaces.
+        If an attention weight of an isolated head leaves (0, 1), the subspaces found would span
+        more than ``d`` dimensions, or the verification fails: the oracle's heads are not in
+        orthogonal subspaces.
 
     Notes
     -----
@@ -883,7 +898,9 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
     tol = check_real(tol, "tol", minimum=0.0, strict=True, maximum=0.5)
     verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
-    start = reserve(oracle, d + d * (d + 1) + verify, "learn_orthogonal_heads")
+    # The most it can ask before re-measurements: d + d (d + 1) + d * sum_h dim S_h with the sum
+    # at its largest, d (the subspaces are orthogonal; _grow_subspace refuses to go beyond).
+    start = reserve(oracle, d + d * (d + 1) + d * d + verify, "learn_orthogonal_heads")
 
     v = np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)
     if not np.any(v):
@@ -908,7 +925,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
             if np.linalg.norm(q - F @ (F.T @ q)) < 0.5:
                 continue  # inside a subspace already found
             q = q - F @ (F.T @ q)
-        Z, R, B, k = _grow_subspace(oracle, q, v, tol)
+        Z, R, B, k = _grow_subspace(oracle, q, v, tol, d - sum(b.shape[1] for b in bases))
         n_re += k
         C = B.T @ Z
         Ws.append(B @ np.linalg.solve(C.T, R.T))
