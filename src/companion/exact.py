@@ -36,6 +36,7 @@ from ._learner import (
     verify_outputs,
 )
 from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
+from .numerics.rop import _redraw_small, rop_queries
 from .recovery import Recovery
 
 __all__ = [
@@ -126,13 +127,7 @@ def probe_matrix(v, probes="basis", *, seed=0) -> np.ndarray:
         U[small, p] += 1.0
         return U
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
-    U = rng.standard_normal((d, d)) / np.sqrt(d)
-    floor = GAUSSIAN_PROBE_FLOOR * np.linalg.norm(v) / np.sqrt(d)
-    bad = np.abs(U @ v) < floor
-    while np.any(bad):
-        U[bad] = rng.standard_normal((int(bad.sum()), d)) / np.sqrt(d)
-        bad = np.abs(U @ v) < floor
-    return U
+    return _redraw_small(rng.standard_normal((d, d)) / np.sqrt(d), v, GAUSSIAN_PROBE_FLOOR, rng)
 
 
 def column_queries(U, j, c) -> np.ndarray:
@@ -152,10 +147,7 @@ def column_queries(U, j, c) -> np.ndarray:
     ndarray of shape (k, 2, d)
     """
     k, d = U.shape
-    X = np.zeros((k, 2, d))
-    X[:, 0, :] = U
-    X[:, :, j] += 1.0
-    return X * np.reshape(c, (-1, 1, 1))
+    return rop_queries(U, np.broadcast_to(np.eye(1, d, j), (k, d)), c)  # the ROP with b = e_j
 
 
 def invert_two_token(y, v_j, uv, c):

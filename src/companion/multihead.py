@@ -31,6 +31,7 @@ from .attention import MultiHead, SingleHead
 from .errors import CompanionError, InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from .exact import check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated
 from ._learner import DEFAULT_VERIFY, FLOAT64_U, AnswerPrecision, build, check_verify, reserve, verify_outputs
+from .numerics.rop import rop_queries
 from .recovery import Recovery
 
 __all__ = [
@@ -714,11 +715,8 @@ def _measure_row(oracle, z, v, uv):
     eye = np.eye(d)
     c = np.ones(d)
 
-    def queries(idx):
-        X = np.zeros((idx.size, 2, d))
-        X[:, 0, :] = z + eye[idx]
-        X[:, 1, :] = eye[idx]
-        return X * c[idx, None, None]
+    def queries(idx):  # rank-one projections with a = z, b = e_j
+        return rop_queries(np.broadcast_to(z, (idx.size, d)), eye[idx], c[idx])
 
     idx = np.arange(d)
     t, alpha = invert_two_token(oracle(queries(idx)), v, uv, c)

@@ -78,12 +78,24 @@ def _gaussian_rop_design(d, m, v, rng):
     """
     A = rng.standard_normal((m, d)) / math.sqrt(d)
     B = rng.standard_normal((m, d)) / math.sqrt(d)
-    floor = _SMALL_AV * np.linalg.norm(v) / math.sqrt(d)
-    bad = np.abs(A @ v) < floor
+    return _redraw_small(A, v, _SMALL_AV, rng), B
+
+
+def _redraw_small(A, v, floor, rng):
+    """Redraw, in place, each row ``a`` of ``A`` (drawn ``N(0, I_d / d)``) with ``|a^T v| < floor ||v|| / sqrt(d)``.
+
+    The one rule for Gaussian vectors that divide an answer by ``a^T v``: the ROP design's left
+    vectors (``floor`` = 1e-3) and Theorem 4.1's Gaussian probes
+    (``companion.exact.GAUSSIAN_PROBE_FLOOR``, 0.1). Redrawn rows come from ``rng`` in row order,
+    until none is left below the floor. Returns ``A``.
+    """
+    d = A.shape[1]
+    cut = floor * np.linalg.norm(v) / math.sqrt(d)
+    bad = np.abs(A @ v) < cut
     while np.any(bad):
         A[bad] = rng.standard_normal((int(bad.sum()), d)) / math.sqrt(d)
-        bad = np.abs(A @ v) < floor
-    return A, B
+        bad = np.abs(A @ v) < cut
+    return A
 
 
 def rop_scales(A, B, *, W_max, logit_max=0.5) -> np.ndarray:
