@@ -4,9 +4,11 @@ One two-token value query ``c [(a + b)^T; b^T]`` measures the rank-one projectio
 ``<a b^T, W> = a^T W b`` of Cai & Zhang (2015) through the two-token identity: its answer is
 ``c (b^T v + sigma(c^2 a^T W b) a^T v)``. This module holds what every ROP learner shares:
 
-* :func:`_gaussian_rop_design` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``;
+* :func:`_gaussian_rop_design` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``,
+  with :func:`_redraw_small` (also Theorem 4.1's Gaussian probes) redrawing a small ``a^T v``;
 * :func:`rop_queries` -- the queries themselves (``companion._streaming.answer_rop`` builds the
-  same values chunk by chunk);
+  same values chunk by chunk; Theorem 4.1's, Theorem 6.2's and the orthogonal-heads learner's
+  queries are these with ``b = e_j``);
 * :func:`rop_scales`, :func:`rop_error_bound` -- the scales that keep the logit in Lemma 6.1's
   window whatever ``W*`` with ``||W*||_F <= W_max``, and the bound on one noisy measurement.
 
