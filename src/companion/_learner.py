@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_int, check_real
+from .attention import SingleHead
 from .errors import MESSAGES, OracleInconsistentError, PrecisionError
 
 #: Fresh random queries every learner spends on its default verification.
@@ -398,6 +399,15 @@ def verify_outputs(
         "verify_max_error": float(np.max(err)),
         "verify_tolerance": float(tol[int(np.argmax(err))]),
     }
+
+
+def verify_head(oracle, W, v, n, **options):
+    """:func:`verify_outputs` for the single head ``(W, v)``, with output scale ``max_i |x_i^T v|``.
+
+    The check every single-head learner makes (Theorem 4.1's, the low-rank, homogeneous and
+    canonical-form ones); ``options`` are :func:`verify_outputs`'s keywords.
+    """
+    return verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), n, **options)
 
 
 def verify_noisy(

@@ -22,7 +22,6 @@ from scipy.special import expit, logit
 
 from ._streaming import chunk_queries
 from ._validation import check_choice, check_int, check_real
-from .attention import SingleHead
 from ._learner import (
     BEST_LOGIT,
     DEFAULT_VERIFY,
@@ -33,7 +32,7 @@ from ._learner import (
     head_check_size,
     reserve,
     saturation_band,
-    verify_outputs,
+    verify_head,
 )
 from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
 from .numerics.rop import _redraw_small, rop_queries
@@ -254,10 +253,10 @@ def verify_single_head(oracle, W, v, n, *, rtol=1e-6, scale=1.0, seed=0):
     """
     n = check_int(n, "n", minimum=1)
     try:
-        info = verify_outputs(
+        info = verify_head(
             oracle,
-            SingleHead(W, v),
-            lambda x: np.max(np.abs(x @ v)),
+            W,
+            v,
             n,
             rtol=rtol,
             seed=seed,
@@ -457,10 +456,10 @@ def learn_single_head(
     message = f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)" + (
         f" and {n_requeries} re-measurements of saturated probes" if n_requeries else ""
     )
-    checked = verify_outputs(
+    checked = verify_head(
         oracle,
-        SingleHead(W, v),
-        lambda x: np.max(np.abs(x @ v)),
+        W,
+        v,
         verify,
         rtol=verify_rtol,
         seed=seed + 1,

@@ -50,9 +50,8 @@ from ._learner import (
     measurement_errors,
     reserve,
     saturation_band,
-    verify_outputs,
+    verify_head,
 )
-from .attention import SingleHead
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES
 from .numerics.rgn import _rgn
@@ -960,10 +959,10 @@ def learn_low_rank(
     if diagnostics.get("n_requeries"):
         message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
     kappa_W = diagnostics.pop("kappa_W", 0.0)
-    checked = verify_outputs(
+    checked = verify_head(
         oracle,
-        SingleHead(W, v),
-        lambda x: np.max(np.abs(x @ v)),
+        W,
+        v,
         verify,
         rtol=verify_rtol,
         seed=seed + 1,

@@ -30,7 +30,16 @@ from ._validation import as_float_array, check_int, check_real
 from .attention import MultiHead, SingleHead
 from .errors import CompanionError, InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from .exact import check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated
-from ._learner import DEFAULT_VERIFY, FLOAT64_U, AnswerPrecision, build, check_verify, reserve, verify_outputs
+from ._learner import (
+    DEFAULT_VERIFY,
+    FLOAT64_U,
+    AnswerPrecision,
+    build,
+    check_verify,
+    reserve,
+    verify_head,
+    verify_outputs,
+)
 from .numerics.rop import rop_queries
 from .recovery import Recovery
 
@@ -548,10 +557,10 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0, precision=None) -
     scale = float(np.sqrt(np.median(rec.diagnostics["scales"])))
     size = head_check_size(rec.W, rec.v, rec.diagnostics["kappa_W"], 1.0)
     try:
-        info = verify_outputs(
+        info = verify_head(
             oracle,
-            SingleHead(rec.W, rec.v),
-            lambda x: np.max(np.abs(x @ rec.v)),
+            rec.W,
+            rec.v,
             verify,
             rtol=rtol,
             seed=seed,
@@ -827,9 +836,10 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         ``Ws`` (H, d, d), ``vs`` (H, d) in the order found; ``n_queries`` equals
         ``d + d (d + 1) + d * sum_h dim S_h`` (``2 d^2 + 2 d`` when the subspaces fill R^d) plus
         re-measurements of saturated probes and ``verify`` (``n_learning_queries`` leaves out the
-        ``verify``); never more than ``2 d^2 + 2 d`` before the re-measurements. ``diagnostics`` holds ``hessian_eigenvalues`` (sorted by magnitude),
-        ``head_dims``, ``n_requeries``, ``n_verify_queries`` and, with ``verify``,
-        ``verify_max_error`` and ``verify_tolerance`` (the tolerance it was held to).
+        ``verify``); never more than ``2 d^2 + 2 d`` before the re-measurements. ``diagnostics``
+        holds ``hessian_eigenvalues`` (sorted by magnitude), ``head_dims``, ``n_requeries``,
+        ``n_verify_queries`` and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``
+        (the tolerance it was held to).
 
     Raises
     ------
