@@ -674,6 +674,15 @@ class MultiHeadRecovery(Recovery):
         return MultiHead(self.Ws, self.vs)
 
 
+def _heads_result(oracle, start, Ws, vs, **fields) -> MultiHeadRecovery:
+    """A multi-head learner's result: heads ``Ws`` (H, d, d), ``vs`` (H, d) and their sums ``W``, ``v``.
+
+    ``fields`` (``verification``, ``message``, ``diagnostics``) go to :func:`companion._learner.build`,
+    which reads ``n_queries`` from the oracle's counter since ``start``.
+    """
+    return build(MultiHeadRecovery, oracle, start, W=Ws.sum(axis=0), v=vs.sum(axis=0), Ws=Ws, vs=vs, **fields)
+
+
 def _hessian_queries(d, x0, s):
     """Queries ``[(w + t x0)^T; (t x0)^T]`` for ``w`` in {e_k} and {e_k + e_l, k < l}, t in (s, 2s)."""
     iu = np.triu_indices(d)
@@ -955,18 +964,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         what="a sum of heads in mutually orthogonal subspaces, each cyclic with W^(h) != 0 "
         "(the assumptions of learn_orthogonal_heads)",
     )
-    return build(
-        MultiHeadRecovery,
-        oracle,
-        start,
-        verification=checked,
-        message=message,
-        diagnostics=diagnostics,
-        W=Ws.sum(axis=0),
-        v=vs.sum(axis=0),
-        Ws=Ws,
-        vs=vs,
-    )
+    return _heads_result(oracle, start, Ws, vs, verification=checked, message=message, diagnostics=diagnostics)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1400,17 +1398,8 @@ def learn_canonical(
             f"verification ({str(exc).split(':')[0]}); the oracle is not a sum of attention "
             "heads, or its heads are too close to resolve (try a larger scale or max_len)."
         ) from exc
-    return build(
-        MultiHeadRecovery,
-        oracle,
-        start,
-        verification=checked,
-        message=message,
-        diagnostics=diagnostics,
-        W=model.Ws.sum(axis=0),
-        v=model.vs.sum(axis=0),
-        Ws=model.Ws,
-        vs=model.vs,
+    return _heads_result(
+        oracle, start, model.Ws, model.vs, verification=checked, message=message, diagnostics=diagnostics
     )
 
 
