@@ -12,6 +12,12 @@ Two kinds of query suffice:
 solve. The paper's queries have ``c = 1``; the scale ``c`` (the score is bilinear in the tokens,
 so the logit scales by ``c^2`` while the answer scales by ``c``) keeps the sigmoid away from 0 and
 1 for targets with a large ``W``, where ``c = 1`` would leave only a bound on the logit.
+
+Layer: one of the paper's sections (§4), above the skeleton (``_learner``) and the shared
+numerics: the length-2 queries are rank-one projections with ``b = e_j``
+(:func:`companion.numerics.rop.rop_queries`), and the Gaussian probes are redrawn by the same rule
+as the ROP design. Its own helpers (:func:`read_value_vector`, :func:`invert_two_token`,
+:func:`remeasure_saturated`) serve every learner that inverts the sigmoid.
 """
 
 from __future__ import annotations

@@ -15,6 +15,11 @@ heads whose value vectors cancel add nothing. This module holds
 * :func:`learn_orthogonal_heads`: a learner for heads living in mutually orthogonal subspaces (the
   structural assumption named in §7), which recovers every head up to permutation without knowing
   ``H`` or the subspaces.
+
+Layer: one of the paper's sections (§7), above §4 (``exact``: the single-head learner and its
+inversion), the skeleton (``_learner``) and the shared numerics (its isolation queries are
+:func:`companion.numerics.rop.rop_queries`); the canonical-form learners' fits live in the private
+module ``_rational`` beside it.
 """
 
 from __future__ import annotations
