@@ -66,8 +66,12 @@ def rop_queries(A, B, c=1.0) -> np.ndarray:
     """
     A = np.asarray(A, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
-    X = np.stack([A + B, B], axis=1)
-    return X * np.reshape(np.asarray(c, dtype=np.float64), (-1, 1, 1))
+    m, d = np.broadcast_shapes(A.shape, B.shape)
+    X = np.empty((m, 2, d))  # one (m, 2, d) array, no temporaries
+    np.add(A, B, out=X[:, 0])
+    X[:, 1] = B
+    X *= np.reshape(np.asarray(c, dtype=np.float64), (-1, 1, 1))
+    return X
 
 
 def _gaussian_rop_design(d, m, v, rng):
