@@ -104,6 +104,62 @@ def test_page_renders_cleanly_in_chromium(doc, book_html, tmp_path):
             assert parsed.fragment in _ids(target), f"broken anchor {href!r}"
 
 
+# Measured in the page once MathJax has typeset it: every code cell's input and output, and every
+# displayed equation, whose content is wider than its box (it would scroll sideways).
+_MEASURE = """<script>
+window.addEventListener("load", function () {
+  var measure = function () {
+    var wide = function (el) { return el.scrollWidth > el.clientWidth + 1; };
+    var out = [];
+    document.querySelectorAll("main div.cell").forEach(function (cell, k) {
+      var pre = cell.querySelector("div.cell_input pre");
+      if (pre && wide(pre)) out.push("code cell " + k + " input: " + pre.scrollWidth + " px in "
+        + pre.clientWidth + " px: " + pre.textContent.split("\\n")[0].slice(0, 60));
+      cell.querySelectorAll("div.cell_output pre").forEach(function (o) {
+        if (wide(o)) out.push("code cell " + k + " output: " + o.scrollWidth + " px in "
+          + o.clientWidth + " px: " + o.textContent.slice(0, 60));
+      });
+    });
+    document.querySelectorAll("main div.math").forEach(function (m) {
+      var box = m.closest("div.math-wrapper") || m;
+      if (wide(box)) out.push("equation " + ((m.querySelector(".eqno") || {}).textContent || m.id)
+        + ": " + box.scrollWidth + " px in " + box.clientWidth + " px");
+    });
+    document.body.setAttribute("data-too-wide", JSON.stringify(out));
+  };
+  (window.MathJax && MathJax.startup ? MathJax.startup.promise : Promise.resolve()).then(measure);
+});
+</script>"""
+WIDTH = 1280   # the browser window of the screenshots: a desktop, where the theme shows its default widths
+
+
+def _too_wide(page: Path, profile: Path) -> list:
+    """What scrolls sideways on ``page`` in a ``WIDTH``-pixel window: a copy of the page (its links
+    resolved against the built folder by a ``<base>``) measures itself with ``_MEASURE``."""
+    from bs4 import BeautifulSoup
+
+    html = page.read_text()
+    html = html.replace("<head>", f'<head><base href="{page.parent.as_uri()}/">', 1)
+    html = html.replace("</body>", _MEASURE + "</body>", 1)
+    probe = profile.parent / f"measure-{page.name}"
+    probe.write_text(html)
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={WIDTH},1600",
+                          "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    body = BeautifulSoup(dom.stdout, "html.parser").find("body")
+    assert body is not None and body.has_attr("data-too-wide"), "the page's measurement did not run"
+    return json.loads(body["data-too-wide"])
+
+
+@pytest.mark.parametrize("doc", [d for d in _pages() if d.startswith("book/chapters/")])
+def test_no_code_cell_or_equation_scrolls_sideways(doc, book_html, tmp_path):
+    """Issue 23, item 5: on screen, at the theme's default width, no code cell's input or output and
+    no displayed equation is wider than its box (code lines are at most 88 characters, outputs wrap
+    by book/_ext/companion.css, long equations are broken over lines)."""
+    wide = _too_wide(book_html / f"{doc}.html", tmp_path / "profile")
+    assert not wide, f"{doc}: {len(wide)} boxes scroll sideways:\n" + "\n".join(wide[:12])
+
+
 def _check_maths(page: Path, soup, main) -> None:
     """Every maths element of the page was typeset by the book's own MathJax; no raw TeX is visible."""
     from bs4 import BeautifulSoup
