@@ -42,6 +42,8 @@ __all__ = [
     "random_multi_head_transformer",
     "region_anchors",
     "learn_multi_head_transformer",
+    "ServedMultiHeadTransformer",
+    "evaluate_multi_head",
 ]
 
 _TINY = np.finfo(float).tiny
@@ -696,14 +698,18 @@ def learn_multi_head_transformer(
     InvalidInputError
         For a bad option, or ``H`` too large for ``d`` on the rational route.
     BudgetExceededError
-        Before the first query if the budget cannot hold the heads' plan plus ``H d`` region
-        queries and ``verify``; after the FFN step (``k`` known) if it cannot hold the rest.
+        Before the first query if the budget cannot hold the heads' plan (twice
+        :func:`~companion.multihead.rational_plan`'s count, a bound the run may not reach, or
+        ``2 (d + d^2)`` on the robust route) plus ``H d`` region queries and ``verify``; after the
+        FFN step (``k`` known) if it cannot hold the plan less the ``2 d`` reused answers, the
+        ``H d k`` region queries and ``verify``.
     NotIdentifiableError
         If ``A w_o = 0`` (the antisymmetrised oracle is 0), or the neurons show fewer than ``k``
         independent activation patterns (:func:`region_anchors`).
     PrecisionError
-        If a step refuses and the answers are float32 or coarser (stated, or measured with 24
-        more queries): the rounding is the cause.
+        Before the first query if the oracle states a precision of float32 or coarser; or if a
+        step refuses and the answers, measured with 24 more queries, are that coarse: the
+        rounding is the cause.
     OracleInconsistentError
         If a step refuses (one-token answers not a bias-free ReLU network, antisymmetrised answers
         not ``H`` heads), a region query crossed a kink (raise ``margin``), or the verification
@@ -763,7 +769,18 @@ def learn_multi_head_transformer(
     d = check_exact_oracle(oracle, "learn_multi_head_transformer")
     if (H is None) == (H_bound is None):
         raise InvalidInputError(
-            f"give exactly one of H (the number of heads) and H_bound (a bound on it); got H={H!r}, H_bound={H_bound!r}."
+            "give exactly one of H (the number of heads) and H_bound (a bound on it); got "
+            f"H={H!r}, H_bound={H_bound!r}."
+        )
+    from .multihead import _COARSE_FACTOR
+    from .oracles import stated_precision
+
+    u = stated_precision(oracle)
+    if u is not None and u > _COARSE_FACTOR * FLOAT64_U:
+        raise PrecisionError(
+            f"the oracle states its answers' rounding u={u:.2g}, float32 or coarser: the FFN step locates "
+            "kinks and the head step fits logistic sums from answers exact to float64 rounding, so no "
+            "query is spent; serve the model in float64."
         )
     route = check_choice(route, "route", ("rational", "robust"))
     if route == "robust" and H is None:
@@ -776,7 +793,7 @@ def learn_multi_head_transformer(
         ffn_options["verify"] = ffn_options.pop("ffn_verify")
     plan = 2 * rational_plan(d, H_plan)["n_queries"] if route == "rational" else 2 * (d + d * d)
     start = reserve(oracle, plan + H_plan * d + verify, "learn_multi_head_transformer")
-    oracle = ReusedAnswers(oracle)
+    base, oracle = oracle, ReusedAnswers(oracle)
 
     # 1. The FFN from one-token queries.
     ffn = learn_ffn(oracle, signs=signs, milp_time_limit=milp_time_limit, seed=seed, **ffn_options)
@@ -788,7 +805,7 @@ def learn_multi_head_transformer(
             "A w_o = 0: the antisymmetrised oracle VQ(X) - VQ(-X) = sum_h alpha(X, W_h)^T X B_h w_o "
             "is identically 0, so it reveals no head (the FFN part was extracted)."
         )
-    oracle.require(plan - 2 * d + H_plan * d * k + verify, learner="learn_multi_head_transformer")
+    reserve(base, plan - 2 * d + H_plan * d * k + verify, "learn_multi_head_transformer")
 
     # 2. The heads from the antisymmetrised oracle.
     anti = AntisymmetrisedOracle(oracle)
@@ -828,9 +845,10 @@ def learn_multi_head_transformer(
         slack = min(slack, float(np.min(np.abs(z0) / np.maximum(np.max(np.abs(move), axis=0), _TINY))))
     if not slack > 1.0:
         raise OracleInconsistentError(
-            f"a region query crossed a kink by the recovered model (pattern_slack={slack:.3g} <= 1): the "
-            f"value matrices are larger than margin={margin:g} allows for; raise margin, or the oracle "
-            "is not a multi-head Transformer with a bias-free ReLU FFN."
+            f"a region query crossed a kink by the recovered model (pattern_slack={slack:.3g} <= 1): "
+            f"either the value matrices are larger than margin={margin:g} allows for (raise margin), or "
+            "the region fits missed a head, as one with B_h w_o = 0 (invisible to VQ(X) - VQ(-X)) is "
+            "missed, or the oracle is not a multi-head Transformer with a bias-free ReLU FFN."
         )
     diagnostics = {
         "n_queries_ffn": n_ffn,
@@ -881,3 +899,92 @@ def learn_multi_head_transformer(
         Bs=Bs,
         w_o=w,
     )
+
+
+class ServedMultiHeadTransformer(_SequenceModel):
+    """A :class:`MultiHeadTransformer` served in float32: weights, tokens and every operation.
+
+    Its oracle states ``precision = unit_roundoff("float32")`` when built with
+    ``ValueQueryOracle(served, precision=served.precision)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    >>> X = np.random.default_rng(1).standard_normal((5, 3, 6))
+    >>> gap = np.max(np.abs(ServedMultiHeadTransformer(tf)(X) - tf(X))) / np.max(np.abs(tf(X)))
+    >>> bool(1e-9 < gap < 1e-5)
+    True
+    """
+
+    fmt = "float32"
+
+    def __init__(self, model):
+        if not isinstance(model, MultiHeadTransformer):
+            raise InvalidInputError(f"model must be a MultiHeadTransformer; got {type(model).__name__}.")
+        from .oracles import unit_roundoff
+
+        self.model, self.d = model, model.d
+        self.precision = unit_roundoff("float32")
+        self._Ws, self._Bs = model.Ws.astype(np.float32), model.Bs.astype(np.float32)
+        self._w = model.w_o.astype(np.float32)
+
+    def _batch(self, X: np.ndarray) -> np.ndarray:
+        X = X.astype(np.float32)
+        z = np.zeros((X.shape[0], self._w.size), dtype=np.float32)
+        for W, B in zip(self._Ws, self._Bs):
+            s = np.einsum("bnd,bd->bn", X, X[:, -1] @ W.T)
+            a = np.exp(s - s.max(axis=1, keepdims=True))
+            a /= a.sum(axis=1, keepdims=True)
+            z += np.einsum("bn,bnd->bd", a, X) @ B
+        return (np.maximum(z, np.float32(0)) @ self._w).astype(np.float64)
+
+
+def evaluate_multi_head(rec, target) -> dict:
+    """Errors of a :class:`MultiHeadTransformerRecovery` against its target (evaluation only).
+
+    Heads are matched by :func:`~companion.multihead.match_heads` on ``(W_h, B_h w_o)``, neurons by
+    the direction of ``sum_h B_h e_j``; each target neuron is rescaled to the recovered one's
+    normalisation (``||sum_h B_h e_j|| = 1``) before comparing.
+
+    Returns
+    -------
+    dict
+        ``n_heads``, ``n_neurons`` (recovered), ``W_error`` (largest relative Frobenius error of a
+        matched ``W_h``), ``B_error`` (largest ``|B_hat_h e_j - B_h e_j / c_j|``), ``w_error``
+        (largest relative error of ``w_j c_j``), ``output_gap`` (largest ``|TF_hat - TF| / max |TF|``
+        on 1,000 random queries of lengths 1 to 8) and ``matched`` (every head and neuron matched).
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    from .multihead import match_heads
+
+    heads = match_heads(target.attention, rec.model.attention)
+    A_t = target.Bs.sum(axis=0)
+    c = np.linalg.norm(A_t, axis=0)
+    A_hat = rec.Bs.sum(axis=0)
+    cost = -np.abs((A_t / c).T @ A_hat)
+    rows, cols = linear_sum_assignment(cost)
+    pairs = heads["pairs"]
+    B_err = max(
+        float(np.max(np.abs(rec.Bs[e][:, cols] - target.Bs[r][:, rows] / c[rows]))) for r, e in pairs
+    )
+    w_t = target.w_o[rows] * c[rows]
+    W_err = max(
+        float(np.linalg.norm(rec.Ws[e] - target.Ws[r]) / np.linalg.norm(target.Ws[r])) for r, e in pairs
+    )
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 9, size=1000)
+    X = [rng.standard_normal((int(n), target.d)) / np.sqrt(target.d) for n in lengths]
+    y = target(X)
+    return {
+        "n_heads": rec.n_heads,
+        "n_neurons": int(rec.w_o.size),
+        "W_error": W_err,
+        "B_error": B_err,
+        "w_error": float(np.max(np.abs(rec.w_o[cols] - w_t) / np.abs(w_t))),
+        "output_gap": float(np.max(np.abs(rec.model(X) - y)) / np.max(np.abs(y))),
+        "matched": bool(
+            len(pairs) == target.n_heads == rec.n_heads and rows.size == target.m == rec.w_o.size
+        ),
+    }
