@@ -225,3 +225,9 @@ def test_region_anchors_need_independent_patterns():
     assert M.shape == (2, 2) and abs(np.linalg.det(M)) > 0.5 and np.all(margins > 0.1)
     with pytest.raises(NotIdentifiableError, match="only 2 linearly independent"):
         region_anchors(np.array([[1.0, -1.0, 1.0]]))        # d = 1: patterns s and -s only
+
+
+def test_coarse_factor_is_the_canonical_learners():
+    from companion import transformer
+
+    assert transformer._COARSE_FACTOR == multihead._COARSE_FACTOR

@@ -1294,8 +1294,9 @@ def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, 
         x = np.append(rng.standard_normal(D_MODEL) * token_norm / np.sqrt(D_MODEL), 1.0)
         delta = rng.standard_normal(D_MODEL)
         delta = np.append(delta * delta_norm / np.linalg.norm(delta), 0.0)
-        seqs = [x[None]] + [np.vstack([np.repeat((x + delta)[None], a, 0), np.repeat(x[None], b, 0)])
-                            for a, b in zip(n, m)]
+        seqs = [x[None]] + [
+            np.vstack([np.repeat((x + delta)[None], a, 0), np.repeat(x[None], b, 0)]) for a, b in zip(n, m)
+        ]
         t0 = time.perf_counter()
         y = np.asarray(oracle(seqs), dtype=np.float64)
         seconds += time.perf_counter() - t0

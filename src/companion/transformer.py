@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import as_float_array, check_choice, check_int, check_real
-from .attention import MultiHead, OneLayerTransformer, _frozen, _SequenceModel, attention_weights
+from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
+from .attention import MultiHead, OneLayerTransformer, attention_weights
 from .errors import CompanionError, InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from .exact import check_exact_oracle, learn_single_head
 from .ffn import FeedForward, align_networks, bits_of_precision, learn_ffn
@@ -47,6 +47,24 @@ __all__ = [
 ]
 
 _TINY = np.finfo(float).tiny
+#: A refusal is put down to the answers' rounding at this many times float64's precision or coarser
+#: (the canonical-form learners' factor; ``tests/test_transformer.py`` checks that they agree).
+_COARSE_FACTOR = 2.0**10
+
+
+def _frozen(a) -> np.ndarray:
+    a = np.array(a, dtype=np.float64, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+class _Model:
+    """The models' calling convention: one sequence ``(N, d)`` (float), a batch or a list (``(B,)``)."""
+
+    def __call__(self, X):
+        seqs, single = as_sequences(X, self.d)
+        out = apply_by_length(seqs, self._batch)
+        return float(out[0]) if single else out
 
 
 class ReusedAnswers:
@@ -391,7 +409,7 @@ def _pooled(X, Ws):
 
 
 @dataclass(frozen=True, eq=False)
-class MultiHeadTransformer(_SequenceModel):
+class MultiHeadTransformer(_Model):
     """A one-layer Transformer with ``H`` heads and a bias-free ReLU FFN, in merged form.
 
     ``TF(X) = w_o^T ReLU(sum_h alpha(X, W_h)^T X B_h)``: head ``h`` pools the tokens with its
@@ -596,8 +614,6 @@ def _names_precision(body):
     """Put a refusal down to the answers' rounding when they are float32 or coarser."""
     import functools
 
-    from .multihead import _COARSE_FACTOR
-
     @functools.wraps(body)
     def run(oracle, *args, seed=0, **kwargs):
         try:
@@ -772,7 +788,6 @@ def learn_multi_head_transformer(
             "give exactly one of H (the number of heads) and H_bound (a bound on it); got "
             f"H={H!r}, H_bound={H_bound!r}."
         )
-    from .multihead import _COARSE_FACTOR
     from .oracles import stated_precision
 
     u = stated_precision(oracle)
@@ -901,7 +916,7 @@ def learn_multi_head_transformer(
     )
 
 
-class ServedMultiHeadTransformer(_SequenceModel):
+class ServedMultiHeadTransformer(_Model):
     """A :class:`MultiHeadTransformer` served in float32: weights, tokens and every operation.
 
     Its oracle states ``precision = unit_roundoff("float32")`` when built with
@@ -940,7 +955,7 @@ class ServedMultiHeadTransformer(_SequenceModel):
         return (np.maximum(z, np.float32(0)) @ self._w).astype(np.float64)
 
 
-def evaluate_multi_head(rec, target) -> dict:
+def evaluate_multi_head(rec, target, *, n=1000, seed=0) -> dict:
     """Errors of a :class:`MultiHeadTransformerRecovery` against its target (evaluation only).
 
     Heads are matched by :func:`~companion.multihead.match_heads` on ``(W_h, B_h w_o)``, neurons by
@@ -953,7 +968,8 @@ def evaluate_multi_head(rec, target) -> dict:
         ``n_heads``, ``n_neurons`` (recovered), ``W_error`` (largest relative Frobenius error of a
         matched ``W_h``), ``B_error`` (largest ``|B_hat_h e_j - B_h e_j / c_j|``), ``w_error``
         (largest relative error of ``w_j c_j``), ``output_gap`` (largest ``|TF_hat - TF| / max |TF|``
-        on 1,000 random queries of lengths 1 to 8) and ``matched`` (every head and neuron matched).
+        on ``n`` random queries of lengths 1 to 8, tokens ``N(0, I_d / d)``, drawn with ``seed``)
+        and ``matched`` (every head and neuron matched).
     """
     from scipy.optimize import linear_sum_assignment
 
@@ -966,15 +982,11 @@ def evaluate_multi_head(rec, target) -> dict:
     cost = -np.abs((A_t / c).T @ A_hat)
     rows, cols = linear_sum_assignment(cost)
     pairs = heads["pairs"]
-    B_err = max(
-        float(np.max(np.abs(rec.Bs[e][:, cols] - target.Bs[r][:, rows] / c[rows]))) for r, e in pairs
-    )
+    B_err = max(float(np.max(np.abs(rec.Bs[e][:, cols] - target.Bs[r][:, rows] / c[rows]))) for r, e in pairs)
     w_t = target.w_o[rows] * c[rows]
-    W_err = max(
-        float(np.linalg.norm(rec.Ws[e] - target.Ws[r]) / np.linalg.norm(target.Ws[r])) for r, e in pairs
-    )
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(1, 9, size=1000)
+    W_err = max(float(np.linalg.norm(rec.Ws[e] - target.Ws[r]) / np.linalg.norm(target.Ws[r])) for r, e in pairs)
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    lengths = rng.integers(1, 9, size=check_int(n, "n", minimum=1))
     X = [rng.standard_normal((int(n), target.d)) / np.sqrt(target.d) for n in lengths]
     y = target(X)
     return {
@@ -984,7 +996,5 @@ def evaluate_multi_head(rec, target) -> dict:
         "B_error": B_err,
         "w_error": float(np.max(np.abs(rec.w_o[cols] - w_t) / np.abs(w_t))),
         "output_gap": float(np.max(np.abs(rec.model(X) - y)) / np.max(np.abs(y))),
-        "matched": bool(
-            len(pairs) == target.n_heads == rec.n_heads and rows.size == target.m == rec.w_o.size
-        ),
+        "matched": bool(len(pairs) == target.n_heads == rec.n_heads and rows.size == target.m == rec.w_o.size),
     }
