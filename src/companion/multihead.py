@@ -24,7 +24,6 @@ module ``_rational`` beside it.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,14 +32,15 @@ from scipy.optimize import linear_sum_assignment
 
 from ._validation import as_float_array, check_int, check_real
 from .attention import MultiHead, SingleHead
-from .errors import CompanionError, InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from .exact import check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated
 from ._learner import (
+    COARSE_FACTOR,
     DEFAULT_VERIFY,
-    FLOAT64_U,
     AnswerPrecision,
     build,
     check_verify,
+    names_rounding,
     reserve,
     verify_head,
     verify_outputs,
@@ -556,7 +556,7 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0, precision=None) -
             None,
             f"not a single head: Theorem 4.1's inversion failed ({exc})",
         )
-    from ._learner import AnswerPrecision, head_check_size
+    from ._learner import head_check_size
 
     prec = AnswerPrecision(oracle, precision if precision != "measure" else rec.diagnostics["precision"], seed=seed + 2)
     scale = float(np.sqrt(np.median(rec.diagnostics["scales"])))
@@ -1042,45 +1042,19 @@ def _row_terms(s, G, H, tol, need, fits=None):
     return c, L, fits
 
 
-#: A refusal is put down to the answers' rounding when their precision is this many times float64's or
-#: coarser: float32's u is about 5e8 times float64's, while a few ulps of arithmetic noise (another
-#: machine, the perturbation test mode of companion.oracles) stay far below it.
-_COARSE_FACTOR = 2.0**10
+_COARSE_FACTOR = COARSE_FACTOR  # the one factor of companion._learner.names_rounding
 
-
-def _names_rounding(body):
-    """Decorate a canonical-form learner: name the answers' rounding when it causes a refusal.
-
-    Both canonical-form routes fit sums of logistic terms to float64 rounding. When one refuses
-    (:class:`~companion.errors.OracleInconsistentError`), the answers' precision is looked up
-    (stated by the oracle) or measured (:func:`companion.oracles.measure_precision`, 24 queries)
-    and, if it is ``_COARSE_FACTOR`` times float64's or coarser, :class:`~companion.errors.PrecisionError`
-    is raised instead: the refusal is then the rounding, not a wrong ``H`` or a model outside the class.
-    """
-    learner = body.__name__
-
-    @functools.wraps(body)
-    def run(oracle, *args, seed=0, **kwargs):
-        try:
-            return body(oracle, *args, seed=seed, **kwargs)
-        except OracleInconsistentError as err:
-            prec = AnswerPrecision(oracle, seed=seed + 7)
-            if not prec.known:
-                try:
-                    prec.measure()
-                except CompanionError:  # no budget left to measure: keep the original diagnosis
-                    raise err from None
-            if prec.u is not None and prec.u > _COARSE_FACTOR * FLOAT64_U:
-                raise PrecisionError(
-                    f"{learner} could not resolve the heads, and {prec.describe()}: its fits of logistic sums "
-                    "need answers exact to float64 rounding, so this refusal is the answers' rounding, not a wrong "
-                    "H or a target outside the class. At this precision use detect_multi_head(oracle, "
-                    "precision=...) to tell one head from several; no canonical-form learner here works from "
-                    f"answers this coarse. (The fit said: {err})"
-                ) from err
-            raise
-
-    return run
+#: Both canonical-form routes fit sums of logistic terms to float64 rounding: a refusal at float32 or
+#: coarser answers names the rounding (companion._learner.names_rounding), not a wrong H.
+_names_rounding = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} could not resolve the heads, and {prec.describe()}: its fits of logistic sums "
+        "need answers exact to float64 rounding, so this refusal is the answers' rounding, not a wrong "
+        "H or a target outside the class. At this precision use detect_multi_head(oracle, "
+        "precision=...) to tell one head from several; no canonical-form learner here works from "
+        f"answers this coarse. (The fit said: {err})"
+    )
+)
 
 
 @_names_rounding
