@@ -1,0 +1,131 @@
+"""Thresholds of the learners, each just inside and just outside (issue 22 item 4).
+
+Every tolerance and threshold constant of ``benchmarks/mutants.py --inventory`` should have a test
+here or elsewhere in the fast suite that fails when the constant is changed tenfold in either
+direction. A test that read the constant from the signature and compared it with itself would move
+with the mutant, so each test below states the documented value as a literal (or reads the
+docstring) and builds an input whose outcome flips between the value and ten times it, or a tenth.
+``benchmarks/mutants.py --generated`` runs one such mutant per constant against this file first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from companion.errors import OracleInconsistentError
+from companion.multihead import equivalent, learn_canonical, random_multi_head
+from companion.oracles import ValueQueryOracle
+
+
+def _three_distinct(X):
+    """``(B,)`` bool: the sequences of ``X`` (B, N, d) with at least three distinct tokens."""
+    X = np.asarray(X)
+    differs0 = np.any(X != X[:, :1], axis=2)                       # (B, N): not the first token
+    second = X[np.arange(X.shape[0]), np.argmax(differs0, axis=1)]  # another token (or the first)
+    differs1 = np.any(X != second[:, None], axis=2)
+    return np.any(differs0 & differs1, axis=1)
+
+
+class _OffOnThreeTokens:
+    """A multi-head target plus ``kappa * rtol * max_i sum_h |x_i^T v_h|`` on sequences of three or
+    more distinct tokens.
+
+    ``learn_canonical`` asks only sequences of two distinct tokens (``n`` copies of one, ``m`` of
+    another), so it learns the target exactly; its verification (random tokens, lengths 1 to 8) sees
+    a relative disagreement of exactly ``kappa * rtol`` on its longer queries.
+    """
+
+    def __init__(self, target, rtol, kappa):
+        self.target, self.d, self.shift = target, target.d, kappa * rtol
+        self.vs = np.asarray(target.vs)
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(self.target(X), dtype=np.float64)
+        far = _three_distinct(X)
+        scale = np.max(np.abs(X @ self.vs.T).sum(axis=2), axis=1)
+        return y + np.where(far, self.shift * scale, 0.0)
+
+
+@pytest.mark.parametrize("kappa, accepted", [(0.5, True), (2.0, False)], ids=["inside", "outside"])
+def test_learn_canonical_verify_rtol_just_inside_and_outside(kappa, accepted):
+    """verify_rtol = 1e-6 (documented): half of it is accepted, twice it refused."""
+    target = random_multi_head(4, 2, seed=0)
+    oracle = ValueQueryOracle(_OffOnThreeTokens(target, 1e-6, kappa))
+    if accepted:
+        rec = learn_canonical(oracle)
+        assert 0.4e-6 < rec.diagnostics["verify_max_error"] <= 0.5e-6 * (1 + 1e-6)
+        assert equivalent(rec.model, target, atol=1e-8)
+    else:
+        with pytest.raises(OracleInconsistentError, match="fails verification"):
+            learn_canonical(oracle)
+
+
+# ----------------------------------------------------------------------------- multihead
+
+from companion.attention import MultiHead, SingleHead  # noqa: E402
+from companion.errors import InvalidInputError  # noqa: E402
+from companion.multihead import canonical_form, probe_hessian, split_head, verify_model  # noqa: E402
+
+
+@pytest.mark.parametrize("kappa, accepted", [(0.5, True), (2.0, False)], ids=["inside", "outside"])
+def test_verify_model_rtol_just_inside_and_outside(kappa, accepted):
+    """verify_model's rtol = 1e-6: a model off by half of it passes, by twice it is refused."""
+    target = random_multi_head(4, 2, seed=3)
+    oracle = ValueQueryOracle(_OffOnThreeTokens(target, 1e-6, kappa))
+    if accepted:
+        assert 0.4e-6 < verify_model(oracle, target, 32) <= 0.5e-6 * (1 + 1e-9)
+    else:
+        with pytest.raises(OracleInconsistentError, match="disagrees"):
+            verify_model(oracle, target, 32)
+
+
+def _pair(gap, v_second=(0.0, 1.0)):
+    W = np.diag([1.0, 0.5])                        # ||W||_F > 1: the tolerance is relative to it
+    other = W + gap * np.linalg.norm(W) * np.array([[1.0, 0.0], [0.0, 0.0]])
+    return MultiHead(np.stack([W, other]), np.array([[1.0, 0.0], list(v_second)]))
+
+
+@pytest.mark.parametrize("gap, n_heads", [(3e-10, 1), (3e-9, 2)], ids=["inside", "outside"])
+def test_canonical_form_atol_just_inside_and_outside(gap, n_heads):
+    """Heads whose W differ by 3e-10 ||W|| merge at atol = 1e-9 (not at 1e-10); by 3e-9 they do not
+    (they would at 1e-8)."""
+    assert canonical_form(_pair(gap)).n_heads == n_heads
+
+
+@pytest.mark.parametrize("size, n_heads", [(3e-10, 1), (3e-9, 2)], ids=["inside", "outside"])
+def test_canonical_form_drops_a_value_vector_just_below_atol(size, n_heads):
+    model = MultiHead(np.stack([np.eye(2), -np.eye(2)]), np.array([[2.0, 0.0], [0.0, 2.0 * size]]))
+    assert canonical_form(model).n_heads == n_heads   # ||v|| = 2 size against atol * max(1, 2)
+
+
+@pytest.mark.parametrize("gap, same", [(5e-9, True), (2e-8, False)], ids=["inside", "outside"])
+def test_equivalent_atol_just_inside_and_outside(gap, same):
+    """equivalent(atol=1e-9) accepts relative W errors up to 10 atol = 1e-8."""
+    a = random_multi_head(3, 1, seed=4)
+    W = a.Ws[0]
+    b = MultiHead((W + gap * np.linalg.norm(W) * np.eye(3) / np.sqrt(3))[None], a.vs)
+    assert equivalent(a, b) is same
+
+
+@pytest.mark.parametrize("excess, ok", [(5e-13, True), (5e-12, False)], ids=["inside", "outside"])
+def test_split_head_weights_sum_just_inside_and_outside(excess, ok):
+    """Weights must sum to 1 within 1e-12 * max(1, sum |w|)."""
+    model = random_multi_head(3, 2, seed=1)
+    weights = [0.25, 0.75 + excess]
+    if ok:
+        assert split_head(model, 0, weights).n_heads == 3
+    else:
+        with pytest.raises(InvalidInputError, match="must sum to 1"):
+            split_head(model, 0, weights)
+
+
+def test_probe_hessian_default_step_is_the_accurate_one():
+    """At step = 1e-3 the Richardson error (O(s^4)) and the rounding (O(u / s)) balance: measured
+    2.1e-12 relative, against 1.3e-11 at 1e-4 and 4.3e-11 at 1e-2."""
+    t = random_multi_head(4, 2, orthogonal=True, seed=0)
+    x0 = np.ones(4) / 2
+    exact = sum(np.outer(vh, W @ x0) + np.outer(W @ x0, vh) for W, vh in zip(t.Ws, t.vs)) / 2
+    M = probe_hessian(ValueQueryOracle(t), t.vs.sum(0), x0)
+    assert np.max(np.abs(M - exact)) / np.max(np.abs(exact)) < 6e-12
