@@ -129,3 +129,77 @@ def test_probe_hessian_default_step_is_the_accurate_one():
     exact = sum(np.outer(vh, W @ x0) + np.outer(W @ x0, vh) for W, vh in zip(t.Ws, t.vs)) / 2
     M = probe_hessian(ValueQueryOracle(t), t.vs.sum(0), x0)
     assert np.max(np.abs(M - exact)) / np.max(np.abs(exact)) < 6e-12
+
+
+# ----------------------------------------------------------------------------- single head, low rank, robust
+
+from companion import lowrank, robust  # noqa: E402
+from companion.attention import random_single_head  # noqa: E402
+from companion.exact import verify_single_head  # noqa: E402
+
+
+class _Recording:
+    """A target that keeps every query it answers."""
+
+    def __init__(self, target):
+        self.target, self.d, self.seen = target, target.d, []
+
+    def __call__(self, X):
+        self.seen.append(np.array(X))
+        return self.target(X)
+
+
+def test_verify_single_head_tokens_have_the_default_scale():
+    """Tokens N(0, I_d / d) at the default scale 1: their standard deviation is 1 / sqrt(d)."""
+    head = random_single_head(16, seed=2)
+    rec = _Recording(head)
+    assert verify_single_head(ValueQueryOracle(rec), head.W, head.v, 64) < 1e-12
+    tokens = np.concatenate([x.reshape(-1, 16) for x in rec.seen])
+    assert np.std(tokens) == pytest.approx(1 / 4, rel=0.1)
+
+
+@pytest.mark.parametrize("m_extra", [1])
+def test_nuclear_refusal_message_states_gigabytes(m_extra):
+    """The refusal names the program's size and the limit in GB (bytes / 1e9), to one decimal."""
+    d = 64
+    m = 2 * 2**30 // (128 * d * d) + m_extra                 # 4097: just above the 2 GiB limit
+    with pytest.raises(InvalidInputError, match=r"about 2\.1 GB .*NUCLEAR_MAX_BYTES = 2\.1 GB"):
+        lowrank.learn_low_rank(ValueQueryOracle(random_single_head(d, rank=2, seed=0)), 2,
+                               method="nuclear", n_measurements=m)
+
+
+@pytest.mark.parametrize("off, ok", [(5e-16, True), (5e-15, False)], ids=["inside", "outside"])
+def test_lemma_6_1_bound_rounding_slack_just_inside_and_outside(off, ok):
+    """alpha_star may sit 1e-15 outside [TAU_CLIP, 1 - TAU_CLIP] (rounding), not more."""
+    lo = float(robust.TAU_CLIP)
+    for a_star in (lo - off, 1.0 - lo + off):
+        if ok:
+            assert robust.lemma_6_1_bound(0.5, a_star) == pytest.approx(
+                abs(0.5 - a_star) / (lo * (1 - lo)), rel=1e-12)
+        else:
+            with pytest.raises(InvalidInputError, match="outside"):
+                robust.lemma_6_1_bound(0.5, a_star)
+
+
+# ----------------------------------------------------------------------------- ffn
+
+from companion import ffn  # noqa: E402
+
+
+@pytest.mark.parametrize("ratio, width", [(5e-10, 1), (5e-9, 2)], ids=["inside", "outside"])
+def test_ffn_canonical_form_drops_a_neuron_just_below_tol(ratio, width):
+    """A neuron whose |w| ||a|| is 5e-10 of the largest is dropped at tol = 1e-9, 5e-9 is kept."""
+    A = np.array([[1.0, 0.0], [0.0, 2.0]])
+    A_c, w_c = ffn.canonical_form(A, np.array([3.0, 1.5 * ratio]))
+    assert w_c.size == width and np.max(np.abs(w_c)) == 3.0
+
+
+@pytest.mark.parametrize("gap, width", [(5e-10, 1), (5e-9, 2)], ids=["inside", "outside"])
+def test_ffn_canonical_form_merges_directions_just_within_tol(gap, width):
+    """Unit directions 5e-10 apart merge at tol = 1e-9 (their c summed); 5e-9 apart they do not."""
+    a = np.array([0.6, 0.8])
+    b = a + np.array([gap, 0.0])
+    A_c, w_c = ffn.canonical_form(np.column_stack([a, b / np.linalg.norm(b)]), np.array([1.0, 2.0]))
+    assert w_c.size == width
+    if width == 1:
+        assert w_c[0] == pytest.approx(3.0, rel=1e-15)
