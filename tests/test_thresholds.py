@@ -203,3 +203,50 @@ def test_ffn_canonical_form_merges_directions_just_within_tol(gap, width):
     assert w_c.size == width
     if width == 1:
         assert w_c[0] == pytest.approx(3.0, rel=1e-15)
+
+
+def _head_with_singular_values(s, d=12, seed=0):
+    rng = np.random.default_rng(seed)
+    U, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    V, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    return SingleHead((U[:, :len(s)] * np.asarray(s)) @ V[:, :len(s)].T, rng.standard_normal(d))
+
+
+def test_rgn_failure_threshold_follows_1e3_tol():
+    """RGN fails above max(1e3 tol, 1e-8): at tol = 1e-10 that is 1e-7. A third singular value 1e-7
+    (residual 6.0e-8) passes; 3e-7 (residual 1.8e-7) is refused. (test_verify covers the 1e-8 floor.)"""
+    from companion.errors import SolverError
+
+    rec = lowrank.learn_low_rank(ValueQueryOracle(_head_with_singular_values([1, 0.7, 1e-7])), 2,
+                                 method="rgn", tol=1e-10)
+    assert 5e-8 < rec.diagnostics["residual"] < 7e-8
+    with pytest.raises(SolverError, match=r"relative residual 1\.8\de-07"):
+        lowrank.learn_low_rank(ValueQueryOracle(_head_with_singular_values([1, 0.7, 3e-7])), 2,
+                               method="rgn", tol=1e-10)
+
+
+def _weak_second_head(s):
+    """Two heads on orthogonal 2-d blocks of R^6; the second's W scaled by ``s``."""
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    blocks = [(np.array([[0.3, -1.2], [0.8, 0.4]]), np.array([0.7, -1.1])),
+              (s * np.array([[1.0, 0.5], [-0.3, 0.9]]), np.array([1.0, 0.4]))]
+    Ws = [Q[:, 2 * k:2 * k + 2] @ G @ Q[:, 2 * k:2 * k + 2].T for k, (G, _) in enumerate(blocks)]
+    vs = [Q[:, 2 * k:2 * k + 2] @ g for k, (_, g) in enumerate(blocks)]
+    return MultiHead(np.array(Ws), np.array(vs))
+
+
+@pytest.mark.parametrize("s, seen", [(3e-6, True), (1e-6, False)], ids=["inside", "outside"])
+def test_orthogonal_heads_hessian_tol_just_inside_and_outside(s, seen):
+    """Hessian eigenvalues above tol = 1e-6 of the largest are kept. A second head scaled by 3e-6 is
+    found (it is lost at tol = 1e-5); one scaled by 1e-6 is lost, and verification refuses (at
+    tol = 1e-7 it is found)."""
+    from companion.multihead import learn_orthogonal_heads
+
+    target = _weak_second_head(s)
+    if seen:
+        rec = learn_orthogonal_heads(ValueQueryOracle(target))
+        assert rec.n_heads == 2 and equivalent(target, rec.model, atol=1e-7)
+    else:
+        with pytest.raises(OracleInconsistentError, match="verification failed"):
+            learn_orthogonal_heads(ValueQueryOracle(target))
