@@ -250,3 +250,112 @@ def test_orthogonal_heads_hessian_tol_just_inside_and_outside(s, seen):
     else:
         with pytest.raises(OracleInconsistentError, match="verification failed"):
             learn_orthogonal_heads(ValueQueryOracle(target))
+
+
+@pytest.mark.parametrize("scale, rank", [(3e-12, 2), (1e-12, 0)], ids=["inside", "outside"])
+def test_sketch_noise_floor_1e_12_from_both_sides(scale, rank):
+    """Core singular values 8.8e-12 and 1.7e-12 (W scaled by 3e-12) are above the floor 1e-12: rank 2
+    (rank 0 at a floor of 1e-11). At W scaled by 1e-12 the largest is 7.5e-13: below it, rank 0."""
+    base = random_single_head(20, rank=2, seed=0)
+    rec = lowrank.learn_low_rank(ValueQueryOracle(SingleHead(base.W * scale, base.v)), None, method="sketch")
+    assert rec.diagnostics["rank_detected"] == rank
+
+
+@pytest.mark.parametrize("eps, identifiable", [(3e-10, True), (3e-11, False)], ids=["inside", "outside"])
+def test_one_layer_zero_tol_just_inside_and_outside(eps, identifiable):
+    """||A w_o|| of 3e-10 against answers of order 1 is above zero_tol = 1e-10: W is learned; 3e-11 is
+    taken as A w_o = 0 and refused as not identifiable."""
+    from companion.errors import NotIdentifiableError
+    from companion.transformer import OneLayerTransformer, learn_one_layer
+
+    rng = np.random.default_rng(0)
+    A, W = rng.standard_normal((3, 4)), rng.standard_normal((3, 3))
+    w_o = np.linalg.svd(A)[2][-1] + eps * np.linalg.pinv(A) @ np.array([1.0, 0.0, 0.0])
+    oracle = ValueQueryOracle(OneLayerTransformer(W, A, w_o))
+    if identifiable:
+        rec = learn_one_layer(oracle)
+        assert np.linalg.norm(rec.W - W) / np.linalg.norm(W) < 1e-5
+    else:
+        with pytest.raises(NotIdentifiableError, match="A w_o = 0"):
+            learn_one_layer(oracle)
+
+
+def test_verification_and_random_queries_default_token_scale():
+    """verify_outputs and random_queries draw tokens N(0, I_d / d) by default (scale 1)."""
+    from companion import _learner
+
+    X = _learner.random_queries(16, 64, seed=0)
+    assert np.std(np.concatenate(X)) == pytest.approx(1 / 4, rel=0.1)
+    head = random_single_head(16, seed=2)
+    rec = _Recording(head)
+    _learner.verify_outputs(ValueQueryOracle(rec), head, lambda x: np.max(np.abs(x @ head.v)), 64,
+                            rtol=1e-6, seed=1)
+    assert np.std(np.concatenate([x.reshape(-1, 16) for x in rec.seen])) == pytest.approx(1 / 4, rel=0.1)
+
+
+@pytest.mark.parametrize("step, ok", [(0.05, True), (0.1, True), (0.2, False)])
+def test_probe_hessian_step_range(step, ok):
+    """probe_hessian's step must lie in (0, 0.1]."""
+    t = random_multi_head(4, 2, orthogonal=True, seed=0)
+    oracle = ValueQueryOracle(t)
+    if ok:
+        assert probe_hessian(oracle, t.vs.sum(0), np.ones(4) / 2, step=step).shape == (4, 4)
+    else:
+        with pytest.raises(InvalidInputError, match="step"):
+            probe_hessian(oracle, t.vs.sum(0), np.ones(4) / 2, step=step)
+
+
+# ----------------------------------------------------------------------------- _learner, oracles
+
+from companion import _learner  # noqa: E402
+from companion.errors import PrecisionError  # noqa: E402
+
+
+@pytest.mark.parametrize("kappa, accepted", [(0.5, True), (2.0, False)], ids=["inside", "outside"])
+def test_verify_single_head_rtol_just_inside_and_outside(kappa, accepted):
+    """verify_single_head's rtol = 1e-6: half of it passes, twice it is refused."""
+    head = random_single_head(4, seed=5)
+    one = MultiHead(head.W[None], head.v[None])
+    oracle = ValueQueryOracle(_OffOnThreeTokens(one, 1e-6, kappa))
+    if accepted:
+        assert 0.4e-6 < verify_single_head(oracle, head.W, head.v, 32) <= 0.5e-6 * (1 + 1e-9)
+    else:
+        with pytest.raises(OracleInconsistentError, match="not a single attention head"):
+            verify_single_head(oracle, head.W, head.v, 32)
+
+
+@pytest.mark.parametrize("ulps, coarse", [(3, False), (5, True)])
+def test_answer_precision_coarse_above_four_float64_roundings(ulps, coarse):
+    """A stated u above 4 float64 roundings (4 * 2^-53) is coarse: 3 * 2^-53 is not, 5 * 2^-53 is."""
+    head = random_single_head(3, seed=0)
+    prec = _learner.AnswerPrecision(ValueQueryOracle(head), ulps * 2.0**-53)
+    assert prec.coarse is coarse
+    assert _learner.AnswerPrecision(ValueQueryOracle(head)).value == 2.0**-53
+
+
+@pytest.mark.parametrize("rtol, vacuous", [(0.3, False), (0.6, True)])
+def test_verification_vacuous_at_half_the_output_scale(rtol, vacuous):
+    """A verification whose median tolerance max(rtol, u) reaches 0.5 certifies nothing: PrecisionError."""
+    head = random_single_head(4, seed=1)
+    oracle = ValueQueryOracle(head)
+    prec = _learner.AnswerPrecision(oracle, 1e-3)
+    run = lambda: _learner.verify_outputs(oracle, head, lambda x: np.max(np.abs(x @ head.v)), 16,  # noqa: E731
+                                          rtol=rtol, seed=0, precision=prec)
+    if vacuous:
+        with pytest.raises(PrecisionError):
+            run()
+    else:
+        assert run()["verify_max_error"] < 1e-12
+
+
+@pytest.mark.parametrize("value, ok", [("1000", True), ("1001", False)])
+def test_perturbation_ulps_range(monkeypatch, value, ok):
+    """COMPANION_PERTURB_ULPS must be an integer in [0, 1000]."""
+    from companion import oracles
+
+    monkeypatch.setenv(oracles.PERTURB_ENV, value)
+    if ok:
+        assert oracles.perturbation_ulps() == 1000
+    else:
+        with pytest.raises(InvalidInputError, match=r"in \[0, 1000\]"):
+            oracles.perturbation_ulps()
