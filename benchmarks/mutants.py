@@ -336,7 +336,8 @@ def inventory(root: Path = ROOT):
     Rules (the same for every module of ``INVENTORY_MODULES``):
 
     * ``default``: every non-zero float default of a function or method signature (public or private),
-      except seeds and wall-clock limits (``SKIP_PARAMETERS``). Integer defaults are counts and
+      and every arithmetic default (``rtol=1024 * _EPS``, as a whole), except seeds and wall-clock
+      limits (``SKIP_PARAMETERS``). Integer defaults are counts and
       budgets (``verify=64``, ``max_iter=50``), not tolerances, and are left out.
     * ``module``: every upper-case module-level constant with a numeric value; a dict's or tuple's
       entries one by one, a call's arguments (``expit(-0.5)``: the -0.5), the ``eps`` of ``1 + eps``,
@@ -378,9 +379,14 @@ def inventory(root: Path = ROOT):
             defaults = set()
             for arg, d in pairs:
                 defaults.add(id(d))
-                if _literal(d) and isinstance(d.value, float) and arg.arg not in SKIP_PARAMETERS:
+                if arg.arg in SKIP_PARAMETERS:
+                    continue
+                if _literal(d) and isinstance(d.value, float):
                     out.append((module, "default", f"{f.name}({arg.arg}=)", ast.get_source_segment(src, d),
                                 d.value, d.lineno, d.col_offset))
+                elif isinstance(d, ast.BinOp):  # rtol=1024 * _EPS: the expression as a whole
+                    out.append((module, "default", f"{f.name}({arg.arg}=)", ast.get_source_segment(src, d),
+                                None, d.lineno, d.col_offset))
             in_compare = set()  # integer operands of arithmetic inside a comparison (10 * atol)
             for c in ast.walk(f):
                 if isinstance(c, ast.Compare):

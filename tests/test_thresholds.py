@@ -359,3 +359,16 @@ def test_perturbation_ulps_range(monkeypatch, value, ok):
     else:
         with pytest.raises(InvalidInputError, match=r"in \[0, 1000\]"):
             oracles.perturbation_ulps()
+
+
+@pytest.mark.parametrize("excess, ok", [(5e-7, True), (5e-6, False)], ids=["inside", "outside"])
+def test_fit_slack_1e_6_from_both_sides(excess, ok):
+    """The weighted fit ratio may exceed its bound by the slack 1e-6, not by 5e-6 (test_robust covers
+    the slack's own value from the module; this one states it)."""
+    delta, w = np.array([1.0, 2.0]), np.array([1.0, 0.5])
+    res = delta * np.sqrt(1.0 + excess)
+    if ok:
+        assert robust._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0) == pytest.approx(1 + excess, rel=1e-12)
+    else:
+        with pytest.raises(OracleInconsistentError):
+            robust._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0)
