@@ -372,3 +372,33 @@ def test_fit_slack_1e_6_from_both_sides(excess, ok):
     else:
         with pytest.raises(OracleInconsistentError):
             robust._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0)
+
+
+@pytest.mark.parametrize("name, inside, outside", [("scale", 50.0, 101.0), ("tol", 5e-3, 2e-2)])
+def test_learn_canonical_parameter_ranges(name, inside, outside):
+    """learn_canonical takes scale <= 100 and tol <= 1e-2. Inside, the argument passes and the
+    empty budget stops the first query; outside, it is refused before any query."""
+    from companion.errors import BudgetExceededError
+
+    target = random_multi_head(3, 2, seed=0)
+    with pytest.raises(BudgetExceededError):
+        learn_canonical(ValueQueryOracle(target, budget=0), **{name: inside})
+    oracle = ValueQueryOracle(target)
+    with pytest.raises(InvalidInputError, match=rf"{name}=.* must be <="):
+        learn_canonical(oracle, **{name: outside})
+    assert oracle.n_queries == 0
+
+
+def test_learn_robust_lstsq_scales_step_down_by_0_3():
+    """The R = 4 repeats use probe and length-1 scales b0 (1 - 0.3 k / R), k = 0..3: the schedule
+    lstsq_error_bound assumes (robust._lstsq_scales)."""
+    from companion.oracles import ApproxValueQueryOracle
+
+    head = robust.random_margin_head(4, W_max=3.0, mu=0.2, seed=2)
+    rec = robust.learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-5), W_max=3.0)
+    factors = np.array([1.0, 0.925, 0.85, 0.775])
+    np.testing.assert_allclose(rec.diagnostics["v_scales"], factors, rtol=1e-15)
+    b = np.asarray(rec.diagnostics["scales"])
+    np.testing.assert_allclose(b / b[0], factors, rtol=1e-15)
+    c, bs = robust._lstsq_scales(3.0, 4, 4, "best")
+    np.testing.assert_allclose(bs[:4], b, rtol=1e-15)
