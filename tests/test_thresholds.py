@@ -410,3 +410,40 @@ def test_nuclear_solver_eps_sets_the_accuracy():
     head = _head_with_singular_values([1, 0.7])
     rec = lowrank.learn_low_rank(ValueQueryOracle(head), 2, method="nuclear")
     assert rec.relative_errors(head)["W"] < 5e-13
+
+
+@pytest.mark.parametrize("excess, ok", [(5e-13, True), (5e-12, False)], ids=["inside", "outside"])
+def test_add_cancelling_heads_sum_just_inside_and_outside(excess, ok):
+    """Cancelling value vectors must sum to 0 within 1e-12 * max(1, sum |entries|) (here 1)."""
+    from companion.multihead import add_cancelling_heads
+
+    model = random_multi_head(3, 1, seed=2)
+    vs = np.array([[0.25, 0.0, 0.0], [-0.25 + excess, 0.0, 0.0]])
+    if ok:
+        assert add_cancelling_heads(model, np.eye(3), vs).n_heads == 3
+    else:
+        with pytest.raises(InvalidInputError, match="must sum to the zero vector"):
+            add_cancelling_heads(model, np.eye(3), vs)
+
+
+class _Zero:
+    """Answers a constant ``c`` to every query: a target whose value vectors are 0, off by ``c``."""
+
+    def __init__(self, d, c):
+        self.d, self.c = d, c
+
+    def __call__(self, X):
+        return np.full(np.asarray(X).shape[0], self.c)
+
+
+@pytest.mark.parametrize("c, ok", [(5e-19, True), (2e-18, False)], ids=["inside", "outside"])
+def test_verify_model_output_scale_floor_1e_12(c, ok):
+    """Against a model with v = 0 the disagreement is divided by the floor 1e-12: an oracle off by
+    5e-19 disagrees by 5e-7 (< rtol = 1e-6), one off by 2e-18 by 2e-6."""
+    zero = MultiHead(np.zeros((1, 3, 3)), np.zeros((1, 3)))
+    oracle = ValueQueryOracle(_Zero(3, c))
+    if ok:
+        assert verify_model(oracle, zero, 16) == pytest.approx(c / 1e-12, rel=1e-9)
+    else:
+        with pytest.raises(OracleInconsistentError):
+            verify_model(oracle, zero, 16)
