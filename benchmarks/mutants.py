@@ -329,6 +329,16 @@ def _const_leaves(node):
         yield node
 
 
+def _segment(lines: list[bytes], node) -> str:
+    """The source text of ``node`` (``ast`` offsets count UTF-8 bytes); ``ast.get_source_segment``
+    re-splits the whole file on every call."""
+    if node.lineno == node.end_lineno:
+        return lines[node.lineno - 1][node.col_offset:node.end_col_offset].decode()
+    parts = [lines[node.lineno - 1][node.col_offset:], *lines[node.lineno:node.end_lineno - 1],
+             lines[node.end_lineno - 1][:node.end_col_offset]]
+    return b"".join(parts).decode()
+
+
 def inventory(root: Path = ROOT):
     """Every tolerance and threshold constant of the learner modules, as ``(module, kind, name, node_text,
     value, line, col)``.
@@ -353,6 +363,7 @@ def inventory(root: Path = ROOT):
     for module in INVENTORY_MODULES:
         src = (root / "src" / "companion" / f"{module}.py").read_text()
         tree = ast.parse(src)
+        lines = [ln.encode() for ln in src.splitlines(keepends=True)]
         skip_f = SKIP_FUNCTIONS.get(module, set())
         for node in tree.body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -361,7 +372,7 @@ def inventory(root: Path = ROOT):
                     for leaf in _const_leaves(node.value):
                         if any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in ast.walk(leaf)):
                             continue  # a path, not a number
-                        out.append((module, "module", name, ast.get_source_segment(src, leaf),
+                        out.append((module, "module", name, _segment(lines, leaf),
                                     leaf.value if isinstance(leaf, ast.Constant) else None,
                                     leaf.lineno, leaf.col_offset))
         skipped_lines = set()
@@ -382,10 +393,10 @@ def inventory(root: Path = ROOT):
                 if arg.arg in SKIP_PARAMETERS:
                     continue
                 if _literal(d) and isinstance(d.value, float):
-                    out.append((module, "default", f"{f.name}({arg.arg}=)", ast.get_source_segment(src, d),
+                    out.append((module, "default", f"{f.name}({arg.arg}=)", _segment(lines, d),
                                 d.value, d.lineno, d.col_offset))
                 elif isinstance(d, ast.BinOp):  # rtol=1024 * _EPS: the expression as a whole
-                    out.append((module, "default", f"{f.name}({arg.arg}=)", ast.get_source_segment(src, d),
+                    out.append((module, "default", f"{f.name}({arg.arg}=)", _segment(lines, d),
                                 None, d.lineno, d.col_offset))
             in_compare = set()  # integer operands of arithmetic inside a comparison (10 * atol)
             for c in ast.walk(f):
@@ -403,7 +414,7 @@ def inventory(root: Path = ROOT):
                 if isinstance(c.value, int) and (c.value in (1, 2) or id(c) not in in_compare):
                     continue
                 seen.add((c.lineno, c.col_offset))
-                out.append((module, "body", f"{f.name}:{c.lineno}", ast.get_source_segment(src, c),
+                out.append((module, "body", f"{f.name}:{c.lineno}", _segment(lines, c),
                             c.value, c.lineno, c.col_offset))
     # A nested function is walked from its parent too: keep one entry per position.
     unique = {}
@@ -454,10 +465,11 @@ def apply_mutant(text: str, m: Mutant) -> str | None:
     if not 1 <= m.line <= len(lines):
         return None
     ln = lines[m.line - 1]
-    if m.col is not None:
-        if ln[m.col:m.col + len(m.old)] != m.old:
+    if m.col is not None:  # a byte offset, as ast gives it
+        raw, old = ln.encode(), m.old.encode()
+        if raw[m.col:m.col + len(old)] != old:
             return None
-        lines[m.line - 1] = ln[:m.col] + m.new + ln[m.col + len(m.old):]
+        lines[m.line - 1] = (raw[:m.col] + m.new.encode() + raw[m.col + len(old):]).decode()
     else:
         if ln.count(m.old) != 1:
             return None
