@@ -447,3 +447,17 @@ def test_verify_model_output_scale_floor_1e_12(c, ok):
     else:
         with pytest.raises(OracleInconsistentError):
             verify_model(oracle, zero, 16)
+
+
+@pytest.mark.parametrize("delta, cancelled", [(3e-11, False), (3e-13, True)])
+def test_learn_canonical_cancelled_heads_threshold(delta, cancelled):
+    """Heads v and -(1 - delta) v on one W: the answers' head part is about delta. At delta = 3e-13 the
+    answers are within 1e-12 of x^T v, so the heads are reported cancelled (NotIdentifiableError); at
+    3e-11 they are not (the fit then fails for another, named reason)."""
+    from companion.errors import CompanionError, NotIdentifiableError
+
+    h = random_single_head(3, seed=1)
+    target = MultiHead(np.stack([h.W, h.W]), np.stack([h.v, -(1 - delta) * h.v]))
+    with pytest.raises(CompanionError) as info:
+        learn_canonical(ValueQueryOracle(target), verify=0)
+    assert isinstance(info.value, NotIdentifiableError) is cancelled
