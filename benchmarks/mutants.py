@@ -10,7 +10,9 @@ original text is no longer in the file (the library moved on) is reported as "n/
 the rate.
 
 Run: ``make mutants`` (or ``python benchmarks/mutants.py [--only ID ...] [--timeout S]
-[--out FILE]``). Prints a table and writes it, with the kill rate, to ``benchmarks/mutants.md``.
+[--out FILE] [--file F.toml | --generated] [--shuffle SEED]``; ``make mutants MUTANTS="..."`` passes
+the options). Prints a table and writes it, with the kill rate, to ``benchmarks/mutants.md`` (or
+``--out``) after every mutant, so a run stopped early keeps what it measured.
 
 Three sources of mutants (one per run):
 
