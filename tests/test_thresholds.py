@@ -461,3 +461,19 @@ def test_learn_canonical_cancelled_heads_threshold(delta, cancelled):
     with pytest.raises(CompanionError) as info:
         learn_canonical(ValueQueryOracle(target), verify=0)
     assert isinstance(info.value, NotIdentifiableError) is cancelled
+
+
+@pytest.mark.parametrize("kappa, accepted", [(0.5, True), (2.0, False)], ids=["inside", "outside"])
+def test_learn_orthogonal_heads_verify_rtol_just_inside_and_outside(kappa, accepted):
+    """verify_rtol = 1e-5 (documented): the learner asks sequences of at most two distinct tokens, so
+    an oracle off by kappa * 1e-5 on longer ones is learned exactly and verified at kappa * 1e-5."""
+    from companion.multihead import learn_orthogonal_heads
+
+    target = random_multi_head(6, 2, orthogonal=True, seed=1)
+    oracle = ValueQueryOracle(_OffOnThreeTokens(target, 1e-5, kappa))
+    if accepted:
+        rec = learn_orthogonal_heads(oracle)
+        assert 0.4e-5 < rec.diagnostics["verify_max_error"] <= 0.5e-5 * (1 + 1e-6)
+    else:
+        with pytest.raises(OracleInconsistentError, match="verification"):
+            learn_orthogonal_heads(oracle)
