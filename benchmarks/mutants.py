@@ -299,12 +299,11 @@ def _literal(node) -> bool:
 
 
 def _tenfold(text: str, value, up: bool) -> str:
-    """``text`` (a literal or an expression) times 10 (``up``) or divided by 10."""
-    if isinstance(value, float) and text.replace("_", "").lstrip("-").replace(".", "", 1).replace(
-            "e", "", 1).replace("-", "", 1).replace("+", "", 1).isdigit() and "e" in text.lower():
+    """``text`` (a literal or an expression) times 10 (``up``) or divided by 10 (an int: floor-divided)."""
+    if isinstance(value, float) and "e" in text.lower():  # 1e-6 -> 1e-5: keep the notation
         mant, exp = text.lower().split("e")
         return f"{mant}e{int(exp) + (1 if up else -1)}"
-    if isinstance(value, (int, float)) and isinstance(value, float):
+    if isinstance(value, float):
         return repr(value * 10 if up else value / 10)
     if isinstance(value, int):
         return str(value * 10 if up else value // 10)
@@ -477,7 +476,6 @@ def apply_mutant(text: str, m: Mutant) -> str | None:
             return None
         lines[m.line - 1] = ln.replace(m.old, m.new)
     return "".join(lines)
-
 
 
 def _copy_repo(dest: Path) -> None:
