@@ -107,6 +107,9 @@ def test_equivalent_atol_just_inside_and_outside(gap, same):
     W = a.Ws[0]
     b = MultiHead((W + gap * np.linalg.norm(W) * np.eye(3) / np.sqrt(3))[None], a.vs)
     assert equivalent(a, b) is same
+    v = a.vs[0]
+    c = MultiHead(a.Ws, (v + gap * np.linalg.norm(v) * np.ones(3) / np.sqrt(3))[None])
+    assert equivalent(a, c) is same                   # the same for the value vector's error
 
 
 @pytest.mark.parametrize("excess, ok", [(5e-13, True), (5e-12, False)], ids=["inside", "outside"])
