@@ -68,7 +68,8 @@ TESTS = {
     "cli": ["tests/test_cli.py", "tests/test_verify.py", "src/companion/cli.py"],
     "robust": ["tests/test_robust.py", "tests/test_verify.py", "src/companion/robust.py"],
     "_learner": ["tests/test_verify.py", "tests/test_exact.py", "src/companion/_learner.py"],
-    "multihead": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/multihead.py"],
+    "multihead": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/multihead.py",
+                  "tests/test_served.py"],  # the served float32 oracles: learn_canonical's rounding rule
     "ffn": ["tests/test_ffn.py", "tests/test_verify.py", "src/companion/ffn.py"],
     "transformer": ["tests/test_transformer.py", "tests/test_verify.py",
                     "src/companion/transformer.py"],
