@@ -103,7 +103,6 @@ def margin_rounding(d, mu) -> float:
 
 
 _CHUNK_BYTES = 32 * 2**20  # size of one batch of length-2 queries sent to the oracle
-_X_STAR = 2.3994  # argmax of x^2 sigma'(x): x tanh(x/2) = 2
 
 
 def _check_oracle(oracle, learner: str) -> tuple[int, float]:
