@@ -12,7 +12,8 @@ Each row runs in its own subprocess with one BLAS thread and reports:
 
 Targets (issue 22): ``noisy`` at d = 384, r = 32 within 60 s and 2 GB; ``rgn`` at d = 1024, r = 32
 within 3 times the oracle's own time. A row that does not finish within ``--timeout`` seconds is
-printed as such: a target that is not met is reported, never hidden.
+printed as such: a target that is not met is reported, never hidden. The verdicts go through
+``benchmarks/_targets.py``, so a missed target (or a target row not run) makes the exit code 1.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ import os
 import subprocess
 import sys
 import time
+
+from _targets import Targets  # benchmarks/_targets.py: printed targets decide the exit code
+
+#: (method, d, r) -> (largest learner seconds, largest peak MB, largest ratio to the oracle).
+TARGETS = {("noisy", 384, 32): (60.0, 2048.0, None), ("rgn", 1024, 32): (None, None, 3.0)}
 
 DEFAULT_ROWS = "noisy:96:8,noisy:192:16,noisy:384:32,rgn:256:8,rgn:1024:32"
 
@@ -93,11 +99,13 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", default=DEFAULT_ROWS, help="method:d:r,... (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per row")
     args = parser.parse_args(argv)
+    rows = {}
     print(f"{'method':>6} {'d':>5} {'r':>3} {'m':>8} {'learner s':>10} {'oracle s':>9} {'ratio':>7} "
           f"{'peak MB':>8} {'rel err W':>10}  status")
     for spec in args.rows.split(","):
         method, d, r = spec.split(":")
         row = run_row(method, int(d), int(r), args.timeout)
+        rows[(method, int(d), int(r))] = row
         if row["status"] == "ok":
             ratio = row["learner_s"] / max(row["oracle_s"], 1e-9)
             print(f"{method:>6} {row['d']:>5} {row['r']:>3} {row['m']:>8} {row['learner_s']:>10.1f} "
@@ -106,7 +114,24 @@ def main(argv=None) -> int:
         else:
             print(f"{method:>6} {d:>5} {r:>3} {'':>8} {'':>10} {'':>9} {'':>7} {'':>8} {'':>10}  {row['status']}",
                   flush=True)
-    return 0
+    return verdicts(rows).exit_code()
+
+
+def verdicts(rows) -> Targets:
+    """One verdict per target of :data:`TARGETS` (a target whose row was not run, or did not finish,
+    fails)."""
+    targets = Targets()
+    for (method, d, r), (seconds, mb, ratio) in TARGETS.items():
+        row = rows.get((method, d, r), {"status": "not run"})
+        ok = row["status"] == "ok"
+        if seconds is not None:
+            targets.check(f"{method} d={d} r={r} within {seconds:g} s", ok and row["learner_s"] <= seconds)
+        if mb is not None:
+            targets.check(f"{method} d={d} r={r} within {mb:g} MB", ok and row["peak_mb"] <= mb)
+        if ratio is not None:
+            targets.check(f"{method} d={d} r={r} within {ratio:g}x the oracle's time",
+                          ok and row["learner_s"] <= ratio * row["oracle_s"])
+    return targets
 
 
 if __name__ == "__main__":

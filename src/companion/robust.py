@@ -1120,7 +1120,9 @@ def learn_low_rank_noisy(
         ``n_measurements``, ``scales`` (m,), ``delta`` (m,) the per-measurement bounds of
         :func:`rop_error_bound`, ``n_clipped``, ``max_abs_logit`` (estimated), and the solver's
         ``status``, ``solve_iterations``, ``objective`` (nuclear) or ``iterations``, ``residual``,
-        ``residuals``, ``start`` (``"spectral"`` or ``"sqrt-weighted"``, the run kept) and
+        ``residuals``, ``lsqr_iterations`` (inner conjugate-gradient iterations of the run kept; CGLS,
+        whose iterates are LSQR's), ``start`` (``"sqrt-weighted"``, or ``"spectral"`` when the run
+        from the spectral start, made only if the first fit is not certified, fits better) and
         ``fit_ratio`` (rgn: the weighted residual ``sum_k w_k r_k^2`` over ``sum_k w_k delta_k^2``,
         at most 1 for a global minimiser when the assumptions hold), ``max_violation``
         (``max_k |<a_k b_k^T, W> - t_k| / delta_k``, at most 1 for ``W*``), ``singular_values``
