@@ -112,9 +112,11 @@ def _tangent_step(A, B, res, U, V, *, direct_max, rtol, alpha=None, beta=None, m
     equations, Hestenes & Stiefel 1952; the iterates of LSQR, Paige & Saunders 1982) in the
     coordinates ``(X, Y)`` with ``U^T Y = 0``: they remove the ``r^2`` gauge directions and are
     isometric (``||U X^T + Y V^T||_F^2 = ||X||_F^2 + ||Y||_F^2``), so for the isotropic Gaussian design
-    the normal operator is close to ``(m / d^2) I`` and few iterations are needed. Each iteration
-    costs four ``(m, d) x (d, r)``-sized products. CGLS stops when the normal-equation residual is at
-    most ``rtol`` times its start, or after ``max_iter`` (default ``2 d r``) iterations.
+    the normal operator is close to ``(m / d^2) I`` (condition number measured 20 at ``m = 3 r (2d -
+    r)``; 124 with the noisy learner's weights). Each iteration costs four ``(m, d) x (d, r)``-sized
+    products, in the precision of ``low`` (float32 copies ``(A, B)``; ``None``: float64). CGLS stops
+    when the normal-equation residual is at most ``rtol`` times its start, or after ``max_iter``
+    (default ``2 d r``) iterations.
 
     Returns
     -------
@@ -228,10 +230,8 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=3e-2):
         # tangent problem is consistent, so the scaling changes not the step but the conditioning.
         a2, b2 = np.einsum("kr,kr->k", alpha, alpha), np.einsum("kr,kr->k", beta, beta)
         om = 1.0 / np.sqrt(np.maximum(a2 * nb2 + np.maximum(na2 - a2, 0.0) * b2, np.finfo(float).tiny))
-        X, Y, its = _tangent_step(
-            A, B, om * res, U, V, direct_max=direct_max, rtol=forcing,
-            alpha=om[:, None] * alpha, beta=om[:, None] * beta, low=low,
-        )
+        rows = {"alpha": om[:, None] * alpha, "beta": om[:, None] * beta, "low": low}
+        X, Y, its = _tangent_step(A, B, om * res, U, V, direct_max=direct_max, rtol=forcing, **rows)
         total += its
         U, s, V = _retract(U, s, V, X, Y, r)
     info = {"iterations": it, "residual": history[-1], "residuals": history, "lsqr_iterations": total}
@@ -276,10 +276,8 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
             break
         if low is None:
             low = _single_precision(A, B, r)
-        X, Y, its = _tangent_step(
-            A, B, res, U, V, direct_max=_DIRECT_MAX_WEIGHTED, rtol=inner_rtol,
-            alpha=w[:, None] * alpha, beta=w[:, None] * beta, low=low,
-        )
+        rows = {"alpha": w[:, None] * alpha, "beta": w[:, None] * beta, "low": low}
+        X, Y, its = _tangent_step(A, B, res, U, V, direct_max=_DIRECT_MAX_WEIGHTED, rtol=inner_rtol, **rows)
         total += its
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
             break  # a diverged step: keep the best iterate (its fit is checked)
