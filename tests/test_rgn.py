@@ -143,3 +143,38 @@ def test_rgn_inner_work_stays_small_at_the_default_forcing():
     assert 0 < info["lsqr_iterations"] <= 120 and info["iterations"] <= 15
     F, G = info["factors"]
     assert np.allclose(F @ G, What)
+
+
+def test_noisy_start_run_tolerances_change_only_the_start(monkeypatch):
+    # the sqrt-weighted run gets START_RUN_RTOL and START_RUN_INNER_RTOL (d = 100: matrix-free
+    # steps); a tenfold change of either changes that run's work, and tightening either leaves the
+    # W returned as it is (loosening START_RUN_INNER_RTOL tenfold, to 3, leaves the start unsolved)
+    head = robust.random_margin_head(100, W_max=4.0, mu=0.05, rank=5, seed=0)
+    real = robust._weighted_rgn
+    calls = []
+
+    def spy(*args, **kw):
+        W, info = real(*args, **kw)
+        calls.append((kw, info))
+        return W, info
+
+    monkeypatch.setattr(robust, "_weighted_rgn", spy)
+
+    def run():
+        calls.clear()
+        rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-5), 5, W_max=4.0, verify=0)
+        return rec, calls[0]
+
+    rec, (kw, info) = run()
+    assert kw["rtol"] == robust.START_RUN_RTOL and kw["inner_rtol"] == robust.START_RUN_INNER_RTOL
+    assert "rtol" not in calls[1][0] and "inner_rtol" not in calls[1][0]        # the kept run: defaults
+    work = (info["iterations"], info["lsqr_iterations"])
+    for name in ("START_RUN_RTOL", "START_RUN_INNER_RTOL"):
+        for factor in (10.0, 0.1):
+            monkeypatch.setattr(robust, name, getattr(robust, name) * factor)
+            other, (_, info2) = run()
+            monkeypatch.undo()
+            monkeypatch.setattr(robust, "_weighted_rgn", spy)
+            assert (info2["iterations"], info2["lsqr_iterations"]) != work, (name, factor)
+            if factor < 1:
+                assert np.linalg.norm(other.W - rec.W) <= 1e-4 * np.linalg.norm(rec.W), name

@@ -197,10 +197,10 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=3e-2):
     problem is solved inexactly, to a relative normal-equation residual ``forcing`` (an inexact
     Newton method, Dembo, Eisenstat & Steihaug 1982: each iteration then gains about a factor
     ``1 / forcing``, at far fewer inner iterations in all than exact solves).
-    Each tangent problem's rows are scaled to unit norm in the tangent space (row equilibration:
-    the problem is consistent near an exact solution, so this changes its conditioning, not its
-    solution; it cut the inner iterations by 40 % at ``d = 256``), and it is solved in float32
-    when matrix-free (the residuals stay in float64). Stops when ``rel = ||Phi(W) - t|| / ||t||``
+    A tangent problem solved matrix-free has its rows scaled to unit norm in the tangent space (row
+    equilibration: the problem is consistent near an exact solution, so this changes its
+    conditioning, not its solution; it cut the inner iterations by 40 % at ``d = 256``) and is
+    solved in float32 (the residuals stay in float64). Stops when ``rel = ||Phi(W) - t|| / ||t||``
     is at most ``tol``, after ``max_iter`` iterations, when 5 iterations bring no 2-fold progress,
     or when one brings none below ``_STALL_FLOOR * tol`` (rounding level).
 
@@ -226,10 +226,13 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=3e-2):
         stalled = it >= 1 and rel > 0.5 * history[-2] and rel <= _STALL_FLOOR * tol  # at rounding level
         if rel <= tol or it == max_iter or stalled or (it >= 5 and rel > 0.5 * history[-6]):
             break
-        # Rows scaled to unit tangent-space norm (row equilibration): near an exact solution the
-        # tangent problem is consistent, so the scaling changes not the step but the conditioning.
-        a2, b2 = np.einsum("kr,kr->k", alpha, alpha), np.einsum("kr,kr->k", beta, beta)
-        om = 1.0 / np.sqrt(np.maximum(a2 * nb2 + np.maximum(na2 - a2, 0.0) * b2, np.finfo(float).tiny))
+        # Matrix-free: rows scaled to unit tangent-space norm (row equilibration). Near an exact
+        # solution the tangent problem is consistent, so the scaling changes not the step but the
+        # conditioning. (A direct solve gains nothing from it and keeps the plain rows.)
+        om = np.ones(m)
+        if low is not None:
+            a2, b2 = np.einsum("kr,kr->k", alpha, alpha), np.einsum("kr,kr->k", beta, beta)
+            om = 1.0 / np.sqrt(np.maximum(a2 * nb2 + np.maximum(na2 - a2, 0.0) * b2, np.finfo(float).tiny))
         rows = {"alpha": om[:, None] * alpha, "beta": om[:, None] * beta, "low": low}
         X, Y, its = _tangent_step(A, B, om * res, U, V, direct_max=direct_max, rtol=forcing, **rows)
         total += its
