@@ -254,8 +254,9 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
     by less than a relative ``rtol`` (converged), or when ``patience`` iterations in a row fail to
     lower it by ``rtol`` (stalled), and returns the iterate with the smallest residual. The tangent
     problems are solved inexactly, to a relative normal-equation residual ``inner_rtol`` (inexact
-    Gauss-Newton, as in :func:`_rgn`; the final fit is the same to the stopping rule's accuracy, at
-    a tenth of the inner iterations of solves to 1e-3 at ``d = 96``), in float32 when matrix-free
+    Gauss-Newton, as in :func:`_rgn`; the final fit is the same to the stopping rule's accuracy,
+    measured at ``d = 96`` with half the inner iterations of solves to 1e-3 and a twentieth of
+    those to 1e-12, the previous setting), in float32 when matrix-free
     (``low``: float32 copies of ``A``, ``B``; made here if not given).
 
     Returns
