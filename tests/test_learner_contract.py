@@ -249,6 +249,18 @@ LEARNERS = [
         wrong_oracle=_approx, outside=lambda: _exact(_BiasedReLU()), planned=False,
         not_keys=frozenset()),
     Learner(
+        id="learn_multi_head_transformer", learn=transformer.learn_multi_head_transformer,
+        target=lambda: transformer.random_multi_head_transformer(6, 2, 4, seed=0), oracle=_exact,
+        kwargs={"H": 2},
+        learning_count=lambda rec, d: (rec.diagnostics["n_queries_ffn"]
+                                       - rec.diagnostics["ffn"]["n_verify_queries"]
+                                       + rec.diagnostics["n_queries_heads"]
+                                       + 2 * d * rec.diagnostics["n_neurons"]),
+        wrong_oracle=_approx, planned=False,
+        outside=lambda: ValueQueryOracle(
+            _Bent(transformer.random_multi_head_transformer(6, 2, 4, seed=0)), d=6),
+        not_keys=frozenset({"H d k", "k", "mu", "1", "H d", "A", "v_h"})),
+    Learner(
         id="learn_membership",
         learn=membership.learn_membership, kwargs={"W_max": 8.0, "bits": 12},
         target=lambda: _head(3, seed=5), oracle=_membership,

@@ -532,6 +532,7 @@ _LEARNERS = {
     "learn_low_rank_noisy": "robust",
     "learn_ffn": "ffn",
     "learn_one_layer": "transformer",
+    "learn_multi_head_transformer": "transformer",
     "learn_orthogonal_heads": "multihead",
     "learn_canonical": "multihead",
     "learn_homogeneous_head": "pretrained",
