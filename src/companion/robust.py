@@ -52,7 +52,7 @@ from .numerics.rgn import (
     _spectral_start,
     _weighted_rgn,
 )
-from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_scales
+from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_queries, rop_scales
 from .recovery import Recovery
 
 __all__ = [
@@ -397,10 +397,8 @@ def robust_queries(d, j, *, a, b, U=None) -> np.ndarray:
     """
     U = np.eye(d) if U is None else U
     k = U.shape[0]
-    X = np.zeros((k, 2, d))
-    X[:, 0, :] = np.reshape(b, (-1, 1)) * U
-    X[:, :, j] += np.reshape(a, (-1, 1))
-    return X
+    # the rank-one projection of W with left vectors b u_i and right vector a e_j
+    return rop_queries(np.reshape(b, (-1, 1)) * U, np.broadcast_to(np.reshape(a, (-1, 1)) * np.eye(1, d, j), (k, d)))
 
 
 def _column_blocks(d):
