@@ -459,13 +459,29 @@ def test_learn_canonical_rational_at_the_follow_up_count(d, H):
 
 
 def test_learn_canonical_rational_six_heads_with_the_default_spread():
-    """spread = 1.5 (the default) recovers H = 6 at d = 16; spread = 3.0 (the old default) refuses."""
+    """spread = 1.5 (the default) recovers H = 6 at d = 16; so does spread = 3.0 since each head's
+    start uses every pair that resolves that head (before, only the pairs that resolved all six: the
+    old start refused here with "joint fit of 6 heads")."""
     target = mh.random_multi_head(16, 6, seed=0)
-    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=6)
-    assert rec.n_heads == 6 and rec.n_learning_queries <= mh.follow_up_count(16, 6)
-    assert rec.diagnostics["max_len"] == 13 and _function_gap(rec.model, target) <= 1e-8
-    with pytest.raises(OracleInconsistentError, match="joint fit of 6 heads"):
-        mh.learn_canonical_rational(ValueQueryOracle(target), H=6, spread=3.0)
+    for spread in (1.5, 3.0):
+        rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=6, spread=spread)
+        assert rec.n_heads == 6 and rec.n_learning_queries <= mh.follow_up_count(16, 6)
+        assert rec.diagnostics["max_len"] == 13 and _function_gap(rec.model, target) <= 1e-8
+
+
+def test_rational_match_tol_just_inside_and_outside(monkeypatch):
+    """_MATCH_TOL = 1e-3 (a pair's term is taken as a head when its amplitude agrees to 1e-3 of the
+    row's largest): d = 16, H = 6, spread = 3.0 recovers seeds 0 and 1 there; a tenth of it keeps too
+    few tokens per head (seed 0 refuses), ten times it admits wrong terms (seed 1 refuses)."""
+    assert mh._MATCH_TOL == 1e-3
+    targets = {seed: mh.random_multi_head(16, 6, seed=seed) for seed in (0, 1)}
+    for seed, target in targets.items():
+        rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=6, spread=3.0)
+        assert _canonical_gap(target, rec) <= 1e-8
+    for tol, seed in [(1e-4, 0), (1e-2, 1)]:
+        monkeypatch.setattr(mh, "_MATCH_TOL", tol)
+        with pytest.raises(OracleInconsistentError, match="joint fit of 6 heads"):
+            mh.learn_canonical_rational(ValueQueryOracle(targets[seed]), H=6, spread=3.0)
 
 
 def test_learn_canonical_rational_with_a_bound_merges_and_drops():

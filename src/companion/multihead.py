@@ -1400,6 +1400,11 @@ __all__ += ["learn_canonical"]
 #: (measured: the joint fit converges from about 1 % errors in the amplitudes and shifts).
 _START_TOL = 1e-6
 
+#: Relative amplitude agreement (to the row's largest) at which a term of a pair's own fit is taken
+#: as that row's head for the start (measured at d = 32, H = 8: 1e-3 keeps about 35 of 55 tokens
+#: per head with shift errors below 5e-4 for 95 %; the outliers are trimmed by _start_rows).
+_MATCH_TOL = 1e-3
+
 
 def follow_up_count(d, H) -> int:
     """Kim, Kim & Guo's count ``4 H d^2 - 2 H + 1`` of value queries (of length ``<= 2 H + 1``).
@@ -1458,13 +1463,31 @@ def rational_plan(d, H, *, spare_rows=2):
     }
 
 
-def _start_rows(X, L, window):
+def _match_terms(gam, sh, fit, gamma0):
+    """Which terms of each pair's own fit are the row's heads: ``(use, L)`` of shape (K, H).
+
+    Head ``h`` is taken at pair ``k`` (``use[k, h]``, shift ``L[k, h]``) where the nearest of the
+    pair's amplitudes ``gam[k]`` is within _MATCH_TOL of ``gamma0[h]`` (relative to the largest
+    ``|gamma0|``), among the pairs with ``fit`` (a misfit small enough to trust the terms).
+    """
+    dist = np.abs(gam[:, None, :] - gamma0[None, :, None])  # (K, head, term)
+    dist = np.where(np.isfinite(dist) & fit[:, None, None], dist, np.inf)
+    j = np.argmin(dist, axis=2)
+    use = np.take_along_axis(dist, j[..., None], axis=2)[..., 0] <= _MATCH_TOL * np.max(np.abs(gamma0))
+    L = np.where(use, np.take_along_axis(np.nan_to_num(sh, nan=0.0), j, axis=1), 0.0)
+    return use, L
+
+
+def _start_rows(X, L, window, resolved=None):
     """Rows ``R_h`` with ``X R_h ~ L[:, h]`` by least squares per head, over the shifts inside the
     window of ``log r`` (one far outside it is poorly determined), trimmed of outliers (a head whose
-    amplitude is small along this row has some badly resolved shifts) while ``d + 1`` remain."""
+    amplitude is small along this row has some badly resolved shifts) while ``d + 1`` remain.
+    ``resolved`` (shape (K, H), default all): the tokens at which each head's shift is known."""
     K, d = X.shape
-    use = np.abs(L) <= window + 4  # (K, H)
-    use[:, use.sum(axis=0) <= d] = True
+    resolved = np.ones(L.shape, bool) if resolved is None else resolved
+    use = resolved & (np.abs(L) <= window + 4)  # (K, H)
+    few = use.sum(axis=0) <= d
+    use[:, few] = resolved[:, few]
     eye = np.eye(d)
     for _ in range(4):
         # All heads at once: the normal equations of each head's least squares, with a ridge of
@@ -1527,9 +1550,9 @@ def learn_canonical_rational(
     spread : float, default=1.5
         Token norms are log-uniform in ``[scale / spread, scale * spread]`` (``>= 1``). Measured
         (``benchmarks/bench_multihead.py``, seed 0): ``spread = 1.5`` recovers ``H = 6`` at
-        ``d = 16, 32, 64`` where ``3.0`` stopped at 5 (``d <= 32``) and 4 (``d = 64``); at ``H = 7``
-        it fails the same way (a row's joint fit does not converge from its start). Why the
-        narrower spread helps is not isolated here.
+        ``d = 8, 16, 32, 64``; at ``H = 7`` it fails (a row's joint fit does not converge from its
+        start). With the per-head start (below) ``spread = 3.0`` also recovers ``H = 6`` at
+        ``d = 16`` (seeds 0, 1), where the whole-pair start refused.
     tol : float, default=1e-9
         Largest relative misfit of a row's joint fit (``0 < tol <= 1e-2``).
     verify : int, default=32
@@ -1589,8 +1612,9 @@ def learn_canonical_rational(
     ``gamma_h = delta_i^T v_h`` are the same for every token and label the heads, and the shifts
     ``delta_i^T W_h x_k`` are linear in ``x_k``. Each pair is interpolated on its own
     (:func:`companion._rational.interpolate_pairs`, then Levenberg-Marquardt where the interpolant
-    misfits its own samples), batched over all pairs; the pairs whose ``H`` terms match the best
-    pair's amplitudes start the joint fit of the row over all its tokens (Gauss-Newton batched
+    misfits its own samples), batched over all pairs; the amplitudes shared by the pairs whose
+    ``H`` terms agree, and for each head the shifts of every pair with a term of that head's
+    amplitude (to ``_MATCH_TOL``), start the joint fit of the row over all its tokens (Gauss-Newton batched
     over the rows, :func:`companion._rational.fit_rows_joint`; a row that misfits after it gets
     :func:`companion._rational.fit_row_joint`, then a new direction), which is far better
     conditioned than any single pair: a collision of two poles at one token is resolved by the
@@ -1737,21 +1761,31 @@ def learn_canonical_rational(
         gamma0 = np.median(gam[agree], axis=0)
         # ``rough``: some resolved pair misfits by more than 1e-10 relative, so its shifts gain
         # from a refit with the row's amplitudes fixed (far better conditioned than the free fit).
-        return gamma0, agree, sh, bool(np.max(res[agree]) > 1e-10 * gmax)
+        return gamma0, agree, sh, bool(np.max(res[agree]) > 1e-10 * gmax), (gam, fit)
 
-    def start_from(gamma0, agree, sh):
-        # Minimum-norm start from the resolved pairs (fewer than d of them leave R0 in their span;
-        # the joint fit over all K tokens fills in the rest).
-        return gamma0, _start_rows(X[agree], sh[agree], float(np.max(np.abs(s)))), int(agree.sum())
+    def start_from(gamma0, agree, sh, terms):
+        """Rows R0 by least squares per head, over every token where that head is resolved.
+
+        A pair that misses some heads (a shift outside the window, two shifts colliding) still
+        resolves the others: head ``h`` is taken from pair ``k`` where one of the pair's terms has
+        head ``h``'s amplitude to _MATCH_TOL (relative to the largest). With the whole-pair
+        agreement alone, fewer than ``d`` tokens per row are resolved from H = 7 on, and the
+        minimum-norm start leaves R0 in their span, too far off for the joint fit."""
+        gam, fit = terms
+        window = float(np.max(np.abs(s)))
+        use, L = _match_terms(gam, sh, fit, gamma0)
+        use[agree], L[agree] = True, sh[agree]  # aligned with gamma0 (both sorted by amplitude)
+        R0 = _start_rows(X, L, window, use)
+        return gamma0, R0, int(agree.sum())
 
     def start_row(i, G, fits=None):
         """A row's start for the joint fit: amplitudes shared by its resolved pairs, rows R0."""
-        gamma0, agree, sh, rough = label_row(i, G, fits)
+        gamma0, agree, sh, rough, terms = label_row(i, G, fits)
         if rough:
             sh[agree] = polish_pairs(
                 s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0), sh[agree], fixed_gamma=True
             )[1]
-        return start_from(gamma0, agree, sh)
+        return start_from(gamma0, agree, sh, terms)
 
     def finish_row(i, G, gamma0, R0, n_agree):
         """The serial joint fit (with its MINPACK fallback near convergence) and its check."""
@@ -1798,7 +1832,7 @@ def learn_canonical_rational(
         ends = np.cumsum([a.sum() for a in sel])
         for i, a, part in zip(rough, sel, np.split(sh_r, ends[:-1])):
             labels[i][2][a] = part
-    starts = {i: start_from(*labels[i][:3]) for i in labels}
+    starts = {i: start_from(*labels[i][:3], labels[i][4]) for i in labels}
     batched = {}
     if starts:
         ids = sorted(starts)
