@@ -493,6 +493,33 @@ def test_rational_match_tol_just_inside_and_outside():
     assert use[0].tolist() == [True, True, False] and L[0, 1] == 0.2
 
 
+def test_rational_repair_factor_just_inside_fast(monkeypatch):
+    """d = 16, H = 7 (seed 0): rows with one head off at the start are repaired with pairs whose one-term
+    misfit is <= _REPAIR_FACTOR = 3 times the median; a tenth of it keeps too few pairs and row 15
+    refuses."""
+    assert mh._REPAIR_FACTOR == 3.0
+    target = mh.random_multi_head(16, 7, seed=0)
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=7)
+    assert rec.n_heads == 7 and _canonical_gap(target, rec) <= 1e-8
+    monkeypatch.setattr(mh, "_REPAIR_FACTOR", 0.3)
+    with pytest.raises(OracleInconsistentError, match="joint fit of 7 heads"):
+        mh.learn_canonical_rational(ValueQueryOracle(target), H=7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor, ok", [(0.3, False), (3.0, True), (30.0, False)])
+def test_rational_repair_factor_just_inside_and_outside(monkeypatch, factor, ok):
+    """d = 32, H = 7 (seed 0): row 13 starts with one head off by 0.5 relative; the repair fixes it
+    at _REPAIR_FACTOR = 3, not at 0.3 (too few pairs) nor at 30 (pairs that misfit admitted)."""
+    monkeypatch.setattr(mh, "_REPAIR_FACTOR", factor)
+    target = mh.random_multi_head(32, 7, seed=0)
+    if ok:
+        assert _canonical_gap(target, mh.learn_canonical_rational(ValueQueryOracle(target), H=7)) <= 1e-8
+    else:
+        with pytest.raises(OracleInconsistentError, match="row 13: the joint fit of 7 heads"):
+            mh.learn_canonical_rational(ValueQueryOracle(target), H=7)
+
+
 @pytest.mark.slow
 def test_learn_canonical_rational_seven_heads_at_d64_needs_the_amplitude_gap_rule():
     """Seed 0, d = 64, H = 7: two heads of row 54 have amplitudes 0.6391 and 0.6406; with the pairs'
