@@ -1679,8 +1679,21 @@ def learn_canonical_rational(
     ``v_h = sum_i gamma_h(i) delta_i`` and ``W_h = sum_i delta_i (delta_i^T W_h)``. Heads with equal
     ``W`` give one term, so the result is the canonical form.
 
+    A pair that misses some heads (a shift outside the window, two colliding) still gives the
+    others: head ``h``'s start row is a least-squares fit over every pair with a term of ``h``'s
+    amplitude (to ``_MATCH_TOL``, mutually nearest, within a third of the gap to the next head's
+    amplitude). A row whose joint fit misfits from that start gets each head refitted alone against
+    the others' start terms (``_repair_start``) and one more joint fit.
+
     Float64 limits the start, not the joint fit: a single pair's interpolation of ``H`` logistic
-    terms from ``2 H`` samples in ``|log r| <= log 2H`` loses about a digit per head.
+    terms from ``2 H`` samples in ``|log r| <= log 2H`` loses about a digit per head, so fewer
+    tokens per head are resolved by their own pair as ``H`` grows, and a head's start row needs
+    more than ``d`` of the ``K ~ 1.8 d`` tokens. Measured at ``d = 64``
+    (``benchmarks/bench_multihead.py``): the fewest resolved per head, over 4 rows, is ``1.5 d``
+    at ``H = 6``, ``1.1 d`` at ``H = 8``, ``0.55 d`` at ``H = 10`` and ``0.11 d`` at ``H = 12``,
+    while the rounding sensitivity of the row's joint fit stays ``<= 1e-7`` (``3.3e-10`` at
+    ``H = 8``, :func:`counts_conditioning`). The largest ``H`` recovered is 7 at ``d = 16, 32, 64``
+    and 6 at ``d = 8`` (seed 0).
 
     References
     ----------
@@ -1738,6 +1751,7 @@ def learn_canonical_rational(
     bX = X @ v
 
     amps, rows, fractions, residuals = [], [], [], []
+    head_tokens = {}  # row: the fewest tokens at which a pair's own fit resolved one of its heads
     H_row = H_plan if known else None
     spare = plan["spare_rows"]
     n_redrawn = 0
@@ -1819,7 +1833,7 @@ def learn_canonical_rational(
         # from a refit with the row's amplitudes fixed (far better conditioned than the free fit).
         return gamma0, agree, sh, bool(np.max(res[agree]) > 1e-10 * gmax), (gam, fit)
 
-    def start_from(gamma0, agree, sh, terms):
+    def start_from(i, gamma0, agree, sh, terms):
         """Rows R0 by least squares per head, over every token where that head is resolved.
 
         A pair that misses some heads (a shift outside the window, two shifts colliding) still
@@ -1838,6 +1852,7 @@ def learn_canonical_rational(
         a = np.ix_(agree, apart)
         use[a], L[a] = True, sh[a]
         R0 = _start_rows(X, L, window, use)
+        head_tokens[i] = int(use.sum(axis=0).min())
         return gamma0, R0, int(agree.sum())
 
     def start_row(i, G, fits=None):
@@ -1847,7 +1862,7 @@ def learn_canonical_rational(
             sh[agree] = polish_pairs(
                 s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0), sh[agree], fixed_gamma=True
             )[1]
-        return start_from(gamma0, agree, sh, terms)
+        return start_from(i, gamma0, agree, sh, terms)
 
     def finish_row(i, G, gamma0, R0, n_agree, tried=False):
         """The serial joint fit (with its MINPACK fallback near convergence) and its check; where it
@@ -1864,7 +1879,10 @@ def learn_canonical_rational(
             raise OracleInconsistentError(
                 f"row {i}: the joint fit of {H_row} heads over {K} tokens misfits by "
                 f"{info['residual'] / info['scale']:.2g} relative (tol={tol:g}), starting from "
-                f"{n_agree} resolved pairs; use learn_canonical."
+                f"{n_agree} pairs that resolved all heads; the fewest tokens at which a pair's own "
+                f"fit resolved a head: {head_tokens.get(i, 0)} (a head's start row needs more than "
+                f"d={d}; float64 conditioning of {H_row} terms from {2 * H_plan} samples per pair "
+                "lowers it as H grows); use learn_canonical."
             )
         return gamma, R, n_agree / K, info["residual"] / info["scale"]
 
@@ -1902,7 +1920,7 @@ def learn_canonical_rational(
         ends = np.cumsum([a.sum() for a in sel])
         for i, a, part in zip(rough, sel, np.split(sh_r, ends[:-1])):
             labels[i][2][a] = part
-    starts = {i: start_from(*labels[i][:3], labels[i][4]) for i in labels}
+    starts = {i: start_from(i, *labels[i][:3], labels[i][4]) for i in labels}
     batched = {}
     if starts:
         ids = sorted(starts)
