@@ -13,15 +13,15 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    data/results/bench_multihead.json (chapter 06 reads it). Bounded: about 3-6 minutes here. With
    --search-H, also the open-ended search of the robust route (1. below), which takes hours at
    d = 64. Learner and oracle seconds are each the least of a few runs (see rational_row).
-   Measured 2026-12-01 14:00 UTC on the shared 2-core machine (load average about 7; the time
-   ratios moved by 2x between runs of the same commit: d = 64, H = 4 gave 2.11 and 5.77):
+   Measured 2026-12-01 13:57 UTC on the shared 2-core machine (load average about 7; the time
+   ratios moved by up to 2x between runs of the same commit: d = 64, H = 4 gave 2.11, 2.95, 5.77):
      d  H  queries  / count  longest  learner s  oracle s  ratio
-     8  2      416    0.817        5     0.0051  0.000298   17.1
-    16  4    3,576    0.875        9     0.0274   0.00498    5.5
-    32  2    7,704    0.941        5     0.0412   0.00862   4.78
-    32  4   15,368    0.938        9      0.115    0.0345   3.32
-    64  2   31,544    0.963        5      0.261    0.0885   2.95
-    64  4   63,528    0.969        9      0.781     0.371   2.11
+     8  2      416    0.817        5      0.027  0.000338     80
+    16  4    3,576    0.875        9     0.0792    0.0108   7.32
+    32  2    7,704    0.941        5      0.126     0.027   4.69
+    32  4   15,368    0.938        9       0.27    0.0937   2.88
+    64  2   31,544    0.963        5      0.636     0.168   3.78
+    64  4   63,528    0.969        9       2.64     0.895   2.95
     64 12  refused (row 0: only 1 of 117 pairs resolved all 12 heads on their own)
    every other run recovered the canonical form to <= 2e-11 relative. Largest H to 1e-8 (seed 0):
    6 at d = 8 (K = d + 1 tokens per row fit in the count there), 7 at d = 16, 32, 64 (before this
@@ -31,7 +31,7 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    H = 7, 1.1 d at H = 8, 0.55 d at H = 10 and 0.11 d at H = 12, while the joint fit of a row stays
    at rounding sensitivity 3.3e-10 (H = 8) to 7.7e-8 (H = 12) and one pair alone goes from 1e-6
    (H = 6) to 2.7 (H = 8) and 47 (H = 12). Not met: H = 12 at d = 64 (needs a start that does not
-   rest on single pairs); the time within 2 x the oracle (2.1-3.3 x at d = 32 and 64, H <= 4; the
+   rest on single pairs); the time within 2 x the oracle (2.1-3.8 x at d = 32 and 64, H <= 4; the
    learner's own work is the batched pair fits and the rows' joint Gauss-Newton).
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
