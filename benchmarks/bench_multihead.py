@@ -68,7 +68,8 @@ from companion.errors import OracleInconsistentError
 from collections import defaultdict
 
 from companion.errors import InvalidInputError, NotIdentifiableError
-from companion.multihead import (canonical_form, counts_conditioning, follow_up_count,
+from companion.multihead import (canonical_form, counts_conditioning, counts_start_coverage,
+                                 follow_up_count,
                                  learn_canonical, learn_canonical_rational, learn_orthogonal_heads,
                                  match_heads, random_multi_head)
 from companion.oracles import ValueQueryOracle
@@ -155,49 +156,6 @@ def rational_row(d, H, seed=0, repeats=3):
             "ratio": t_learn / t_oracle}
 
 
-def start_coverage(d, H, n_rows=4, seed=0):
-    """Why the counts route stops: tokens per head that a pair's own fit resolves, against d.
-
-    For ``n_rows`` directions ``delta_i`` of the learner's design (its tokens, its 2H ratios), each
-    pair is fitted on its own (interpolation, then Levenberg-Marquardt, as the learner does) and a
-    head counts as resolved at that token where a fitted term has the head's true amplitude to
-    ``_MATCH_TOL`` relative and its shift to 1e-2. A head's start row ``R_h`` is a least-squares fit
-    over those tokens, so it needs more than ``d``. Returns the fewest resolved tokens over heads
-    and rows, and the median, each divided by ``d``, and ``K / d`` (all tokens)."""
-    from scipy.special import expit
-
-    import companion.multihead as mh
-    from companion._rational import interpolate_pairs, polish_pairs, ratio_design
-
-    target = random_multi_head(d, H, seed=seed)
-    K = mh.rational_plan(d, H)["K"]
-    n, m = ratio_design(H)
-    r = n / m
-    s = np.log(r)
-    rng = np.random.default_rng(seed)
-    P = np.linalg.qr(rng.standard_normal((d, d)))[0].T
-    X = rng.standard_normal((K, d))
-    X *= (3.0 * np.exp(rng.uniform(-np.log(1.5), np.log(1.5), K)) / np.linalg.norm(X, axis=1))[:, None]
-    counts = []
-    for i in range(n_rows):
-        gam = target.vs @ P[i]
-        L = X @ np.einsum("e,hef->hf", P[i], target.Ws).T
-        G = expit(s[None, :, None] + L[:, None, :]) @ gam
-        g0, l0 = interpolate_pairs(r, G, H)
-        ok = np.isfinite(l0).all(axis=1)
-        g, l = np.full((K, H), np.nan), np.full((K, H), np.nan)
-        g[ok], l[ok], _ = polish_pairs(s, G[ok], g0[ok], l0[ok])
-        dist = np.abs(g[:, None, :] - gam[None, :, None])
-        dist = np.where(np.isfinite(dist), dist, np.inf)
-        j = np.argmin(dist, axis=2)
-        hit = np.take_along_axis(dist, j[..., None], 2)[..., 0] <= mh._MATCH_TOL * np.abs(gam).max()
-        hit &= np.abs(np.take_along_axis(np.nan_to_num(l), j, 1) - L) <= 1e-2
-        counts.append(hit.sum(axis=0))
-    counts = np.concatenate(counts)
-    return {"d": d, "H": H, "K / d": K / d, "fewest resolved / d": counts.min() / d,
-            "median resolved / d": float(np.median(counts)) / d}
-
-
 #: The robust route's largest H per d, as recorded in this docstring (measured 2026-12-01, not re-run
 #: by default: the open-ended search takes hours at d = 64). A value ``(H, True)`` is a lower bound
 #: (the search stopped at H <= d, or was not run past it).
@@ -255,7 +213,7 @@ def rational_tables(d_values, H_stop=8, targets=None):
                 targets.check(f"{label}: longest query <= 2H + 1", row["longest"] <= row["2H+1"])
                 targets.check(f"{label}: time <= {TIME_RATIO:g} x the oracle", row["ratio"] <= TIME_RATIO)
     # Why H stops: the start needs more than d tokens per head resolved by their own pair.
-    cov = pd.DataFrame([start_coverage(64, H) for H in COVERAGE_H])
+    cov = pd.DataFrame([counts_start_coverage(64, H) for H in COVERAGE_H])
     cond = pd.DataFrame([{"H": H, **counts_conditioning(64, H, n_draws=10)} for H in COVERAGE_H])
     with pd.option_context("display.width", 220, "display.float_format", "{:.3g}".format):
         print("\nWhy H stops (d = 64): tokens per head resolved by the pair's own fit, / d "

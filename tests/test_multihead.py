@@ -469,6 +469,15 @@ def test_learn_canonical_rational_six_heads_with_the_default_spread():
         assert rec.diagnostics["max_len"] == 13 and _function_gap(rec.model, target) <= 1e-8
 
 
+def test_counts_start_coverage_falls_below_d_as_H_grows():
+    """The measured limit of the counts route: at d = 64 every head is resolved by its own pair at
+    more than d tokens for H = 4 (1.8 d) and H = 8 (1.1 d), at far fewer for H = 12 (0.11 d)."""
+    cov = {H: mh.counts_start_coverage(64, H, n_rows=2) for H in (4, 8, 12)}
+    assert cov[4]["fewest resolved / d"] > 1.5 and 1.0 < cov[8]["fewest resolved / d"] < 1.5
+    assert cov[12]["fewest resolved / d"] < 0.25 < cov[12]["median resolved / d"] < 0.5
+    assert all(c["K / d"] == mh.rational_plan(64, H)["K"] / 64 for H, c in cov.items())
+
+
 def test_rational_match_tol_just_inside_and_outside():
     """_match_terms takes a pair's term as head h when its amplitude is within _MATCH_TOL = 1e-3 of
     the row's largest from gamma0[h], within a third of the gap to the nearest other head, and h is

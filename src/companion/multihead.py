@@ -2104,6 +2104,81 @@ def counts_conditioning(d, H, *, shift_std=3.0, n_draws=20, seed=0):
 __all__ += ["counts_conditioning"]
 
 
+def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> dict:
+    """Why the counts route stops: tokens per head that a pair's own fit resolves, against ``d``.
+
+    For ``n_rows`` row directions of :func:`learn_canonical_rational`'s design (its ``K`` tokens of
+    median norm ``scale``, its ``2 H`` ratios) and the target ``random_multi_head(d, H, seed=seed)``,
+    every pair is fitted on its own as the learner does (interpolation, then Levenberg-Marquardt),
+    on exact answers, and head ``h`` counts as resolved at a token where a fitted term has ``h``'s
+    true amplitude to ``_MATCH_TOL`` (relative to the row's largest) and its shift to 1e-2. A head's
+    start row is a least-squares fit over those tokens, so it needs more than ``d`` of them.
+
+    Returns
+    -------
+    dict
+        ``d``, ``H``, ``"K / d"`` (all tokens of a row), ``"fewest resolved / d"`` (over heads and
+        rows) and ``"median resolved / d"``.
+
+    Raises
+    ------
+    InvalidInputError
+        If a size is out of range, or ``d`` is too small for ``H`` (:func:`rational_plan`).
+
+    Examples
+    --------
+    >>> c = counts_start_coverage(16, 2, n_rows=2)
+    >>> bool(c["fewest resolved / d"] > 1.0), c["K / d"] == rational_plan(16, 2)["K"] / 16
+    (True, True)
+    """
+    from scipy.special import expit
+
+    from ._rational import interpolate_pairs, polish_pairs, ratio_design
+
+    d = check_int(d, "d", minimum=1)
+    H = check_int(H, "H", minimum=1)
+    n_rows = check_int(n_rows, "n_rows", minimum=1, maximum=d)
+    scale = check_real(scale, "scale", minimum=0.0, strict=True)
+    spread = check_real(spread, "spread", minimum=1.0)
+    seed = check_int(seed, "seed", minimum=0)
+    target = random_multi_head(d, H, seed=seed)
+    K = rational_plan(d, H)["K"]
+    n, m = ratio_design(H)
+    r = n / m
+    s = np.log(r)
+    rng = np.random.default_rng(seed)
+    P = np.linalg.qr(rng.standard_normal((d, d)))[0].T
+    X = rng.standard_normal((K, d))
+    X *= (scale * np.exp(rng.uniform(-np.log(spread), np.log(spread), K)) / np.linalg.norm(X, axis=1))[:, None]
+    counts = []
+    for i in range(n_rows):
+        gam = target.vs @ P[i]
+        L = X @ np.einsum("e,hef->hf", P[i], target.Ws).T
+        G = expit(s[None, :, None] + L[:, None, :]) @ gam
+        g0, l0 = interpolate_pairs(r, G, H)
+        ok = np.isfinite(l0).all(axis=1)
+        g, sh = np.full((K, H), np.nan), np.full((K, H), np.nan)
+        if ok.any():
+            g[ok], sh[ok], _ = polish_pairs(s, G[ok], g0[ok], l0[ok])
+        dist = np.abs(g[:, None, :] - gam[None, :, None])
+        dist = np.where(np.isfinite(dist), dist, np.inf)
+        j = np.argmin(dist, axis=2)
+        hit = np.take_along_axis(dist, j[..., None], 2)[..., 0] <= _MATCH_TOL * np.max(np.abs(gam))
+        hit &= np.abs(np.take_along_axis(np.nan_to_num(sh), j, 1) - L) <= 1e-2
+        counts.append(hit.sum(axis=0))
+    counts = np.concatenate(counts)
+    return {
+        "d": d,
+        "H": H,
+        "K / d": K / d,
+        "fewest resolved / d": float(counts.min()) / d,
+        "median resolved / d": float(np.median(counts)) / d,
+    }
+
+
+__all__ += ["counts_start_coverage"]
+
+
 def probe_hessian(oracle, v, x0, step=1e-3):
     """The symmetric matrix ``M = sym(sum_h v^(h) (W^(h) x0)^T)`` of :func:`learn_orthogonal_heads`.
 
