@@ -81,10 +81,11 @@ test: $(PYCHECK) $(STAMP) browser lint
 repro-report: $(STAMP)
 	COMPANION_REPRO_REPORT=data/results/reproducibility.json $(PY) -m pytest tests/test_reproducibility.py -q
 
-# ruff (lint, and the format check) and mypy over src/companion, configured in pyproject.toml.
+# ruff (lint, and the format check) and mypy over src/companion, configured in pyproject.toml; the
+# format check over the chapters' code cells too, at 88 characters (book/chapters/ruff.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src/companion
-	$(VENV)/bin/ruff format --check src/companion
+	$(VENV)/bin/ruff format --check src/companion book/chapters
 	$(VENV)/bin/mypy
 
 # Headless Chromium for tests/test_browser.py: Debian's package, installed when missing and possible

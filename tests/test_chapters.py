@@ -52,6 +52,19 @@ def test_the_cell_after_the_parameters_checks_and_records_every_parameter(path):
             assert re.search(rf"\b{name}={name}\b", call), f"{path.stem}: {name} is not passed to record_parameters"
 
 
+CODE_WIDTH = 88   # book/chapters/ruff.toml's line-length: a code cell this wide fits the page
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_code_line_is_wider_than_the_page(path):
+    """Code cells do not scroll sideways on screen (issue 23, item 5): every line at most 88
+    characters, what ``ruff format`` cannot shorten (comments, strings) included."""
+    long = [f"cell {k} line {n}: {len(line)} characters: {line.strip()[:60]!r}"
+            for k, cell in enumerate(json.loads(path.read_text())["cells"]) if cell["cell_type"] == "code"
+            for n, line in enumerate("".join(cell["source"]).splitlines(), 1) if len(line) > CODE_WIDTH]
+    assert not long, f"{path.stem}: {len(long)} code lines over {CODE_WIDTH}:\n" + "\n".join(long[:10])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_chapter_runs_with_non_default_parameters(path, tmp_path):

@@ -51,7 +51,7 @@ def test_chapter_conventions(path):
     tagged = [c for c in code if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1, "exactly one cell tagged 'parameters'"
     assert re.search(r"^seed\s*=", "".join(tagged[0]["source"]), re.M), "the parameters cell sets seed"
-    assert f'record_parameters("{path.stem}"' in sources
+    assert re.search(rf'record_parameters\(\s*"{path.stem}"', sources), "record_parameters(stem, ...)"
     assert "Re-run this chapter" in markdown and f"companion run {path.stem}" in markdown
     assert f"papermill book/chapters/{path.stem}.ipynb" in markdown
     assert nb["metadata"].get("companion", {}).get("test_parameters"), "metadata companion.test_parameters"

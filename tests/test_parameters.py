@@ -59,3 +59,35 @@ def test_types_follow_the_default(decl):
 def test_an_unreadable_constraint_is_an_error(spec):
     with pytest.raises(ParameterError, match=r"cannot read|not a parameter"):
         parameters.check(parameters.declared(f"seed = 0  # seed; must be {spec}\n"), {"seed": 4})
+
+
+def test_a_help_text_continues_on_the_comment_lines_below_its_parameter():
+    """Chapter code lines are at most 88 characters, so a long help text (and its constraint) goes on
+    on comment-only lines; a blank line or the next assignment ends it; papermill reads the first line."""
+    from papermill.translators import PythonTranslator
+
+    cell = ("# a heading comment belongs to no parameter\n"
+            "d_values = [4, 8]  # dimensions of the sweep (hundreds work: see the\n"
+            "#   benchmark); must be non-empty and each in [2, 64]\n"
+            "rank = 2  # rank of W;\n"
+            "#   must be in [1, min(d_values)]\n"
+            "\n"
+            "# a note after a blank line: not part of rank's help\n"
+            "cases = [\n"
+            "    [8, 1],\n"
+            "]  # (d, r) pairs\n"
+            "#   ; must be each in [2, 20] x [1, 20]\n"
+            "seed = 0  # seed; must be in [0, inf)\n")
+    decl = parameters.declared(cell)
+    assert decl["d_values"]["help"] == "dimensions of the sweep (hundreds work: see the benchmark)"
+    assert decl["d_values"]["spec_text"] == "non-empty and each in [2, 64]"
+    assert decl["rank"]["help"] == "rank of W" and decl["rank"]["spec_text"] == "in [1, min(d_values)]"
+    assert decl["cases"]["spec_text"] == "each in [2, 20] x [1, 20]" and decl["cases"]["default"] == [[8, 1]]
+    assert decl["seed"]["help"] == "seed" and decl["seed"]["spec_text"] == "in [0, inf)"
+    parameters.check(decl, {"rank": 4, "d_values": [4, 64]})
+    with pytest.raises(ParameterError, match=r"^parameter rank=5 must be in \[1, min\(d_values\)\]"):
+        parameters.check(decl, {"rank": 5, "d_values": [4, 64]})
+    with pytest.raises(ParameterError, match=r"^parameter d_values=\[65\]"):
+        parameters.check(decl, {"d_values": [65]})
+    first = {p.name: p.help for p in PythonTranslator.inspect({"source": cell})}
+    assert first["d_values"] == "dimensions of the sweep (hundreds work: see the"

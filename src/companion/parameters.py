@@ -24,13 +24,17 @@ clause                          meaning
 A bool parameter takes ``True`` or ``False`` only (``companion run`` reads only ``true`` and
 ``false`` as booleans, not YAML 1.1's ``yes``/``no``/``on``/``off``).
 
-Clauses are joined by the word ``and``. For example::
+Clauses are joined by the word ``and``. A help text too long for one line (the chapters' code
+lines are at most 88 characters) continues on the comment-only lines directly below its
+parameter's line; they are joined with single spaces. Papermill reads only the first line
+(``papermill --help-notebook`` shows that part); :func:`declared` reads them all. For example::
 
-    d = 5                          # dimension of the instance; must be in [3, 512]
-    d_values = [4, 8, 16]          # dimensions of the sweep; must be non-empty and each in [2, 1024]
-    rank = 2                       # rank of W; must be in [1, d]
-    probes = "basis"               # probe family; must be one of basis, gaussian
-    cases = [[8, 1], [8, 2]]       # (d, r) pairs; must be non-empty and each in [2, 20] x [1, 20]
+    d = 5  # dimension of the instance; must be in [3, 512]
+    d_values = [4, 8, 16]  # dimensions of the sweep; must be non-empty and each in [2, 1024]
+    rank = 2  # rank of W; must be in [1, d]
+    probes = "basis"  # probe family; must be one of basis, gaussian
+    cases = [[8, 1], [8, 2]]  # (d, r) pairs of the phase transition (cvxpy: keep d at most
+    #   20); must be non-empty and each in [2, 20] x [1, 20]
 
 :func:`check` refuses a bad value with one line naming the parameter, what it must be, and its
 default. ``companion run`` calls it before execution; a chapter calls it through
@@ -184,13 +188,14 @@ def declared(source: str) -> dict:
             f"papermill cannot read the line of {', '.join(dropped)} in the parameters cell (it drops "
             "lines whose comment holds '=', '<' or '>'); fix the comment."
         )
+    continued = _continued_help(source)
     out = {}
     for p in found:
         try:
             default = ast.literal_eval(p.default)
         except (ValueError, SyntaxError):
             default = p.default
-        help_text = p.help or ""
+        help_text = " ".join(filter(None, [(p.help or "").strip(), *continued.get(p.name, [])]))
         m = _MARK.search(help_text)
         spec_text = m["spec"].strip() if m else None
         out[p.name] = {
@@ -199,6 +204,29 @@ def declared(source: str) -> dict:
             "spec": parse_spec(spec_text) if spec_text else [],
             "spec_text": spec_text,
         }
+    return out
+
+
+def _continued_help(source: str) -> dict[str, list[str]]:
+    """Comment-only lines directly below a parameter's line (no blank line between): name -> texts.
+
+    A parameter's line is one that starts ``name =``, or a line continuing its value (a list
+    spread over lines); a blank line or the next assignment ends the continuation.
+
+    >>> _continued_help("d = 5  # the dimension of the\\n#   instance; must be in [3, 512]\\n\\n# other")
+    {'d': ['instance; must be in [3, 512]']}
+    """
+    out: dict[str, list[str]] = {}
+    name = None
+    for line in source.splitlines():
+        text = line.strip()
+        if not text:
+            name = None
+        elif text.startswith("#"):
+            if name is not None:
+                out.setdefault(name, []).append(text.lstrip("#").strip())
+        elif m := re.match(r"(\w+)\s*=(?!=)", text):
+            name = m[1]
     return out
 
 
