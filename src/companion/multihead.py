@@ -2166,13 +2166,13 @@ def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> d
         hit = np.take_along_axis(dist, j[..., None], 2)[..., 0] <= _MATCH_TOL * np.max(np.abs(gam))
         hit &= np.abs(np.take_along_axis(np.nan_to_num(sh), j, 1) - L) <= 1e-2
         counts.append(hit.sum(axis=0))
-    counts = np.concatenate(counts)
+    resolved = np.concatenate(counts)
     return {
         "d": d,
         "H": H,
         "K / d": K / d,
-        "fewest resolved / d": float(counts.min()) / d,
-        "median resolved / d": float(np.median(counts)) / d,
+        "fewest resolved / d": float(resolved.min()) / d,
+        "median resolved / d": float(np.median(resolved)) / d,
     }
 
 
