@@ -598,6 +598,36 @@ def test_learn_canonical_rational_with_a_bound_merges_and_drops():
     assert mh.equivalent(rec.model, base, atol=1e-8)
 
 
+@pytest.mark.parametrize("d, H, H_bound, seed", [(8, 3, 4, 1), (8, 3, 5, 9), (10, 2, 3, 9), (10, 3, 4, 3)])
+def test_learn_canonical_rational_counts_the_heads_below_the_bound(d, H, H_bound, seed):
+    """Each of these was refused before the count of terms on row 0 asked for at least half the pairs
+    of the best count: a few pairs (along which a head's term is flat in the window) fit with fewer
+    terms than heads, and a quarter of them was enough."""
+    target = mh.random_multi_head(d, H, seed=seed)
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H_bound=H_bound)
+    assert rec.n_learning_queries <= mh.follow_up_count(d, H_bound)
+    assert _canonical_gap(target, rec) <= 1e-8
+
+
+def test_count_terms_fractions_just_inside_and_outside():
+    # row 0 of d = 6, H = 2, seed 1 (the transformer's heads): 2 of 7 pairs fit with 1 term, all with 2
+    two_of_seven = np.array([[1e-7, 1e-7, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3], [1e-12] * 7, [np.inf] * 7])
+    assert mh._count_terms(two_of_seven) == 2  # 2/7 < 0.5 of the best fraction 1.0
+    assert mh._count_terms(two_of_seven[:1]) == 1  # alone, 2/7 >= 0.25
+    # a quarter of the pairs: 3 of 12 fit, 2 of 12 do not
+    assert mh._count_terms(np.array([[1e-7] * 3 + [1e-3] * 9])) == 1
+    assert mh._count_terms(np.array([[1e-7] * 2 + [1e-3] * 10])) is None
+    # half of the best: 6 of 12 is enough against 12 of 12, 5 of 12 is not
+    assert mh._count_terms(np.array([[1e-7] * 6 + [1e-3] * 6, [1e-12] * 12])) == 1
+    assert mh._count_terms(np.array([[1e-7] * 5 + [1e-3] * 7, [1e-12] * 12])) == 2
+
+
+def test_count_terms_start_tol_just_inside_and_outside():
+    # _START_TOL = 1e-6: a misfit of 3e-7 relative resolves a pair, 3e-6 does not
+    misfit = np.array([[3e-6] * 8, [3e-7] * 8, [1e-15] * 8])
+    assert mh._count_terms(misfit) == 2  # 1e-5 would take 1 term, 1e-7 three
+
+
 def test_learn_canonical_rational_refuses_where_float64_cannot_separate_the_heads():
     target = mh.random_multi_head(16, 8, seed=0)
     # the message names the cause: too few tokens per head resolved by their pair's own fit
