@@ -254,6 +254,16 @@ def ratio_design(H):
     return a[taken], b[taken]
 
 
+def _negative_real(lam):
+    """Poles ``lam`` (complex) taken as real and negative: ``|Im lam| <= 1e-6 |lam|``, ``Re lam < 0``.
+
+    ``numpy.linalg.eigvals`` of a real matrix returns real eigenvalues with a zero imaginary part;
+    a conjugate pair this close to the axis is a double real pole (two heads with equal shifts at
+    that token) split by rounding, and the pair's fit (Levenberg-Marquardt) separates it.
+    """
+    return (np.abs(lam.imag) <= 1e-6 * np.abs(lam)) & (lam.real < 0)
+
+
 def interpolate_pairs(r, G, H):
     """Type-(H, H) rational interpolation of ``G(r) = sum_h gamma_h r / (r + p_h)``, one per row of ``G``.
 
@@ -284,7 +294,7 @@ def interpolate_pairs(r, G, H):
     lam = np.linalg.eigvals(M)  # poles and zeta
     drop = np.argmin(np.abs(lam - zeta), axis=1)
     lam = np.delete(lam, drop[:, None] + (H + 1) * np.arange(P)[:, None], axis=None).reshape(P, H)
-    real = (np.abs(lam.imag) <= 1e-6 * np.abs(lam)) & (lam.real < 0)
+    real = _negative_real(lam)
     good = real.all(axis=1)
     p = np.where(real, -lam.real, 1.0)
     l = -np.log(p)

@@ -1571,6 +1571,27 @@ def _count_terms(misfit):
     return int(np.argmax(ok)) + 1 if ok.any() else None
 
 
+def _rough(res, scale):
+    """Whether a pair's own fit misfits by more than 1e-10 relative to ``scale``: then its shifts
+    gain from a refit (all terms free, or with the row's amplitudes fixed)."""
+    return res > 1e-10 * scale
+
+
+def _agreeing(gs):
+    """The largest group of pairs whose amplitudes (rows of ``gs``, shape (P, H), each sorted) agree
+    with one of them to 1e-2 relative (to that pair's largest): shape (P,) bool."""
+    close = np.max(np.abs(gs[:, None] - gs[None]), axis=2) <= 1e-2 * np.max(np.abs(gs), axis=1)[:, None]
+    return close[int(np.argmax(close.sum(axis=1)))]
+
+
+def _apart(gamma0):
+    """Heads whose amplitude is farther than 2e-2 (relative to the largest; twice the pairs'
+    agreement, _agreeing) from every other head's: shape (H,) bool. Sorted by amplitude, their
+    order cannot swap between pairs."""
+    gap = np.abs(gamma0[:, None] - gamma0[None, :]) + np.diag(np.full(gamma0.size, np.inf))
+    return gap.min(axis=1) > 2e-2 * np.max(np.abs(gamma0))
+
+
 def _ask_pairs(oracle, U, X, n, m):
     """``VQ`` of ``n[t]`` copies of ``U[k]`` then ``m[t]`` copies of ``X[k]``: shape (K, S), one call per length."""
     K, d = X.shape
@@ -1778,7 +1799,7 @@ def learn_canonical_rational(
                 np.abs(np.einsum("psh,ph->ps", expit(s[None, :, None] + l0[ok][:, None, :]), g0[ok]) - G[ok]), axis=1
             )
             # Polish only the pairs whose interpolant misfits its own samples (most, at large H).
-            rough = np.flatnonzero(ok)[res[ok] > 1e-10 * np.max(np.abs(G[ok]), axis=1)]
+            rough = np.flatnonzero(ok)[_rough(res[ok], np.max(np.abs(G[ok]), axis=1))]
             if rough.size:
                 gam[rough], sh[rough], res[rough] = polish_pairs(s, G[rough], gam[rough], sh[rough])
         return gam, sh, res
@@ -1823,10 +1844,8 @@ def learn_canonical_rational(
         order = np.argsort(gam[idx], axis=1)
         gs = np.take_along_axis(gam[idx], order, axis=1)
         gam[idx], sh[idx] = gs, np.take_along_axis(sh[idx], order, axis=1)
-        close = np.max(np.abs(gs[:, None] - gs[None]), axis=2) <= 1e-2 * np.max(np.abs(gs), axis=1)[:, None]
-        ref = idx[int(np.argmax(close.sum(axis=1)))]
         agree = np.zeros(K, bool)
-        agree[idx] = close[np.flatnonzero(idx == ref)[0]]
+        agree[idx] = _agreeing(gs)
         if agree.sum() < 2:
             raise OracleInconsistentError(
                 f"row {i}: only {int(agree.sum())} of {K} pairs resolved all {H_row} heads "
@@ -1837,7 +1856,7 @@ def learn_canonical_rational(
         gamma0 = np.median(gam[agree], axis=0)
         # ``rough``: some resolved pair misfits by more than 1e-10 relative, so its shifts gain
         # from a refit with the row's amplitudes fixed (far better conditioned than the free fit).
-        return gamma0, agree, sh, bool(np.max(res[agree]) > 1e-10 * gmax), (gam, fit)
+        return gamma0, agree, sh, bool(_rough(np.max(res[agree]), gmax)), (gam, fit)
 
     def start_from(i, gamma0, agree, sh, terms):
         """Rows R0 by least squares per head, over every token where that head is resolved.
@@ -1853,9 +1872,7 @@ def learn_canonical_rational(
         # The pairs that resolve all heads (sorted by amplitude like gamma0) add every head whose
         # amplitude is farther than twice their agreement (1 %) from the others: there the order
         # cannot swap.
-        gap = np.abs(gamma0[:, None] - gamma0[None, :]) + np.diag(np.full(gamma0.size, np.inf))
-        apart = gap.min(axis=1) > 2e-2 * np.max(np.abs(gamma0))
-        a = np.ix_(agree, apart)
+        a = np.ix_(agree, _apart(gamma0))
         use[a], L[a] = True, sh[a]
         R0 = _start_rows(X, L, window, use)
         head_tokens[i] = int(use.sum(axis=0).min())
@@ -2110,6 +2127,18 @@ def counts_conditioning(d, H, *, shift_std=3.0, n_draws=20, seed=0):
 __all__ += ["counts_conditioning"]
 
 
+def _resolved_heads(g, sh, gam, L):
+    """Shape (K, H) bool: head ``h`` is resolved at token ``k`` where the fitted term of pair ``k``
+    (amplitudes ``g``, shifts ``sh``, shape (K, H), NaN where the fit failed) nearest to the true
+    amplitude ``gam[h]`` has it to _MATCH_TOL (relative to the largest ``|gam|``) and the true shift
+    ``L[k, h]`` to 1e-2 (absolute, in ``log r``)."""
+    dist = np.abs(g[:, None, :] - gam[None, :, None])
+    dist = np.where(np.isfinite(dist), dist, np.inf)
+    j = np.argmin(dist, axis=2)
+    hit = np.take_along_axis(dist, j[..., None], 2)[..., 0] <= _MATCH_TOL * np.max(np.abs(gam))
+    return hit & (np.abs(np.take_along_axis(np.nan_to_num(sh), j, 1) - L) <= 1e-2)
+
+
 def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> dict:
     """Why the counts route stops: tokens per head that a pair's own fit resolves, against ``d``.
 
@@ -2166,12 +2195,7 @@ def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> d
         g, sh = np.full((K, H), np.nan), np.full((K, H), np.nan)
         if ok.any():
             g[ok], sh[ok], _ = polish_pairs(s, G[ok], g0[ok], l0[ok])
-        dist = np.abs(g[:, None, :] - gam[None, :, None])
-        dist = np.where(np.isfinite(dist), dist, np.inf)
-        j = np.argmin(dist, axis=2)
-        hit = np.take_along_axis(dist, j[..., None], 2)[..., 0] <= _MATCH_TOL * np.max(np.abs(gam))
-        hit &= np.abs(np.take_along_axis(np.nan_to_num(sh), j, 1) - L) <= 1e-2
-        counts.append(hit.sum(axis=0))
+        counts.append(_resolved_heads(g, sh, gam, L).sum(axis=0))
     resolved = np.concatenate(counts)
     return {
         "d": d,
