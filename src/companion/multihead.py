@@ -2048,17 +2048,8 @@ def learn_canonical_rational(
         seed=seed + 1,
         what="a sum of attention heads (learn_canonical_rational)",
     )
-    return build(
-        MultiHeadRecovery,
-        oracle,
-        start,
-        verification=checked,
-        message=message,
-        diagnostics=diagnostics,
-        W=model.Ws.sum(axis=0),
-        v=model.vs.sum(axis=0),
-        Ws=model.Ws,
-        vs=model.vs,
+    return _heads_result(
+        oracle, start, model.Ws, model.vs, verification=checked, message=message, diagnostics=diagnostics
     )
 
 
