@@ -1626,9 +1626,10 @@ def learn_canonical_rational(
         A known upper bound ``H_0`` on it, used when ``H`` is not given: the learner then asks
         ``<= 4 H_0 d^2 - 2 H_0 + 1`` queries of length ``<= 2 H_0 + 1`` and finds the number of
         heads on row 0: the smallest ``h`` whose interpolation through ``2 h`` of the ``2 H_0``
-        samples fits all of them for a quarter of the pairs (with more terms than heads the
-        interpolant only adds cancelling pole-zero pairs). Exactly one of ``H`` and ``H_bound``
-        must be given.
+        samples fits all of them for a quarter of the pairs and for at least half as many pairs
+        as the ``h`` that fits the most (with fewer terms than heads, the pairs along which a
+        head's term is flat still fit; with more, the surplus poles are complex at most pairs).
+        Exactly one of ``H`` and ``H_bound`` must be given.
     scale : float, default=3.0
         Median norm of the query tokens ``x`` (``0 < scale <= 100``); the shifts
         ``(u - x)^T W_h x`` grow with it. Tune it to ``||W_h||``: about 3 for entries of order 1.
