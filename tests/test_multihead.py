@@ -552,8 +552,7 @@ def test_rational_match_tol_just_inside_and_outside():
 def test_rational_repair_factor_just_inside_fast(monkeypatch):
     """d = 16, H = 7 (seed 0): rows with one head off at the start are repaired with pairs whose one-term
     misfit is <= _REPAIR_FACTOR = 3 times the median; a tenth of it keeps too few pairs and row 15
-    refuses."""
-    assert mh._REPAIR_FACTOR == 3.0
+    refuses. (Both sides, function level: test_repair_start_factor_just_inside_and_outside.)"""
     target = mh.random_multi_head(16, 7, seed=0)
     rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=7)
     assert rec.n_heads == 7 and _canonical_gap(target, rec) <= 1e-8
