@@ -299,7 +299,16 @@ def interpolate_pairs(r, G, H):
     p = np.where(real, -lam.real, 1.0)
     l = -np.log(p)
     Z = expit(np.log(r)[None, :, None] + l[:, None, :])  # (P, 2H, H)
-    gamma = np.einsum("phs,ps->ph", np.linalg.pinv(Z), G)
+    # The amplitudes by least squares through a batched QR (a batched pinv's SVDs cost 15 times as
+    # much: a fifth of the learner at d = 32, H = 4), only where every pole is real.
+    gamma = np.full((P, H), np.nan)
+    if good.any():
+        Zg, Gg = Z[good], G[good]
+        try:
+            Q, Rq = np.linalg.qr(Zg)
+            gamma[good] = np.linalg.solve(Rq, Q.transpose(0, 2, 1) @ Gg[..., None])[..., 0]
+        except np.linalg.LinAlgError:  # two exactly equal shifts: the minimum-norm amplitudes
+            gamma[good] = np.einsum("phs,ps->ph", np.linalg.pinv(Zg), Gg)
     order = np.argsort(l, axis=1)
     l = np.take_along_axis(l, order, axis=1)
     gamma = np.take_along_axis(gamma, order, axis=1)
