@@ -420,11 +420,11 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
                     continue
         stack.append((l, m))
         stack.append((m, r))
-    kinks.extend(_hidden_kinks(sorted(leaves), lambda t: ev([t])[0], rtol, scale))
+    kinks.extend(_hidden_kinks(sorted(leaves), lambda t: ev([t])[0], rtol, scale, 1e-6 * width))
     return np.sort(np.asarray(kinks, dtype=np.float64)), len(cache)
 
 
-def _hidden_kinks(leaves, g_at, rtol, scale):
+def _hidden_kinks(leaves, g_at, rtol, scale, narrow):
     """Kinks the interval search of :func:`find_kinks` left between its leaves (cached answers only).
 
     The leaves tile ``[lo, hi]``; each knows the slope at its two ends, measured over a width
@@ -436,58 +436,66 @@ def _hidden_kinks(leaves, g_at, rtol, scale):
     of the two sides meet at ``t``; one kink at ``t`` explains the gap if the cached answers in it
     lie on those lines to within their error; then ``t`` is a kink. Otherwise the gap holds two or
     more kinks closer than float64 resolves along this line: :class:`PrecisionError`.
+
+    Only where the search went deep (a leaf at most ``narrow`` wide between or beside the two) is
+    a slope difference taken for a kink: the search splits that far only around close kinks, while
+    a function that is not piecewise linear (a slowly changing slope) leaves wide leaves, and is
+    the verification's to refuse.
     """
     found = []
-    anchor = None  # (position, slope, slope error)
-    gap = []  # leaf boundaries since the anchor
+    anchor = None  # (position, slope, slope error, width of its leaf)
+    gap, gap_width = [], np.inf  # leaf boundaries since the anchor, the narrowest leaf among them
     for l, r, sl, wl, sr, wr in leaves:
         if sl is None:
-            gap += [l, r]
+            if anchor is not None:
+                gap, gap_width = gap + [l, r], min(gap_width, r - l)
             continue
         el = 4.0 * rtol * scale * (1.0 + abs(l)) / wl
         er = 4.0 * rtol * scale * (1.0 + abs(r)) / wr
         is_kink = sl != sr or wl != wr
-        if anchor is not None and abs(sl - anchor[1]) > anchor[2] + el:
-            found.append(_one_kink(anchor, (l, sl, el), gap, g_at, rtol, scale))
-            anchor, gap = (r, sr, er), []
+        deep = anchor is not None and min(anchor[3], gap_width, r - l) <= narrow
+        if deep and abs(sl - anchor[1]) > anchor[2] + el:
+            found.append(_one_kink(anchor[:3], (l, sl, el), gap, g_at, rtol, scale))
+            anchor, gap, gap_width = (r, sr, er, r - l), [], np.inf
         elif is_kink or anchor is None or er <= 0.5 * anchor[2]:
             # A leaf beside a kink is consistent with both sides within its error; only one at
             # least twice as well measured (twice as wide) replaces the anchor.
-            anchor, gap = (r, sr, er), []
+            anchor, gap, gap_width = (r, sr, er, r - l), [], np.inf
         else:
-            gap += [l, r]
-    if gap and anchor is not None and any(s is None for *_, s, _ in leaves[-1:]):
-        _one_kink(anchor, None, gap, g_at, rtol, scale)  # a narrow leaf at hi: raises
+            gap, gap_width = gap + [l, r], min(gap_width, r - l)
+    # Leaves narrower than min_width before the first slope or after the last (a kink within
+    # min_width of lo or hi) have one side only: each is reported as one kink, at its middle.
+    for edge in (leaves, leaves[::-1]):
+        for l, r, sl, *_ in edge:
+            if sl is not None:
+                break
+            found.append(l + _FRACTIONS[1] * (r - l))
     return found
 
 
 def _one_kink(a, b, gap, g_at, rtol, scale):
     """The kink explaining the slope change between anchor ``a`` and the leaf end ``b``, or raise."""
-    (xa, sa, ea) = a
-    tol = rtol * scale * (1.0 + max(abs(xa), abs(gap[-1]) if gap else abs(xa)))
-    if b is not None:
-        xb, sb, eb = b
-        ya, yb = g_at(xa), g_at(xb)
-        t = (yb - ya + sa * xa - sb * xb) / (sa - sb)
-        ok = xa <= t <= xb
-        for x in gap:
-            line = ya + sa * (x - xa) if x <= t else yb + sb * (x - xb)
-            ok = ok and abs(g_at(x) - line) <= 2.0 * tol + ea * abs(x - xa) + eb * abs(x - xb)
-        if ok:
-            # As in the interval search: g right beside t must lie on the line of its side (two
-            # new queries; this path is taken only where the search left slope change unexplained).
-            e = 16.0 * tol / abs(sb - sa)
-            for x, line, x0, e0 in ((t - e, ya + sa * (t - e - xa), xa, ea), (t + e, yb + sb * (t + e - xb), xb, eb)):
-                ok = ok and abs(g_at(x) - line) <= 2.0 * tol + e0 * abs(x - x0)
-        if ok:
-            return t
-        lo, hi, change = xa, xb, f"slope change {sb - sa:.6g} (slopes {sa:.6g} left, {sb:.6g} right)"
-    else:
-        lo, hi, change = xa, gap[-1], "a kink at the end of the interval"
+    (xa, sa, ea), (xb, sb, eb) = a, b
+    tol = rtol * scale * (1.0 + max(abs(xa), abs(xb)))
+    ya, yb = g_at(xa), g_at(xb)
+    t = (yb - ya + sa * xa - sb * xb) / (sa - sb)
+    ok = xa <= t <= xb
+    for x in gap:
+        line = ya + sa * (x - xa) if x <= t else yb + sb * (x - xb)
+        ok = ok and abs(g_at(x) - line) <= 2.0 * tol + ea * abs(x - xa) + eb * abs(x - xb)
+    if ok:
+        # As in the interval search: g right beside t must lie on the line of its side (two new
+        # queries; this path is taken only where the search left slope change unexplained).
+        e = 16.0 * tol / abs(sb - sa)
+        for x, line, x0, e0 in ((t - e, ya + sa * (t - e - xa), xa, ea), (t + e, yb + sb * (t + e - xb), xb, eb)):
+            ok = ok and abs(g_at(x) - line) <= 2.0 * tol + e0 * abs(x - x0)
+    if ok:
+        return t
     raise PrecisionError(
-        f"find_kinks: [{lo:.17g}, {hi:.17g}] (width {hi - lo:.3g}) holds {change} that one kink "
-        "does not explain: two or more kinks closer than float64 resolves along this line "
-        f"(answers to {tol:.3g}); a line in another direction separates them."
+        f"find_kinks: [{xa:.17g}, {xb:.17g}] (width {xb - xa:.3g}) holds slope change {sb - sa:.6g} "
+        f"(slopes {sa:.6g} left, {sb:.6g} right) that one kink does not explain: two or more kinks "
+        f"closer than float64 resolves along this line (answers to {tol:.3g}); a line in another "
+        "direction separates them."
     )
 
 
