@@ -307,7 +307,8 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
     rtol : float, default=1024 * eps
         Relative tolerance of a value predicted by a line through two far-apart points.
     min_width : float, default=1e-12
-        Relative width below which an interval that still holds a kink is reported as one kink.
+        Relative width below which an interval that still holds a kink is no longer split: it is
+        reported as one kink if the lines of its neighbours explain it, else ``PrecisionError``.
     max_evals : int, default=100000
         Largest number of evaluations of ``g``.
 
@@ -349,9 +350,9 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
     Measured (``tests/test_ffn.py``: 41 positions, 5 pairs of slope changes): for
     ``w >= 64 delta / c`` both kinks are returned (to within ``8 delta / c``) or
     :class:`PrecisionError` is raised, never one or none; at ``32 delta / c`` some pairs come back
-    as one kink, as does every pair at ``w <= 4 delta / c``. A kink left within rounding of a split point (both leaves beside
-    it pass as linear) is recovered afterwards from the slopes of the leaves, with no new query;
-    only an interval whose slope change is not explained costs two more.
+    as one kink, as does every pair at ``w <= 4 delta / c``. A kink left within rounding of a split
+    point (both leaves beside it pass as linear) is recovered afterwards from the slopes of the
+    leaves, with no new query; only an interval whose slope change is not explained costs two more.
 
     References
     ----------
@@ -487,7 +488,8 @@ def _one_kink(a, b, gap, g_at, rtol, scale):
         # As in the interval search: g right beside t must lie on the line of its side (two new
         # queries; this path is taken only where the search left slope change unexplained).
         e = 16.0 * tol / abs(sb - sa)
-        for x, line, x0, e0 in ((t - e, ya + sa * (t - e - xa), xa, ea), (t + e, yb + sb * (t + e - xb), xb, eb)):
+        beside = ((t - e, ya + sa * (t - e - xa), xa, ea), (t + e, yb + sb * (t + e - xb), xb, eb))
+        for x, line, x0, e0 in beside:
             ok = ok and abs(g_at(x) - line) <= 2.0 * tol + e0 * abs(x - x0)
     if ok:
         return t
