@@ -213,7 +213,8 @@ LEARNERS = [
         learning_count=lambda rec, d: (d + d * (d + 1) + d * sum(rec.diagnostics["head_dims"])
                                        + rec.diagnostics["n_requeries"]),
         wrong_oracle=_approx, outside=lambda: _exact(multihead.random_multi_head(4, 2, seed=0)),
-        planned=False,                      # d sum_h dim S_h is known after the Hessian probe
+        # planned: d sum_h dim S_h is known only after the Hessian probe, so the learner reserves
+        # its largest value, d^2 (the subspaces fill R^d), before the first query
         not_keys=frozenset()),
     Learner(
         id="learn_canonical", learn=multihead.learn_canonical,
@@ -248,6 +249,18 @@ LEARNERS = [
                                        + rec.diagnostics["n_queries_attention"]),
         wrong_oracle=_approx, outside=lambda: _exact(_BiasedReLU()), planned=False,
         not_keys=frozenset()),
+    Learner(
+        id="learn_multi_head_transformer", learn=transformer.learn_multi_head_transformer,
+        target=lambda: transformer.random_multi_head_transformer(6, 2, 4, seed=0), oracle=_exact,
+        kwargs={"H": 2},
+        learning_count=lambda rec, d: (rec.diagnostics["n_queries_ffn"]
+                                       - rec.diagnostics["ffn"]["n_verify_queries"]
+                                       + rec.diagnostics["n_queries_heads"]
+                                       + 2 * d * rec.diagnostics["n_neurons"]),
+        wrong_oracle=_approx, planned=False,
+        outside=lambda: ValueQueryOracle(
+            _Bent(transformer.random_multi_head_transformer(6, 2, 4, seed=0)), d=6),
+        not_keys=frozenset({"H d k", "k", "mu", "1", "H d", "A", "v_h"})),
     Learner(
         id="learn_membership",
         learn=membership.learn_membership, kwargs={"W_max": 8.0, "bits": 12},

@@ -534,3 +534,19 @@ def test_learner_on_bert_computation_recovers_the_homogeneous_head():
     X = np.random.default_rng(11).standard_normal((50, 6, 384))
     bert = P.bert_attention_output(X, 0, head=4)
     assert _ref_gap(SingleHead(rec.W, rec.v)(P.homogeneous(X)), bert) < 1e-11
+
+
+def test_layer_counts_probe_shows_where_twelve_heads_fail():
+    """The whole layer 0 through the counts route's pairs: 25 queries a pair, no pair resolves all
+    12 heads, and a pair's rounding sensitivity is O(1) (measured 2.1 to 258 over 8 pairs)."""
+    from companion import multihead
+
+    probe = P.layer_counts_probe(0, n_pairs=2, seed=0)
+    assert probe["n_queries"] == 50 and probe["n_heads"] == 12
+    for row in probe["rows"]:
+        assert row["terms found"] < 12 and not row["interpolation resolved"]
+        assert row["sensitivity"] > 1.0 and 0 < row["closest true shifts"] < 0.1
+    oracle = ValueQueryOracle(P.BertAttentionTarget(0, None))
+    with pytest.raises(InvalidInputError, match="last coordinate != 1"):
+        multihead.learn_canonical_rational(oracle, H=12)
+    assert oracle.n_queries == 0

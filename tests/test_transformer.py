@@ -1,12 +1,18 @@
-"""Tests of the one-layer Transformer: model, antisymmetrised oracle, learn_one_layer."""
+"""Tests of the one-layer Transformer: model, antisymmetrised oracle, learn_one_layer, and its
+multi-head form (learn_multi_head_transformer)."""
 
 import numpy as np
 import pytest
 
+from companion import multihead
 from companion.attention import OneLayerTransformer, SingleHead
-from companion.errors import BudgetExceededError, InvalidInputError, NotIdentifiableError
+from companion.errors import (BudgetExceededError, InvalidInputError, NotIdentifiableError,
+                              OracleInconsistentError, PrecisionError)
 from companion.oracles import AntisymmetrisedOracle, ValueQueryOracle
-from companion.transformer import evaluate, learn_one_layer, output_precision, random_one_layer
+from companion.transformer import (MultiHeadTransformer, ServedMultiHeadTransformer, evaluate,
+                                   evaluate_multi_head, learn_multi_head_transformer,
+                                   learn_one_layer, output_precision, random_multi_head_transformer,
+                                   random_one_layer, region_anchors)
 
 
 def test_from_native_matches_the_native_formula():
@@ -73,3 +79,155 @@ def test_zero_linear_part_is_not_identifiable():
 def test_output_precision_of_a_model_with_itself_is_infinite():
     tf = random_one_layer(3, 2, seed=0)
     assert output_precision(tf, tf, n=20) == float("inf")
+
+
+# ----------------------------------------------------------------------------- several heads
+
+
+@pytest.mark.parametrize("d, H, m", [(6, 2, 4), (8, 3, 6)])
+def test_multi_head_transformer_exact_to_1e_8(d, H, m):
+    tf = random_multi_head_transformer(d, H, m, seed=0)
+    rec = learn_multi_head_transformer(ValueQueryOracle(tf), H=H)
+    err = evaluate_multi_head(rec, tf)
+    assert err["matched"] and err["n_heads"] == H and err["n_neurons"] == m
+    assert err["output_gap"] < 1e-8 and err["W_error"] < 1e-9 and err["B_error"] < 1e-8
+    assert err["w_error"] < 1e-9
+    diag = rec.diagnostics
+    assert diag["n_queries_regions"] == H * d * m
+    assert diag["max_len"] <= 2 * H + 1
+    assert diag["pattern_slack"] > 1.0 and diag["sum_mismatch"] < 1e-8
+    # the heads cost at most twice the follow-up's count, less the 2d reused answers
+    assert diag["n_queries_heads"] <= 2 * multihead.follow_up_count(d, H) - 2 * d
+    assert diag["n_reused"] == 2 * d
+
+
+def test_multi_head_transformer_robust_route_and_bound():
+    # (seed 1 with H_bound=3 is refused by learn_canonical_rational itself, on the heads alone too)
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    robust = learn_multi_head_transformer(ValueQueryOracle(tf), H=2, route="robust")
+    bound = learn_multi_head_transformer(ValueQueryOracle(tf), H_bound=3)
+    for rec in (robust, bound):
+        err = evaluate_multi_head(rec, tf)
+        assert err["matched"] and err["output_gap"] < 1e-8
+    assert robust.diagnostics["n_queries_heads"] > bound.diagnostics["n_queries_heads"] / 3
+    with pytest.raises(InvalidInputError, match="route='robust' needs H"):
+        learn_multi_head_transformer(ValueQueryOracle(tf), H_bound=3, route="robust")
+
+
+class _ShiftedLong:
+    """The target plus ``kappa * rtol`` times its output scale on sequences longer than ``2H + 1``."""
+
+    def __init__(self, target, rtol, kappa, longer_than):
+        self.target, self.d, self.shift, self.n = target, target.d, kappa * rtol, longer_than
+
+    def __call__(self, X):
+        X = np.asarray(X)
+        y = np.asarray(self.target(X), dtype=np.float64)
+        if X.shape[1] > self.n:
+            t = self.target
+            scale = np.abs(t.w_o) @ np.max(np.sum(np.abs(X @ t.Bs[:, None]), axis=0), axis=1).T
+            y = y + self.shift * scale
+        return y
+
+
+@pytest.mark.parametrize("kappa, accepted", [(0.5, True), (2.0, False)], ids=["inside", "outside"])
+def test_multi_head_transformer_verify_rtol_just_inside_and_outside(kappa, accepted):
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    oracle = ValueQueryOracle(_ShiftedLong(tf, 1e-6, kappa, longer_than=5))
+    if accepted:
+        rec = learn_multi_head_transformer(oracle, H=2)
+        assert 0.4e-6 < rec.diagnostics["verify_max_error"] <= 0.5e-6 * (1 + 1e-3)
+    else:
+        with pytest.raises(OracleInconsistentError, match="verification"):
+            learn_multi_head_transformer(oracle, H=2)
+
+
+def test_multi_head_transformer_refuses_an_invisible_head():
+    """A third head with B_3 w_o = 0 is invisible to VQ(X) - VQ(-X); the check refuses the result."""
+    tf = random_multi_head_transformer(6, 3, 4, seed=2)
+    w = tf.w_o
+    Bs = np.array(tf.Bs)
+    Bs[2] -= np.outer(Bs[2] @ w, w) / (w @ w)
+    hidden = MultiHeadTransformer(tf.Ws, Bs, w)
+    assert np.max(np.abs(hidden.Bs[2] @ w)) < 1e-15 and np.max(np.abs(hidden.Bs[2])) > 0.1
+    with pytest.raises(OracleInconsistentError, match="B_h w_o = 0"):
+        learn_multi_head_transformer(ValueQueryOracle(hidden), H=2)
+    Bs[2] = 0.0                                     # the same head removed: two visible heads
+    rec = learn_multi_head_transformer(ValueQueryOracle(MultiHeadTransformer(tf.Ws, Bs, w)), H=2)
+    assert rec.n_heads == 2
+
+
+class _Residual:
+    """A multi-head Transformer plus a residual read-out ``x_N^T c``: outside the model."""
+
+    def __init__(self, target, c):
+        self.target, self.d, self.c = target, target.d, c
+
+    def __call__(self, X):
+        X = np.asarray(X)
+        return np.asarray(self.target(X)) + X[:, -1, :] @ self.c
+
+
+def test_multi_head_transformer_refuses_a_residual_connection():
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    c = np.random.default_rng(0).standard_normal(6) * 0.3
+    with pytest.raises(OracleInconsistentError):
+        learn_multi_head_transformer(ValueQueryOracle(_Residual(tf, c)), H=2)
+
+
+def test_multi_head_transformer_float32_is_put_down_to_rounding():
+    served = ServedMultiHeadTransformer(random_multi_head_transformer(6, 2, 4, seed=0))
+    stated = ValueQueryOracle(served, precision=served.precision)
+    with pytest.raises(PrecisionError, match="u=6e-08"):
+        learn_multi_head_transformer(stated, H=2)
+    assert stated.n_queries == 0
+    unstated = ValueQueryOracle(served)             # measured after the FFN step refuses
+    with pytest.raises(PrecisionError, match="float32"):
+        learn_multi_head_transformer(unstated, H=2, max_planes=1)
+
+
+def test_multi_head_transformer_budget_and_options():
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    rec = learn_multi_head_transformer(ValueQueryOracle(tf), H=2)
+    plan = 2 * multihead.rational_plan(6, 2)["n_queries"]
+    # the up-front reservation: the heads' plan, H d region queries and verify
+    up_front = plan + 2 * 6 + 32
+    short = ValueQueryOracle(tf, budget=up_front - 1)
+    with pytest.raises(BudgetExceededError):
+        learn_multi_head_transformer(short, H=2)
+    assert short.n_queries == 0
+    # after the FFN step (k = 4 neurons): the plan less 2d reused answers, H d k and verify
+    n_ffn = rec.diagnostics["n_queries_ffn"]
+    enough = n_ffn + plan - 2 * 6 + 2 * 6 * 4 + 32
+    assert learn_multi_head_transformer(ValueQueryOracle(tf, budget=enough), H=2).n_queries == rec.n_queries
+    one_short = ValueQueryOracle(tf, budget=enough - 1)
+    with pytest.raises(BudgetExceededError):
+        learn_multi_head_transformer(one_short, H=2)
+    assert one_short.n_queries == n_ffn
+    for bad in ({"margin": 0.99}, {"margin": 1.1e6}, {"route": "fast"}):
+        with pytest.raises(InvalidInputError):
+            learn_multi_head_transformer(ValueQueryOracle(tf), H=2, **bad)
+
+
+def test_multi_head_transformer_pattern_slack_just_inside_and_outside():
+    """margin = 1 lets a region query's pre-activation move 0.94 of its distance to its kink, by the
+    recovered model (refused: the pattern may have changed); margin = 2 keeps it within half."""
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    with pytest.raises(OracleInconsistentError, match=r"pattern_slack=0\.9\d+ <= 1"):
+        learn_multi_head_transformer(ValueQueryOracle(tf), H=2, margin=1.0)
+    rec = learn_multi_head_transformer(ValueQueryOracle(tf), H=2, margin=2.0)
+    assert 1.0 < rec.diagnostics["pattern_slack"] < 3.0
+    assert evaluate_multi_head(rec, tf)["output_gap"] < 1e-8
+
+
+def test_region_anchors_need_independent_patterns():
+    S, M, margins = region_anchors(np.eye(3)[:, :2] @ np.array([[1.0, 0.6], [0.0, 0.8]]))
+    assert M.shape == (2, 2) and abs(np.linalg.det(M)) > 0.5 and np.all(margins > 0.1)
+    with pytest.raises(NotIdentifiableError, match="only 2 linearly independent"):
+        region_anchors(np.array([[1.0, -1.0, 1.0]]))        # d = 1: patterns s and -s only
+
+
+def test_coarse_factor_is_the_canonical_learners():
+    from companion import transformer
+
+    assert transformer._COARSE_FACTOR == multihead._COARSE_FACTOR

@@ -62,7 +62,7 @@ from .attention import SingleHead, factored_batch
 from .errors import MESSAGES, InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from .exact import SATURATION, check_exact_oracle, invert_two_token, probe_matrix
 from .recovery import Recovery
-from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
+from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_head
 
 __all__ = [
     "N_LAYERS",
@@ -88,6 +88,7 @@ __all__ = [
     "load_reference",
     "learn_homogeneous_head",
     "homogeneous_errors",
+    "layer_counts_probe",
     "content_sha256",
     "fetch",
     "main",
@@ -1049,10 +1050,10 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         "homogeneous value queries (Theorem 4.1 in homogeneous coordinates); last row of "
         "W~ set to 0" + (f"; {n_requeries} re-measurements" if n_requeries else "")
     )
-    checked = verify_outputs(
+    checked = verify_head(
         oracle,
-        SingleHead(W_full, v_full),
-        lambda x: np.max(np.abs(x @ v_full)),
+        W_full,
+        v_full,
         verify,
         rtol=verify_rtol,
         seed=seed + 1,
@@ -1221,3 +1222,103 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, match_tol=1e-6, seed=0, path=None):
+    """Where the follow-up's counts route meets a whole BERT layer: one pair at a time (this book's).
+
+    :func:`~companion.multihead.learn_canonical_rational` rests on pairs: for a token ``x~ = (x, 1)``
+    and a direction ``delta~ = (delta, 0)``, the ``2 H = 24`` queries of ``n`` copies of
+    ``x~ + delta~`` then ``m`` copies of ``x~`` (``n + m <= 25``,
+    :func:`companion._rational.ratio_design`) sample ``G(r) = sum_h gamma_h r / (r + p_h)`` with
+    ``gamma_h = delta~^T v~_h`` and ``log p_h = -delta~^T W~_h x~``, which a type-(12, 12) rational
+    interpolation inverts. Its joint row fit starts from the pairs whose own interpolation resolves
+    every head. This asks ``25 n_pairs`` queries of the full layer (:class:`BertAttentionTarget`,
+    homogeneous tokens only) and reports, per pair, what the interpolation resolves; the true heads
+    (:func:`load_head`) are read only to say why.
+
+    Parameters
+    ----------
+    layer : int, default=0
+        Layer, ``0 <= layer <= 5``.
+    n_pairs : int, default=8
+        Pairs ``(x, delta)`` probed, ``>= 1``.
+    delta_norm, token_norm : float, default=10.0, 20.0
+        Norms of ``delta`` and of the token part ``x`` (about that of a LayerNorm output, ``sqrt 384``).
+    match_tol : float, default=1e-6
+        A fitted shift matches a head if it is within this of the head's true shift.
+    seed : int, default=0
+        Seed of the tokens and directions.
+    path : str or Path, default=None
+        The npz file.
+
+    Returns
+    -------
+    dict
+        ``rows`` (one dict per pair: ``terms found`` by the free fit
+        :func:`~companion.multihead.fit_logistic_sum`, ``interpolation resolved`` (all 12 poles
+        real and negative, each within ``match_tol`` of a true shift), ``terms matching a head``,
+        ``closest true shifts`` (smallest gap between two heads' ``delta~^T W~_h x~``),
+        ``sensitivity`` (``eps max|G| / sigma_min(J)``, ``J`` the Jacobian of the 24 samples in
+        the 24 unknowns ``(gamma, l)`` at the true heads: the largest change of an unknown a
+        float64 rounding of the answers can cause)), ``n_queries``, ``oracle_seconds`` (the
+        oracle's time for them), ``n_heads`` (12).
+
+    Examples
+    --------
+    >>> probe = layer_counts_probe(0, n_pairs=1)
+    >>> row = probe["rows"][0]
+    >>> probe["n_queries"], row["interpolation resolved"], row["terms found"] < 12
+    (25, False, True)
+    """
+    import time
+
+    from scipy.special import expit
+
+    from ._rational import interpolate_pairs, ratio_design
+    from .multihead import fit_logistic_sum
+    from .oracles import ValueQueryOracle
+
+    n_pairs = check_int(n_pairs, "n_pairs", minimum=1)
+    delta_norm = check_real(delta_norm, "delta_norm", minimum=0.0, strict=True)
+    token_norm = check_real(token_norm, "token_norm", minimum=0.0, strict=True)
+    match_tol = check_real(match_tol, "match_tol", minimum=0.0, strict=True)
+    oracle = ValueQueryOracle(BertAttentionTarget(layer, None, path=path))
+    heads = [load_head(layer, h, path=path) for h in range(N_HEADS)]
+    H = len(heads)
+    n, m = ratio_design(H)
+    r = n / m
+    s = np.log(r)
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    rows, seconds = [], 0.0
+    for _ in range(n_pairs):
+        x = np.append(rng.standard_normal(D_MODEL) * token_norm / np.sqrt(D_MODEL), 1.0)
+        delta = rng.standard_normal(D_MODEL)
+        delta = np.append(delta * delta_norm / np.linalg.norm(delta), 0.0)
+        seqs = [x[None]] + [
+            np.vstack([np.repeat((x + delta)[None], a, 0), np.repeat(x[None], b, 0)]) for a, b in zip(n, m)
+        ]
+        t0 = time.perf_counter()
+        y = np.asarray(oracle(seqs), dtype=np.float64)
+        seconds += time.perf_counter() - t0
+        g = y[1:] - y[0]
+        l_true = np.array([delta @ h.W @ x for h in heads])
+        c_true = np.array([delta @ h.v for h in heads])
+        c_fit, l_fit, _ = fit_logistic_sum(s, g)
+        _, l_int = interpolate_pairs(r, g[None], H)
+        l_int = l_int[0]
+        resolved = bool(np.all(np.isfinite(l_int)) and all(np.min(np.abs(l_true - li)) <= match_tol for li in l_int))
+        # Jacobian of G(s_t) = sum_h c_h sigma(s_t + l_h) in (c, l) at the true heads
+        sig = expit(s[:, None] + l_true[None, :])
+        J = np.concatenate([sig, c_true[None, :] * sig * (1 - sig)], axis=1)
+        sv = np.linalg.svd(J, compute_uv=False)
+        rows.append(
+            {
+                "terms found": int(c_fit.size),
+                "interpolation resolved": resolved,
+                "terms matching a head": int(sum(np.min(np.abs(l_true - li)) <= match_tol for li in l_fit)),
+                "closest true shifts": float(np.min(np.diff(np.sort(l_true)))),
+                "sensitivity": float(np.finfo(float).eps * np.max(np.abs(g)) / sv[-1]) if sv[-1] > 0 else np.inf,
+            }
+        )
+    return {"rows": rows, "n_queries": int(oracle.n_queries), "oracle_seconds": seconds, "n_heads": H}
