@@ -177,6 +177,18 @@ def test_multi_head_transformer_names_parallel_neurons():
         learn_multi_head_transformer(ValueQueryOracle(target), H=2)
 
 
+
+def test_multi_head_transformer_names_the_heads_conditioning():
+    """d=7, H=4, m=2: the rational route's heads (max_link_error 1e-8) miss verify_rtol by
+    less than their error carried through the region solves; the refusal says so, not "not the
+    model", and the robust route recovers the same target."""
+    tf = random_multi_head_transformer(7, 4, 2, seed=0)
+    with pytest.raises(OracleInconsistentError, match=r"conditioning of the rational route at H=4"):
+        learn_multi_head_transformer(ValueQueryOracle(tf), H=4)
+    rec = learn_multi_head_transformer(ValueQueryOracle(tf), H=4, route="robust")
+    assert evaluate_multi_head(rec, tf, n=200)["output_gap"] < 1e-8
+
+
 class _Residual:
     """A multi-head Transformer plus a residual read-out ``x_N^T c``: outside the model."""
 
