@@ -122,6 +122,8 @@ clean:
 	rm -rf _build .pytest_cache release
 
 # Hand-made mutants of the library against the fast tests (issue 12); writes benchmarks/mutants.md.
+# MUTANTS="--generated --shuffle 22 --out benchmarks/mutants_generated_run.md": the tenfold mutant of every
+# threshold constant; MUTANTS="--file held_out.toml --out ...": a file of mutants (format: mutants.py's docstring).
 .PHONY: mutants
 mutants: $(STAMP)
-	$(PY) benchmarks/mutants.py
+	$(PY) benchmarks/mutants.py $(MUTANTS)

@@ -10,19 +10,49 @@ original text is no longer in the file (the library moved on) is reported as "n/
 the rate.
 
 Run: ``make mutants`` (or ``python benchmarks/mutants.py [--only ID ...] [--timeout S]
-[--out FILE]``). Prints a table and writes it, with the kill rate, to ``benchmarks/mutants.md``.
+[--out FILE] [--file F.toml | --generated] [--shuffle SEED]``; ``make mutants MUTANTS="..."`` passes
+the options). Prints a table and writes it, with the kill rate, to ``benchmarks/mutants.md`` (or
+``--out``) after every mutant, so a run stopped early keeps what it measured.
+
+Three sources of mutants (one per run):
+
+* the built-in list ``MUTANTS`` below (the default);
+* ``--file FILE.toml``: a file of mutants, for a held-out set written by someone who has not seen
+  the tests. Each mutant is one ``[[mutant]]`` table::
+
+      [[mutant]]
+      id = "h23-ffn-merge-tol"          # unique, shown in the table
+      module = "ffn"                    # src/companion/<module>.py; "numerics/rgn" for a subpackage
+      what = "neuron merge tolerance 1e-6 -> 1e-5"
+      old = "_merge_neurons(U, c, quality, tol=1e-6)"   # must occur exactly once in the module
+      new = "_merge_neurons(U, c, quality, tol=1e-5)"
+      # line = 646                      # optional: ``old`` is then looked for on this line only
+                                        # (it must occur there exactly once)
+
+  TOML literal strings (``'...'``, ``'''...'''`` for several lines) keep code verbatim. ``module``
+  must be a key of ``TESTS`` (the tests run for it); ``--file`` refuses the file otherwise.
+* ``--generated``: one mutant ``x10`` and one ``/10`` for every constant of the threshold inventory
+  (``inventory()``: float defaults of every signature, upper-case module constants, and threshold
+  literals in function bodies of the learner modules; its rules and exclusions are in
+  ``inventory``'s docstring). ``--inventory`` prints the inventory, counted per module, and exits.
+
+Every run puts ``tests/test_thresholds.py`` (each threshold just inside and just outside) first.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +68,8 @@ TESTS = {
     "cli": ["tests/test_cli.py", "tests/test_verify.py", "src/companion/cli.py"],
     "robust": ["tests/test_robust.py", "tests/test_verify.py", "src/companion/robust.py"],
     "_learner": ["tests/test_verify.py", "tests/test_exact.py", "src/companion/_learner.py"],
-    "multihead": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/multihead.py"],
+    "multihead": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/multihead.py",
+                  "tests/test_served.py"],  # the served float32 oracles: learn_canonical's rounding rule
     "ffn": ["tests/test_ffn.py", "tests/test_verify.py", "src/companion/ffn.py"],
     "transformer": ["tests/test_transformer.py", "tests/test_verify.py",
                     "src/companion/transformer.py"],
@@ -50,6 +81,9 @@ TESTS = {
     "pretrained": ["tests/test_pretrained.py", "src/companion/pretrained.py"],
     "membership": ["tests/test_membership.py", "src/companion/membership.py"],
 }
+THRESHOLDS = "tests/test_thresholds.py"
+for _tests in TESTS.values():
+    _tests.insert(0, THRESHOLDS)
 for _module in ("exact", "lowrank", "robust", "_learner", "multihead", "ffn", "transformer", "numerics/rop",
                 "numerics/rgn", "pretrained", "membership"):
     TESTS[_module].append(CONTRACT)
@@ -232,19 +266,234 @@ MUTANTS = [
 ]
 
 
+class Mutant(NamedTuple):
+    """One mutant: replace ``old`` by ``new`` in ``src/companion/<module>.py`` (on ``line`` if given)."""
+
+    id: str
+    module: str
+    what: str
+    old: str
+    new: str
+    line: int | None = None
+    col: int | None = None
+
+
+# The learner modules whose thresholds the inventory covers (issue 22 item 4).
+INVENTORY_MODULES = ("exact", "ffn", "transformer", "lowrank", "robust", "membership", "multihead",
+                     "pretrained", "_learner", "numerics/rgn", "numerics/rop", "oracles")
+# Functions left out: the rational route (its own engineer, issue 21) and its helpers.
+SKIP_FUNCTIONS = {"multihead": {"learn_canonical_rational", "_start_rows", "_ask_pairs", "rational_plan",
+                                "follow_up_count", "counts_conditioning"}}
+# Module constants that are not thresholds: facts of a model file or of IEEE formats (bit widths),
+# seeds, paths, the rational route's.
+SKIP_CONSTANTS = {"pretrained": {"N_LAYERS", "N_HEADS", "D_MODEL", "D_HEAD", "DATA_FILE"},
+                  "oracles": {"PERTURB_SEED", "FORMATS"}, "multihead": {"_START_TOL"}}
+# Parameters that are not numeric thresholds: wall-clock limits of a solver (a tenfold change only
+# moves when a MILP gives up, which no fast test can time honestly), seeds.
+SKIP_PARAMETERS = {"seed", "time_limit", "milp_time_limit"}
+# Body literals that are arithmetic, not thresholds (halves, doubles, unit, zero).
+STRUCTURAL = {0.0, 1.0, 2.0, 0.5, -1.0}
+
+
+def _literal(node) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.value != 0
+
+
+def _tenfold(text: str, value, up: bool) -> str:
+    """``text`` (a literal or an expression) times 10 (``up``) or divided by 10 (an int: floor-divided)."""
+    if isinstance(value, float) and "e" in text.lower():  # 1e-6 -> 1e-5: keep the notation
+        mant, exp = text.lower().split("e")
+        return f"{mant}e{int(exp) + (1 if up else -1)}"
+    if isinstance(value, float):
+        return repr(value * 10 if up else value / 10)
+    if isinstance(value, int):
+        return str(value * 10 if up else value // 10)
+    return f"({text}) * 10" if up else f"({text}) / 10"
+
+
+def _const_leaves(node):
+    """The sub-expressions of a module constant's value that are its tunable numbers."""
+    if isinstance(node, ast.Dict):
+        for v in node.values:
+            yield from _const_leaves(v)
+    elif isinstance(node, ast.Tuple):
+        for v in node.elts:
+            yield from _const_leaves(v)
+    elif isinstance(node, ast.Call):
+        for v in node.args:
+            yield from _const_leaves(v)
+    elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Constant)
+          and node.left.value == 1):
+        yield from _const_leaves(node.right)  # a slack 1 + eps: the eps is the constant
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _literal(node.operand):
+        yield node.operand
+    elif _literal(node) or isinstance(node, ast.BinOp):
+        yield node
+
+
+def _segment(lines: list[bytes], node) -> str:
+    """The source text of ``node`` (``ast`` offsets count UTF-8 bytes); ``ast.get_source_segment``
+    re-splits the whole file on every call."""
+    if node.lineno == node.end_lineno:
+        return lines[node.lineno - 1][node.col_offset:node.end_col_offset].decode()
+    parts = [lines[node.lineno - 1][node.col_offset:], *lines[node.lineno:node.end_lineno - 1],
+             lines[node.end_lineno - 1][:node.end_col_offset]]
+    return b"".join(parts).decode()
+
+
+def inventory(root: Path = ROOT):
+    """Every tolerance and threshold constant of the learner modules, as ``(module, kind, name, node_text,
+    value, line, col)``.
+
+    Rules (the same for every module of ``INVENTORY_MODULES``):
+
+    * ``default``: every non-zero float default of a function or method signature (public or private),
+      and every arithmetic default (``rtol=1024 * _EPS``, as a whole), except seeds and wall-clock
+      limits (``SKIP_PARAMETERS``). Integer defaults are counts and
+      budgets (``verify=64``, ``max_iter=50``), not tolerances, and are left out.
+    * ``module``: every upper-case module-level constant with a numeric value; a dict's or tuple's
+      entries one by one, a call's arguments (``expit(-0.5)``: the -0.5), the ``eps`` of ``1 + eps``,
+      any other arithmetic (``1 / 64``, ``2.0**-12``) as a whole. Facts of a model file and seeds are
+      left out (``SKIP_CONSTANTS``).
+    * ``body``: every float literal in a function body other than the structural 0, 1, 2, 1/2, -1,
+      and every integer literal other than 0, 1, 2 that is an operand of arithmetic inside a comparison
+      (``cond < 10 * d``; not ``X.ndim == 3``, a shape).
+
+    The rational route (``SKIP_FUNCTIONS``) belongs to issue 21's engineer and is left out.
+    """
+    out = []
+    for module in INVENTORY_MODULES:
+        src = (root / "src" / "companion" / f"{module}.py").read_text()
+        tree = ast.parse(src)
+        lines = [ln.encode() for ln in src.splitlines(keepends=True)]
+        skip_f = SKIP_FUNCTIONS.get(module, set())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name = node.targets[0].id
+                if name.lstrip("_").isupper() and name not in SKIP_CONSTANTS.get(module, set()):
+                    for leaf in _const_leaves(node.value):
+                        if any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in ast.walk(leaf)):
+                            continue  # a path, not a number
+                        out.append((module, "module", name, _segment(lines, leaf),
+                                    leaf.value if isinstance(leaf, ast.Constant) else None,
+                                    leaf.lineno, leaf.col_offset))
+        skipped_lines = set()
+        for f in ast.walk(tree):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name in skip_f:
+                skipped_lines.update(range(f.lineno, f.end_lineno + 1))
+        seen = set()
+        for f in ast.walk(tree):
+            if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) or f.lineno in skipped_lines:
+                continue
+            a = f.args
+            pos = a.posonlyargs + a.args
+            pairs = list(zip(pos[len(pos) - len(a.defaults):], a.defaults))
+            pairs += [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            defaults = set()
+            for arg, d in pairs:
+                defaults.add(id(d))
+                if arg.arg in SKIP_PARAMETERS:
+                    continue
+                if _literal(d) and isinstance(d.value, float):
+                    out.append((module, "default", f"{f.name}({arg.arg}=)", _segment(lines, d),
+                                d.value, d.lineno, d.col_offset))
+                elif isinstance(d, ast.BinOp):  # rtol=1024 * _EPS: the expression as a whole
+                    out.append((module, "default", f"{f.name}({arg.arg}=)", _segment(lines, d),
+                                None, d.lineno, d.col_offset))
+            in_compare = set()  # integer operands of arithmetic inside a comparison (10 * atol)
+            for c in ast.walk(f):
+                if isinstance(c, ast.Compare):
+                    for b in ast.walk(c):
+                        if isinstance(b, ast.BinOp):
+                            in_compare.update((id(b.left), id(b.right)))
+            for c in ast.walk(f):
+                if id(c) in defaults or not _literal(c) or (c.lineno, c.col_offset) in seen:
+                    continue
+                if c.lineno in skipped_lines:
+                    continue
+                if isinstance(c.value, float) and c.value in STRUCTURAL:
+                    continue
+                if isinstance(c.value, int) and (c.value in (1, 2) or id(c) not in in_compare):
+                    continue
+                seen.add((c.lineno, c.col_offset))
+                out.append((module, "body", f"{f.name}:{c.lineno}", _segment(lines, c),
+                            c.value, c.lineno, c.col_offset))
+    # A nested function is walked from its parent too: keep one entry per position.
+    unique = {}
+    for row in out:
+        unique.setdefault((row[0], row[5], row[6]), row)
+    return sorted(unique.values(), key=lambda r: (INVENTORY_MODULES.index(r[0]), r[5], r[6]))
+
+
+def generated_mutants(root: Path = ROOT) -> list[Mutant]:
+    """One ``x10`` and one ``/10`` mutant per inventory constant, located by line and column."""
+    muts = []
+    for module, kind, name, text, value, line, col in inventory(root):
+        slug = module.replace("numerics/", "")
+        for up in (True, False):
+            new = _tenfold(text, value, up)
+            tag = "x10" if up else "div10"
+            muts.append(Mutant(f"g-{slug}-{line}-{col}-{tag}", module,
+                               f"{kind} {name} {text} -> {new}", text, new, line, col))
+    return muts
+
+
+def load_file(path: Path) -> list[Mutant]:
+    """The mutants of a TOML file (format in the module docstring); refuses unknown modules and ids twice."""
+    data = tomllib.loads(Path(path).read_text())
+    muts = []
+    for i, entry in enumerate(data.get("mutant", [])):
+        missing = {"id", "module", "what", "old", "new"} - set(entry)
+        if missing:
+            raise SystemExit(f"error: {path}: mutant #{i + 1} lacks {sorted(missing)}")
+        if entry["module"] not in TESTS:
+            raise SystemExit(f"error: {path}: mutant {entry['id']!r} has module={entry['module']!r}; "
+                             f"known modules: {sorted(TESTS)}")
+        muts.append(Mutant(entry["id"], entry["module"], entry["what"], entry["old"], entry["new"],
+                           entry.get("line")))
+    ids = [m.id for m in muts]
+    if len(set(ids)) != len(ids):
+        raise SystemExit(f"error: {path}: mutant ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
+    if not muts:
+        raise SystemExit(f"error: {path} holds no [[mutant]] table")
+    return muts
+
+
+def apply_mutant(text: str, m: Mutant) -> str | None:
+    """``text`` with the mutant applied, or None if its original text is not where it should be."""
+    if m.line is None:
+        return text.replace(m.old, m.new) if text.count(m.old) == 1 else None
+    lines = text.splitlines(keepends=True)
+    if not 1 <= m.line <= len(lines):
+        return None
+    ln = lines[m.line - 1]
+    if m.col is not None:  # a byte offset, as ast gives it
+        raw, old = ln.encode(), m.old.encode()
+        if raw[m.col:m.col + len(old)] != old:
+            return None
+        lines[m.line - 1] = (raw[:m.col] + m.new.encode() + raw[m.col + len(old):]).decode()
+    else:
+        if ln.count(m.old) != 1:
+            return None
+        lines[m.line - 1] = ln.replace(m.old, m.new)
+    return "".join(lines)
+
+
 def _copy_repo(dest: Path) -> None:
     ignore = shutil.ignore_patterns(".venv", ".git", "_build", "__pycache__", ".pytest_cache",
                                     "*.egg-info", ".jupyter_cache")
     shutil.copytree(ROOT, dest, ignore=ignore, dirs_exist_ok=True)
 
 
-def run_mutant(copy: Path, mutant, timeout: float) -> tuple[str, float, str]:
-    ident, module, _, old, new = mutant
+def run_mutant(copy: Path, mutant: Mutant, timeout: float) -> tuple[str, float, str]:
+    module = mutant.module
     path = copy / "src" / "companion" / f"{module}.py"
     text = path.read_text()
-    if text.count(old) != 1:
-        return "n/a", 0.0, f"original text found {text.count(old)} times"
-    path.write_text(text.replace(old, new))
+    mutated = apply_mutant(text, mutant)
+    if mutated is None:
+        where = f"on line {mutant.line}" if mutant.line else f"{text.count(mutant.old)} times"
+        return "n/a", 0.0, f"original text not found exactly once ({where})"
+    path.write_text(mutated)
     env = dict(os.environ, PYTHONPATH=str(copy / "src"), PYTHONDONTWRITEBYTECODE="1",
                COMPANION_RESULTS_DIR=str(copy / "_results"))
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider",
@@ -267,8 +516,38 @@ def main(argv=None) -> int:
     parser.add_argument("--only", nargs="*", help="mutant ids to run (default: all)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "mutants.md"))
+    parser.add_argument("--file", help="a TOML file of mutants (format in the module docstring)")
+    parser.add_argument("--generated", action="store_true",
+                        help="one x10 and one /10 mutant per constant of the threshold inventory")
+    parser.add_argument("--inventory", action="store_true", help="print the threshold inventory and exit")
+    parser.add_argument("--shuffle", type=int, metavar="SEED",
+                        help="run the mutants in a random order (this seed), so that a run stopped early "
+                             "is a random sample of them")
     args = parser.parse_args(argv)
-    chosen = [m for m in MUTANTS if not args.only or m[0] in args.only]
+    if args.inventory:
+        rows = inventory()
+        for r in rows:
+            print(f"{r[0]:13s} {r[1]:8s} {r[2]:45s} {r[3]:>14s}  line {r[5]}")
+        counts = {}
+        for r in rows:
+            counts.setdefault(r[0], {"default": 0, "module": 0, "body": 0})[r[1]] += 1
+        print(f"\n{'module':13s} default module body total")
+        for mod, c in counts.items():
+            print(f"{mod:13s} {c['default']:7d} {c['module']:6d} {c['body']:4d} {sum(c.values()):5d}")
+        print(f"{'all':13s} {sum(c['default'] for c in counts.values()):7d} "
+              f"{sum(c['module'] for c in counts.values()):6d} {sum(c['body'] for c in counts.values()):4d} "
+              f"{len(rows):5d}")
+        return 0
+    if args.file:
+        pool = load_file(Path(args.file))
+    elif args.generated:
+        pool = generated_mutants()
+    else:
+        pool = [Mutant(*m) for m in MUTANTS]
+    chosen = [m for m in pool if not args.only or m.id in args.only]
+    if args.shuffle is not None:
+        order = random.Random(args.shuffle).sample(range(len(chosen)), len(chosen))
+        chosen = [chosen[i] for i in order]
     rows = []
     with tempfile.TemporaryDirectory(prefix="companion-mutants-") as tmp:
         copy = Path(tmp)
@@ -281,20 +560,28 @@ def main(argv=None) -> int:
             return 2
         for m in chosen:
             status, seconds, detail = run_mutant(copy, m, args.timeout)
-            rows.append((m[0], m[2], status, seconds, detail))
-            print(f"{status:8s} {seconds:6.1f} s  {m[0]:28s} {detail}", flush=True)
+            rows.append((m.id, m.what, status, seconds, detail))
+            print(f"{status:8s} {seconds:6.1f} s  {m.id:28s} {m.what[:60]:60s} {detail}", flush=True)
+            _write_table(rows, len(chosen), args.out)  # after every mutant: a run stopped early keeps its rows
+    rate, killed, counted = _write_table(rows, len(chosen), args.out)
+    print(f"\n{killed} of {counted} mutants killed ({100 * rate:.0f} %); table in {args.out}")
+    return 0
+
+
+def _write_table(rows, n_chosen, out) -> tuple[float, int, int]:
+    """Write the table of ``rows`` (of ``n_chosen`` mutants) to ``out``; return (rate, killed, counted)."""
     counted = [r for r in rows if r[2] != "n/a"]
     killed = sum(r[2] in ("killed", "timeout") for r in counted)
     rate = killed / len(counted) if counted else float("nan")
     lines = ["# Hand-made mutants and the fast suite", "",
              f"Generated by `make mutants` (`benchmarks/mutants.py`). {killed} of {len(counted)} "
              f"mutants killed: **{100 * rate:.0f} %** (timeouts count as killed; n/a mutants, whose "
-             "original text is gone, are left out).", "",
+             "original text is gone, are left out)."
+             + (f" Partial: {len(rows)} of {n_chosen} mutants run." if len(rows) < n_chosen else ""), "",
              "| mutant | change | result | seconds | first failing test |", "|---|---|---|---|---|"]
     lines += [f"| `{i}` | {w} | {s} | {t:.0f} | {d.replace('|', '/')} |" for i, w, s, t, d in rows]
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print(f"\n{killed} of {len(counted)} mutants killed ({100 * rate:.0f} %); table in {args.out}")
-    return 0
+    Path(out).write_text("\n".join(lines) + "\n")
+    return rate, killed, len(counted)
 
 
 if __name__ == "__main__":

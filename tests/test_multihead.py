@@ -205,11 +205,58 @@ def test_learn_orthogonal_heads_input_checks():
     with pytest.raises(NotIdentifiableError, match="sum_h v\\^\\(h\\) = 0"):
         mh.learn_orthogonal_heads(zero)
     o = ValueQueryOracle(mh.random_multi_head(4, 2, orthogonal=True, seed=0), budget=5)
-    with pytest.raises(BudgetExceededError, match="learn_orthogonal_heads needs 56 queries"):  # 24 + 32
+    with pytest.raises(BudgetExceededError, match="learn_orthogonal_heads needs 72 queries"):  # 40 + 32
         mh.learn_orthogonal_heads(o)
     with pytest.raises(InvalidInputError, match="step=0.5 must be <= 0.1"):
         mh.learn_orthogonal_heads(o, step=0.5)
     assert o.n_queries == 0
+
+
+def test_learn_orthogonal_heads_refuses_an_over_budget_run_before_the_first_query():
+    # The budget is reserved for the most the learner can ask before re-measurements,
+    # 2 d^2 + 2 d + verify. Before, only the Hessian part d + d (d + 1) + verify was reserved: a
+    # budget one short of the run was found out after d + d (d + 1) queries had been spent.
+    target = mh.random_multi_head(6, 2, orthogonal=True, seed=0)
+    rec = mh.learn_orthogonal_heads(ValueQueryOracle(target), verify=8)
+    worst = 2 * 6 * 6 + 2 * 6 + 8
+    assert rec.diagnostics["n_requeries"] == 0 and rec.n_queries == worst    # subspaces fill R^6
+    exact = ValueQueryOracle(target, budget=worst)                         # just inside
+    assert mh.learn_orthogonal_heads(exact, verify=8).n_queries == worst
+    short = ValueQueryOracle(target, budget=worst - 1)                     # just outside
+    with pytest.raises(BudgetExceededError, match=f"needs {worst} queries"):
+        mh.learn_orthogonal_heads(short, verify=8)
+    assert short.n_queries == 0
+
+
+def test_learn_orthogonal_heads_reserves_the_worst_case_when_subspaces_do_not_fill():
+    # 3 of 4 dimensions used: the run asks 4 + 20 + 12 = 36, the reservation is the worst case 40.
+    rng = np.random.default_rng(3)
+    Q, _ = np.linalg.qr(rng.standard_normal((4, 4)))
+    B1, B2 = Q[:, :1], Q[:, 1:3]
+    target = MultiHead(np.array([B1 @ [[1.5]] @ B1.T, B2 @ rng.standard_normal((2, 2)) @ B2.T]),
+                       np.array([B1[:, 0], B2 @ rng.standard_normal(2)]))
+    rec = mh.learn_orthogonal_heads(ValueQueryOracle(target), verify=0)
+    assert sorted(rec.diagnostics["head_dims"]) == [1, 2]
+    assert rec.n_learning_queries == 36 + rec.diagnostics["n_requeries"]
+    assert mh.learn_orthogonal_heads(ValueQueryOracle(target, budget=40), verify=0).n_heads == 2
+    fits_but_refused = ValueQueryOracle(target, budget=39)
+    with pytest.raises(BudgetExceededError, match="needs 40 queries"):
+        mh.learn_orthogonal_heads(fits_but_refused, verify=0)
+    assert fits_but_refused.n_queries == 0
+
+
+def test_grow_subspace_stops_at_the_dimensions_left():
+    # A head on a 3-dimensional subspace needs 3 probes: with 3 left it is grown, with 2 the
+    # subspaces found would span more than d, which orthogonal heads never do.
+    target = mh.random_multi_head(6, 2, orthogonal=True, seed=0)
+    oracle = ValueQueryOracle(target)
+    v = target.vs.sum(axis=0)
+    B = np.linalg.svd(target.Ws[0])[0][:, :3]
+    q = B @ np.ones(3)
+    Z, _, K, _ = mh._grow_subspace(oracle, q, v, 1e-6, 3)
+    assert Z.shape == (6, 3) and K.shape == (6, 3)
+    with pytest.raises(OracleInconsistentError, match="span more than d=6 dimensions"):
+        mh._grow_subspace(oracle, q, v, 1e-6, 2)
 
 
 # ---------------------------------------------------------------- general heads: canonical form

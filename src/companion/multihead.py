@@ -15,11 +15,15 @@ heads whose value vectors cancel add nothing. This module holds
 * :func:`learn_orthogonal_heads`: a learner for heads living in mutually orthogonal subspaces (the
   structural assumption named in §7), which recovers every head up to permutation without knowing
   ``H`` or the subspaces.
+
+Layer: one of the paper's sections (§7), above §4 (``exact``: the single-head learner and its
+inversion), the skeleton (``_learner``) and the shared numerics (its isolation queries are
+:func:`companion.numerics.rop.rop_queries`); the canonical-form learners' fits live in the private
+module ``_rational`` beside it.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,9 +32,20 @@ from scipy.optimize import linear_sum_assignment
 
 from ._validation import as_float_array, check_int, check_real
 from .attention import MultiHead, SingleHead
-from .errors import CompanionError, InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from .exact import check_exact_oracle, invert_two_token, learn_single_head, remeasure_saturated
-from ._learner import DEFAULT_VERIFY, FLOAT64_U, AnswerPrecision, build, check_verify, reserve, verify_outputs
+from ._learner import (
+    COARSE_FACTOR,
+    DEFAULT_VERIFY,
+    AnswerPrecision,
+    build,
+    check_verify,
+    names_rounding,
+    reserve,
+    verify_head,
+    verify_outputs,
+)
+from .numerics.rop import rop_queries
 from .recovery import Recovery
 
 __all__ = [
@@ -541,16 +556,16 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0, precision=None) -
             None,
             f"not a single head: Theorem 4.1's inversion failed ({exc})",
         )
-    from ._learner import AnswerPrecision, head_check_size
+    from ._learner import head_check_size
 
     prec = AnswerPrecision(oracle, precision if precision != "measure" else rec.diagnostics["precision"], seed=seed + 2)
     scale = float(np.sqrt(np.median(rec.diagnostics["scales"])))
     size = head_check_size(rec.W, rec.v, rec.diagnostics["kappa_W"], 1.0)
     try:
-        info = verify_outputs(
+        info = verify_head(
             oracle,
-            SingleHead(rec.W, rec.v),
-            lambda x: np.max(np.abs(x @ rec.v)),
+            rec.W,
+            rec.v,
             verify,
             rtol=rtol,
             seed=seed,
@@ -664,6 +679,15 @@ class MultiHeadRecovery(Recovery):
         return MultiHead(self.Ws, self.vs)
 
 
+def _heads_result(oracle, start, Ws, vs, **fields) -> MultiHeadRecovery:
+    """A multi-head learner's result: heads ``Ws`` (H, d, d), ``vs`` (H, d) and their sums ``W``, ``v``.
+
+    ``fields`` (``verification``, ``message``, ``diagnostics``) go to :func:`companion._learner.build`,
+    which reads ``n_queries`` from the oracle's counter since ``start``.
+    """
+    return build(MultiHeadRecovery, oracle, start, W=Ws.sum(axis=0), v=vs.sum(axis=0), Ws=Ws, vs=vs, **fields)
+
+
 def _hessian_queries(d, x0, s):
     """Queries ``[(w + t x0)^T; (t x0)^T]`` for ``w`` in {e_k} and {e_k + e_l, k < l}, t in (s, 2s)."""
     iu = np.triu_indices(d)
@@ -714,11 +738,8 @@ def _measure_row(oracle, z, v, uv):
     eye = np.eye(d)
     c = np.ones(d)
 
-    def queries(idx):
-        X = np.zeros((idx.size, 2, d))
-        X[:, 0, :] = z + eye[idx]
-        X[:, 1, :] = eye[idx]
-        return X * c[idx, None, None]
+    def queries(idx):  # rank-one projections with a = z, b = e_j
+        return rop_queries(np.broadcast_to(z, (idx.size, d)), eye[idx], c[idx])
 
     idx = np.arange(d)
     t, alpha = invert_two_token(oracle(queries(idx)), v, uv, c)
@@ -738,8 +759,12 @@ def _measure_row(oracle, z, v, uv):
     return t / c**2, n_re
 
 
-def _grow_subspace(oracle, q, v, tol):
-    """Krylov growth from ``q`` under ``W^(h)T``: returns probes ``Z``, rows ``R = W^(h)T Z``, basis."""
+def _grow_subspace(oracle, q, v, tol, max_probes):
+    """Krylov growth from ``q`` under ``W^(h)T``: returns probes ``Z``, rows ``R = W^(h)T Z``, basis.
+
+    At most ``max_probes`` probes (``d`` minus the dimensions already found: orthogonal subspaces
+    of R^d add up to at most ``d``); one more raises :class:`OracleInconsistentError`.
+    """
     d = v.shape[0]
     K = q[:, None] / np.linalg.norm(q)
     Z, R = [], []
@@ -759,6 +784,12 @@ def _grow_subspace(oracle, q, v, tol):
             z = z / np.linalg.norm(z)
         else:
             z = K[:, 0]
+        if len(Z) == max_probes:
+            raise OracleInconsistentError(
+                f"the heads found so far span more than d={d} dimensions: their subspaces are not "
+                "mutually orthogonal, so the oracle is not a sum of heads in orthogonal subspaces "
+                "(the assumption of learn_orthogonal_heads); use learn_canonical for general heads."
+            )
         uv = float(z @ v)
         if abs(uv) <= tol * np.linalg.norm(v):
             raise NotIdentifiableError(
@@ -819,9 +850,10 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         ``Ws`` (H, d, d), ``vs`` (H, d) in the order found; ``n_queries`` equals
         ``d + d (d + 1) + d * sum_h dim S_h`` (``2 d^2 + 2 d`` when the subspaces fill R^d) plus
         re-measurements of saturated probes and ``verify`` (``n_learning_queries`` leaves out the
-        ``verify``). ``diagnostics`` holds ``hessian_eigenvalues`` (sorted by magnitude),
-        ``head_dims``, ``n_requeries``, ``n_verify_queries`` and, with ``verify``,
-        ``verify_max_error`` and ``verify_tolerance`` (the tolerance it was held to).
+        ``verify``); never more than ``2 d^2 + 2 d`` before the re-measurements. ``diagnostics``
+        holds ``hessian_eigenvalues`` (sorted by magnitude), ``head_dims``, ``n_requeries``,
+        ``n_verify_queries`` and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``
+        (the tolerance it was held to).
 
     Raises
     ------
@@ -829,11 +861,16 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         If the oracle is approximate.
     InvalidInputError
         For ``step``, ``tol``, ``verify`` out of range.
+    BudgetExceededError
+        If the oracle's budget is below ``2 d^2 + 2 d + verify`` (the count when the subspaces fill
+        R^d, the most the learner asks before re-measurements), before the first query; or if the
+        re-measurements of saturated probes then pass the budget.
     NotIdentifiableError
         If ``sum_h v^(h) = 0`` or the Hessian probe is 0 (no head visible).
     OracleInconsistentError
-        If an attention weight of an isolated head leaves (0, 1), or the verification fails: the
-        oracle's heads are not in orthogonal subspaces.
+        If an attention weight of an isolated head leaves (0, 1), the subspaces found would span
+        more than ``d`` dimensions, or the verification fails: the oracle's heads are not in
+        orthogonal subspaces.
 
     Notes
     -----
@@ -883,7 +920,9 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
     tol = check_real(tol, "tol", minimum=0.0, strict=True, maximum=0.5)
     verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
-    start = reserve(oracle, d + d * (d + 1) + verify, "learn_orthogonal_heads")
+    # The most it can ask before re-measurements: d + d (d + 1) + d * sum_h dim S_h with the sum
+    # at its largest, d (the subspaces are orthogonal; _grow_subspace refuses to go beyond).
+    start = reserve(oracle, d + d * (d + 1) + d * d + verify, "learn_orthogonal_heads")
 
     v = np.asarray(oracle(np.eye(d)[:, None, :]), dtype=np.float64)
     if not np.any(v):
@@ -908,7 +947,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
             if np.linalg.norm(q - F @ (F.T @ q)) < 0.5:
                 continue  # inside a subspace already found
             q = q - F @ (F.T @ q)
-        Z, R, B, k = _grow_subspace(oracle, q, v, tol)
+        Z, R, B, k = _grow_subspace(oracle, q, v, tol, d - sum(b.shape[1] for b in bases))
         n_re += k
         C = B.T @ Z
         Ws.append(B @ np.linalg.solve(C.T, R.T))
@@ -930,18 +969,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         what="a sum of heads in mutually orthogonal subspaces, each cyclic with W^(h) != 0 "
         "(the assumptions of learn_orthogonal_heads)",
     )
-    return build(
-        MultiHeadRecovery,
-        oracle,
-        start,
-        verification=checked,
-        message=message,
-        diagnostics=diagnostics,
-        W=Ws.sum(axis=0),
-        v=vs.sum(axis=0),
-        Ws=Ws,
-        vs=vs,
-    )
+    return _heads_result(oracle, start, Ws, vs, verification=checked, message=message, diagnostics=diagnostics)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1014,45 +1042,19 @@ def _row_terms(s, G, H, tol, need, fits=None):
     return c, L, fits
 
 
-#: A refusal is put down to the answers' rounding when their precision is this many times float64's or
-#: coarser: float32's u is about 5e8 times float64's, while a few ulps of arithmetic noise (another
-#: machine, the perturbation test mode of companion.oracles) stay far below it.
-_COARSE_FACTOR = 2.0**10
+_COARSE_FACTOR = COARSE_FACTOR  # the one factor of companion._learner.names_rounding
 
-
-def _names_rounding(body):
-    """Decorate a canonical-form learner: name the answers' rounding when it causes a refusal.
-
-    Both canonical-form routes fit sums of logistic terms to float64 rounding. When one refuses
-    (:class:`~companion.errors.OracleInconsistentError`), the answers' precision is looked up
-    (stated by the oracle) or measured (:func:`companion.oracles.measure_precision`, 24 queries)
-    and, if it is ``_COARSE_FACTOR`` times float64's or coarser, :class:`~companion.errors.PrecisionError`
-    is raised instead: the refusal is then the rounding, not a wrong ``H`` or a model outside the class.
-    """
-    learner = body.__name__
-
-    @functools.wraps(body)
-    def run(oracle, *args, seed=0, **kwargs):
-        try:
-            return body(oracle, *args, seed=seed, **kwargs)
-        except OracleInconsistentError as err:
-            prec = AnswerPrecision(oracle, seed=seed + 7)
-            if not prec.known:
-                try:
-                    prec.measure()
-                except CompanionError:  # no budget left to measure: keep the original diagnosis
-                    raise err from None
-            if prec.u is not None and prec.u > _COARSE_FACTOR * FLOAT64_U:
-                raise PrecisionError(
-                    f"{learner} could not resolve the heads, and {prec.describe()}: its fits of logistic sums "
-                    "need answers exact to float64 rounding, so this refusal is the answers' rounding, not a wrong "
-                    "H or a target outside the class. At this precision use detect_multi_head(oracle, "
-                    "precision=...) to tell one head from several; no canonical-form learner here works from "
-                    f"answers this coarse. (The fit said: {err})"
-                ) from err
-            raise
-
-    return run
+#: Both canonical-form routes fit sums of logistic terms to float64 rounding: a refusal at float32 or
+#: coarser answers names the rounding (companion._learner.names_rounding), not a wrong H.
+_names_rounding = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} could not resolve the heads, and {prec.describe()}: its fits of logistic sums "
+        "need answers exact to float64 rounding, so this refusal is the answers' rounding, not a wrong "
+        "H or a target outside the class. At this precision use detect_multi_head(oracle, "
+        "precision=...) to tell one head from several; no canonical-form learner here works from "
+        f"answers this coarse. (The fit said: {err})"
+    )
+)
 
 
 @_names_rounding
@@ -1375,17 +1377,8 @@ def learn_canonical(
             f"verification ({str(exc).split(':')[0]}); the oracle is not a sum of attention "
             "heads, or its heads are too close to resolve (try a larger scale or max_len)."
         ) from exc
-    return build(
-        MultiHeadRecovery,
-        oracle,
-        start,
-        verification=checked,
-        message=message,
-        diagnostics=diagnostics,
-        W=model.Ws.sum(axis=0),
-        v=model.vs.sum(axis=0),
-        Ws=model.Ws,
-        vs=model.vs,
+    return _heads_result(
+        oracle, start, model.Ws, model.vs, verification=checked, message=message, diagnostics=diagnostics
     )
 
 
