@@ -759,7 +759,8 @@ def learn_multi_head_transformer(
 
     What is identified: the distinct ``W_h`` (step 2 merges equal ones, summing their ``B_h``)
     exactly, and, when the neurons' directions ``sum_h B_h e_j`` are pairwise non-parallel
-    (the FFN step would merge parallel ones, whose per-head parts differ), each neuron's ``(B_1 e_j, ..., B_H e_j, w_j)`` up to the FFN's symmetries:
+    (the FFN step would merge parallel ones, whose per-head parts differ), each neuron's
+    ``(B_1 e_j, ..., B_H e_j, w_j)`` up to the FFN's symmetries:
     permutation of neurons and ``(B_h e_j, w_j) -> (c B_h e_j, w_j / c)``, ``c > 0`` (fixed here by
     ``||sum_h B_h e_j|| = 1``). A head with ``B_h w_o = 0`` but ``B_h != 0`` is invisible to
     step 2, and the verification refuses such a target. Queries:
