@@ -480,3 +480,45 @@ def test_learn_orthogonal_heads_verify_rtol_just_inside_and_outside(kappa, accep
     else:
         with pytest.raises(OracleInconsistentError, match="verification"):
             learn_orthogonal_heads(oracle)
+
+
+def test_verification_defaults_of_the_noisy_multi_head_and_homogeneous_learners():
+    """The documented defaults the chapters' prose reads (companion.prose): learn_robust_lstsq and
+    learn_low_rank_noisy verify at rtol 0.1, learn_multi_head_transformer, learn_canonical and
+    learn_homogeneous_head at 1e-6, with 32 fresh queries (learn_canonical: 64)."""
+    from companion import verification_defaults
+
+    names = ["learn_robust_lstsq", "learn_low_rank_noisy", "learn_multi_head_transformer",
+             "learn_canonical", "learn_homogeneous_head"]
+    assert verification_defaults(names) == {
+        "learn_robust_lstsq": (32, 0.1), "learn_low_rank_noisy": (32, 0.1),
+        "learn_multi_head_transformer": (32, 1e-6), "learn_canonical": (64, 1e-6),
+        "learn_homogeneous_head": (32, 1e-6)}
+
+
+@pytest.mark.parametrize("margin, ok", [(9e5, True), (2e6, False)])
+def test_multi_head_transformer_margin_at_most_1e6(margin, ok):
+    """margin (kappa) is documented as 1 <= kappa <= 1e6: 9e5 passes its check (the next one, of the
+    seed, refuses), 2e6 is refused by name; no query is spent either way."""
+    from companion.transformer import learn_multi_head_transformer, random_multi_head_transformer
+
+    oracle = ValueQueryOracle(random_multi_head_transformer(6, 2, 4, seed=0))
+    with pytest.raises(InvalidInputError, match="seed" if ok else "margin") as info:
+        learn_multi_head_transformer(oracle, H=2, margin=margin, seed=-1)
+    assert ("margin" in str(info.value)) != ok
+    assert oracle.n_queries == 0
+
+
+@pytest.mark.parametrize("factor, refused", [(2.0**9, False), (2.0**11, True)])
+def test_multi_head_transformer_coarse_answers_above_2_pow_10_roundings(factor, refused):
+    """An oracle stating a rounding u above 2**10 float64 roundings (float32 or coarser) is refused
+    with PrecisionError before any query; at 2**9 the learner goes on (to the route check here)."""
+    from companion._learner import FLOAT64_U
+    from companion.errors import PrecisionError
+    from companion.transformer import learn_multi_head_transformer, random_multi_head_transformer
+
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    oracle = ValueQueryOracle(tf, d=6, precision=factor * FLOAT64_U)
+    with pytest.raises(PrecisionError if refused else InvalidInputError, match="u=" if refused else "route"):
+        learn_multi_head_transformer(oracle, H=2, route="no such route")
+    assert oracle.n_queries == 0
