@@ -522,3 +522,23 @@ def test_multi_head_transformer_coarse_answers_above_2_pow_10_roundings(factor, 
     with pytest.raises(PrecisionError if refused else InvalidInputError, match="u=" if refused else "route"):
         learn_multi_head_transformer(oracle, H=2, route="no such route")
     assert oracle.n_queries == 0
+
+
+@pytest.mark.parametrize("scale, n_requeries", [(100.0, 40), (8.0**8, 159), (8.0**39, 779), (8.0**41, None)])
+def test_homogeneous_head_shrinks_saturated_probes_by_8_at_most_40_times(scale, n_requeries):
+    """A saturated probe is re-measured at c * 0.125 (its logits / 64), at most _MAX_ROUNDS = 40 times.
+    At c = 100 each of the 20 probes of this d = 4 head needs two rounds (c = 12.5 still saturates, c =
+    1.5625 does not); at 8**39 the slowest needs 39 rounds and is learned; at 8**41 it needs 41 and the
+    learner refuses after 40."""
+    from companion.attention import SingleHead
+    from companion.pretrained import learn_homogeneous_head
+
+    rng = np.random.default_rng(0)
+    target = SingleHead(rng.standard_normal((5, 5)), rng.standard_normal(5))
+    if n_requeries is None:
+        with pytest.raises(OracleInconsistentError, match="saturated after 40 re-measurements"):
+            learn_homogeneous_head(ValueQueryOracle(target), scale=scale)
+        return
+    rec = learn_homogeneous_head(ValueQueryOracle(target), scale=scale)
+    assert rec.diagnostics["n_requeries"] == n_requeries
+    assert np.max(np.abs(rec.W[:4] - target.W[:4])) < 1e-12
