@@ -542,3 +542,22 @@ def test_homogeneous_head_shrinks_saturated_probes_by_8_at_most_40_times(scale, 
     rec = learn_homogeneous_head(ValueQueryOracle(target), scale=scale)
     assert rec.diagnostics["n_requeries"] == n_requeries
     assert np.max(np.abs(rec.W[:4] - target.W[:4])) < 1e-12
+
+
+@pytest.mark.parametrize("shift, ok", [(5e-13, True), (2e-12, False)], ids=["inside", "outside"])
+def test_learn_robust_window_absolute_slack_1e_12_on_an_exact_oracle(shift, ok):
+    """At tau = 0 the clip window [TAU_CLIP, 1 - TAU_CLIP] is widened by 1e-12 only (float rounding of
+    alpha_hat). W_01 = W_max (1 + shift / 0.1175) puts the weight sigma(a b W_01) above
+    1 - TAU_CLIP by about shift (sigma'(1/2) / 2 = 0.1175): half the slack is accepted, twice is not."""
+    from companion.attention import SingleHead
+    from companion.robust import learn_robust
+
+    W = np.zeros((3, 3))
+    W[0, 1] = 2.0 * (1 + shift / 0.1175)
+    oracle = ValueQueryOracle(SingleHead(W, np.array([1.0, -0.8, 0.9])))
+    if ok:
+        rec = learn_robust(oracle, W_max=2.0, mu=0.5)
+        assert np.max(np.abs(rec.W - W)) < 1e-10
+    else:
+        with pytest.raises(OracleInconsistentError, match=r"entry \(0, 1\).*outside the window"):
+            learn_robust(oracle, W_max=2.0, mu=0.5)
