@@ -561,3 +561,50 @@ def test_learn_robust_window_absolute_slack_1e_12_on_an_exact_oracle(shift, ok):
     else:
         with pytest.raises(OracleInconsistentError, match=r"entry \(0, 1\).*outside the window"):
             learn_robust(oracle, W_max=2.0, mu=0.5)
+
+
+def _flip_one_verify_label(target, n_learn, k, label):
+    """A MembershipQueryOracle whose answer to verification query ``k`` (of the first batch asked
+    after ``n_learn`` queries) is ``label`` instead of the target's."""
+    from companion.membership import MembershipQueryOracle
+
+    class Flipped(MembershipQueryOracle):
+        def __call__(self, X):
+            at = self.n_queries
+            y = super().__call__(X)
+            if at == n_learn:
+                y = np.array(y, dtype=np.float64)
+                y[k] = label
+            return y
+
+    return Flipped(target)
+
+
+@pytest.mark.parametrize("lo, hi, ok", [(0.5, 1.5, True), (3.0, 15.0, False)], ids=["inside", "outside"])
+def test_membership_verify_slack_2_from_both_sides(lo, hi, ok):
+    """verify_slack = 2 (documented): a verification label that disagrees with the recovered head where
+    |f_hat| is rho times the first-order bound 2 R^2 E_W s + R sqrt(d) 2**-bits is tolerated for
+    rho < 2 and refused for rho > 2. One label of the 200 is flipped, at a query with rho in (lo, hi)."""
+    from companion.attention import SingleHead
+    from companion.membership import MembershipQueryOracle, learn_membership
+
+    d, bits, n = 4, 6, 200
+    head = random_single_head(d, seed=0)
+    W_max = 1.5 * float(np.linalg.norm(head.W))
+    clean = learn_membership(MembershipQueryOracle(head), W_max=W_max, bits=bits, verify=n)
+    Uinv = np.linalg.inv(clean.diagnostics["probes"])
+    E_W = float(np.linalg.norm(Uinv, 2) ** 2 * np.linalg.norm(clean.diagnostics["logit_halfwidth"]))
+    rng = np.random.default_rng(0)  # the verification queries of seed=0 (the docstring's rule)
+    X = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(1, 9, size=n)]
+    f_hat = SingleHead(clean.W, clean.v)(X)
+    R = np.array([np.max(np.linalg.norm(x, axis=1)) for x in X])
+    s = np.array([np.max(np.abs(x @ clean.v)) for x in X])
+    rho = np.abs(f_hat) / (2 * R**2 * E_W * s + R * np.sqrt(d) * 2.0**-bits)
+    k = int(np.flatnonzero((rho > lo) & (rho < hi))[0])
+    oracle = _flip_one_verify_label(head, clean.n_queries - n, k, -np.sign(f_hat[k]))
+    if ok:
+        rec = learn_membership(oracle, W_max=W_max, bits=bits, verify=n)
+        assert rec.diagnostics["n_verify_disagreements"] == clean.diagnostics["n_verify_disagreements"] + 1
+    else:
+        with pytest.raises(OracleInconsistentError, match="exceeds its error bound"):
+            learn_membership(oracle, W_max=W_max, bits=bits, verify=n)
