@@ -608,3 +608,18 @@ def test_membership_verify_slack_2_from_both_sides(lo, hi, ok):
     else:
         with pytest.raises(OracleInconsistentError, match="exceeds its error bound"):
             learn_membership(oracle, W_max=W_max, bits=bits, verify=n)
+
+
+def test_layer_counts_probe_default_norms_and_match_tol():
+    """delta_norm = 10, token_norm = 20, match_tol = 1e-6 (documented). The true shifts
+    delta~^T W~_h x~ are linear in delta, so the default pair's closest gap is 10 times that at
+    delta_norm=1 with token_norm=20 (any other token norm changes it otherwise). Fitted shifts
+    matching a head within 1e-6: pair 0 of seed 0 has gaps 7.2e-8 and 3.0e-6 (one match, two at
+    1e-5), pair 1 of seed 1 has 1.4e-8 and 1.4e-7 (two matches, one at 1e-7)."""
+    from companion.pretrained import layer_counts_probe
+
+    row = layer_counts_probe(0, n_pairs=1, seed=0)["rows"][0]
+    unit = layer_counts_probe(0, n_pairs=1, seed=0, delta_norm=1.0, token_norm=20.0)["rows"][0]
+    assert row["closest true shifts"] == pytest.approx(10 * unit["closest true shifts"], rel=1e-9)
+    assert row["terms matching a head"] == 1
+    assert layer_counts_probe(0, n_pairs=2, seed=1)["rows"][1]["terms matching a head"] == 2
