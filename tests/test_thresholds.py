@@ -623,3 +623,16 @@ def test_layer_counts_probe_default_norms_and_match_tol():
     assert row["closest true shifts"] == pytest.approx(10 * unit["closest true shifts"], rel=1e-9)
     assert row["terms matching a head"] == 1
     assert layer_counts_probe(0, n_pairs=2, seed=1)["rows"][1]["terms matching a head"] == 2
+
+
+def test_multi_head_transformer_default_margin_100_sets_the_pattern_slack():
+    """margin = kappa = 100 (documented): a region query moves a pre-activation by about 1/kappa of
+    its distance to its kink, so diagnostics["pattern_slack"] (distance over move) is about 100 by
+    default and scales with kappa: 10 times smaller at margin=10."""
+    from companion.transformer import learn_multi_head_transformer, random_multi_head_transformer
+
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    slack = learn_multi_head_transformer(ValueQueryOracle(tf), H=2).diagnostics["pattern_slack"]
+    small = learn_multi_head_transformer(ValueQueryOracle(tf), H=2, margin=10.0).diagnostics["pattern_slack"]
+    assert 0.5 * 100 < slack < 2 * 100
+    assert slack == pytest.approx(10 * small, rel=0.05)
