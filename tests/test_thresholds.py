@@ -636,3 +636,27 @@ def test_multi_head_transformer_default_margin_100_sets_the_pattern_slack():
     small = learn_multi_head_transformer(ValueQueryOracle(tf), H=2, margin=10.0).diagnostics["pattern_slack"]
     assert 0.5 * 100 < slack < 2 * 100
     assert slack == pytest.approx(10 * small, rel=0.05)
+
+
+@pytest.mark.parametrize("gap, capped", [(3e-13, True), (3e-12, False)], ids=["inside", "outside"])
+def test_best_scale_prefers_the_cap_within_1e_12_of_the_minimum(gap, capped):
+    """best_scale returns the cap b_max = 1/2 when its log-bound is within 1e-12 of the interior
+    minimum's (a tie). W_max just above W0 (where the unconstrained minimiser is exactly 1/2) puts the
+    minimum a chosen gap below the cap's: 3e-13 is a tie (the cap), 3e-12 is not (the minimiser)."""
+    from scipy.optimize import brentq, minimize_scalar
+
+    from companion.robust import best_scale, entry_error_bound
+
+    hi = np.log(0.5)
+
+    def f(log_b, W):
+        return np.log(entry_error_bound(np.exp(log_b), tau=1.0, mu=2.0, W_max=W, a=0.5, probe_norm=1.0))
+
+    W0 = brentq(lambda W: (f(hi + 1e-6, W) - f(hi - 1e-6, W)) / 2e-6, 4.0, 100.0, xtol=1e-14)
+    W = W0 * (1 + 1e-6 * np.sqrt(gap / 1.19e-12))  # the gap grows as 1.19e-12 (eps / 1e-6)**2
+    res = minimize_scalar(lambda lb: f(lb, W), bounds=(hi - 1.0, hi), method="bounded", options={"xatol": 1e-13})
+    assert f(hi, W) - f(res.x, W) == pytest.approx(gap, rel=0.2)
+    b = best_scale(W)
+    assert (b == 0.5) == capped
+    if not capped:
+        assert b == pytest.approx(np.exp(res.x), rel=1e-7)  # Brent's sqrt(u) |log b| tolerance
