@@ -660,3 +660,30 @@ def test_best_scale_prefers_the_cap_within_1e_12_of_the_minimum(gap, capped):
     assert (b == 0.5) == capped
     if not capped:
         assert b == pytest.approx(np.exp(res.x), rel=1e-7)  # Brent's sqrt(u) |log b| tolerance
+
+
+@pytest.mark.parametrize("part", ["W", "v"])
+@pytest.mark.parametrize("size, ok", [(6e-13, True), (3e-12, False)], ids=["inside", "outside"])
+def test_verify_noisy_absolute_floor_1e_12(part, size, ok):
+    """The noisy verification allows 1e-12 absolute (float64 rounding) on top of rtol times the norm.
+    A zero model part against a target part of that size: a certified error of about half the size
+    (measured 0.5 size for W's rank-one projections, 0.85 size for v's unit queries) is allowed
+    inside 1e-12 and refused outside it, on an exact oracle (tau = 0)."""
+    from companion._learner import verify_noisy
+
+    d = 4
+    v1 = np.random.default_rng(0).standard_normal(d)
+    W_star = np.zeros((d, d))
+    if part == "W":
+        W_star[0, 1] = size
+        target, model_v = SingleHead(W_star, v1), v1
+    else:
+        target, model_v = SingleHead(W_star, size * np.eye(d)[0]), np.zeros(d)
+    run = lambda: verify_noisy(ValueQueryOracle(target), np.zeros((d, d)), model_v, 32, tau=0.0,  # noqa: E731
+                               W_max=1.0, rtol=0.1, seed=0)
+    if ok:
+        info = run()
+        assert 0.2 * size < info[f"verify_error_{part}"] <= 1e-12 == info[f"verify_allowed_{part}"]
+    else:
+        with pytest.raises(OracleInconsistentError):
+            run()
