@@ -687,3 +687,35 @@ def test_verify_noisy_absolute_floor_1e_12(part, size, ok):
     else:
         with pytest.raises(OracleInconsistentError):
             run()
+
+
+def test_learn_robust_lstsq_pivot_row_scales_step_down_by_0_3():
+    """At d = 4, R = 4 the pivot row gets K = R (ceil(sqrt d) - 1) = 4 extra passes at
+    b0 (1 - 0.3 (k + 1/3) / K): 0.975, 0.9, 0.825, 0.75 of b0, between the main passes'
+    1, 0.925, 0.85, 0.775 (robust._lstsq_scales, which lstsq_error_bound assumes, says the same).
+    Read off the queries [b u_i + a e_j; a e_j] the oracle saw: ||x_0 - x_1|| = b ||u_i||, with
+    ||u_p|| = 1 for the pivot row and sqrt(2) for the others."""
+    from companion.oracles import ApproxValueQueryOracle
+
+    head = robust.random_margin_head(4, W_max=3.0, mu=0.2, seed=2)
+    oracle = ApproxValueQueryOracle(head, 1e-5, record=True)
+    rec = robust.learn_robust_lstsq(oracle, W_max=3.0, verify=0)
+    b0 = rec.diagnostics["scales"][0]
+    seen = np.unique(np.round([np.linalg.norm(x[0] - x[1]) / b0 for x, _ in oracle.log if len(x) == 2], 12))
+    main = np.array([1.0, 0.925, 0.85, 0.775])
+    pivot = np.array([0.975, 0.9, 0.825, 0.75])
+    np.testing.assert_allclose(seen, np.sort(np.concatenate([main, pivot, np.sqrt(2) * main])), rtol=1e-12)
+    np.testing.assert_allclose(robust._lstsq_scales(3.0, 4, 4, "best")[1][4:] / b0, pivot, rtol=1e-12)
+
+
+@pytest.mark.parametrize("logit_max, ok", [(4.5, True), (6.0, False)])
+def test_learn_low_rank_noisy_logit_max_at_most_5(logit_max, ok):
+    """logit_max is documented as 0 < logit_max <= 5: 4.5 passes its check (the next one, of
+    solver_eps, refuses), 6 is refused by name; no query is spent either way."""
+    from companion.oracles import ApproxValueQueryOracle
+
+    oracle = ApproxValueQueryOracle(random_single_head(4, seed=0), 1e-6)
+    with pytest.raises(InvalidInputError, match="solver_eps" if ok else "logit_max") as info:
+        robust.learn_low_rank_noisy(oracle, rank=2, W_max=3.0, logit_max=logit_max, solver_eps=-1.0)
+    assert ("logit_max" in str(info.value)) != ok
+    assert oracle.n_queries == 0
