@@ -719,3 +719,13 @@ def test_learn_low_rank_noisy_logit_max_at_most_5(logit_max, ok):
         robust.learn_low_rank_noisy(oracle, rank=2, W_max=3.0, logit_max=logit_max, solver_eps=-1.0)
     assert ("logit_max" in str(info.value)) != ok
     assert oracle.n_queries == 0
+
+
+def test_learn_canonical_draws_at_most_8_d_tokens():
+    """max_tokens_factor = 8 (documented): when no fit resolves (three heads, H=1 claimed) the row
+    draws extra tokens up to 8 d = 48 at d = 6 and then refuses, naming that count (the inside side,
+    a target learned with extra tokens, is tests/test_multihead.py's
+    test_learn_canonical_draws_extra_tokens_when_too_few_resolve)."""
+    oracle = ValueQueryOracle(random_multi_head(6, 3, seed=1))
+    with pytest.raises(OracleInconsistentError, match="among 48 query tokens"):
+        learn_canonical(oracle, H=1)
