@@ -729,3 +729,23 @@ def test_learn_canonical_draws_at_most_8_d_tokens():
     oracle = ValueQueryOracle(random_multi_head(6, 3, seed=1))
     with pytest.raises(OracleInconsistentError, match="among 48 query tokens"):
         learn_canonical(oracle, H=1)
+
+
+def test_ffn_refine_lines_reach_max_rho_1_when_no_other_hyperplane_is_near():
+    """_refine's line across neuron i's hyperplane spans t in [-rho, rho] (tested at +-rho, +-rho/2)
+    with rho = min(half the distance along the line to the nearest other hyperplane, max_rho = 1).
+    A single neuron e_1 in d = 3 has no other hyperplane: its two lines are asked at |t| = 1/2 and 1
+    exactly, and the refined normal stays exact."""
+    d = 3
+    U, c = np.eye(d)[:, :1], np.ones(1)
+    seen = []
+
+    def f(P):
+        seen.append(P)
+        return 0.5 * np.abs(P @ U) @ c
+
+    U_new, _, n = ffn._refine(f, U, c, np.zeros(d), np.random.default_rng(0))
+    assert n == 4 * (d - 1)
+    t = np.abs(np.concatenate(seen) @ U[:, 0])
+    np.testing.assert_allclose(np.unique(np.round(t, 12)), [0.5, 1.0])
+    np.testing.assert_allclose(U_new, U, atol=1e-12)
