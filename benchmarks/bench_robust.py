@@ -8,7 +8,8 @@ same head, oracle and dimension, run in the same process.
 With --minilm it instead runs noisy low-rank recovery (learn_low_rank_noisy, rank 32) on MiniLM
 head L3H5 served in float16 and bfloat16 (chapter 5's settings: W_max = 13, m = 3 r(2d - r),
 seed 0; the same computation as chapter 5 with minilm_noisy = True; each weighted Gauss-Newton
-step is an LSQR solve over 70,656 measurements and 24,576 unknowns, so expect hours on one core)
+step is a conjugate-gradient solve over 70,656 measurements and 24,576 unknowns: measured 171 s
+for the float16 oracle on one loaded core (issue 22), so expect minutes)
 and saves the rows, with the commit and library hash, to benchmarks/results/minilm_noisy_lowrank.json.
 """
 

@@ -62,7 +62,7 @@ from .attention import SingleHead, factored_batch
 from .errors import MESSAGES, InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from .exact import SATURATION, check_exact_oracle, invert_two_token, probe_matrix
 from .recovery import Recovery
-from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
+from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_head
 
 __all__ = [
     "N_LAYERS",
@@ -1050,10 +1050,10 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         "homogeneous value queries (Theorem 4.1 in homogeneous coordinates); last row of "
         "W~ set to 0" + (f"; {n_requeries} re-measurements" if n_requeries else "")
     )
-    checked = verify_outputs(
+    checked = verify_head(
         oracle,
-        SingleHead(W_full, v_full),
-        lambda x: np.max(np.abs(x @ v_full)),
+        W_full,
+        v_full,
         verify,
         rtol=verify_rtol,
         seed=seed + 1,

@@ -44,8 +44,15 @@ from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentE
 from .exact import read_value_vector
 from .lowrank import LowRankRecovery, check_nuclear_size, degrees_of_freedom
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
-from .numerics.rgn import _rop_apply, _weighted_rgn
-from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_scales
+from .numerics.rgn import (
+    _factor_svd,
+    _rop_apply,
+    _rop_apply_factors,
+    _single_precision,
+    _spectral_start,
+    _weighted_rgn,
+)
+from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_queries, rop_scales
 from .recovery import Recovery
 
 __all__ = [
@@ -390,10 +397,8 @@ def robust_queries(d, j, *, a, b, U=None) -> np.ndarray:
     """
     U = np.eye(d) if U is None else U
     k = U.shape[0]
-    X = np.zeros((k, 2, d))
-    X[:, 0, :] = np.reshape(b, (-1, 1)) * U
-    X[:, :, j] += np.reshape(a, (-1, 1))
-    return X
+    # the rank-one projection of W with left vectors b u_i and right vector a e_j
+    return rop_queries(np.reshape(b, (-1, 1)) * U, np.broadcast_to(np.reshape(a, (-1, 1)) * np.eye(1, d, j), (k, d)))
 
 
 def _column_blocks(d):
@@ -967,6 +972,19 @@ NOISY_OVERSAMPLING = 3.0
 #: above 1 covers float64 rounding of the residuals. This book's check.
 FIT_SLACK = 1.0 + 1e-6
 
+#: ``learn_low_rank_noisy(method="rgn")`` skips its run from the spectral start when the run from
+#: the sqrt-weighted solution fits with ``fit_ratio`` at most this (as ``W*`` does): that fit is
+#: already consistent with every answer, and the second run would cost as much again. This book's
+#: rule (issue 22, item 5).
+SKIP_SECOND_START_FIT = 1.0
+
+#: The sqrt-weighted run of ``learn_low_rank_noisy(method="rgn")`` only gives the start of the run
+#: that is kept, so it stops at a relative residual decrease below ``START_RUN_RTOL`` (the kept runs:
+#: 1e-6) and solves its tangent problems to ``START_RUN_INNER_RTOL`` (the kept runs: 0.1); at
+#: d = 384, r = 32 this halves its inner iterations. This book's choice (issue 22, item 5).
+START_RUN_RTOL = 1e-4
+START_RUN_INNER_RTOL = 0.3
+
 _NOISY_MESSAGES = {
     "infeasible": (
         "SCS found the noise-aware nuclear-norm program {status}: no matrix meets all {m} "
@@ -1032,9 +1050,14 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def _fit_ratio(res, delta, w) -> float:
+    """``sum w res^2 / sum w delta^2``: at most 1 for ``W*`` (``|res_k| <= delta_k``)."""
+    return float(np.sum(w * res**2) / max(float(np.sum(w * delta**2)), np.finfo(float).tiny))
+
+
 def _check_fit(res, delta, w, *, r, tau, W_max, refuse=True) -> float:
     """``sum w res^2 / sum w delta^2``; with ``refuse``, raise if it exceeds ``FIT_SLACK``."""
-    ratio = float(np.sum(w * res**2) / max(float(np.sum(w * delta**2)), np.finfo(float).tiny))
+    ratio = _fit_ratio(res, delta, w)
     if refuse and ratio > FIT_SLACK:
         raise OracleInconsistentError(_NOISY_MESSAGES["fit"].format(ratio=ratio, r=r, tau=tau, W_max=W_max))
     return ratio
@@ -1101,7 +1124,9 @@ def learn_low_rank_noisy(
         ``n_measurements``, ``scales`` (m,), ``delta`` (m,) the per-measurement bounds of
         :func:`rop_error_bound`, ``n_clipped``, ``max_abs_logit`` (estimated), and the solver's
         ``status``, ``solve_iterations``, ``objective`` (nuclear) or ``iterations``, ``residual``,
-        ``residuals``, ``start`` (``"spectral"`` or ``"sqrt-weighted"``, the run kept) and
+        ``residuals``, ``lsqr_iterations`` (inner conjugate-gradient iterations of the run kept; CGLS,
+        whose iterates are LSQR's), ``start`` (``"sqrt-weighted"``, or ``"spectral"`` when the run
+        from the spectral start, made only if the first fit is not certified, fits better) and
         ``fit_ratio`` (rgn: the weighted residual ``sum_k w_k r_k^2`` over ``sum_k w_k delta_k^2``,
         at most 1 for a global minimiser when the assumptions hold), ``max_violation``
         (``max_k |<a_k b_k^T, W> - t_k| / delta_k``, at most 1 for ``W*``), ``singular_values``
@@ -1214,31 +1239,36 @@ def learn_low_rank_noisy(
     }
     if method == "nuclear":
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
+        fit = _rop_apply(A, B, W)
         how = "noise-aware nuclear-norm program (SCS)"
     else:
         w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
         w = w / np.max(w)
-        # Two runs, the better kept: from the spectral start, and from the solution of the
-        # problem with the milder weights sqrt(w), whose landscape has fewer spurious minima.
-        # Many small (m x 2dr) least-squares solves: one BLAS thread is faster, and on a busy
+        # Two runs: from the solution of the problem with the milder weights sqrt(w), whose
+        # landscape has fewer spurious minima, and, unless that fit is certified (fit_ratio <= 1:
+        # consistent with the answers, as W* is), from the spectral start; the better is kept.
+        # Many (m x 2dr) least-squares solves: one BLAS thread is faster, and on a busy
         # machine several threads spin-wait (measured 6 times slower on 2 shared cores).
         with _one_blas_thread():
-            W, info = _weighted_rgn(A, B, t, w, r, max_iter=max_iter)
-            W_half, _ = _weighted_rgn(A, B, t, np.sqrt(w), r, max_iter=max_iter)
-            Uh, sh, Vth = np.linalg.svd(W_half)
-            W2, info2 = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=(Uh[:, :r], sh[:r], Vth[:r].T))
-        info["start"] = "spectral"
-        if info2["residual"] < info["residual"]:
-            W, info = W2, dict(info2, start="sqrt-weighted")
+            low = _single_precision(A, B, r)
+            spectral = _spectral_start(A, B, t, r)
+            start_run = {"rtol": START_RUN_RTOL, "inner_rtol": START_RUN_INNER_RTOL, "low": low}
+            _, info_half = _weighted_rgn(A, B, t, np.sqrt(w), r, max_iter=max_iter, start=spectral, **start_run)
+            Uh, sh, Vh = _factor_svd(*info_half["factors"])
+            W, info = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=(Uh[:, :r], sh[:r], Vh[:, :r]), low=low)
+            info["start"] = "sqrt-weighted"
+            if tau == 0 or _fit_ratio(_rop_apply_factors(A, B, *info["factors"]) - t, delta, w) > SKIP_SECOND_START_FIT:
+                W1, info1 = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=spectral, low=low)
+                if info1["residual"] < info["residual"]:
+                    W, info = W1, dict(info1, start="spectral")
+        fit = _rop_apply_factors(A, B, *info.pop("factors"))  # O(m d r): W = F G never applied
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
         if tau > 0:
-            info["fit_ratio"] = _check_fit(
-                _rop_apply(A, B, W) - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0
-            )
+            info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0)
     diagnostics.update(info)
     with np.errstate(divide="ignore", invalid="ignore"):
         # at most 1 for W*: a larger value certifies W != W*
-        diagnostics["max_violation"] = float(np.max(np.abs(_rop_apply(A, B, W) - t) / delta))
+        diagnostics["max_violation"] = float(np.max(np.abs(fit - t) / delta))
     diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: r + 1]
     message = (
         f"recovered a rank-{r} W and v from {d} + {m} approximate value queries "

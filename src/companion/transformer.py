@@ -23,10 +23,19 @@ import numpy as np
 
 from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
 from .attention import MultiHead, OneLayerTransformer, attention_weights
-from .errors import CompanionError, InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from .exact import check_exact_oracle, learn_single_head
 from .ffn import FeedForward, align_networks, bits_of_precision, learn_ffn
-from ._learner import DEFAULT_VERIFY, FLOAT64_U, AnswerPrecision, build, check_verify, reserve, verify_outputs
+from ._learner import (
+    COARSE_FACTOR,
+    DEFAULT_VERIFY,
+    FLOAT64_U,
+    build,
+    check_verify,
+    names_rounding,
+    reserve,
+    verify_outputs,
+)
 from .oracles import AntisymmetrisedOracle
 from .recovery import Recovery
 
@@ -47,9 +56,7 @@ __all__ = [
 ]
 
 _TINY = np.finfo(float).tiny
-#: A refusal is put down to the answers' rounding at this many times float64's precision or coarser
-#: (the canonical-form learners' factor; ``tests/test_transformer.py`` checks that they agree).
-_COARSE_FACTOR = 2.0**10
+_COARSE_FACTOR = COARSE_FACTOR  # the canonical-form learners' factor too (companion._learner.names_rounding)
 
 
 def _frozen(a) -> np.ndarray:
@@ -610,30 +617,14 @@ def region_anchors(A, *, n_candidates=None, seed=0):
     return cand[kept], patterns[kept], margin[kept]
 
 
-def _names_precision(body):
-    """Put a refusal down to the answers' rounding when they are float32 or coarser."""
-    import functools
-
-    @functools.wraps(body)
-    def run(oracle, *args, seed=0, **kwargs):
-        try:
-            return body(oracle, *args, seed=seed, **kwargs)
-        except OracleInconsistentError as err:
-            prec = AnswerPrecision(oracle, seed=seed + 7)
-            if not prec.known:
-                try:
-                    prec.measure()
-                except CompanionError:  # no budget left to measure: keep the original diagnosis
-                    raise err from None
-            if prec.u is not None and prec.u > _COARSE_FACTOR * FLOAT64_U:
-                raise PrecisionError(
-                    f"{body.__name__} refused, and {prec.describe()}: its FFN step locates kinks and its "
-                    "head step fits logistic sums, both from answers exact to float64 rounding, so this "
-                    f"refusal is the answers' rounding, not the model. (The step said: {err})"
-                ) from err
-            raise
-
-    return run
+#: Put a refusal down to the answers' rounding when they are float32 or coarser.
+_names_precision = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} refused, and {prec.describe()}: its FFN step locates kinks and its "
+        "head step fits logistic sums, both from answers exact to float64 rounding, so this "
+        f"refusal is the answers' rounding, not the model. (The step said: {err})"
+    )
+)
 
 
 @_names_precision
