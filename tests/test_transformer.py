@@ -157,6 +157,38 @@ def test_multi_head_transformer_refuses_an_invisible_head():
     assert rec.n_heads == 2
 
 
+
+def test_multi_head_transformer_names_too_few_heads():
+    """Two heads learned with H=1: the heads' step refuses, and the message names the H given."""
+    tf = random_multi_head_transformer(6, 2, 4, seed=3)
+    with pytest.raises(OracleInconsistentError, match=r"refused with H=1: .* more distinct heads"):
+        learn_multi_head_transformer(ValueQueryOracle(tf), H=1)
+
+
+def test_multi_head_transformer_names_parallel_neurons():
+    """A fifth neuron whose direction sum_h B_h e_j is neuron 0's but whose per-head parts differ:
+    the FFN step merges the two, and the refusal names that assumption."""
+    tf = random_multi_head_transformer(6, 2, 4, seed=3)
+    extra = np.stack([2 * tf.Bs[0, :, 0] + tf.Bs[1, :, 0], -tf.Bs[0, :, 0]])[:, :, None]
+    target = MultiHeadTransformer(tf.Ws, np.concatenate([tf.Bs, extra], axis=2),
+                                  np.append(tf.w_o, 0.7))
+    assert np.allclose(target.Bs.sum(axis=0)[:, 4], target.Bs.sum(axis=0)[:, 0])
+    with pytest.raises(OracleInconsistentError, match="parallel"):
+        learn_multi_head_transformer(ValueQueryOracle(target), H=2)
+
+
+
+def test_multi_head_transformer_names_the_heads_conditioning():
+    """d=7, H=4, m=2: the rational route's heads (max_link_error 1e-8) miss verify_rtol by
+    less than their error carried through the region solves; the refusal says so, not "not the
+    model", and the robust route recovers the same target."""
+    tf = random_multi_head_transformer(7, 4, 2, seed=0)
+    with pytest.raises(OracleInconsistentError, match=r"conditioning of the rational route at H=4"):
+        learn_multi_head_transformer(ValueQueryOracle(tf), H=4)
+    rec = learn_multi_head_transformer(ValueQueryOracle(tf), H=4, route="robust")
+    assert evaluate_multi_head(rec, tf, n=200)["output_gap"] < 1e-8
+
+
 class _Residual:
     """A multi-head Transformer plus a residual read-out ``x_N^T c``: outside the model."""
 
