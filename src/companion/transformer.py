@@ -838,9 +838,16 @@ def learn_multi_head_transformer(
             heads = learn_canonical(anti, H=H, verify=0, seed=seed)
     except OracleInconsistentError as err:
         given = f"H={H}" if H is not None else f"H_bound={H_bound}"
+        other = (
+            " The counts route also refuses where float64 cannot separate the heads (its "
+            "conditioning grows with H): try route='robust'."
+            if route == "rational"
+            else ""
+        )
         raise OracleInconsistentError(
             f"the heads' step on VQ(X) - VQ(-X) refused with {given}: a target with more distinct "
-            f"heads (W_h with B_h w_o != 0) than that is refused this way too. (It said: {err})"
+            f"heads (W_h with B_h w_o != 0) than that is refused this way too.{other} "
+            f"(It said: {err})"
         ) from err
     n_heads_q = oracle.n_queries - start - n_ffn
     Ws = heads.Ws
