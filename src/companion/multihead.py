@@ -1563,8 +1563,10 @@ def _count_terms(misfit):
     A pair is resolved by ``h`` terms where it misfits by at most _START_TOL. The count is the
     smallest ``h`` that resolves a quarter of the pairs and at least half as many as the best ``h``:
     with fewer terms than heads, the pairs along which a head's term is nearly flat in the window of
-    ``log r`` are resolved too (measured: 2 of the 7 pairs of row 0 at d = 6, H = 2, seed 1, with 1
-    term; all 7 with 2), and with more, the surplus poles are complex at most pairs.
+    ``log r`` are resolved too, and with more, the surplus poles are complex at most pairs. Measured
+    on row 0 of the heads of ``random_multi_head_transformer(6, 2, 4, seed=1)``: 2, 7 and 1 of its
+    7 pairs with 1, 2 and 3 terms; of ``random_multi_head(8, 3, seed=1)``: 0.0, 0.3, 1.0 and 0.0 of
+    its pairs with 1 to 4 terms.
     """
     frac = np.mean(misfit <= _START_TOL, axis=1)
     ok = (frac >= 0.25) & (frac >= 0.5 * frac.max())
