@@ -1,5 +1,7 @@
 """Tests of companion.robust (Lemma 6.1, Theorem 6.2 and beyond) and the float noise models."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -645,6 +647,7 @@ def test_noisy_rgn_refuses_answers_that_do_not_determine_W(fmt, W_norm, cause):
     with pytest.raises(PrecisionError, match=r"Raise n_measurements, or ask at a higher precision"):
         robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, None, noise=fmt), 2, W_max=13.0)
     rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, None, noise=fmt), 2, W_max=13.0, verify=0)
+    assert re.search("; not determined by the answers: .*" + cause, rec.message)   # opted out: said
     err = float(np.linalg.norm(rec.W - head.W))
     assert err > 1.0 * W_norm                                      # the estimate is worthless
     dg = rec.diagnostics
@@ -734,6 +737,9 @@ def test_determined_thresholds_just_inside_and_outside():
         assert check(ambiguity=undetermined * (1 - 1e-12)).startswith("; not certified")
         with pytest.raises(PrecisionError, match=r"do not determine W.*lies \|\|W - W_hat\|\|_F=.* at least 1 x"):
             check(ambiguity=undetermined)
+        info = {"ambiguity_W": undetermined, "excess_norm_W": 0.0, "converged": True, "fit_ratio": 1e-3}
+        said = robust._check_determined(info, W, W_max=W_max, refuse=False, **kw)
+        assert said.startswith("; not determined by the answers: a rank-2 head")
 
 
 def test_noisy_rgn_reports_hitting_max_iter():

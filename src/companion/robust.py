@@ -1125,14 +1125,15 @@ _UNDETERMINED = (
 )
 
 
-def _check_determined(info, W, *, W_max, rtol, r, m, tau, max_iter) -> str:
+def _check_determined(info, W, *, W_max, rtol, r, m, tau, max_iter, refuse=True) -> str:
     """Refuse an undetermined ``W`` (:class:`PrecisionError`), or return the message's clause.
 
-    Raises if ``excess_norm_W`` exceeds the verification's allowance ``rtol min(||W||_F, W_max)``
-    (a proven error, as :func:`companion._learner.verify_noisy` refuses), or if ``ambiguity_W``
-    reaches ``UNDETERMINED_RATIO min(||W||_F, W_max)``; both times ``1 + AMBIGUITY_SLACK``.
-    Returns ``""``, or, if ``ambiguity_W`` exceeds the allowance, a clause that says no error
-    below it is certified.
+    Undetermined: ``excess_norm_W`` exceeds the verification's allowance
+    ``rtol min(||W||_F, W_max)`` (a proven error, as :func:`companion._learner.verify_noisy`
+    refuses), or ``ambiguity_W`` reaches ``UNDETERMINED_RATIO min(||W||_F, W_max)``; both times
+    ``1 + AMBIGUITY_SLACK``. Then it raises, or without ``refuse`` returns the clause
+    ``"; not determined by the answers: ..."``. Otherwise it returns ``""``, or, if
+    ``ambiguity_W`` exceeds the allowance, a clause that says no error below it is certified.
     """
     size = min(float(np.linalg.norm(W)), W_max)
     allowed = rtol * size * (1 + AMBIGUITY_SLACK) + 1e-12
@@ -1151,6 +1152,8 @@ def _check_determined(info, W, *, W_max, rtol, r, m, tau, max_iter) -> str:
         return f"; not certified to verify_rtol={rtol:g}: {head} {info['ambiguity_W']:.2g} from W"
     else:
         return ""
+    if not refuse:
+        return f"; not determined by the answers: {evidence}"
     stopped = "" if info["converged"] else f"; Gauss-Newton stopped at max_iter={max_iter}"
     raise PrecisionError(
         _UNDETERMINED.format(evidence=evidence, tau=tau, m=m, r=r, fit_ratio=info["fit_ratio"], stopped=stopped)
@@ -1266,8 +1269,9 @@ def learn_low_rank_noisy(
         ``UNDETERMINED_RATIO min(||W||_F, W_max)`` (both times ``1 + AMBIGUITY_SLACK``): the
         answers, at their precision ``tau`` and this ``m``, do not determine ``W*`` (say, a
         MiniLM head served in float16). More measurements or a smaller ``tau`` are needed;
-        ``verify=0`` returns the estimate anyway. An ``ambiguity_W`` between the two is said
-        in the message ("not certified to verify_rtol").
+        ``verify=0`` returns the estimate anyway, and says in its message that it is not
+        determined. An ``ambiguity_W`` between the two is said in the message ("not certified
+        to verify_rtol").
 
     Notes
     -----
@@ -1302,7 +1306,6 @@ def learn_low_rank_noisy(
     (True, 2)
     """
     d, oracle_tau = _check_oracle(oracle, "learn_low_rank_noisy")
-    undetermined = ""
     r = check_int(rank, "rank", minimum=1, maximum=d)
     W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
     tau = oracle_tau if tau is None else check_real(tau, "tau", minimum=0.0)
@@ -1349,6 +1352,7 @@ def learn_low_rank_noisy(
         "n_clipped": n_clipped,
         "max_abs_logit": float(np.max(np.abs(t * c**2))),
     }
+    undetermined = ""  # the message's clause when W is not certified to verify_rtol
     if method == "nuclear":
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
         fit = _rop_apply(A, B, W)
@@ -1381,10 +1385,9 @@ def learn_low_rank_noisy(
             info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0)
             info["ambiguity_W"] = _ambiguity(A, B, fit - t, delta, factors, W_max=W_max)
             info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
-            if verify > 0:
-                undetermined = _check_determined(
-                    info, W, W_max=W_max, rtol=verify_rtol, r=r, m=m, tau=tau, max_iter=max_iter
-                )
+            undetermined = _check_determined(
+                info, W, W_max=W_max, rtol=verify_rtol, r=r, m=m, tau=tau, max_iter=max_iter, refuse=verify > 0
+            )
     diagnostics.update(info)
     with np.errstate(divide="ignore", invalid="ignore"):
         # at most 1 for W*: a larger value certifies W != W*
