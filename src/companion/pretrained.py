@@ -787,7 +787,7 @@ class BertAttentionTarget:
         bad = X[..., -1] != 1.0
         if np.any(bad):
             raise InvalidInputError(
-                f"{int(bad.sum())} token(s) have last coordinate != 1 (e.g. {X[..., -1][bad][0]!r}); "
+                f"{int(bad.sum())} token(s) have last coordinate != 1 (e.g. {float(X[..., -1][bad][0])!r}); "
                 "the BERT layer is queried only on homogeneous tokens (x, 1): use homogeneous(X)."
             )
         y = _bert_vector(X[..., :-1], self._arrays, self.heads) @ self._c
