@@ -64,6 +64,7 @@ MINILM_OUT = Path(__file__).resolve().parent / "results" / "minilm_noisy_lowrank
 def minilm():
     """Noisy low-rank recovery of real MiniLM heads behind 16-bit oracles (chapter 5, minilm_noisy)."""
     from companion import pretrained, results
+    from companion.errors import PrecisionError
     from companion.robust import learn_low_rank_noisy
 
     rows = []
@@ -73,13 +74,17 @@ def minilm():
         for fmt in ("float16", "bfloat16"):
             oracle = ApproxValueQueryOracle(head, None, noise=fmt)
             t = time.perf_counter()
-            rec = learn_low_rank_noisy(oracle, MINILM_RANK, W_max=MINILM_W_MAX, n_measurements=m,
-                                       seed=MINILM_SEED)
+            row = {"head": f"L{layer}H{hd}", "format": fmt}
+            try:
+                rec = learn_low_rank_noisy(oracle, MINILM_RANK, W_max=MINILM_W_MAX, n_measurements=m,
+                                           seed=MINILM_SEED)
+            except PrecisionError as exc:  # the answers do not determine W: no W returned
+                row["refused"] = str(exc)
+            else:
+                err = rec.relative_errors(head)
+                row.update({"rel. error W": float(err["W"]), "rel. error v": float(err["v"])})
             sec = time.perf_counter() - t
-            err = rec.relative_errors(head)
-            rows.append({"head": f"L{layer}H{hd}", "format": fmt, "queries": int(oracle.n_queries),
-                         "rel. error W": float(err["W"]), "rel. error v": float(err["v"]),
-                         "seconds": round(sec, 1)})
+            rows.append(dict(row, queries=int(oracle.n_queries), seconds=round(sec, 1)))
             print(rows[-1], flush=True)
     MINILM_OUT.parent.mkdir(exist_ok=True)
     MINILM_OUT.write_text(json.dumps({

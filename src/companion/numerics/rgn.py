@@ -263,7 +263,9 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
     -------
     W : ndarray of shape (d, d)
     info : dict
-        ``iterations``, ``residual``, ``residuals``, ``lsqr_iterations``, ``factors``
+        ``iterations``, ``stop`` (why the loop ended: ``"converged"``, ``"stalled"``, ``"exact"``,
+        ``"diverged"`` or ``"max_iter"``, the last without meeting a stopping rule), ``residual``,
+        ``residuals``, ``lsqr_iterations``, ``factors``
         (``(U S, V^T)``, whose product is the returned ``W``).
     """
     m, d = A.shape
@@ -281,6 +283,9 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
         if rel < best[0]:
             best = (rel, (U, s, V))
         if rel == 0 or it == max_iter or converged or stalled >= patience:
+            stop = (
+                "exact" if rel == 0 else "converged" if converged else "stalled" if stalled >= patience else "max_iter"
+            )
             break
         if low is None:
             low = _single_precision(A, B, r)
@@ -288,12 +293,14 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
         X, Y, its = _tangent_step(A, B, res, U, V, direct_max=_DIRECT_MAX_WEIGHTED, rtol=inner_rtol, **rows)
         total += its
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+            stop = "diverged"
             break  # a diverged step: keep the best iterate (its fit is checked)
         try:
             U, s, V = _retract(U, s, V, X, Y, r)
         except np.linalg.LinAlgError:
+            stop = "diverged"
             break
     Ub, sb, Vb = best[1]
-    info = {"iterations": it, "residual": best[0], "residuals": history, "lsqr_iterations": total}
+    info = {"iterations": it, "stop": stop, "residual": best[0], "residuals": history, "lsqr_iterations": total}
     info["factors"] = (Ub * sb, Vb.T)
     return (Ub * sb) @ Vb.T, info
