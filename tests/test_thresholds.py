@@ -614,15 +614,19 @@ def test_layer_counts_probe_default_norms_and_match_tol():
     """delta_norm = 10, token_norm = 20, match_tol = 1e-6 (documented). The true shifts
     delta~^T W~_h x~ are linear in delta, so the default pair's closest gap is 10 times that at
     delta_norm=1 with token_norm=20 (any other token norm changes it otherwise). Fitted shifts
-    matching a head within 1e-6: pair 0 of seed 0 has gaps 7.2e-8 and 3.0e-6 (one match, two at
-    1e-5), pair 1 of seed 1 has 1.4e-8 and 1.4e-7 (two matches, one at 1e-7)."""
+    matching a head within match_tol: the fitted shifts are rounding-dominated (every pair's
+    sensitivity is above 1), so which of them lie within 1e-6 of a head moves with the BLAS kernel
+    (pair 0 of seed 0 matched 1 under SkylakeX and 2 under Haswell); only the two ends are
+    reproducible: a tolerance far above every gap matches every fitted term, one far below none."""
     from companion.pretrained import layer_counts_probe
 
     row = layer_counts_probe(0, n_pairs=1, seed=0)["rows"][0]
     unit = layer_counts_probe(0, n_pairs=1, seed=0, delta_norm=1.0, token_norm=20.0)["rows"][0]
     assert row["closest true shifts"] == pytest.approx(10 * unit["closest true shifts"], rel=1e-9)
-    assert row["terms matching a head"] == 1
-    assert layer_counts_probe(0, n_pairs=2, seed=1)["rows"][1]["terms matching a head"] == 2
+    wide = layer_counts_probe(0, n_pairs=1, seed=0, match_tol=1e6)["rows"][0]
+    assert wide["terms matching a head"] == wide["terms found"] >= 1
+    narrow = layer_counts_probe(0, n_pairs=1, seed=0, match_tol=1e-300)["rows"][0]
+    assert narrow["terms matching a head"] == 0
 
 
 def test_multi_head_transformer_default_margin_100_sets_the_pattern_slack():
