@@ -7,6 +7,7 @@ The fast tests read the sources; the slow ones read the HTML built once per sess
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,39 @@ def test_html_and_pdf_number_theorems_and_exercises_alike(book_html, book_latex)
     assert sum(map(len, html_refs.values())) >= 10
     assert tex_numbers == html_numbers
     assert {k: sorted(v) for k, v in tex_refs.items()} == {k: sorted(v) for k, v in html_refs.items()}
+
+
+def _html_equation_numbers(html: Path) -> dict:
+    """{"06_multi_head:eq-mh-hessian": "6.4"} of every labelled displayed equation of the chapters."""
+    numbers = {}
+    for page in sorted((html / "book" / "chapters").glob("*.html")):
+        for label, number in re.findall(r'id="equation-([^"]+)">\s*<span class="eqno">\(([\d.]+)\)',
+                                        page.read_text(encoding="utf-8")):
+            numbers[f"{page.stem}:{label}"] = number
+    return numbers
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("xelatex") is None,
+                    reason="xelatex is not installed (make pdf installs TeX Live when it can)")
+def test_html_and_pdf_number_equations_alike(book_html, book_latex, tmp_path):
+    """Every labelled equation has the same number in the PDF as in the HTML, those broken over
+    aligned or gathered rows included (one number each). LaTeX, not the .tex, numbers the PDF's
+    equations: one xelatex pass over companion.tex writes them into companion.aux."""
+    import subprocess
+
+    work = tmp_path / "latex"
+    shutil.copytree(book_latex, work)
+    proc = subprocess.run(["xelatex", "-no-pdf", "-interaction=nonstopmode", "-halt-on-error", "companion.tex"],
+                          cwd=work, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    aux = (work / "companion.aux").read_text(encoding="utf-8", errors="replace")
+    pdf = {f"{Path(doc).name}:{label}": number for doc, label, number in
+           re.findall(r"\\newlabel\{equation:([^:{}]+):([^{}]+)\}\{\{([^{}]*)\}", aux)}
+    html = _html_equation_numbers(book_html)
+    assert len(html) >= 30, f"only {len(html)} numbered equations found in the HTML"
+    differ = {k: (html.get(k), pdf.get(k)) for k in sorted(html.keys() | pdf.keys()) if html.get(k) != pdf.get(k)}
+    assert not differ, f"equations numbered differently, label: (HTML, PDF): {differ}"
 
 
 # -- 6. One search bar ----------------------------------------------------------------------------

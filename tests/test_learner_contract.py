@@ -213,7 +213,8 @@ LEARNERS = [
         learning_count=lambda rec, d: (d + d * (d + 1) + d * sum(rec.diagnostics["head_dims"])
                                        + rec.diagnostics["n_requeries"]),
         wrong_oracle=_approx, outside=lambda: _exact(multihead.random_multi_head(4, 2, seed=0)),
-        planned=False,                      # d sum_h dim S_h is known after the Hessian probe
+        # planned: d sum_h dim S_h is known only after the Hessian probe, so the learner reserves
+        # its largest value, d^2 (the subspaces fill R^d), before the first query
         not_keys=frozenset()),
     Learner(
         id="learn_canonical", learn=multihead.learn_canonical,

@@ -563,3 +563,56 @@ def test_rop_design_redraws_exactly_below_its_floor():
     assert ratio.min() >= 1e-3 and A.shape == B.shape == (m, d)
     kept_small = np.sum(ratio < 1e-2)           # about m * (0.8 % - 0.08 %) = 290 rows
     assert 150 < kept_small < 450
+
+
+# ---------------------------------------------------------------- nuclear norm at m >= d^2
+
+
+def test_nuclear_from_d2_measurements_determines_any_rank_and_refuses_the_rank_claim():
+    """At m = d^2 the program's only feasible point is W*, of any rank; one fewer does not fix it.
+
+    Before the fix, learn_low_rank(full-rank oracle, 1, method="nuclear", n_measurements=d**2)
+    returned the full-rank W* with rank=1 and rank-1 factors, verified.
+    """
+    from companion.errors import OracleInconsistentError
+
+    d = 6
+    target = random_single_head(d, seed=2)                          # rank 6, assumed rank 1
+    at = learn_low_rank(ValueQueryOracle(target), 1, method="nuclear", n_measurements=d * d, verify=0)
+    assert rel_err(at.W, target.W) < 1e-8                           # determined: W* itself
+    below = learn_low_rank(ValueQueryOracle(target), 1, method="nuclear", n_measurements=d * d - 1,
+                           verify=0)
+    assert rel_err(below.W, target.W) > 1e-3                        # one short: not determined
+    with pytest.raises(OracleInconsistentError,
+                       match=r"rank above the assumed rank=1.*singular value 2.*m=36 >= d\^2 = 36"):
+        learn_low_rank(ValueQueryOracle(target), 1, method="nuclear", n_measurements=d * d)
+    with pytest.raises(OracleInconsistentError, match="verification failed") as short:
+        learn_low_rank(ValueQueryOracle(target), 1, method="nuclear", n_measurements=d * d - 1)
+    assert "d^2" not in str(short.value)
+    # A target inside the assumption keeps its result at m >= d^2, rank and factors included.
+    low = random_single_head(d, rank=1, seed=2)
+    rec = learn_low_rank(ValueQueryOracle(low), 1, method="nuclear", n_measurements=d * d)
+    assert rec.rank == 1 and rel_err(rec.W, low.W) < 1e-8
+    F = rec.diagnostics["factor_U"] * rec.diagnostics["factor_s"] @ rec.diagnostics["factor_Vt"]
+    assert rel_err(F, low.W) < 1e-8
+
+
+def test_nuclear_rank_check_threshold_just_inside_and_outside():
+    """A (r+1)-th singular value of 1e-4 relative: refused above it by rank_tol or verify_rtol, kept below."""
+    from companion.errors import OracleInconsistentError
+
+    d = 6
+    head = random_single_head(d, rank=1, seed=3)
+    U, s, Vt = np.linalg.svd(head.W)
+    target = SingleHead(head.W + 1e-4 * s[0] * np.outer(U[:, 3], Vt[3]), head.v)
+
+    def run(**kw):
+        return learn_low_rank(ValueQueryOracle(target), 1, method="nuclear", n_measurements=d * d, **kw)
+
+    rec = run(rank_tol=2e-4, verify_rtol=2.5e-5)                     # rank_tol just above
+    sv = rec.diagnostics["singular_values"]
+    assert rec.rank == 1 and 0.9e-4 < sv[1] / sv[0] < 1.1e-4
+    assert run(rank_tol=1e-8, verify_rtol=2e-4).rank == 1           # the check's tolerance above
+    for kw in ({"rank_tol": 5e-5, "verify_rtol": 2.5e-5}, {"rank_tol": 1e-8, "verify_rtol": 5e-5}):
+        with pytest.raises(OracleInconsistentError, match="singular value 2 is 0.0001 relative"):
+            run(**kw)

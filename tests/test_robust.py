@@ -1,5 +1,7 @@
 """Tests of companion.robust (Lemma 6.1, Theorem 6.2 and beyond) and the float noise models."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -617,3 +619,137 @@ def test_noisy_rgn_fit_check_is_skipped_with_verify_0():
     outside = robust.random_margin_head(8, W_max=4.0, mu=0.1, seed=1)
     rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(outside, 1e-7), 2, W_max=4.0, verify=0)
     assert rec.diagnostics["fit_ratio"] > robust.FIT_SLACK       # reported, not refused: opted out
+
+
+def _undetermined_head(d, r, W_norm, seed=0):
+    """A rank-r head with a small ||W*||_F against W_max = 13: the logits of Gaussian rank-one
+    projections are of order ||W*||_F / (W_max d), the situation of a MiniLM head (d = 384,
+    ||W*||_F = 2.7) served in 16 bits, at a size that takes a fraction of a second."""
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((d, r)) @ rng.standard_normal((r, d))
+    v = rng.standard_normal(d)
+    return SingleHead(W * W_norm / np.linalg.norm(W), v / np.linalg.norm(v))
+
+
+@pytest.mark.parametrize("fmt, W_norm, cause", [
+    ("bfloat16", 1.0, r"\|\|W_hat\|\|_F exceeds W_max=13, so \|\|W_hat - W\*\|\|_F >= 1"),
+    ("float16", 0.2, r"a rank-2 head with .* lies \|\|W - W_hat\|\|_F="),
+])
+def test_noisy_rgn_refuses_answers_that_do_not_determine_W(fmt, W_norm, cause):
+    """Fails before the fix: W came back with relative error 25 (bfloat16) and 5.8 (float16),
+    verified (certified errors at least 0), as the MiniLM head did at 83 and 283 (issue 22)."""
+    from companion import robust
+    from companion.errors import PrecisionError
+
+    head = _undetermined_head(24, 2, W_norm)
+    with pytest.raises(PrecisionError, match=cause + r".*do not determine|do not determine.*" + cause):
+        robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, None, noise=fmt), 2, W_max=13.0)
+    with pytest.raises(PrecisionError, match=r"Raise n_measurements, or ask at a higher precision"):
+        robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, None, noise=fmt), 2, W_max=13.0)
+    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, None, noise=fmt), 2, W_max=13.0, verify=0)
+    assert re.search("; not determined by the answers: .*" + cause, rec.message)   # opted out: said
+    err = float(np.linalg.norm(rec.W - head.W))
+    assert err > 1.0 * W_norm                                      # the estimate is worthless
+    dg = rec.diagnostics
+    certified = max(dg["excess_norm_W"], dg["ambiguity_W"])
+    assert certified > 0.1 * min(np.linalg.norm(rec.W), 13.0)    # and the diagnostics say so
+    assert dg["excess_norm_W"] <= err                              # a lower bound on the error
+
+
+def test_noisy_rgn_says_when_its_W_is_not_certified_to_verify_rtol():
+    """Fails before the fix: a W with relative error 0.65 came back as verified, no caveat."""
+    from companion import robust
+
+    head = _undetermined_head(24, 2, 12.0)
+    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, None, noise="float16"), 2, W_max=13.0)
+    amb, nW = rec.diagnostics["ambiguity_W"], np.linalg.norm(rec.W)
+    assert 0.1 * nW < amb < robust.UNDETERMINED_RATIO * nW
+    assert f"; not certified to verify_rtol=0.1: a rank-2 head with ||W||_F <= W_max=13 within every bound " \
+           f"delta_k lies {amb:.2g} from W" in rec.message
+    assert np.linalg.norm(rec.W - head.W) > 0.1 * nW             # rightly: it is not
+
+
+def test_noisy_rgn_accepts_a_determined_head_and_reports_its_ambiguity():
+    from companion import robust
+
+    head = robust.random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
+    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-6), 2, W_max=4.0)
+    dg = rec.diagnostics
+    err = np.linalg.norm(rec.W - head.W)
+    assert err < 1e-2
+    assert dg["excess_norm_W"] <= err                              # ||W*||_F = W_max here
+    assert 0.0 < dg["ambiguity_W"] <= 0.1 * np.linalg.norm(rec.W)
+
+
+def test_ambiguity_is_the_farthest_allowed_point_along_the_scale():
+    """For a rank-1 W_hat the scale is the only direction: W_hat + s D is allowed at the bound
+    ``_ambiguity`` returns and not 1e-6 beyond it (a delta_k or the W_max constraint)."""
+    from companion import robust
+
+    rng = np.random.default_rng(3)
+    d, m = 5, 40
+    A, B = rng.standard_normal((m, d)), rng.standard_normal((m, d))
+    u, v = rng.standard_normal(d), rng.standard_normal(d)
+    W = np.outer(u, v)
+    fit = np.einsum("kd,de,ke->k", A, W, B)
+    delta = 0.05 * np.abs(fit) + 0.01
+    res = 0.3 * delta * rng.uniform(-1, 1, m)
+    D = W / np.linalg.norm(W)
+    g = np.einsum("kd,de,ke->k", A, D, B)
+
+    def allowed(s, W_max):
+        ok = np.all(np.abs(res + s * g) <= delta * (1 + 1e-12))
+        return bool(ok and np.linalg.norm(W + s * D) <= W_max * (1 + 1e-12))
+
+    for W_max in (2.0 * np.linalg.norm(W), 1.01 * np.linalg.norm(W), 100.0):
+        amb = robust._ambiguity(A, B, res, delta, (u[:, None], v[None, :]), W_max=W_max)
+        assert amb > 0
+        assert allowed(amb, W_max) or allowed(-amb, W_max)
+        assert not allowed(amb * (1 + 1e-6), W_max) and not allowed(-amb * (1 + 1e-6), W_max)
+    # no allowed point: every delta_k excludes the scale's whole line
+    assert robust._ambiguity(A, B, res + 3 * np.abs(fit) + 3 * delta, delta, (u[:, None], v[None, :]),
+                             W_max=100.0) == 0.0
+
+
+def test_determined_thresholds_just_inside_and_outside():
+    """excess_norm_W against the allowance rtol min(||W||_F, W_max); ambiguity_W against
+    UNDETERMINED_RATIO min(||W||_F, W_max) (refused) and against the allowance (said)."""
+    from companion import robust
+    from companion.errors import PrecisionError
+
+    W = np.diag([3.0, 4.0])                                        # ||W||_F = 5
+    slack = 1 + robust.AMBIGUITY_SLACK
+    kw = {"rtol": 0.1, "r": 2, "m": 100, "tau": 1e-3, "max_iter": 7}
+    for W_max in (13.0, 4.0):
+        size = min(5.0, W_max)
+
+        def check(excess=0.0, ambiguity=0.0, W_max=W_max):
+            info = {"ambiguity_W": ambiguity, "excess_norm_W": excess, "converged": False, "fit_ratio": 1e-3}
+            return robust._check_determined(info, W, W_max=W_max, **kw)
+
+        allowed, undetermined = 0.1 * size * slack, robust.UNDETERMINED_RATIO * size * slack
+        assert check(excess=allowed * (1 - 1e-12)) == ""
+        with pytest.raises(PrecisionError, match=r"exceeds W_max.*stopped at max_iter=7.*Raise n_measurements"):
+            check(excess=allowed * (1 + 1e-6))
+        assert check(ambiguity=allowed * (1 - 1e-12)) == ""
+        said = check(ambiguity=allowed * (1 + 1e-6))
+        assert said.startswith("; not certified to verify_rtol=0.1: a rank-2 head") and f"{allowed:.2g}" in said
+        assert check(ambiguity=undetermined * (1 - 1e-12)).startswith("; not certified")
+        with pytest.raises(PrecisionError, match=r"do not determine W.*lies \|\|W - W_hat\|\|_F=.* at least 1 x"):
+            check(ambiguity=undetermined)
+        info = {"ambiguity_W": undetermined, "excess_norm_W": 0.0, "converged": True, "fit_ratio": 1e-3}
+        said = robust._check_determined(info, W, W_max=W_max, refuse=False, **kw)
+        assert said.startswith("; not determined by the answers: a rank-2 head")
+
+
+def test_noisy_rgn_reports_hitting_max_iter():
+    """Fails before the fix: a run cut off at max_iter looked like a converged one."""
+    from companion import robust
+
+    head = robust.random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
+    cut = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-6), 2, W_max=4.0, max_iter=1, verify=0)
+    assert cut.diagnostics["stop"] == "max_iter" and cut.diagnostics["converged"] is False
+    assert "stopped at max_iter=1 before its stopping rule" in cut.message
+    full = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-6), 2, W_max=4.0, verify=0)
+    assert full.diagnostics["stop"] in ("converged", "stalled") and full.diagnostics["converged"] is True
+    assert full.diagnostics["iterations"] < 30 and "max_iter" not in full.message

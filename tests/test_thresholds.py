@@ -480,3 +480,308 @@ def test_learn_orthogonal_heads_verify_rtol_just_inside_and_outside(kappa, accep
     else:
         with pytest.raises(OracleInconsistentError, match="verification"):
             learn_orthogonal_heads(oracle)
+
+
+def test_verification_defaults_of_the_noisy_multi_head_and_homogeneous_learners():
+    """The documented defaults the chapters' prose reads (companion.prose): learn_robust_lstsq and
+    learn_low_rank_noisy verify at rtol 0.1, learn_multi_head_transformer, learn_canonical and
+    learn_homogeneous_head at 1e-6, with 32 fresh queries (learn_canonical: 64)."""
+    from companion import verification_defaults
+
+    names = ["learn_robust_lstsq", "learn_low_rank_noisy", "learn_multi_head_transformer",
+             "learn_canonical", "learn_homogeneous_head"]
+    assert verification_defaults(names) == {
+        "learn_robust_lstsq": (32, 0.1), "learn_low_rank_noisy": (32, 0.1),
+        "learn_multi_head_transformer": (32, 1e-6), "learn_canonical": (64, 1e-6),
+        "learn_homogeneous_head": (32, 1e-6)}
+
+
+@pytest.mark.parametrize("margin, ok", [(9e5, True), (2e6, False)])
+def test_multi_head_transformer_margin_at_most_1e6(margin, ok):
+    """margin (kappa) is documented as 1 <= kappa <= 1e6: 9e5 passes its check (the next one, of the
+    seed, refuses), 2e6 is refused by name; no query is spent either way."""
+    from companion.transformer import learn_multi_head_transformer, random_multi_head_transformer
+
+    oracle = ValueQueryOracle(random_multi_head_transformer(6, 2, 4, seed=0))
+    with pytest.raises(InvalidInputError, match="seed" if ok else "margin") as info:
+        learn_multi_head_transformer(oracle, H=2, margin=margin, seed=-1)
+    assert ("margin" in str(info.value)) != ok
+    assert oracle.n_queries == 0
+
+
+@pytest.mark.parametrize("factor, refused", [(2.0**9, False), (2.0**11, True)])
+def test_multi_head_transformer_coarse_answers_above_2_pow_10_roundings(factor, refused):
+    """An oracle stating a rounding u above 2**10 float64 roundings (float32 or coarser) is refused
+    with PrecisionError before any query; at 2**9 the learner goes on (to the route check here)."""
+    from companion._learner import FLOAT64_U
+    from companion.errors import PrecisionError
+    from companion.transformer import learn_multi_head_transformer, random_multi_head_transformer
+
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    oracle = ValueQueryOracle(tf, d=6, precision=factor * FLOAT64_U)
+    with pytest.raises(PrecisionError if refused else InvalidInputError, match="u=" if refused else "route"):
+        learn_multi_head_transformer(oracle, H=2, route="no such route")
+    assert oracle.n_queries == 0
+
+
+@pytest.mark.parametrize("scale, n_requeries", [(100.0, 40), (8.0**8, 159), (8.0**39, 779), (8.0**41, None)])
+def test_homogeneous_head_shrinks_saturated_probes_by_8_at_most_40_times(scale, n_requeries):
+    """A saturated probe is re-measured at c * 0.125 (its logits / 64), at most _MAX_ROUNDS = 40 times.
+    At c = 100 each of the 20 probes of this d = 4 head needs two rounds (c = 12.5 still saturates, c =
+    1.5625 does not); at 8**39 the slowest needs 39 rounds and is learned; at 8**41 it needs 41 and the
+    learner refuses after 40."""
+    from companion.attention import SingleHead
+    from companion.pretrained import learn_homogeneous_head
+
+    rng = np.random.default_rng(0)
+    target = SingleHead(rng.standard_normal((5, 5)), rng.standard_normal(5))
+    if n_requeries is None:
+        with pytest.raises(OracleInconsistentError, match="saturated after 40 re-measurements"):
+            learn_homogeneous_head(ValueQueryOracle(target), scale=scale)
+        return
+    rec = learn_homogeneous_head(ValueQueryOracle(target), scale=scale)
+    assert rec.diagnostics["n_requeries"] == n_requeries
+    assert np.max(np.abs(rec.W[:4] - target.W[:4])) < 1e-12
+
+
+@pytest.mark.parametrize("shift, ok", [(5e-13, True), (2e-12, False)], ids=["inside", "outside"])
+def test_learn_robust_window_absolute_slack_1e_12_on_an_exact_oracle(shift, ok):
+    """At tau = 0 the clip window [TAU_CLIP, 1 - TAU_CLIP] is widened by 1e-12 only (float rounding of
+    alpha_hat). W_01 = W_max (1 + shift / 0.1175) puts the weight sigma(a b W_01) above
+    1 - TAU_CLIP by about shift (sigma'(1/2) / 2 = 0.1175): half the slack is accepted, twice is not."""
+    from companion.attention import SingleHead
+    from companion.robust import learn_robust
+
+    W = np.zeros((3, 3))
+    W[0, 1] = 2.0 * (1 + shift / 0.1175)
+    oracle = ValueQueryOracle(SingleHead(W, np.array([1.0, -0.8, 0.9])))
+    if ok:
+        rec = learn_robust(oracle, W_max=2.0, mu=0.5)
+        assert np.max(np.abs(rec.W - W)) < 1e-10
+    else:
+        with pytest.raises(OracleInconsistentError, match=r"entry \(0, 1\).*outside the window"):
+            learn_robust(oracle, W_max=2.0, mu=0.5)
+
+
+def _flip_one_verify_label(target, n_learn, k, label):
+    """A MembershipQueryOracle whose answer to verification query ``k`` (of the first batch asked
+    after ``n_learn`` queries) is ``label`` instead of the target's."""
+    from companion.membership import MembershipQueryOracle
+
+    class Flipped(MembershipQueryOracle):
+        def __call__(self, X):
+            at = self.n_queries
+            y = super().__call__(X)
+            if at == n_learn:
+                y = np.array(y, dtype=np.float64)
+                y[k] = label
+            return y
+
+    return Flipped(target)
+
+
+@pytest.mark.parametrize("lo, hi, ok", [(0.5, 1.5, True), (3.0, 15.0, False)], ids=["inside", "outside"])
+def test_membership_verify_slack_2_from_both_sides(lo, hi, ok):
+    """verify_slack = 2 (documented): a verification label that disagrees with the recovered head where
+    |f_hat| is rho times the first-order bound 2 R^2 E_W s + R sqrt(d) 2**-bits is tolerated for
+    rho < 2 and refused for rho > 2. One label of the 200 is flipped, at a query with rho in (lo, hi)."""
+    from companion.attention import SingleHead
+    from companion.membership import MembershipQueryOracle, learn_membership
+
+    d, bits, n = 4, 6, 200
+    head = random_single_head(d, seed=0)
+    W_max = 1.5 * float(np.linalg.norm(head.W))
+    clean = learn_membership(MembershipQueryOracle(head), W_max=W_max, bits=bits, verify=n)
+    Uinv = np.linalg.inv(clean.diagnostics["probes"])
+    E_W = float(np.linalg.norm(Uinv, 2) ** 2 * np.linalg.norm(clean.diagnostics["logit_halfwidth"]))
+    rng = np.random.default_rng(0)  # the verification queries of seed=0 (the docstring's rule)
+    X = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(1, 9, size=n)]
+    f_hat = SingleHead(clean.W, clean.v)(X)
+    R = np.array([np.max(np.linalg.norm(x, axis=1)) for x in X])
+    s = np.array([np.max(np.abs(x @ clean.v)) for x in X])
+    rho = np.abs(f_hat) / (2 * R**2 * E_W * s + R * np.sqrt(d) * 2.0**-bits)
+    k = int(np.flatnonzero((rho > lo) & (rho < hi))[0])
+    oracle = _flip_one_verify_label(head, clean.n_queries - n, k, -np.sign(f_hat[k]))
+    if ok:
+        rec = learn_membership(oracle, W_max=W_max, bits=bits, verify=n)
+        assert rec.diagnostics["n_verify_disagreements"] == clean.diagnostics["n_verify_disagreements"] + 1
+    else:
+        with pytest.raises(OracleInconsistentError, match="exceeds its error bound"):
+            learn_membership(oracle, W_max=W_max, bits=bits, verify=n)
+
+
+def test_layer_counts_probe_default_norms_and_match_tol():
+    """delta_norm = 10, token_norm = 20, match_tol = 1e-6 (documented). The true shifts
+    delta~^T W~_h x~ are linear in delta, so the default pair's closest gap is 10 times that at
+    delta_norm=1 with token_norm=20 (any other token norm changes it otherwise). Fitted shifts
+    matching a head within 1e-6: pair 0 of seed 0 has gaps 7.2e-8 and 3.0e-6 (one match, two at
+    1e-5), pair 1 of seed 1 has 1.4e-8 and 1.4e-7 (two matches, one at 1e-7)."""
+    from companion.pretrained import layer_counts_probe
+
+    row = layer_counts_probe(0, n_pairs=1, seed=0)["rows"][0]
+    unit = layer_counts_probe(0, n_pairs=1, seed=0, delta_norm=1.0, token_norm=20.0)["rows"][0]
+    assert row["closest true shifts"] == pytest.approx(10 * unit["closest true shifts"], rel=1e-9)
+    assert row["terms matching a head"] == 1
+    assert layer_counts_probe(0, n_pairs=2, seed=1)["rows"][1]["terms matching a head"] == 2
+
+
+def test_multi_head_transformer_default_margin_100_sets_the_pattern_slack():
+    """margin = kappa = 100 (documented): a region query moves a pre-activation by about 1/kappa of
+    its distance to its kink, so diagnostics["pattern_slack"] (distance over move) is about 100 by
+    default and scales with kappa: 10 times smaller at margin=10."""
+    from companion.transformer import learn_multi_head_transformer, random_multi_head_transformer
+
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    slack = learn_multi_head_transformer(ValueQueryOracle(tf), H=2).diagnostics["pattern_slack"]
+    small = learn_multi_head_transformer(ValueQueryOracle(tf), H=2, margin=10.0).diagnostics["pattern_slack"]
+    assert 0.5 * 100 < slack < 2 * 100
+    assert slack == pytest.approx(10 * small, rel=0.05)
+
+
+@pytest.mark.parametrize("gap, capped", [(3e-13, True), (3e-12, False)], ids=["inside", "outside"])
+def test_best_scale_prefers_the_cap_within_1e_12_of_the_minimum(gap, capped):
+    """best_scale returns the cap b_max = 1/2 when its log-bound is within 1e-12 of the interior
+    minimum's (a tie). W_max just above W0 (where the unconstrained minimiser is exactly 1/2) puts the
+    minimum a chosen gap below the cap's: 3e-13 is a tie (the cap), 3e-12 is not (the minimiser)."""
+    from scipy.optimize import brentq, minimize_scalar
+
+    from companion.robust import best_scale, entry_error_bound
+
+    hi = np.log(0.5)
+
+    def f(log_b, W):
+        return np.log(entry_error_bound(np.exp(log_b), tau=1.0, mu=2.0, W_max=W, a=0.5, probe_norm=1.0))
+
+    W0 = brentq(lambda W: (f(hi + 1e-6, W) - f(hi - 1e-6, W)) / 2e-6, 4.0, 100.0, xtol=1e-14)
+    W = W0 * (1 + 1e-6 * np.sqrt(gap / 1.19e-12))  # the gap grows as 1.19e-12 (eps / 1e-6)**2
+    res = minimize_scalar(lambda lb: f(lb, W), bounds=(hi - 1.0, hi), method="bounded", options={"xatol": 1e-13})
+    assert f(hi, W) - f(res.x, W) == pytest.approx(gap, rel=0.2)
+    b = best_scale(W)
+    assert (b == 0.5) == capped
+    if not capped:
+        assert b == pytest.approx(np.exp(res.x), rel=1e-7)  # Brent's sqrt(u) |log b| tolerance
+
+
+@pytest.mark.parametrize("part", ["W", "v"])
+@pytest.mark.parametrize("size, ok", [(6e-13, True), (3e-12, False)], ids=["inside", "outside"])
+def test_verify_noisy_absolute_floor_1e_12(part, size, ok):
+    """The noisy verification allows 1e-12 absolute (float64 rounding) on top of rtol times the norm.
+    A zero model part against a target part of that size: a certified error of about half the size
+    (measured 0.5 size for W's rank-one projections, 0.85 size for v's unit queries) is allowed
+    inside 1e-12 and refused outside it, on an exact oracle (tau = 0)."""
+    from companion._learner import verify_noisy
+
+    d = 4
+    v1 = np.random.default_rng(0).standard_normal(d)
+    W_star = np.zeros((d, d))
+    if part == "W":
+        W_star[0, 1] = size
+        target, model_v = SingleHead(W_star, v1), v1
+    else:
+        target, model_v = SingleHead(W_star, size * np.eye(d)[0]), np.zeros(d)
+    run = lambda: verify_noisy(ValueQueryOracle(target), np.zeros((d, d)), model_v, 32, tau=0.0,  # noqa: E731
+                               W_max=1.0, rtol=0.1, seed=0)
+    if ok:
+        info = run()
+        assert 0.2 * size < info[f"verify_error_{part}"] <= 1e-12 == info[f"verify_allowed_{part}"]
+    else:
+        with pytest.raises(OracleInconsistentError):
+            run()
+
+
+def test_learn_robust_lstsq_pivot_row_scales_step_down_by_0_3():
+    """At d = 4, R = 4 the pivot row gets K = R (ceil(sqrt d) - 1) = 4 extra passes at
+    b0 (1 - 0.3 (k + 1/3) / K): 0.975, 0.9, 0.825, 0.75 of b0, between the main passes'
+    1, 0.925, 0.85, 0.775 (robust._lstsq_scales, which lstsq_error_bound assumes, says the same).
+    Read off the queries [b u_i + a e_j; a e_j] the oracle saw: ||x_0 - x_1|| = b ||u_i||, with
+    ||u_p|| = 1 for the pivot row and sqrt(2) for the others."""
+    from companion.oracles import ApproxValueQueryOracle
+
+    head = robust.random_margin_head(4, W_max=3.0, mu=0.2, seed=2)
+    oracle = ApproxValueQueryOracle(head, 1e-5, record=True)
+    rec = robust.learn_robust_lstsq(oracle, W_max=3.0, verify=0)
+    b0 = rec.diagnostics["scales"][0]
+    seen = np.unique(np.round([np.linalg.norm(x[0] - x[1]) / b0 for x, _ in oracle.log if len(x) == 2], 12))
+    main = np.array([1.0, 0.925, 0.85, 0.775])
+    pivot = np.array([0.975, 0.9, 0.825, 0.75])
+    np.testing.assert_allclose(seen, np.sort(np.concatenate([main, pivot, np.sqrt(2) * main])), rtol=1e-12)
+    np.testing.assert_allclose(robust._lstsq_scales(3.0, 4, 4, "best")[1][4:] / b0, pivot, rtol=1e-12)
+
+
+@pytest.mark.parametrize("logit_max, ok", [(4.5, True), (6.0, False)])
+def test_learn_low_rank_noisy_logit_max_at_most_5(logit_max, ok):
+    """logit_max is documented as 0 < logit_max <= 5: 4.5 passes its check (the next one, of
+    solver_eps, refuses), 6 is refused by name; no query is spent either way."""
+    from companion.oracles import ApproxValueQueryOracle
+
+    oracle = ApproxValueQueryOracle(random_single_head(4, seed=0), 1e-6)
+    with pytest.raises(InvalidInputError, match="solver_eps" if ok else "logit_max") as info:
+        robust.learn_low_rank_noisy(oracle, rank=2, W_max=3.0, logit_max=logit_max, solver_eps=-1.0)
+    assert ("logit_max" in str(info.value)) != ok
+    assert oracle.n_queries == 0
+
+
+def test_learn_canonical_draws_at_most_8_d_tokens():
+    """max_tokens_factor = 8 (documented): when no fit resolves (three heads, H=1 claimed) the row
+    draws extra tokens up to 8 d = 48 at d = 6 and then refuses, naming that count (the inside side,
+    a target learned with extra tokens, is tests/test_multihead.py's
+    test_learn_canonical_draws_extra_tokens_when_too_few_resolve)."""
+    oracle = ValueQueryOracle(random_multi_head(6, 3, seed=1))
+    with pytest.raises(OracleInconsistentError, match="among 48 query tokens"):
+        learn_canonical(oracle, H=1)
+
+
+def test_ffn_refine_lines_reach_max_rho_1_when_no_other_hyperplane_is_near():
+    """_refine's line across neuron i's hyperplane spans t in [-rho, rho] (tested at +-rho, +-rho/2)
+    with rho = min(half the distance along the line to the nearest other hyperplane, max_rho = 1).
+    A single neuron e_1 in d = 3 has no other hyperplane: its two lines are asked at |t| = 1/2 and 1
+    exactly, and the refined normal stays exact."""
+    d = 3
+    U, c = np.eye(d)[:, :1], np.ones(1)
+    seen = []
+
+    def f(P):
+        seen.append(P)
+        return 0.5 * np.abs(P @ U) @ c
+
+    U_new, _, n = ffn._refine(f, U, c, np.zeros(d), np.random.default_rng(0))
+    assert n == 4 * (d - 1)
+    t = np.abs(np.concatenate(seen) @ U[:, 0])
+    np.testing.assert_allclose(np.unique(np.round(t, 12)), [0.5, 1.0])
+    np.testing.assert_allclose(U_new, U, atol=1e-12)
+
+
+def _patience_stop(residuals, rtol, patience=3):
+    """The iteration at which _weighted_rgn's documented rule stops on these residuals: the first
+    decrease of the best residual by less than a relative rtol (converged), or patience iterations
+    in a row without a decrease by rtol (stalled)."""
+    best, stalled = np.inf, 0
+    for it, rel in enumerate(residuals):
+        converged = best * (1 - rtol) <= rel < best
+        stalled = 0 if rel < best * (1 - rtol) else stalled + 1
+        best = min(best, rel)
+        if rel == 0 or converged or stalled >= patience:
+            return it
+    return None
+
+
+@pytest.mark.parametrize("seed, noise, other", [(5, 1e-5, 1e-5), (5, 2e-5, 1e-7)])
+def test_weighted_rgn_stops_after_3_cuts_below_rtol_1e_6(seed, noise, other):
+    """_weighted_rgn stops at the first cut of the best residual by less than a relative
+    rtol = 1e-6, or after 3 iterations in a row without a cut by rtol. The iterates do not depend on
+    rtol, so the residuals of a run at rtol=1e-12 give the stop of any larger rtol: on these noisy
+    rank-2 problems (d = 8) one cut is 1.6e-6 (noise 1e-5) or 4.1e-7 (noise 2e-5), so 1e-6 stops at
+    another iteration than 1e-5 (first case) or 1e-7 (second)."""
+    from companion.numerics.rgn import _weighted_rgn
+
+    rng = np.random.default_rng(seed)
+    d, r = 8, 2
+    W = rng.standard_normal((d, r)) @ rng.standard_normal((r, d))
+    m = 3 * (2 * d * r - r * r)
+    A, B = rng.standard_normal((m, d)), rng.standard_normal((m, d))
+    t = np.einsum("kd,de,ke->k", A, W, B) + noise * rng.standard_normal(m)
+    w = 1 + rng.random(m)
+    history = _weighted_rgn(A, B, t, w, r, max_iter=60, rtol=1e-12)[1]["residuals"]
+    expected = _patience_stop(history, 1e-6)
+    assert _patience_stop(history, other) != expected
+    assert _weighted_rgn(A, B, t, w, r, max_iter=60)[1]["iterations"] == expected

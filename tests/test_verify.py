@@ -9,7 +9,7 @@ import pytest
 
 from companion import _learner, cli, results
 from companion.attention import MultiHead, OneLayerTransformer, SingleHead, random_single_head
-from companion.errors import OracleInconsistentError, SolverError
+from companion.errors import OracleInconsistentError, PrecisionError, SolverError
 from companion.exact import learn_single_head, verify_single_head
 from companion.ffn import FeedForward, learn_ffn, random_feedforward
 from companion.lowrank import degrees_of_freedom, learn_low_rank
@@ -367,11 +367,13 @@ def test_noisy_learners_refuse_targets_outside_their_assumptions():
         lambda: learn_low_rank_noisy(ApproxValueQueryOracle(hr, 1e-6), 1, W_max=4.0),
         lambda: learn_low_rank_noisy(ApproxValueQueryOracle(hr, 1e-3), 3, W_max=4.0, tau=1e-6),
         lambda: learn_low_rank_noisy(ApproxValueQueryOracle(hr, 1e-6), 3, W_max=0.5),
-        lambda: learn_low_rank_noisy(ApproxValueQueryOracle(hr, 1e-2), 3, W_max=4.0),
     ]
     for k, learn in enumerate(refused):
         with pytest.raises(OracleInconsistentError):
             learn()
+    # inside the assumptions, but tau = 1e-2 leaves W undetermined: the cause is the precision
+    with pytest.raises(PrecisionError, match=r"do not determine W.*\|\|W_hat\|\|_F exceeds W_max=4"):
+        learn_low_rank_noisy(ApproxValueQueryOracle(hr, 1e-2), 3, W_max=4.0)
     rec = learn_low_rank_noisy(ApproxValueQueryOracle(hr, 1e-6), 3, W_max=4.0)
     assert rec.relative_errors(hr)["W"] < 1e-3
 

@@ -20,10 +20,13 @@ Layer: below every learner, which all import it; it imports no learner, only the
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ._validation import check_int, check_real
-from .errors import MESSAGES, OracleInconsistentError, PrecisionError
+from .attention import SingleHead
+from .errors import MESSAGES, CompanionError, OracleInconsistentError, PrecisionError
 
 #: Fresh random queries every learner spends on its default verification.
 DEFAULT_VERIFY = 32
@@ -398,6 +401,56 @@ def verify_outputs(
         "verify_max_error": float(np.max(err)),
         "verify_tolerance": float(tol[int(np.argmax(err))]),
     }
+
+
+def verify_head(oracle, W, v, n, **options):
+    """:func:`verify_outputs` for the single head ``(W, v)``, with output scale ``max_i |x_i^T v|``.
+
+    The check every single-head learner makes (Theorem 4.1's, the low-rank, homogeneous and
+    canonical-form ones); ``options`` are :func:`verify_outputs`'s keywords.
+    """
+    return verify_outputs(oracle, SingleHead(W, v), lambda x: np.max(np.abs(x @ v)), n, **options)
+
+
+#: A refusal is put down to the answers' rounding when their precision is this many times float64's or
+#: coarser: float32's u is about 5e8 times float64's, while a few ulps of arithmetic noise (another
+#: machine, the perturbation test mode of companion.oracles) stay far below it.
+COARSE_FACTOR = 2.0**10
+
+
+def names_rounding(advice):
+    """Decorator for a learner that needs float64-exact answers: name their rounding when it refuses.
+
+    When the learner raises :class:`~companion.errors.OracleInconsistentError`, the answers'
+    precision is looked up (stated by the oracle) or measured
+    (:func:`companion.oracles.measure_precision`, 24 queries, with ``seed + 7``) and, if it is
+    ``COARSE_FACTOR`` times float64's or coarser, :class:`~companion.errors.PrecisionError` is
+    raised instead, with the message ``advice(learner_name, precision, error)``: the refusal is
+    then the rounding, not the model. If no budget is left to measure, the original error stands.
+    Used by the canonical-form learners (``multihead``) and the multi-head Transformer learner.
+    """
+
+    def decorate(body):
+        learner = body.__name__
+
+        @functools.wraps(body)
+        def run(oracle, *args, seed=0, **kwargs):
+            try:
+                return body(oracle, *args, seed=seed, **kwargs)
+            except OracleInconsistentError as err:
+                prec = AnswerPrecision(oracle, seed=seed + 7)
+                if not prec.known:
+                    try:
+                        prec.measure()
+                    except CompanionError:  # no budget left to measure: keep the original diagnosis
+                        raise err from None
+                if prec.u is not None and prec.u > COARSE_FACTOR * FLOAT64_U:
+                    raise PrecisionError(advice(learner, prec, err)) from err
+                raise
+
+        return run
+
+    return decorate
 
 
 def verify_noisy(

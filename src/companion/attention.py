@@ -46,6 +46,21 @@ def _check_W_v(W, v):
     return W, v
 
 
+def _check_native(Q, K, V, w_o, *, nonempty=False):
+    """Native factors as float arrays: ``Q``, ``K``, ``V`` of shape (r, d) and ``w_o`` of shape (r,).
+
+    With ``nonempty``, ``r = 0`` or ``d = 0`` is refused (checked on ``Q``, before the others).
+    """
+    Q = as_float_array(Q, "Q", ndim=2)
+    r, d = Q.shape
+    if nonempty and (r == 0 or d == 0):
+        raise InvalidInputError(f"Q must have shape (r, d) with r, d >= 1; got Q.shape={Q.shape}.")
+    K = as_float_array(K, "K", ndim=2, shape=(r, d))
+    V = as_float_array(V, "V", ndim=2, shape=(r, d))
+    w_o = as_float_array(w_o, "w_o", ndim=1, shape=(r,))
+    return Q, K, V, w_o
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.array(a, dtype=np.float64, copy=True)
     a.flags.writeable = False
@@ -200,11 +215,7 @@ class SingleHead(_SequenceModel):
         InvalidInputError
             If the shapes disagree or an entry is NaN or inf.
         """
-        Q = as_float_array(Q, "Q", ndim=2)
-        r, d = Q.shape
-        K = as_float_array(K, "K", ndim=2, shape=(r, d))
-        V = as_float_array(V, "V", ndim=2, shape=(r, d))
-        w_o = as_float_array(w_o, "w_o", ndim=1, shape=(r,))
+        Q, K, V, w_o = _check_native(Q, K, V, w_o)
         return cls(K.T @ Q, V.T @ w_o, native=(Q, K, V, w_o))
 
     def _batch(self, X: np.ndarray) -> np.ndarray:
@@ -293,13 +304,7 @@ class FactoredHead(_SequenceModel):
     _reads_only = True
 
     def __post_init__(self):
-        Q = as_float_array(self.Q, "Q", ndim=2)
-        r, d = Q.shape
-        if r == 0 or d == 0:
-            raise InvalidInputError(f"Q must have shape (r, d) with r, d >= 1; got Q.shape={Q.shape}.")
-        K = as_float_array(self.K, "K", ndim=2, shape=(r, d))
-        V = as_float_array(self.V, "V", ndim=2, shape=(r, d))
-        w_o = as_float_array(self.w_o, "w_o", ndim=1, shape=(r,))
+        Q, K, V, w_o = _check_native(self.Q, self.K, self.V, self.w_o, nonempty=True)
         for name, a in (("Q", Q), ("K", K), ("V", V), ("w_o", w_o)):
             object.__setattr__(self, name, _frozen(a))
         v = _frozen(V.T @ w_o)

@@ -12,6 +12,12 @@ Two kinds of query suffice:
 solve. The paper's queries have ``c = 1``; the scale ``c`` (the score is bilinear in the tokens,
 so the logit scales by ``c^2`` while the answer scales by ``c``) keeps the sigmoid away from 0 and
 1 for targets with a large ``W``, where ``c = 1`` would leave only a bound on the logit.
+
+Layer: one of the paper's sections (§4), above the skeleton (``_learner``) and the shared
+numerics: the length-2 queries are rank-one projections with ``b = e_j``
+(:func:`companion.numerics.rop.rop_queries`), and the Gaussian probes are redrawn by the same rule
+as the ROP design. Its own helpers (:func:`read_value_vector`, :func:`invert_two_token`,
+:func:`remeasure_saturated`) serve every learner that inverts the sigmoid.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ from scipy.special import expit, logit
 
 from ._streaming import chunk_queries
 from ._validation import check_choice, check_int, check_real
-from .attention import SingleHead
 from ._learner import (
     BEST_LOGIT,
     DEFAULT_VERIFY,
@@ -33,9 +38,10 @@ from ._learner import (
     head_check_size,
     reserve,
     saturation_band,
-    verify_outputs,
+    verify_head,
 )
 from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
+from .numerics.rop import _redraw_small, rop_queries
 from .recovery import Recovery
 
 __all__ = [
@@ -126,13 +132,7 @@ def probe_matrix(v, probes="basis", *, seed=0) -> np.ndarray:
         U[small, p] += 1.0
         return U
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
-    U = rng.standard_normal((d, d)) / np.sqrt(d)
-    floor = GAUSSIAN_PROBE_FLOOR * np.linalg.norm(v) / np.sqrt(d)
-    bad = np.abs(U @ v) < floor
-    while np.any(bad):
-        U[bad] = rng.standard_normal((int(bad.sum()), d)) / np.sqrt(d)
-        bad = np.abs(U @ v) < floor
-    return U
+    return _redraw_small(rng.standard_normal((d, d)) / np.sqrt(d), v, GAUSSIAN_PROBE_FLOOR, rng)
 
 
 def column_queries(U, j, c) -> np.ndarray:
@@ -152,10 +152,7 @@ def column_queries(U, j, c) -> np.ndarray:
     ndarray of shape (k, 2, d)
     """
     k, d = U.shape
-    X = np.zeros((k, 2, d))
-    X[:, 0, :] = U
-    X[:, :, j] += 1.0
-    return X * np.reshape(c, (-1, 1, 1))
+    return rop_queries(U, np.broadcast_to(np.eye(1, d, j), (k, d)), c)  # the ROP with b = e_j
 
 
 def invert_two_token(y, v_j, uv, c):
@@ -262,10 +259,10 @@ def verify_single_head(oracle, W, v, n, *, rtol=1e-6, scale=1.0, seed=0):
     """
     n = check_int(n, "n", minimum=1)
     try:
-        info = verify_outputs(
+        info = verify_head(
             oracle,
-            SingleHead(W, v),
-            lambda x: np.max(np.abs(x @ v)),
+            W,
+            v,
             n,
             rtol=rtol,
             seed=seed,
@@ -465,10 +462,10 @@ def learn_single_head(
     message = f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)" + (
         f" and {n_requeries} re-measurements of saturated probes" if n_requeries else ""
     )
-    checked = verify_outputs(
+    checked = verify_head(
         oracle,
-        SingleHead(W, v),
-        lambda x: np.max(np.abs(x @ v)),
+        W,
+        v,
         verify,
         rtol=verify_rtol,
         seed=seed + 1,

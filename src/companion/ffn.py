@@ -35,6 +35,7 @@ from .errors import (
     InvalidInputError,
     NotIdentifiableError,
     OracleInconsistentError,
+    PrecisionError,
     SolverError,
 )
 from .recovery import Recovery
@@ -306,7 +307,8 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
     rtol : float, default=1024 * eps
         Relative tolerance of a value predicted by a line through two far-apart points.
     min_width : float, default=1e-12
-        Relative width below which an interval that still holds a kink is reported as one kink.
+        Relative width below which an interval that still holds a kink is no longer split: it is
+        reported as one kink if the lines of its neighbours explain it, else ``PrecisionError``.
     max_evals : int, default=100000
         Largest number of evaluations of ``g``.
 
@@ -321,6 +323,10 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
     ------
     OracleInconsistentError
         If more than ``max_evals`` evaluations were needed (``g`` is not piecewise linear).
+    PrecisionError
+        If an interval holds slope change that one kink there does not explain (the lines of its
+        two sides do not meet in it, or ``g`` beside their crossing is off them): two or more kinks
+        closer than float64 resolves at this scale (see Notes). Another line separates them.
 
     Notes
     -----
@@ -330,9 +336,23 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
     lines through ``(l, q_1)`` and ``(q_3, r)`` meet at ``t``, which is accepted if ``g`` at ``m``
     and right beside ``t`` (at ``t -+ e`` with ``e |slope change|`` far above rounding) lies on the
     right line; else the interval is halved. A kink is located to float64 precision: both lines are
-    fitted through points a quarter interval apart. Kinks closer than about
-    ``16 rtol scale / |slope change|`` merge, and kinks whose slope changes cancel at all test points
-    are missed (measure zero for random lines).
+    fitted through points a quarter interval apart. Kinks whose slope changes cancel at all test
+    points are missed (measure zero for random lines).
+
+    *Close kinks* (this book's own analysis). Let ``delta = rtol scale (1 + |t|)`` be the accuracy
+    of the values, and two kinks with slope changes ``c_1, c_2`` a distance ``w`` apart,
+    ``c = min(|c_1|, |c_2|)``. The best one-kink fit differs from ``g`` by at most ``c w`` (the
+    middle piece's excursion from the outer lines: ``|c_1 c_2| w / |c_1 + c_2|`` for equal signs,
+    ``c w`` for opposite ones), so for ``w <= delta / c`` no test at accuracy ``delta`` can tell the
+    pair from one kink: one kink is reported, the float64 limit. Resolving the pair needs the
+    middle slope, measured over the search's leaves inside the middle piece (a fraction of ``w``
+    wide) to within ``4 delta / width`` each, to differ from both sides by more than the errors.
+    Measured (``tests/test_ffn.py``: 41 positions, 5 pairs of slope changes): for
+    ``w >= 64 delta / c`` both kinks are returned (to within ``8 delta / c``) or
+    :class:`PrecisionError` is raised, never one or none; at ``32 delta / c`` some pairs come back
+    as one kink, as does every pair at ``w <= 4 delta / c``. A kink left within rounding of a split
+    point (both leaves beside it pass as linear) is recovered afterwards from the slopes of the
+    leaves, with no new query; only an interval whose slope change is not explained costs two more.
 
     References
     ----------
@@ -367,6 +387,9 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
     ev([lo, hi])
     stack = [(lo, hi)]
     kinks = []
+    # The leaves of the search tile [lo, hi]: (l, r, slope at l, width it was measured over,
+    # slope at r, its width), slopes None on an interval narrower than min_width.
+    leaves = []
     while stack:
         l, r = stack.pop()
         w = r - l
@@ -377,9 +400,10 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
         tol = rtol * scale * (1.0 + max(abs(l), abs(r)))
         chord = (gr - gl) / w
         if all(abs(gx - (gl + chord * (x - l))) <= tol for x, gx in ((q1, g1), (m, gm), (q3, g3))):
+            leaves.append((l, r, chord, w, chord, w))
             continue  # linear on [l, r]
         if w <= min_width * width:
-            kinks.append(m)
+            leaves.append((l, r, None, 0.0, None, 0.0))  # its kink(s): see _hidden_kinks
             continue
         s1 = (g1 - gl) / (q1 - l)
         s2 = (gr - g3) / (r - q3)
@@ -393,10 +417,88 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
                 ga, gb = ev([t - e, t + e])
                 if abs(ga - (gl + s1 * (t - e - l))) <= tol and abs(gb - (gr + s2 * (t + e - r))) <= tol:
                     kinks.append(t)
+                    leaves.append((l, r, s1, q1 - l, s2, r - q3))
                     continue
         stack.append((l, m))
         stack.append((m, r))
+    kinks.extend(_hidden_kinks(sorted(leaves), lambda t: ev([t])[0], rtol, scale, 1e-6 * width))
     return np.sort(np.asarray(kinks, dtype=np.float64)), len(cache)
+
+
+def _hidden_kinks(leaves, g_at, rtol, scale, narrow):
+    """Kinks the interval search of :func:`find_kinks` left between its leaves (cached answers only).
+
+    The leaves tile ``[lo, hi]``; each knows the slope at its two ends, measured over a width
+    ``h`` to within ``4 tol / h`` (``tol = rtol scale (1 + |t|)``), or nothing (narrower than
+    ``min_width``). Two close kinks make the search halve intervals until each sits in leaves too
+    narrow to measure a slope: those pass as linear, and the kink is found nowhere. So walk the
+    leaves with an *anchor*, a well-measured slope since the last kink: where the next slope
+    differs from it by more than both errors, the gap between them holds slope change. The lines
+    of the two sides meet at ``t``; one kink at ``t`` explains the gap if the cached answers in it
+    lie on those lines to within their error; then ``t`` is a kink. Otherwise the gap holds two or
+    more kinks closer than float64 resolves along this line: :class:`PrecisionError`.
+
+    Only where the search went deep (a leaf at most ``narrow`` wide between or beside the two) is
+    a slope difference taken for a kink: the search splits that far only around close kinks, while
+    a function that is not piecewise linear (a slowly changing slope) leaves wide leaves, and is
+    the verification's to refuse.
+    """
+    found = []
+    anchor = None  # (position, slope, slope error, width of its leaf)
+    gap, gap_width = [], np.inf  # leaf boundaries since the anchor, the narrowest leaf among them
+    for l, r, sl, wl, sr, wr in leaves:
+        if sl is None:
+            if anchor is not None:
+                gap, gap_width = gap + [l, r], min(gap_width, r - l)
+            continue
+        el = 4.0 * rtol * scale * (1.0 + abs(l)) / wl
+        er = 4.0 * rtol * scale * (1.0 + abs(r)) / wr
+        is_kink = sl != sr or wl != wr
+        deep = anchor is not None and min(anchor[3], gap_width, r - l) <= narrow
+        if deep and abs(sl - anchor[1]) > anchor[2] + el:
+            found.append(_one_kink(anchor[:3], (l, sl, el), gap, g_at, rtol, scale))
+            anchor, gap, gap_width = (r, sr, er, r - l), [], np.inf
+        elif is_kink or anchor is None or er <= 0.5 * anchor[2]:
+            # A leaf beside a kink is consistent with both sides within its error; only one at
+            # least twice as well measured (twice as wide) replaces the anchor.
+            anchor, gap, gap_width = (r, sr, er, r - l), [], np.inf
+        else:
+            gap, gap_width = gap + [l, r], min(gap_width, r - l)
+    # Leaves narrower than min_width before the first slope or after the last (a kink within
+    # min_width of lo or hi) have one side only: each is reported as one kink, at its middle.
+    for edge in (leaves, leaves[::-1]):
+        for l, r, sl, *_ in edge:
+            if sl is not None:
+                break
+            found.append(l + _FRACTIONS[1] * (r - l))
+    return found
+
+
+def _one_kink(a, b, gap, g_at, rtol, scale):
+    """The kink explaining the slope change between anchor ``a`` and the leaf end ``b``, or raise."""
+    (xa, sa, ea), (xb, sb, eb) = a, b
+    tol = rtol * scale * (1.0 + max(abs(xa), abs(xb)))
+    ya, yb = g_at(xa), g_at(xb)
+    t = (yb - ya + sa * xa - sb * xb) / (sa - sb)
+    ok = xa <= t <= xb
+    for x in gap:
+        line = ya + sa * (x - xa) if x <= t else yb + sb * (x - xb)
+        ok = ok and abs(g_at(x) - line) <= 2.0 * tol + ea * abs(x - xa) + eb * abs(x - xb)
+    if ok:
+        # As in the interval search: g right beside t must lie on the line of its side (two new
+        # queries; this path is taken only where the search left slope change unexplained).
+        e = 16.0 * tol / abs(sb - sa)
+        beside = ((t - e, ya + sa * (t - e - xa), xa, ea), (t + e, yb + sb * (t + e - xb), xb, eb))
+        for x, line, x0, e0 in beside:
+            ok = ok and abs(g_at(x) - line) <= 2.0 * tol + e0 * abs(x - x0)
+    if ok:
+        return t
+    raise PrecisionError(
+        f"find_kinks: [{xa:.17g}, {xb:.17g}] (width {xb - xa:.3g}) holds slope change {sb - sa:.6g} "
+        f"(slopes {sa:.6g} left, {sb:.6g} right) that one kink does not explain: two or more kinks "
+        f"closer than float64 resolves along this line (answers to {tol:.3g}); a line in another "
+        "direction separates them."
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -674,7 +776,8 @@ def learn_ffn(
         target share a hyperplane, as in ``ReLU(z) + ReLU(-z) = |z|``).
     max_planes : int, default=3
         Random 2-planes to scan for kinks. The first one finds every neuron with probability 1;
-        another is scanned only if the verification fails (e.g. two kinks too close to separate).
+        another is scanned only if the verification fails or :func:`find_kinks` reports two kinks
+        along a line closer than float64 resolves.
     verify : int, default=64
         Fresh random points (length-1 queries, never used for learning) on which the extracted
         network is compared with the oracle; they also choose between planes. ``0`` opts out: the
@@ -708,6 +811,9 @@ def learn_ffn(
     OracleInconsistentError
         If the answers are not those of a bias-free ReLU network (Euler's identity fails, no sign
         vector fits, or the verification still fails after ``max_planes`` planes).
+    PrecisionError
+        If on every one of the ``max_planes`` planes :func:`find_kinks` found two kinks along a line
+        closer than float64 resolves (see its Notes): a plane where that happens is redrawn.
 
     Notes
     -----
@@ -770,6 +876,7 @@ def learn_ffn(
     y_check = f(X_check) if verify else np.zeros(0)
     n_verify = oracle.n_queries - before
     failures = []
+    n_close = 0  # planes refused because two kinks along a line were closer than float64 resolves
     for plane in range(max_planes):
         P, _ = np.linalg.qr(rng.standard_normal((d, 2)))
         p, q = P[:, 0], P[:, 1]
@@ -796,8 +903,9 @@ def learn_ffn(
                 # No sign vector fits, e.g. two neurons share a hyperplane (w|a^T x| has no
                 # width-1 form): fall back on the equivalent network of width m + 2.
                 s, info = None, {"method": signs, "status": "no_fit", "seconds": 0.0}
-        except OracleInconsistentError as exc:
+        except (OracleInconsistentError, PrecisionError) as exc:
             failures.append(str(exc))
+            n_close += isinstance(exc, PrecisionError)
             continue
         A_hat, w_hat = _assemble(U, c, s, b)
         if verify == 0:
@@ -810,6 +918,13 @@ def learn_ffn(
             break
         failures.append(f"relative disagreement {rel:.3g} > verify_rtol={verify_rtol:.3g} on {verify} fresh points")
     else:
+        if n_close == max_planes:
+            raise PrecisionError(
+                f"on each of max_planes={max_planes} random planes two neurons' kinks along a line were "
+                f"closer than float64 resolves (last: {failures[-1]}); the answers are consistent with a "
+                "ReLU network, but these neurons cannot be separated at this precision. Raise max_planes "
+                "or pass another seed."
+            )
         raise OracleInconsistentError(
             f"no extraction from {max_planes} random planes matched the oracle (last: "
             f"{failures[-1]}): the target is not a bias-free ReLU network, or has kinks too close "

@@ -50,9 +50,8 @@ from ._learner import (
     measurement_errors,
     reserve,
     saturation_band,
-    verify_outputs,
+    verify_head,
 )
-from .attention import SingleHead
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES
 from .numerics.rgn import _rgn
@@ -138,6 +137,17 @@ _MESSAGES = {
     "rank_small": (
         "the oracle's head has rank above the assumed rank={r}: {what} (relative {err:.3g} > "
         "rank_tol={tol:.3g}). Pass a larger rank, or rank=None with method='sketch' to detect it."
+    ),
+    "nuclear_rank": (
+        "the oracle's head has rank above the assumed rank={r}: the nuclear-norm solution agrees with "
+        "the oracle on {n} fresh queries, but its singular value {i} is {err:.3g} relative, above "
+        "max(rank_tol, the check's tolerance) = {tol:.3g}.{determined} Pass a larger rank, or "
+        "rank=None with method='sketch' to detect it."
+    ),
+    "determined": (
+        " With m={m} >= d^2 = {d2} measurements the program has one feasible point, W* itself, "
+        "whatever its rank; learn_single_head reads W* from d + d^2 = {exact} queries, fewer than "
+        "these {ours}."
     ),
 }
 
@@ -662,7 +672,9 @@ class LowRankRecovery(Recovery):
     Attributes
     ----------
     rank : int
-        Rank of the returned ``W`` (the given rank, or the detected one with ``rank=None``).
+        Rank of the returned ``W`` (the given rank, or the detected one with ``rank=None``), to
+        the rank check's tolerance; with ``verify=0`` the nuclear-norm method makes no rank check,
+        and its ``W`` may have a higher rank than this.
     method : str
         ``"nuclear"``, ``"rgn"`` or ``"sketch"``.
     """
@@ -742,14 +754,22 @@ def learn_low_rank(
         Number ``m`` of Gaussian ROP measurements for ``"nuclear"`` / ``"rgn"``; at least
         ``r (2d - r)``. Default ``ceil(C r (2d - r))`` with ``C`` from ``DEFAULT_OVERSAMPLING``
         (5 for nuclear, above its measured transition near 3 to 4; 2 for rgn). Ignored by ``"sketch"``.
+        From ``m = d**2`` on, the measurements alone determine every ``d x d`` matrix (the
+        Gaussian ROP operator is injective with probability 1), whatever its rank: the rank
+        assumption then buys nothing, and :func:`companion.exact.learn_single_head` needs fewer
+        queries (``d + d**2``). The nuclear default reaches ``d**2`` when ``5 r (2d - r) >= d**2``,
+        i.e. for ``d`` below about ``10 r``.
     oversample : int, default=1
         Extra rows and columns of the sketch's cross beyond ``rank`` (``>= 0``). With ``>= 1`` the
         extra singular value of the core checks the rank assumption for free.
     rank_tol : float, default=1e-8
-        ``"sketch"`` only: a singular value of the cross's core below ``rank_tol`` times the
+        ``"sketch"``: a singular value of the cross's core below ``rank_tol`` times the
         largest (or below 1e-12) counts as zero; this decides the rank with ``rank=None`` and the
-        rank check with ``oversample >= 1``. ``"nuclear"`` and ``"rgn"`` make no rank check: their
-        result is checked by ``verify``.
+        rank check with ``oversample >= 1``. ``"nuclear"`` (with ``verify``): after the
+        verification, a ``(rank + 1)``-th singular value of ``W`` above ``max(rank_tol,
+        verify_tolerance)`` times the largest is refused, since the program does not use
+        ``rank`` and may return a ``W`` of higher rank (always the case at ``m >= d**2`` for a
+        target of higher rank). ``"rgn"`` returns rank ``rank`` by construction.
     scale : "auto" or float, default="auto"
         Scale ``c`` of the two-token queries; ``"auto"`` re-measures saturated ones at a smaller
         ``c`` (one extra query each, in ``diagnostics["n_requeries"]``).
@@ -813,7 +833,8 @@ def learn_low_rank(
         If the measurements contradict ``rank(W*) <= rank``: the sketch core has a nonzero
         ``(rank + 1)``-th singular value, or the verification queries disagree with the recovered
         head (e.g. ``"nuclear"`` below its phase transition returns a wrong ``W``; the check refuses
-        it).
+        it), or (``"nuclear"``) the verified ``W`` has a ``(rank + 1)``-th singular value above
+        ``max(rank_tol, verify_tolerance)`` relative (see ``rank_tol``).
     SolverError
         If ``"rgn"`` ends with a relative residual above ``max(1e3 tol, 1e-8)``: ``m`` was too few
         for this draw (see the phase transition in chapter 4), or ``rank(W*) > rank``.
@@ -938,10 +959,10 @@ def learn_low_rank(
     if diagnostics.get("n_requeries"):
         message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
     kappa_W = diagnostics.pop("kappa_W", 0.0)
-    checked = verify_outputs(
+    checked = verify_head(
         oracle,
-        SingleHead(W, v),
-        lambda x: np.max(np.abs(x @ v)),
+        W,
+        v,
         verify,
         rtol=verify_rtol,
         seed=seed + 1,
@@ -950,6 +971,8 @@ def learn_low_rank(
         size=head_check_size(W, v, kappa_W, 1.0),
         floor=lambda u: kappa_W * u,
     )
+    if method == "nuclear" and verify:
+        _check_nuclear_rank(sv, r, d, m, rank_tol, checked)
     if method == "sketch":
         message = prec.report_floor(diagnostics, message, kappa_W)
     return build(
@@ -965,6 +988,27 @@ def learn_low_rank(
         method=method,
         precision=prec,
     )
+
+
+def _check_nuclear_rank(sv, r, d, m, rank_tol, checked):
+    """Refuse a verified nuclear-norm solution whose ``(r + 1)``-th singular value is not zero.
+
+    The program never uses ``r`` (only ``m`` does), so its solution may have any rank: above the
+    phase transition of a larger rank, and always once ``m >= d^2`` (the Gaussian ROP operator is
+    then injective with probability 1, and the only feasible point is ``W*``). A singular value
+    below ``max(rank_tol, verify_tolerance)`` times the largest counts as zero: the check that
+    passed cannot tell a component that small.
+    """
+    if sv.size <= r or sv[0] == 0:
+        return
+    tol = max(rank_tol, checked["verify_tolerance"])
+    if sv[r] > tol * sv[0]:
+        determined = _MESSAGES["determined"].format(m=m, d2=d * d, exact=d + d * d, ours=d + m) if m >= d * d else ""
+        raise OracleInconsistentError(
+            _MESSAGES["nuclear_rank"].format(
+                r=r, n=checked["n_verify_queries"], i=r + 1, err=sv[r] / sv[0], tol=tol, determined=determined
+            )
+        )
 
 
 #: Measurement designs of :func:`recovery_trial`.

@@ -118,6 +118,19 @@ def _canvas(ax):
     return ax.figure, ax
 
 
+def _finish(fig, ax, *, xlabel, ylabel, logy, title) -> None:
+    """The book's finish of a chart: log y-axis if asked, labels, title, legend, tight layout."""
+    if logy:
+        ax.set_yscale("log")
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+
+
 def _log_ticks_at(axis, values, max_ticks: int = 8) -> None:
     """Label a log axis at the data's own abscissae (``4 8 16 32 64``) when there are few of them,
     and never at minor ticks: over about one decade matplotlib labels the minor ticks too, and
@@ -181,14 +194,7 @@ def lines(
                     [np.asarray(v, dtype=float).ravel() for v in (x.values() if isinstance(x, Mapping) else [x])]
                 ),
             )
-        if logy:
-            ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        if title:
-            ax.set_title(title)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
+        _finish(fig, ax, xlabel=xlabel, ylabel=ylabel, logy=logy, title=title)
     return fig
 
 
@@ -207,13 +213,7 @@ def bars(labels: Sequence[str], series: Mapping[str, Sequence[float]], *, ylabel
         for k, (name, values) in enumerate(series.items()):
             ax.bar(pos + (k - (n - 1) / 2) * width, values, width, label=name)
         ax.set_xticks(pos, labels)
-        if logy:
-            ax.set_yscale("log")
-        ax.set_ylabel(ylabel)
-        if title:
-            ax.set_title(title)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
+        _finish(fig, ax, xlabel=None, ylabel=ylabel, logy=logy, title=title)
     return fig
 
 

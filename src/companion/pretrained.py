@@ -62,7 +62,7 @@ from .attention import SingleHead, factored_batch
 from .errors import MESSAGES, InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from .exact import SATURATION, check_exact_oracle, invert_two_token, probe_matrix
 from .recovery import Recovery
-from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_outputs
+from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_head
 
 __all__ = [
     "N_LAYERS",
@@ -787,7 +787,7 @@ class BertAttentionTarget:
         bad = X[..., -1] != 1.0
         if np.any(bad):
             raise InvalidInputError(
-                f"{int(bad.sum())} token(s) have last coordinate != 1 (e.g. {X[..., -1][bad][0]!r}); "
+                f"{int(bad.sum())} token(s) have last coordinate != 1 (e.g. {float(X[..., -1][bad][0])!r}); "
                 "the BERT layer is queried only on homogeneous tokens (x, 1): use homogeneous(X)."
             )
         y = _bert_vector(X[..., :-1], self._arrays, self.heads) @ self._c
@@ -1050,10 +1050,10 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         "homogeneous value queries (Theorem 4.1 in homogeneous coordinates); last row of "
         "W~ set to 0" + (f"; {n_requeries} re-measurements" if n_requeries else "")
     )
-    checked = verify_outputs(
+    checked = verify_head(
         oracle,
-        SingleHead(W_full, v_full),
-        lambda x: np.max(np.abs(x @ v_full)),
+        W_full,
+        v_full,
         verify,
         rtol=verify_rtol,
         seed=seed + 1,

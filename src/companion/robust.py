@@ -40,12 +40,19 @@ from scipy.special import expit, logit
 from ._streaming import answer_rop
 from ._validation import check_choice, check_int, check_real
 from .attention import SingleHead, random_single_head
-from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
 from .exact import read_value_vector
 from .lowrank import LowRankRecovery, check_nuclear_size, degrees_of_freedom
 from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
-from .numerics.rgn import _rop_apply, _weighted_rgn
-from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_scales
+from .numerics.rgn import (
+    _factor_svd,
+    _rop_apply,
+    _rop_apply_factors,
+    _single_precision,
+    _spectral_start,
+    _weighted_rgn,
+)
+from .numerics.rop import _gaussian_rop_design, rop_error_bound, rop_queries, rop_scales
 from .recovery import Recovery
 
 __all__ = [
@@ -390,10 +397,8 @@ def robust_queries(d, j, *, a, b, U=None) -> np.ndarray:
     """
     U = np.eye(d) if U is None else U
     k = U.shape[0]
-    X = np.zeros((k, 2, d))
-    X[:, 0, :] = np.reshape(b, (-1, 1)) * U
-    X[:, :, j] += np.reshape(a, (-1, 1))
-    return X
+    # the rank-one projection of W with left vectors b u_i and right vector a e_j
+    return rop_queries(np.reshape(b, (-1, 1)) * U, np.broadcast_to(np.reshape(a, (-1, 1)) * np.eye(1, d, j), (k, d)))
 
 
 def _column_blocks(d):
@@ -967,6 +972,19 @@ NOISY_OVERSAMPLING = 3.0
 #: above 1 covers float64 rounding of the residuals. This book's check.
 FIT_SLACK = 1.0 + 1e-6
 
+#: ``learn_low_rank_noisy(method="rgn")`` skips its run from the spectral start when the run from
+#: the sqrt-weighted solution fits with ``fit_ratio`` at most this (as ``W*`` does): that fit is
+#: already consistent with every answer, and the second run would cost as much again. This book's
+#: rule (issue 22, item 5).
+SKIP_SECOND_START_FIT = 1.0
+
+#: The sqrt-weighted run of ``learn_low_rank_noisy(method="rgn")`` only gives the start of the run
+#: that is kept, so it stops at a relative residual decrease below ``START_RUN_RTOL`` (the kept runs:
+#: 1e-6) and solves its tangent problems to ``START_RUN_INNER_RTOL`` (the kept runs: 0.1); at
+#: d = 384, r = 32 this halves its inner iterations. This book's choice (issue 22, item 5).
+START_RUN_RTOL = 1e-4
+START_RUN_INNER_RTOL = 0.3
+
 _NOISY_MESSAGES = {
     "infeasible": (
         "SCS found the noise-aware nuclear-norm program {status}: no matrix meets all {m} "
@@ -1032,12 +1050,114 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def _fit_ratio(res, delta, w) -> float:
+    """``sum w res^2 / sum w delta^2``: at most 1 for ``W*`` (``|res_k| <= delta_k``)."""
+    return float(np.sum(w * res**2) / max(float(np.sum(w * delta**2)), np.finfo(float).tiny))
+
+
 def _check_fit(res, delta, w, *, r, tau, W_max, refuse=True) -> float:
     """``sum w res^2 / sum w delta^2``; with ``refuse``, raise if it exceeds ``FIT_SLACK``."""
-    ratio = float(np.sum(w * res**2) / max(float(np.sum(w * delta**2)), np.finfo(float).tiny))
+    ratio = _fit_ratio(res, delta, w)
     if refuse and ratio > FIT_SLACK:
         raise OracleInconsistentError(_NOISY_MESSAGES["fit"].format(ratio=ratio, r=r, tau=tau, W_max=W_max))
     return ratio
+
+
+#: ``learn_low_rank_noisy(method="rgn")`` refuses its ``W`` as undetermined when a head of rank at
+#: most ``r`` with ``||W||_F <= W_max`` that meets every measurement's bound ``delta_k`` (as ``W*``
+#: does) lies at least ``UNDETERMINED_RATIO min(||W_hat||_F, W_max)`` from ``W_hat``: the answers
+#: then cannot exclude a relative error of 1, an estimate no better than 0. Below that, an
+#: ``ambiguity_W`` above the verification's allowance is reported in the message. This book's rule
+#: (issue 22, item 5: a MiniLM head in float16 and bfloat16).
+UNDETERMINED_RATIO = 1.0
+
+#: Relative margin of the thresholds of :func:`_check_determined` (float64 rounding at the edge).
+AMBIGUITY_SLACK = 1e-9
+
+
+def _interval(res, delta, g):
+    """The interval of ``s`` with ``|res_k + s g_k| <= delta_k`` for every ``k`` (``(lo, hi)``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a, b = (-delta - res) / g, (delta - res) / g
+    moving = g != 0
+    lo = float(np.max(np.minimum(a, b)[moving], initial=-np.inf))
+    hi = float(np.min(np.maximum(a, b)[moving], initial=np.inf))
+    return lo, hi
+
+
+def _ambiguity(A, B, res, delta, factors, *, W_max):
+    """A lower bound on ``max ||W - W_hat||_F`` over the heads the measurements allow.
+
+    ``W_hat = U S V^T`` (``factors``, ``(U S, V^T)``), ``res = <a_k b_k^T, W_hat> - t_k``. Along
+    the unit directions ``D = W_hat / ||W_hat||_F`` (the scale) and ``u_i v_i^T`` (each singular
+    component), ``W_hat + s D`` keeps rank at most ``r``; the measurements allow it while
+    ``|res_k + s <a_k b_k^T, D>| <= delta_k`` for every ``k`` and ``||W_hat + s D||_F <= W_max``.
+    Every such ``W`` is as consistent with the answers as ``W*`` is, so no error below the
+    largest ``|s|`` is certified. ``O(m d r)``; 0 if no direction has an allowed point.
+    """
+    U, sv, V = _factor_svd(*factors)
+    nW = float(np.linalg.norm(sv))
+    if nW == 0:
+        return 0.0
+    AU, BV = A @ U, B @ V
+    # (g, <W_hat, D>): the scale direction, then one per singular component
+    directions = [(np.einsum("ki,ki,i->k", AU, BV, sv) / nW, nW)]
+    directions += [(AU[:, i] * BV[:, i], sv[i]) for i in range(len(sv))]
+    best = 0.0
+    for g, p in directions:
+        lo, hi = _interval(res, delta, g)
+        # ||W_hat + s D||^2 = nW^2 + 2 s p + s^2 <= W_max^2
+        disc = p**2 - nW**2 + W_max**2
+        if disc < 0:
+            continue
+        lo, hi = max(lo, -p - np.sqrt(disc)), min(hi, -p + np.sqrt(disc))
+        if lo <= hi:
+            best = max(best, abs(lo), abs(hi))
+    return best
+
+
+_UNDETERMINED = (
+    "the answers do not determine W at this precision: {evidence}. At tau={tau:.3g} the m={m} "
+    "rank-one projections leave a set of rank-{r} heads consistent with every answer (as W* is) "
+    "larger than the error the result would claim, although the fit is within the answers' "
+    "rounding (fit_ratio={fit_ratio:.2g}){stopped}. Raise n_measurements, or ask at a higher "
+    "precision (smaller tau); pass verify=0 to get the undetermined estimate anyway."
+)
+
+
+def _check_determined(info, W, *, W_max, rtol, r, m, tau, max_iter, refuse=True) -> str:
+    """Refuse an undetermined ``W`` (:class:`PrecisionError`), or return the message's clause.
+
+    Undetermined: ``excess_norm_W`` exceeds the verification's allowance
+    ``rtol min(||W||_F, W_max)`` (a proven error, as :func:`companion._learner.verify_noisy`
+    refuses), or ``ambiguity_W`` reaches ``UNDETERMINED_RATIO min(||W||_F, W_max)``; both times
+    ``1 + AMBIGUITY_SLACK``. Then it raises, or without ``refuse`` returns the clause
+    ``"; not determined by the answers: ..."``. Otherwise it returns ``""``, or, if
+    ``ambiguity_W`` exceeds the allowance, a clause that says no error below it is certified.
+    """
+    size = min(float(np.linalg.norm(W)), W_max)
+    allowed = rtol * size * (1 + AMBIGUITY_SLACK) + 1e-12
+    head = f"a rank-{r} head with ||W||_F <= W_max={W_max:g} within every bound delta_k lies"
+    if info["excess_norm_W"] > allowed:
+        evidence = (
+            f"||W_hat||_F exceeds W_max={W_max:g}, so ||W_hat - W*||_F >= {info['excess_norm_W']:.3g}, "
+            f"more than the {allowed:.3g} the verification allows (verify_rtol={rtol:g})"
+        )
+    elif info["ambiguity_W"] >= UNDETERMINED_RATIO * size * (1 + AMBIGUITY_SLACK):
+        evidence = (
+            f"{head} ||W - W_hat||_F={info['ambiguity_W']:.3g} from W_hat, at least "
+            f"{UNDETERMINED_RATIO:g} x min(||W_hat||_F, W_max)={size:.3g}"
+        )
+    elif info["ambiguity_W"] > allowed:
+        return f"; not certified to verify_rtol={rtol:g}: {head} {info['ambiguity_W']:.2g} from W"
+    else:
+        return ""
+    if not refuse:
+        return f"; not determined by the answers: {evidence}"
+    stopped = "" if info["converged"] else f"; Gauss-Newton stopped at max_iter={max_iter}"
+    raise PrecisionError(
+        _UNDETERMINED.format(evidence=evidence, tau=tau, m=m, r=r, fit_ratio=info["fit_ratio"], stopped=stopped)
+    )
 
 
 def learn_low_rank_noisy(
@@ -1086,7 +1206,10 @@ def learn_low_rank_noisy(
         The learner assumes a single head within ``tau`` of the answers with ``||W*||_F <= W_max``
         and ``rank(W*) <= rank``, and ``"rgn"`` that Gauss-Newton reached the right minimum. If
         the fresh answers prove ``||W_hat - W*||_F > verify_rtol ||W_hat||_F`` (or the same for
-        ``v``, beyond ``sqrt(d) tau``), it raises.
+        ``v``, beyond ``sqrt(d) tau``), it raises. No upper bound on ``||W_hat - W*||_F`` is
+        certified (it would need the design's restricted isometry constant); ``"rgn"`` also
+        raises when the answers provably leave ``W*`` undetermined, and says so in the message
+        when they do not pin it to ``verify_rtol`` (``ambiguity_W``, ``excess_norm_W``; Raises).
     verify_rtol : float, default=0.1
         Relative error the check allows.
     seed : int, default=0
@@ -1100,12 +1223,20 @@ def learn_low_rank_noisy(
         ``v`` (d,), ``n_queries = d + m``, ``rank``, ``method``. ``diagnostics``: ``tau``,
         ``n_measurements``, ``scales`` (m,), ``delta`` (m,) the per-measurement bounds of
         :func:`rop_error_bound`, ``n_clipped``, ``max_abs_logit`` (estimated), and the solver's
-        ``status``, ``solve_iterations``, ``objective`` (nuclear) or ``iterations``, ``residual``,
-        ``residuals``, ``start`` (``"spectral"`` or ``"sqrt-weighted"``, the run kept) and
+        ``status``, ``solve_iterations``, ``objective`` (nuclear) or ``iterations``, ``stop`` (why
+        Gauss-Newton stopped, ``"max_iter"`` when it ran out of iterations), ``converged``
+        (``stop != "max_iter"``; when False the message says so too), ``residual``,
+        ``residuals``, ``lsqr_iterations`` (inner conjugate-gradient iterations of the run kept; CGLS,
+        whose iterates are LSQR's), ``start`` (``"sqrt-weighted"``, or ``"spectral"`` when the run
+        from the spectral start, made only if the first fit is not certified, fits better) and
         ``fit_ratio`` (rgn: the weighted residual ``sum_k w_k r_k^2`` over ``sum_k w_k delta_k^2``,
         at most 1 for a global minimiser when the assumptions hold), ``max_violation``
         (``max_k |<a_k b_k^T, W> - t_k| / delta_k``, at most 1 for ``W*``), ``singular_values``
-        (top ``r + 1`` of ``W``), and the verification's ``n_verify_queries``, ``verify_error_W``,
+        (top ``r + 1`` of ``W``), with ``tau > 0`` ``ambiguity_W`` (rgn: a lower bound on how far
+        from ``W`` a head of rank at most r with ``||W||_F <= W_max`` meeting every bound
+        delta_k, as ``W*`` does, can lie; no smaller error is certified) and ``excess_norm_W``
+        (``max(||W||_F - W_max, 0)``, a lower bound on ``||W - W*||_F``), and the
+        verification's ``n_verify_queries``, ``verify_error_W``,
         ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``. ``n_queries`` counts the
         verification queries; ``n_learning_queries`` (``d + m``) leaves them out.
 
@@ -1132,6 +1263,15 @@ def learn_low_rank_noisy(
         ``FIT_SLACK`` times the largest one a head inside the assumptions allows
         (``fit_ratio > FIT_SLACK``): no rank-``r`` head with ``||W*||_F <= W_max`` answered within
         ``tau``, or Gauss-Newton stopped in a wrong minimum. Also if the verification fails.
+    PrecisionError
+        ``"rgn"``, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
+        ``verify_rtol min(||W||_F, W_max)``, or ``ambiguity_W`` reaches
+        ``UNDETERMINED_RATIO min(||W||_F, W_max)`` (both times ``1 + AMBIGUITY_SLACK``): the
+        answers, at their precision ``tau`` and this ``m``, do not determine ``W*`` (say, a
+        MiniLM head served in float16). More measurements or a smaller ``tau`` are needed;
+        ``verify=0`` returns the estimate anyway, and says in its message that it is not
+        determined. An ``ambiguity_W`` between the two is said in the message ("not certified
+        to verify_rtol").
 
     Notes
     -----
@@ -1212,33 +1352,46 @@ def learn_low_rank_noisy(
         "n_clipped": n_clipped,
         "max_abs_logit": float(np.max(np.abs(t * c**2))),
     }
+    undetermined = ""  # the message's clause when W is not certified to verify_rtol
     if method == "nuclear":
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
+        fit = _rop_apply(A, B, W)
         how = "noise-aware nuclear-norm program (SCS)"
     else:
         w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
         w = w / np.max(w)
-        # Two runs, the better kept: from the spectral start, and from the solution of the
-        # problem with the milder weights sqrt(w), whose landscape has fewer spurious minima.
-        # Many small (m x 2dr) least-squares solves: one BLAS thread is faster, and on a busy
+        # Two runs: from the solution of the problem with the milder weights sqrt(w), whose
+        # landscape has fewer spurious minima, and, unless that fit is certified (fit_ratio <= 1:
+        # consistent with the answers, as W* is), from the spectral start; the better is kept.
+        # Many (m x 2dr) least-squares solves: one BLAS thread is faster, and on a busy
         # machine several threads spin-wait (measured 6 times slower on 2 shared cores).
         with _one_blas_thread():
-            W, info = _weighted_rgn(A, B, t, w, r, max_iter=max_iter)
-            W_half, _ = _weighted_rgn(A, B, t, np.sqrt(w), r, max_iter=max_iter)
-            Uh, sh, Vth = np.linalg.svd(W_half)
-            W2, info2 = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=(Uh[:, :r], sh[:r], Vth[:r].T))
-        info["start"] = "spectral"
-        if info2["residual"] < info["residual"]:
-            W, info = W2, dict(info2, start="sqrt-weighted")
+            low = _single_precision(A, B, r)
+            spectral = _spectral_start(A, B, t, r)
+            start_run = {"rtol": START_RUN_RTOL, "inner_rtol": START_RUN_INNER_RTOL, "low": low}
+            _, info_half = _weighted_rgn(A, B, t, np.sqrt(w), r, max_iter=max_iter, start=spectral, **start_run)
+            Uh, sh, Vh = _factor_svd(*info_half["factors"])
+            W, info = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=(Uh[:, :r], sh[:r], Vh[:, :r]), low=low)
+            info["start"] = "sqrt-weighted"
+            if tau == 0 or _fit_ratio(_rop_apply_factors(A, B, *info["factors"]) - t, delta, w) > SKIP_SECOND_START_FIT:
+                W1, info1 = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=spectral, low=low)
+                if info1["residual"] < info["residual"]:
+                    W, info = W1, dict(info1, start="spectral")
+        factors = info.pop("factors")
+        fit = _rop_apply_factors(A, B, *factors)  # O(m d r): W = F G never applied
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
+        info["converged"] = info["stop"] != "max_iter"
         if tau > 0:
-            info["fit_ratio"] = _check_fit(
-                _rop_apply(A, B, W) - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0
+            info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0)
+            info["ambiguity_W"] = _ambiguity(A, B, fit - t, delta, factors, W_max=W_max)
+            info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
+            undetermined = _check_determined(
+                info, W, W_max=W_max, rtol=verify_rtol, r=r, m=m, tau=tau, max_iter=max_iter, refuse=verify > 0
             )
     diagnostics.update(info)
     with np.errstate(divide="ignore", invalid="ignore"):
         # at most 1 for W*: a larger value certifies W != W*
-        diagnostics["max_violation"] = float(np.max(np.abs(_rop_apply(A, B, W) - t) / delta))
+        diagnostics["max_violation"] = float(np.max(np.abs(fit - t) / delta))
     diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: r + 1]
     message = (
         f"recovered a rank-{r} W and v from {d} + {m} approximate value queries "
@@ -1246,6 +1399,9 @@ def learn_low_rank_noisy(
     )
     if n_clipped:
         message += f"; {n_clipped} weights clipped to Lemma 6.1's window"
+    if not diagnostics.get("converged", True):
+        message += f"; Gauss-Newton stopped at max_iter={max_iter} before its stopping rule"
+    message += undetermined
     checked = verify_noisy(
         oracle,
         W,

@@ -23,10 +23,19 @@ import numpy as np
 
 from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
 from .attention import MultiHead, OneLayerTransformer, attention_weights
-from .errors import CompanionError, InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from .exact import check_exact_oracle, learn_single_head
 from .ffn import FeedForward, align_networks, bits_of_precision, learn_ffn
-from ._learner import DEFAULT_VERIFY, FLOAT64_U, AnswerPrecision, build, check_verify, reserve, verify_outputs
+from ._learner import (
+    COARSE_FACTOR,
+    DEFAULT_VERIFY,
+    FLOAT64_U,
+    build,
+    check_verify,
+    names_rounding,
+    reserve,
+    verify_outputs,
+)
 from .oracles import AntisymmetrisedOracle
 from .recovery import Recovery
 
@@ -47,9 +56,7 @@ __all__ = [
 ]
 
 _TINY = np.finfo(float).tiny
-#: A refusal is put down to the answers' rounding at this many times float64's precision or coarser
-#: (the canonical-form learners' factor; ``tests/test_transformer.py`` checks that they agree).
-_COARSE_FACTOR = 2.0**10
+_COARSE_FACTOR = COARSE_FACTOR  # the canonical-form learners' factor too (companion._learner.names_rounding)
 
 
 def _frozen(a) -> np.ndarray:
@@ -610,30 +617,14 @@ def region_anchors(A, *, n_candidates=None, seed=0):
     return cand[kept], patterns[kept], margin[kept]
 
 
-def _names_precision(body):
-    """Put a refusal down to the answers' rounding when they are float32 or coarser."""
-    import functools
-
-    @functools.wraps(body)
-    def run(oracle, *args, seed=0, **kwargs):
-        try:
-            return body(oracle, *args, seed=seed, **kwargs)
-        except OracleInconsistentError as err:
-            prec = AnswerPrecision(oracle, seed=seed + 7)
-            if not prec.known:
-                try:
-                    prec.measure()
-                except CompanionError:  # no budget left to measure: keep the original diagnosis
-                    raise err from None
-            if prec.u is not None and prec.u > _COARSE_FACTOR * FLOAT64_U:
-                raise PrecisionError(
-                    f"{body.__name__} refused, and {prec.describe()}: its FFN step locates kinks and its "
-                    "head step fits logistic sums, both from answers exact to float64 rounding, so this "
-                    f"refusal is the answers' rounding, not the model. (The step said: {err})"
-                ) from err
-            raise
-
-    return run
+#: Put a refusal down to the answers' rounding when they are float32 or coarser.
+_names_precision = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} refused, and {prec.describe()}: its FFN step locates kinks and its "
+        "head step fits logistic sums, both from answers exact to float64 rounding, so this "
+        f"refusal is the answers' rounding, not the model. (The step said: {err})"
+    )
+)
 
 
 @_names_precision
@@ -695,8 +686,10 @@ def learn_multi_head_transformer(
         ``Ws`` (H, d, d) of the canonical heads, ``Bs`` (H, d, k) and ``w_o`` (k,) with the FFN
         learner's neurons: ``sum_h B_h`` has the unit-norm columns of
         :func:`~companion.ffn.canonical_form`. ``n_learning_queries`` is
-        ``diagnostics["n_queries_ffn"]`` (without its checks) ``+ diagnostics["n_queries_heads"]
-        + diagnostics["n_queries_regions"]``; the last is ``H d k``. ``diagnostics`` also holds
+        ``diagnostics["n_queries_ffn"]`` (which includes the FFN learner's own checks,
+        ``diagnostics["ffn"]["n_verify_queries"]``, subtracted here)
+        ``+ diagnostics["n_queries_heads"] + diagnostics["n_queries_regions"]``; the last is
+        ``H d k``. ``n_verify_queries`` counts both the FFN's checks and ``verify``. ``diagnostics`` also holds
         ``n_reused`` (one-token answers the heads' learner got from the FFN's), ``n_heads``,
         ``n_neurons`` (``k``), ``max_len`` (longest query), ``region_margins`` (``mu`` per
         region), ``region_condition`` (largest condition number of a region's ``H d`` x ``H d``
@@ -728,9 +721,14 @@ def learn_multi_head_transformer(
         rounding is the cause.
     OracleInconsistentError
         If a step refuses (one-token answers not a bias-free ReLU network, antisymmetrised answers
-        not ``H`` heads), a region query crossed a kink (raise ``margin``), or the verification
-        fails (e.g. a head with ``B_h w_o = 0``, which the antisymmetrised oracle cannot see, or a
-        residual connection or LayerNorm).
+        not ``H`` heads, e.g. more than ``H`` or ``H_bound`` of them), a region query crossed a
+        kink (raise ``margin``), or the verification fails (e.g. a head with ``B_h w_o = 0``,
+        which the antisymmetrised oracle cannot see; two neurons whose directions
+        ``sum_h B_h e_j`` are parallel, which the FFN step merges; a residual connection or
+        LayerNorm). A verification failure within what the heads' step's own inconsistency
+        (``max_link_error`` of the rational route) can cause through the region solves
+        (``region_condition``) is put down to that step's float64 conditioning instead, with
+        advice to use ``route="robust"``.
 
     Notes
     -----
@@ -751,16 +749,25 @@ def learn_multi_head_transformer(
        to 1, ``TF(X) - w_S^T A_S^T R s = sum_h (alpha(X, W_h)^T Delta)^T u_h^S``: ``H d`` queries
        give ``u^S`` by one linear solve. ``k`` directions whose patterns ``M`` (k x k) are
        independent give ``C_h = [w_j B_h e_j]_j`` from ``U = C M^T``; ``B_h e_j = C_h e_j / w_j``.
-       Queries are ``H + 1`` tokens long (the ``alpha(X, W_h)`` of ``H`` heads must differ).
+       Queries are ``N = H + 1`` tokens long, so that the ``H`` weight vectors
+       ``alpha(X, W_h)`` in ``R^N`` can be linearly independent (a choice of this book; the
+       ``H d`` x ``H d`` system's conditioning is reported, ``region_condition``). "Keeps every
+       pre-activation on the side of ``R s``" is not automatic: a pre-activation's distance to
+       its kink is at least ``R mu`` and its move is about ``||B_h e_j|| / R``, so
+       ``R = sqrt(kappa / mu)`` keeps it for value matrices of moderate norm, and the
+       recovered model is checked afterwards (``pattern_slack``).
 
     What is identified: the distinct ``W_h`` (step 2 merges equal ones, summing their ``B_h``)
-    exactly, and each neuron's ``(B_1 e_j, ..., B_H e_j, w_j)`` up to the FFN's symmetries:
+    exactly, and, when the neurons' directions ``sum_h B_h e_j`` are pairwise non-parallel
+    (the FFN step would merge parallel ones, whose per-head parts differ), each neuron's
+    ``(B_1 e_j, ..., B_H e_j, w_j)`` up to the FFN's symmetries:
     permutation of neurons and ``(B_h e_j, w_j) -> (c B_h e_j, w_j / c)``, ``c > 0`` (fixed here by
     ``||sum_h B_h e_j|| = 1``). A head with ``B_h w_o = 0`` but ``B_h != 0`` is invisible to
     step 2, and the verification refuses such a target. Queries:
     ``Q_FFN + 2 Q_heads - 2 d + H d k`` (the heads' ``d`` one-token antisymmetrised queries
     reuse the FFN's ``2 d`` answers ``[+-e_j^T]``, :class:`ReusedAnswers`), with
-    ``Q_heads <= 4 H d^2 - 2 H + 1`` on the rational route; longest query ``2 H + 1``.
+    ``Q_heads <= 4 H d^2 - 2 H + 1`` on the rational route, whose longest query is
+    ``2 H + 1`` (``H_bound`` in place of ``H`` with a bound; the robust route's are longer).
 
     References
     ----------
@@ -824,10 +831,24 @@ def learn_multi_head_transformer(
 
     # 2. The heads from the antisymmetrised oracle.
     anti = AntisymmetrisedOracle(oracle)
-    if route == "rational":
-        heads = learn_canonical_rational(anti, H=H, H_bound=H_bound, verify=0, seed=seed)
-    else:
-        heads = learn_canonical(anti, H=H, verify=0, seed=seed)
+    try:
+        if route == "rational":
+            heads = learn_canonical_rational(anti, H=H, H_bound=H_bound, verify=0, seed=seed)
+        else:
+            heads = learn_canonical(anti, H=H, verify=0, seed=seed)
+    except OracleInconsistentError as err:
+        given = f"H={H}" if H is not None else f"H_bound={H_bound}"
+        other = (
+            " The counts route also refuses where float64 cannot separate the heads (its "
+            "conditioning grows with H): try route='robust'."
+            if route == "rational"
+            else ""
+        )
+        raise OracleInconsistentError(
+            f"the heads' step on VQ(X) - VQ(-X) refused with {given}: a target with more distinct "
+            f"heads (W_h with B_h w_o != 0) than that is refused this way too.{other} "
+            f"(It said: {err})"
+        ) from err
     n_heads_q = oracle.n_queries - start - n_ffn
     Ws = heads.Ws
     Hh = Ws.shape[0]
@@ -883,18 +904,34 @@ def learn_multi_head_transformer(
     }
     model = MultiHeadTransformer(Ws, Bs, w)
     absw = np.abs(w)
-    checked = verify_outputs(
-        oracle,
-        model,
-        lambda x: float(absw @ np.max(np.sum(np.abs(x @ Bs), axis=0), axis=0)),
-        verify,
-        rtol=verify_rtol,
-        seed=seed + 1,
-        what=(
-            "a one-layer Transformer w_o^T ReLU(sum_h alpha(X, W_h)^T X B_h) with every head visible "
-            "(B_h w_o != 0) and no bias, residual or LayerNorm"
-        ),
-    )
+    try:
+        checked = verify_outputs(
+            oracle,
+            model,
+            lambda x: float(absw @ np.max(np.sum(np.abs(x @ Bs), axis=0), axis=0)),
+            verify,
+            rtol=verify_rtol,
+            seed=seed + 1,
+            what=(
+                "a one-layer Transformer w_o^T ReLU(sum_h alpha(X, W_h)^T X B_h) with every head "
+                "visible (B_h w_o != 0), no two neurons' directions sum_h B_h e_j parallel (the FFN "
+                "step merges them), and no bias, residual or LayerNorm"
+            ),
+        )
+    except OracleInconsistentError as err:
+        # The heads' own inconsistency, carried through the region solves (condition number
+        # region_condition), bounds what the heads' step alone can cost, to first order.
+        link = float(heads.diagnostics.get("max_link_error", 0.0))
+        found = getattr(err, "max_error", np.inf)
+        if found <= link * cond:
+            raise OracleInconsistentError(
+                f"verification failed by {found:.3g} (verify_rtol={verify_rtol:g}), within what the "
+                f"heads' step's own inconsistency (max_link_error={link:.2g}) can cause through the "
+                f"region solves (region_condition={cond:.2g}, product {link * cond:.2g}): float64 "
+                f"conditioning of the {route} route at H={Hh}, not the model, is the likelier cause; "
+                "use route='robust', or a larger verify_rtol."
+            ) from err
+        raise
     checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
     message = (
         f"FFN: {k} neurons from {n_ffn} one-token queries; heads: {Hh} from the antisymmetrised oracle "

@@ -6,9 +6,12 @@ The package has three layers, and imports go down only:
    oracles, heads or learners; they import nothing from ``companion`` above them.
 
    * :mod:`companion.numerics.rop` -- rank-one projections (ROP, Cai & Zhang 2015): the Gaussian
-     design, the two-token queries that realise ``<a b^T, W>``, their scales under §6's
-     assumptions and the error bound of one noisy measurement. Used by §5 (``lowrank``), §6 and
-     beyond (``robust``) and by the noisy verification of ``_learner``.
+     design and its redraw of small ``a^T v``, the two-token queries that realise ``<a b^T, W>``,
+     their scales under §6's assumptions and the error bound of one noisy measurement. Used by §5
+     (``lowrank``), §6 and beyond (``robust``: Theorem 6.2's queries too) and the noisy
+     verification of ``_learner``; Theorem 4.1's column queries and Gaussian probes (``exact``)
+     and the isolation queries of ``multihead.learn_orthogonal_heads`` are the same queries with
+     ``b = e_j``.
    * :mod:`companion.numerics.rgn` -- Riemannian Gauss-Newton on the rank-``r`` matrices for ROP
      measurements, plain and weighted. Used by ``lowrank`` (``method="rgn"``) and ``robust``
      (``learn_low_rank_noisy``).

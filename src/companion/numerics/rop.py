@@ -4,9 +4,11 @@ One two-token value query ``c [(a + b)^T; b^T]`` measures the rank-one projectio
 ``<a b^T, W> = a^T W b`` of Cai & Zhang (2015) through the two-token identity: its answer is
 ``c (b^T v + sigma(c^2 a^T W b) a^T v)``. This module holds what every ROP learner shares:
 
-* :func:`_gaussian_rop_design` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``;
+* :func:`_gaussian_rop_design` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``,
+  with :func:`_redraw_small` (also Theorem 4.1's Gaussian probes) redrawing a small ``a^T v``;
 * :func:`rop_queries` -- the queries themselves (``companion._streaming.answer_rop`` builds the
-  same values chunk by chunk);
+  same values chunk by chunk; Theorem 4.1's, Theorem 6.2's and the orthogonal-heads learner's
+  queries are these with ``b = e_j``);
 * :func:`rop_scales`, :func:`rop_error_bound` -- the scales that keep the logit in Lemma 6.1's
   window whatever ``W*`` with ``||W*||_F <= W_max``, and the bound on one noisy measurement.
 
@@ -64,8 +66,12 @@ def rop_queries(A, B, c=1.0) -> np.ndarray:
     """
     A = np.asarray(A, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
-    X = np.stack([A + B, B], axis=1)
-    return X * np.reshape(np.asarray(c, dtype=np.float64), (-1, 1, 1))
+    m, d = np.broadcast_shapes(A.shape, B.shape)
+    X = np.empty((m, 2, d))  # one (m, 2, d) array, no temporaries
+    np.add(A, B, out=X[:, 0])
+    X[:, 1] = B
+    X *= np.reshape(np.asarray(c, dtype=np.float64), (-1, 1, 1))
+    return X
 
 
 def _gaussian_rop_design(d, m, v, rng):
@@ -78,12 +84,24 @@ def _gaussian_rop_design(d, m, v, rng):
     """
     A = rng.standard_normal((m, d)) / math.sqrt(d)
     B = rng.standard_normal((m, d)) / math.sqrt(d)
-    floor = _SMALL_AV * np.linalg.norm(v) / math.sqrt(d)
-    bad = np.abs(A @ v) < floor
+    return _redraw_small(A, v, _SMALL_AV, rng), B
+
+
+def _redraw_small(A, v, floor, rng):
+    """Redraw, in place, each row ``a`` of ``A`` (drawn ``N(0, I_d / d)``) with ``|a^T v| < floor ||v|| / sqrt(d)``.
+
+    The one rule for Gaussian vectors that divide an answer by ``a^T v``: the ROP design's left
+    vectors (``floor`` = 1e-3) and Theorem 4.1's Gaussian probes
+    (``companion.exact.GAUSSIAN_PROBE_FLOOR``, 0.1). Redrawn rows come from ``rng`` in row order,
+    until none is left below the floor. Returns ``A``.
+    """
+    d = A.shape[1]
+    cut = floor * np.linalg.norm(v) / math.sqrt(d)
+    bad = np.abs(A @ v) < cut
     while np.any(bad):
         A[bad] = rng.standard_normal((int(bad.sum()), d)) / math.sqrt(d)
-        bad = np.abs(A @ v) < floor
-    return A, B
+        bad = np.abs(A @ v) < cut
+    return A
 
 
 def rop_scales(A, B, *, W_max, logit_max=0.5) -> np.ndarray:

@@ -1,0 +1,180 @@
+"""The Riemannian Gauss-Newton solver's tangent steps and stopping rules (issue 22, item 5).
+
+Each tolerance of ``companion.numerics.rgn`` and ``learn_low_rank_noisy``'s second-start rule is
+tested just inside and just outside: the CGLS stopping test, ``_STALL_FLOOR``, the weighted run's
+``rtol`` (converged) rule and ``robust.SKIP_SECOND_START_FIT``.
+"""
+
+import numpy as np
+import pytest
+
+from companion import robust
+from companion.numerics import rgn, rop
+from companion.oracles import ApproxValueQueryOracle
+
+
+def _problem(d=24, r=3, ratio=3.0, seed=0, noise=0.0):
+    rng = np.random.default_rng(seed)
+    W = rng.standard_normal((d, r)) @ rng.standard_normal((r, d)) / np.sqrt(d)
+    m = int(ratio * r * (2 * d - r))
+    A, B = rop._gaussian_rop_design(d, m, np.ones(d), rng)
+    t = rgn._rop_apply(A, B, W) + noise * rng.standard_normal(m) * np.linalg.norm(W) / d
+    return A, B, t, W, r
+
+
+def _tangent(U, X, Y, V):
+    return U @ X.T + Y @ V.T
+
+
+@pytest.mark.parametrize("low", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cgls_tangent_step_is_the_least_squares_tangent_vector(low, weighted):
+    # the matrix-free step (float64 or float32 inner solve, weighted rows or not) gives the tangent
+    # vector U X^T + Y V^T of the direct minimum-norm solve, to its tolerance
+    A, B, t, W, r = _problem(noise=0.05)
+    w = np.random.default_rng(1).uniform(0.1, 1.0, t.size) if weighted else np.ones(t.size)
+    U, s, V = rgn._spectral_start(A, B, t, r)
+    alpha, beta, fit = rgn._factor_products(A, B, U, s, V)
+    res, a_w, b_w = w * (t - fit), w[:, None] * alpha, w[:, None] * beta
+    Xd, Yd, its_d = rgn._tangent_step(A, B, res, U, V, direct_max=10**12, rtol=0.0, alpha=a_w, beta=b_w)
+    lo = (A.astype(np.float32), B.astype(np.float32)) if low else None
+    X, Y, its = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=1e-5, alpha=a_w, beta=b_w, low=lo)
+    assert its_d == 0 and 0 < its < 2 * 24 * 3
+    assert np.allclose(U.T @ Y, 0, atol=1e-5)                 # the gauge-free coordinates: U^T Y = 0
+    exact = _tangent(U, Xd, Yd, V)
+    assert np.linalg.norm(_tangent(U, X, Y, V) - exact) < 1e-3 * np.linalg.norm(exact)
+
+
+def test_cgls_stops_exactly_at_its_relative_tolerance():
+    # the first iteration whose normal-equation residual is at most rtol times the start ends the
+    # solve: with rtol just above that ratio it stops there, just below it takes one more step
+    A, B, t, W, r = _problem(noise=0.05)
+    U, s, V = rgn._spectral_start(A, B, t, r)
+    alpha, beta, fit = rgn._factor_products(A, B, U, s, V)
+    res = t - fit
+
+    def normal_ratio(X, Y):
+        def adj(y):
+            Yb = A.T @ (y[:, None] * beta)
+            return B.T @ (y[:, None] * alpha), Yb - U @ (U.T @ Yb)
+        r0 = adj(res)
+        fitted = np.einsum("kr,kr->k", B @ X, alpha) + np.einsum("kr,kr->k", A @ Y, beta)
+        r1 = adj(res - fitted)
+        return np.sqrt(sum(np.sum(g * g) for g in r1) / sum(np.sum(g * g) for g in r0))
+
+    X, Y, k = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=1e-2)
+    ratio = normal_ratio(X, Y)
+    assert ratio <= 1e-2
+    _, _, k_in = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=ratio * (1 + 1e-6))
+    _, _, k_out = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=ratio * (1 - 1e-6))
+    assert (k_in, k_out) == (k, k + 1)
+
+
+def test_rgn_stall_floor_just_inside_and_outside(monkeypatch):
+    # measurements of a rank-3 matrix fitted at rank 2: the relative residual stalls at its
+    # best rank-2 level. With that level below _STALL_FLOOR * tol the first step without 2-fold
+    # progress stops the run; just above it, the run goes on to the 5-iteration rule.
+    A, B, _, W, _ = _problem(d=20, r=3, ratio=4.0)
+    U, s, Vt = np.linalg.svd(W)
+    W3 = (U[:, :3] * np.array([1.0, 0.7, 1e-6])) @ Vt[:3]
+    t = rgn._rop_apply(A, B, W3)
+    _, free = rgn._rgn(A, B, t, 2, max_iter=50, tol=1e-15, direct_max=0)
+    h = free["residuals"]
+    stall = next(i for i in range(1, len(h)) if h[i] > 0.5 * h[i - 1])   # first step without 2-fold progress
+    tol = 1e-15
+    monkeypatch.setattr(rgn, "_STALL_FLOOR", h[stall] * (1 + 1e-9) / tol)
+    _, inside = rgn._rgn(A, B, t, 2, max_iter=50, tol=tol, direct_max=0)
+    monkeypatch.setattr(rgn, "_STALL_FLOOR", h[stall] * (1 - 1e-9) / tol)
+    _, outside = rgn._rgn(A, B, t, 2, max_iter=50, tol=tol, direct_max=0)
+    assert inside["iterations"] == stall
+    assert outside["iterations"] > stall
+    assert inside["residual"] < 1e-5                           # the rank-2 level of sigma_3 = 1e-6
+
+
+def test_weighted_rgn_converged_rule_just_inside_and_outside():
+    # the weighted run stops at the first iteration that lowers the best residual by less than a
+    # relative rtol; just below that decrease it goes on
+    A, B, t, W, r = _problem(noise=0.05)
+    w = np.random.default_rng(1).uniform(0.1, 1.0, t.size)
+    _, full = rgn._weighted_rgn(A, B, t, w, r, max_iter=12, rtol=1e-300, patience=99)
+    h = np.asarray(full["residuals"])
+    best = np.minimum.accumulate(h)
+    drops = 1 - h[1:] / best[:-1]                                 # relative decrease at step i + 1
+    j = next(i for i in range(len(drops)) if 0 < drops[i] < 1e-3) + 1
+    assert np.all(drops[: j - 1] > drops[j - 1])                  # no earlier, smaller decrease
+    _, inside = rgn._weighted_rgn(A, B, t, w, r, max_iter=12, rtol=drops[j - 1] * 1.01, patience=99)
+    _, outside = rgn._weighted_rgn(A, B, t, w, r, max_iter=12, rtol=drops[j - 1] * 0.99, patience=99)
+    assert inside["iterations"] == j
+    assert outside["iterations"] > j
+
+
+def test_noisy_second_start_runs_only_when_the_first_fit_is_not_certified(monkeypatch):
+    head = robust.random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
+    calls = []
+    real = robust._weighted_rgn
+
+    def spy(*args, **kw):
+        W, info = real(*args, **kw)
+        calls.append(info)
+        return W, info
+
+    monkeypatch.setattr(robust, "_weighted_rgn", spy)
+    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-4), 2, W_max=4.0, verify=0)
+    assert len(calls) == 2 and rec.diagnostics["start"] == "sqrt-weighted"
+    ratio = rec.diagnostics["fit_ratio"]
+    assert 0 < ratio < 1
+    for threshold, runs in [(ratio * (1 + 1e-6), 2), (ratio * (1 - 1e-6), 3)]:
+        calls.clear()
+        monkeypatch.setattr(robust, "SKIP_SECOND_START_FIT", threshold)
+        again = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-4), 2, W_max=4.0, verify=0)
+        assert len(calls) == runs, threshold
+        assert np.linalg.norm(again.W - rec.W) <= 1e-4 * np.linalg.norm(rec.W)   # one minimiser
+
+
+def test_rgn_inner_work_stays_small_at_the_default_forcing():
+    # inexact Gauss-Newton with row-equilibrated CGLS steps: exact recovery with few inner
+    # iterations in all: measured 11 Gauss-Newton and 110 inner iterations at d = 30, r = 3 (the
+    # LSQR steps it replaced took 390); forcing ten times smaller takes 129 inner iterations, ten
+    # times larger 22 Gauss-Newton iterations
+    A, B, _, W, r = _problem(d=30, r=3, ratio=2.0)
+    t = rgn._rop_apply(A, B, W)
+    What, info = rgn._rgn(A, B, t, r, max_iter=50, tol=1e-13, direct_max=0)
+    assert np.linalg.norm(What - W) < 1e-10 * np.linalg.norm(W)
+    assert 0 < info["lsqr_iterations"] <= 120 and info["iterations"] <= 15
+    F, G = info["factors"]
+    assert np.allclose(F @ G, What)
+
+
+def test_noisy_start_run_tolerances_change_only_the_start(monkeypatch):
+    # the sqrt-weighted run gets START_RUN_RTOL and START_RUN_INNER_RTOL (d = 100: matrix-free
+    # steps); a tenfold change of either changes that run's work, and tightening either leaves the
+    # W returned as it is (loosening START_RUN_INNER_RTOL tenfold, to 3, leaves the start unsolved)
+    head = robust.random_margin_head(100, W_max=4.0, mu=0.05, rank=5, seed=0)
+    real = robust._weighted_rgn
+    calls = []
+
+    def spy(*args, **kw):
+        W, info = real(*args, **kw)
+        calls.append((kw, info))
+        return W, info
+
+    monkeypatch.setattr(robust, "_weighted_rgn", spy)
+
+    def run():
+        calls.clear()
+        rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-5), 5, W_max=4.0, verify=0)
+        return rec, calls[0]
+
+    rec, (kw, info) = run()
+    assert kw["rtol"] == robust.START_RUN_RTOL and kw["inner_rtol"] == robust.START_RUN_INNER_RTOL
+    assert "rtol" not in calls[1][0] and "inner_rtol" not in calls[1][0]        # the kept run: defaults
+    work = (info["iterations"], info["lsqr_iterations"])
+    for name in ("START_RUN_RTOL", "START_RUN_INNER_RTOL"):
+        for factor in (10.0, 0.1):
+            monkeypatch.setattr(robust, name, getattr(robust, name) * factor)
+            other, (_, info2) = run()
+            monkeypatch.undo()
+            monkeypatch.setattr(robust, "_weighted_rgn", spy)
+            assert (info2["iterations"], info2["lsqr_iterations"]) != work, (name, factor)
+            if factor < 1:
+                assert np.linalg.norm(other.W - rec.W) <= 1e-4 * np.linalg.norm(rec.W), name
