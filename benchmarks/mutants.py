@@ -70,6 +70,7 @@ TESTS = {
     "_learner": ["tests/test_verify.py", "tests/test_exact.py", "src/companion/_learner.py"],
     "multihead": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/multihead.py",
                   "tests/test_served.py"],  # the served float32 oracles: learn_canonical's rounding rule
+    "_rational": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/_rational.py"],
     "ffn": ["tests/test_ffn.py", "tests/test_verify.py", "src/companion/ffn.py"],
     "transformer": ["tests/test_transformer.py", "tests/test_verify.py",
                     "src/companion/transformer.py"],

@@ -552,8 +552,7 @@ def test_rational_match_tol_just_inside_and_outside():
 def test_rational_repair_factor_just_inside_fast(monkeypatch):
     """d = 16, H = 7 (seed 0): rows with one head off at the start are repaired with pairs whose one-term
     misfit is <= _REPAIR_FACTOR = 3 times the median; a tenth of it keeps too few pairs and row 15
-    refuses."""
-    assert mh._REPAIR_FACTOR == 3.0
+    refuses. (Both sides, function level: test_repair_start_factor_just_inside_and_outside.)"""
     target = mh.random_multi_head(16, 7, seed=0)
     rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=7)
     assert rec.n_heads == 7 and _canonical_gap(target, rec) <= 1e-8
@@ -598,6 +597,36 @@ def test_learn_canonical_rational_with_a_bound_merges_and_drops():
     assert mh.equivalent(rec.model, base, atol=1e-8)
 
 
+@pytest.mark.parametrize("d, H, H_bound, seed", [(8, 3, 4, 1), (8, 3, 5, 9), (10, 2, 3, 9), (10, 3, 4, 3)])
+def test_learn_canonical_rational_counts_the_heads_below_the_bound(d, H, H_bound, seed):
+    """Each of these was refused before the count of terms on row 0 asked for at least half the pairs
+    of the best count: a few pairs (along which a head's term is flat in the window) fit with fewer
+    terms than heads, and a quarter of them was enough."""
+    target = mh.random_multi_head(d, H, seed=seed)
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H_bound=H_bound)
+    assert rec.n_learning_queries <= mh.follow_up_count(d, H_bound)
+    assert _canonical_gap(target, rec) <= 1e-8
+
+
+def test_count_terms_fractions_just_inside_and_outside():
+    # row 0 of d = 6, H = 2, seed 1 (the transformer's heads): 2 of 7 pairs fit with 1 term, all with 2
+    two_of_seven = np.array([[1e-7, 1e-7, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3], [1e-12] * 7, [np.inf] * 7])
+    assert mh._count_terms(two_of_seven) == 2  # 2/7 < 0.5 of the best fraction 1.0
+    assert mh._count_terms(two_of_seven[:1]) == 1  # alone, 2/7 >= 0.25
+    # a quarter of the pairs: 3 of 12 fit, 2 of 12 do not
+    assert mh._count_terms(np.array([[1e-7] * 3 + [1e-3] * 9])) == 1
+    assert mh._count_terms(np.array([[1e-7] * 2 + [1e-3] * 10])) is None
+    # half of the best: 6 of 12 is enough against 12 of 12, 5 of 12 is not
+    assert mh._count_terms(np.array([[1e-7] * 6 + [1e-3] * 6, [1e-12] * 12])) == 1
+    assert mh._count_terms(np.array([[1e-7] * 5 + [1e-3] * 7, [1e-12] * 12])) == 2
+
+
+def test_count_terms_start_tol_just_inside_and_outside():
+    # _START_TOL = 1e-6: a misfit of 3e-7 relative resolves a pair, 3e-6 does not
+    misfit = np.array([[3e-6] * 8, [3e-7] * 8, [1e-15] * 8])
+    assert mh._count_terms(misfit) == 2  # 1e-5 would take 1 term, 1e-7 three
+
+
 def test_learn_canonical_rational_refuses_where_float64_cannot_separate_the_heads():
     target = mh.random_multi_head(16, 8, seed=0)
     # the message names the cause: too few tokens per head resolved by their pair's own fit
@@ -638,3 +667,94 @@ def test_detect_multi_head_rtol_just_inside_and_outside():
         det = mh.detect_multi_head(ValueQueryOracle(target))
         assert det.single_head is single, (eps, det.max_error)
         assert 1e-7 < det.max_error < 1e-5
+
+
+# ---------------------------------------------------------------- thresholds of the counts route
+# Each test states the documented value as a literal and builds an input whose outcome flips
+# between that value and ten times it or a tenth (issue 22 item 4; benchmarks/mutants_rational.toml).
+
+
+def test_rational_rough_threshold_just_inside_and_outside():
+    # 1e-10 relative: a misfit of 3e-11 is not rough, 3e-10 is
+    assert mh._rough(np.array([3e-11, 3e-10]), 1.0).tolist() == [False, True]
+
+
+def test_rational_agreement_just_inside_and_outside():
+    # 1e-2 relative to a pair's largest amplitude (here 2, so 0.02): the first four pairs differ by
+    # 0.01 (agree at 1e-2, not at 1e-3), the last three by 0.1 from them (agree only at 1e-1)
+    gs = np.array([[1.0, 2.0], [1.0, 2.01], [1.0, 1.99], [1.01, 2.0], [1.0, 2.1], [1.0, 2.1], [1.0, 2.1]])
+    assert mh._agreeing(gs).tolist() == [True] * 4 + [False] * 3
+
+
+def test_rational_apart_rule_just_inside_and_outside():
+    # 2e-2 relative to the largest |amplitude| (1.0): gaps 0.03 are apart, 0.01 are not
+    gamma0 = np.array([1.0, 0.5, 0.53, -0.3, -0.31])
+    assert mh._apart(gamma0).tolist() == [True, True, True, False, False]
+
+
+def test_rational_real_pole_tolerance_just_inside_and_outside():
+    from companion._rational import _negative_real
+
+    # |Im| <= 1e-6 |lam| and Re < 0: 3e-7 is real, 3e-6 is not
+    lam = np.array([-1 + 3e-7j, -1 + 3e-6j, 2 + 0j, -1 + 0j])
+    assert _negative_real(lam).tolist() == [True, False, False, True]
+
+
+def test_counts_start_coverage_shift_tolerance_just_inside_and_outside():
+    # a head is resolved where its fitted shift is within 1e-2 of the true one: 3e-3 is, 3e-2 is not
+    L = np.array([[0.5], [-0.7]])
+    hit = mh._resolved_heads(np.array([[0.8], [0.8]]), L + np.array([[3e-3], [3e-2]]), np.array([0.8]), L)
+    assert hit[:, 0].tolist() == [True, False]
+
+
+def test_start_rows_window_margin_just_inside_and_outside():
+    """Shifts within window + 4 are used: 3 tokens at window + 2.5 (right) join 2 inside the window;
+    10 at window + 10 (wrong) stay out. With window + 0.4, 2 tokens are left (<= d: every resolved
+    token is used); with window + 40 the wrong ones join."""
+    window = 1.0
+    R_true = np.array([[2.0, -1.0]])
+    X = np.array([[0.2, 0.1], [0.1, 0.3], [1.5, -0.5], [1.0, -1.5], [2.0, 0.5]])
+    X = np.vstack([X, [[np.cos(t), np.sin(t)] for t in np.linspace(0, 3, 10)]])
+    L = X @ R_true.T
+    L[5:, 0] = np.array([1, -1] * 5) * (window + 10)
+    assert np.max(np.abs(mh._start_rows(X, L, window) - R_true)) <= 1e-9  # 0.54 with either mutant
+
+
+def test_start_rows_median_trim_just_inside_and_outside():
+    """Every token twice, its shift off by +e and -e (their least squares is exact), one more off by
+    30 e: trimmed at 10 times the median misfit (about e), kept at 100 times; at 1 times, half the
+    paired tokens go too and the pairs no longer cancel."""
+    e = 1e-3
+    R_true = np.array([[0.8, -0.6, 0.3]])
+    t = np.linspace(0, 2 * np.pi, 12, endpoint=False)
+    base = np.stack([np.cos(t), np.sin(t), np.cos(2 * t + 0.5)], axis=1)
+    X = np.vstack([base, base, [[0.5, 0.4, -0.3]]])
+    L = X @ R_true.T
+    L[:12, 0] += e
+    L[12:24, 0] -= e
+    L[24, 0] += 30 * e
+    assert np.max(np.abs(mh._start_rows(X, L, 10.0) - R_true)) <= 1e-9  # 1.2e-3 and 8e-4 mutated
+
+
+def test_repair_start_factor_just_inside_and_outside():
+    """_REPAIR_FACTOR = 3: head 0 starts 50 % off; 6 pairs have head 0's shift off by 2 and misfit its
+    one-term refit by about 10 times the median (1e-5 against 1e-6): left out at 3 times (head 0 is
+    repaired to 1e-6), taken at 30 (off by 0.34); at 0.3 times only the 3 pairs at 1e-8 are left,
+    <= d, and head 0 is not refitted."""
+    from scipy.special import expit
+
+    from companion._rational import ratio_design
+
+    n, m = ratio_design(2)
+    s = np.log(n / m)
+    X = np.random.default_rng(0).standard_normal((24, 3))
+    gamma = np.array([1.0, -0.6])
+    R_true = np.array([[0.6, -0.4, 0.3], [-0.2, 0.5, 0.4]])
+    L = X @ R_true.T
+    L[18:, 0] += 2.0
+    G = expit(s[None, :, None] + L[:, None, :]) @ gamma
+    G += np.r_[[1e-8] * 3, [1e-6] * 15, [1e-5] * 6][:, None] * (-1.0) ** np.arange(s.size)
+    R0 = R_true.copy()
+    R0[0] *= 1.5
+    R = mh._repair_start(s, G, X, gamma, R0, float(np.max(np.abs(s))))
+    assert R is not None and np.max(np.abs(R - R_true)) <= 1e-5

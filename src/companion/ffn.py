@@ -349,7 +349,7 @@ def find_kinks(g, lo, hi, *, scale, rtol=1024 * _EPS, min_width=1e-12, max_evals
     wide) to within ``4 delta / width`` each, to differ from both sides by more than the errors.
     Measured (``tests/test_ffn.py``: 41 positions, 5 pairs of slope changes): for
     ``w >= 64 delta / c`` both kinks are returned (to within ``8 delta / c``) or
-    :class:`PrecisionError` is raised, never one or none; at ``32 delta / c`` some pairs come back
+    :class:`~companion.errors.PrecisionError` is raised, never one or none; at ``32 delta / c`` some pairs come back
     as one kink, as does every pair at ``w <= 4 delta / c``. A kink left within rounding of a split
     point (both leaves beside it pass as linear) is recovered afterwards from the slopes of the
     leaves, with no new query; only an interval whose slope change is not explained costs two more.
@@ -436,7 +436,7 @@ def _hidden_kinks(leaves, g_at, rtol, scale, narrow):
     differs from it by more than both errors, the gap between them holds slope change. The lines
     of the two sides meet at ``t``; one kink at ``t`` explains the gap if the cached answers in it
     lie on those lines to within their error; then ``t`` is a kink. Otherwise the gap holds two or
-    more kinks closer than float64 resolves along this line: :class:`PrecisionError`.
+    more kinks closer than float64 resolves along this line: :class:`~companion.errors.PrecisionError`.
 
     Only where the search went deep (a leaf at most ``narrow`` wide between or beside the two) is
     a slope difference taken for a kink: the search splits that far only around close kinks, while
