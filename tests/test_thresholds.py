@@ -351,14 +351,14 @@ def test_verification_vacuous_at_half_the_output_scale(rtol, vacuous):
         assert run()["verify_max_error"] < 1e-12
 
 
-@pytest.mark.parametrize("value, ok", [("1000", True), ("1001", False)])
+@pytest.mark.parametrize("value, ok", [("0", True), ("-1", False), ("1000", True), ("1001", False)])
 def test_perturbation_ulps_range(monkeypatch, value, ok):
-    """COMPANION_PERTURB_ULPS must be an integer in [0, 1000]."""
+    """COMPANION_PERTURB_ULPS must be an integer in [0, 1000], both ends included ("0": off)."""
     from companion import oracles
 
     monkeypatch.setenv(oracles.PERTURB_ENV, value)
     if ok:
-        assert oracles.perturbation_ulps() == 1000
+        assert oracles.perturbation_ulps() == int(value)
     else:
         with pytest.raises(InvalidInputError, match=r"in \[0, 1000\]"):
             oracles.perturbation_ulps()
@@ -785,3 +785,68 @@ def test_weighted_rgn_stops_after_3_cuts_below_rtol_1e_6(seed, noise, other):
     expected = _patience_stop(history, 1e-6)
     assert _patience_stop(history, other) != expected
     assert _weighted_rgn(A, B, t, w, r, max_iter=60)[1]["iterations"] == expected
+
+
+def test_saturation_band_is_2n_roundings_of_the_answers():
+    """saturation_band(u, band) = max(band, 2 n u) with n = TWO_TOKEN_ROUNDINGS = 8 (a two-token
+    answer, two roundings per step): at float16's u = 2**-11 it is 16 u = 2**-7, above the
+    default band 1e-3; at u = 2**-53 the band itself."""
+    assert _learner.saturation_band(2.0**-11, 1e-3) == 0.0078125
+    assert _learner.saturation_band(2.0**-53, 1e-3) == 1e-3
+
+
+@pytest.mark.parametrize("w2, kept", [(0.0, 1), (1e-300, 2)])
+def test_ffn_canonical_form_tol_0_drops_only_zero_neurons(w2, kept):
+    """canonical_form keeps a neuron when |w_i| ||a_i|| > tol * max: at tol=0 a neuron with
+    w_i = 0 is dropped and one with w_i = 1e-300 kept."""
+    from companion import ffn
+
+    A, w = ffn.canonical_form(np.eye(2), [1.0, w2], tol=0)
+    assert A.shape == (2, kept) and w.shape == (kept,)
+    assert np.max(w) == 1.0
+
+
+@pytest.mark.parametrize("rank_tol, ok", [(0.5, True), (1.0, True), (np.nextafter(1.0, 2.0), False)])
+def test_learn_low_rank_rank_tol_at_most_1(rank_tol, ok):
+    """rank_tol must lie in (0, 1]. At 0.5 the sketch learns a rank-1 head (d = 4); at 1.0 it is
+    accepted and then counts every singular value as zero (its verification fails); just above 1.0
+    it is refused."""
+    from companion.attention import random_single_head
+    from companion.lowrank import learn_low_rank
+
+    oracle = ValueQueryOracle(random_single_head(4, rank=1, seed=0))
+    if rank_tol == 0.5:
+        result = learn_low_rank(oracle, 1, method="sketch", rank_tol=rank_tol)
+        assert result.diagnostics["rank_tol_used"] == 0.5
+    elif ok:
+        with pytest.raises(OracleInconsistentError, match="verification failed"):
+            learn_low_rank(oracle, 1, method="sketch", rank_tol=rank_tol)
+    else:
+        with pytest.raises(InvalidInputError, match=r"rank_tol=1\.0000000000000002 must be <= 1\.0"):
+            learn_low_rank(oracle, 1, method="sketch", rank_tol=rank_tol)
+
+
+@pytest.mark.parametrize("tau, finite", [(0.05, True), (np.nextafter(0.05, 1.0), False)])
+def test_guaranteed_error_finite_up_to_tau_mu_over_2(tau, finite):
+    """Theorem 6.2 holds for tau <= mu / 2: at mu = 0.1, tau = 0.05 exactly the bound is finite
+    (W error 320, v error sqrt(2) * 0.05 at W_max = 2, d = 2), one ulp above it is infinite."""
+    from companion import robust
+
+    W_err, v_err = robust.guaranteed_error(tau, mu=0.1, W_max=2, d=2)
+    if finite:
+        assert W_err == pytest.approx(320.0, rel=1e-12)
+        assert v_err == pytest.approx(0.07071067811865477, rel=1e-12)
+    else:
+        assert np.isinf(W_err) and np.isinf(v_err)
+
+
+def test_membership_one_bit_search_is_not_refused_as_stuck():
+    """learn_membership refuses a search whose answer never flipped only at bits >= 2: with
+    bits = 1 (one bisection step per entry) every entry's answer is either above or below, never
+    both, which is no evidence of an inconsistent oracle; the d = 3 head is learned in 19
+    membership queries."""
+    from companion.membership import MembershipQueryOracle, learn_membership
+
+    oracle = MembershipQueryOracle(random_single_head(3, W_norm=1.0, seed=0))
+    result = learn_membership(oracle, W_max=2.0, bits=1, verify=0)
+    assert result.n_queries == 19
