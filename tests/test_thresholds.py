@@ -850,3 +850,32 @@ def test_membership_one_bit_search_is_not_refused_as_stuck():
     oracle = MembershipQueryOracle(random_single_head(3, W_norm=1.0, seed=0))
     result = learn_membership(oracle, W_max=2.0, bits=1, verify=0)
     assert result.n_queries == 19
+
+
+class _RoundedHead:
+    """A single head whose answers are rounded to ``fmt`` (the oracle states that precision)."""
+
+    def __init__(self, head, fmt):
+        self.head, self.d, self.fmt = head, head.d, fmt
+
+    def __call__(self, X):
+        from companion.oracles import round_to
+
+        return round_to(self.head(X), self.fmt)
+
+
+def test_sketch_core_noise_level_is_twice_the_two_scale_difference():
+    """On answers rounded to float16 the sketch counts a core singular value as zero below the
+    level ``2 ||M_1 - M_2||_2`` (the core asked at two scales). For this rank-1 head (d = 6,
+    seed 1) the 2 x 2 core's second singular value is 2.2e-3 of the first: below the level, so the
+    rank detected is 1, but above a quarter of it (the level with 0.5 in place of 2 would count
+    it as rank)."""
+    from companion.lowrank import learn_low_rank
+
+    head = random_single_head(6, rank=1, seed=1)
+    result = learn_low_rank(ValueQueryOracle(_RoundedHead(head, "float16"), precision="float16"), None,
+                            method="sketch")
+    g = result.diagnostics
+    s = np.asarray(g["core_singular_values"])
+    assert g["rank_detected"] == 1 and s.shape == (2,)
+    assert s[1] / s[0] < g["rank_tol_used"] < 4 * s[1] / s[0]
