@@ -879,3 +879,35 @@ def test_sketch_core_noise_level_is_twice_the_two_scale_difference():
     s = np.asarray(g["core_singular_values"])
     assert g["rank_detected"] == 1 and s.shape == (2,)
     assert s[1] / s[0] < g["rank_tol_used"] < 4 * s[1] / s[0]
+
+
+@pytest.mark.parametrize("f, ok", [(1.0, True), (1.02, False)])
+def test_learn_robust_clip_window_slack_1_01_tau(f, ok):
+    """learn_robust accepts a weight outside the clip window [TAU_CLIP, 1 - TAU_CLIP] by up to
+    1.01 tau (1 + (1 + a) / b) / |v_hat_i| (+ 1e-12), the largest move the noise can cause. Entry
+    (0, 1) at W_01 = W_max sits on the window's edge; its one answer is shifted so that
+    alpha_hat_01 moves by f times that bound without the 1.01 (tau = 1e-4, a = 1/2, b = 1/2):
+    f = 1 is within the slack (a factor 0.99 would refuse it), f = 1.02 is not."""
+    from companion.attention import SingleHead
+    from companion.oracles import ApproxValueQueryOracle
+    from companion.robust import learn_robust, robust_queries
+
+    tau, a, b = 1e-4, 0.5, 0.5
+    W = np.zeros((3, 3))
+    W[0, 1] = 2.0
+    v = np.array([1.0, -0.8, 0.9])
+    probe = robust_queries(3, 1, a=a, b=b)[0]                # the query of entry (0, 1)
+    shift = f * tau * (1 + (1 + a) / b) * b                   # alpha_hat_01 moves by shift / (b |v_0|)
+
+    class EdgeShifted(ApproxValueQueryOracle):
+        def _answer(self, X):
+            y = np.asarray(self.target(X), dtype=np.float64)
+            return y + shift * np.all(X == probe, axis=(1, 2)) if X.shape[1:] == probe.shape else y
+
+    oracle = EdgeShifted(SingleHead(W, v), tau)
+    if ok:
+        rec = learn_robust(oracle, W_max=2.0, mu=0.5, verify=0)
+        assert rec.W.shape == (3, 3)
+    else:
+        with pytest.raises(OracleInconsistentError, match=r"entry \(0, 1\).*outside the window"):
+            learn_robust(oracle, W_max=2.0, mu=0.5, verify=0)
