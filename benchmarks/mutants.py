@@ -75,8 +75,9 @@ TESTS = {
     "transformer": ["tests/test_transformer.py", "tests/test_verify.py",
                     "src/companion/transformer.py"],
     # The shared numerics below the learners: the tests of both learners that use them.
+    # _redraw_small also builds Theorem 4.1's Gaussian probes (exact.probe_matrix): test_exact.py too.
     "numerics/rop": ["tests/test_robust.py", "tests/test_lowrank.py", "tests/test_verify.py",
-                     "src/companion/numerics/rop.py"],
+                     "tests/test_exact.py", "src/companion/numerics/rop.py"],
     "numerics/rgn": ["tests/test_lowrank.py", "tests/test_robust.py", "tests/test_verify.py",
                      "src/companion/numerics/rgn.py"],
     "pretrained": ["tests/test_pretrained.py", "src/companion/pretrained.py"],

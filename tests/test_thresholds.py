@@ -351,14 +351,14 @@ def test_verification_vacuous_at_half_the_output_scale(rtol, vacuous):
         assert run()["verify_max_error"] < 1e-12
 
 
-@pytest.mark.parametrize("value, ok", [("1000", True), ("1001", False)])
+@pytest.mark.parametrize("value, ok", [("0", True), ("-1", False), ("1000", True), ("1001", False)])
 def test_perturbation_ulps_range(monkeypatch, value, ok):
-    """COMPANION_PERTURB_ULPS must be an integer in [0, 1000]."""
+    """COMPANION_PERTURB_ULPS must be an integer in [0, 1000], both ends included ("0": off)."""
     from companion import oracles
 
     monkeypatch.setenv(oracles.PERTURB_ENV, value)
     if ok:
-        assert oracles.perturbation_ulps() == 1000
+        assert oracles.perturbation_ulps() == int(value)
     else:
         with pytest.raises(InvalidInputError, match=r"in \[0, 1000\]"):
             oracles.perturbation_ulps()
@@ -789,3 +789,149 @@ def test_weighted_rgn_stops_after_3_cuts_below_rtol_1e_6(seed, noise, other):
     expected = _patience_stop(history, 1e-6)
     assert _patience_stop(history, other) != expected
     assert _weighted_rgn(A, B, t, w, r, max_iter=60)[1]["iterations"] == expected
+
+
+def test_saturation_band_is_2n_roundings_of_the_answers():
+    """saturation_band(u, band) = max(band, 2 n u) with n = TWO_TOKEN_ROUNDINGS = 8 (a two-token
+    answer, two roundings per step): at float16's u = 2**-11 it is 16 u = 2**-7, above the
+    default band 1e-3; at u = 2**-53 the band itself."""
+    assert _learner.saturation_band(2.0**-11, 1e-3) == 0.0078125
+    assert _learner.saturation_band(2.0**-53, 1e-3) == 1e-3
+
+
+@pytest.mark.parametrize("w2, kept", [(0.0, 1), (1e-300, 2)])
+def test_ffn_canonical_form_tol_0_drops_only_zero_neurons(w2, kept):
+    """canonical_form keeps a neuron when |w_i| ||a_i|| > tol * max: at tol=0 a neuron with
+    w_i = 0 is dropped and one with w_i = 1e-300 kept."""
+    from companion import ffn
+
+    A, w = ffn.canonical_form(np.eye(2), [1.0, w2], tol=0)
+    assert A.shape == (2, kept) and w.shape == (kept,)
+    assert np.max(w) == 1.0
+
+
+@pytest.mark.parametrize("rank_tol, ok", [(0.5, True), (1.0, True), (np.nextafter(1.0, 2.0), False)])
+def test_learn_low_rank_rank_tol_at_most_1(rank_tol, ok):
+    """rank_tol must lie in (0, 1]. At 0.5 the sketch learns a rank-1 head (d = 4); at 1.0 it is
+    accepted and then counts every singular value as zero (its verification fails); just above 1.0
+    it is refused."""
+    from companion.attention import random_single_head
+    from companion.lowrank import learn_low_rank
+
+    oracle = ValueQueryOracle(random_single_head(4, rank=1, seed=0))
+    if rank_tol == 0.5:
+        result = learn_low_rank(oracle, 1, method="sketch", rank_tol=rank_tol)
+        assert result.diagnostics["rank_tol_used"] == 0.5
+    elif ok:
+        with pytest.raises(OracleInconsistentError, match="verification failed"):
+            learn_low_rank(oracle, 1, method="sketch", rank_tol=rank_tol)
+    else:
+        with pytest.raises(InvalidInputError, match=r"rank_tol=1\.0000000000000002 must be <= 1\.0"):
+            learn_low_rank(oracle, 1, method="sketch", rank_tol=rank_tol)
+
+
+@pytest.mark.parametrize("tau, finite", [(0.05, True), (np.nextafter(0.05, 1.0), False)])
+def test_guaranteed_error_finite_up_to_tau_mu_over_2(tau, finite):
+    """Theorem 6.2 holds for tau <= mu / 2: at mu = 0.1, tau = 0.05 exactly the bound is finite
+    (W error 320, v error sqrt(2) * 0.05 at W_max = 2, d = 2), one ulp above it is infinite."""
+    from companion import robust
+
+    W_err, v_err = robust.guaranteed_error(tau, mu=0.1, W_max=2, d=2)
+    if finite:
+        assert W_err == pytest.approx(320.0, rel=1e-12)
+        assert v_err == pytest.approx(0.07071067811865477, rel=1e-12)
+    else:
+        assert np.isinf(W_err) and np.isinf(v_err)
+
+
+def test_membership_one_bit_search_is_not_refused_as_stuck():
+    """learn_membership refuses a search whose answer never flipped only at bits >= 2: with
+    bits = 1 (one bisection step per entry) every entry's answer is either above or below, never
+    both, which is no evidence of an inconsistent oracle; the d = 3 head is learned in 19
+    membership queries."""
+    from companion.membership import MembershipQueryOracle, learn_membership
+
+    oracle = MembershipQueryOracle(random_single_head(3, W_norm=1.0, seed=0))
+    result = learn_membership(oracle, W_max=2.0, bits=1, verify=0)
+    assert result.n_queries == 19
+
+
+class _RoundedHead:
+    """A single head whose answers are rounded to ``fmt`` (the oracle states that precision)."""
+
+    def __init__(self, head, fmt):
+        self.head, self.d, self.fmt = head, head.d, fmt
+
+    def __call__(self, X):
+        from companion.oracles import round_to
+
+        return round_to(self.head(X), self.fmt)
+
+
+def test_sketch_core_noise_level_is_twice_the_two_scale_difference():
+    """On answers rounded to float16 the sketch counts a core singular value as zero below the
+    level ``2 ||M_1 - M_2||_2`` (the core asked at two scales). For this rank-1 head (d = 6,
+    seed 1) the 2 x 2 core's second singular value is 2.2e-3 of the first: below the level, so the
+    rank detected is 1, but above a quarter of it (the level with 0.5 in place of 2 would count
+    it as rank)."""
+    from companion.lowrank import learn_low_rank
+
+    head = random_single_head(6, rank=1, seed=1)
+    result = learn_low_rank(ValueQueryOracle(_RoundedHead(head, "float16"), precision="float16"), None,
+                            method="sketch")
+    g = result.diagnostics
+    s = np.asarray(g["core_singular_values"])
+    assert g["rank_detected"] == 1 and s.shape == (2,)
+    assert s[1] / s[0] < g["rank_tol_used"] < 4 * s[1] / s[0]
+
+
+@pytest.mark.parametrize("f, ok", [(1.0, True), (1.02, False)])
+def test_learn_robust_clip_window_slack_1_01_tau(f, ok):
+    """learn_robust accepts a weight outside the clip window [TAU_CLIP, 1 - TAU_CLIP] by up to
+    1.01 tau (1 + (1 + a) / b) / |v_hat_i| (+ 1e-12), the largest move the noise can cause. Entry
+    (0, 1) at W_01 = W_max sits on the window's edge; its one answer is shifted so that
+    alpha_hat_01 moves by f times that bound without the 1.01 (tau = 1e-4, a = 1/2, b = 1/2):
+    f = 1 is within the slack (a factor 0.99 would refuse it), f = 1.02 is not."""
+    from companion.attention import SingleHead
+    from companion.oracles import ApproxValueQueryOracle
+    from companion.robust import learn_robust, robust_queries
+
+    tau, a, b = 1e-4, 0.5, 0.5
+    W = np.zeros((3, 3))
+    W[0, 1] = 2.0
+    v = np.array([1.0, -0.8, 0.9])
+    probe = robust_queries(3, 1, a=a, b=b)[0]                # the query of entry (0, 1)
+    shift = f * tau * (1 + (1 + a) / b) * b                   # alpha_hat_01 moves by shift / (b |v_0|)
+
+    class EdgeShifted(ApproxValueQueryOracle):
+        def _answer(self, X):
+            y = np.asarray(self.target(X), dtype=np.float64)
+            return y + shift * np.all(X == probe, axis=(1, 2)) if X.shape[1:] == probe.shape else y
+
+    oracle = EdgeShifted(SingleHead(W, v), tau)
+    if ok:
+        rec = learn_robust(oracle, W_max=2.0, mu=0.5, verify=0)
+        assert rec.W.shape == (3, 3)
+    else:
+        with pytest.raises(OracleInconsistentError, match=r"entry \(0, 1\).*outside the window"):
+            learn_robust(oracle, W_max=2.0, mu=0.5, verify=0)
+
+
+def test_rgn_stops_when_5_iterations_bring_no_2_fold_progress():
+    """_rgn stops at the first iteration it >= 5 whose relative residual is above 0.5 times the one
+    5 iterations earlier. On this exact rank-2 problem (d = 8, m = 37 measurements, 1.3 times the
+    r (2d - r) = 28 degrees of freedom) iteration 7 has cut the residual of iteration 2 by 25 %
+    only: RGN stops there (a factor 0.9 in place of 0.5 would run on)."""
+    from companion.numerics.rgn import _rgn
+
+    rng = np.random.default_rng(2)
+    d, r, m = 8, 2, 37
+    W = rng.standard_normal((d, r)) @ rng.standard_normal((r, d))
+    A, B = rng.standard_normal((m, d)), rng.standard_normal((m, d))
+    t = np.einsum("kd,de,ke->k", A, W, B)
+    info = _rgn(A, B, t, r, max_iter=60, tol=1e-14)[1]
+    h = info["residuals"]
+    assert info["iterations"] == 7 and len(h) == 8
+    assert all(h[it] <= 0.5 * h[it - 5] for it in (5, 6))
+    assert 0.5 * h[2] < h[7] < 0.9 * h[2]
+    assert h[7] > 1e3 * 1e-14                                 # not the rounding-level stop
