@@ -1,4 +1,4 @@
-"""Input checks shared by the models, oracles and learners (private).
+"""Input checks shared by the models, oracles and learners, and the models' calling convention (private).
 
 Each check converts to float64 first, then rejects bad input with an
 :class:`~companion.errors.InvalidInputError` naming the argument, the offending value and a fix,
@@ -123,3 +123,23 @@ def apply_by_length(X, batch_fn) -> np.ndarray:
         idx = np.flatnonzero(lengths == n)
         out[idx] = batch_fn(np.stack([X[i] for i in idx]))
     return out
+
+
+def frozen(a) -> np.ndarray:
+    """A read-only float64 copy of ``a``: the array fields of the frozen model dataclasses."""
+    a = np.array(a, dtype=np.float64, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+class SequenceModel:
+    """Shared calling convention of the models: one sequence, a batch, or a list of sequences.
+
+    Subclasses implement ``_batch``, a float64 batch ``(B, N, d)`` -> ``(B,)``, and ``d``.
+    """
+
+    def __call__(self, X):
+        """Evaluate on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        out = apply_by_length(seqs, self._batch)
+        return float(out[0]) if single else out

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import softmax
 
-from ._validation import apply_by_length, as_float_array, as_sequences, check_int, check_real
+from ._validation import SequenceModel, as_float_array, check_int, check_real, frozen
 from .errors import InvalidInputError
 
 __all__ = [
@@ -59,12 +59,6 @@ def _check_native(Q, K, V, w_o, *, nonempty=False):
     V = as_float_array(V, "V", ndim=2, shape=(r, d))
     w_o = as_float_array(w_o, "w_o", ndim=1, shape=(r,))
     return Q, K, V, w_o
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a = np.array(a, dtype=np.float64, copy=True)
-    a.flags.writeable = False
-    return a
 
 
 _DEDUP_MIN_BATCH = 64
@@ -124,21 +118,8 @@ def _scores(X, W) -> np.ndarray:
     return np.einsum("bnd,bd->bn", X, Wq)  # (B, N): x_i^T W x_N
 
 
-class _SequenceModel:
-    """Shared calling convention of the models: one sequence, a batch, or a list of sequences.
-
-    Subclasses implement ``_batch``, a float64 batch ``(B, N, d)`` -> ``(B,)``, and ``d``.
-    """
-
-    def __call__(self, X):
-        """Evaluate on ``(N, d)`` (returns float), ``(B, N, d)`` or a list (returns ``(B,)``)."""
-        seqs, single = as_sequences(X, self.d)
-        out = apply_by_length(seqs, self._batch)
-        return float(out[0]) if single else out
-
-
 @dataclass(frozen=True, eq=False)
-class SingleHead(_SequenceModel):
+class SingleHead(SequenceModel):
     """One softmax attention head in merged form, the regressor :math:`f_{W,v}` of §3.
 
     Parameters
@@ -188,8 +169,8 @@ class SingleHead(_SequenceModel):
 
     def __post_init__(self):
         W, v = _check_W_v(self.W, self.v)
-        object.__setattr__(self, "W", _frozen(W))
-        object.__setattr__(self, "v", _frozen(v))
+        object.__setattr__(self, "W", frozen(W))
+        object.__setattr__(self, "v", frozen(v))
 
     @property
     def d(self) -> int:
@@ -239,7 +220,7 @@ class SingleHead(_SequenceModel):
 
 
 @dataclass(frozen=True, eq=False)
-class FactoredHead(_SequenceModel):
+class FactoredHead(SequenceModel):
     """One softmax attention head in native form ``(Q, K, V, w_o)``, evaluated without forming ``W``.
 
     The same function as ``SingleHead(K^T Q, V^T w_o)``, but a batch is scored as
@@ -306,8 +287,8 @@ class FactoredHead(_SequenceModel):
     def __post_init__(self):
         Q, K, V, w_o = _check_native(self.Q, self.K, self.V, self.w_o, nonempty=True)
         for name, a in (("Q", Q), ("K", K), ("V", V), ("w_o", w_o)):
-            object.__setattr__(self, name, _frozen(a))
-        v = _frozen(V.T @ w_o)
+            object.__setattr__(self, name, frozen(a))
+        v = frozen(V.T @ w_o)
         object.__setattr__(self, "v", v)
         # [K^T, v]: keys and values of every token in one product; Q^T for the query tokens.
         object.__setattr__(self, "_KV", np.column_stack([K.T, v]))
@@ -360,7 +341,7 @@ def factored_batch(X: np.ndarray, KV: np.ndarray, Qt: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class MultiHead(_SequenceModel):
+class MultiHead(SequenceModel):
     """A sum of ``H`` single heads, f^H(X) = sum_h alpha(X, W^(h))^T X v^(h) (§3, §7).
 
     Parameters
@@ -394,8 +375,8 @@ class MultiHead(_SequenceModel):
         if d != d2 or H == 0 or d == 0:
             raise InvalidInputError(f"Ws must have shape (H, d, d) with H, d >= 1; got Ws.shape={Ws.shape}.")
         vs = as_float_array(self.vs, "vs", ndim=2, shape=(H, d))
-        object.__setattr__(self, "Ws", _frozen(Ws))
-        object.__setattr__(self, "vs", _frozen(vs))
+        object.__setattr__(self, "Ws", frozen(Ws))
+        object.__setattr__(self, "vs", frozen(vs))
 
     @property
     def d(self) -> int:
@@ -514,7 +495,7 @@ def random_single_head(d, *, rank=None, W_norm=None, v_norm=None, factored=False
 
 
 @dataclass(frozen=True, eq=False)
-class OneLayerTransformer(_SequenceModel):
+class OneLayerTransformer(SequenceModel):
     """The one-layer Transformer of §4.1 in merged form, TF(X) = w_o^T ReLU(alpha(X, W)^T X A).
 
     Parameters
@@ -574,7 +555,7 @@ class OneLayerTransformer(_SequenceModel):
         A = as_float_array(self.A, "A", ndim=2, shape=(d, None))
         w_o = as_float_array(self.w_o, "w_o", ndim=1, shape=(A.shape[1],))
         for name, a in (("W", W), ("A", A), ("w_o", w_o)):
-            object.__setattr__(self, name, _frozen(a))
+            object.__setattr__(self, name, frozen(a))
 
     @property
     def d(self) -> int:

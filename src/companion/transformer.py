@@ -21,7 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
+from ._validation import (
+    SequenceModel,
+    as_float_array,
+    check_choice,
+    check_int,
+    check_real,
+    frozen,
+)
 from .attention import MultiHead, OneLayerTransformer, attention_weights
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from .exact import check_exact_oracle, learn_single_head
@@ -57,21 +64,6 @@ __all__ = [
 
 _TINY = np.finfo(float).tiny
 _COARSE_FACTOR = COARSE_FACTOR  # the canonical-form learners' factor too (companion._learner.names_rounding)
-
-
-def _frozen(a) -> np.ndarray:
-    a = np.array(a, dtype=np.float64, copy=True)
-    a.flags.writeable = False
-    return a
-
-
-class _Model:
-    """The models' calling convention: one sequence ``(N, d)`` (float), a batch or a list (``(B,)``)."""
-
-    def __call__(self, X):
-        seqs, single = as_sequences(X, self.d)
-        out = apply_by_length(seqs, self._batch)
-        return float(out[0]) if single else out
 
 
 class ReusedAnswers:
@@ -416,7 +408,7 @@ def _pooled(X, Ws):
 
 
 @dataclass(frozen=True, eq=False)
-class MultiHeadTransformer(_Model):
+class MultiHeadTransformer(SequenceModel):
     """A one-layer Transformer with ``H`` heads and a bias-free ReLU FFN, in merged form.
 
     ``TF(X) = w_o^T ReLU(sum_h alpha(X, W_h)^T X B_h)``: head ``h`` pools the tokens with its
@@ -467,7 +459,7 @@ class MultiHeadTransformer(_Model):
         Bs = as_float_array(self.Bs, "Bs", ndim=3, shape=(H, d, None))
         w_o = as_float_array(self.w_o, "w_o", ndim=1, shape=(Bs.shape[2],))
         for name, a in (("Ws", Ws), ("Bs", Bs), ("w_o", w_o)):
-            object.__setattr__(self, name, _frozen(a))
+            object.__setattr__(self, name, frozen(a))
 
     @property
     def d(self) -> int:
@@ -953,7 +945,7 @@ def learn_multi_head_transformer(
     )
 
 
-class ServedMultiHeadTransformer(_Model):
+class ServedMultiHeadTransformer(SequenceModel):
     """A :class:`MultiHeadTransformer` served in float32: weights, tokens and every operation.
 
     Its oracle states ``precision = unit_roundoff("float32")`` when built with
