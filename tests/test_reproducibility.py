@@ -22,8 +22,8 @@ ones by the same rule as nbval's (:mod:`companion.nbcompare`):
    chapter does not have on any machine, covers every chapter. A kernel-specific defect is found by
    the configuration that meets it; the perturbation finds the kind, wherever the suite runs.
 
-The executions run in ``os.cpu_count()`` worker threads, each one papermill process, slowest
-chapters first. At the end (``conftest.py``) a report is printed: per chapter, how many numbers
+The executions run in ``os.cpu_count()`` worker threads, each one ``companion run`` process (papermill,
+its kernel on IPC sockets of its own), slowest chapters first. At the end (``conftest.py``) a report is printed: per chapter, how many numbers
 were compared exactly, how many to a stated tolerance and how many at rounding level, and the
 largest relative move under the perturbation and under the kernels. With
 ``COMPANION_REPRO_REPORT=path.json`` it is also written there (``make repro-report`` writes the
@@ -136,7 +136,8 @@ def _config_id(config) -> str:
 
 
 def _execute(path: Path, config, out_dir: Path) -> Path:
-    env = dict(os.environ, COMPANION_RESULTS_DIR=str(out_dir), MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    env.pop("COMPANION_RESULTS_DIR", None)  # companion run publishes next to the notebook, in out_dir
     env.pop(PERTURB_ENV, None)
     if config[0] == "perturb":
         env[PERTURB_ENV] = str(config[1])
@@ -146,13 +147,14 @@ def _execute(path: Path, config, out_dir: Path) -> Path:
         blas = _blas(env)
         assert blas.get("architecture") in _reported(kernel) and blas.get("num_threads") == threads, \
             f"OpenBLAS did not take {kernel} with {threads} threads: {blas}"
-    out = out_dir / path.name
-    papermill = Path(sys.executable).with_name("papermill")
-    proc = subprocess.run([str(papermill), "--no-progress-bar", "-k", "python3", "--execution-timeout", "600",
-                           "--cwd", str(path.parent), str(path), str(out)],
+    # as a reader re-runs it (`companion run`): its kernel talks over IPC sockets in a private folder,
+    # so that the concurrent runs and nbval cannot race for the same TCP ports (a kernel that lost
+    # that race died before replying to kernel_info, and failed a CI run)
+    companion = Path(sys.executable).with_name("companion")
+    proc = subprocess.run([str(companion), "run", path.stem, "-o", str(out_dir), "--no-progress", "--timeout", "600"],
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{path.stem} failed under {_config_id(config)}:\n{proc.stderr[-3000:]}"
-    return out
+    return out_dir / path.name
 
 
 _JOBS: dict = {}

@@ -157,6 +157,33 @@ def test_runs_without_a_results_folder_never_replace_each_other(monkeypatch, tmp
     assert results.load("02_exact_learning")["values"]["x"]["value"] == 2
 
 
+def test_a_runs_kernel_talks_over_ipc_in_its_private_folder(tmp_path):
+    """`companion run`'s kernel (companion._execute) binds IPC sockets in the run's private folder, not
+    TCP ports: concurrent runs (the reproducibility suite runs two beside nbval) cannot race for the
+    same port. A CI run failed that race with papermill's default TCP kernel ("Kernel died before
+    replying to kernel_info"), so the suite re-executes chapters through `companion run`."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import json, ipykernel.connect\n"
+        "info = ipykernel.connect.get_connection_info(unpack=True)\n"
+        "print(json.dumps([info['transport'], info['ip']]))")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    private = tmp_path / "private"
+    private.mkdir()
+    spec = {"input": str(tmp_path / "in.ipynb"), "output": str(tmp_path / "out.ipynb"), "parameters": {},
+            "cwd": str(tmp_path), "progress_bar": False, "timeout": 120, "status": str(private / "status.json"),
+            "runtime": str(private)}
+    (private / "spec.json").write_text(json.dumps(spec))
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(private))
+    proc = subprocess.run([sys.executable, "-m", "companion._execute", str(private / "spec.json")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((private / "status.json").read_text()) == {"ok": True}
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs[0]["text"]
+    transport, ip = json.loads(out)
+    assert transport == "ipc" and Path(ip).parent == private
+
+
 @pytest.mark.slow
 def test_plain_papermill_writes_the_results_next_to_its_notebook(tmp_path):
     """`papermill --inject-output-path ... elsewhere/x.ipynb` without COMPANION_RESULTS_DIR: elsewhere/x.json."""
