@@ -628,11 +628,17 @@ def test_count_terms_start_tol_just_inside_and_outside():
 
 
 def test_learn_canonical_rational_refuses_where_float64_cannot_separate_the_heads():
+    import re
+
     target = mh.random_multi_head(16, 8, seed=0)
     # the message names the cause: too few tokens per head resolved by their pair's own fit
-    with pytest.raises(OracleInconsistentError, match=r"resolved a head: 10 \(a head's start row needs more "
-                       r"than d=16; float64 conditioning of 8 terms from 16 samples.*use learn_canonical"):
+    with pytest.raises(OracleInconsistentError, match=r"resolved a head: \d+ \(a head's start row needs more "
+                       r"than d=16; float64 conditioning of 8 terms from 16 samples.*use learn_canonical") as info:
         mh.learn_canonical_rational(ValueQueryOracle(target), H=8)
+    # and it holds: the refusing row resolves some head at no more than d tokens (which row refuses
+    # first, and so the count, moves with rounding: 10 with LAPACK's SVD of the pairs' Loewner
+    # matrices, 13 with the batched Householder QR)
+    assert int(re.search(r"resolved a head: (\d+)", str(info.value)).group(1)) <= 16
 
 
 def test_learn_canonical_rational_input_checks_and_cancelling_heads():

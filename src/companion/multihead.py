@@ -2029,7 +2029,8 @@ def learn_canonical_rational(
             - np.tile(bL, d - 1)[:, None]
         ).reshape(d - 1, n_link, -1)
         # shifts[i, k, h, g]: head h of row 0 with head g of row i + 1 at link token k
-        shifts = (X_link @ rows[0].T)[None, :, :, None] + (X_link @ np.array(rows[1:]).transpose(0, 2, 1))[:, :, None, :]
+        XR = X_link @ np.array(rows).transpose(0, 2, 1)  # (d, k, H)
+        shifts = XR[0][None, :, :, None] + XR[1:, :, None, :]
         beta = amps[0][None, :, None] + np.array(amps[1:])[:, None, :]  # (d - 1, H, H)
         A = (expit(s[None, None, :, None, None] + shifts[:, :, None]) * beta[:, None, None]).reshape(
             d - 1, n_link * s.size, Hf * Hf
@@ -2041,8 +2042,9 @@ def learn_canonical_rational(
             pick[i - 1] = linear_sum_assignment(-coef)
             coefs.append(coef)
         rix = np.arange(d - 1)[:, None]
-        sa, sb = shifts[rix, :, pick[:, 0], pick[:, 1]], beta[rix, pick[:, 0], pick[:, 1]]  # (d - 1, H, k), (d - 1, H)
-        fitted = (expit(s[None, None, :, None] + sa.transpose(0, 2, 1)[:, :, None, :]) * sb[:, None, None, :]).sum(axis=3)
+        sa = shifts[rix, :, pick[:, 0], pick[:, 1]].transpose(0, 2, 1)  # (d - 1, k, H): the pairing's shifts
+        sb = beta[rix, pick[:, 0], pick[:, 1]]  # (d - 1, H)
+        fitted = (expit(s[None, None, :, None] + sa[:, :, None, :]) * sb[:, None, None, :]).sum(axis=3)
         errs = np.max(np.abs(fitted - G_link), axis=(1, 2)) / np.max(np.abs(G_link), axis=(1, 2))
         for i in range(1, d):
             err, (a, b) = float(errs[i - 1]), pick[i - 1]
