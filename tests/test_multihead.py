@@ -477,6 +477,106 @@ def test_fit_rows_joint_batched_equals_the_truth_from_a_start_one_percent_off():
     assert np.max(np.abs(g2 - g)) <= 1e-12 and np.max(res2 / scale) <= 1e-13
 
 
+def test_normal_layout_assembles_the_gauss_newton_matrix():
+    """_normal_layout's index map builds J^T J of the joint fit (unknowns gamma, then R row by row)
+    from the distinct head pairs h <= g and the upper triangles of their d x d blocks alone; a
+    random J_R (blocks not symmetric) would not be rebuilt."""
+    from companion._rational import _normal_layout
+
+    H, d, K, S = 3, 4, 10, 6
+    rng = np.random.default_rng(0)
+    X, B = rng.standard_normal((K, d)), rng.standard_normal((K, S, H))
+    # d G[k, t] / d R_gj = B[k, t, g] x_kj: each d x d block of J_R^T J_R is symmetric
+    Jg, JR = rng.standard_normal((K * S, H)), (B[..., None] * X[:, None, None, :]).reshape(K * S, H * d)
+    J = np.hstack([Jg, JR])
+    full = J.T @ J
+    idx, (h0, h1), (j0, j1) = _normal_layout(H, d)
+    RR = (JR.T @ JR).reshape(H, d, H, d)
+    raw = RR[h0, :, h1, :][:, j0, j1]  # (T, D2): blocks h <= g, entries i <= j
+    src = np.concatenate([raw.ravel(), (Jg.T @ Jg).ravel(), (Jg.T @ JR).ravel()])
+    assert np.max(np.abs(src[idx] - full)) <= 1e-12 * np.max(np.abs(full))
+    assert not idx.flags.writeable
+    JR = rng.standard_normal(JR.shape)
+    RR = (JR.T @ JR).reshape(H, d, H, d)
+    src = np.concatenate([RR[h0, :, h1, :][:, j0, j1].ravel(), (Jg.T @ Jg).ravel(), (Jg.T @ JR).ravel()])
+    J = np.hstack([Jg, JR])
+    assert np.max(np.abs(src[idx] - J.T @ J)) > 1e-3
+
+
+def test_fit_rows_joint_converges_like_gauss_newton():
+    """From 1 % off, the normal-matrix steps converge quadratically: at rounding level in 4 steps."""
+    from companion._rational import fit_rows_joint
+
+    s, G, X, gamma, R = _row_problem(6, 40, 8, 3, seed=2)
+    rng = np.random.default_rng(3)
+    g0 = gamma * (1 + 0.01 * rng.standard_normal(gamma.shape))
+    R0 = R + 0.01 * rng.standard_normal(R.shape)
+    _, _, res, scale = fit_rows_joint(s, G, X, g0, R0, iters=4)
+    assert np.max(res / scale) <= 1e-13
+    _, _, res1, _ = fit_rows_joint(s, G, X, g0, R0, iters=1)
+    assert np.min(res1 / scale) > 1e-12  # one step is not enough: the test can fail
+
+
+@pytest.mark.parametrize("m, n", [(3, 2), (5, 2), (8, 4), (15, 7)])
+def test_householder_qr_null_vectors_and_least_squares_match_lapack(m, n):
+    """The batched Householder QR of _rational (the pairs' null vectors and amplitudes) against LAPACK:
+    the same R up to row signs, null vectors of the wide matrices to eps * cond, least squares to
+    rounding, and a singular R flagged."""
+    from companion._rational import _householder, _lstsq_qr, _null_vectors
+
+    rng = np.random.default_rng(m + n)
+    A = rng.standard_normal((50, m, n))
+    _, _, R = _householder(A)
+    R_ref = np.linalg.qr(A)[1]
+    sign = np.sign(np.einsum("pii->pi", R) * np.einsum("pii->pi", R_ref))
+    assert np.max(np.abs(R * sign[:, :, None] - R_ref)) <= 1e-12 * np.max(np.abs(R_ref))
+    L = rng.standard_normal((50, n, n + 1))
+    w = _null_vectors(L)
+    w_ref = np.linalg.svd(L)[2][:, -1, :]
+    w *= np.sign(np.sum(w * w_ref, axis=1))[:, None]
+    cond = np.linalg.norm(L, axis=(1, 2)) / np.linalg.svd(L, compute_uv=False)[:, -1]
+    assert np.all(np.abs(w - w_ref).max(axis=1) <= 10 * np.finfo(float).eps * cond)
+    assert np.max(np.abs(np.einsum("pij,pj->pi", L, w))) <= 1e-13 * np.max(np.abs(L))
+    b = rng.standard_normal((50, m))
+    x, ok = _lstsq_qr(A, b)
+    x_ref = np.stack([np.linalg.lstsq(a, c, rcond=None)[0] for a, c in zip(A, b)])
+    assert ok.all() and np.max(np.abs(x - x_ref)) <= 1e-10 * np.max(np.abs(x_ref))
+    A[0, :, 0] = 0.0  # an exactly singular R
+    assert _lstsq_qr(A, b)[1].tolist() == [False] + [True] * 49
+
+
+def test_start_helpers_batched_over_rows_equal_each_row_alone():
+    """_agreeing, _match_terms, _apart and _start_rows with a leading row axis (the learner labels and
+    starts all rows at once) give exactly what each row gives alone, including rows whose pairs do not
+    all fit and rows whose outlier trimming stops at different passes."""
+    rng = np.random.default_rng(4)
+    N, K, H, d = 5, 30, 3, 4
+    X = rng.standard_normal((K, d))
+    gamma0 = rng.standard_normal((N, H))
+    gam = gamma0[:, None, :] + 1e-4 * rng.standard_normal((N, K, H))
+    gam[:, ::7] += 0.3  # pairs that disagree
+    sh = rng.standard_normal((N, K, H))
+    fit = rng.random((N, K)) > 0.2
+    gs = np.sort(gam, axis=2)
+    agree = mh._agreeing(gs, fit)
+    use, L = mh._match_terms(gam, sh, fit, gamma0)
+    for i in range(N):
+        alone = np.zeros(K, bool)
+        alone[fit[i]] = mh._agreeing(gs[i][fit[i]])
+        assert np.array_equal(agree[i], alone)
+        u1, L1 = mh._match_terms(gam[i], sh[i], fit[i], gamma0[i])
+        assert np.array_equal(use[i], u1) and np.array_equal(L[i], L1)
+    assert np.array_equal(mh._apart(gamma0), np.array([mh._apart(g) for g in gamma0]))
+    R_true = rng.standard_normal((N, H, d))
+    Lr = np.einsum("kd,nhd->nkh", X, R_true) + 1e-3 * rng.standard_normal((N, K, H))
+    Lr[1, :6, 0] += 2.0  # outliers: row 1 trims for more passes than the others
+    Lr[3, :, 2] = 9.0  # outside the window: row 3's head 2 falls back to every resolved token
+    resolved = rng.random((N, K, H)) > 0.1
+    R = mh._start_rows(X, Lr, 1.0, resolved)
+    for i in range(N):
+        assert np.array_equal(R[i], mh._start_rows(X, Lr[i], 1.0, resolved[i]))
+
+
 def test_fit_row_joint_far_off_start_returns_without_the_minpack_fallback(monkeypatch):
     """A start far off (not near convergence) used to run MINPACK for seconds before failing."""
     import companion._rational as rat
