@@ -547,8 +547,9 @@ def test_householder_qr_null_vectors_and_least_squares_match_lapack(m, n):
 
 def test_start_helpers_batched_over_rows_equal_each_row_alone():
     """_agreeing, _match_terms, _apart and _start_rows with a leading row axis (the learner labels and
-    starts all rows at once) give exactly what each row gives alone, including rows whose pairs do not
-    all fit and rows whose outlier trimming stops at different passes."""
+    starts all rows at once) give what each row gives alone (exactly; _start_rows to rounding),
+    including rows whose pairs do not all fit and rows whose outlier trimming stops at different
+    passes."""
     rng = np.random.default_rng(4)
     N, K, H, d = 5, 30, 3, 4
     X = rng.standard_normal((K, d))
@@ -573,8 +574,8 @@ def test_start_helpers_batched_over_rows_equal_each_row_alone():
     Lr[3, :, 2] = 9.0  # outside the window: row 3's head 2 falls back to every resolved token
     resolved = rng.random((N, K, H)) > 0.1
     R = mh._start_rows(X, Lr, 1.0, resolved)
-    for i in range(N):
-        assert np.array_equal(R[i], mh._start_rows(X, Lr[i], 1.0, resolved[i]))
+    for i in range(N):  # to rounding: one matrix product serves all rows' normal equations
+        assert np.max(np.abs(R[i] - mh._start_rows(X, Lr[i], 1.0, resolved[i]))) <= 1e-12 * np.max(np.abs(R[i]))
 
 
 def test_fit_row_joint_far_off_start_returns_without_the_minpack_fallback(monkeypatch):
