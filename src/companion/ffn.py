@@ -603,7 +603,11 @@ def _refine(f, U, c, b, rng, *, max_rho=1.0):
         # left line: g0 + s1 (t + rho); right line: g3 + s2 (t - rho)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = (g[:, 3] - g[:, 0] - s2 * rho - s1 * rho) / (s1 - s2)
-        if not (np.all(np.isfinite(t)) and np.all(np.abs(t) < 0.5 * rho)):
+        # One kink at t* in an outer quarter (rho/2 < |t*| < rho) makes one pair a chord across
+        # it, and the chords then cross at exactly t = -/+ rho/2 whatever t* is: that edge is refused
+        # too (with a margin for rounding), else |t| < rho/2 would be decided by the last bit.
+        edge = np.abs(np.abs(t) - 0.5 * rho) <= 1e-6 * rho
+        if not (np.all(np.isfinite(t)) and np.all(np.abs(t) < 0.5 * rho)) or np.any(edge):
             raise OracleInconsistentError(
                 f"re-measuring neuron {i}: no single kink near its hyperplane (two recovered "
                 "neurons share it, or a neuron was missed)."
