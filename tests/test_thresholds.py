@@ -1134,3 +1134,27 @@ def test_fit_logistic_sum_keeps_terms_down_to_1e_9_of_the_scale(c2, n_terms):
         np.testing.assert_allclose(l, [-1.0, 1.5], atol=1e-5)
     else:
         assert c[0] == pytest.approx(1.0, rel=1e-8) and abs(l[0] + 1.0) < 1e-8
+
+
+@pytest.mark.parametrize("gap, accepted", [(4e-6, True), (1e-6, False)], ids=["inside", "outside"])
+def test_ffn_refine_edge_margin_1e_6(gap, accepted):
+    """_refine refuses a crossing within 1e-6 rho of the edge rho/2 of its inner half-window: a
+    single kink at |t*| = (1 - gap) rho/2 (d = 2, rho = 1), 2e-6 from the edge for gap = 4e-6, is
+    located exactly and accepted; 5e-7 from it (gap = 1e-6), refused."""
+    a = np.array([0.6, 0.8])
+    z = np.array([-0.8, 0.6])
+    theta = np.arctan(0.5 * (1 - gap))
+    u = np.cos(theta) * a + np.sin(theta) * z
+
+    def f(X):
+        return 1.3 * np.maximum(np.atleast_2d(X) @ a, 0.0)
+
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        if accepted:
+            U, c, n = ffn._refine(f, u[:, None], np.array([1.3]), 1.3 * a, rng)
+            assert n == 4 and abs(float(U[:, 0] @ a)) > 1 - 1e-12
+            np.testing.assert_allclose(c, [1.3], rtol=1e-9)
+        else:
+            with pytest.raises(OracleInconsistentError, match="no single kink near its hyperplane"):
+                ffn._refine(f, u[:, None], np.array([1.3]), 1.3 * a, rng)

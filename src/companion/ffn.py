@@ -571,7 +571,9 @@ def _refine(f, U, c, b, rng, *, max_rho=1.0):
     only kink is neuron ``i``'s, at ``t_k``, found by intersecting the lines through
     ``g(-rho), g(-rho/2)`` and ``g(rho/2), g(rho)`` (4 queries). The true normal is ``u + delta``
     with ``delta^T z_k = -t_k`` (exact to first order). Then the coefficients ``c`` are fitted to
-    all these answers by linear least squares, given the linear part ``b``.
+    all these answers by linear least squares, given the linear part ``b``. A crossing outside the
+    inner half ``|t_k| < rho_k / 2``, or within ``1e-6 rho_k`` of its edge (where one kink in an
+    outer quarter puts it, wherever that kink is), raises :class:`OracleInconsistentError`.
     """
     d, m = U.shape
     if m == 0 or d == 1:
