@@ -409,14 +409,16 @@ def polish_pairs(s, G, gamma, l, *, iters=30, fixed_gamma=False):
 
     Z, res = parts(theta)
     cost = np.sum(res**2, axis=1)
-    eye = np.eye(nf)
+    ii = np.arange(nf)
     done = np.zeros(P, bool)
     for _ in range(iters):
-        J = np.concatenate([Z, theta[:, None, :H] * Z * (1 - Z)], axis=2)[:, :, free]
+        B = theta[:, None, :H] * Z * (1 - Z)  # d/dl
+        J = B if fixed_gamma else np.concatenate([Z, B], axis=2)
         A = J.transpose(0, 2, 1) @ J  # batched BLAS: a fifth of the time of the einsum
         g = np.einsum("psi,ps->pi", J, res)
         D = np.einsum("pii->pi", A) + 1e-300
-        step = -np.linalg.solve(A + mu[:, None, None] * (D[:, :, None] * eye), g[..., None])[..., 0]
+        A[:, ii, ii] += mu[:, None] * D  # Levenberg-Marquardt damping, in place
+        step = -np.linalg.solve(A, g[..., None])[..., 0]
         new = theta.copy()
         new[:, free] += step
         Zn, rn = parts(new)
