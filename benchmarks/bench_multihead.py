@@ -134,7 +134,7 @@ def rational_row(d, H, seed=0, repeats=3):
     The queries are recorded in a run of their own (untimed); the learner is timed on a plain oracle
     (keeping every query for the replay would cost it page faults the learner does not cause).
     Learner and oracle seconds are each the least of ``repeats`` runs (the learner's repeats only
-    while a run takes under 2 s), so that the ratio is not the load of the shared machine; the CPU
+    while a run takes under 10 s), so that the ratio is not the load of the shared machine; the CPU
     seconds of this process (``time.process_time``) are given beside them, and their ratio, which
     the load moves less (not a target: the target is wall time)."""
     target = random_multi_head(d, H, seed=seed)
@@ -153,7 +153,7 @@ def rational_row(d, H, seed=0, repeats=3):
         t_learn = min(t_learn, time.perf_counter() - t0)
         c_learn = min(c_learn, time.process_time() - c0)
         assert plain.n_queries == oracle.n_queries and again.n_heads == rec.n_heads  # the same queries
-        if t_learn > 2.0:
+        if t_learn > 10.0:  # (under 2 s, a loaded machine left d = 64, H = 4 one run against 5 replays)
             break
     m = match_heads(canonical_form(target), rec.model)
     err = max(m["max_W_error"], m["max_v_error"])
