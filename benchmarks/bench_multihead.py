@@ -33,10 +33,10 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    (H = 6) to 2.7 (H = 8) and 47 (H = 12). Not met: H = 12 at d = 64 (needs a start that does not
    rest on single pairs).
    Time, after the labelling, start and links were batched over rows and the pairs' and rows' fits
-   sped up (benchmarks/compare_counts_time.py --ref 60d8216, 2026-12-01 17:30 UTC, load average
-   3.6-4.1, OPENBLAS_NUM_THREADS=1; the learner before
-   and after and the oracle's replay in one process, each the least of 5 runs; CPU seconds of the
-   process, which the load moves less than wall seconds; learner / oracle):
+   sped up (2026-12-01 17:30 UTC, load average 3.6-4.1, OPENBLAS_NUM_THREADS=1; the learner before
+   and after and the oracle's replay in one process, each the least of 5 runs, as
+   benchmarks/compare_counts_time.py --ref 60d8216 measures them; CPU seconds of the process,
+   which the load moves less than wall seconds; learner / oracle):
      d  H   before  after      d  H   before  after
     32  2    4.41   2.93      64  2    2.38   1.67
     32  4    2.54   1.83      64  4    2.00   1.58
