@@ -117,12 +117,13 @@ def main(argv=None) -> int:
         if row["status"] == "ok":
             ratio = row["learner_s"] / max(row["oracle_s"], 1e-9)
             cpu_ratio = row["cpu_s"] / max(row["oracle_cpu_s"], 1e-9)
-            print(f"{method:>6} {row['d']:>5} {row['r']:>3} {row['m']:>8} {row['learner_s']:>10.1f} {row['cpu_s']:>7.1f} "
-                  f"{row['oracle_s']:>9.2f} {row['oracle_cpu_s']:>10.2f} {ratio:>6.1f} {cpu_ratio:>9.1f} "
-                  f"{row['peak_mb']:>8.0f} {row['rel_error_W']:>10.1e} {row['load']:>5.1f}  ok", flush=True)
+            print(f"{method:>6} {row['d']:>5} {row['r']:>3} {row['m']:>8} {row['learner_s']:>10.1f} "
+                  f"{row['cpu_s']:>7.1f} {row['oracle_s']:>9.2f} {row['oracle_cpu_s']:>10.2f} {ratio:>6.1f} "
+                  f"{cpu_ratio:>9.1f} {row['peak_mb']:>8.0f} {row['rel_error_W']:>10.1e} {row['load']:>5.1f}  ok",
+                  flush=True)
         else:
-            print(f"{method:>6} {d:>5} {r:>3} {'':>8} {'':>10} {'':>7} {'':>9} {'':>10} {'':>6} {'':>9} {'':>8} {'':>10} "
-                  f"{'':>5}  {row['status']}", flush=True)
+            print(f"{method:>6} {d:>5} {r:>3} {'':>8} {'':>10} {'':>7} {'':>9} {'':>10} {'':>6} {'':>9} {'':>8} "
+                  f"{'':>10} {'':>5}  {row['status']}", flush=True)
     return verdicts(rows).exit_code()
 
 

@@ -274,10 +274,8 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=3e-2):
             a2, b2 = np.einsum("kr,kr->k", alpha, alpha), np.einsum("kr,kr->k", beta, beta)
             om = 1.0 / np.sqrt(np.maximum(a2 * nb2 + np.maximum(na2 - a2, 0.0) * b2, np.finfo(float).tiny))
         rows = {"alpha": om[:, None] * alpha, "beta": om[:, None] * beta, "low": low}
-        X, Y, its = _tangent_step(
-            A, B, om * res, U, V, direct_max=direct_max, rtol=min(forcing, max(_FORCING_MIN, rel)),
-            stagnation=_STAGNATION, **rows,
-        )
+        eta = min(forcing, max(_FORCING_MIN, rel))  # the forcing falls with the residual
+        X, Y, its = _tangent_step(A, B, om * res, U, V, direct_max=direct_max, rtol=eta, stagnation=_STAGNATION, **rows)
         total += its
         U, s, V = _retract(U, s, V, X, Y, r)
     info = {"iterations": it, "residual": history[-1], "residuals": history, "lsqr_iterations": total}
