@@ -81,7 +81,7 @@ def _spectral_start(A, B, t, r, low=None):
 
     The ``d x d`` sum is accumulated over row chunks (no ``(m, d)`` temporary), from the float32
     copies ``low = (A, B)`` when given (:func:`_rgn`'s matrix-free solves: an ``O(m d^2)`` product,
-    as costly as the oracle's own answers at ``d = 1024``, at twice float64's speed; the start
+    as costly as the oracle's own answers at ``d = 1024``, 1.7 times faster in float32; the start
     moves by float32's rounding, far below its own distance to ``W``), else in float64."""
     m, d = A.shape
     As, Bs = (A, B) if low is None else low
@@ -175,7 +175,8 @@ def _tangent_step(
 
     def adjoint(y):
         # (C^T A)^T, not A^T C: the same product, with the long (m) axis contiguous in both
-        # operands of the GEMM (measured 1.5 times faster in float32 at d = 1024, r = 32).
+        # operands of the GEMM (float32, one thread, best of 7: 1.23 times faster at d = 1024,
+        # r = 32; the same at d = 384).
         Y = ((y[:, None] * Cl).T @ Al).T
         Y -= Ul @ (Ul.T @ Y)
         return ((y[:, None] * El).T @ Bl).T, Y
@@ -233,10 +234,11 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=3e-2):
     _FORCING_MIN))`` at relative residual ``rel``: an inexact Newton method whose forcing falls
     with the residual, which keeps Gauss-Newton's quadratic convergence (Dembo, Eisenstat &
     Steihaug 1982), at far fewer inner iterations in all than exact solves and fewer Gauss-Newton
-    iterations than a fixed forcing (measured at ``d = 512``, ``r = 16``: 7 instead of 11, at the
-    same 103 inner iterations; each Gauss-Newton iteration costs two ``(m, d) x (d, r)`` float64
-    products for its residual). A matrix-free solve also stops when its residual stagnates
-    (``_STAGNATION``: at the measurements' rounding).
+    iterations than a fixed forcing (measured at ``d = 512``, ``r = 16``: 7 instead of 11, at 103
+    inner iterations, 108 with the fixed forcing; each Gauss-Newton iteration costs two
+    ``(m, d) x (d, r)`` float64 products for its residual). A matrix-free solve also stops when its
+    residual stagnates (``_STAGNATION``: at the measurements' rounding; the final iteration's solve
+    took 2 CGLS iterations instead of 10 there).
     A tangent problem solved matrix-free has its rows scaled to unit norm in the tangent space (row
     equilibration: the problem is consistent near an exact solution, so this changes its
     conditioning, not its solution; it cut the inner iterations by 40 % at ``d = 256``) and is
