@@ -42,3 +42,60 @@ def test_sketch_rank_above_assumed_still_blames_the_target():
     oracle = ValueQueryOracle(random_single_head(12, rank=3, seed=0))
     with pytest.raises(OracleInconsistentError, match="rank above the assumed rank=2"):
         learn_low_rank(oracle, 2, method="sketch")
+
+
+# --- the one-layer Transformer with two close kinks and an unchecked FFN part -------------------------
+
+def _close_kinks(gap_over_resolution, *, d=4, m=3, seed=0):
+    """A one-layer Transformer whose neurons 0 and 1 have kinks ``gap_over_resolution * delta / c`` apart
+    on the first line the FFN learner scans with ``verify=0`` and ``seed`` (``delta`` the kink search's
+    accuracy, ``c`` the smaller slope change); along every other line they are far apart."""
+    from companion.attention import OneLayerTransformer
+    from companion.transformer import random_one_layer
+
+    tf = random_one_layer(d, m, seed=0)
+    rng = np.random.default_rng(seed)                  # learn_ffn's first plane with verify=0
+    P, _ = np.linalg.qr(rng.standard_normal((d, 2)))
+    p, q = P[:, 0], P[:, 1]
+    A, w = tf.A.copy(), tf.w_o
+    t1 = -(A[:, 0] @ p) / (A[:, 0] @ q)
+    E = np.concatenate([np.eye(d), -np.eye(d)])
+    scale = np.max(np.abs(np.maximum(E @ A, 0) @ w))
+    delta = 1024 * np.finfo(float).eps * scale * (1 + abs(t1))
+    c = min(abs(w[0] * (A[:, 0] @ q)), abs(w[1] * (A[:, 1] @ q)))
+    x = p + (t1 + gap_over_resolution * delta / c) * q
+    A[:, 1] -= (A[:, 1] @ x) / (x @ x) * x              # neuron 1's hyperplane through x
+    return OneLayerTransformer(tf.W, A, w)
+
+
+@pytest.mark.parametrize("gap", [1.5, 16.0])
+def test_one_layer_close_kinks_with_unchecked_ffn_name_the_kink_search(gap):
+    """Two kinks 1.5 and 16 delta/c apart (in the band the kink search may merge) with ffn_verify=0.
+    Before, the whole-model check said the oracle "is not a one-layer Transformer"; the target is one,
+    and the error now names the unchecked FFN step and ffn_verify. With the FFN's own check the same
+    target is learned."""
+    from companion.errors import PrecisionError
+    from companion.transformer import FFN_BLAME_QUERIES, learn_one_layer
+
+    target = _close_kinks(gap)
+    oracle = ValueQueryOracle(target)
+    with pytest.raises(PrecisionError) as info:
+        learn_one_layer(oracle, ffn_verify=0)
+    msg = str(info.value)
+    assert "the cause is the FFN step, not the target" in msg and "Pass ffn_verify=64" in msg
+    assert "closer than the kink search separates" in msg
+    assert "not a one-layer Transformer" not in msg
+    rec = learn_one_layer(ValueQueryOracle(target))      # ffn_verify=64 (default)
+    assert np.allclose(rec.W, target.W, atol=1e-8)
+    assert FFN_BLAME_QUERIES == 16
+
+
+def test_one_layer_outside_the_class_with_unchecked_ffn_still_blames_the_target():
+    """Two heads sharing the FFN are outside the class, and their one-token answers are still a
+    bias-free ReLU network (A = B_1 + B_2): the FFN part agrees on one-token queries, so the diagnosis
+    stays "not a one-layer Transformer", with ffn_verify=0 too."""
+    from companion.transformer import learn_one_layer, random_multi_head_transformer
+
+    target = random_multi_head_transformer(4, 2, 3, seed=0)
+    with pytest.raises(OracleInconsistentError, match="not a one-layer Transformer"):
+        learn_one_layer(ValueQueryOracle(target), ffn_verify=0)
