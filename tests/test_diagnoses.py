@@ -5,6 +5,8 @@ The project guide's rule: "Never silently wrong, never wrongly diagnosed." Each 
 before the fix it names (its docstring says what the old message blamed).
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -99,3 +101,55 @@ def test_one_layer_outside_the_class_with_unchecked_ffn_still_blames_the_target(
     target = random_multi_head_transformer(4, 2, 3, seed=0)
     with pytest.raises(OracleInconsistentError, match="not a one-layer Transformer"):
         learn_one_layer(ValueQueryOracle(target), ffn_verify=0)
+
+
+# --- W_max, the norm bound of the approximate-oracle learners (§6: ||W*||_F <= W_max) -------------------
+
+def _scaled_head(factor, *, d=8, r=2, W_max=4.0):
+    from companion.attention import SingleHead
+    from companion.robust import random_margin_head
+
+    base = random_margin_head(d, W_max=W_max, mu=0.1, rank=r, seed=0)
+    return SingleHead(base.W / np.linalg.norm(base.W) * W_max * factor, base.v)
+
+
+@pytest.mark.parametrize("method", ["rgn", "nuclear"])
+@pytest.mark.parametrize("tau", [1e-6, 0.0])
+@pytest.mark.parametrize("factor, refused", [(1.05, False), (1.3, True), (3.0, True)])
+def test_noisy_low_rank_enforces_W_max(method, tau, factor, refused):
+    """||W*||_F = factor * W_max. Before, learn_low_rank_noisy returned ||W_hat||_F = 12 > W_max = 4
+    (factor 3) with tau = 0, and with tau = 1e-6 (rgn) said "the answers do not determine W at this
+    precision" of an answer that determined it to 1e-4: W_max was ignored, or blamed on the precision.
+    Now, as learn_robust refuses a weight outside its window, it refuses for any verify, naming W_max;
+    within the verification's allowance (1.05) it returns the head."""
+    from companion.oracles import ApproxValueQueryOracle
+    from companion.robust import learn_low_rank_noisy
+
+    head = _scaled_head(factor)
+    oracle = ApproxValueQueryOracle(head, tau) if tau else ValueQueryOracle(head)
+    if refused:
+        with pytest.raises(OracleInconsistentError, match=r"exceeds W_max=4, and the answers pin its scale") as info:
+            learn_low_rank_noisy(oracle, 2, W_max=4.0, method=method, verify=0)
+        named = float(re.search(r"Pass W_max >= ([0-9.]+)", str(info.value)).group(1))
+        assert abs(named - np.linalg.norm(head.W)) < 0.01 * np.linalg.norm(head.W)
+    else:
+        rec = learn_low_rank_noisy(oracle, 2, W_max=4.0, method=method)
+        assert np.linalg.norm(rec.W - head.W) < 1e-2 * np.linalg.norm(head.W)
+
+
+@pytest.mark.parametrize("factor, refused", [(1.0, False), (1.3, True)])
+def test_robust_lstsq_enforces_W_max_without_verification(factor, refused):
+    """Before, learn_robust_lstsq(verify=0) returned a W_hat off by 11 % for ||W*||_F = 3 W_max (its clip
+    window hid the violation). ||W_hat||_F > W_max + eps_W_bound contradicts its own guarantee, so it
+    refuses, naming W_max; at ||W*||_F = W_max it returns the head."""
+    from companion.oracles import ApproxValueQueryOracle
+    from companion.robust import learn_robust_lstsq
+
+    head = _scaled_head(factor)
+    oracle = ApproxValueQueryOracle(head, 1e-6)
+    if refused:
+        with pytest.raises(OracleInconsistentError, match=r"exceeds W_max=4 by more than the guaranteed error"):
+            learn_robust_lstsq(oracle, W_max=4.0, verify=0)
+    else:
+        rec = learn_robust_lstsq(oracle, W_max=4.0, verify=0)
+        assert np.linalg.norm(rec.W - head.W) < 1e-3

@@ -795,6 +795,12 @@ def learn_robust_lstsq(
         If the budget is below :func:`n_queries_lstsq`; raised before the first query.
     NotIdentifiableError
         If every ``|v_hat_i|`` is within the read-out error allowed by ``tau``: ``v*`` may be 0.
+    OracleInconsistentError
+        If ``||W_hat||_F > W_max + eps_W_bound`` (plus float64 rounding): the guarantee
+        ``||W_hat - W*||_F <= eps_W_bound`` and ``||W*||_F <= W_max`` cannot both hold, so an
+        assumption is false (most likely ``W_max``, which the message says to raise); any
+        ``verify``, no query, as :func:`learn_robust` refuses a weight outside its window. Also if
+        the verification fails.
 
     Notes
     -----
@@ -925,6 +931,17 @@ def learn_robust_lstsq(
     eps_W_bound = float(np.sqrt(d) * np.linalg.norm(entry))
     if rank is not None and rank < d:
         eps_W_bound *= 2.0  # Eckart-Young: the truncation at most doubles it
+    # ||W* - W_hat||_F <= eps_W_bound under the assumptions, so ||W_hat||_F <= W_max + eps_W_bound:
+    # a larger ||W_hat||_F proves one of them false (no query needed), as learn_robust's window does.
+    norm_W = float(np.linalg.norm(W_hat))
+    if norm_W > W_max + eps_W_bound + np.sqrt(np.finfo(float).eps) * W_max:  # float64 rounding
+        raise OracleInconsistentError(
+            f"||W_hat||_F = {norm_W:.3g} exceeds W_max={W_max:g} by more than the guaranteed error "
+            f"eps_W_bound={eps_W_bound:.3g} (from the answers, under the assumptions): so "
+            "||W*||_F <= W_max is false, or the oracle errs by more than tau, or it is not a single "
+            f"head. Pass W_max >= {norm_W:.3g} (it also sets the probe scales); the guarantee would "
+            "not hold."
+        )
     diagnostics = {
         "pivot": p,
         "signs": s,
@@ -1116,6 +1133,40 @@ def _ambiguity(A, B, res, delta, factors, *, W_max):
     return best
 
 
+def _check_norm_bound(W, fit, t, delta, *, W_max, rtol):
+    """Refuse a ``W_hat`` whose answers pin its scale above ``W_max`` (§6's ``||W*||_F <= W_max``).
+
+    As :func:`learn_robust` refuses a weight outside Lemma 6.1's window, this refuses, with no new
+    query, a fit the assumption does not explain: ``||W_hat||_F`` above ``(1 + rtol) W_max``, and
+    ``W_hat`` scaled down onto the bound, ``W_hat W_max / ||W_hat||_F`` (its projection onto the
+    ball, same rank), misses a bound ``|<a_k b_k^T, W> - t_k| <= delta_k`` that every head within
+    ``tau`` of the answers meets by more than twice as much as ``W_hat`` does (``delta_k`` plus
+    ``sqrt(eps) max |t|`` for float64 rounding, so that ``tau = 0`` has a floor). The set of
+    ``s`` with ``W_hat + s W_hat / ||W_hat||_F`` meeting the bounds is an interval, so no head on
+    that line inside the ball meets them. ``fit`` is ``<a_k b_k^T, W_hat>``. If the scaled head
+    meets them, the answers do not fix the scale, and the undetermined-``W`` check speaks instead.
+    """
+    nW = float(np.linalg.norm(W))
+    if nW <= (1.0 + rtol) * W_max:
+        return
+    bound = delta + np.sqrt(np.finfo(float).eps) * float(np.max(np.abs(t), initial=0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        own = float(np.max(np.abs(fit - t) / bound, initial=0.0))
+        miss = np.abs(fit * (W_max / nW) - t) / bound
+    missed = miss > max(1.0, 2.0 * own)
+    if not np.any(missed):
+        return
+    raise OracleInconsistentError(
+        f"||W_hat||_F = {nW:.3g} exceeds W_max={W_max:g}, and the answers pin its scale: W_hat "
+        f"scaled down onto ||W||_F = W_max misses {int(missed.sum())} of the {t.size} bounds "
+        f"|<a_k b_k^T, W> - t_k| <= delta_k that every head within tau of the answers meets, by up "
+        f"to {float(np.max(miss)):.3g} delta_k (W_hat itself: {own:.3g}). The answers point to "
+        f"||W*||_F > W_max (near {nW:.3g}), or the oracle errs by more than tau, or it is not a "
+        f"single head. Pass W_max >= {nW:.3g} (it also sets the query scales); the guarantee "
+        "would not hold."
+    )
+
+
 _UNDETERMINED = (
     "the answers do not determine W at this precision: {evidence}. At tau={tau:.3g} the m={m} "
     "rank-one projections leave a set of rank-{r} heads consistent with every answer (as W* is) "
@@ -1263,6 +1314,11 @@ def learn_low_rank_noisy(
         ``FIT_SLACK`` times the largest one a head inside the assumptions allows
         (``fit_ratio > FIT_SLACK``): no rank-``r`` head with ``||W*||_F <= W_max`` answered within
         ``tau``, or Gauss-Newton stopped in a wrong minimum. Also if the verification fails.
+        Either method, any ``tau`` and ``verify`` (as :func:`learn_robust` refuses a weight
+        outside its window; no query): if ``||W_hat||_F > (1 + verify_rtol) W_max`` and the
+        answers pin the scale there (``W_hat`` scaled down onto ``||W||_F = W_max`` misses a
+        bound ``delta_k`` by more than twice ``W_hat`` does): the answers point to
+        ``||W*||_F > W_max``, and the message names the ``W_max`` to pass.
     PrecisionError
         ``"rgn"``, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
         ``verify_rtol min(||W||_F, W_max)``, or ``ambiguity_W`` reaches
@@ -1356,6 +1412,7 @@ def learn_low_rank_noisy(
     if method == "nuclear":
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
         fit = _rop_apply(A, B, W)
+        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
         how = "noise-aware nuclear-norm program (SCS)"
     else:
         w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
@@ -1381,6 +1438,7 @@ def learn_low_rank_noisy(
         fit = _rop_apply_factors(A, B, *factors)  # O(m d r): W = F G never applied
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
         info["converged"] = info["stop"] != "max_iter"
+        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
         if tau > 0:
             info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0)
             info["ambiguity_W"] = _ambiguity(A, B, fit - t, delta, factors, W_max=W_max)
