@@ -24,14 +24,17 @@ merged, columns sorted (:func:`canonical_form`).
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 
+from ._learner import COARSE_FACTOR, FLOAT64_U
 from ._validation import as_float_array, as_sequences, check_int, check_real
 from .errors import (
+    CompanionError,
     InvalidInputError,
     NotIdentifiableError,
     OracleInconsistentError,
@@ -756,6 +759,43 @@ def _merge_neurons(U, c, quality, tol=1e-6):
     return U[:, kept], c[kept], quality[kept]
 
 
+def _names_rounding(body):
+    """Decorator: a refusal of :func:`learn_ffn` on answers rounded to float32 or coarser names the
+    rounding (:class:`~companion.errors.PrecisionError`), not a target outside the ReLU class.
+
+    As :func:`companion._learner.names_rounding`, with the precision stated by the oracle or
+    measured by :func:`companion.oracles.measure_one_token_precision` (16 one-token queries,
+    ``seed + 7``); if no budget is left to measure, the original error stands.
+    """
+
+    @functools.wraps(body)
+    def run(oracle, *args, seed=0, **kwargs):
+        try:
+            return body(oracle, *args, seed=seed, **kwargs)
+        except OracleInconsistentError as err:
+            from .oracles import measure_one_token_precision, nearest_format, stated_precision
+
+            u, how = stated_precision(oracle), "are stated to carry"
+            if u is None:
+                try:
+                    u, how = measure_one_token_precision(oracle, seed=seed + 7)["u"], "carry"
+                except CompanionError:  # no budget left to measure: keep the original diagnosis
+                    raise err from None
+            if u > COARSE_FACTOR * FLOAT64_U:
+                raise PrecisionError(
+                    f"{body.__name__} refused, and the answers {how} rounding of about u={u:.2g} "
+                    f"({nearest_format(u)}): its kink search intersects lines through answers exact "
+                    "to float64 rounding, and rounding at this level bends every piece (the search "
+                    "then finds kinks everywhere), so this refusal is the answers' rounding, not a "
+                    "target outside the bias-free ReLU class. No FFN learner here works from answers "
+                    f"this coarse; ask a float64 server. (The search said: {err})"
+                ) from err
+            raise
+
+    return run
+
+
+@_names_rounding
 def learn_ffn(
     oracle, *, signs="auto", refine=True, milp_time_limit=10.0, max_planes=3, verify=64, verify_rtol=1e-9, seed=0
 ):
@@ -813,7 +853,10 @@ def learn_ffn(
         vector fits, or the verification still fails after ``max_planes`` planes).
     PrecisionError
         If on every one of the ``max_planes`` planes :func:`find_kinks` found two kinks along a line
-        closer than float64 resolves (see its Notes): a plane where that happens is redrawn.
+        closer than float64 resolves (see its Notes): a plane where that happens is redrawn. Also
+        instead of ``OracleInconsistentError`` when the answers carry rounding ``2**10`` times
+        float64's or coarser (float32: stated by the oracle, or measured after the refusal from
+        16 one-token queries, :func:`companion.oracles.measure_one_token_precision`): the message names the rounding, not the target.
 
     Notes
     -----

@@ -48,6 +48,7 @@ __all__ = [
     "perturbation_ulps",
     "perturb",
     "measure_precision",
+    "measure_one_token_precision",
     "stated_precision",
     "as_precision",
     "FORMATS",
@@ -445,6 +446,66 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
         "bits": bits,
         "format": nearest_format(u),
         "n_queries": 3 * n,
+    }
+
+
+def measure_one_token_precision(oracle, *, n=8, seed=0) -> dict:
+    """Measure the relative rounding of a one-token oracle's answers (an FFN) from ``2 n`` queries.
+
+    :func:`measure_precision` permutes and repeats the tokens of long sequences, which an oracle of
+    a feed-forward network (one token) does not answer. Here the queries are ``[x^T]`` and
+    ``[(3 x)^T]`` for ``n`` random ``x`` (``N(0, I_d / d)``). A bias-free ReLU network is
+    positively homogeneous, ``f(3 x) = 3 f(x)`` exactly, and a served evaluation rounds the two
+    differently (3 is not a power of two): ``u_spread`` is the median ``|f(3 x) / 3 - f(x)|`` over
+    the root-mean-square answer. It counts only when below ``1e-3``: a larger spread is the
+    target's own non-homogeneity (say, a GELU network), not rounding. ``u_granularity`` is
+    ``2**-p`` for the most significant bits ``p`` any answer has (a float32 answer has at most
+    24), as in :func:`measure_precision`; ``u`` is the larger that counts.
+
+    Returns
+    -------
+    dict
+        ``u``, ``u_spread``, ``u_granularity``, ``bits``, ``homogeneous`` (``u_spread < 1e-3``),
+        ``format`` (:func:`nearest_format` of ``u``) and ``n_queries`` (``2 n``).
+
+    Raises
+    ------
+    BudgetExceededError
+        If fewer than ``2 n`` queries remain (before the first).
+
+    Examples
+    --------
+    >>> from companion.ffn import FeedForward
+    >>> net = FeedForward(np.eye(3), np.array([1.0, -2.0, 0.5]))
+    >>> measure_one_token_precision(ValueQueryOracle(net))["format"]
+    'float64'
+    >>> f32 = lambda X: np.float32(net(X)).astype(np.float64)
+    >>> m = measure_one_token_precision(ValueQueryOracle(f32, d=3))
+    >>> m["format"], m["bits"] <= 24
+    ('float32', True)
+    """
+    n = check_int(n, "n", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
+    d = int(oracle.d)
+    if hasattr(oracle, "require"):
+        oracle.require(2 * n, learner="measure_one_token_precision")
+    x = np.random.default_rng(seed).standard_normal((n, d)) / np.sqrt(d)
+    y = np.asarray(oracle(np.concatenate([x, 3.0 * x])[:, None, :]), dtype=np.float64)
+    y1, y3 = y[:n], y[n:] / 3.0
+    rms = float(np.sqrt(np.mean(y1**2)))
+    u_spread = float(np.median(np.abs(y3 - y1)) / rms) if rms > 0 else 0.0
+    homogeneous = u_spread < 1e-3
+    bits = _significant_bits(y)
+    u_gran = 2.0**-bits if bits else 0.0
+    u = max(u_spread if homogeneous else 0.0, u_gran)
+    return {
+        "u": u,
+        "u_spread": u_spread,
+        "u_granularity": u_gran,
+        "bits": bits,
+        "homogeneous": homogeneous,
+        "format": nearest_format(u),
+        "n_queries": 2 * n,
     }
 
 

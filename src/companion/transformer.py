@@ -200,6 +200,19 @@ def random_one_layer(d, m, *, rank=None, seed) -> OneLayerTransformer:
     return OneLayerTransformer.from_native(Q, K, V, W1, w2)
 
 
+#: The one-layer learner's FFN step locates kinks and its head step reads logits, both from answers
+#: exact to float64 rounding: a refusal at float32 or coarser answers names the rounding.
+_one_layer_rounding = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} refused, and {prec.describe()}: its FFN step locates kinks and its head step "
+        "inverts softmax weights, both from answers exact to float64 rounding, so this refusal is "
+        "the answers' rounding, not a target outside the one-layer class. Ask a float64 server. "
+        f"(The step said: {err})"
+    )
+)
+
+
+@_one_layer_rounding
 def learn_one_layer(
     oracle,
     *,
@@ -268,6 +281,8 @@ def learn_one_layer(
     OracleInconsistentError
         If the one-token answers are not a bias-free ReLU network (see
         :func:`~companion.ffn.learn_ffn`), or the antisymmetrised answers not a softmax head.
+        (:class:`~companion.errors.PrecisionError` instead when the answers carry float32 or
+        coarser rounding, stated or measured after the refusal with 24 queries.)
     PrecisionError
         If the FFN learner found two neurons' kinks closer than float64 resolves on every plane
         (from :func:`~companion.ffn.learn_ffn`); or if, with ``ffn_verify=0``, the whole-model
