@@ -153,3 +153,136 @@ def test_robust_lstsq_enforces_W_max_without_verification(factor, refused):
     else:
         rec = learn_robust_lstsq(oracle, W_max=4.0, verify=0)
         assert np.linalg.norm(rec.W - head.W) < 1e-3
+
+
+# --- answers served in float32: the rounding is named, not the target -----------------------------------
+
+def _f32_answers(model):
+    """Inputs and answers rounded to float32 (the parameters stay): relative rounding about 6e-8."""
+
+    class Served:
+        d = model.d
+
+        def __call__(self, X):
+            X = np.asarray(np.asarray(X, dtype=np.float32), dtype=np.float64)
+            return np.asarray(np.asarray(model(X), dtype=np.float32), dtype=np.float64)
+
+    return Served()
+
+
+@pytest.mark.parametrize("method", ["nuclear", "rgn"])
+def test_low_rank_exact_fits_on_float32_answers_name_the_rounding(method):
+    """Before: "SCS stopped with status 'infeasible' ... (the oracle is not a single head)" (nuclear) and
+    "either m=56 measurements are too few for this draw, or rank(W*) > rank=2" (rgn) for a rank-2 head
+    served in float32. The float64 answers of the same head are learned."""
+    from companion.errors import PrecisionError
+    from companion.lowrank import learn_low_rank
+    from companion.served import ServedHead
+
+    head = random_single_head(8, rank=2, seed=3)
+    with pytest.raises(PrecisionError, match=r"u=6\.\de-08 \(float32\?\).*not too few measurements") as info:
+        learn_low_rank(ValueQueryOracle(ServedHead(head)), 2, method=method)
+    assert "method='sketch'" in str(info.value) and "not a single head" not in str(info.value)
+    rec = learn_low_rank(ValueQueryOracle(head), 2, method=method)
+    assert np.linalg.norm(rec.W - head.W) < 1e-6 * np.linalg.norm(head.W)
+
+
+def test_low_rank_rgn_failure_on_float64_answers_keeps_its_diagnosis():
+    """The rounding check measures float64 answers and leaves the solver's own diagnosis: a rank-3 head
+    learned at rank 2 by rgn still says m too few or rank(W*) > rank."""
+    from companion.errors import SolverError
+    from companion.lowrank import learn_low_rank
+
+    with pytest.raises(SolverError, match=r"rank\(W\*\) > rank=2"):
+        learn_low_rank(ValueQueryOracle(random_single_head(8, rank=3, seed=3)), 2, method="rgn")
+
+
+def test_ffn_on_float32_answers_names_the_rounding_and_gelu_is_still_outside():
+    """Before: "the target is not a bias-free ReLU network, or has kinks too close" for a ReLU network
+    whose answers are rounded to float32. A GELU network (float64) is still refused as outside the class:
+    the one-token precision check does not take its non-homogeneity for rounding."""
+    from companion import ffn
+    from companion.errors import PrecisionError
+
+    net = ffn.random_feedforward(4, 3, seed=0)
+    with pytest.raises(PrecisionError, match=r"u=6e-08 \(float32\).*not a target outside the bias-free ReLU"):
+        ffn.learn_ffn(ValueQueryOracle(_f32_answers(net)), max_planes=1)
+
+    class Gelu:
+        d = 4
+
+        def __call__(self, X):
+            z = np.asarray(X)[:, -1, :] @ net.A
+            return (0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z**3)))) @ net.w_o
+
+    with pytest.raises(OracleInconsistentError, match="not a bias-free ReLU network"):
+        ffn.learn_ffn(ValueQueryOracle(Gelu()), max_planes=1)
+
+
+def test_measure_one_token_precision():
+    """float64 answers of a ReLU network measure at float64, float32-rounded ones at float32 (at most 24
+    bits), and a non-homogeneous target's spread (f(3x)/3 != f(x)) is not counted as rounding."""
+    from companion import ffn
+    from companion.oracles import measure_one_token_precision
+
+    net = ffn.random_feedforward(4, 3, seed=0)
+    m64 = measure_one_token_precision(ValueQueryOracle(net))
+    assert m64["format"] == "float64" and m64["homogeneous"] and m64["n_queries"] == 16
+    m32 = measure_one_token_precision(ValueQueryOracle(_f32_answers(net)))
+    assert m32["format"] == "float32" and m32["bits"] <= 24 and 2.0**-25 < m32["u"] < 2.0**-22
+
+    class Tanh:
+        d = 4
+
+        def __call__(self, X):
+            return np.tanh(np.asarray(X)[:, -1, :] @ net.A) @ net.w_o
+
+    mt = measure_one_token_precision(ValueQueryOracle(Tanh()))
+    assert not mt["homogeneous"] and mt["u_spread"] > 1e-3 and mt["format"] == "float64"
+
+
+def test_one_layer_on_float32_answers_names_the_rounding():
+    """Before: "not a bias-free ReLU network" for a one-layer Transformer served in float32."""
+    from companion.errors import PrecisionError
+    from companion.transformer import (MultiHeadTransformer, ServedMultiHeadTransformer, learn_one_layer,
+                                       random_one_layer)
+
+    tf = random_one_layer(4, 3, seed=0)
+    served = ServedMultiHeadTransformer(MultiHeadTransformer(tf.W[None], tf.A[None], tf.w_o))
+    with pytest.raises(PrecisionError, match=r"float32.*rounding"):
+        learn_one_layer(ValueQueryOracle(served), max_planes=1)
+
+
+def test_orthogonal_heads_on_float32_answers_name_the_rounding():
+    """Before: "the oracle is not a sum of heads in mutually orthogonal subspaces" for orthogonal heads
+    whose answers are rounded to float32; float64 answers of the same heads are learned."""
+    from companion import multihead
+    from companion.errors import PrecisionError
+
+    heads = multihead.random_multi_head(4, 2, orthogonal=True, seed=6)
+    with pytest.raises(PrecisionError, match=r"u=6e-08 \(float32\?\).*not heads outside mutually orthogonal"):
+        multihead.learn_orthogonal_heads(ValueQueryOracle(_f32_answers(heads)))
+    assert multihead.learn_orthogonal_heads(ValueQueryOracle(heads)).n_queries > 0
+
+
+def test_robust_window_refusal_names_tau_too():
+    """Answers with noise 1e-2 from an oracle stating tau = 1e-6, the head inside W_max: before, the
+    window refusal said only "|W*_ij| exceeds W_max"; it now names the oracle's tau as the other cause."""
+    from companion.oracles import ApproxValueQueryOracle
+    from companion.robust import learn_robust, random_margin_head
+
+    head = random_margin_head(4, W_max=3.0, mu=0.2, seed=2)
+
+    class Understated:
+        def __init__(self, oracle):
+            self._o, self.tau, self.d = oracle, 1e-6, oracle.d
+
+        def __call__(self, X):
+            return self._o(X)
+
+        def __getattr__(self, name):
+            return getattr(self._o, name)
+
+    oracle = Understated(ApproxValueQueryOracle(head, 1e-2, noise="worst", seed=3))
+    with pytest.raises(OracleInconsistentError, match=r"err by more than the oracle's tau=1e-06.*real tau"):
+        learn_robust(oracle, W_max=3.0, mu=0.2)

@@ -856,7 +856,8 @@ def learn_ffn(
         closer than float64 resolves (see its Notes): a plane where that happens is redrawn. Also
         instead of ``OracleInconsistentError`` when the answers carry rounding ``2**10`` times
         float64's or coarser (float32: stated by the oracle, or measured after the refusal from
-        16 one-token queries, :func:`companion.oracles.measure_one_token_precision`): the message names the rounding, not the target.
+        16 one-token queries, :func:`companion.oracles.measure_one_token_precision`): the message
+        names the rounding, not the target.
 
     Notes
     -----

@@ -39,9 +39,11 @@ from scipy.special import logit
 
 from ._streaming import CHUNK_BYTES, answer_rop, chunk_queries
 from ._validation import as_float_array, check_choice, check_int, check_real
-from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
 from ._learner import (
+    COARSE_FACTOR,
     DEFAULT_VERIFY,
+    FLOAT64_U,
     AnswerPrecision,
     best_relative_scale,
     build,
@@ -53,7 +55,7 @@ from ._learner import (
     verify_head,
 )
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
-from .errors import MESSAGES
+from .errors import MESSAGES, CompanionError
 from .numerics.rgn import _rgn
 from .numerics.rop import _gaussian_rop_design, rop_queries
 from .recovery import Recovery
@@ -848,6 +850,10 @@ def learn_low_rank(
         for this draw (see the phase transition in chapter 4), or ``rank(W*) > rank``.
     SolverError
         If SCS does not reach an optimal solution.
+    PrecisionError
+        Instead of either ``SolverError`` (``"nuclear"``, ``"rgn"``) when the answers carry
+        float32 or coarser rounding (stated, or measured after the failure with 24 queries): the
+        exact fit cannot hold, and the message names the rounding and ``method='sketch'``.
 
     Notes
     -----
@@ -949,14 +955,20 @@ def learn_low_rank(
         A, B = _gaussian_rop_design(d, m, v, rng)
         t, info = measure_bilinear(oracle, A, B, v, scale=scale)
         diagnostics.update(n_measurements=m, n_requeries=info["n_requeries"], max_abs_logit=info["max_abs_logit"])
-        if method == "nuclear":
-            W, sinfo = _solve_nuclear(A, B, t, eps=solver_eps)
-        else:
-            W, sinfo = _rgn(A, B, t, r, max_iter=max_iter, tol=tol)
-            if sinfo["residual"] > max(1e3 * tol, 1e-8):
-                raise SolverError(
-                    _MESSAGES["rgn_failed"].format(it=sinfo["iterations"], res=sinfo["residual"], m=m, C=m / dof, r=r)
-                )
+        try:
+            if method == "nuclear":
+                W, sinfo = _solve_nuclear(A, B, t, eps=solver_eps)
+            else:
+                W, sinfo = _rgn(A, B, t, r, max_iter=max_iter, tol=tol)
+                if sinfo["residual"] > max(1e3 * tol, 1e-8):
+                    raise SolverError(
+                        _MESSAGES["rgn_failed"].format(
+                            it=sinfo["iterations"], res=sinfo["residual"], m=m, C=m / dof, r=r
+                        )
+                    )
+        except SolverError as err:
+            _name_rounding(err, prec, method)
+            raise
         diagnostics.update(sinfo)
         r_out = r
         how = f"{m} Gaussian rank-one projections ({method})"
@@ -1004,6 +1016,32 @@ def learn_low_rank(
         method=method,
         precision=prec,
     )
+
+
+def _name_rounding(err, prec, method):
+    """Raise :class:`PrecisionError` if answers rounded to float32 or coarser explain ``err``.
+
+    ``"nuclear"`` (an equality-constrained program) and ``"rgn"`` (stopped at a relative residual of
+    ``max(1e3 tol, 1e-8)``) fit the measurements exactly; answers with relative rounding ``u`` make
+    them inconsistent at about ``u`` times the measurements' condition, which neither program
+    allows. The precision is the oracle's stated one, or measured now (24 queries, counted like
+    verification). Returns (``err`` stands) for float64 answers or when no budget is left.
+    """
+    if not prec.known:
+        try:
+            prec.measure()
+        except CompanionError:
+            return
+    if prec.u is not None and prec.u > COARSE_FACTOR * FLOAT64_U:
+        raise PrecisionError(
+            f"method={method!r} refused, and {prec.describe()}: it fits the rank-one projections "
+            "exactly (as an equality-constrained program or to a residual of 1e-8), which rounded "
+            "answers make inconsistent, so this refusal is the answers' rounding, not too few "
+            "measurements or a rank above the assumed one. Use method='sketch' (it measures the "
+            "rounding level of its cross and reports the attainable error), or "
+            "companion.robust.learn_low_rank_noisy with tau at the answers' rounding (u times "
+            f"their size). ({str(err).split(': ')[0]}.)"
+        ) from err
 
 
 def _rank_tol_cut(err, cut, rank_tol, r_out, info, n):

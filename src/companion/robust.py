@@ -531,8 +531,10 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
         raise OracleInconsistentError(
             f"the attention weight of entry ({i}, {j}) is {alpha_hat[i, j]:.4f}, outside the window "
             f"[{TAU_CLIP:.4f}, {1 - TAU_CLIP:.4f}] by more than the noise allows ({int(outside.sum())} "
-            f"entries): |W*_ij| exceeds W_max={W_max:g}, so ||W*||_F <= W_max is false (or the oracle "
-            "is not a single head). Pass a larger W_max; the guarantee would not hold."
+            f"entries): |W*_ij| exceeds W_max={W_max:g}, so ||W*||_F <= W_max is false, or the "
+            f"answers err by more than the oracle's tau={tau:.3g} (the window allows for tau "
+            "only), or the oracle is not a single head. Pass a larger W_max, or the answers' real "
+            "tau; the guarantee would not hold."
         )
 
     eps_W, eps_v = guaranteed_error(tau, mu=mu, W_max=W_max, d=d)
@@ -939,8 +941,8 @@ def learn_robust_lstsq(
             f"||W_hat||_F = {norm_W:.3g} exceeds W_max={W_max:g} by more than the guaranteed error "
             f"eps_W_bound={eps_W_bound:.3g} (from the answers, under the assumptions): so "
             "||W*||_F <= W_max is false, or the oracle errs by more than tau, or it is not a single "
-            f"head. Pass W_max >= {norm_W:.3g} (it also sets the probe scales); the guarantee would "
-            "not hold."
+            f"head. Pass W_max >= {norm_W:.3g} (it also sets the probe scales), or the answers' real "
+            f"tau (the bound assumes tau={tau:.3g}); the guarantee would not hold."
         )
     diagnostics = {
         "pivot": p,

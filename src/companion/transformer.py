@@ -287,7 +287,8 @@ def learn_one_layer(
         If the FFN learner found two neurons' kinks closer than float64 resolves on every plane
         (from :func:`~companion.ffn.learn_ffn`); or if, with ``ffn_verify=0``, the whole-model
         check fails and the unchecked FFN part also disagrees with the oracle on
-        ``FFN_BLAME_QUERIES`` (16) fresh one-token queries: the FFN extraction (most likely kinks
+        ``FFN_BLAME_QUERIES`` (16) fresh one-token queries, and the answers are float64 (16 more
+    queries, :func:`~companion.oracles.measure_one_token_precision`): the FFN extraction (most likely kinks
         closer than :func:`~companion.ffn.find_kinks` separates) is the cause, not the target,
         and the message says to pass ``ffn_verify``. These queries count as verification.
 
@@ -408,8 +409,15 @@ def _blame_unchecked_ffn(oracle, ffn, err, *, seed):
     one-layer form. Returns (the original error stands) if the FFN part agrees to within the FFN
     learner's ``verify_rtol`` default, or if the budget has no room for the queries.
     """
-    if not ffn.A.size or getattr(oracle, "remaining", np.inf) < FFN_BLAME_QUERIES:
+    if not ffn.A.size or getattr(oracle, "remaining", np.inf) < 2 * FFN_BLAME_QUERIES:
         return
+    from .oracles import measure_one_token_precision, stated_precision
+
+    u = stated_precision(oracle)
+    if u is None:
+        u = measure_one_token_precision(oracle, n=FFN_BLAME_QUERIES // 2, seed=seed)["u"]
+    if u > _COARSE_FACTOR * FLOAT64_U:
+        return  # rounded answers: the rounding diagnosis (names_rounding) speaks instead
     d = ffn.A.shape[0]
     X = np.random.default_rng(seed).standard_normal((FFN_BLAME_QUERIES, d)) / np.sqrt(d)
     y = np.asarray(oracle(X[:, None, :]), dtype=np.float64)
