@@ -178,6 +178,8 @@ def rows():
     low3 = random_single_head(8, rank=3, seed=3)
     margin = robust.random_margin_head(4, W_max=3.0, mu=0.2, seed=2)
     margin_lr = robust.random_margin_head(8, W_max=4.0, mu=0.1, rank=2, seed=0)
+    margin_r3 = robust.random_margin_head(8, W_max=4.0, mu=0.1, rank=3, seed=1)
+    no_margin = SingleHead(margin.W, np.where(np.arange(4) == 0, 1e-3, margin.v))
     net = ffn.random_feedforward(4, 3, seed=0)
     tf = transformer.random_one_layer(4, 3, seed=0)
     mh = multihead.random_multi_head(4, 2, seed=0)
@@ -218,6 +220,9 @@ def rows():
         Row("learn_robust", "noise 1e-2 > stated tau=1e-6", "outside",
             lambda: robust.learn_robust(Understated(approx(margin, 1e-2, noise="worst"), 1e-6), W_max=3.0, mu=0.2),
             rel_W(margin), 0.1, "errs? by more than (the oracle's )?tau|real tau"),
+        Row("learn_robust", "margin 1e-3 < mu=0.2", "outside",
+            lambda: robust.learn_robust(approx(no_margin, 1e-5), W_max=3.0, mu=0.2), rel_W(no_margin), 0.1,
+            "margin|mu"),
         Row("learn_robust_lstsq", "margin head d=4, float32, tau=1e-6", "f32",
             lambda: robust.learn_robust_lstsq(approx(ServedHead(margin), 1e-6), W_max=3.0), rel_W(margin), 0.1, U32),
         Row("learn_robust_lstsq", "noise 1e-2 > stated tau=1e-6", "outside",
@@ -226,6 +231,10 @@ def rows():
         *[Row(f"learn_low_rank_noisy[{m}]", "rank-2 head d=8, float32, tau=1e-6", "f32",
               (lambda m=m: robust.learn_low_rank_noisy(approx(ServedHead(margin_lr), 1e-6), 2, W_max=4.0, method=m)),
               rel_W(margin_lr), 0.1, U32)
+          for m in ("rgn", "nuclear")],
+        *[Row(f"learn_low_rank_noisy[{m}]", "rank-3 head, rank=2, tau=1e-7", "outside",
+              (lambda m=m: robust.learn_low_rank_noisy(approx(margin_r3, 1e-7), 2, W_max=4.0, method=m)),
+              rel_W(margin_r3), 0.1, "rank\\(W\\*\\) > 2|raise rank|rank <= 2")
           for m in ("rgn", "nuclear")],
         Row("learn_low_rank_noisy[rgn]", "rank-2 head d=8, float32, tau=0 stated", "f32",
             lambda: robust.learn_low_rank_noisy(E(ServedHead(margin_lr)), 2, W_max=4.0), rel_W(margin_lr), 0.1, U32),

@@ -24,17 +24,15 @@ merged, columns sorted (:func:`canonical_form`).
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 
-from ._learner import COARSE_FACTOR, FLOAT64_U
+from ._learner import names_rounding
 from ._validation import as_float_array, as_sequences, check_int, check_real
 from .errors import (
-    CompanionError,
     InvalidInputError,
     NotIdentifiableError,
     OracleInconsistentError,
@@ -759,40 +757,19 @@ def _merge_neurons(U, c, quality, tol=1e-6):
     return U[:, kept], c[kept], quality[kept]
 
 
-def _names_rounding(body):
-    """Decorator: a refusal of :func:`learn_ffn` on answers rounded to float32 or coarser names the
-    rounding (:class:`~companion.errors.PrecisionError`), not a target outside the ReLU class.
-
-    As :func:`companion._learner.names_rounding`, with the precision stated by the oracle or
-    measured by :func:`companion.oracles.measure_one_token_precision` (16 one-token queries,
-    ``seed + 7``); if no budget is left to measure, the original error stands.
-    """
-
-    @functools.wraps(body)
-    def run(oracle, *args, seed=0, **kwargs):
-        try:
-            return body(oracle, *args, seed=seed, **kwargs)
-        except OracleInconsistentError as err:
-            from .oracles import measure_one_token_precision, nearest_format, stated_precision
-
-            u, how = stated_precision(oracle), "are stated to carry"
-            if u is None:
-                try:
-                    u, how = measure_one_token_precision(oracle, seed=seed + 7)["u"], "carry"
-                except CompanionError:  # no budget left to measure: keep the original diagnosis
-                    raise err from None
-            if u > COARSE_FACTOR * FLOAT64_U:
-                raise PrecisionError(
-                    f"{body.__name__} refused, and the answers {how} rounding of about u={u:.2g} "
-                    f"({nearest_format(u)}): its kink search intersects lines through answers exact "
-                    "to float64 rounding, and rounding at this level bends every piece (the search "
-                    "then finds kinks everywhere), so this refusal is the answers' rounding, not a "
-                    "target outside the bias-free ReLU class. No FFN learner here works from answers "
-                    f"this coarse; ask a float64 server. (The search said: {err})"
-                ) from err
-            raise
-
-    return run
+#: The FFN learner locates kinks by intersecting lines through answers exact to float64 rounding:
+#: a refusal at float32 or coarser answers names the rounding, not a target outside the bias-free
+#: ReLU class (companion._learner.names_rounding, measured on one-token queries).
+_names_rounding = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} refused, and {prec.describe()}: its kink search intersects lines through "
+        "answers exact to float64 rounding, and rounding at this level bends every piece (the "
+        "search then finds kinks everywhere), so this refusal is the answers' rounding, not a "
+        "target outside the bias-free ReLU class. No FFN learner here works from answers this "
+        f"coarse; ask a float64 server. (The search said: {err})"
+    ),
+    one_token=True,
+)
 
 
 @_names_rounding

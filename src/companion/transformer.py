@@ -208,7 +208,8 @@ _one_layer_rounding = names_rounding(
         "inverts softmax weights, both from answers exact to float64 rounding, so this refusal is "
         "the answers' rounding, not a target outside the one-layer class. Ask a float64 server. "
         f"(The step said: {err})"
-    )
+    ),
+    one_token=True,
 )
 
 
