@@ -288,3 +288,21 @@ def test_robust_window_refusal_names_tau_too():
     oracle = Understated(ApproxValueQueryOracle(head, 1e-2, noise="worst", seed=3))
     with pytest.raises(OracleInconsistentError, match=r"err by more than the oracle's tau=1e-06.*real tau"):
         learn_robust(oracle, W_max=3.0, mu=0.2)
+
+
+@pytest.mark.parametrize("rank, refused", [(2, True), (3, False)])
+def test_noisy_nuclear_refuses_a_solution_above_the_assumed_rank(rank, refused):
+    """A rank-3 head (d = 8, tau = 1e-7, m = 3 r (2d - r) >= d^2 at r = 2). Before, rank=2 returned the
+    nuclear program's rank-3 solution labelled rank 2 (singular value 3 at 0.22 relative); now refused,
+    naming the rank. With rank=3 it is returned."""
+    from companion.oracles import ApproxValueQueryOracle
+    from companion.robust import learn_low_rank_noisy, random_margin_head
+
+    head = random_margin_head(8, W_max=4.0, mu=0.1, rank=3, seed=1)
+    oracle = ApproxValueQueryOracle(head, 1e-7, seed=3)
+    if refused:
+        with pytest.raises(OracleInconsistentError, match=r"singular value 3 at 0\.22 relative.*rank\(W\*\) > 2"):
+            learn_low_rank_noisy(oracle, rank, W_max=4.0, method="nuclear")
+    else:
+        rec = learn_low_rank_noisy(oracle, rank, W_max=4.0, method="nuclear")
+        assert np.linalg.norm(rec.W - head.W) < 1e-2 * np.linalg.norm(head.W)

@@ -1169,6 +1169,27 @@ def _check_norm_bound(W, fit, t, delta, *, W_max, rtol):
     )
 
 
+def _check_nuclear_rank(W, r, *, tau, rtol):
+    """Refuse a noise-aware nuclear-norm solution whose ``(r + 1)``-th singular value exceeds ``rtol``.
+
+    The program never uses ``r`` (as in :func:`companion.lowrank.learn_low_rank`'s exact nuclear
+    method), so it may return a higher rank: always for a target of higher rank once ``m >= d^2``,
+    and, at a large ``tau``, by spreading the noise over extra directions. Either way a ``W``
+    that far (Eckart-Young: ``sigma_{r+1}``) from every rank-``r`` matrix is not the rank-``r``
+    result the learner returns.
+    """
+    sv = np.linalg.svd(W, compute_uv=False)
+    if sv.size <= r or sv[0] == 0 or sv[r] <= rtol * sv[0]:
+        return
+    raise OracleInconsistentError(
+        f"the noise-aware nuclear-norm solution has singular value {r + 1} at {sv[r] / sv[0]:.3g} "
+        f"relative, above verify_rtol={rtol:g}: it is not a rank-{r} head (the program does not use "
+        f"rank). Either rank(W*) > {r} (pass a larger rank), or the answers at tau={tau:.3g} do not "
+        "pin W and the program spread their noise over extra directions (raise n_measurements, "
+        "lower tau, or use method='rgn', which fits rank r and says when W is not determined)."
+    )
+
+
 _UNDETERMINED = (
     "the answers do not determine W at this precision: {evidence}. At tau={tau:.3g} the m={m} "
     "rank-one projections leave a set of rank-{r} heads consistent with every answer (as W* is) "
@@ -1316,6 +1337,9 @@ def learn_low_rank_noisy(
         ``FIT_SLACK`` times the largest one a head inside the assumptions allows
         (``fit_ratio > FIT_SLACK``): no rank-``r`` head with ``||W*||_F <= W_max`` answered within
         ``tau``, or Gauss-Newton stopped in a wrong minimum. Also if the verification fails.
+        ``"nuclear"`` with ``verify``: if the solution's ``(r + 1)``-th singular value exceeds
+        ``verify_rtol`` relative (the program does not use ``rank``): ``rank(W*) > rank``, or
+        the answers do not pin ``W`` at this ``tau``.
         Either method, any ``tau`` and ``verify`` (as :func:`learn_robust` refuses a weight
         outside its window; no query): if ``||W_hat||_F > (1 + verify_rtol) W_max`` and the
         answers pin the scale there (``W_hat`` scaled down onto ``||W||_F = W_max`` misses a
@@ -1415,6 +1439,8 @@ def learn_low_rank_noisy(
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
         fit = _rop_apply(A, B, W)
         _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
+        if verify:
+            _check_nuclear_rank(W, r, tau=tau, rtol=verify_rtol)
         how = "noise-aware nuclear-norm program (SCS)"
     else:
         w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
