@@ -72,24 +72,26 @@ def _close_kinks(gap_over_resolution, *, d=4, m=3, seed=0):
 
 @pytest.mark.parametrize("gap", [1.5, 16.0])
 def test_one_layer_close_kinks_with_unchecked_ffn_name_the_kink_search(gap):
-    """Two kinks 1.5 and 16 delta/c apart (in the band the kink search may merge) with ffn_verify=0.
-    Before, the whole-model check said the oracle "is not a one-layer Transformer"; the target is one,
-    and the error now names the unchecked FFN step and ffn_verify. With the FFN's own check the same
-    target is learned."""
+    """Two kinks 1.5 and 16 delta/c apart (in the band the kink search may merge) with ffn_verify=0 and
+    refine=False (with refine=True, ffn._refine now refuses that plane and the next is right). Before,
+    the whole-model check said the oracle "is not a one-layer Transformer"; the target is one, and the
+    error now names the unchecked FFN step, ffn_verify and refine. With the FFN's own check the same
+    target is learned, and with refine=True too."""
     from companion.errors import PrecisionError
     from companion.transformer import FFN_BLAME_QUERIES, learn_one_layer
 
     target = _close_kinks(gap)
     oracle = ValueQueryOracle(target)
     with pytest.raises(PrecisionError) as info:
-        learn_one_layer(oracle, ffn_verify=0)
+        learn_one_layer(oracle, ffn_verify=0, refine=False)
     msg = str(info.value)
     assert "the cause is the FFN step, not the target" in msg and "Pass ffn_verify=64" in msg
-    assert "closer than the kink search separates" in msg
+    assert "closer than the kink search separates" in msg and "and refine=True" in msg
     assert "not a one-layer Transformer" not in msg
-    rec = learn_one_layer(ValueQueryOracle(target))      # ffn_verify=64 (default)
-    assert np.allclose(rec.W, target.W, atol=1e-8)
-    assert FFN_BLAME_QUERIES == 16
+    assert oracle.n_queries > 2 * FFN_BLAME_QUERIES
+    for options in ({}, {"ffn_verify": 0}):                # ffn_verify=64 (default); refine=True
+        rec = learn_one_layer(ValueQueryOracle(target), **options)
+        assert np.allclose(rec.W, target.W, atol=1e-8)
 
 
 def test_one_layer_outside_the_class_with_unchecked_ffn_still_blames_the_target():

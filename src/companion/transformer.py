@@ -377,7 +377,7 @@ def learn_one_layer(
         )
     except OracleInconsistentError as err:
         if ffn.diagnostics["n_verify_queries"] == 0:
-            _blame_unchecked_ffn(oracle, ffn, err, seed=seed + 3)
+            _blame_unchecked_ffn(oracle, ffn, err, seed=seed + 3, refine=ffn_options.get("refine", True))
         raise
     checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
     return build(
@@ -399,7 +399,7 @@ def learn_one_layer(
 FFN_BLAME_QUERIES = 16
 
 
-def _blame_unchecked_ffn(oracle, ffn, err, *, seed):
+def _blame_unchecked_ffn(oracle, ffn, err, *, seed, refine=True):
     """Raise if the unchecked FFN part, not the target, explains a failed whole-model check.
 
     On one-token queries ``[x^T]`` a one-layer Transformer *is* its FFN, ``w_o^T ReLU(A^T x)``, so
@@ -407,7 +407,8 @@ def _blame_unchecked_ffn(oracle, ffn, err, *, seed):
     ``ffn_verify=0`` the first plane's network is returned unchecked, and a plane along whose
     lines two neurons' kinks lie closer than :func:`~companion.ffn.find_kinks` separates (below
     about ``64 delta / c``; see its Notes) gives a wrong network. That is not evidence against the
-    one-layer form. Returns (the original error stands) if the FFN part agrees to within the FFN
+    one-layer form (with ``refine=False`` the hyperplanes' coarser location is the other cause the
+    message names). Returns (the original error stands) if the FFN part agrees to within the FFN
     learner's ``verify_rtol`` default, or if the budget has no room for the queries.
     """
     if not ffn.A.size or getattr(oracle, "remaining", np.inf) < 2 * FFN_BLAME_QUERIES:
@@ -434,9 +435,13 @@ def _blame_unchecked_ffn(oracle, ffn, err, *, seed):
         f"to {rel:.3g} relative on {FFN_BLAME_QUERIES} fresh ones (where a one-layer Transformer "
         f"is its FFN exactly). Most likely two neurons' kinks along that plane's lines lie closer "
         "than the kink search separates (companion.ffn.find_kinks merges pairs below about 64 "
-        "delta/c); only the FFN's own check draws another plane. Pass ffn_verify=64 (the default; "
-        "with max_planes > 1) to separate them. The answers were not shown to come from a model "
-        "outside the one-layer class."
+        "delta/c; the default refine=True re-measures each hyperplane and refuses most such "
+        "planes)"
+        + ("" if refine else ", or, with refine=False, hyperplanes located too coarsely")
+        + "; only the FFN's own check draws another plane. Pass ffn_verify=64 (the default; with "
+        "max_planes > 1)"
+        + ("" if refine else " and refine=True")
+        + ". The answers were not shown to come from a model outside the one-layer class."
     ) from err
 
 
