@@ -308,3 +308,19 @@ def test_noisy_nuclear_refuses_a_solution_above_the_assumed_rank(rank, refused):
     else:
         rec = learn_low_rank_noisy(oracle, rank, W_max=4.0, method="nuclear")
         assert np.linalg.norm(rec.W - head.W) < 1e-2 * np.linalg.norm(head.W)
+
+
+def test_ffn_refuses_a_stated_float32_oracle_before_any_query():
+    """Before: a network whose oracle states float32 rounding cost 3 planes of kink search (about 3e5
+    queries) before the refusal; now none. A stated float64 rounding (u = 2**-53) is accepted."""
+    from companion import ffn
+    from companion.errors import PrecisionError
+    from companion.served import unit_roundoff
+
+    net = ffn.random_feedforward(4, 3, seed=0)
+    stated = ValueQueryOracle(_f32_answers(net), precision=unit_roundoff("float32"))
+    with pytest.raises(PrecisionError, match=r"states its answers' rounding u=6e-08.*no query is spent"):
+        ffn.learn_ffn(stated)
+    assert stated.n_queries == 0
+    rec = ffn.learn_ffn(ValueQueryOracle(net, precision=2.0**-53))
+    assert ffn.align_networks(rec.A, rec.w_o, net.A, net.w_o)["direction_error"] < 1e-9
