@@ -615,7 +615,7 @@ def test_layer_counts_probe_default_norms_and_match_tol():
     delta~^T W~_h x~ are linear in delta, so the default pair's closest gap is 10 times that at
     delta_norm=1 with token_norm=20 (any other token norm changes it otherwise). Fitted shifts
     matching a head within match_tol: the fitted shifts are rounding-dominated (every pair's
-    sensitivity is above 1), so which of them lie within 1e-6 of a head moves with the BLAS kernel
+    Jacobian is rank-deficient in float64), so which of them lie within 1e-6 of a head moves with the BLAS kernel
     (pair 0 of seed 0 matched 1 under SkylakeX and 2 under Haswell); only the two ends are
     reproducible: a tolerance far above every gap matches every fitted term, one far below none."""
     from companion.pretrained import layer_counts_probe
