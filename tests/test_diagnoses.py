@@ -324,3 +324,17 @@ def test_ffn_refuses_a_stated_float32_oracle_before_any_query():
     assert stated.n_queries == 0
     rec = ffn.learn_ffn(ValueQueryOracle(net, precision=2.0**-53))
     assert ffn.align_networks(rec.A, rec.w_o, net.A, net.w_o)["direction_error"] < 1e-9
+
+
+def test_noisy_low_rank_coarse_tau_does_not_blame_W_max():
+    """Chapter 05's tau sweep: a head inside W_max = 4 (d = 10, rank 2) at tau = 1e-3 with m = 2 r(2d - r)
+    and verify=0 gives ||W_hat||_F = 10.3, but the answers leave its scale open (along W_hat's direction
+    they allow norms down to near W_max): not evidence against W_max, so no W_max refusal (a first
+    version of the check refused it, and stopped the chapter)."""
+    from companion.oracles import ApproxValueQueryOracle
+    from companion.robust import learn_low_rank_noisy, random_margin_head
+
+    head = random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=50)
+    rec = learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-3, seed=0), 2, W_max=4.0, n_measurements=72,
+                               verify=0, seed=0)
+    assert np.linalg.norm(rec.W) > 2 * 4.0 and np.linalg.norm(head.W) <= 4.0 * (1 + 1e-12)

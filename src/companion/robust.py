@@ -1139,33 +1139,35 @@ def _check_norm_bound(W, fit, t, delta, *, W_max, rtol):
     """Refuse a ``W_hat`` whose answers pin its scale above ``W_max`` (§6's ``||W*||_F <= W_max``).
 
     As :func:`learn_robust` refuses a weight outside Lemma 6.1's window, this refuses, with no new
-    query, a fit the assumption does not explain: ``||W_hat||_F`` above ``(1 + rtol) W_max``, and
-    ``W_hat`` scaled down onto the bound, ``W_hat W_max / ||W_hat||_F`` (its projection onto the
-    ball, same rank), misses a bound ``|<a_k b_k^T, W> - t_k| <= delta_k`` that every head within
-    ``tau`` of the answers meets by more than twice as much as ``W_hat`` does (``delta_k`` plus
-    ``sqrt(eps) max |t|`` for float64 rounding, so that ``tau = 0`` has a floor). The set of
-    ``s`` with ``W_hat + s W_hat / ||W_hat||_F`` meeting the bounds is an interval, so no head on
-    that line inside the ball meets them. ``fit`` is ``<a_k b_k^T, W_hat>``. If the scaled head
-    meets them, the answers do not fix the scale, and the undetermined-``W`` check speaks instead.
+    query, a fit the assumption does not explain. Along ``W_hat``'s own direction ``D = W_hat /
+    ||W_hat||_F`` (rank unchanged), the heads ``W_hat + s D`` meeting every bound
+    ``|<a_k b_k^T, W> - t_k| <= delta_k`` (``delta_k`` plus ``sqrt(eps) max |t|`` for float64
+    rounding, so that ``tau = 0`` has a floor; all scaled up by ``W_hat``'s own largest violation
+    if above 1, a solver's tolerance) have ``s`` in an interval ``[lo, hi]``
+    (:func:`_interval`), so norms ``||W_hat||_F + s``. It refuses when the answers *pin* the scale
+    there, ``-lo <= rtol ||W_hat||_F``, and the smallest of those norms is still above
+    ``(1 + rtol) W_max``. When the interval is wide (the answers leave the scale open, as at a
+    coarse ``tau``), ``W_hat``'s excess over ``W_max`` is not evidence against ``W_max``, and the
+    undetermined-``W`` check (:func:`_check_determined`) speaks instead. ``fit`` is
+    ``<a_k b_k^T, W_hat>``.
     """
     nW = float(np.linalg.norm(W))
-    if nW <= (1.0 + rtol) * W_max:
+    if nW <= (1.0 + rtol) * W_max or nW == 0:
         return
     bound = delta + np.sqrt(np.finfo(float).eps) * float(np.max(np.abs(t), initial=0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         own = float(np.max(np.abs(fit - t) / bound, initial=0.0))
-        miss = np.abs(fit * (W_max / nW) - t) / bound
-    missed = miss > max(1.0, 2.0 * own)
-    if not np.any(missed):
+    bound = bound * max(1.0, own)  # a solver's solution may exceed the bounds by its tolerance
+    lo, hi = _interval(fit - t, bound, fit / nW)
+    if not (lo <= 0.0 <= hi) or -lo > rtol * nW or nW + lo <= (1.0 + rtol) * W_max:
         return
     raise OracleInconsistentError(
-        f"||W_hat||_F = {nW:.3g} exceeds W_max={W_max:g}, and the answers pin its scale: W_hat "
-        f"scaled down onto ||W||_F = W_max misses {int(missed.sum())} of the {t.size} bounds "
-        f"|<a_k b_k^T, W> - t_k| <= delta_k that every head within tau of the answers meets, by up "
-        f"to {float(np.max(miss)):.3g} delta_k (W_hat itself: {own:.3g}). The answers point to "
-        f"||W*||_F > W_max (near {nW:.3g}), or the oracle errs by more than tau, or it is not a "
-        f"single head. Pass W_max >= {nW:.3g} (it also sets the query scales); the guarantee "
-        "would not hold."
+        f"||W_hat||_F = {nW:.3g} exceeds W_max={W_max:g}, and the answers pin its scale: along "
+        f"W_hat's direction the heads meeting all {t.size} bounds |<a_k b_k^T, W> - t_k| <= delta_k "
+        f"(which every head within tau of the answers meets) have ||W||_F in [{nW + lo:.4g}, "
+        f"{nW + hi:.4g}], all above W_max. The answers point to ||W*||_F > W_max (near {nW:.3g}), "
+        f"or the oracle errs by more than tau, or it is not a single head. Pass W_max >= "
+        f"{nW:.3g} (it also sets the query scales); the guarantee would not hold."
     )
 
 
@@ -1342,9 +1344,9 @@ def learn_low_rank_noisy(
         the answers do not pin ``W`` at this ``tau``.
         Either method, any ``tau`` and ``verify`` (as :func:`learn_robust` refuses a weight
         outside its window; no query): if ``||W_hat||_F > (1 + verify_rtol) W_max`` and the
-        answers pin the scale there (``W_hat`` scaled down onto ``||W||_F = W_max`` misses a
-        bound ``delta_k`` by more than twice ``W_hat`` does): the answers point to
-        ``||W*||_F > W_max``, and the message names the ``W_max`` to pass.
+        answers pin the scale there (along ``W_hat``'s direction they allow norms within
+        ``verify_rtol ||W_hat||_F`` of it, all above ``(1 + verify_rtol) W_max``): the answers
+        point to ``||W*||_F > W_max``, and the message names the ``W_max`` to pass.
     PrecisionError
         ``"rgn"``, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
         ``verify_rtol min(||W||_F, W_max)``, or ``ambiguity_W`` reaches
