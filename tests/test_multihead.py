@@ -523,6 +523,20 @@ def test_counts_start_coverage_falls_below_d_as_H_grows():
     assert cov[4]["fewest resolved / d"] > 1.5 and 1.0 < cov[8]["fewest resolved / d"] < 1.5
     assert cov[12]["fewest resolved / d"] < 0.25 < cov[12]["median resolved / d"] < 0.5
     assert all(c["K / d"] == mh.rational_plan(64, H)["K"] / 64 for H, c in cov.items())
+    # The start built from those tokens: within 1e-2 per head while more than d are resolved, the
+    # minimum-norm row (off by most of its norm) at H = 12, where the joint fit needs about 3 %.
+    assert cov[4]["start error"] < 1e-3 and cov[8]["start error"] < 1e-2
+    assert cov[12]["median start error"] > 0.5 and cov[12]["start error"] <= 1.0
+
+
+def test_counts_conditioning_shared_amplitudes_separate_what_one_pair_cannot():
+    """At H = 12 one pair's free fit has a rounding sensitivity above 1 (float64 cannot separate its
+    12 terms from 24 samples); with the amplitudes shared by the row known it is below 1e-8, and the
+    joint fit of a row (d = 32) below 1e-6: what is shared across a row's tokens is the amplitudes."""
+    c = mh.counts_conditioning(32, 12)
+    assert c["pair"] > 1.0 and c["pair_fixed_gamma"] < 1e-8 and c["row"] < 1e-6
+    small = mh.counts_conditioning(32, 4)
+    assert small["pair"] < 1e-6 < c["pair"]
 
 
 def test_rational_match_tol_just_inside_and_outside():
