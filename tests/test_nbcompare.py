@@ -136,11 +136,15 @@ def test_stats_count_how_each_number_was_compared_and_how_far_it_moved():
     s = nbcompare.summarize(stats)
     assert (s["exact"], s["tolerance"], s["rounding"]) == (2, 1, 1)
     assert s["max_move"] == pytest.approx(3.0 / 47.0) and s["max_move_cell"] == 0
-    # a number that was 0 and is not: an infinite move; identical outputs: no move, still counted
+    assert s["max_move_texts"] == ["47.0", "44.0"]
+    # a number that was 0 and is not: an infinite move, with the two printed texts that say what it
+    # was (chapter 07's count of matching terms, 0 -> 2 under another kernel); identical outputs:
+    # no move, still counted
     stats = {}
     nbcompare.compare_notebooks(nb("0.0 and 5"), nb("0.1 and 5"), stats=stats)
-    assert nbcompare.summarize(stats)["max_move"] == float("inf")
+    s = nbcompare.summarize(stats)
+    assert s["max_move"] == float("inf") and s["max_move_texts"] == ["0.0", "0.1"]
     stats = {}
     assert nbcompare.compare_notebooks(nb("a 1.5"), nb("a 1.5"), stats=stats) == {}
     assert nbcompare.summarize(stats) == {"exact": 1, "tolerance": 0, "rounding": 0, "max_move": 0.0,
-                                          "max_move_cell": None}
+                                          "max_move_cell": None, "max_move_texts": None}

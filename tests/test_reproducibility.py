@@ -226,14 +226,16 @@ def report() -> dict | None:
     chapters = {}
     for (stem, cid), summary in sorted(REPORT.items()):
         row = chapters.setdefault(stem, {"exact": 0, "tolerance": 0, "rounding": 0, "perturb_max_move": None,
-                                         "perturb_max_move_cell": None, "kernel_max_move": None,
-                                         "kernel_max_move_cell": None, "runs": []})
+                                         "perturb_max_move_cell": None, "perturb_max_move_texts": None,
+                                         "kernel_max_move": None, "kernel_max_move_cell": None,
+                                         "kernel_max_move_texts": None, "runs": []})
         row["runs"].append(cid)
         which = "perturb" if cid.startswith("perturb") else "kernel"
         if which == "perturb":      # the counts: one run's classification (every run compares the same numbers)
             row.update({k: summary[k] for k in ("exact", "tolerance", "rounding")})
         if row[f"{which}_max_move"] is None or summary["max_move"] > row[f"{which}_max_move"]:
-            row[f"{which}_max_move"], row[f"{which}_max_move_cell"] = summary["max_move"], summary["max_move_cell"]
+            for key in ("max_move", "max_move_cell", "max_move_texts"):
+                row[f"{which}_{key}"] = summary[key]
     return {"platform": platform_info(), "chapters": chapters}
 
 
@@ -246,13 +248,13 @@ def format_report(rep: dict) -> str:
              f"{'chapter':28s} {'exact':>6s} {'tol.':>6s} {'round.':>6s} {'max move (perturb)':>19s} "
              f"{'max move (kernels)':>19s}"]
 
-    def move(x, cell):
-        return "-" if x is None else f"{x:.1e}" + (f" (c{cell})" if cell is not None else "")
+    def move(r, which):
+        return nbcompare.format_move(r[f"{which}_max_move"], r[f"{which}_max_move_cell"],
+                                     r.get(f"{which}_max_move_texts"), cell_label="c")
 
     for stem, r in rep["chapters"].items():
         lines.append(f"{stem:28s} {r['exact']:6d} {r['tolerance']:6d} {r['rounding']:6d} "
-                     f"{move(r['perturb_max_move'], r['perturb_max_move_cell']):>19s} "
-                     f"{move(r['kernel_max_move'], r['kernel_max_move_cell']):>19s}")
+                     f"{move(r, 'perturb'):>19s} {move(r, 'kernel'):>19s}")
     return "\n".join(lines)
 
 

@@ -223,12 +223,17 @@ def compare_text(reference: str, test: str, *, rules=(), glue=None, stats=None) 
 
 
 class NumberStat(tuple):
-    """``(kind, move)`` of one compared number: ``kind`` is ``"exact"`` (no rule reaches it),
+    """``(kind, move, texts)`` of one compared number: ``kind`` is ``"exact"`` (no rule reaches it),
     ``"tolerance"`` (a cell or published tolerance applies) or ``"rounding"`` (below
     :data:`ROUNDING_LEVEL` in both texts); ``move`` is ``|t - r| / |r|`` as printed (``inf`` if
-    ``r`` is 0 and ``t`` is not; ``None`` at rounding level or for a non-finite number)."""
+    ``r`` is 0 and ``t`` is not; ``None`` at rounding level or for a non-finite number);
+    ``texts`` is ``(r, t)``, the number as the committed output and the re-run print it."""
 
     __slots__ = ()
+
+    @property
+    def texts(self) -> tuple:
+        return self[2]
 
     @property
     def kind(self) -> str:
@@ -242,11 +247,11 @@ class NumberStat(tuple):
 def _stat(r: str, t: str, applicable) -> NumberStat:
     x, y = _value(r), _value(t)
     if not (math.isfinite(x) and math.isfinite(y)):
-        return NumberStat(("exact", None))
+        return NumberStat(("exact", None, (r, t)))
     if abs(x) < ROUNDING_LEVEL and abs(y) < ROUNDING_LEVEL:
-        return NumberStat(("rounding", None))
+        return NumberStat(("rounding", None, (r, t)))
     move = abs(y - x) / abs(x) if x else (0.0 if y == x else math.inf)
-    return NumberStat(("tolerance" if applicable else "exact", move))
+    return NumberStat(("tolerance" if applicable else "exact", move, (r, t)))
 
 
 def cell_rules(cell) -> list[dict]:
@@ -425,6 +430,35 @@ def compare_notebooks(reference_nb, test_nb, *, glue=None, stats=None) -> dict[i
     return found
 
 
+def format_move(move, cell=None, texts=None, *, cell_label="cell ") -> str:
+    """A largest move of :func:`summarize` as the reproducibility report prints it.
+
+    A finite move prints as a relative number (``4.9e+01``); a move from a number printed 0 (an
+    infinite relative move) prints as the change itself (``0 -> 2``), which says what it was; no
+    comparison at all prints ``-``. The code cell follows in parentheses when something moved.
+
+    Parameters
+    ----------
+    move : float or None
+        ``max_move`` of :func:`summarize`.
+    cell : int, default=None
+        ``max_move_cell``.
+    texts : sequence of two str, default=None
+        ``max_move_texts``: the number as committed and as re-run.
+    cell_label : str, default="cell "
+        Written before the cell's index.
+
+    Examples
+    --------
+    >>> format_move(49.0, 14), format_move(float("inf"), 17, ["0", "2"]), format_move(0.0), format_move(None)
+    ('4.9e+01 (cell 14)', '0 -> 2 (cell 17)', '0.0e+00', '-')
+    """
+    if move is None:
+        return "-"
+    text = f"{texts[0]} -> {texts[1]}" if math.isinf(move) and texts else f"{move:.1e}"
+    return text + (f" ({cell_label}{cell})" if move and cell is not None else "")
+
+
 def summarize(stats: dict) -> dict:
     """Counts and the largest move of a :func:`compare_notebooks` ``stats`` dict.
 
@@ -433,7 +467,10 @@ def summarize(stats: dict) -> dict:
     dict
         ``exact``, ``tolerance``, ``rounding``: how many numbers were compared each way;
         ``max_move``: the largest relative move ``|t - r| / |r|`` of a number above rounding
-        level (0.0 if none moved), and ``max_move_cell``: the code cell it is in (or None).
+        level (0.0 if none moved; ``inf`` for a number printed 0 that the re-run prints
+        otherwise), ``max_move_cell``: the code cell it is in (or None), and
+        ``max_move_texts``: that number as the committed output and the re-run print it
+        (``[r, t]``, or None), which says what an infinite move was.
 
     Examples
     --------
@@ -443,13 +480,13 @@ def summarize(stats: dict) -> dict:
     >>> new = {"cells": [{"cell_type": "code", "execution_count": 1, "metadata": {},
     ...         "outputs": [{"output_type": "stream", "name": "stdout", "text": "20 queries, 0.5, 1e-15"}]}]}
     >>> compare_notebooks(ref, new, stats=stats), summarize(stats)
-    ({}, {'exact': 2, 'tolerance': 0, 'rounding': 1, 'max_move': 0.0, 'max_move_cell': None})
+    ({}, {'exact': 2, 'tolerance': 0, 'rounding': 1, 'max_move': 0.0, 'max_move_cell': None, 'max_move_texts': None})
     """
     counts = {"exact": 0, "tolerance": 0, "rounding": 0}
-    largest, where = 0.0, None
+    largest, where, texts = 0.0, None, None
     for cell, numbers in stats.items():
         for stat in numbers:
             counts[stat.kind] += 1
             if stat.move is not None and stat.move > largest:
-                largest, where = stat.move, cell
-    return {**counts, "max_move": largest, "max_move_cell": where}
+                largest, where, texts = stat.move, cell, list(stat.texts)
+    return {**counts, "max_move": largest, "max_move_cell": where, "max_move_texts": texts}
