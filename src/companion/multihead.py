@@ -2205,7 +2205,7 @@ def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> d
     P = np.linalg.qr(rng.standard_normal((d, d)))[0].T
     X = rng.standard_normal((K, d))
     X *= (scale * np.exp(rng.uniform(-np.log(spread), np.log(spread), K)) / np.linalg.norm(X, axis=1))[:, None]
-    counts, errors = [], []
+    counts, start_errors = [], []
     for i in range(n_rows):
         gam = target.vs @ P[i]
         R_true = np.einsum("e,hef->hf", P[i], target.Ws)
@@ -2223,9 +2223,9 @@ def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> d
         near = np.argmin(np.where(np.isfinite(dist), dist, np.inf), axis=2)
         L_fit = np.where(hit, np.take_along_axis(np.nan_to_num(sh), near, axis=1), 0.0)
         R0 = _start_rows(X, L_fit, float(np.max(np.abs(s))), hit)
-        errors.append(np.linalg.norm(R0 - R_true, axis=1) / np.linalg.norm(R_true, axis=1))
+        start_errors.append(np.linalg.norm(R0 - R_true, axis=1) / np.linalg.norm(R_true, axis=1))
     resolved = np.concatenate(counts)
-    errors = np.concatenate(errors)
+    errors = np.concatenate(start_errors)
     return {
         "d": d,
         "H": H,
