@@ -529,6 +529,36 @@ def test_counts_start_coverage_falls_below_d_as_H_grows():
     assert cov[12]["median start error"] > 0.5 and cov[12]["start error"] <= 1.0
 
 
+def test_row_joint_fit_at_twelve_heads_converges_from_one_percent_not_from_ten():
+    """The basin that a start of the counts route must reach at H = 12 (d = 32, one row of K tokens):
+    the joint fit goes to rounding level from the true amplitudes and rows perturbed by 1 %, and from
+    10 % it stays at a misfit far above the route's tol = 1e-9 (counts_start_coverage's docstring)."""
+    from scipy.special import expit
+
+    from companion._rational import fit_row_joint, ratio_design
+
+    d, H = 32, 12
+    target = mh.random_multi_head(d, H, seed=0)
+    n, m = ratio_design(H)
+    s = np.log(n / m)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((mh.rational_plan(d, H)["K"], d))
+    X *= (3.0 / np.linalg.norm(X, axis=1))[:, None]
+    delta = np.linalg.qr(rng.standard_normal((d, d)))[0][0]
+    gamma, R = target.vs @ delta, np.einsum("e,hef->hf", delta, target.Ws)
+    G = expit(s[None, :, None] + (X @ R.T)[:, None, :]) @ gamma
+    misfit = {}
+    for eps in (0.01, 0.1):
+        noise = np.random.default_rng(10)
+        g0 = gamma * (1 + eps * noise.standard_normal(H))
+        R0 = R + eps * np.linalg.norm(R, axis=1, keepdims=True) / np.sqrt(d) * noise.standard_normal(R.shape)
+        _, R_fit, info = fit_row_joint(s, G, X, g0, R0, iters=30)
+        misfit[eps] = info["residual"] / info["scale"]
+        if eps == 0.01:
+            assert np.max(np.abs(R_fit - R)) <= 1e-9
+    assert misfit[0.01] <= 1e-13 and misfit[0.1] > 1e-7
+
+
 def test_counts_conditioning_shared_amplitudes_separate_what_one_pair_cannot():
     """At H = 12 one pair's free fit has a rounding sensitivity above 1 (float64 cannot separate its
     12 terms from 24 samples); with the amplitudes shared by the row known it is below 1e-8, and the
