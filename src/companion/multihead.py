@@ -1725,7 +1725,9 @@ def learn_canonical_rational(
     at ``H = 6``, ``1.1 d`` at ``H = 8``, ``0.55 d`` at ``H = 10`` and ``0.11 d`` at ``H = 12``,
     while the rounding sensitivity of the row's joint fit stays ``<= 1e-7`` (``3.3e-10`` at
     ``H = 8``, :func:`counts_conditioning`). The largest ``H`` recovered is 7 at ``d = 16, 32, 64``
-    and 6 at ``d = 8`` (seed 0).
+    and 6 at ``d = 8`` (seed 0). Starts that use all of a row's tokens together (the amplitudes they
+    share) were tried and did not reach the joint fit's basin of about 3 % at ``H = 12``
+    (:func:`counts_start_coverage` lists them with their measured errors).
 
     References
     ----------
@@ -2167,7 +2169,9 @@ def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> d
     of pairwise swaps (13 of 117 pairs of row 0 at rounding level, 4 of them with a shift off by
     more than 1e-3: spurious minima); a penalty continuation pulling every pair's free shifts toward
     ``X R^T`` (median shift error 0.6 to 1.0 after it); a robust least squares over every pair's
-    amplitude-assigned shifts (65 % within 0.3, 27 % off by more than 1; start error 0.6 to 1.1).
+    amplitude-assigned shifts (65 % within 0.3, 27 % off by more than 1; start error 0.6 to 1.1),
+    and least absolute deviations over them with the amplitude-matched ones weighted up (start error
+    0.7 to 1.1: about a third of ``K = 1.83 d`` equations corrupted is beyond what an L1 fit corrects).
     As a fallback for a failing row at ``H = 8`` (every pair refitted with the amplitudes fixed and
     accepted at 1e-9 to 1e-6 relative, added to the per-head matches), the fewest tokens per head
     rose by about 3 (29 to 32 at ``d = 32``), a row or two more were learned, and a later row failed:
