@@ -1658,7 +1658,9 @@ def learn_canonical_rational(
         (``rational_plan(d, H)["n_queries"]``). ``diagnostics``: ``n_heads``, ``max_len``
         (``<= 2 H + 1``), ``kim_count``, ``plan``, ``resolved_fraction`` (pairs of the worst row
         whose own interpolation resolved every head), ``max_row_residual``, ``max_link_error``, ``n_redrawn_rows``,
-        ``n_verify_queries`` and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``.
+        ``n_shared_start_rows`` (rows learned from the shared-amplitude start, where the per-head
+        start failed), ``n_verify_queries`` and, with ``verify``, ``verify_max_error`` and
+        ``verify_tolerance``.
 
     Raises
     ------
@@ -1748,6 +1750,7 @@ def learn_canonical_rational(
     from scipy.special import expit
 
     from ._rational import fit_row_joint, fit_rows_joint, interpolate_pairs, polish_pairs, ratio_design
+    from ._rowstart import shared_amplitude_start
 
     d = check_exact_oracle(oracle, "learn_canonical_rational")
     if (H is None) == (H_bound is None):
@@ -1789,6 +1792,8 @@ def learn_canonical_rational(
     H_row = H_plan if known else None
     spare = plan["spare_rows"]
     n_redrawn = 0
+    shared_rows = []  # rows learned from the shared-amplitude start (companion._rowstart)
+    start_terms = {}  # row: the per-head start's (use, L)
 
     def pair_fits(G, h):
         """Each pair on its own (batched): interpolation through 2h samples, then LM on all."""
@@ -1879,6 +1884,7 @@ def learn_canonical_rational(
         # cannot swap.
         a = np.ix_(agree, _apart(gamma0))
         use[a], L[a] = True, sh[a]
+        start_terms[i] = (use, L)  # for the shared-amplitude start, if this one fails
         R0 = _start_rows(X, L, window, use)
         head_tokens[i] = int(use.sum(axis=0).min())
         return gamma0, R0, int(agree.sum())
@@ -1903,6 +1909,15 @@ def learn_canonical_rational(
             R1 = _repair_start(s, G, X, gamma0, R0, float(np.max(np.abs(s))))
             if R1 is not None:
                 gamma, R, info = fit_row_joint(s, G, X, gamma0, R1, XX=XX, iters=30)
+        if info["residual"] > tol * info["scale"]:
+            # This book's start from all of the row's pairs with their amplitudes shared
+            # (companion._rowstart), only where the per-head start failed.
+            shared = shared_amplitude_start(s, G, X, gamma0, float(np.max(np.abs(s))), start_terms.get(i))
+            if shared is not None:  # the batched Levenberg-Marquardt (no MINPACK fallback: bounded)
+                gb, Rb, rb, sb = fit_rows_joint(s, G[None], X, shared[0][None], shared[1][None], XX=XX)
+                if rb[0] <= tol * sb[0]:
+                    gamma, R, info = gb[0], Rb[0], {"residual": float(rb[0]), "scale": float(sb[0])}
+                    shared_rows.append(i)
         if info["residual"] > tol * info["scale"]:
             raise OracleInconsistentError(
                 f"row {i}: the joint fit of {H_row} heads over {K} tokens misfits by "
@@ -2040,6 +2055,7 @@ def learn_canonical_rational(
         "max_row_residual": float(np.max(residuals)),
         "max_link_error": max(link_err, default=0.0),
         "n_redrawn_rows": n_redrawn,
+        "n_shared_start_rows": len(shared_rows),
     }
     message = (
         f"found {model.n_heads} heads from {n_learn} queries of length <= "
