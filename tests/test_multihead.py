@@ -812,3 +812,81 @@ def test_repair_start_factor_just_inside_and_outside():
     R0[0] *= 1.5
     R = mh._repair_start(s, G, X, gamma, R0, float(np.max(np.abs(s))))
     assert R is not None and np.max(np.abs(R - R_true)) <= 1e-5
+
+
+def _synthetic_row(d, H, seed=0):
+    """One row of the counts route with known heads: (s, G, X, gamma, R, L) for direction delta."""
+    from scipy.special import expit
+
+    from companion._rational import ratio_design
+
+    target = mh.random_multi_head(d, H, seed=seed)
+    n, m = ratio_design(H)
+    s = np.log(n / m)
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((mh.rational_plan(d, H)["K"], d))
+    X *= (3.0 / np.linalg.norm(X, axis=1))[:, None]
+    delta = np.linalg.qr(rng.standard_normal((d, d)))[0][0]
+    gamma, R = target.vs @ delta, np.einsum("e,hef->hf", delta, target.Ws)
+    L = X @ R.T
+    return s, expit(s[None, :, None] + L[:, None, :]) @ gamma, X, gamma, R, L
+
+
+def test_shared_amplitude_shifts_recover_every_accepted_pair_to_rounding():
+    """The identity of companion._rowstart: a row's pairs share the amplitudes gamma_h, so with them
+    fixed each pair's shifts are fitted on their own (d = 32, H = 6; amplitudes off by 1e-10
+    relative, as the learner's are). The accepted pairs' shifts of the visible heads (amplitude at
+    least a tenth of the largest, shift within the window + 2) are the true R_h^T x_k to 1e-5, and
+    the start's rows to 1e-5 relative; the row's joint fit from it is exact to 1e-10."""
+    from companion._rational import fit_row_joint
+    from companion._rowstart import shared_amplitude_shifts, shared_amplitude_start
+
+    s, G, X, gamma, R, L = _synthetic_row(32, 6)
+    gamma0 = gamma * (1 + 1e-10 * np.random.default_rng(1).standard_normal(gamma.size))
+    L_fit, ok = shared_amplitude_shifts(s, G, gamma0)
+    visible = (np.abs(L) <= np.max(s) + 2) & (np.abs(gamma) >= 0.1 * np.max(np.abs(gamma)))
+    assert ok.sum() > 32 and np.max(np.abs(L_fit - L)[ok[:, None] & visible]) <= 1e-5
+    g2, R2 = shared_amplitude_start(s, G, X, gamma0, float(np.max(s)))
+    assert np.max(np.abs(R2 - R)) <= 1e-5 * np.max(np.abs(R))
+    g3, R3, info = fit_row_joint(s, G, X, g2, R2)
+    assert np.max(np.abs(R3 - R)) <= 1e-10 and np.max(np.abs(g3 - gamma)) <= 1e-10
+
+
+def test_trimmed_rows_needs_more_than_d_tokens_and_drops_outliers():
+    """companion._rowstart.trimmed_rows: None at d tokens for a head, a fit at d + 1 (just inside);
+    with 10 of 80 shifts corrupted by about 1 it returns the exact rows."""
+    from companion._rowstart import trimmed_rows
+
+    rng = np.random.default_rng(0)
+    d, K = 20, 80
+    X, R = rng.standard_normal((K, d)), rng.standard_normal((2, d))
+    L = X @ R.T
+    use = np.ones((K, 2), bool)
+    use[d:, 0] = False  # head 0 known at exactly d tokens
+    assert trimmed_rows(X, L, use) is None
+    use[d, 0] = True  # d + 1
+    assert np.max(np.abs(trimmed_rows(X, L, use)[0] - R[0])) <= 1e-10
+    bad = L.copy()
+    bad[rng.choice(K, 10, replace=False), 1] += rng.choice([-1.0, 1.0], 10) * (0.5 + rng.random(10))
+    out = trimmed_rows(X, bad, np.ones((K, 2), bool))
+    assert np.max(np.abs(out - R)) <= 1e-10
+
+
+def test_learn_canonical_rational_rows_from_the_shared_start_instead_of_redrawn():
+    """d = 16, H = 7 (seed 0): two rows whose per-head start failed were redrawn before (2 of the 2
+    spare rows); the shared-amplitude start now learns them in place, and the result is exact."""
+    target = mh.random_multi_head(16, 7, seed=0)
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=7)
+    assert rec.diagnostics["n_shared_start_rows"] == 2 and rec.diagnostics["n_redrawn_rows"] == 0
+    assert rec.n_learning_queries <= mh.follow_up_count(16, 7) and _function_gap(rec.model, target) <= 1e-8
+
+
+@pytest.mark.slow
+def test_learn_canonical_rational_eight_heads_at_d64_through_the_shared_start():
+    """Seed 0, d = 64, H = 8: refused before the shared-amplitude start (row 35: the joint fit from the
+    per-head start misfit by 2.9e-5); now recovered within the count, rows from the shared start."""
+    target = mh.random_multi_head(64, 8, seed=0)
+    rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=8)
+    assert rec.n_heads == 8 and rec.n_learning_queries <= mh.follow_up_count(64, 8)
+    assert rec.diagnostics["max_len"] == 17 and rec.diagnostics["n_shared_start_rows"] >= 1
+    assert _function_gap(rec.model, target) <= 1e-8

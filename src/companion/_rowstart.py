@@ -17,39 +17,39 @@ pair's free fit of amplitudes and shifts (:func:`companion.multihead.counts_cond
 1. fits every pair freely (the interpolation with every pole taken real,
    :func:`companion._rational.interpolate_pairs` with ``realise``, then Levenberg-Marquardt), and
    assigns its terms to the row's heads by amplitude (the optimal one-to-one assignment);
-2. refits every pair's shifts with the row's amplitudes fixed; the pairs that then fit to
-   ``loose`` give the amplitudes again by linear least squares (the model is linear in them once the
-   shifts are fixed), and a second refit uses those;
-3. takes the pairs that fit to ``accept``: their shifts inside the window, head by head, give
-   ``R_h`` by least trimmed squares (:func:`trimmed_rows`; a fixed-amplitude fit can also reach
-   rounding level with two heads of nearly equal amplitude swapped: those are its outliers).
+2. refits every pair's shifts with the row's amplitudes fixed and takes those of the pairs that
+   then fit to :data:`ACCEPT` (inside the window);
+3. refits the other pairs from the shifts that the rows so far predict (the known shifts kept, the
+   rest ``x_k^T R_h`` of a least squares over the known ones), up to ten rounds while pairs are
+   added: the tokens of the row work together here;
+4. fits ``R_h`` by least trimmed squares over the accepted shifts (:func:`trimmed_rows`; a
+   fixed-amplitude fit can also reach rounding level with two heads of nearly equal amplitude
+   swapped, or two flat tail terms traded: those are its outliers). The joint fit of the row then
+   refines the amplitudes with the rows.
 
-Measured (d = 64, H = 8, seed 0; true amplitudes): 78 to 81 of 119 pairs accepted per row with 3 to 8
-of them wrong at some head; the trimmed start led the joint fit to rounding level in both rows that
-the per-head start of :func:`companion.multihead.learn_canonical_rational` could not start. At H = 12
-only 9 to 12 of 117 pairs are accepted (a pair's fixed-amplitude fit has spurious minima), fewer
-than ``d``: this start does not reach H = 12.
+Measured (seed 0, 2026-12-01): at d = 64, H = 8, 54 to 81 of 119 pairs per row are accepted by
+step 2, and step 3 takes the rows that the per-head start of
+:func:`companion.multihead.learn_canonical_rational` could not start (5 of 64) to more than 100
+tokens per head; the route then learns H = 8 at d = 64 (refused before). At H = 9 a row whose
+step 2 leaves about 0.9 d tokens per head does not grow (the minimum-norm prediction is too far
+off), and at H = 12 only 9 to 12 of 117 pairs pass step 2 (a pair's fixed-amplitude fit has spurious
+minima): this start does not reach H = 12.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from scipy.special import expit
 
 from ._rational import interpolate_pairs, polish_pairs
 
-#: Relative misfit (to the row's largest answer) at which a pair's fixed-amplitude fit gives the
-#: amplitudes again (their first estimate, shared by the pairs that resolved all heads, is off by
-#: about 1e-8 relative; measured d = 64, H = 8).
-LOOSE = 1e-7
-
-#: Relative misfit at which a pair's fixed-amplitude fit (with the refined amplitudes) gives its
-#: shifts to the start (measured d = 64, H = 8: 78 of 119 pairs of row 0, 8 of them wrong at a head).
+#: Relative misfit (to the row's largest answer) at which a pair's fixed-amplitude fit gives its
+#: shifts to the start (the amplitudes, shared by the pairs that resolved all heads, are off by
+#: about 1e-9 relative; measured d = 64, H = 8: 81 of 119 pairs of a row, some wrong at a head).
 ACCEPT = 1e-9
 
 
-def shared_amplitude_shifts(s, G, gamma0, *, loose=LOOSE, accept=ACCEPT):
+def shared_amplitude_shifts(s, G, gamma0, *, accept=ACCEPT):
     """Every pair's shifts, refitted with the row's amplitudes fixed (steps 1 and 2 of the module).
 
     Parameters
@@ -59,12 +59,10 @@ def shared_amplitude_shifts(s, G, gamma0, *, loose=LOOSE, accept=ACCEPT):
     G : ndarray of shape (K, S)
         The row's answers minus ``x_k^T v``.
     gamma0 : ndarray of shape (H,)
-        The row's amplitudes (a first estimate).
+        The row's amplitudes.
 
     Returns
     -------
-    gamma : ndarray of shape (H,)
-        The amplitudes refined over the pairs that fit to ``loose`` (``gamma0`` if none does).
     L : ndarray of shape (K, H)
         Every pair's shifts, head by head.
     ok : ndarray of shape (K,) bool
@@ -72,7 +70,6 @@ def shared_amplitude_shifts(s, G, gamma0, *, loose=LOOSE, accept=ACCEPT):
     """
     K, S = G.shape
     H = gamma0.size
-    scale = float(np.max(np.abs(G)))
     sub = np.unique(np.round(np.linspace(0, S - 1, 2 * H)).astype(int))
     g0, l0 = interpolate_pairs(np.exp(s[sub]), G[:, sub], H, realise=True)
     bad = ~(np.isfinite(g0).all(axis=1) & np.isfinite(l0).all(axis=1))
@@ -82,14 +79,8 @@ def shared_amplitude_shifts(s, G, gamma0, *, loose=LOOSE, accept=ACCEPT):
     for k in range(K):
         head, term = linear_sum_assignment(np.abs(g1[k][None, :] - gamma0[:, None]))
         L[k, head] = l1[k, term]
-    gamma = np.asarray(gamma0, dtype=float)
-    for level in (loose, accept):
-        _, L, res = polish_pairs(s, G, np.repeat(gamma[None], K, axis=0), L, fixed_gamma=True, iters=60)
-        ok = res <= level * scale
-        if level == loose and ok.sum() >= H:
-            Z = expit(s[None, :, None] + L[ok][:, None, :]).reshape(-1, H)  # linear in gamma
-            gamma = np.linalg.lstsq(Z, G[ok].ravel(), rcond=None)[0]
-    return gamma, L, ok
+    _, L, res = polish_pairs(s, G, np.repeat(gamma0[None], K, axis=0), L, fixed_gamma=True, iters=60)
+    return L, res <= accept * np.max(np.abs(G))
 
 
 def trimmed_rows(X, L, use, *, keep=0.8, rounds=8, strict=True):
@@ -151,7 +142,8 @@ def shared_amplitude_start(s, G, X, gamma0, window, known=None):
     (gamma, R) with shapes (H,) and (H, d), or None if some head's shift is known at ``d`` or
     fewer pairs.
     """
-    gamma, L, ok = shared_amplitude_shifts(s, G, gamma0)
+    gamma = np.asarray(gamma0, dtype=float)
+    L, ok = shared_amplitude_shifts(s, G, gamma)
     scale = float(np.max(np.abs(G)))
     inside = np.abs(L) <= window + 6
     use = ok[:, None] & inside

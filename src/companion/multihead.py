@@ -1726,10 +1726,18 @@ def learn_canonical_rational(
     (``benchmarks/bench_multihead.py``): the fewest resolved per head, over 4 rows, is ``1.5 d``
     at ``H = 6``, ``1.1 d`` at ``H = 8``, ``0.55 d`` at ``H = 10`` and ``0.11 d`` at ``H = 12``,
     while the rounding sensitivity of the row's joint fit stays ``<= 1e-7`` (``3.3e-10`` at
-    ``H = 8``, :func:`counts_conditioning`). The largest ``H`` recovered is 7 at ``d = 16, 32, 64``
-    and 6 at ``d = 8`` (seed 0). Starts that use all of a row's tokens together (the amplitudes they
-    share) were tried and did not reach the joint fit's basin of about 3 % at ``H = 12``
-    (:func:`counts_start_coverage` lists them with their measured errors).
+    ``H = 8``, :func:`counts_conditioning`). The largest ``H`` from the per-head start alone is 7 at ``d = 16, 32, 64``
+    and 6 at ``d = 8`` (seed 0), 8 at ``d = 64`` with the shared-amplitude start below.
+
+    Where a row's per-head start fails (after its repair), this book's shared-amplitude start
+    (:mod:`companion._rowstart`) uses all of the row's pairs together: their amplitudes
+    ``gamma_h`` are shared (the poles are not), and with them fixed a pair's shifts have a rounding
+    sensitivity of 5e-11 at ``H = 8`` against 0.09 free (:func:`counts_conditioning`). Every pair is
+    refitted so, the pairs not accepted are refitted again from the shifts that the accepted ones
+    predict through ``X R^T``, and ``R_h`` is a least trimmed squares fit; the row's batched joint fit
+    follows (``n_shared_start_rows`` counts the rows it learned). It does not reach ``H = 12``: the
+    joint fit's basin there is about 3 %, and the starts tried are listed with their measured errors
+    in :func:`counts_start_coverage`.
 
     References
     ----------
@@ -2188,10 +2196,11 @@ def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> d
     amplitude-assigned shifts (65 % within 0.3, 27 % off by more than 1; start error 0.6 to 1.1),
     and least absolute deviations over them with the amplitude-matched ones weighted up (start error
     0.7 to 1.1: about a third of ``K = 1.83 d`` equations corrupted is beyond what an L1 fit corrects).
-    As a fallback for a failing row at ``H = 8`` (every pair refitted with the amplitudes fixed and
-    accepted at 1e-9 to 1e-6 relative, added to the per-head matches), the fewest tokens per head
-    rose by about 3 (29 to 32 at ``d = 32``), a row or two more were learned, and a later row failed:
-    no ``H`` was gained at ``d = 16`` or 32, so it was not kept.
+    What was kept: the shared-amplitude start of :mod:`companion._rowstart` (every pair refitted
+    with the amplitudes fixed, then the pairs not accepted refitted again from the shifts the rows so
+    far predict), tried where the per-head start fails. It learns ``H = 8`` at ``d = 64`` (5 of 64
+    rows), not ``H = 8`` at ``d = 16, 32`` nor ``H = 9`` at ``d = 64`` (a row whose accepted pairs
+    stay below ``d`` per head does not grow), nor ``H = 12``.
 
     Returns
     -------
