@@ -571,7 +571,9 @@ def _refine(f, U, c, b, rng, *, max_rho=1.0):
     only kink is neuron ``i``'s, at ``t_k``, found by intersecting the lines through
     ``g(-rho), g(-rho/2)`` and ``g(rho/2), g(rho)`` (4 queries). The true normal is ``u + delta``
     with ``delta^T z_k = -t_k`` (exact to first order). Then the coefficients ``c`` are fitted to
-    all these answers by linear least squares, given the linear part ``b``.
+    all these answers by linear least squares, given the linear part ``b``. A crossing outside the
+    inner half ``|t_k| < rho_k / 2``, or within ``1e-6 rho_k`` of its edge (where one kink in an
+    outer quarter puts it, wherever that kink is), raises :class:`OracleInconsistentError`.
     """
     d, m = U.shape
     if m == 0 or d == 1:
@@ -603,7 +605,11 @@ def _refine(f, U, c, b, rng, *, max_rho=1.0):
         # left line: g0 + s1 (t + rho); right line: g3 + s2 (t - rho)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = (g[:, 3] - g[:, 0] - s2 * rho - s1 * rho) / (s1 - s2)
-        if not (np.all(np.isfinite(t)) and np.all(np.abs(t) < 0.5 * rho)):
+        # One kink at t* in an outer quarter (rho/2 < |t*| < rho) makes one pair a chord across
+        # it, and the chords then cross at exactly t = -/+ rho/2 whatever t* is: that edge is refused
+        # too (with a margin for rounding), else |t| < rho/2 would be decided by the last bit.
+        edge = np.abs(np.abs(t) - 0.5 * rho) <= 1e-6 * rho
+        if not (np.all(np.isfinite(t)) and np.all(np.abs(t) < 0.5 * rho)) or np.any(edge):
             raise OracleInconsistentError(
                 f"re-measuring neuron {i}: no single kink near its hyperplane (two recovered "
                 "neurons share it, or a neuron was missed)."
