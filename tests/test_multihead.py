@@ -890,3 +890,20 @@ def test_learn_canonical_rational_eight_heads_at_d64_through_the_shared_start():
     assert rec.n_heads == 8 and rec.n_learning_queries <= mh.follow_up_count(64, 8)
     assert rec.diagnostics["max_len"] == 17 and rec.diagnostics["n_shared_start_rows"] >= 1
     assert _function_gap(rec.model, target) <= 1e-8
+
+
+def test_shared_start_accept_just_inside_and_outside():
+    """companion._rowstart.ACCEPT = 1e-9 (a pair's fixed-amplitude misfit, relative): on a row of
+    d = 64, H = 8 (amplitudes off by 1e-10) no accepted shift of a visible head is off by 1e-3; at ten
+    times it pairs whose fit found a spurious minimum (a shift off by 0.8) are accepted too."""
+    from companion import _rowstart
+
+    assert _rowstart.ACCEPT == 1e-9
+    s, G, X, gamma, R, L = _synthetic_row(64, 8)
+    gamma0 = gamma * (1 + 1e-10 * np.random.default_rng(1).standard_normal(gamma.size))
+    visible = (np.abs(L) <= np.max(s) + 2) & (np.abs(gamma) >= 0.1 * np.max(np.abs(gamma)))
+    wrong = {}
+    for accept in (_rowstart.ACCEPT, 10 * _rowstart.ACCEPT):
+        L_fit, ok = _rowstart.shared_amplitude_shifts(s, G, gamma0, accept=accept)
+        wrong[accept] = int(np.sum((np.abs(L_fit - L) > 1e-3) & ok[:, None] & visible))
+    assert wrong[_rowstart.ACCEPT] == 0 and wrong[10 * _rowstart.ACCEPT] > 0
