@@ -266,7 +266,7 @@ def _negative_real(lam):
     return (np.abs(lam.imag) <= 1e-6 * np.abs(lam)) & (lam.real < 0)
 
 
-def interpolate_pairs(r, G, H):
+def interpolate_pairs(r, G, H, *, realise=False):
     """Type-(H, H) rational interpolation of ``G(r) = sum_h gamma_h r / (r + p_h)``, one per row of ``G``.
 
     Every row of ``G`` (shape ``(P, 2H)``, sampled at ``r`` of shape ``(2H,)``) together with the
@@ -275,11 +275,15 @@ def interpolate_pairs(r, G, H):
     poles ``-p_h``, found as the eigenvalues of a rank-one update of a diagonal matrix. Batched
     over the ``P`` rows.
 
+    With ``realise``, every pole ``lam`` is taken as the real negative ``-|Re lam|`` (clipped to
+    ``[1e-12, 1e12]``) instead: no NaN rows, a start for a refit (:mod:`companion._rowstart`), not
+    a result.
+
     Returns
     -------
     gamma, l : ndarray of shape (P, H)
         Amplitudes and shifts ``l_h = -log p_h``, sorted by ``l``; NaN in rows where fewer than
-        ``H`` poles are real and negative.
+        ``H`` poles are real and negative (unless ``realise``).
     """
     P, S = G.shape
     zs = np.concatenate([[0.0], r[0::2]])  # H + 1 support points
@@ -297,6 +301,9 @@ def interpolate_pairs(r, G, H):
     drop = np.argmin(np.abs(lam - zeta), axis=1)
     lam = np.delete(lam, drop[:, None] + (H + 1) * np.arange(P)[:, None], axis=None).reshape(P, H)
     real = _negative_real(lam)
+    if realise:
+        lam = -np.clip(np.abs(lam.real), 1e-12, 1e12)
+        real = np.ones_like(real)
     good = real.all(axis=1)
     p = np.where(real, -lam.real, 1.0)
     l = -np.log(p)
