@@ -268,70 +268,7 @@ def _negative_real(lam):
     return (np.abs(lam.imag) <= 1e-6 * np.abs(lam)) & (lam.real < 0)
 
 
-def _householder(A):
-    """Householder QR of every matrix of ``A`` (shape (P, m, n), ``m >= n``), batched with numpy.
-
-    Returns the reflectors ``V`` (P, m, n; ``H_j = I - tau_j v_j v_j^T``, ``v_j`` zero above row
-    ``j``), ``tau`` (P, n) and ``R`` (P, n, n). The same backward-stable factorization as LAPACK's
-    ``geqrf``, but one numpy operation per column for all ``P`` matrices: for the small matrices of
-    the pairs (``n <= 2 H``) that is a fraction of the time of a LAPACK call per matrix.
-    """
-    A = np.array(A, dtype=float)
-    P, m, n = A.shape
-    V = np.zeros((P, m, n))
-    tau = np.zeros((P, n))
-    for j in range(n):
-        x = A[:, j:, j]
-        alpha = x[:, 0]
-        norm = np.sqrt(np.einsum("pi,pi->p", x, x))
-        beta = np.where(alpha >= 0, -norm, norm)  # the sign that avoids cancellation in alpha - beta
-        v = x.copy()
-        v[:, 0] = alpha - beta
-        vv = np.einsum("pi,pi->p", v, v)
-        t = np.where(vv > 0, 2.0 / np.where(vv > 0, vv, 1.0), 0.0)  # a zero column: no reflection
-        V[:, j:, j], tau[:, j] = v, t
-        if j + 1 < n:
-            B = A[:, j:, j + 1 :]
-            B -= (t[:, None] * v)[:, :, None] * np.einsum("pi,pik->pk", v, B)[:, None, :]
-        A[:, j, j] = np.where(vv > 0, beta, alpha)
-    return V, tau, np.triu(A[:, :n, :n])
-
-
-def _reflect(V, tau, b, order):
-    """Apply the reflectors ``H_j`` of :func:`_householder` to ``b`` (P, m) in the given order of ``j``."""
-    b = b.copy()
-    for j in order:
-        v = V[:, j:, j]
-        b[:, j:] -= (tau[:, j] * np.einsum("pi,pi->p", v, b[:, j:]))[:, None] * v
-    return b
-
-
-def _null_vectors(L):
-    """A unit null vector of every wide matrix of ``L`` (shape (P, n, n + 1)): the last column of
-    ``Q`` in ``L^T = Q R`` (it spans the orthogonal complement of the rows of ``L``); accurate to
-    ``eps * ||L|| / sigma_n(L)``, as the smallest right singular vector of an SVD is."""
-    P, n, _ = L.shape
-    V, tau, _ = _householder(L.transpose(0, 2, 1))
-    e = np.zeros((P, n + 1))
-    e[:, -1] = 1.0
-    return _reflect(V, tau, e, range(n - 1, -1, -1))  # Q e = H_0 H_1 ... H_{n-1} e
-
-
-def _lstsq_qr(Z, G):
-    """Least squares ``Z[p] x ~ G[p]`` (shapes (P, m, n), (P, m)) by Householder QR: ``x`` (P, n) and
-    whether ``R`` is nonsingular (where it is not, ``x`` is not finite)."""
-    P, m, n = Z.shape
-    V, tau, R = _householder(Z)
-    c = _reflect(V, tau, G, range(n))[:, :n]
-    diag = np.einsum("pii->pi", R)
-    x = np.zeros((P, n))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for i in range(n - 1, -1, -1):
-            x[:, i] = (c[:, i] - np.einsum("pk,pk->p", R[:, i, i + 1 :], x[:, i + 1 :])) / diag[:, i]
-    return x, np.all(diag != 0, axis=1)
-
-
-def interpolate_pairs(r, G, H):
+def interpolate_pairs(r, G, H, *, realise=False):
     """Type-(H, H) rational interpolation of ``G(r) = sum_h gamma_h r / (r + p_h)``, one per row of ``G``.
 
     Every row of ``G`` (shape ``(P, 2H)``, sampled at ``r`` of shape ``(2H,)``) together with the
@@ -340,11 +277,15 @@ def interpolate_pairs(r, G, H):
     poles ``-p_h``, found as the eigenvalues of a rank-one update of a diagonal matrix. Batched
     over the ``P`` rows.
 
+    With ``realise``, every pole ``lam`` is taken as the real negative ``-|Re lam|`` (clipped to
+    ``[1e-12, 1e12]``) instead: no NaN rows, a start for a refit (:mod:`companion._rowstart`), not
+    a result.
+
     Returns
     -------
     gamma, l : ndarray of shape (P, H)
         Amplitudes and shifts ``l_h = -log p_h``, sorted by ``l``; NaN in rows where fewer than
-        ``H`` poles are real and negative.
+        ``H`` poles are real and negative (unless ``realise``).
     """
     P, S = G.shape
     zs = np.concatenate([[0.0], r[0::2]])  # H + 1 support points
@@ -352,7 +293,7 @@ def interpolate_pairs(r, G, H):
     fs = np.concatenate([np.zeros((P, 1)), G[:, 0::2]], axis=1)
     ft = G[:, 1::2]
     Lw = (ft[:, :, None] - fs[:, None, :]) / (zt[:, None] - zs[None, :])  # (P, H, H + 1)
-    w = _null_vectors(Lw)  # (P, H + 1); a LAPACK SVD per pair took 3 times as long at H = 2
+    w = np.linalg.svd(Lw)[2][:, -1, :]  # (P, H + 1)
     zeta = 1.0 + r.max()  # a point far from the poles
     W = w.sum(axis=1, keepdims=True)
     W = np.where(np.abs(W) > 0, W, np.finfo(float).tiny)
@@ -362,20 +303,23 @@ def interpolate_pairs(r, G, H):
     drop = np.argmin(np.abs(lam - zeta), axis=1)
     lam = np.delete(lam, drop[:, None] + (H + 1) * np.arange(P)[:, None], axis=None).reshape(P, H)
     real = _negative_real(lam)
+    if realise:
+        lam = -np.clip(np.abs(lam.real), 1e-12, 1e12)
+        real = np.ones_like(real)
     good = real.all(axis=1)
     p = np.where(real, -lam.real, 1.0)
     l = -np.log(p)
     Z = expit(np.log(r)[None, :, None] + l[:, None, :])  # (P, 2H, H)
-    # The amplitudes by least squares through a Householder QR batched with numpy (a batched pinv's
-    # SVDs cost 15 times as much: a fifth of the learner at d = 32, H = 4), only where every pole is
-    # real; the minimum-norm amplitudes where R is singular (two exactly equal shifts).
+    # The amplitudes by least squares through a batched QR (a batched pinv's SVDs cost 15 times as
+    # much: a fifth of the learner at d = 32, H = 4), only where every pole is real.
     gamma = np.full((P, H), np.nan)
     if good.any():
         Zg, Gg = Z[good], G[good]
-        x, ok = _lstsq_qr(Zg, Gg)
-        if not ok.all():
-            x[~ok] = np.einsum("phs,ps->ph", np.linalg.pinv(Zg[~ok]), Gg[~ok])
-        gamma[good] = x
+        try:
+            Q, Rq = np.linalg.qr(Zg)
+            gamma[good] = np.linalg.solve(Rq, Q.transpose(0, 2, 1) @ Gg[..., None])[..., 0]
+        except np.linalg.LinAlgError:  # two exactly equal shifts: the minimum-norm amplitudes
+            gamma[good] = np.einsum("phs,ps->ph", np.linalg.pinv(Zg), Gg)
     order = np.argsort(l, axis=1)
     l = np.take_along_axis(l, order, axis=1)
     gamma = np.take_along_axis(gamma, order, axis=1)
