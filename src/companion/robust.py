@@ -1357,7 +1357,7 @@ def learn_low_rank_noisy(
         ``verify_rtol ||W_hat||_F`` of it, all above ``(1 + verify_rtol) W_max``): the answers
         point to ``||W*||_F > W_max``, and the message names the ``W_max`` to pass.
     PrecisionError
-        ``"rgn"``, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
+        Either method, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
         ``verify_rtol min(||W||_F, W_max)``, or ``ambiguity_W`` reaches
         ``UNDETERMINED_RATIO min(||W||_F, W_max)`` (both times ``1 + AMBIGUITY_SLACK``): the
         answers, at their precision ``tau`` and this ``m``, do not determine ``W*`` (say, a
