@@ -335,6 +335,29 @@ def _cells_done(nb_path: Path) -> tuple[int, int] | None:
     return done, len(code)
 
 
+def _failing_line(nb_path: Path) -> str | None:
+    """The source line a partly executed notebook's error points at (IPython's ``---->`` line), or None.
+
+    An exception without a message (a bare ``assert``) says nothing by its name alone; the line
+    that raised it does.
+    """
+    import re
+
+    try:
+        cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return None
+    for cell in cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") != "error":
+                continue
+            lines = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(out.get("traceback", []))).splitlines()
+            marked = [m.group(1).strip() for m in map(re.compile(r"^-+>\s*\d+\s(.*)$").match, lines) if m]
+            if marked:
+                return marked[-1]
+    return None
+
+
 def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
     """Execute a chapter with checked parameters through papermill; publish its notebook and results together.
 
@@ -344,6 +367,8 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     when every cell ran. A run that stops (a cell's error, the time limit, SIGINT or SIGTERM)
     leaves the earlier pair as it was, keeps its partly executed notebook as
     ``output_dir/<chapter>.incomplete.ipynb`` (with the traceback) and discards its partial results.
+    A run that finishes removes what described the run it replaces: an earlier
+    ``<chapter>.incomplete.ipynb`` and the page ``<chapter>_html/`` (``--html`` renders it afresh).
     Returns the notebook's path.
 
     Parameters
@@ -412,12 +437,16 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
                 else:  # a chapter that publishes nothing: no stale JSON beside it
                     out_json.unlink(missing_ok=True)
                 os.replace(done, out_nb)
+                # what described the replaced run would now sit beside the new pair with other numbers
+                incomplete.unlink(missing_ok=True)
+                shutil.rmtree(out_dir / f"{path.stem}_html", ignore_errors=True)
                 return out_nb
             if out_nb.exists() or out_json.exists():
                 kept_line = f"{out_nb.name} and {out_json.name} in {out_dir} are the earlier run's, unchanged"
             else:
                 kept_line = f"nothing written to {out_nb.name} or {out_json.name} in {out_dir}"
             counts = _cells_done(done) if done.is_file() else None
+            line = _failing_line(done) if done.is_file() else None
             if counts is not None:
                 os.replace(done, incomplete)
                 kept_line += f"; the incomplete run ({counts[0]} of {counts[1]} code cells): {incomplete}"
@@ -437,8 +466,9 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
             if status.get("ename") is None:
                 raise RunIncomplete(f"the chapter's process ended without a result; {kept_line}.", kept=kept)
             at = f" at cell {status['exec_count']}" if status.get("exec_count") else ""
+            what = status.get("evalue") or (f"(no message) raised by `{line}`" if line else "(no message)")
             raise RunIncomplete(
-                f"the chapter stopped{at} with {status['ename']}: {status['evalue']}\n"
+                f"the chapter stopped{at} with {status['ename']}: {what}\n"
                 f"  (parameters {parameters}; {kept_line}, with the full traceback.)",
                 kept=kept,
             )
@@ -560,7 +590,8 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     """A one-line citation of one published number, with its precision and provenance.
 
     By default the number is read from ``$COMPANION_RESULTS_DIR`` if set, else from the book's
-    committed ``data/results`` (:func:`companion.results.book_results_dir`). The line says what the
+    committed ``data/results`` (:func:`companion.results.book_results_dir`); ``results_file`` is a
+    results JSON or the folder of a run (``runs/``: its ``<chapter>.json``). The line says what the
     number is: ``(exact)``, ``(measured, reproducible to rtol ..., atol ... across machines)``,
     ``(bound; measured 1.1e-15, ...)`` with the measured value a bound bounds, or ``(claim, checked
     when the chapter ran)``.
@@ -568,15 +599,22 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     Raises
     ------
     ParameterError
-        If the chapter has no results file yet or did not publish ``name``.
+        If the chapter has no results file yet (the message says which command writes it) or
+        did not publish ``name``.
     """
     from .results import book_results_dir
 
     stem = _resolve(chapter).stem
     folder = os.environ.get("COMPANION_RESULTS_DIR")
     path = Path(results_file) if results_file else (Path(folder) if folder else book_results_dir()) / f"{stem}.json"
+    if path.is_dir():  # --results runs/: the folder of a run, as companion run -o names it
+        path = path / f"{stem}.json"
     if not path.is_file():
-        raise ParameterError(f"no results for {stem} at {path}; run the chapter first (make book).")
+        if path.parent.resolve() == book_results_dir().resolve():
+            how = f"make execute NB=book/chapters/{stem}.ipynb writes the committed numbers"
+        else:
+            how = f"companion run {stem} -o {path.parent} writes {path.parent / (stem + '.json')}"
+        raise ParameterError(f"no results for {stem} at {path}; run the chapter first: {how}.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         values, chapter_of_file = data["values"], data["chapter"]
@@ -853,7 +891,10 @@ def main(argv=None) -> int:
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")
     cite_p.add_argument("chapter")
     cite_p.add_argument("name")
-    cite_p.add_argument("--results", help="results JSON to read (default: the results folder)")
+    cite_p.add_argument(
+        "--results",
+        help="results JSON to read, or the folder of a run (default: $COMPANION_RESULTS_DIR, else data/results)",
+    )
     cite_p.set_defaults(func=_cmd_cite)
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
     build.add_argument("--all", action="store_true", help="(the default; kept for old scripts) read every page afresh")
