@@ -286,3 +286,28 @@ def test_a_finished_run_removes_the_page_and_incomplete_notebook_of_the_run_it_r
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "01_definitions.ipynb", "01_definitions.json", "02_exact_learning_html"]
     assert (tmp_path / "01_definitions.json").read_text() == '{"new": 1}'
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf"])
+def test_a_timeout_that_is_no_limit_or_no_number_is_refused_before_running(text, tmp_path, capsys):
+    """--timeout 0 and -1 ran with no limit at all (nbclient reads them so); nan failed inside
+    papermill with a TraitError after the run had started."""
+    assert cli.main(["run", "01", "-o", str(tmp_path / "r"), "--no-progress", "--timeout", text]) == 2
+    err = capsys.readouterr().err
+    assert f"--timeout {float(text)} must be a number of seconds in (0, inf)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_fractional_timeout_is_rounded_up_to_whole_seconds(tmp_path, monkeypatch):
+    """--timeout 1.5 failed with papermill's TraitError (nbclient's timeout is an int); just
+    above 0 is the smallest limit, 1 s."""
+    seen = []
+
+    def fake_run(cmd, env):
+        seen.append(json.loads(open(cmd[-1], encoding="utf-8").read())["timeout"])
+        return "SIGINT"
+
+    monkeypatch.setattr(cli, "_supervise", fake_run)
+    for text in ("1.5", "0.001", "2"):
+        assert cli.main(["run", "01", "-o", str(tmp_path), "--no-progress", "--timeout", text]) == 130
+    assert seen == [2, 1, 2] and all(type(t) is int for t in seen)

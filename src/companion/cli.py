@@ -358,6 +358,29 @@ def _failing_line(nb_path: Path) -> str | None:
     return None
 
 
+def _seconds(timeout) -> int:
+    """A time limit per cell in whole seconds, rounded up (nbclient takes an int and reads 0 or a
+    negative number as no limit at all).
+
+    Raises
+    ------
+    ParameterError
+        If ``timeout`` is not a finite number above 0.
+    """
+    import math
+
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ParameterError(
+            f"--timeout {timeout} must be a number of seconds in (0, inf) (the time limit per cell; "
+            f"default the book's {book_timeout()} s); give a large one, e.g. --timeout 3600, for a long run."
+        )
+    return math.ceil(value)
+
+
 def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
     """Execute a chapter with checked parameters through papermill; publish its notebook and results together.
 
@@ -382,12 +405,13 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     progress_bar : bool, default=True
         Papermill's progress bar, on stderr.
     timeout : float, default=None
-        Time limit in seconds for each cell; by default the book's (:func:`companion.cli.book_timeout`, 600 s).
+        Time limit in seconds for each cell, in (0, inf), rounded up to whole seconds; by default
+        the book's (:func:`companion.cli.book_timeout`, 600 s).
 
     Raises
     ------
     ParameterError
-        Before anything runs: a bad parameter, a folder that cannot be written (read-only
+        Before anything runs: a bad parameter or ``timeout``, a folder that cannot be written (read-only
         checkout: give another with ``-o``), another run of this chapter into the same folder, or
         an installation without a Jupyter kernel.
     RunIncomplete
@@ -399,11 +423,11 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     path = _resolve(chapter)
     params = check_parameters(path.stem, parameters)
     _require(("ipykernel", "myst_nb"), "book", "companion run (a Jupyter kernel and myst-nb's glue)")
+    limit = _seconds(timeout) if timeout is not None else book_timeout()
     out_dir = _writable_folder(output_dir, "give a writable folder for the run with -o DIR")
     out_nb = out_dir / path.name
     out_json = out_nb.with_suffix(".json")
     incomplete = out_dir / f"{path.stem}.incomplete.ipynb"
-    limit = timeout if timeout is not None else book_timeout()
     with _Lock(out_dir, path.stem):
         staging = out_dir / f"{path.stem}.running"
         shutil.rmtree(staging, ignore_errors=True)  # a run killed with SIGKILL left it
