@@ -311,3 +311,14 @@ def test_a_fractional_timeout_is_rounded_up_to_whole_seconds(tmp_path, monkeypat
     for text in ("1.5", "0.001", "2"):
         assert cli.main(["run", "01", "-o", str(tmp_path), "--no-progress", "--timeout", text]) == 130
     assert seen == [2, 1, 2] and all(type(t) is int for t in seen)
+
+
+def test_cite_without_a_name_lists_what_the_chapter_published(results_tmp, capsys):
+    """``companion cite 02`` was argparse's "the following arguments are required: name"."""
+    results.record_parameters("02_exact_learning", seed=0, glue=False)
+    results.publish("b_value", 1, glue=False)
+    results.publish("a_value", 2, glue=False)
+    assert cli.main(["cite", "02"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("companion: error: name the value to cite, companion cite 02_exact_learning NAME; "
+                   "02_exact_learning published: a_value, b_value.\n")

@@ -610,7 +610,7 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
     return out_dir / f"{stem}.html"
 
 
-def cite(chapter: str, name: str, *, results_file=None) -> str:
+def cite(chapter: str, name: str | None, *, results_file=None) -> str:
     """A one-line citation of one published number, with its precision and provenance.
 
     By default the number is read from ``$COMPANION_RESULTS_DIR`` if set, else from the book's
@@ -623,8 +623,8 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     Raises
     ------
     ParameterError
-        If the chapter has no results file yet (the message says which command writes it) or
-        did not publish ``name``.
+        If the chapter has no results file yet (the message says which command writes it), did
+        not publish ``name``, or ``name`` is None (the message lists the names it published).
     """
     from .results import book_results_dir
 
@@ -646,6 +646,10 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
         raise ParameterError(f"{path} is not a results file written by companion.results.publish.") from None
     if chapter_of_file != stem:
         raise ParameterError(f"{path} holds the results of {chapter_of_file}, not of {stem}.")
+    if name is None:  # companion cite 01: what can be cited
+        raise ParameterError(
+            f"name the value to cite, companion cite {stem} NAME; {stem} published: {', '.join(sorted(values))}."
+        )
     if name not in values:
         raise ParameterError(f"{stem} published no value {name!r}; it published: {', '.join(sorted(data['values']))}.")
     entry = data["values"][name]
@@ -914,7 +918,7 @@ def main(argv=None) -> int:
     run.set_defaults(func=_cmd_run)
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")
     cite_p.add_argument("chapter")
-    cite_p.add_argument("name")
+    cite_p.add_argument("name", nargs="?", help="the published value; without it, the names it published")
     cite_p.add_argument(
         "--results",
         help="results JSON to read, or the folder of a run (default: $COMPANION_RESULTS_DIR, else data/results)",
