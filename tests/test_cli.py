@@ -322,3 +322,39 @@ def test_cite_without_a_name_lists_what_the_chapter_published(results_tmp, capsy
     err = capsys.readouterr().err
     assert err == ("companion: error: name the value to cite, companion cite 02_exact_learning NAME; "
                    "02_exact_learning published: a_value, b_value.\n")
+
+
+def test_compare_a_run_with_the_committed_chapter(tmp_path, capsys):
+    """A re-run is compared with the committed notebook by the contract nbval uses: the same
+    outputs exit 0; a moved number exits 1 and is named with its code cell; other parameters are
+    said first."""
+    import shutil
+
+    from companion import results as res
+
+    run = tmp_path / "01_definitions.ipynb"
+    shutil.copy(cli.chapters()["01_definitions"], run)
+    assert cli.main(["compare", str(run)]) == 0
+    assert capsys.readouterr().out == (f"{run}: the same outputs as the committed 01_definitions, "
+                                       "by the reproducibility contract\n")
+    nb = json.loads(run.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    data = code[2]["outputs"][0]["data"]
+    assert "".join(data["text/plain"]) == "SingleHead(d=6, rank=3, ||W||_F=5.574, ||v||_2=4.299)"
+    data["text/plain"] = "".join(data["text/plain"]).replace("5.574", "5.575")      # one last digit moved
+    run.write_text(json.dumps(nb))
+    committed = json.loads((res.book_results_dir() / "01_definitions.json").read_text())
+    committed["parameters"]["n_checks"] = 50
+    run.with_suffix(".json").write_text(json.dumps(committed))
+    assert cli.main(["compare", str(run)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "the run's parameters differ from the committed ones, so its numbers may: n_checks=50 (committed: 2000)",
+        f"{run}: 1 difference(s) from the committed 01_definitions:",
+        "  code cell 2: text/plain: 5.574 became 5.575 (exact unless a tolerance applies)",
+    ]
+    other = tmp_path / "mine.ipynb"
+    shutil.copy(run, other)
+    assert cli.main(["compare", str(other)]) == 2                          # not named after a chapter
+    assert "unknown chapter 'mine'" in capsys.readouterr().err
+    assert cli.main(["compare", str(other), "--chapter", "01"]) == 1

@@ -7,6 +7,7 @@
     companion run 05_robustness -f params.yaml --timeout 1200
     companion run 02 -p seed 3 --html                # also a page of the run, its numbers in the text
     companion cite 02_exact_learning sweep_worst_W   # a citation line with provenance
+    companion compare runs/02_exact_learning.ipynb   # a run's outputs against the committed ones
     companion build                                  # the HTML book (jupyter-book build)
     companion build -o DIR                           # into DIR/_build (a read-only checkout)
 
@@ -44,6 +45,7 @@ __all__ = [
     "RunIncomplete",
     "cached_without_figures",
     "render_run",
+    "compare_run",
 ]
 
 
@@ -756,6 +758,74 @@ def _cmd_cite(args):
     return 0
 
 
+def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
+    """Compare a run's executed notebook with the committed chapter, by the reproducibility contract.
+
+    The outputs of every code cell are compared as ``make test`` compares them
+    (:func:`companion.nbcompare.compare_notebooks`: numbers exactly unless a tolerance applies,
+    rounding level, figures present), with the tolerances the run published (its results JSON
+    beside it, ``<notebook>.json``).
+
+    Parameters
+    ----------
+    notebook : path-like
+        The run's notebook, e.g. ``runs/02_exact_learning.ipynb``.
+    chapter : str, default=None
+        Chapter stem or unique prefix; by default the notebook's file name.
+
+    Returns
+    -------
+    notes, differences : list of str
+        ``notes``: the parameters in which the run differs from the committed one (its numbers are
+        then expected to differ). ``differences``: one line per difference, ``code cell i: ...``
+        (0-based among code cells); empty if the run matches.
+
+    Raises
+    ------
+    ParameterError
+        If the notebook cannot be read, or its chapter is unknown.
+    """
+    import nbformat
+
+    from . import nbcompare
+    from .results import book_results_dir
+
+    notebook = Path(notebook)
+    committed = _resolve(chapter or notebook.name.removesuffix(".ipynb").removesuffix(".incomplete"))
+    try:
+        test = nbformat.read(notebook, as_version=4)
+    except (OSError, ValueError) as exc:
+        raise ParameterError(f"cannot read the notebook {notebook}: {getattr(exc, 'strerror', None) or exc}") from None
+    run_json = notebook.with_suffix(".json")
+    notes = []
+    try:
+        mine = json.loads(run_json.read_text(encoding="utf-8"))
+        book = json.loads((book_results_dir() / f"{committed.stem}.json").read_text(encoding="utf-8"))
+        ours = {"seed": mine.get("seed"), **mine.get("parameters", {})}
+        theirs = {"seed": book.get("seed"), **book.get("parameters", {})}
+        notes = [f"{k}={ours.get(k)!r} (committed: {theirs.get(k)!r})" for k in theirs if ours.get(k) != theirs[k]]
+    except (OSError, ValueError, AttributeError):
+        pass
+    found = nbcompare.compare_notebooks(
+        nbformat.read(committed, as_version=4), test, glue=nbcompare.glue_tolerances(run_json)
+    )
+    return notes, [f"code cell {i}: {d}" for i, diffs in sorted(found.items()) for d in diffs]
+
+
+def _cmd_compare(args):
+    notes, diffs = compare_run(args.notebook, chapter=args.chapter)
+    stem = _resolve(args.chapter or Path(args.notebook).name.removesuffix(".ipynb")).stem
+    if notes:
+        print(f"the run's parameters differ from the committed ones, so its numbers may: {', '.join(notes)}")
+    if not diffs:
+        print(f"{args.notebook}: the same outputs as the committed {stem}, by the reproducibility contract")
+        return 0
+    print(f"{args.notebook}: {len(diffs)} difference(s) from the committed {stem}:")
+    for line in diffs:
+        print(f"  {line}")
+    return 1
+
+
 def cached_without_figures(cache_dir, notebooks) -> dict[str, list[str]]:
     """Chapters whose cached execution lacks figures that the committed notebook has.
 
@@ -924,6 +994,12 @@ def main(argv=None) -> int:
         help="results JSON to read, or the folder of a run (default: $COMPANION_RESULTS_DIR, else data/results)",
     )
     cite_p.set_defaults(func=_cmd_cite)
+    cmp_p = sub.add_parser(
+        "compare", help="compare a run's notebook with the committed chapter (exit 1 if they differ)"
+    )
+    cmp_p.add_argument("notebook", help="the run's executed notebook, e.g. runs/02_exact_learning.ipynb")
+    cmp_p.add_argument("--chapter", help="its chapter, if the file is not named after it")
+    cmp_p.set_defaults(func=_cmd_compare)
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
     build.add_argument("--all", action="store_true", help="(the default; kept for old scripts) read every page afresh")
     build.add_argument("--force", action="store_true", help="re-execute every chapter (release build)")
