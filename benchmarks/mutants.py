@@ -78,7 +78,7 @@ TESTS = {
     # _redraw_small also builds Theorem 4.1's Gaussian probes (exact.probe_matrix): test_exact.py too.
     "numerics/rop": ["tests/test_robust.py", "tests/test_lowrank.py", "tests/test_verify.py",
                      "tests/test_exact.py", "src/companion/numerics/rop.py"],
-    "numerics/rgn": ["tests/test_lowrank.py", "tests/test_robust.py", "tests/test_verify.py",
+    "numerics/rgn": ["tests/test_rgn.py", "tests/test_lowrank.py", "tests/test_robust.py", "tests/test_verify.py",
                      "src/companion/numerics/rgn.py"],
     "pretrained": ["tests/test_pretrained.py", "src/companion/pretrained.py"],
     "membership": ["tests/test_membership.py", "src/companion/membership.py"],

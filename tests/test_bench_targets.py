@@ -12,7 +12,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def benchmarks(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     yield
-    for name in ("_targets", "bench_exact", "bench_lowrank"):
+    for name in ("_targets", "bench_exact", "bench_lowrank", "bench_noisy_scale"):
         sys.modules.pop(name, None)
 
 
@@ -47,3 +47,20 @@ def test_bench_lowrank_labels_come_from_the_library(benchmarks):
     assert f"nuclear ({DEFAULT_OVERSAMPLING['nuclear']:g}x)" in labels
     assert f"rgn ({DEFAULT_OVERSAMPLING['rgn']:g}x)" in labels
     assert "nuclear (3x)" not in labels
+
+
+def test_bench_noisy_scale_judges_cpu_time_not_wall_time(benchmarks, capsys):
+    # issue 22 item 5: a row that took 3 times its CPU time on the wall clock (a busy machine)
+    # passes on CPU time, and each target fails just outside its bound
+    import bench_noisy_scale as bench
+
+    def rows(noisy_cpu, rgn_cpu):
+        noisy = {"status": "ok", "learner_s": 3 * noisy_cpu, "cpu_s": noisy_cpu, "peak_mb": 900.0}
+        rgn = {"status": "ok", "learner_s": 3 * rgn_cpu, "cpu_s": rgn_cpu, "oracle_s": 10.0, "oracle_cpu_s": 5.0,
+               "peak_mb": 3400.0}
+        return {("noisy", 384, 32): noisy, ("rgn", 1024, 32): rgn}
+
+    assert bench.verdicts(rows(60.0, 15.0)).exit_code() == 0
+    assert bench.verdicts(rows(60.01, 15.0)).exit_code() == 1
+    assert bench.verdicts(rows(60.0, 15.01)).exit_code() == 1
+    assert "within 60 CPU s: PASS" in capsys.readouterr().out

@@ -538,14 +538,16 @@ def test_learner_on_bert_computation_recovers_the_homogeneous_head():
 
 def test_layer_counts_probe_shows_where_twelve_heads_fail():
     """The whole layer 0 through the counts route's pairs: 25 queries a pair, no pair resolves all
-    12 heads, and a pair's rounding sensitivity is O(1) (measured 2.1 to 258 over 8 pairs)."""
+    12 heads, and the Jacobian of a pair's 24 unknowns is rank-deficient in float64 (numerical rank
+    17 to 22 of 24 over 8 pairs, the same under the Haswell, Sandybridge and Nehalem kernels)."""
     from companion import multihead
 
     probe = P.layer_counts_probe(0, n_pairs=2, seed=0)
     assert probe["n_queries"] == 50 and probe["n_heads"] == 12
     for row in probe["rows"]:
         assert row["terms found"] < 12 and not row["interpolation resolved"]
-        assert row["sensitivity"] > 1.0 and 0 < row["closest true shifts"] < 0.1
+        assert 0 < row["closest true shifts"] < 0.1
+    assert [row["rank of J"] for row in probe["rows"]] == [19, 17]
     oracle = ValueQueryOracle(P.BertAttentionTarget(0, None))
     with pytest.raises(InvalidInputError, match="last coordinate != 1"):
         multihead.learn_canonical_rational(oracle, H=12)

@@ -178,3 +178,107 @@ def test_noisy_start_run_tolerances_change_only_the_start(monkeypatch):
             assert (info2["iterations"], info2["lsqr_iterations"]) != work, (name, factor)
             if factor < 1:
                 assert np.linalg.norm(other.W - rec.W) <= 1e-4 * np.linalg.norm(rec.W), name
+
+
+# --- issue 22 item 5: the factored operator, the float32 start, the stagnation and forcing rules ---
+
+def test_factored_operator_equals_the_dense_one():
+    # the measurement operator at W = F G ((d, k) and (k, d)) without forming W, and the fitted
+    # measurements of _factor_products at W = U S V^T, equal a_k^T W b_k of the dense W
+    A, B, _, _, _ = _problem(d=13, r=2, ratio=3.0)
+    rng = np.random.default_rng(3)
+    F, G = rng.standard_normal((13, 4)), rng.standard_normal((4, 13))
+    dense = np.einsum("kd,de,ke->k", A, F @ G, B)
+    assert np.allclose(rgn._rop_apply_factors(A, B, F, G), dense, rtol=1e-13, atol=1e-13 * np.abs(dense).max())
+    assert np.allclose(rgn._rop_apply(A, B, F @ G), dense, rtol=1e-13, atol=1e-13 * np.abs(dense).max())
+    U, s, V = rgn._factor_svd(F, G)
+    alpha, beta, fit = rgn._factor_products(A, B, U, s, V)
+    assert np.allclose(fit, dense, rtol=1e-12, atol=1e-12 * np.abs(dense).max())
+    assert np.allclose(alpha, A @ U) and np.allclose(beta, B @ V)
+
+
+def test_tangent_operator_and_adjoint_equal_the_dense_ones():
+    # one CGLS iteration from zero is the step gamma / ||K p||^2 along p = K^T res: with the dense
+    # tangent map (X, Y) -> (a_k^T (U X^T + Y V^T) b_k)_k and its adjoint on the gauge U^T Y = 0,
+    # the factored float64 and float32 steps are that step
+    A, B, t, W, r = _problem(d=11, r=2, ratio=3.0, noise=0.1)
+    U, s, V = rgn._spectral_start(A, B, t, r)
+    res = t - rgn._factor_products(A, B, U, s, V)[2]
+    P = np.eye(11) - U @ U.T
+    GX = np.einsum("k,kd,ke->de", res, B, A) @ U             # d/dX of sum_k res_k b_k^T X U^T a_k
+    GY = P @ np.einsum("k,kd,ke->de", res, A, B) @ V         # d/dY, projected on U^T Y = 0
+    q = rgn._rop_apply(A, B, _tangent(U, GX, GY, V))
+    step = (np.sum(GX**2) + np.sum(GY**2)) / np.dot(q, q)
+    for low in (None, (A.astype(np.float32), B.astype(np.float32))):
+        X, Y, its = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=0.0, max_iter=1, low=low)
+        tol = 1e-12 if low is None else 1e-5
+        assert its == 1
+        assert np.linalg.norm(X - step * GX) <= tol * np.linalg.norm(step * GX)
+        assert np.linalg.norm(Y - step * GY) <= tol * np.linalg.norm(step * GY)
+
+
+def test_float32_spectral_start_is_the_float64_one_to_float32_rounding():
+    A, B, t, W, r = _problem(d=40, r=3, ratio=3.0)
+    U, s, V = rgn._spectral_start(A, B, t, r)
+    U32, s32, V32 = rgn._spectral_start(A, B, t, r, low=(A.astype(np.float32), B.astype(np.float32)))
+    assert U32.dtype == np.float64 and np.allclose(s32, s, rtol=1e-5)
+    assert np.linalg.norm((U32 * s32) @ V32.T - (U * s) @ V.T) < 1e-5 * np.linalg.norm(s)
+
+
+def test_gaussian_rop_design_values_are_normals_over_sqrt_d():
+    # filled in place, the design holds the values of rng.standard_normal((m, d)) / sqrt(d), A then B
+    rng, ref = np.random.default_rng(7), np.random.default_rng(7)
+    A, B = rop._gaussian_rop_design(9, 50, np.ones(9), rng)
+    A0, B0 = ref.standard_normal((50, 9)) / 3.0, ref.standard_normal((50, 9)) / 3.0
+    redrawn = np.abs(A0 @ np.ones(9)) < rop._SMALL_AV * 3.0 / 3.0
+    assert np.array_equal(A[~redrawn], A0[~redrawn]) and np.array_equal(B, B0)
+
+
+def _ls_residual2(A, B, res, U, V, X, Y):
+    fitted = rgn._rop_apply(A, B, _tangent(U, X, Y, V))
+    return float(np.sum((res - fitted) ** 2))
+
+
+def test_cgls_stagnation_rule_just_inside_and_outside():
+    # at a noisy point the tangent least-squares residual levels off: CGLS with ``stagnation`` stops
+    # at the first iteration that lowers ||rr||^2 by less than that fraction of it
+    A, B, t, W, r = _problem(d=24, r=3, ratio=2.0, noise=1e-3)
+    U, s, V = np.linalg.svd(W)[0][:, :r], np.linalg.svd(W)[1][:r], np.linalg.svd(W)[2][:r].T
+    res = t - rgn._factor_products(A, B, U, s, V)[2]
+    r2 = [float(np.sum(res**2))]
+    for j in range(1, 40):
+        X, Y, _ = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=0.0, max_iter=j)
+        r2.append(_ls_residual2(A, B, res, U, V, X, Y))
+    drop = [1.0 - r2[j] / r2[j - 1] for j in range(1, 40)]       # drop[j - 1]: iteration j
+    _, _, k = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=0.0, stagnation=rgn._STAGNATION)
+    assert drop[k - 1] < rgn._STAGNATION <= min(drop[: k - 1])
+    s_in, s_out = drop[k - 1] * (1 + 1e-6), drop[k - 1] * (1 - 1e-6)
+    assert rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=0.0, stagnation=s_in)[2] == k
+    assert rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=0.0, stagnation=s_out)[2] > k
+    for factor in (10.0, 0.1):                                   # a tenfold change moves the stop
+        other = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=0.0, stagnation=rgn._STAGNATION * factor)
+        assert other[2] != k, factor
+
+
+def test_rgn_forcing_follows_the_residual_down_to_forcing_min(monkeypatch):
+    # each tangent solve of _rgn gets rtol = min(forcing, max(_FORCING_MIN, rel)); a tenfold change
+    # of _FORCING_MIN changes the inner work, and the run stays exact
+    A, B, _, W, r = _problem(d=30, r=3, ratio=2.0)
+    t = rgn._rop_apply(A, B, W)
+    real, seen = rgn._tangent_step, []
+
+    def spy(*args, **kw):
+        seen.append(kw["rtol"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(rgn, "_tangent_step", spy)
+    What, info = rgn._rgn(A, B, t, r, max_iter=50, tol=1e-13, direct_max=0)
+    h = info["residuals"]
+    assert seen == [min(3e-2, max(rgn._FORCING_MIN, rel)) for rel in h[: len(seen)]]
+    assert any(rel < rgn._FORCING_MIN for rel in h[: len(seen)])          # the floor is used
+    assert np.linalg.norm(What - W) < 1e-10 * np.linalg.norm(W)
+    work = info["lsqr_iterations"]
+    for factor in (10.0, 0.1):
+        monkeypatch.setattr(rgn, "_FORCING_MIN", 1e-4 * factor)
+        _, other = rgn._rgn(A, B, t, r, max_iter=50, tol=1e-13, direct_max=0)
+        assert other["lsqr_iterations"] != work, factor

@@ -233,13 +233,17 @@ class AnswerPrecision:
         """A known precision coarser than float64's (probe scales and thresholds change)."""
         return self.u is not None and self.u > 4 * FLOAT64_U
 
-    def measure(self) -> bool:
-        """Measure ``u`` if nobody stated it; True if this changed what is known."""
+    def measure(self, *, one_token=False) -> bool:
+        """Measure ``u`` if nobody stated it; True if this changed what is known.
+
+        ``one_token``: by :func:`companion.oracles.measure_one_token_precision` (16 one-token
+        queries, for FFN oracles), else :func:`companion.oracles.measure_precision` (24).
+        """
         if self.source is not None:
             return False
-        from .oracles import measure_precision
+        from .oracles import measure_one_token_precision, measure_precision
 
-        m = measure_precision(self.oracle, seed=self.seed)
+        m = (measure_one_token_precision if one_token else measure_precision)(self.oracle, seed=self.seed)
         self.u, self.format, self.source = m["u"], m["format"], "measured"
         self.n_queries += m["n_queries"]
         return True
@@ -418,7 +422,7 @@ def verify_head(oracle, W, v, n, **options):
 COARSE_FACTOR = 2.0**10
 
 
-def names_rounding(advice):
+def names_rounding(advice, *, one_token=False):
     """Decorator for a learner that needs float64-exact answers: name their rounding when it refuses.
 
     When the learner raises :class:`~companion.errors.OracleInconsistentError`, the answers'
@@ -428,6 +432,12 @@ def names_rounding(advice):
     raised instead, with the message ``advice(learner_name, precision, error)``: the refusal is
     then the rounding, not the model. If no budget is left to measure, the original error stands.
     Used by the canonical-form learners (``multihead``) and the multi-head Transformer learner.
+
+    With ``one_token``, the measurement is
+    :func:`companion.oracles.measure_one_token_precision` (16 one-token queries): for the FFN and
+    one-layer learners, whose targets are positively homogeneous on one token, and whose
+    assumption-breaking targets (a bias, a length-dependent term) would break the attention
+    invariances ``measure_precision`` reads and pass for coarse rounding.
     """
 
     def decorate(body):
@@ -441,7 +451,7 @@ def names_rounding(advice):
                 prec = AnswerPrecision(oracle, seed=seed + 7)
                 if not prec.known:
                     try:
-                        prec.measure()
+                        prec.measure(one_token=one_token)
                     except CompanionError:  # no budget left to measure: keep the original diagnosis
                         raise err from None
                 if prec.u is not None and prec.u > COARSE_FACTOR * FLOAT64_U:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 
+from ._learner import COARSE_FACTOR, FLOAT64_U, names_rounding
 from ._validation import as_float_array, as_sequences, check_int, check_real
 from .errors import (
     InvalidInputError,
@@ -762,6 +763,22 @@ def _merge_neurons(U, c, quality, tol=1e-6):
     return U[:, kept], c[kept], quality[kept]
 
 
+#: The FFN learner locates kinks by intersecting lines through answers exact to float64 rounding:
+#: a refusal at float32 or coarser answers names the rounding, not a target outside the bias-free
+#: ReLU class (companion._learner.names_rounding, measured on one-token queries).
+_names_rounding = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} refused, and {prec.describe()}: its kink search intersects lines through "
+        "answers exact to float64 rounding, and rounding at this level bends every piece (the "
+        "search then finds kinks everywhere), so this refusal is the answers' rounding, not a "
+        "target outside the bias-free ReLU class. No FFN learner here works from answers this "
+        f"coarse; ask a float64 server. (The search said: {err})"
+    ),
+    one_token=True,
+)
+
+
+@_names_rounding
 def learn_ffn(
     oracle, *, signs="auto", refine=True, milp_time_limit=10.0, max_planes=3, verify=64, verify_rtol=1e-9, seed=0
 ):
@@ -819,7 +836,12 @@ def learn_ffn(
         vector fits, or the verification still fails after ``max_planes`` planes).
     PrecisionError
         If on every one of the ``max_planes`` planes :func:`find_kinks` found two kinks along a line
-        closer than float64 resolves (see its Notes): a plane where that happens is redrawn.
+        closer than float64 resolves (see its Notes): a plane where that happens is redrawn. Also
+        before any query if the oracle states a rounding ``2**10`` times float64's or coarser
+        (``oracle.precision``, float32 or coarser); and instead of ``OracleInconsistentError``
+        when such rounding is measured after the refusal (16 one-token queries,
+        :func:`companion.oracles.measure_one_token_precision`): the message names the rounding,
+        not the target.
 
     Notes
     -----
@@ -856,6 +878,15 @@ def learn_ffn(
     from .exact import check_exact_oracle
 
     d = check_exact_oracle(oracle, "learn_ffn")
+    from .oracles import stated_precision
+
+    u = stated_precision(oracle)
+    if u is not None and u > COARSE_FACTOR * FLOAT64_U:
+        raise PrecisionError(
+            f"the oracle states its answers' rounding u={u:.2g}, float32 or coarser: the kink search "
+            "intersects lines through answers exact to float64 rounding (rounded answers bend every "
+            "piece), so no query is spent; serve the network in float64."
+        )
     if signs not in ("auto", "lstsq", "milp"):
         raise InvalidInputError(f"signs={signs!r} is not one of {{'auto', 'lstsq', 'milp'}}.")
     milp_time_limit = check_real(milp_time_limit, "milp_time_limit", minimum=0.0, strict=True)

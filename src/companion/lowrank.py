@@ -39,9 +39,11 @@ from scipy.special import logit
 
 from ._streaming import CHUNK_BYTES, answer_rop, chunk_queries
 from ._validation import as_float_array, check_choice, check_int, check_real
-from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, SolverError
+from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
 from ._learner import (
+    COARSE_FACTOR,
     DEFAULT_VERIFY,
+    FLOAT64_U,
     AnswerPrecision,
     best_relative_scale,
     build,
@@ -53,7 +55,7 @@ from ._learner import (
     verify_head,
 )
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
-from .errors import MESSAGES
+from .errors import MESSAGES, CompanionError
 from .numerics.rgn import _rgn
 from .numerics.rop import _gaussian_rop_design, rop_queries
 from .recovery import Recovery
@@ -631,6 +633,10 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
                 break
         detected = rank_of(s, k)[0]
     tol_used = max(rank_tol, rank_of(s, k)[1] / s[0]) if s.size and s[0] > 0 else rank_tol
+    # Singular values that count as zero only because of rank_tol (above every other floor): if the
+    # check then fails, rank_tol is the cause, not the target (see _rank_tol_cut).
+    floor = max(_NOISE_FLOOR, rank_of(s, k)[1]) if s.size else _NOISE_FLOOR
+    cut = s[(s > floor) & (s <= rank_tol * s[0])] if s.size else s
     if k == d:
         rho = rank_of(s, k)[0]
         W = L.T @ M @ RT
@@ -652,6 +658,7 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
         "rank_used": rho,
         "kappa_W": kappa,
         "rank_tol_used": tol_used,
+        "rank_tol_cut": cut / s[0] if cut.size else cut,
     }
     if k < d:
         info["factors"] = factors  # W = F G, rank rho: its SVD in O(d rho^2)
@@ -834,12 +841,19 @@ def learn_low_rank(
         ``(rank + 1)``-th singular value, or the verification queries disagree with the recovered
         head (e.g. ``"nuclear"`` below its phase transition returns a wrong ``W``; the check refuses
         it), or (``"nuclear"``) the verified ``W`` has a ``(rank + 1)``-th singular value above
-        ``max(rank_tol, verify_tolerance)`` relative (see ``rank_tol``).
+        ``max(rank_tol, verify_tolerance)`` relative (see ``rank_tol``). When the sketch's
+        check fails after ``rank_tol`` counted singular values above the rounding floor as zero
+        (e.g. ``rank_tol=1.0``, which counts every one as zero), the message names ``rank_tol``,
+        the values it cut, and the value to go below, instead of blaming the target.
     SolverError
         If ``"rgn"`` ends with a relative residual above ``max(1e3 tol, 1e-8)``: ``m`` was too few
         for this draw (see the phase transition in chapter 4), or ``rank(W*) > rank``.
     SolverError
         If SCS does not reach an optimal solution.
+    PrecisionError
+        Instead of either ``SolverError`` (``"nuclear"``, ``"rgn"``) when the answers carry
+        float32 or coarser rounding (stated, or measured after the failure with 24 queries): the
+        exact fit cannot hold, and the message names the rounding and ``method='sketch'``.
 
     Notes
     -----
@@ -941,14 +955,20 @@ def learn_low_rank(
         A, B = _gaussian_rop_design(d, m, v, rng)
         t, info = measure_bilinear(oracle, A, B, v, scale=scale)
         diagnostics.update(n_measurements=m, n_requeries=info["n_requeries"], max_abs_logit=info["max_abs_logit"])
-        if method == "nuclear":
-            W, sinfo = _solve_nuclear(A, B, t, eps=solver_eps)
-        else:
-            W, sinfo = _rgn(A, B, t, r, max_iter=max_iter, tol=tol)
-            if sinfo["residual"] > max(1e3 * tol, 1e-8):
-                raise SolverError(
-                    _MESSAGES["rgn_failed"].format(it=sinfo["iterations"], res=sinfo["residual"], m=m, C=m / dof, r=r)
-                )
+        try:
+            if method == "nuclear":
+                W, sinfo = _solve_nuclear(A, B, t, eps=solver_eps)
+            else:
+                W, sinfo = _rgn(A, B, t, r, max_iter=max_iter, tol=tol)
+                if sinfo["residual"] > max(1e3 * tol, 1e-8):
+                    raise SolverError(
+                        _MESSAGES["rgn_failed"].format(
+                            it=sinfo["iterations"], res=sinfo["residual"], m=m, C=m / dof, r=r
+                        )
+                    )
+        except SolverError as err:
+            _name_rounding(err, prec, method)
+            raise
         diagnostics.update(sinfo)
         r_out = r
         how = f"{m} Gaussian rank-one projections ({method})"
@@ -959,18 +979,26 @@ def learn_low_rank(
     if diagnostics.get("n_requeries"):
         message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
     kappa_W = diagnostics.pop("kappa_W", 0.0)
-    checked = verify_head(
-        oracle,
-        W,
-        v,
-        verify,
-        rtol=verify_rtol,
-        seed=seed + 1,
-        what=f"a single head with rank(W*) <= {r_out} recovered by {method!r}",
-        precision=prec,
-        size=head_check_size(W, v, kappa_W, 1.0),
-        floor=lambda u: kappa_W * u,
-    )
+    cut = diagnostics.pop("rank_tol_cut", None)
+    try:
+        checked = verify_head(
+            oracle,
+            W,
+            v,
+            verify,
+            rtol=verify_rtol,
+            seed=seed + 1,
+            what=f"a single head with rank(W*) <= {r_out} recovered by {method!r}",
+            precision=prec,
+            size=head_check_size(W, v, kappa_W, 1.0),
+            floor=lambda u: kappa_W * u,
+        )
+    except OracleInconsistentError as err:
+        if cut is not None and cut.size:
+            exc = OracleInconsistentError(_rank_tol_cut(err, cut, rank_tol, r_out, diagnostics, verify))
+            exc.max_error, exc.tolerance = err.max_error, err.tolerance
+            raise exc from err
+        raise
     if method == "nuclear" and verify:
         _check_nuclear_rank(sv, r, d, m, rank_tol, checked)
     if method == "sketch":
@@ -987,6 +1015,57 @@ def learn_low_rank(
         rank=int(r_out),
         method=method,
         precision=prec,
+    )
+
+
+def _name_rounding(err, prec, method):
+    """Raise :class:`PrecisionError` if answers rounded to float32 or coarser explain ``err``.
+
+    ``"nuclear"`` (an equality-constrained program) and ``"rgn"`` (stopped at a relative residual of
+    ``max(1e3 tol, 1e-8)``) fit the measurements exactly; answers with relative rounding ``u`` make
+    them inconsistent at about ``u`` times the measurements' condition, which neither program
+    allows. The precision is the oracle's stated one, or measured now (24 queries, counted like
+    verification). Returns (``err`` stands) for float64 answers or when no budget is left.
+    """
+    if not prec.known:
+        try:
+            prec.measure()
+        except CompanionError:
+            return
+    if prec.u is not None and prec.u > COARSE_FACTOR * FLOAT64_U:
+        raise PrecisionError(
+            f"method={method!r} refused, and {prec.describe()}: it fits the rank-one projections "
+            "exactly (as an equality-constrained program or to a residual of 1e-8), which rounded "
+            "answers make inconsistent, so this refusal is the answers' rounding, not too few "
+            "measurements or a rank above the assumed one. Use method='sketch' (it measures the "
+            "rounding level of its cross and reports the attainable error), or "
+            "companion.robust.learn_low_rank_noisy with tau at the answers' rounding (u times "
+            f"their size). ({str(err).split(': ')[0]}.)"
+        ) from err
+
+
+def _rank_tol_cut(err, cut, rank_tol, r_out, info, n):
+    """The message for a sketch refused because ``rank_tol`` counted real singular values as zero.
+
+    ``cut`` holds the core's singular values (relative to the largest) that lie above the rounding
+    floor but at most ``rank_tol``: dropping them made the returned rank ``r_out``, and the
+    verification that then failed says nothing about the target.
+    """
+    k = info["cross_size"]
+    every = "every singular value" if r_out == 0 else f"{cut.size} singular value(s)"
+    why = (
+        " (a singular value counts only above rank_tol times the largest, and none exceeds the largest)"
+        if rank_tol >= 1.0
+        else ""
+    )
+    shown = ", ".join(f"{c:.3g}" for c in cut[:4]) + (", ..." if cut.size > 4 else "")
+    return (
+        f"verification failed: on {n} fresh random queries the recovered model disagrees with the "
+        f"oracle by up to {err.max_error:.3g} (relative; tolerance {err.tolerance:.3g}), because "
+        f"rank_tol={rank_tol:g} counted {every} of the {k} x {k} core as zero{why}: relative "
+        f"{shown}, all above the rounding floor. W was returned at rank {r_out}; the target was "
+        f"not shown to break the rank assumption. Lower rank_tol below {float(cut.min()):.3g} "
+        "(the default 1e-8 keeps every singular value above rounding)."
     )
 
 

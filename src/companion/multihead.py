@@ -807,6 +807,19 @@ def _grow_subspace(oracle, q, v, tol, max_probes):
     return np.array(Z).T, np.array(R).T, K, n_re
 
 
+#: The orthogonal-heads learner reads each head's subspace off finite-difference Hessians (step 1e-3),
+#: which rounding at float32 swamps: a refusal there names the rounding, not non-orthogonal heads.
+_orthogonal_rounding = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} refused, and {prec.describe()}: its subspaces come from finite-difference "
+        "Hessians of the answers (step ~1e-3), which rounding at this level swamps, so this refusal "
+        "is the answers' rounding, not heads outside mutually orthogonal subspaces. Ask a float64 "
+        f"server, or use detect_multi_head(oracle, precision=...). (The check said: {err})"
+    )
+)
+
+
+@_orthogonal_rounding
 def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY, verify_rtol=1e-5, seed=0):
     """Recover the heads of a multi-head oracle whose heads live in mutually orthogonal subspaces.
 
@@ -871,6 +884,9 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         If an attention weight of an isolated head leaves (0, 1), the subspaces found would span
         more than ``d`` dimensions, or the verification fails: the oracle's heads are not in
         orthogonal subspaces.
+    PrecisionError
+        Instead of ``OracleInconsistentError`` when the answers carry float32 or coarser rounding
+        (stated, or measured after the refusal with 24 queries): the message names the rounding.
 
     Notes
     -----

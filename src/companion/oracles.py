@@ -48,6 +48,7 @@ __all__ = [
     "perturbation_ulps",
     "perturb",
     "measure_precision",
+    "measure_one_token_precision",
     "stated_precision",
     "as_precision",
     "FORMATS",
@@ -446,6 +447,58 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
         "format": nearest_format(u),
         "n_queries": 3 * n,
     }
+
+
+def measure_one_token_precision(oracle, *, n=8, seed=0) -> dict:
+    """Measure the relative rounding of a one-token oracle's answers (an FFN) from ``2 n`` queries.
+
+    :func:`measure_precision` permutes and repeats the tokens of long sequences, which an oracle of
+    a feed-forward network (one token) does not answer, and whose invariances a target outside
+    attention (a bias, a length-dependent term) breaks by more than rounding. Here ``u`` is the
+    answers' granularity only: ``2**-p`` for the most significant bits ``p`` any answer to
+    ``[x^T]`` or ``[(3 x)^T]`` (``n`` random ``x ~ N(0, I_d / d)``) has, as in
+    :func:`measure_precision` (a float32 answer has at most 24). It sees every server that returns
+    its format's values (float32, float16, bfloat16 tensors), not one that computes in float32
+    and returns wider values. ``u_spread``, the median ``|f(3 x) / 3 - f(x)|`` over the
+    root-mean-square answer, is reported but not used: a bias-free ReLU network is positively
+    homogeneous, so it is rounding there, but a target slightly outside the class (``y + 1e-3
+    tanh(y)``) has a spread of its own that no test on the spread tells from rounding.
+
+    Returns
+    -------
+    dict
+        ``u`` (the granularity), ``u_spread``, ``bits``, ``format`` (:func:`nearest_format` of
+        ``u``) and ``n_queries`` (``2 n``).
+
+    Raises
+    ------
+    BudgetExceededError
+        If fewer than ``2 n`` queries remain (before the first).
+
+    Examples
+    --------
+    >>> from companion.ffn import FeedForward
+    >>> net = FeedForward(np.eye(3), np.array([1.0, -2.0, 0.5]))
+    >>> measure_one_token_precision(ValueQueryOracle(net))["format"]
+    'float64'
+    >>> f32 = lambda X: np.float32(net(X)).astype(np.float64)
+    >>> m = measure_one_token_precision(ValueQueryOracle(f32, d=3))
+    >>> m["format"], m["bits"] <= 24
+    ('float32', True)
+    """
+    n = check_int(n, "n", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
+    d = int(oracle.d)
+    if hasattr(oracle, "require"):
+        oracle.require(2 * n, learner="measure_one_token_precision")
+    x = np.random.default_rng(seed).standard_normal((n, d)) / np.sqrt(d)
+    y = np.asarray(oracle(np.concatenate([x, 3.0 * x])[:, None, :]), dtype=np.float64)
+    y1, y3 = y[:n], y[n:] / 3.0
+    rms = float(np.sqrt(np.mean(y1**2)))
+    u_spread = float(np.median(np.abs(y3 - y1)) / rms) if rms > 0 else 0.0
+    bits = _significant_bits(y)
+    u = 2.0**-bits if bits else 0.0
+    return {"u": u, "u_spread": u_spread, "bits": bits, "format": nearest_format(u), "n_queries": 2 * n}
 
 
 def _hash_uniform(X: np.ndarray, seed: int) -> np.ndarray:

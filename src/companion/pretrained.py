@@ -1259,17 +1259,20 @@ def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, 
         :func:`~companion.multihead.fit_logistic_sum`, ``interpolation resolved`` (all 12 poles
         real and negative, each within ``match_tol`` of a true shift), ``terms matching a head``,
         ``closest true shifts`` (smallest gap between two heads' ``delta~^T W~_h x~``),
-        ``sensitivity`` (``eps max|G| / sigma_min(J)``, ``J`` the Jacobian of the 24 samples in
-        the 24 unknowns ``(gamma, l)`` at the true heads: the largest change of an unknown a
-        float64 rounding of the answers can cause)), ``n_queries``, ``oracle_seconds`` (the
-        oracle's time for them), ``n_heads`` (12).
+        ``rank of J`` (the numerical rank of ``J``, the Jacobian of the 24 samples in the 24
+        unknowns ``(gamma, l)`` at the true heads, by numpy's criterion: singular values above
+        ``24 eps sigma_max(J)``; below 24, some combination of the unknowns moves the samples by
+        less than float64 rounding of ``J``, so float64 answers do not determine it. The rank is
+        the same under every BLAS kernel tried, where ``eps max|G| / sigma_min(J)``, the first-order
+        sensitivity, is itself rounding noise, since ``sigma_min(J)`` is below what float64 resolves
+        in ``J``)), ``n_queries``, ``oracle_seconds`` (the oracle's time for them), ``n_heads`` (12).
 
     Examples
     --------
     >>> probe = layer_counts_probe(0, n_pairs=1)
     >>> row = probe["rows"][0]
-    >>> probe["n_queries"], row["interpolation resolved"], row["terms found"] < 12
-    (25, False, True)
+    >>> probe["n_queries"], row["interpolation resolved"], row["terms found"] < 12, row["rank of J"]
+    (25, False, True, 19)
     """
     import time
 
@@ -1311,14 +1314,13 @@ def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, 
         # Jacobian of G(s_t) = sum_h c_h sigma(s_t + l_h) in (c, l) at the true heads
         sig = expit(s[:, None] + l_true[None, :])
         J = np.concatenate([sig, c_true[None, :] * sig * (1 - sig)], axis=1)
-        sv = np.linalg.svd(J, compute_uv=False)
         rows.append(
             {
                 "terms found": int(c_fit.size),
                 "interpolation resolved": resolved,
                 "terms matching a head": int(sum(np.min(np.abs(l_true - li)) <= match_tol for li in l_fit)),
                 "closest true shifts": float(np.min(np.diff(np.sort(l_true)))),
-                "sensitivity": float(np.finfo(float).eps * np.max(np.abs(g)) / sv[-1]) if sv[-1] > 0 else np.inf,
+                "rank of J": int(np.linalg.matrix_rank(J)),
             }
         )
     return {"rows": rows, "n_queries": int(oracle.n_queries), "oracle_seconds": seconds, "n_heads": H}

@@ -531,8 +531,10 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
         raise OracleInconsistentError(
             f"the attention weight of entry ({i}, {j}) is {alpha_hat[i, j]:.4f}, outside the window "
             f"[{TAU_CLIP:.4f}, {1 - TAU_CLIP:.4f}] by more than the noise allows ({int(outside.sum())} "
-            f"entries): |W*_ij| exceeds W_max={W_max:g}, so ||W*||_F <= W_max is false (or the oracle "
-            "is not a single head). Pass a larger W_max; the guarantee would not hold."
+            f"entries): |W*_ij| exceeds W_max={W_max:g}, so ||W*||_F <= W_max is false, or the "
+            f"answers err by more than the oracle's tau={tau:.3g} (the window allows for tau "
+            "only), or the oracle is not a single head. Pass a larger W_max, or the answers' real "
+            "tau; the guarantee would not hold."
         )
 
     eps_W, eps_v = guaranteed_error(tau, mu=mu, W_max=W_max, d=d)
@@ -795,6 +797,12 @@ def learn_robust_lstsq(
         If the budget is below :func:`n_queries_lstsq`; raised before the first query.
     NotIdentifiableError
         If every ``|v_hat_i|`` is within the read-out error allowed by ``tau``: ``v*`` may be 0.
+    OracleInconsistentError
+        If ``||W_hat||_F > W_max + eps_W_bound`` (plus float64 rounding): the guarantee
+        ``||W_hat - W*||_F <= eps_W_bound`` and ``||W*||_F <= W_max`` cannot both hold, so an
+        assumption is false (most likely ``W_max``, which the message says to raise); any
+        ``verify``, no query, as :func:`learn_robust` refuses a weight outside its window. Also if
+        the verification fails.
 
     Notes
     -----
@@ -925,6 +933,17 @@ def learn_robust_lstsq(
     eps_W_bound = float(np.sqrt(d) * np.linalg.norm(entry))
     if rank is not None and rank < d:
         eps_W_bound *= 2.0  # Eckart-Young: the truncation at most doubles it
+    # ||W* - W_hat||_F <= eps_W_bound under the assumptions, so ||W_hat||_F <= W_max + eps_W_bound:
+    # a larger ||W_hat||_F proves one of them false (no query needed), as learn_robust's window does.
+    norm_W = float(np.linalg.norm(W_hat))
+    if norm_W > W_max + eps_W_bound + np.sqrt(np.finfo(float).eps) * W_max:  # float64 rounding
+        raise OracleInconsistentError(
+            f"||W_hat||_F = {norm_W:.3g} exceeds W_max={W_max:g} by more than the guaranteed error "
+            f"eps_W_bound={eps_W_bound:.3g} (from the answers, under the assumptions): so "
+            "||W*||_F <= W_max is false, or the oracle errs by more than tau, or it is not a single "
+            f"head. Pass W_max >= {norm_W:.3g} (it also sets the probe scales), or the answers' real "
+            f"tau (the bound assumes tau={tau:.3g}); the guarantee would not hold."
+        )
     diagnostics = {
         "pivot": p,
         "signs": s,
@@ -1116,6 +1135,63 @@ def _ambiguity(A, B, res, delta, factors, *, W_max):
     return best
 
 
+def _check_norm_bound(W, fit, t, delta, *, W_max, rtol):
+    """Refuse a ``W_hat`` whose answers pin its scale above ``W_max`` (§6's ``||W*||_F <= W_max``).
+
+    As :func:`learn_robust` refuses a weight outside Lemma 6.1's window, this refuses, with no new
+    query, a fit the assumption does not explain. Along ``W_hat``'s own direction ``D = W_hat /
+    ||W_hat||_F`` (rank unchanged), the heads ``W_hat + s D`` meeting every bound
+    ``|<a_k b_k^T, W> - t_k| <= delta_k`` (``delta_k`` plus ``sqrt(eps) max |t|`` for float64
+    rounding, so that ``tau = 0`` has a floor; all scaled up by ``W_hat``'s own largest violation
+    if above 1, a solver's tolerance) have ``s`` in an interval ``[lo, hi]``
+    (:func:`_interval`), so norms ``||W_hat||_F + s``. It refuses when the answers *pin* the scale
+    there, ``-lo <= rtol ||W_hat||_F``, and the smallest of those norms is still above
+    ``(1 + rtol) W_max``. When the interval is wide (the answers leave the scale open, as at a
+    coarse ``tau``), ``W_hat``'s excess over ``W_max`` is not evidence against ``W_max``, and the
+    undetermined-``W`` check (:func:`_check_determined`) speaks instead. ``fit`` is
+    ``<a_k b_k^T, W_hat>``.
+    """
+    nW = float(np.linalg.norm(W))
+    if nW <= (1.0 + rtol) * W_max or nW == 0:
+        return
+    bound = delta + np.sqrt(np.finfo(float).eps) * float(np.max(np.abs(t), initial=0.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        own = float(np.max(np.abs(fit - t) / bound, initial=0.0))
+    bound = bound * max(1.0, own)  # a solver's solution may exceed the bounds by its tolerance
+    lo, hi = _interval(fit - t, bound, fit / nW)
+    if not (lo <= 0.0 <= hi) or -lo > rtol * nW or nW + lo <= (1.0 + rtol) * W_max:
+        return
+    raise OracleInconsistentError(
+        f"||W_hat||_F = {nW:.3g} exceeds W_max={W_max:g}, and the answers pin its scale: along "
+        f"W_hat's direction the heads meeting all {t.size} bounds |<a_k b_k^T, W> - t_k| <= delta_k "
+        f"(which every head within tau of the answers meets) have ||W||_F in [{nW + lo:.4g}, "
+        f"{nW + hi:.4g}], all above W_max. The answers point to ||W*||_F > W_max (near {nW:.3g}), "
+        f"or the oracle errs by more than tau, or it is not a single head. Pass W_max >= "
+        f"{nW:.3g} (it also sets the query scales); the guarantee would not hold."
+    )
+
+
+def _check_nuclear_rank(W, r, *, tau, rtol):
+    """Refuse a noise-aware nuclear-norm solution whose ``(r + 1)``-th singular value exceeds ``rtol``.
+
+    The program never uses ``r`` (as in :func:`companion.lowrank.learn_low_rank`'s exact nuclear
+    method), so it may return a higher rank: always for a target of higher rank once ``m >= d^2``,
+    and, at a large ``tau``, by spreading the noise over extra directions. Either way a ``W``
+    that far (Eckart-Young: ``sigma_{r+1}``) from every rank-``r`` matrix is not the rank-``r``
+    result the learner returns.
+    """
+    sv = np.linalg.svd(W, compute_uv=False)
+    if sv.size <= r or sv[0] == 0 or sv[r] <= rtol * sv[0]:
+        return
+    raise OracleInconsistentError(
+        f"the noise-aware nuclear-norm solution has singular value {r + 1} at {sv[r] / sv[0]:.3g} "
+        f"relative, above verify_rtol={rtol:g}: it is not a rank-{r} head (the program does not use "
+        f"rank). Either rank(W*) > {r} (pass a larger rank), or the answers at tau={tau:.3g} do not "
+        "pin W and the program spread their noise over extra directions (raise n_measurements, "
+        "lower tau, or use method='rgn', which fits rank r and says when W is not determined)."
+    )
+
+
 _UNDETERMINED = (
     "the answers do not determine W at this precision: {evidence}. At tau={tau:.3g} the m={m} "
     "rank-one projections leave a set of rank-{r} heads consistent with every answer (as W* is) "
@@ -1263,6 +1339,14 @@ def learn_low_rank_noisy(
         ``FIT_SLACK`` times the largest one a head inside the assumptions allows
         (``fit_ratio > FIT_SLACK``): no rank-``r`` head with ``||W*||_F <= W_max`` answered within
         ``tau``, or Gauss-Newton stopped in a wrong minimum. Also if the verification fails.
+        ``"nuclear"`` with ``verify``: if the solution's ``(r + 1)``-th singular value exceeds
+        ``verify_rtol`` relative (the program does not use ``rank``): ``rank(W*) > rank``, or
+        the answers do not pin ``W`` at this ``tau``.
+        Either method, any ``tau`` and ``verify`` (as :func:`learn_robust` refuses a weight
+        outside its window; no query): if ``||W_hat||_F > (1 + verify_rtol) W_max`` and the
+        answers pin the scale there (along ``W_hat``'s direction they allow norms within
+        ``verify_rtol ||W_hat||_F`` of it, all above ``(1 + verify_rtol) W_max``): the answers
+        point to ``||W*||_F > W_max``, and the message names the ``W_max`` to pass.
     PrecisionError
         ``"rgn"``, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
         ``verify_rtol min(||W||_F, W_max)``, or ``ambiguity_W`` reaches
@@ -1356,6 +1440,9 @@ def learn_low_rank_noisy(
     if method == "nuclear":
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
         fit = _rop_apply(A, B, W)
+        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
+        if verify:
+            _check_nuclear_rank(W, r, tau=tau, rtol=verify_rtol)
         how = "noise-aware nuclear-norm program (SCS)"
     else:
         w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
@@ -1381,6 +1468,7 @@ def learn_low_rank_noisy(
         fit = _rop_apply_factors(A, B, *factors)  # O(m d r): W = F G never applied
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
         info["converged"] = info["stop"] != "max_iter"
+        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
         if tau > 0:
             info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0)
             info["ambiguity_W"] = _ambiguity(A, B, fit - t, delta, factors, W_max=W_max)

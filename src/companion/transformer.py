@@ -17,6 +17,7 @@ answers are kept and reused (:class:`ReusedAnswers`), and the attention costs ``
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,6 +200,20 @@ def random_one_layer(d, m, *, rank=None, seed) -> OneLayerTransformer:
     return OneLayerTransformer.from_native(Q, K, V, W1, w2)
 
 
+#: The one-layer learner's FFN step locates kinks and its head step reads logits, both from answers
+#: exact to float64 rounding: a refusal at float32 or coarser answers names the rounding.
+_one_layer_rounding = names_rounding(
+    lambda learner, prec, err: (
+        f"{learner} refused, and {prec.describe()}: its FFN step locates kinks and its head step "
+        "inverts softmax weights, both from answers exact to float64 rounding, so this refusal is "
+        "the answers' rounding, not a target outside the one-layer class. Ask a float64 server. "
+        f"(The step said: {err})"
+    ),
+    one_token=True,
+)
+
+
+@_one_layer_rounding
 def learn_one_layer(
     oracle,
     *,
@@ -267,6 +282,16 @@ def learn_one_layer(
     OracleInconsistentError
         If the one-token answers are not a bias-free ReLU network (see
         :func:`~companion.ffn.learn_ffn`), or the antisymmetrised answers not a softmax head.
+        (:class:`~companion.errors.PrecisionError` instead when the answers carry float32 or
+        coarser rounding, stated or measured after the refusal with 24 queries.)
+    PrecisionError
+        If the FFN learner found two neurons' kinks closer than float64 resolves on every plane
+        (from :func:`~companion.ffn.learn_ffn`); or if, with ``ffn_verify=0``, the whole-model
+        check fails and the unchecked FFN part also disagrees with the oracle on
+        ``FFN_BLAME_QUERIES`` (16) fresh one-token queries, and the answers are float64 (16 more
+    queries, :func:`~companion.oracles.measure_one_token_precision`): the FFN extraction (most likely kinks
+        closer than :func:`~companion.ffn.find_kinks` separates) is the cause, not the target,
+        and the message says to pass ``ffn_verify``. These queries count as verification.
 
     Notes
     -----
@@ -340,15 +365,20 @@ def learn_one_layer(
     )
     model = OneLayerTransformer(head.W, ffn.A, ffn.w_o)
     A, w = ffn.A, np.abs(ffn.w_o)
-    checked = verify_outputs(
-        oracle,
-        model,
-        lambda x: float(w @ np.max(np.abs(x @ A), axis=0)),
-        verify,
-        rtol=verify_rtol,
-        seed=seed + 1,
-        what="a one-layer Transformer w_o^T ReLU(alpha(X, W)^T X A) (no bias, residual or LayerNorm)",
-    )
+    try:
+        checked = verify_outputs(
+            oracle,
+            model,
+            lambda x: float(w @ np.max(np.abs(x @ A), axis=0)),
+            verify,
+            rtol=verify_rtol,
+            seed=seed + 1,
+            what="a one-layer Transformer w_o^T ReLU(alpha(X, W)^T X A) (no bias, residual or LayerNorm)",
+        )
+    except OracleInconsistentError as err:
+        if ffn.diagnostics["n_verify_queries"] == 0:
+            _blame_unchecked_ffn(oracle, ffn, err, seed=seed + 3, refine=ffn_options.get("refine", True))
+        raise
     checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
     return build(
         TransformerRecovery,
@@ -362,6 +392,57 @@ def learn_one_layer(
         A=ffn.A,
         w_o=ffn.w_o,
     )
+
+
+#: One-token queries :func:`learn_one_layer` spends, after its check failed, on an FFN part that was
+#: extracted unchecked (``ffn_verify=0``), to tell a wrong extraction from a target outside the class.
+FFN_BLAME_QUERIES = 16
+
+
+def _blame_unchecked_ffn(oracle, ffn, err, *, seed, refine=True):
+    """Raise if the unchecked FFN part, not the target, explains a failed whole-model check.
+
+    On one-token queries ``[x^T]`` a one-layer Transformer *is* its FFN, ``w_o^T ReLU(A^T x)``, so
+    if the extracted network disagrees with the oracle there, the FFN extraction went wrong: with
+    ``ffn_verify=0`` the first plane's network is returned unchecked, and a plane along whose
+    lines two neurons' kinks lie closer than :func:`~companion.ffn.find_kinks` separates (below
+    about ``64 delta / c``; see its Notes) gives a wrong network. That is not evidence against the
+    one-layer form (with ``refine=False`` the hyperplanes' coarser location is the other cause the
+    message names). Returns (the original error stands) if the FFN part agrees to within the FFN
+    learner's ``verify_rtol`` default, or if the budget has no room for the queries.
+    """
+    if not ffn.A.size or getattr(oracle, "remaining", np.inf) < 2 * FFN_BLAME_QUERIES:
+        return
+    from .oracles import measure_one_token_precision, stated_precision
+
+    u = stated_precision(oracle)
+    if u is None:
+        u = measure_one_token_precision(oracle, n=FFN_BLAME_QUERIES // 2, seed=seed)["u"]
+    if u > _COARSE_FACTOR * FLOAT64_U:
+        return  # rounded answers: the rounding diagnosis (names_rounding) speaks instead
+    d = ffn.A.shape[0]
+    X = np.random.default_rng(seed).standard_normal((FFN_BLAME_QUERIES, d)) / np.sqrt(d)
+    y = np.asarray(oracle(X[:, None, :]), dtype=np.float64)
+    y_hat = np.maximum(X @ ffn.A, 0.0) @ ffn.w_o
+    rel = float(np.max(np.abs(y_hat - y))) / max(float(np.max(np.abs(y))), _TINY)
+    rtol = inspect.signature(learn_ffn).parameters["verify_rtol"].default
+    if rel <= rtol:
+        return
+    raise PrecisionError(
+        f"verification failed (by up to {getattr(err, 'max_error', float('nan')):.3g}), and the "
+        f"cause is the FFN step, not the target: the FFN part was extracted from one random plane "
+        f"unchecked (ffn_verify=0) and disagrees with the oracle's one-token answers [x^T] by up "
+        f"to {rel:.3g} relative on {FFN_BLAME_QUERIES} fresh ones (where a one-layer Transformer "
+        f"is its FFN exactly). Most likely two neurons' kinks along that plane's lines lie closer "
+        "than the kink search separates (companion.ffn.find_kinks merges pairs below about 64 "
+        "delta/c; the default refine=True re-measures each hyperplane and refuses most such "
+        "planes)"
+        + ("" if refine else ", or, with refine=False, hyperplanes located too coarsely")
+        + "; only the FFN's own check draws another plane. Pass ffn_verify=64 (the default; with "
+        "max_planes > 1)"
+        + ("" if refine else " and refine=True")
+        + ". The answers were not shown to come from a model outside the one-layer class."
+    ) from err
 
 
 def output_precision(model_hat, model, *, n=1000, max_len=8, seed=0):

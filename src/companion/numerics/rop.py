@@ -82,8 +82,10 @@ def _gaussian_rop_design(d, m, v, rng):
     measurement operator only, which changes neither the nuclear-norm program's solution nor the
     least-squares fits, and keeps ``a^T W b`` of order ``||W||_F / d``.
     """
-    A = rng.standard_normal((m, d)) / math.sqrt(d)
-    B = rng.standard_normal((m, d)) / math.sqrt(d)
+    A, B = np.empty((m, d)), np.empty((m, d))
+    for M in (A, B):  # in place: the values of rng.standard_normal((m, d)) / sqrt(d), no temporary
+        rng.standard_normal(out=M)
+        M /= math.sqrt(d)
     return _redraw_small(A, v, _SMALL_AV, rng), B
 
 
