@@ -758,6 +758,11 @@ def _cmd_cite(args):
     return 0
 
 
+def _chapter_of(notebook: Path, chapter) -> Path:
+    """The committed notebook of ``chapter``, by default of the run's file name (``.incomplete`` too)."""
+    return _resolve(chapter or notebook.name.removesuffix(".ipynb").removesuffix(".incomplete"))
+
+
 def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
     """Compare a run's executed notebook with the committed chapter, by the reproducibility contract.
 
@@ -791,7 +796,7 @@ def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
     from .results import book_results_dir
 
     notebook = Path(notebook)
-    committed = _resolve(chapter or notebook.name.removesuffix(".ipynb").removesuffix(".incomplete"))
+    committed = _chapter_of(notebook, chapter)
     try:
         test = nbformat.read(notebook, as_version=4)
     except (OSError, ValueError) as exc:
@@ -814,7 +819,7 @@ def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
 
 def _cmd_compare(args):
     notes, diffs = compare_run(args.notebook, chapter=args.chapter)
-    stem = _resolve(args.chapter or Path(args.notebook).name.removesuffix(".ipynb")).stem
+    stem = _chapter_of(Path(args.notebook), args.chapter).stem
     if notes:
         print(f"the run's parameters differ from the committed ones, so its numbers may: {', '.join(notes)}")
     if not diffs:
