@@ -212,3 +212,149 @@ def test_run_has_the_books_time_limit_by_default():
 def test_chapter_parameters_report_the_constraint():
     info = cli.chapter_parameters("04")["rank"]
     assert info == {"default": 2, "type": "int", "help": "rank of its W", "spec": "in [1, d]"}
+
+
+def test_cite_takes_the_folder_of_a_run_and_says_which_command_writes_a_missing_file(
+    results_tmp, monkeypatch
+):
+    results.record_parameters("02_exact_learning", seed=4, glue=False)
+    results.publish("x", 3, glue=False)
+    # --results runs/ (the folder companion run -o wrote) reads runs/<chapter>.json
+    line = cli.cite("02", "x", results_file=results_tmp)
+    assert line.startswith("3 (exact) [02_exact_learning: x; parameters seed=4;")
+    # a run's folder without this chapter: the command that writes it, not "make book" (which
+    # writes _build/results)
+    with pytest.raises(ParameterError, match=r"no results for 01_definitions at .*01_definitions\.json; run the "
+                       r"chapter first: companion run 01_definitions -o \S+ writes \S+01_definitions\.json\.$"):
+        cli.cite("01", "x", results_file=results_tmp)
+    # the committed folder without it: make execute is what writes data/results
+    committed = results_tmp / "data" / "results"
+    committed.mkdir(parents=True)
+    monkeypatch.delenv("COMPANION_RESULTS_DIR")
+    monkeypatch.setattr(results, "book_results_dir", lambda: committed)
+    with pytest.raises(ParameterError, match=r"run the chapter first: make execute NB=book/chapters/01_definitions"
+                       r"\.ipynb writes the committed numbers\.$"):
+        cli.cite("01", "x")
+
+
+def test_an_exception_without_a_message_is_named_by_the_line_that_raised_it(tmp_path, monkeypatch, capsys):
+    """A bare ``assert`` in a cell (chapter 02 with -p mq_W_max 0.5 met one) used to end the line
+    with "AssertionError: " and nothing; the line names the statement that raised it."""
+    import nbformat
+
+    def fake_run(cmd, env):  # what companion._execute leaves when a cell's bare assert fails
+        spec = json.loads(open(cmd[-1], encoding="utf-8").read())
+        nb = nbformat.read(spec["input"], as_version=4)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        code[0].execution_count = 1
+        code[0].outputs = [nbformat.v4.new_output(
+            "error", ename="AssertionError", evalue="",
+            traceback=["\x1b[0;31mAssertionError\x1b[0m   Traceback (most recent call last)",
+                       "Cell \x1b[0;32mIn[1], line 2\x1b[0m\n      1 x = 1\n\x1b[0;32m----> 2\x1b[0m \x1b[38;5;28;01massert\x1b[39;00m "
+                       "x \x1b[38;5;241m>\x1b[39m \x1b[38;5;241m2\x1b[39m\n",
+                       "\x1b[0;31mAssertionError\x1b[0m: "])]
+        nbformat.write(nb, spec["output"])
+        open(spec["status"], "w").write(json.dumps({"ok": False, "ename": "AssertionError", "evalue": "", "exec_count": 1}))
+        return None
+
+    monkeypatch.setattr(cli, "_supervise", fake_run)
+    assert cli.main(["run", "01", "-o", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "the chapter stopped at cell 1 with AssertionError: (no message) raised by `assert x > 2`\n" in err
+    assert (tmp_path / "01_definitions.incomplete.ipynb").is_file()
+
+
+def test_a_finished_run_removes_the_page_and_incomplete_notebook_of_the_run_it_replaces(tmp_path, monkeypatch):
+    """``companion run 01 --html`` then ``companion run 01 -p seed 1`` left the first run's page,
+    with seed 0's numbers, beside the second run's notebook and results."""
+    import shutil
+    from pathlib import Path
+
+    def fake_run(cmd, env):  # a run that finished: its notebook and results in the staging folder
+        spec = json.loads(open(cmd[-1], encoding="utf-8").read())
+        shutil.copy(spec["input"], spec["output"])
+        (Path(spec["output"]).with_suffix(".json")).write_text('{"new": 1}')
+        open(spec["status"], "w").write('{"ok": true}')
+        return None
+
+    (tmp_path / "01_definitions_html").mkdir()
+    (tmp_path / "01_definitions_html" / "01_definitions.html").write_text("seed 0")
+    (tmp_path / "01_definitions.incomplete.ipynb").write_text("{}")
+    (tmp_path / "02_exact_learning_html").mkdir()            # another chapter's page stays
+    monkeypatch.setattr(cli, "_supervise", fake_run)
+    assert cli.main(["run", "01", "-o", str(tmp_path), "--no-progress"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "01_definitions.ipynb", "01_definitions.json", "02_exact_learning_html"]
+    assert (tmp_path / "01_definitions.json").read_text() == '{"new": 1}'
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "nan", "inf"])
+def test_a_timeout_that_is_no_limit_or_no_number_is_refused_before_running(text, tmp_path, capsys):
+    """--timeout 0 and -1 ran with no limit at all (nbclient reads them so); nan failed inside
+    papermill with a TraitError after the run had started."""
+    assert cli.main(["run", "01", "-o", str(tmp_path / "r"), "--no-progress", "--timeout", text]) == 2
+    err = capsys.readouterr().err
+    assert f"--timeout {float(text)} must be a number of seconds in (0, inf)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_fractional_timeout_is_rounded_up_to_whole_seconds(tmp_path, monkeypatch):
+    """--timeout 1.5 failed with papermill's TraitError (nbclient's timeout is an int); just
+    above 0 is the smallest limit, 1 s."""
+    seen = []
+
+    def fake_run(cmd, env):
+        seen.append(json.loads(open(cmd[-1], encoding="utf-8").read())["timeout"])
+        return "SIGINT"
+
+    monkeypatch.setattr(cli, "_supervise", fake_run)
+    for text in ("1.5", "0.001", "2"):
+        assert cli.main(["run", "01", "-o", str(tmp_path), "--no-progress", "--timeout", text]) == 130
+    assert seen == [2, 1, 2] and all(type(t) is int for t in seen)
+
+
+def test_cite_without_a_name_lists_what_the_chapter_published(results_tmp, capsys):
+    """``companion cite 02`` was argparse's "the following arguments are required: name"."""
+    results.record_parameters("02_exact_learning", seed=0, glue=False)
+    results.publish("b_value", 1, glue=False)
+    results.publish("a_value", 2, glue=False)
+    assert cli.main(["cite", "02"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("companion: error: name the value to cite, companion cite 02_exact_learning NAME; "
+                   "02_exact_learning published: a_value, b_value.\n")
+
+
+def test_compare_a_run_with_the_committed_chapter(tmp_path, capsys):
+    """A re-run is compared with the committed notebook by the contract nbval uses: the same
+    outputs exit 0; a moved number exits 1 and is named with its code cell; other parameters are
+    said first."""
+    import shutil
+
+    from companion import results as res
+
+    run = tmp_path / "01_definitions.ipynb"
+    shutil.copy(cli.chapters()["01_definitions"], run)
+    assert cli.main(["compare", str(run)]) == 0
+    assert capsys.readouterr().out == (f"{run}: the same outputs as the committed 01_definitions, "
+                                       "by the reproducibility contract\n")
+    nb = json.loads(run.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    data = code[2]["outputs"][0]["data"]
+    assert "".join(data["text/plain"]) == "SingleHead(d=6, rank=3, ||W||_F=5.574, ||v||_2=4.299)"
+    data["text/plain"] = "".join(data["text/plain"]).replace("5.574", "5.575")      # one last digit moved
+    run.write_text(json.dumps(nb))
+    committed = json.loads((res.book_results_dir() / "01_definitions.json").read_text())
+    committed["parameters"]["n_checks"] = 50
+    run.with_suffix(".json").write_text(json.dumps(committed))
+    assert cli.main(["compare", str(run)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "the run's parameters differ from the committed ones, so its numbers may: n_checks=50 (committed: 2000)",
+        f"{run}: 1 difference(s) from the committed 01_definitions:",
+        "  code cell 2: text/plain: 5.574 became 5.575 (exact unless a tolerance applies)",
+    ]
+    other = tmp_path / "mine.ipynb"
+    shutil.copy(run, other)
+    assert cli.main(["compare", str(other)]) == 2                          # not named after a chapter
+    assert "unknown chapter 'mine'" in capsys.readouterr().err
+    assert cli.main(["compare", str(other), "--chapter", "01"]) == 1

@@ -338,3 +338,47 @@ def test_noisy_low_rank_coarse_tau_does_not_blame_W_max():
     rec = learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-3, seed=0), 2, W_max=4.0, n_measurements=72,
                                verify=0, seed=0)
     assert np.linalg.norm(rec.W) > 2 * 4.0 and np.linalg.norm(head.W) <= 4.0 * (1 + 1e-12)
+
+
+# -- the noise-aware nuclear method certifies what it returns, as rgn does ---------------------------
+
+@pytest.mark.parametrize("tau, outcome", [(1e-6, "certified"), (1e-4, "not certified"), (1e-3, "refused")])
+def test_noisy_nuclear_says_when_the_answers_do_not_determine_W(tau, outcome):
+    """learn_low_rank_noisy(method='nuclear') on a rank-2 head at d = 8 returned W off by 0.22
+    (tau = 1e-4) and 0.77 (tau = 1e-3) relative as verified: the fresh queries certify lower bounds
+    only, and the method had no ambiguity check. It now measures ambiguity_W as rgn does (from its
+    solution's rank-r part and from the rank-r least-squares fit started there): at 1e-3 a consistent
+    rank-2 head lies 3.1 from W (PrecisionError), at 1e-4 the message says no error below 0.65 is
+    certified, and at 1e-6 the ambiguity is within the allowance."""
+    from companion import robust
+    from companion.errors import PrecisionError
+    from companion.oracles import ApproxValueQueryOracle
+
+    head = robust.random_margin_head(8, W_max=4.0, mu=0.1, rank=2, seed=0)
+    oracle = ApproxValueQueryOracle(head, tau, seed=3)
+    if outcome == "refused":
+        with pytest.raises(PrecisionError, match="do not determine W"):
+            robust.learn_low_rank_noisy(oracle, 2, W_max=4.0, method="nuclear")
+        return
+    rec = robust.learn_low_rank_noisy(oracle, 2, W_max=4.0, method="nuclear")
+    error = np.linalg.norm(rec.W - head.W)
+    assert ("not certified" in rec.message) == (outcome == "not certified")
+    # the lower bound on the ambiguity is of the order of the error it could not exclude
+    assert 0.3 * error <= rec.diagnostics["ambiguity_W"]
+
+
+def test_ambiguity_from_another_point_reduces_to_the_step_length_at_zero_offset():
+    from companion.robust import _ambiguity
+
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((40, 6)), rng.standard_normal((40, 6))
+    F, G = rng.standard_normal((6, 2)), rng.standard_normal((2, 6))
+    W = F @ G
+    t = np.einsum("kd,de,ke->k", A, W, B) + 1e-3 * rng.uniform(-1, 1, 40)
+    res, delta = np.einsum("kd,de,ke->k", A, W, B) - t, np.full(40, 2e-3)
+    plain = _ambiguity(A, B, res, delta, (F, G), W_max=100.0)
+    assert plain > 0
+    assert _ambiguity(A, B, res, delta, (F, G), W_max=100.0, offset=np.zeros((6, 6))) == pytest.approx(plain)
+    # measured from a point E away along nothing the directions move: at least ||E||
+    E = 0.5 * np.eye(6)
+    assert _ambiguity(A, B, res, delta, (F, G), W_max=100.0, offset=E) >= np.linalg.norm(E) - 1e-12

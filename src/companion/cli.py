@@ -7,6 +7,7 @@
     companion run 05_robustness -f params.yaml --timeout 1200
     companion run 02 -p seed 3 --html                # also a page of the run, its numbers in the text
     companion cite 02_exact_learning sweep_worst_W   # a citation line with provenance
+    companion compare runs/02_exact_learning.ipynb   # a run's outputs against the committed ones
     companion build                                  # the HTML book (jupyter-book build)
     companion build -o DIR                           # into DIR/_build (a read-only checkout)
 
@@ -44,6 +45,7 @@ __all__ = [
     "RunIncomplete",
     "cached_without_figures",
     "render_run",
+    "compare_run",
 ]
 
 
@@ -335,6 +337,52 @@ def _cells_done(nb_path: Path) -> tuple[int, int] | None:
     return done, len(code)
 
 
+def _failing_line(nb_path: Path) -> str | None:
+    """The source line a partly executed notebook's error points at (IPython's ``---->`` line), or None.
+
+    An exception without a message (a bare ``assert``) says nothing by its name alone; the line
+    that raised it does.
+    """
+    import re
+
+    try:
+        cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError):
+        return None
+    for cell in cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") != "error":
+                continue
+            lines = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(out.get("traceback", []))).splitlines()
+            marked = [m.group(1).strip() for m in map(re.compile(r"^-+>\s*\d+\s(.*)$").match, lines) if m]
+            if marked:
+                return marked[-1]
+    return None
+
+
+def _seconds(timeout) -> int:
+    """A time limit per cell in whole seconds, rounded up (nbclient takes an int and reads 0 or a
+    negative number as no limit at all).
+
+    Raises
+    ------
+    ParameterError
+        If ``timeout`` is not a finite number above 0.
+    """
+    import math
+
+    try:
+        value = float(timeout)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ParameterError(
+            f"--timeout {timeout} must be a number of seconds in (0, inf) (the time limit per cell; "
+            f"default the book's {book_timeout()} s); give a large one, e.g. --timeout 3600, for a long run."
+        )
+    return math.ceil(value)
+
+
 def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
     """Execute a chapter with checked parameters through papermill; publish its notebook and results together.
 
@@ -344,6 +392,8 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     when every cell ran. A run that stops (a cell's error, the time limit, SIGINT or SIGTERM)
     leaves the earlier pair as it was, keeps its partly executed notebook as
     ``output_dir/<chapter>.incomplete.ipynb`` (with the traceback) and discards its partial results.
+    A run that finishes removes what described the run it replaces: an earlier
+    ``<chapter>.incomplete.ipynb`` and the page ``<chapter>_html/`` (``--html`` renders it afresh).
     Returns the notebook's path.
 
     Parameters
@@ -357,12 +407,13 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     progress_bar : bool, default=True
         Papermill's progress bar, on stderr.
     timeout : float, default=None
-        Time limit in seconds for each cell; by default the book's (:func:`companion.cli.book_timeout`, 600 s).
+        Time limit in seconds for each cell, in (0, inf), rounded up to whole seconds; by default
+        the book's (:func:`companion.cli.book_timeout`, 600 s).
 
     Raises
     ------
     ParameterError
-        Before anything runs: a bad parameter, a folder that cannot be written (read-only
+        Before anything runs: a bad parameter or ``timeout``, a folder that cannot be written (read-only
         checkout: give another with ``-o``), another run of this chapter into the same folder, or
         an installation without a Jupyter kernel.
     RunIncomplete
@@ -374,11 +425,11 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     path = _resolve(chapter)
     params = check_parameters(path.stem, parameters)
     _require(("ipykernel", "myst_nb"), "book", "companion run (a Jupyter kernel and myst-nb's glue)")
+    limit = _seconds(timeout) if timeout is not None else book_timeout()
     out_dir = _writable_folder(output_dir, "give a writable folder for the run with -o DIR")
     out_nb = out_dir / path.name
     out_json = out_nb.with_suffix(".json")
     incomplete = out_dir / f"{path.stem}.incomplete.ipynb"
-    limit = timeout if timeout is not None else book_timeout()
     with _Lock(out_dir, path.stem):
         staging = out_dir / f"{path.stem}.running"
         shutil.rmtree(staging, ignore_errors=True)  # a run killed with SIGKILL left it
@@ -412,12 +463,16 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
                 else:  # a chapter that publishes nothing: no stale JSON beside it
                     out_json.unlink(missing_ok=True)
                 os.replace(done, out_nb)
+                # what described the replaced run would now sit beside the new pair with other numbers
+                incomplete.unlink(missing_ok=True)
+                shutil.rmtree(out_dir / f"{path.stem}_html", ignore_errors=True)
                 return out_nb
             if out_nb.exists() or out_json.exists():
                 kept_line = f"{out_nb.name} and {out_json.name} in {out_dir} are the earlier run's, unchanged"
             else:
                 kept_line = f"nothing written to {out_nb.name} or {out_json.name} in {out_dir}"
             counts = _cells_done(done) if done.is_file() else None
+            line = _failing_line(done) if done.is_file() else None
             if counts is not None:
                 os.replace(done, incomplete)
                 kept_line += f"; the incomplete run ({counts[0]} of {counts[1]} code cells): {incomplete}"
@@ -437,8 +492,9 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
             if status.get("ename") is None:
                 raise RunIncomplete(f"the chapter's process ended without a result; {kept_line}.", kept=kept)
             at = f" at cell {status['exec_count']}" if status.get("exec_count") else ""
+            what = status.get("evalue") or (f"(no message) raised by `{line}`" if line else "(no message)")
             raise RunIncomplete(
-                f"the chapter stopped{at} with {status['ename']}: {status['evalue']}\n"
+                f"the chapter stopped{at} with {status['ename']}: {what}\n"
                 f"  (parameters {parameters}; {kept_line}, with the full traceback.)",
                 kept=kept,
             )
@@ -556,11 +612,12 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
     return out_dir / f"{stem}.html"
 
 
-def cite(chapter: str, name: str, *, results_file=None) -> str:
+def cite(chapter: str, name: str | None, *, results_file=None) -> str:
     """A one-line citation of one published number, with its precision and provenance.
 
     By default the number is read from ``$COMPANION_RESULTS_DIR`` if set, else from the book's
-    committed ``data/results`` (:func:`companion.results.book_results_dir`). The line says what the
+    committed ``data/results`` (:func:`companion.results.book_results_dir`); ``results_file`` is a
+    results JSON or the folder of a run (``runs/``: its ``<chapter>.json``). The line says what the
     number is: ``(exact)``, ``(measured, reproducible to rtol ..., atol ... across machines)``,
     ``(bound; measured 1.1e-15, ...)`` with the measured value a bound bounds, or ``(claim, checked
     when the chapter ran)``.
@@ -568,15 +625,22 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
     Raises
     ------
     ParameterError
-        If the chapter has no results file yet or did not publish ``name``.
+        If the chapter has no results file yet (the message says which command writes it), did
+        not publish ``name``, or ``name`` is None (the message lists the names it published).
     """
     from .results import book_results_dir
 
     stem = _resolve(chapter).stem
     folder = os.environ.get("COMPANION_RESULTS_DIR")
     path = Path(results_file) if results_file else (Path(folder) if folder else book_results_dir()) / f"{stem}.json"
+    if path.is_dir():  # --results runs/: the folder of a run, as companion run -o names it
+        path = path / f"{stem}.json"
     if not path.is_file():
-        raise ParameterError(f"no results for {stem} at {path}; run the chapter first (make book).")
+        if path.parent.resolve() == book_results_dir().resolve():
+            how = f"make execute NB=book/chapters/{stem}.ipynb writes the committed numbers"
+        else:
+            how = f"companion run {stem} -o {path.parent} writes {path.parent / (stem + '.json')}"
+        raise ParameterError(f"no results for {stem} at {path}; run the chapter first: {how}.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         values, chapter_of_file = data["values"], data["chapter"]
@@ -584,6 +648,10 @@ def cite(chapter: str, name: str, *, results_file=None) -> str:
         raise ParameterError(f"{path} is not a results file written by companion.results.publish.") from None
     if chapter_of_file != stem:
         raise ParameterError(f"{path} holds the results of {chapter_of_file}, not of {stem}.")
+    if name is None:  # companion cite 01: what can be cited
+        raise ParameterError(
+            f"name the value to cite, companion cite {stem} NAME; {stem} published: {', '.join(sorted(values))}."
+        )
     if name not in values:
         raise ParameterError(f"{stem} published no value {name!r}; it published: {', '.join(sorted(data['values']))}.")
     entry = data["values"][name]
@@ -688,6 +756,79 @@ def _cmd_run(args):
 def _cmd_cite(args):
     print(cite(args.chapter, args.name, results_file=args.results))
     return 0
+
+
+def _chapter_of(notebook: Path, chapter) -> Path:
+    """The committed notebook of ``chapter``, by default of the run's file name (``.incomplete`` too)."""
+    return _resolve(chapter or notebook.name.removesuffix(".ipynb").removesuffix(".incomplete"))
+
+
+def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
+    """Compare a run's executed notebook with the committed chapter, by the reproducibility contract.
+
+    The outputs of every code cell are compared as ``make test`` compares them
+    (:func:`companion.nbcompare.compare_notebooks`: numbers exactly unless a tolerance applies,
+    rounding level, figures present), with the tolerances the run published (its results JSON
+    beside it, ``<notebook>.json``).
+
+    Parameters
+    ----------
+    notebook : path-like
+        The run's notebook, e.g. ``runs/02_exact_learning.ipynb``.
+    chapter : str, default=None
+        Chapter stem or unique prefix; by default the notebook's file name.
+
+    Returns
+    -------
+    notes, differences : list of str
+        ``notes``: the parameters in which the run differs from the committed one (its numbers are
+        then expected to differ). ``differences``: one line per difference, ``code cell i: ...``
+        (0-based among code cells); empty if the run matches.
+
+    Raises
+    ------
+    ParameterError
+        If the notebook cannot be read, or its chapter is unknown.
+    """
+    import nbformat
+
+    from . import nbcompare
+    from .results import book_results_dir
+
+    notebook = Path(notebook)
+    committed = _chapter_of(notebook, chapter)
+    try:
+        test = nbformat.read(notebook, as_version=4)
+    except (OSError, ValueError) as exc:
+        raise ParameterError(f"cannot read the notebook {notebook}: {getattr(exc, 'strerror', None) or exc}") from None
+    run_json = notebook.with_suffix(".json")
+    notes = []
+    try:
+        mine = json.loads(run_json.read_text(encoding="utf-8"))
+        book = json.loads((book_results_dir() / f"{committed.stem}.json").read_text(encoding="utf-8"))
+        ours = {"seed": mine.get("seed"), **mine.get("parameters", {})}
+        theirs = {"seed": book.get("seed"), **book.get("parameters", {})}
+        notes = [f"{k}={ours.get(k)!r} (committed: {theirs.get(k)!r})" for k in theirs if ours.get(k) != theirs[k]]
+    except (OSError, ValueError, AttributeError):
+        pass
+    found = nbcompare.compare_notebooks(
+        nbformat.read(committed, as_version=4), test, glue=nbcompare.glue_tolerances(run_json)
+    )
+    return notes, [f"code cell {i}: {d}" for i, diffs in sorted(found.items()) for d in diffs]
+
+
+def _cmd_compare(args):
+    notes, diffs = compare_run(args.notebook, chapter=args.chapter)
+    stem = _chapter_of(Path(args.notebook), args.chapter).stem
+    if notes:
+        print(f"the run's parameters differ from the committed ones, so its numbers may: {', '.join(notes)}")
+    if not diffs:
+        print(f"{args.notebook}: the same outputs as the committed {stem}, by the reproducibility contract")
+        return 0
+    print(f"{args.notebook}: {len(diffs)} difference(s) from the committed {stem}:")
+    for line in diffs:
+        print(f"  {line}")
+    return 1
 
 
 def cached_without_figures(cache_dir, notebooks) -> dict[str, list[str]]:
@@ -852,9 +993,18 @@ def main(argv=None) -> int:
     run.set_defaults(func=_cmd_run)
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")
     cite_p.add_argument("chapter")
-    cite_p.add_argument("name")
-    cite_p.add_argument("--results", help="results JSON to read (default: the results folder)")
+    cite_p.add_argument("name", nargs="?", help="the published value; without it, the names it published")
+    cite_p.add_argument(
+        "--results",
+        help="results JSON to read, or the folder of a run (default: $COMPANION_RESULTS_DIR, else data/results)",
+    )
     cite_p.set_defaults(func=_cmd_cite)
+    cmp_p = sub.add_parser(
+        "compare", help="compare a run's notebook with the committed chapter (exit 1 if they differ)"
+    )
+    cmp_p.add_argument("notebook", help="the run's executed notebook, e.g. runs/02_exact_learning.ipynb")
+    cmp_p.add_argument("--chapter", help="its chapter, if the file is not named after it")
+    cmp_p.set_defaults(func=_cmd_compare)
     build = sub.add_parser("build", help="build the HTML book (jupyter-book build -n -W --keep-going)")
     build.add_argument("--all", action="store_true", help="(the default; kept for old scripts) read every page afresh")
     build.add_argument("--force", action="store_true", help="re-execute every chapter (release build)")

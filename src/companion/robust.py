@@ -1104,34 +1104,42 @@ def _interval(res, delta, g):
     return lo, hi
 
 
-def _ambiguity(A, B, res, delta, factors, *, W_max):
+def _ambiguity(A, B, res, delta, factors, *, W_max, offset=None):
     """A lower bound on ``max ||W - W_hat||_F`` over the heads the measurements allow.
 
-    ``W_hat = U S V^T`` (``factors``, ``(U S, V^T)``), ``res = <a_k b_k^T, W_hat> - t_k``. Along
-    the unit directions ``D = W_hat / ||W_hat||_F`` (the scale) and ``u_i v_i^T`` (each singular
-    component), ``W_hat + s D`` keeps rank at most ``r``; the measurements allow it while
-    ``|res_k + s <a_k b_k^T, D>| <= delta_k`` for every ``k`` and ``||W_hat + s D||_F <= W_max``.
+    ``W_0 = U S V^T`` (``factors``, ``(U S, V^T)``), ``res = <a_k b_k^T, W_0> - t_k``. Along
+    the unit directions ``D = W_0 / ||W_0||_F`` (the scale) and ``u_i v_i^T`` (each singular
+    component), ``W_0 + s D`` keeps rank at most ``r``; the measurements allow it while
+    ``|res_k + s <a_k b_k^T, D>| <= delta_k`` for every ``k`` and ``||W_0 + s D||_F <= W_max``.
     Every such ``W`` is as consistent with the answers as ``W*`` is, so no error below the
-    largest ``|s|`` is certified. ``O(m d r)``; 0 if no direction has an allowed point.
+    largest ``||W_0 + s D - W_hat||_F`` is certified: ``|s|`` when ``W_0 = W_hat``, the default,
+    else with ``offset = W_0 - W_hat`` (d, d). ``O(m d r)``; 0 if no direction has an allowed point.
     """
     U, sv, V = _factor_svd(*factors)
     nW = float(np.linalg.norm(sv))
     if nW == 0:
         return 0.0
     AU, BV = A @ U, B @ V
-    # (g, <W_hat, D>): the scale direction, then one per singular component
+    # (g, <W_0, D>): the scale direction, then one per singular component
     directions = [(np.einsum("ki,ki,i->k", AU, BV, sv) / nW, nW)]
     directions += [(AU[:, i] * BV[:, i], sv[i]) for i in range(len(sv))]
+    # (||offset||^2, <offset, D>) for ||offset + s D||^2 = e2 + 2 s q + s^2
+    if offset is None:
+        e2, qs = 0.0, [0.0] * len(directions)
+    else:
+        e2 = float(np.sum(offset**2))
+        qs = [float(np.sum(offset * ((U * sv) @ V.T))) / nW]
+        qs += [float(U[:, i] @ offset @ V[:, i]) for i in range(len(sv))]
     best = 0.0
-    for g, p in directions:
+    for (g, p), q in zip(directions, qs):
         lo, hi = _interval(res, delta, g)
-        # ||W_hat + s D||^2 = nW^2 + 2 s p + s^2 <= W_max^2
+        # ||W_0 + s D||^2 = nW^2 + 2 s p + s^2 <= W_max^2
         disc = p**2 - nW**2 + W_max**2
         if disc < 0:
             continue
         lo, hi = max(lo, -p - np.sqrt(disc)), min(hi, -p + np.sqrt(disc))
         if lo <= hi:
-            best = max(best, abs(lo), abs(hi))
+            best = max(best, *(float(np.sqrt(max(e2 + 2 * x * q + x * x, 0.0))) for x in (lo, hi)))
     return best
 
 
@@ -1308,9 +1316,10 @@ def learn_low_rank_noisy(
         ``fit_ratio`` (rgn: the weighted residual ``sum_k w_k r_k^2`` over ``sum_k w_k delta_k^2``,
         at most 1 for a global minimiser when the assumptions hold), ``max_violation``
         (``max_k |<a_k b_k^T, W> - t_k| / delta_k``, at most 1 for ``W*``), ``singular_values``
-        (top ``r + 1`` of ``W``), with ``tau > 0`` ``ambiguity_W`` (rgn: a lower bound on how far
-        from ``W`` a head of rank at most r with ``||W||_F <= W_max`` meeting every bound
-        delta_k, as ``W*`` does, can lie; no smaller error is certified) and ``excess_norm_W``
+        (top ``r + 1`` of ``W``), with ``tau > 0`` ``ambiguity_W`` (a lower bound on how far
+        from ``W`` (for ``"nuclear"``, from its rank-r part) a head of rank at most r with
+        ``||W||_F <= W_max`` meeting every bound delta_k, as ``W*`` does, can lie; no smaller
+        error is certified) and ``excess_norm_W``
         (``max(||W||_F - W_max, 0)``, a lower bound on ``||W - W*||_F``), and the
         verification's ``n_verify_queries``, ``verify_error_W``,
         ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``. ``n_queries`` counts the
@@ -1348,7 +1357,7 @@ def learn_low_rank_noisy(
         ``verify_rtol ||W_hat||_F`` of it, all above ``(1 + verify_rtol) W_max``): the answers
         point to ``||W*||_F > W_max``, and the message names the ``W_max`` to pass.
     PrecisionError
-        ``"rgn"``, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
+        Either method, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
         ``verify_rtol min(||W||_F, W_max)``, or ``ambiguity_W`` reaches
         ``UNDETERMINED_RATIO min(||W||_F, W_max)`` (both times ``1 + AMBIGUITY_SLACK``): the
         answers, at their precision ``tau`` and this ``m``, do not determine ``W*`` (say, a
@@ -1444,6 +1453,45 @@ def learn_low_rank_noisy(
         if verify:
             _check_nuclear_rank(W, r, tau=tau, rtol=verify_rtol)
         how = "noise-aware nuclear-norm program (SCS)"
+        if tau > 0:
+            # The same certification as rgn's, on the solution's rank-r part (the rank check above
+            # bounds the rest): a program's solution is as consistent as W* is, and so is every head
+            # the ambiguity finds; without it a W off by 0.77 at tau = 1e-3 (d = 8, rank 2) came back
+            # verified, as the fresh queries certify lower bounds only.
+            U_, s_, Vt_ = np.linalg.svd(W)
+            factors = (U_[:, :r] * s_[:r], Vt_[:r])
+            res_r = _rop_apply_factors(A, B, *factors) - t
+            w = 1.0 / np.maximum(delta, np.finfo(float).tiny)
+            info["fit_ratio"] = _fit_ratio(fit - t, delta, w / np.max(w))
+            # the bounds widened by the rank-r part's own largest violation (SCS's tolerance and
+            # the cut singular values), so that the directions start from an allowed point
+            own = float(np.max(np.abs(res_r) / np.maximum(delta, np.finfo(float).tiny), initial=0.0))
+            ambiguity = _ambiguity(A, B, res_r, delta * max(1.0, own), factors, W_max=W_max)
+            # The program's solution sits where many bounds are active, which pinches those
+            # directions: from the rank-r least-squares fit started there (inside the bounds when
+            # it is consistent, as W* is) the same directions reach farther from W.
+            with _one_blas_thread():
+                W_ls, info_ls = _weighted_rgn(
+                    A, B, t, w / np.max(w), r, max_iter=max_iter, start=(U_[:, :r], s_[:r], Vt_[:r].T)
+                )
+            res_ls = _rop_apply_factors(A, B, *info_ls["factors"]) - t
+            from_ls = _ambiguity(A, B, res_ls, delta, info_ls["factors"], W_max=W_max, offset=W_ls - W)
+            ambiguity = max(ambiguity, from_ls)
+            if np.all(np.abs(res_ls) <= delta) and np.linalg.norm(W_ls) <= W_max:
+                ambiguity = max(ambiguity, float(np.linalg.norm(W_ls - W)))
+            info["ambiguity_W"] = ambiguity
+            info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
+            undetermined = _check_determined(
+                dict(info, converged=True),
+                W,
+                W_max=W_max,
+                rtol=verify_rtol,
+                r=r,
+                m=m,
+                tau=tau,
+                max_iter=max_iter,
+                refuse=verify > 0,
+            )
     else:
         w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
         w = w / np.max(w)
