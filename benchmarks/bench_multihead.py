@@ -32,23 +32,26 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    at rounding sensitivity 3.3e-10 (H = 8) to 7.7e-8 (H = 12) and one pair alone goes from 1e-6
    (H = 6) to 2.7 (H = 8) and 47 (H = 12). Not met: H = 12 at d = 64 (needs a start that does not
    rest on single pairs).
-   Time, after the labelling, start and links were batched over rows and the pairs' and rows' fits
-   sped up (2026-12-01 17:30 UTC, load average 3.6-4.1, OPENBLAS_NUM_THREADS=1; the learner before
-   and after and the oracle's replay in one process, each the least of 5 runs, as
-   benchmarks/compare_counts_time.py --ref 60d8216 measures them; CPU seconds of the process,
-   which the load moves less than wall seconds; learner / oracle):
-     d  H   before  after      d  H   before  after
-    32  2    4.41   2.93      64  2    2.38   1.67
-    32  4    2.54   1.83      64  4    2.00   1.58
-    32  7    8.68   8.51      64  7    1.85   1.56
-   (wall seconds in the same run: 4.35 -> 2.90, 2.18 -> 1.54, 2.33 -> 1.65, 1.52 -> 1.21.) This
-   bench's own run at 17:27 (load 4.1-4.8): wall 5.33, 1.54, 1.68, 1.09 and CPU 2.68, 1.94, 1.66,
-   1.76 for (32, 2), (32, 4), (64, 2), (64, 4). Not met: d = 32, H = 2, where the oracle answers
-   the 7,704 queries in about 7 ms and the learner's own work is about 13 ms: a LAPACK eigenvalue
-   problem per pair for its poles (1,856 pairs, about 2 ms), its other batched fits (about 6 ms)
-   and a few hundred numpy calls of bookkeeping (about 5 ms), a fixed cost that a larger d or H
-   amortizes. At d = 32, H = 7 (not a target) five rows miss the batched joint fit from their
-   start and take the serial fit with its MINPACK fallback (about 0.6 s of 1 s).
+   Time, after the labelling, start and links were batched over rows and the rows' joint fit and
+   the pairs' Levenberg-Marquardt sped up (2026-12-01 17:41 UTC, load average 0.6-1.0,
+   OPENBLAS_NUM_THREADS=1; the learner before and after and the oracle's replay in one process,
+   each the least of 5 runs, as benchmarks/compare_counts_time.py --ref 60d8216 measures them;
+   learner / oracle, wall seconds, then CPU seconds of the process):
+     d  H   before  after   (CPU: before  after)
+    32  2    3.16   2.46           3.34   2.60
+    32  4    2.59   2.11           2.53   2.06
+    64  2    2.37   1.84           2.32   1.80
+    64  4    1.61   1.35           1.67   1.40
+    32  7    6.73   6.84           8.63   8.77
+    64  7    2.19   1.72           1.97   1.55
+   This bench's own run at 17:42 (load 0.9-1.0): 2.59, 2.15, 1.75, 1.95 (CPU 3.04, 2.06, 1.75,
+   1.96) for (32, 2), (32, 4), (64, 2), (64, 4). Not met: d = 32, where the oracle answers 7,704
+   (H = 2) or 15,368 (H = 4) short queries in about 9 or 33 ms and the learner's own work is about
+   14 or 40 ms: a LAPACK SVD, eigenvalue problem and QR per pair (1,856 pairs; about 4 and 9 ms),
+   the rows' joint Gauss-Newton (2 and 12 ms), the pairs' Levenberg-Marquardt (1 and 8 ms, thirty
+   steps each) and a few hundred numpy calls of bookkeeping (about 5 ms), costs that a larger d
+   amortizes. At d = 32, H = 7 (not a target) rows miss the batched joint fit from their start and
+   take the serial fit with its MINPACK fallback (about 0.6 s of 1 s).
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest
