@@ -422,6 +422,23 @@ def verify_head(oracle, W, v, n, **options):
 COARSE_FACTOR = 2.0**10
 
 
+def refuse_stated_rounding(oracle, why, *, what="model"):
+    """Raise :class:`~companion.errors.PrecisionError`, before any query, for an oracle that states
+    its answers' rounding ``u`` (:func:`companion.oracles.stated_precision`) at ``COARSE_FACTOR``
+    times float64's or coarser (float32, 16-bit formats): for a learner whose steps need answers
+    exact to float64 rounding. ``why`` says which step needs them; ``what`` names the target in
+    the advice ("serve the model in float64").
+    """
+    from .oracles import stated_precision
+
+    u = stated_precision(oracle)
+    if u is not None and u > COARSE_FACTOR * FLOAT64_U:
+        raise PrecisionError(
+            f"the oracle states its answers' rounding u={u:.2g}, float32 or coarser: {why}, so no query "
+            f"is spent; serve the {what} in float64."
+        )
+
+
 def names_rounding(advice, *, one_token=False):
     """Decorator for a learner that needs float64-exact answers: name their rounding when it refuses.
 

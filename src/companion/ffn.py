@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 
-from ._learner import COARSE_FACTOR, FLOAT64_U, names_rounding
+from ._learner import names_rounding, refuse_stated_rounding
 from ._validation import as_float_array, as_sequences, check_int, check_real
 from .errors import (
     InvalidInputError,
@@ -878,15 +878,11 @@ def learn_ffn(
     from .exact import check_exact_oracle
 
     d = check_exact_oracle(oracle, "learn_ffn")
-    from .oracles import stated_precision
-
-    u = stated_precision(oracle)
-    if u is not None and u > COARSE_FACTOR * FLOAT64_U:
-        raise PrecisionError(
-            f"the oracle states its answers' rounding u={u:.2g}, float32 or coarser: the kink search "
-            "intersects lines through answers exact to float64 rounding (rounded answers bend every "
-            "piece), so no query is spent; serve the network in float64."
-        )
+    refuse_stated_rounding(
+        oracle,
+        "the kink search intersects lines through answers exact to float64 rounding (rounded answers bend every piece)",
+        what="network",
+    )
     if signs not in ("auto", "lstsq", "milp"):
         raise InvalidInputError(f"signs={signs!r} is not one of {{'auto', 'lstsq', 'milp'}}.")
     milp_time_limit = check_real(milp_time_limit, "milp_time_limit", minimum=0.0, strict=True)

@@ -41,6 +41,7 @@ from ._learner import (
     build,
     check_verify,
     names_rounding,
+    refuse_stated_rounding,
     reserve,
     verify_outputs,
 )
@@ -868,15 +869,10 @@ def learn_multi_head_transformer(
             "give exactly one of H (the number of heads) and H_bound (a bound on it); got "
             f"H={H!r}, H_bound={H_bound!r}."
         )
-    from .oracles import stated_precision
-
-    u = stated_precision(oracle)
-    if u is not None and u > _COARSE_FACTOR * FLOAT64_U:
-        raise PrecisionError(
-            f"the oracle states its answers' rounding u={u:.2g}, float32 or coarser: the FFN step locates "
-            "kinks and the head step fits logistic sums from answers exact to float64 rounding, so no "
-            "query is spent; serve the model in float64."
-        )
+    refuse_stated_rounding(
+        oracle,
+        "the FFN step locates kinks and the head step fits logistic sums from answers exact to float64 rounding",
+    )
     route = check_choice(route, "route", ("rational", "robust"))
     if route == "robust" and H is None:
         raise InvalidInputError("route='robust' needs H (learn_canonical takes no bound); got H=None.")
