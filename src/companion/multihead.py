@@ -1485,18 +1485,23 @@ def _match_terms(gam, sh, fit, gamma0):
     ``|gamma0|``) and within a third of the gap from ``gamma0[h]`` to the nearest other head's
     amplitude, and ``h`` is that term's nearest head, among the pairs with ``fit`` (a misfit small
     enough to trust the terms). Two heads of one row with nearly equal amplitudes (measured at
-    d = 64, H = 7: 0.6391 and 0.6406) otherwise swap their shifts at some tokens.
+    d = 64, H = 7: 0.6391 and 0.6406) otherwise swap their shifts at some tokens. Batched over
+    rows: ``gam``, ``sh`` of shape (N, K, H), ``fit`` (N, K) and ``gamma0`` (N, H) give (N, K, H).
     """
-    H = gamma0.size
-    dist = np.abs(gam[:, None, :] - gamma0[None, :, None])  # (K, head, term)
-    dist = np.where(np.isfinite(dist) & fit[:, None, None], dist, np.inf)
-    j = np.argmin(dist, axis=2)
-    dmin = np.take_along_axis(dist, j[..., None], axis=2)[..., 0]
-    gap = np.abs(gamma0[:, None] - gamma0[None, :]) + np.diag(np.full(H, np.inf))
-    mutual = np.argmin(np.take_along_axis(dist, j[:, None, :], axis=2), axis=1) == np.arange(H)
-    use = (dmin <= _MATCH_TOL * np.max(np.abs(gamma0))) & (dmin <= gap.min(axis=1) / 3) & mutual
-    L = np.where(use, np.take_along_axis(np.nan_to_num(sh, nan=0.0), j, axis=1), 0.0)
-    return use, L
+    one = gamma0.ndim == 1
+    if one:
+        gam, sh, fit, gamma0 = gam[None], sh[None], fit[None], gamma0[None]
+    H = gamma0.shape[1]
+    dist = np.abs(gam[:, :, None, :] - gamma0[:, None, :, None])  # (N, K, head, term)
+    dist = np.where(np.isfinite(dist) & fit[:, :, None, None], dist, np.inf)
+    j = np.argmin(dist, axis=3)
+    dmin = np.take_along_axis(dist, j[..., None], axis=3)[..., 0]
+    gap = np.abs(gamma0[:, :, None] - gamma0[:, None, :]) + np.diag(np.full(H, np.inf))
+    mutual = np.argmin(np.take_along_axis(dist, j[:, :, None, :], axis=3), axis=2) == np.arange(H)
+    top = np.max(np.abs(gamma0), axis=1)[:, None, None]
+    use = (dmin <= _MATCH_TOL * top) & (dmin <= gap.min(axis=2)[:, None, :] / 3) & mutual
+    L = np.where(use, np.take_along_axis(np.nan_to_num(sh, nan=0.0), j, axis=2), 0.0)
+    return (use[0], L[0]) if one else (use, L)
 
 
 def _repair_start(s, G, X, gamma, R, window):
@@ -1542,34 +1547,52 @@ def _start_rows(X, L, window, resolved=None):
     """Rows ``R_h`` with ``X R_h ~ L[:, h]`` by least squares per head, over the shifts inside the
     window of ``log r`` (one far outside it is poorly determined), trimmed of outliers (a head whose
     amplitude is small along this row has some badly resolved shifts) while ``d + 1`` remain.
-    ``resolved`` (shape (K, H), default all): the tokens at which each head's shift is known."""
+    ``resolved`` (shape (K, H), default all): the tokens at which each head's shift is known.
+    Batched over rows sharing the tokens ``X``: ``L``, ``resolved`` of shape (N, K, H) give
+    (N, H, d); each row stops trimming on its own, with the same result as alone."""
+    one = L.ndim == 2
+    L = L[None] if one else L
     K, d = X.shape
-    resolved = np.ones(L.shape, bool) if resolved is None else resolved
-    use = resolved & (np.abs(L) <= window + 4)  # (K, H)
-    few = use.sum(axis=0) <= d
-    use[:, few] = resolved[:, few]
+    resolved = np.ones(L.shape, bool) if resolved is None else (resolved[None] if one else resolved)
+    use = resolved & (np.abs(L) <= window + 4)  # (N, K, H)
+    few = use.sum(axis=1) <= d
+    use = np.where(few[:, None, :], resolved, use)
     eye = np.eye(d)
+    R = np.empty((L.shape[0], L.shape[2], d))
+    act = np.arange(L.shape[0])  # rows still trimming
+    # x_k x_k^T of every token, upper triangle only, and where each entry of a d x d matrix is in it
+    up = np.triu_indices(d)
+    XXu = X[:, up[0]] * X[:, up[1]]  # (K, d (d + 1) / 2)
+    tri = np.zeros((d, d), np.intp)
+    tri[up] = np.arange(up[0].size)
+    tri = np.maximum(tri, tri.T)
     for _ in range(4):
         # All heads at once: the normal equations of each head's least squares, with a ridge of
-        # 1e-12 relative (the minimum-norm solution where fewer than d tokens are used).
-        Wt = use.T.astype(float)  # (H, K)
-        A = (Wt[:, :, None] * X[None]).transpose(0, 2, 1) @ X  # (H, d, d)
-        ridge = 1e-12 * np.einsum("hii->h", A)[:, None, None] / d + 1e-300
-        R = np.linalg.solve(A + ridge * eye, ((Wt * L.T) @ X)[..., None])[..., 0]
-        miss = np.abs(X @ R.T - L)
+        # 1e-12 relative (the minimum-norm solution where fewer than d tokens are used); for all
+        # rows and heads one matrix product with the tokens' x_k x_k^T (half the time of a product
+        # per head).
+        ua, La = use[act], L[act]
+        Wt = ua.transpose(0, 2, 1).astype(float)  # (n, H, K)
+        A = (Wt.reshape(-1, K) @ XXu)[:, tri].reshape(*Wt.shape[:2], d, d)  # (n, H, d, d)
+        ridge = 1e-12 * np.einsum("nhii->nh", A)[..., None, None] / d + 1e-300
+        Ra = np.linalg.solve(A + ridge * eye, ((Wt * La.transpose(0, 2, 1)) @ X)[..., None])[..., 0]
+        R[act] = Ra
+        miss = np.abs(X @ Ra.transpose(0, 2, 1) - La)  # (n, K, H)
         # The median over the used tokens of each head (np.nanmedian's masked path costs a quarter of
         # the learner at d = 64): sort with the unused last and average the two middle ones.
-        srt = np.sort(np.where(use, miss, np.inf), axis=0)
-        cnt = np.maximum(use.sum(axis=0), 1)
-        cols = np.arange(L.shape[1])
-        med = 0.5 * (srt[(cnt - 1) // 2, cols] + srt[cnt // 2, cols])
-        keep = use & (miss <= 10 * med + 1e-12)
-        frozen = (keep.sum(axis=0) <= d) | (keep.sum(axis=0) == use.sum(axis=0))
-        if frozen.all():
+        srt = np.sort(np.where(ua, miss, np.inf), axis=1)
+        n_use = ua.sum(axis=1)
+        cnt = np.maximum(n_use, 1)[:, None, :]
+        med = 0.5 * (np.take_along_axis(srt, (cnt - 1) // 2, axis=1) + np.take_along_axis(srt, cnt // 2, axis=1))
+        keep = ua & (miss <= 10 * med + 1e-12)
+        n_keep = keep.sum(axis=1)
+        frozen = (n_keep <= d) | (n_keep == n_use)  # (n, H)
+        go = ~frozen.all(axis=1)
+        if not go.any():
             break
-        keep[:, frozen] = use[:, frozen]
-        use = keep
-    return R
+        act = act[go]
+        use[act] = np.where(frozen[go][:, None, :], ua[go], keep[go])
+    return R[0] if one else R
 
 
 def _count_terms(misfit):
@@ -1595,19 +1618,30 @@ def _rough(res, scale):
     return res > 1e-10 * scale
 
 
-def _agreeing(gs):
+def _agreeing(gs, fit=None):
     """The largest group of pairs whose amplitudes (rows of ``gs``, shape (P, H), each sorted) agree
-    with one of them to 1e-2 relative (to that pair's largest): shape (P,) bool."""
-    close = np.max(np.abs(gs[:, None] - gs[None]), axis=2) <= 1e-2 * np.max(np.abs(gs), axis=1)[:, None]
-    return close[int(np.argmax(close.sum(axis=1)))]
+    with one of them to 1e-2 relative (to that pair's largest): shape (P,) bool. Batched over rows:
+    ``gs`` of shape (N, P, H) with ``fit`` (N, P), the pairs that take part (default all), gives
+    (N, P), ``False`` off ``fit``."""
+    one = gs.ndim == 2
+    gs = gs[None] if one else gs
+    fit = np.ones(gs.shape[:2], bool) if fit is None else (fit[None] if one else fit)
+    far = np.zeros(gs.shape[:2] + gs.shape[1:2])  # (N, P, P): largest amplitude difference
+    for h in range(gs.shape[2]):
+        np.maximum(far, np.abs(gs[:, :, None, h] - gs[:, None, :, h]), out=far)
+    close = (far <= 1e-2 * np.max(np.abs(gs), axis=2)[:, :, None]) & fit[:, :, None] & fit[:, None, :]
+    best = np.argmax(close.sum(axis=2), axis=1)
+    agree = close[np.arange(gs.shape[0]), best]
+    return agree[0] if one else agree
 
 
 def _apart(gamma0):
     """Heads whose amplitude is farther than 2e-2 (relative to the largest; twice the pairs'
-    agreement, _agreeing) from every other head's: shape (H,) bool. Sorted by amplitude, their
-    order cannot swap between pairs."""
-    gap = np.abs(gamma0[:, None] - gamma0[None, :]) + np.diag(np.full(gamma0.size, np.inf))
-    return gap.min(axis=1) > 2e-2 * np.max(np.abs(gamma0))
+    agreement, _agreeing) from every other head's: shape (H,) bool, or (N, H) for ``gamma0`` of
+    shape (N, H). Sorted by amplitude, their order cannot swap between pairs."""
+    H = gamma0.shape[-1]
+    gap = np.abs(gamma0[..., :, None] - gamma0[..., None, :]) + np.diag(np.full(H, np.inf))
+    return gap.min(axis=-1) > 2e-2 * np.max(np.abs(gamma0), axis=-1, keepdims=True)
 
 
 def _ask_pairs(oracle, U, X, n, m):
@@ -1859,68 +1893,82 @@ def learn_canonical_rational(
             )
         return h
 
+    def label_rows(G, fits):
+        """Rows' amplitudes, each shared by its row's resolved pairs, batched over rows: ``G`` of
+        shape (N, K, S) and its pairs' own fits ``(gam, sh, res)`` of shape (N, K, H), (N, K, H),
+        (N, K). Returns ``gamma0`` (N, H), ``agree`` (N, K), the terms ``gam``, ``sh`` sorted by
+        amplitude where the pair fits, ``fit`` (N, K), ``rough`` (N,), ``gmax`` (N,) and ``ok``
+        (N,): the rows that can start (label_row says why one cannot)."""
+        gam, sh, res = fits
+        gmax = np.max(np.abs(G), axis=(1, 2))
+        fit = res <= _START_TOL * gmax[:, None]  # a start only: the joint fit refines it to tol
+        # Label the heads by their amplitudes, shared by every pair of the row: sort each pair's
+        # terms by amplitude (the optimal matching in one dimension) and keep the largest group
+        # of pairs that agree to 1 %.
+        order = np.argsort(gam, axis=2)
+        gam = np.where(fit[..., None], np.take_along_axis(gam, order, axis=2), gam)
+        sh = np.where(fit[..., None], np.take_along_axis(sh, order, axis=2), sh)
+        agree = _agreeing(gam, fit)
+        n_agree = agree.sum(axis=1)
+        # The median over each row's agreeing pairs (as np.median: the mean of the two middle ones).
+        srt = np.sort(np.where(agree[..., None], gam, np.inf), axis=1)
+        cnt = np.maximum(n_agree, 1)[:, None, None]
+        gamma0 = 0.5 * (np.take_along_axis(srt, (cnt - 1) // 2, axis=1) + np.take_along_axis(srt, cnt // 2, axis=1))
+        # ``rough``: some resolved pair misfits by more than 1e-10 relative, so its shifts gain
+        # from a refit with the row's amplitudes fixed (far better conditioned than the free fit).
+        rough = _rough(np.max(np.where(agree, res, -np.inf), axis=1), gmax)
+        return gamma0[:, 0], agree, gam, sh, fit, rough, gmax, n_agree >= 2
+
     def label_row(i, G, fits=None):
-        """A row's amplitudes, shared by its resolved pairs: (gamma0, agree, shifts, rough)."""
-        gmax = check_visible(i, G)
-        gam, sh, res = pair_fits(G, H_row) if fits is None else (f.copy() for f in fits)
-        fit = res <= _START_TOL * gmax  # a start only: the joint fit refines it to tol
+        """One row's label_rows: (gamma0, agree, gam, sh, fit, rough), or the reason it cannot start."""
+        check_visible(i, G)
+        gam, sh, res = pair_fits(G, H_row) if fits is None else fits
+        gamma0, agree, gam, sh, fit, rough, gmax, ok = label_rows(G[None], (gam[None], sh[None], res[None]))
         if not fit.any():
             raise OracleInconsistentError(
                 f"row {i}: none of the {K} pairs is resolved by its own interpolation of {H_row} "
                 f"terms from {2 * H_plan} samples (float64 conditioning grows with H; best misfit "
-                f"{np.min(res) / gmax:.2g} relative, tol={tol:g}); use learn_canonical, or lower "
+                f"{np.min(res) / gmax[0]:.2g} relative, tol={tol:g}); use learn_canonical, or lower "
                 "scale."
             )
-        # Label the heads by their amplitudes, shared by every pair of the row: sort each pair's
-        # terms by amplitude (the optimal matching in one dimension) and keep the largest group
-        # of pairs that agree to 1 %.
-        idx = np.flatnonzero(fit)
-        order = np.argsort(gam[idx], axis=1)
-        gs = np.take_along_axis(gam[idx], order, axis=1)
-        gam[idx], sh[idx] = gs, np.take_along_axis(sh[idx], order, axis=1)
-        agree = np.zeros(K, bool)
-        agree[idx] = _agreeing(gs)
-        if agree.sum() < 2:
+        if not ok[0]:
             raise OracleInconsistentError(
                 f"row {i}: only {int(agree.sum())} of {K} pairs resolved all {H_row} heads "
                 f"consistently on their own (need 2 to start the joint fit): float64 "
                 f"cannot separate {H_row} logistic terms from {2 * H_plan} samples at most tokens; "
                 "use learn_canonical, or try another scale."
             )
-        gamma0 = np.median(gam[agree], axis=0)
-        # ``rough``: some resolved pair misfits by more than 1e-10 relative, so its shifts gain
-        # from a refit with the row's amplitudes fixed (far better conditioned than the free fit).
-        return gamma0, agree, sh, bool(_rough(np.max(res[agree]), gmax)), (gam, fit)
+        return gamma0[0], agree[0], gam[0], sh[0], fit[0], bool(rough[0])
 
-    def start_from(i, gamma0, agree, sh, terms):
-        """Rows R0 by least squares per head, over every token where that head is resolved.
+    def start_rows(gamma0, agree, gam, sh, fit):
+        """Rows R0 by least squares per head, over every token where that head is resolved, batched
+        over rows (the arrays of label_rows): R0 (N, H, d) and the fewest tokens per head (N,).
 
         A pair that misses some heads (a shift outside the window, two shifts colliding) still
         resolves the others: head ``h`` is taken from pair ``k`` where one of the pair's terms has
         head ``h``'s amplitude to _MATCH_TOL (relative to the largest). With the whole-pair
         agreement alone, fewer than ``d`` tokens per row are resolved from H = 7 on, and the
         minimum-norm start leaves R0 in their span, too far off for the joint fit."""
-        gam, fit = terms
         window = float(np.max(np.abs(s)))
         use, L = _match_terms(gam, sh, fit, gamma0)
         # The pairs that resolve all heads (sorted by amplitude like gamma0) add every head whose
         # amplitude is farther than twice their agreement (1 %) from the others: there the order
         # cannot swap.
-        a = np.ix_(agree, _apart(gamma0))
-        use[a], L[a] = True, sh[a]
-        start_terms[i] = (use, L)  # for the shared-amplitude start, if this one fails
-        R0 = _start_rows(X, L, window, use)
-        head_tokens[i] = int(use.sum(axis=0).min())
-        return gamma0, R0, int(agree.sum())
+        a = agree[:, :, None] & _apart(gamma0)[:, None, :]
+        use, L = use | a, np.where(a, sh, L)
+        # (use, L) also serve the shared-amplitude start, if this one fails (start_terms)
+        return _start_rows(X, L, window, use), use.sum(axis=1).min(axis=1), use, L
 
     def start_row(i, G, fits=None):
         """A row's start for the joint fit: amplitudes shared by its resolved pairs, rows R0."""
-        gamma0, agree, sh, rough, terms = label_row(i, G, fits)
+        gamma0, agree, gam, sh, fit, rough = label_row(i, G, fits)
         if rough:
             sh[agree] = polish_pairs(
                 s, G[agree], np.repeat(gamma0[None], agree.sum(), axis=0), sh[agree], fixed_gamma=True
             )[1]
-        return start_from(i, gamma0, agree, sh, terms)
+        R0, fewest, use, L = start_rows(gamma0[None], agree[None], gam[None], sh[None], fit[None])
+        head_tokens[i], start_terms[i] = int(fewest[0]), (use[0], L[0])
+        return gamma0, R0[0], int(agree.sum())
 
     def finish_row(i, G, gamma0, R0, n_agree, tried=False):
         """The serial joint fit (with its MINPACK fallback near convergence) and its check; where it
@@ -1966,35 +2014,25 @@ def learn_canonical_rational(
         check_visible(0, G_all[0])
         H_row = choose_terms(G_all[0])
     fits_all = [f.reshape(d, K, *f.shape[1:]) for f in pair_fits(G_all.reshape(d * K, -1), H_row)]
-    # Every row's start, then all joint fits batched (fit_rows_joint); a row that misfits after it
-    # gets the serial fit (and its fallback), then a new direction.
-    labels = {}
-    for i in range(d):
-        try:
-            labels[i] = label_row(i, G_all[i], tuple(f[i] for f in fits_all))
-        except OracleInconsistentError:
-            pass
-    rough = [i for i in labels if labels[i][3]]
-    if rough:  # the fixed-amplitude refits of every row in one batch
-        sel = [labels[i][1] for i in rough]
-        sh_r = polish_pairs(
-            s,
-            np.concatenate([G_all[i][a] for i, a in zip(rough, sel)]),
-            np.concatenate([np.repeat(labels[i][0][None], a.sum(), axis=0) for i, a in zip(rough, sel)]),
-            np.concatenate([labels[i][2][a] for i, a in zip(rough, sel)]),
-            fixed_gamma=True,
-        )[1]
-        ends = np.cumsum([a.sum() for a in sel])
-        for i, a, part in zip(rough, sel, np.split(sh_r, ends[:-1])):
-            labels[i][2][a] = part
-    starts = {i: start_from(i, *labels[i][:3], labels[i][4]) for i in labels}
-    batched = {}
-    if starts:
-        ids = sorted(starts)
-        gb, Rb, resb, scb = fit_rows_joint(
-            s, G_all[ids], X, np.array([starts[i][0] for i in ids]), np.array([starts[i][1] for i in ids]), XX=XX
-        )
+    # Every row's start (labels and start rows batched over the rows), then all joint fits batched
+    # (fit_rows_joint); a row that misfits after it gets the serial fit (and its fallback), then a
+    # new direction.
+    for i in np.flatnonzero(np.max(np.abs(G_all), axis=(1, 2)) <= 1e-13 * max(1.0, float(np.max(np.abs(bX))))):
+        check_visible(int(i), G_all[i])  # the first row that shows no head raises
+    gamma0, agree, gam, sh, fit, rough, _, ok = label_rows(G_all, fits_all)
+    sel = agree & (ok & rough)[:, None]  # the fixed-amplitude refits of every rough row in one batch
+    if sel.any():
+        sh[sel] = polish_pairs(s, G_all[sel], gamma0[np.nonzero(sel)[0]], sh[sel], fixed_gamma=True)[1]
+    ids = np.flatnonzero(ok)
+    starts, batched = {}, {}
+    if ids.size:
+        R0, fewest, use, L = start_rows(gamma0[ids], agree[ids], gam[ids], sh[ids], fit[ids])
+        n_agree = agree.sum(axis=1)
         for j, i in enumerate(ids):
+            head_tokens[int(i)], start_terms[int(i)] = int(fewest[j]), (use[j], L[j])
+            starts[int(i)] = (gamma0[i], R0[j], int(n_agree[i]))
+        gb, Rb, resb, scb = fit_rows_joint(s, G_all[ids], X, gamma0[ids], R0, XX=XX)
+        for j, i in enumerate(ids.tolist()):
             if resb[j] <= tol * scb[j]:
                 batched[i] = (gb[j], Rb[j], starts[i][2] / K, resb[j] / scb[j])
             else:
@@ -2031,38 +2069,46 @@ def learn_canonical_rational(
     Hf = H_row
 
     # Link every row to row 0: the answers at delta_0 + delta_i are linear in the H^2 candidates.
-    perms = [np.arange(Hf)]
+    perms = [np.arange(Hf)] * d
     link_err = []
     bL = X_link @ v
-    if Hf > 1 and d > 1:  # every link pair in one batch per length
+    if Hf > 1 and d > 1:  # every link pair in one batch per length, and their fits batched over rows
         G_link = (
             _ask_pairs(oracle, (X_link[None] + P[0] + P[1:, None]).reshape(-1, d), np.tile(X_link, (d - 1, 1)), n, m)
             - np.tile(bL, d - 1)[:, None]
         ).reshape(d - 1, n_link, -1)
-    for i in range(1, d):
-        if Hf == 1:
-            perms.append(np.arange(1))
-            continue
-        G = G_link[i - 1]
-        shifts = (X_link @ rows[0].T)[:, :, None] + (X_link @ rows[i].T)[:, None, :]  # (k, H, H)
-        beta = amps[0][:, None] + amps[i][None, :]
-        A = (expit(s[None, :, None, None] + shifts[:, None]) * beta).reshape(n_link * s.size, -1)
-        coef = np.linalg.lstsq(A, G.ravel(), rcond=None)[0].reshape(Hf, Hf)
-        a, b = linear_sum_assignment(-coef)
-        sel = np.zeros((Hf, Hf), bool)
-        sel[a, b] = True
-        fitted = (expit(s[None, :, None] + shifts[:, a, b][:, None, :]) * beta[a, b]).sum(axis=2)
-        err = float(np.max(np.abs(fitted - G)) / np.max(np.abs(G)))
-        link_err.append(err)
-        if err > 1e3 * tol:
-            raise OracleInconsistentError(
-                f"rows 0 and {i} could not be linked: the best pairing of their {Hf} heads "
-                f"misfits the {n_link} link pairs by {err:.2g} relative (coefficients "
-                f"{np.sort(coef[sel])[:2].round(3).tolist()}...); use learn_canonical."
-            )
-        perm = np.empty(Hf, int)
-        perm[a] = b
-        perms.append(perm)
+        # shifts[i, k, h, g]: head h of row 0 with head g of row i + 1 at link token k
+        XR = X_link @ np.array(rows).transpose(0, 2, 1)  # (d, k, H)
+        shifts = XR[0][None, :, :, None] + XR[1:, :, None, :]
+        beta = amps[0][None, :, None] + np.array(amps[1:])[:, None, :]  # (d - 1, H, H)
+        A = (expit(s[None, None, :, None, None] + shifts[:, :, None]) * beta[:, None, None]).reshape(
+            d - 1, n_link * s.size, Hf * Hf
+        )
+        pick = np.empty((d - 1, 2, Hf), int)
+        coefs = []
+        for i in range(1, d):
+            coef = np.linalg.lstsq(A[i - 1], G_link[i - 1].ravel(), rcond=None)[0].reshape(Hf, Hf)
+            pick[i - 1] = linear_sum_assignment(-coef)
+            coefs.append(coef)
+        rix = np.arange(d - 1)[:, None]
+        sa = shifts[rix, :, pick[:, 0], pick[:, 1]].transpose(0, 2, 1)  # (d - 1, k, H): the pairing's shifts
+        sb = beta[rix, pick[:, 0], pick[:, 1]]  # (d - 1, H)
+        fitted = (expit(s[None, None, :, None] + sa[:, :, None, :]) * sb[:, None, None, :]).sum(axis=3)
+        errs = np.max(np.abs(fitted - G_link), axis=(1, 2)) / np.max(np.abs(G_link), axis=(1, 2))
+        for i in range(1, d):
+            err, (a, b) = float(errs[i - 1]), pick[i - 1]
+            link_err.append(err)
+            if err > 1e3 * tol:
+                sel = np.zeros((Hf, Hf), bool)
+                sel[a, b] = True
+                raise OracleInconsistentError(
+                    f"rows 0 and {i} could not be linked: the best pairing of their {Hf} heads "
+                    f"misfits the {n_link} link pairs by {err:.2g} relative (coefficients "
+                    f"{np.sort(coefs[i - 1][sel])[:2].round(3).tolist()}...); use learn_canonical."
+                )
+            perm = np.empty(Hf, int)
+            perm[a] = b
+            perms[i] = perm
     Gam = np.array([amps[i][perms[i]] for i in range(d)])  # (d, H): delta_i^T v_h
     Rw = np.array([rows[i][perms[i]] for i in range(d)])  # (d, H, d): delta_i^T W_h
     Pinv = np.linalg.inv(P)  # P orthonormal unless a row was redrawn
