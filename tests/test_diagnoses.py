@@ -382,3 +382,42 @@ def test_ambiguity_from_another_point_reduces_to_the_step_length_at_zero_offset(
     # measured from a point E away along nothing the directions move: at least ||E||
     E = 0.5 * np.eye(6)
     assert _ambiguity(A, B, res, delta, (F, G), W_max=100.0, offset=E) >= np.linalg.norm(E) - 1e-12
+
+
+# -- the counts route tells a wrong H from float64 ----------------------------------------------------
+
+@pytest.mark.parametrize("given", [{"H": 2}, {"H_bound": 2}])
+def test_counts_route_names_too_small_an_H_not_float64(given):
+    """Three heads learned with H=2 (or H_bound=2): the pairs' amplitudes disagree although each
+    pair's 2-term fit has rounding sensitivity 2e-13, so rounding does not explain it. The refusal
+    said "float64 cannot separate 2 logistic terms ... use learn_canonical"; it names H now."""
+    from companion import multihead
+
+    target = multihead.random_multi_head(6, 3, seed=0)
+    with pytest.raises(OracleInconsistentError, match=r"more heads than 2 \(pass a larger H or H_bound\)"):
+        multihead.learn_canonical_rational(ValueQueryOracle(target), **given)
+
+
+@pytest.mark.parametrize("threshold, blames_H", [(1e-12, True), (1e-14, False)])
+def test_counts_route_well_conditioned_threshold_both_sides(monkeypatch, threshold, blames_H):
+    """_WELL_CONDITIONED (1e-4) against the measured 2e-13 of the wrong-H case: just above it the
+    refusal names H, just below it float64 (the H = 12, d = 64 refusal measures 0.3)."""
+    from companion import multihead
+
+    monkeypatch.setattr(multihead, "_WELL_CONDITIONED", threshold)
+    target = multihead.random_multi_head(6, 3, seed=0)
+    with pytest.raises(OracleInconsistentError) as info:
+        multihead.learn_canonical_rational(ValueQueryOracle(target), H=2)
+    assert ("more heads than 2" in str(info.value)) == blames_H
+    assert ("float64 cannot separate" in str(info.value)) == (not blames_H)
+
+
+@pytest.mark.slow
+def test_counts_route_at_twelve_heads_still_blames_float64():
+    """d = 64, H = 12 (seed 0): only 1 of 117 pairs agrees, with rounding sensitivity 0.3 of a pair's
+    fit: float64, as before (20 s)."""
+    from companion import multihead
+
+    target = multihead.random_multi_head(64, 12, seed=0)
+    with pytest.raises(OracleInconsistentError, match=r"float64 cannot separate 12 logistic terms.*sensitivity"):
+        multihead.learn_canonical_rational(ValueQueryOracle(target), H=12)

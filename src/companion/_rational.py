@@ -102,6 +102,17 @@ def _sensitivity(J, scale):
     return float(_EPS * scale / sv[-1])
 
 
+def pair_sensitivity(s, c, l, scale):
+    """Rounding sensitivity of one pair's fit ``g(s) = sum_h c_h sigma(s + l_h)`` at ``(c, l)``.
+
+    ``eps scale / sigma_min(J)``, ``J`` of shape (K, 2H) the Jacobian of the samples at ``s`` in
+    ``(c, l)``: to first order the largest change of an amplitude or shift that a rounding of
+    the answers (``scale`` their largest magnitude) can cause; ``inf`` if ``J`` is singular.
+    """
+    sig = expit(s[:, None] + np.asarray(l)[None, :])
+    return _sensitivity(np.hstack([sig, np.asarray(c)[None, :] * sig * (1.0 - sig)]), scale)
+
+
 def fit_free(s, g, *, max_terms=None, rtol=1e-12, sensitivity=True):
     """Fit ``g(s) = sum_h c_h sigma(s + l_h)`` with the number of terms found from the data.
 

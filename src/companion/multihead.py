@@ -1414,6 +1414,12 @@ _START_TOL = 1e-6
 #: per head with shift errors below 5e-4 for 95 %; the outliers are trimmed by _start_rows).
 _MATCH_TOL = 1e-3
 
+#: Rounding sensitivity of a pair's own fit (relative to the row's largest answer,
+#: :func:`companion._rational.pair_sensitivity`) at or below which pairs that disagree on the
+#: amplitudes (to 1 %, _agreeing) are not put down to float64: a hundred times below that
+#: agreement, rounding cannot move an amplitude that far, and the refusal names a wrong H instead.
+_WELL_CONDITIONED = 1e-4
+
 #: A pair is used for a head's refit in _repair_start where that one term, against the others at the
 #: start, misfits by at most this factor times the median over the row's pairs (the others' start
 #: errors set the level: about 1e-4 relative at d = 32, H = 7).
@@ -1728,7 +1734,9 @@ def learn_canonical_rational(
         If the answers show no head at all (``f`` is ``x^T v`` on every query: the values cancel).
     OracleInconsistentError
         If too few pairs of a row are resolved by their own interpolation to start the joint fit
-        (float64 conditioning; the message gives the numbers), a row's joint fit does not reach
+        (float64 conditioning; the message gives the numbers, and names too small an ``H`` or
+        ``H_bound`` instead when the pairs' fits are well conditioned, rounding sensitivity at
+        most ``_WELL_CONDITIONED`` = 1e-4, yet disagree), a row's joint fit does not reach
         ``tol``, two rows cannot be linked, or the verification fails.
 
     Notes
@@ -1807,7 +1815,14 @@ def learn_canonical_rational(
     """
     from scipy.special import expit
 
-    from ._rational import fit_row_joint, fit_rows_joint, interpolate_pairs, polish_pairs, ratio_design
+    from ._rational import (
+        fit_row_joint,
+        fit_rows_joint,
+        interpolate_pairs,
+        pair_sensitivity,
+        polish_pairs,
+        ratio_design,
+    )
     from ._rowstart import shared_amplitude_start
 
     d = check_exact_oracle(oracle, "learn_canonical_rational")
@@ -1932,11 +1947,24 @@ def learn_canonical_rational(
                 "scale."
             )
         if not ok[0]:
+            # Rounding explains pairs that disagree only where their fits are ill conditioned: a
+            # well-conditioned disagreement is a wrong H (or a target that is not a sum of heads).
+            fitted = np.flatnonzero(fit[0])[:8]
+            sens = float(np.median([pair_sensitivity(s, gam[0, k], sh[0, k], gmax[0]) for k in fitted]))
+            if sens <= _WELL_CONDITIONED * gmax[0]:
+                raise OracleInconsistentError(
+                    f"row {i}: only {int(agree.sum())} of {K} pairs agree on the amplitudes of "
+                    f"{H_row} heads, although each pair's fit is well conditioned (rounding "
+                    f"sensitivity {sens / gmax[0]:.1g} relative, median of {fitted.size} pairs, at most "
+                    f"{_WELL_CONDITIONED:g}): rounding does not explain it. The oracle has more heads "
+                    f"than {H_row} (pass a larger H or H_bound), or is not a sum of heads."
+                )
             raise OracleInconsistentError(
                 f"row {i}: only {int(agree.sum())} of {K} pairs resolved all {H_row} heads "
                 f"consistently on their own (need 2 to start the joint fit): float64 "
-                f"cannot separate {H_row} logistic terms from {2 * H_plan} samples at most tokens; "
-                "use learn_canonical, or try another scale."
+                f"cannot separate {H_row} logistic terms from {2 * H_plan} samples at most tokens "
+                f"(rounding sensitivity of a pair's fit {sens / gmax[0]:.1g} relative, median of "
+                f"{fitted.size}); use learn_canonical, or try another scale."
             )
         return gamma0[0], agree[0], gam[0], sh[0], fit[0], bool(rough[0])
 
