@@ -122,8 +122,11 @@ def test_noisy_low_rank_enforces_W_max(method, tau, factor, refused):
     """||W*||_F = factor * W_max. Before, learn_low_rank_noisy returned ||W_hat||_F = 12 > W_max = 4
     (factor 3) with tau = 0, and with tau = 1e-6 (rgn) said "the answers do not determine W at this
     precision" of an answer that determined it to 1e-4: W_max was ignored, or blamed on the precision.
-    Now, as learn_robust refuses a weight outside its window, it refuses for any verify, naming W_max;
-    within the verification's allowance (1.05) it returns the head."""
+    Now, as learn_robust refuses a weight outside its window, it refuses with verification on, naming
+    W_max and, as the other possible cause, a fit that missed W* (an unconditional refusal told a
+    correct oracle in chapter 05's sweep, m = 2 r(2d - r) with verify=0 at seed 1, that
+    ||W*||_F > W_max: a fit off W*'s direction pins its own scale too); within the verification's
+    allowance (1.05) it returns the head, and verify=0 returns the fit."""
     from companion.oracles import ApproxValueQueryOracle
     from companion.robust import learn_low_rank_noisy
 
@@ -131,9 +134,12 @@ def test_noisy_low_rank_enforces_W_max(method, tau, factor, refused):
     oracle = ApproxValueQueryOracle(head, tau) if tau else ValueQueryOracle(head)
     if refused:
         with pytest.raises(OracleInconsistentError, match=r"exceeds W_max=4, and the answers pin its scale") as info:
-            learn_low_rank_noisy(oracle, 2, W_max=4.0, method=method, verify=0)
-        named = float(re.search(r"Pass W_max >= ([0-9.]+)", str(info.value)).group(1))
+            learn_low_rank_noisy(oracle, 2, W_max=4.0, method=method)
+        named = float(re.search(r"pass W_max >= ([0-9.]+)", str(info.value)).group(1))
         assert abs(named - np.linalg.norm(head.W)) < 0.01 * np.linalg.norm(head.W)
+        assert "the fit missed W*" in str(info.value)
+        unchecked = learn_low_rank_noisy(oracle, 2, W_max=4.0, method=method, verify=0)
+        assert np.linalg.norm(unchecked.W) > 4.0
     else:
         rec = learn_low_rank_noisy(oracle, 2, W_max=4.0, method=method)
         assert np.linalg.norm(rec.W - head.W) < 1e-2 * np.linalg.norm(head.W)

@@ -1173,9 +1173,10 @@ def _check_norm_bound(W, fit, t, delta, *, W_max, rtol):
         f"||W_hat||_F = {nW:.3g} exceeds W_max={W_max:g}, and the answers pin its scale: along "
         f"W_hat's direction the heads meeting all {t.size} bounds |<a_k b_k^T, W> - t_k| <= delta_k "
         f"(which every head within tau of the answers meets) have ||W||_F in [{nW + lo:.4g}, "
-        f"{nW + hi:.4g}], all above W_max. The answers point to ||W*||_F > W_max (near {nW:.3g}), "
-        f"or the oracle errs by more than tau, or it is not a single head. Pass W_max >= "
-        f"{nW:.3g} (it also sets the query scales); the guarantee would not hold."
+        f"{nW + hi:.4g}], all above W_max: W_hat is not W*. Either ||W*||_F > W_max (near "
+        f"{nW:.3g}: pass W_max >= {nW:.3g}, which also sets the query scales), or the fit missed "
+        f"W* (too few measurements for this tau: raise n_measurements, or lower tau), or the "
+        f"oracle errs by more than tau, or it is not a single head; verify=0 returns the fit."
     )
 
 
@@ -1351,11 +1352,13 @@ def learn_low_rank_noisy(
         ``"nuclear"`` with ``verify``: if the solution's ``(r + 1)``-th singular value exceeds
         ``verify_rtol`` relative (the program does not use ``rank``): ``rank(W*) > rank``, or
         the answers do not pin ``W`` at this ``tau``.
-        Either method, any ``tau`` and ``verify`` (as :func:`learn_robust` refuses a weight
+        Either method, any ``tau``, ``verify > 0`` (as :func:`learn_robust` refuses a weight
         outside its window; no query): if ``||W_hat||_F > (1 + verify_rtol) W_max`` and the
         answers pin the scale there (along ``W_hat``'s direction they allow norms within
-        ``verify_rtol ||W_hat||_F`` of it, all above ``(1 + verify_rtol) W_max``): the answers
-        point to ``||W*||_F > W_max``, and the message names the ``W_max`` to pass.
+        ``verify_rtol ||W_hat||_F`` of it, all above ``(1 + verify_rtol) W_max``): then
+        ``W_hat`` is not ``W*`` (no head along it meets both the bounds and ``W_max``), and the
+        message names both causes, ``||W*||_F > W_max`` (the ``W_max`` to pass) and a fit that
+        missed ``W*`` (too few measurements for this ``tau``). ``verify=0`` returns the fit.
     PrecisionError
         Either method, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
         ``verify_rtol min(||W||_F, W_max)``, or ``ambiguity_W`` reaches
@@ -1449,7 +1452,8 @@ def learn_low_rank_noisy(
     if method == "nuclear":
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
         fit = _rop_apply(A, B, W)
-        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
+        if verify:
+            _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
         if verify:
             _check_nuclear_rank(W, r, tau=tau, rtol=verify_rtol)
         how = "noise-aware nuclear-norm program (SCS)"
@@ -1516,7 +1520,8 @@ def learn_low_rank_noisy(
         fit = _rop_apply_factors(A, B, *factors)  # O(m d r): W = F G never applied
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
         info["converged"] = info["stop"] != "max_iter"
-        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
+        if verify:
+            _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
         if tau > 0:
             info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0)
             info["ambiguity_W"] = _ambiguity(A, B, fit - t, delta, factors, W_max=W_max)
