@@ -71,6 +71,13 @@ def logistic_sum(s, c, l):
     return expit(s[:, None] + l[None, :]) @ c
 
 
+def logistic_jacobian(s, c, l):
+    """Jacobian (K, 2H) of :func:`logistic_sum` at ``s`` in ``(c, l)``: ``sigma(s + l_h)`` and
+    ``c_h sigma'(s + l_h)``."""
+    z = expit(s[:, None] + np.asarray(l)[None, :])
+    return np.hstack([z, np.asarray(c)[None, :] * z * (1 - z)])
+
+
 def _polish(s, g, c, l):
     H = c.size
 
@@ -78,8 +85,7 @@ def _polish(s, g, c, l):
         return logistic_sum(s, x[:H], x[H:]) - g
 
     def jac(x):
-        z = expit(s[:, None] + x[None, H:])
-        return np.hstack([z, x[None, :H] * z * (1 - z)])
+        return logistic_jacobian(s, x[:H], x[H:])
 
     sol = least_squares(
         res,
@@ -109,8 +115,7 @@ def pair_sensitivity(s, c, l, scale):
     ``(c, l)``: to first order the largest change of an amplitude or shift that a rounding of
     the answers (``scale`` their largest magnitude) can cause; ``inf`` if ``J`` is singular.
     """
-    sig = expit(s[:, None] + np.asarray(l)[None, :])
-    return _sensitivity(np.hstack([sig, np.asarray(c)[None, :] * sig * (1.0 - sig)]), scale)
+    return _sensitivity(logistic_jacobian(s, c, l), scale)
 
 
 def fit_free(s, g, *, max_terms=None, rtol=1e-12, sensitivity=True):

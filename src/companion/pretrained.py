@@ -1276,9 +1276,7 @@ def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, 
     """
     import time
 
-    from scipy.special import expit
-
-    from ._rational import interpolate_pairs, ratio_design
+    from ._rational import interpolate_pairs, logistic_jacobian, ratio_design
     from .multihead import fit_logistic_sum
     from .oracles import ValueQueryOracle
 
@@ -1312,8 +1310,7 @@ def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, 
         l_int = l_int[0]
         resolved = bool(np.all(np.isfinite(l_int)) and all(np.min(np.abs(l_true - li)) <= match_tol for li in l_int))
         # Jacobian of G(s_t) = sum_h c_h sigma(s_t + l_h) in (c, l) at the true heads
-        sig = expit(s[:, None] + l_true[None, :])
-        J = np.concatenate([sig, c_true[None, :] * sig * (1 - sig)], axis=1)
+        J = logistic_jacobian(s, c_true, l_true)
         rows.append(
             {
                 "terms found": int(c_fit.size),
