@@ -1143,6 +1143,32 @@ def _ambiguity(A, B, res, delta, factors, *, W_max, offset=None):
     return best
 
 
+def _nuclear_ambiguity(A, B, t, delta, w, W, r, *, W_max, max_iter):
+    """:func:`_ambiguity` for a noise-aware nuclear-norm solution ``W`` (the certification rgn's
+    fit gets), on its rank-``r`` part (:func:`_check_nuclear_rank` bounds the rest).
+
+    The program's solution sits where many bounds are active, which pinches the directions of
+    :func:`_ambiguity`; so they are also measured from the rank-``r`` least-squares fit (weights
+    ``w``) started there, whose own distance from ``W`` counts when it meets every bound within
+    ``W_max``, as ``W*`` does. From the rank-``r`` part the bounds are widened by its own largest
+    violation (SCS's tolerance and the cut singular values), so that the directions start from an
+    allowed point. Without this a ``W`` off by 0.77 at ``tau = 1e-3`` (d = 8, rank 2) came back
+    verified, as fresh queries certify lower bounds only.
+    """
+    U, s, Vt = np.linalg.svd(W)
+    factors = (U[:, :r] * s[:r], Vt[:r])
+    res_r = _rop_apply_factors(A, B, *factors) - t
+    own = float(np.max(np.abs(res_r) / np.maximum(delta, np.finfo(float).tiny), initial=0.0))
+    ambiguity = _ambiguity(A, B, res_r, delta * max(1.0, own), factors, W_max=W_max)
+    with _one_blas_thread():
+        W_ls, info_ls = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=(U[:, :r], s[:r], Vt[:r].T))
+    res_ls = _rop_apply_factors(A, B, *info_ls["factors"]) - t
+    ambiguity = max(ambiguity, _ambiguity(A, B, res_ls, delta, info_ls["factors"], W_max=W_max, offset=W_ls - W))
+    if np.all(np.abs(res_ls) <= delta) and np.linalg.norm(W_ls) <= W_max:
+        ambiguity = max(ambiguity, float(np.linalg.norm(W_ls - W)))
+    return ambiguity
+
+
 def _check_norm_bound(W, fit, t, delta, *, W_max, rtol):
     """Refuse a ``W_hat`` whose answers pin its scale above ``W_max`` (§6's ``||W*||_F <= W_max``).
 
@@ -1239,7 +1265,7 @@ def _check_determined(info, W, *, W_max, rtol, r, m, tau, max_iter, refuse=True)
         return ""
     if not refuse:
         return f"; not determined by the answers: {evidence}"
-    stopped = "" if info["converged"] else f"; Gauss-Newton stopped at max_iter={max_iter}"
+    stopped = "" if info.get("converged", True) else f"; Gauss-Newton stopped at max_iter={max_iter}"
     raise PrecisionError(
         _UNDETERMINED.format(evidence=evidence, tau=tau, m=m, r=r, fit_ratio=info["fit_ratio"], stopped=stopped)
     )
@@ -1449,56 +1475,13 @@ def learn_low_rank_noisy(
         "max_abs_logit": float(np.max(np.abs(t * c**2))),
     }
     undetermined = ""  # the message's clause when W is not certified to verify_rtol
+    w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
+    w = w / np.max(w)
     if method == "nuclear":
         W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
         fit = _rop_apply(A, B, W)
-        if verify:
-            _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
-        if verify:
-            _check_nuclear_rank(W, r, tau=tau, rtol=verify_rtol)
         how = "noise-aware nuclear-norm program (SCS)"
-        if tau > 0:
-            # The same certification as rgn's, on the solution's rank-r part (the rank check above
-            # bounds the rest): a program's solution is as consistent as W* is, and so is every head
-            # the ambiguity finds; without it a W off by 0.77 at tau = 1e-3 (d = 8, rank 2) came back
-            # verified, as the fresh queries certify lower bounds only.
-            U_, s_, Vt_ = np.linalg.svd(W)
-            factors = (U_[:, :r] * s_[:r], Vt_[:r])
-            res_r = _rop_apply_factors(A, B, *factors) - t
-            w = 1.0 / np.maximum(delta, np.finfo(float).tiny)
-            info["fit_ratio"] = _fit_ratio(fit - t, delta, w / np.max(w))
-            # the bounds widened by the rank-r part's own largest violation (SCS's tolerance and
-            # the cut singular values), so that the directions start from an allowed point
-            own = float(np.max(np.abs(res_r) / np.maximum(delta, np.finfo(float).tiny), initial=0.0))
-            ambiguity = _ambiguity(A, B, res_r, delta * max(1.0, own), factors, W_max=W_max)
-            # The program's solution sits where many bounds are active, which pinches those
-            # directions: from the rank-r least-squares fit started there (inside the bounds when
-            # it is consistent, as W* is) the same directions reach farther from W.
-            with _one_blas_thread():
-                W_ls, info_ls = _weighted_rgn(
-                    A, B, t, w / np.max(w), r, max_iter=max_iter, start=(U_[:, :r], s_[:r], Vt_[:r].T)
-                )
-            res_ls = _rop_apply_factors(A, B, *info_ls["factors"]) - t
-            from_ls = _ambiguity(A, B, res_ls, delta, info_ls["factors"], W_max=W_max, offset=W_ls - W)
-            ambiguity = max(ambiguity, from_ls)
-            if np.all(np.abs(res_ls) <= delta) and np.linalg.norm(W_ls) <= W_max:
-                ambiguity = max(ambiguity, float(np.linalg.norm(W_ls - W)))
-            info["ambiguity_W"] = ambiguity
-            info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
-            undetermined = _check_determined(
-                dict(info, converged=True),
-                W,
-                W_max=W_max,
-                rtol=verify_rtol,
-                r=r,
-                m=m,
-                tau=tau,
-                max_iter=max_iter,
-                refuse=verify > 0,
-            )
     else:
-        w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
-        w = w / np.max(w)
         # Two runs: from the solution of the problem with the milder weights sqrt(w), whose
         # landscape has fewer spurious minima, and, unless that fit is certified (fit_ratio <= 1:
         # consistent with the answers, as W* is), from the spectral start; the better is kept.
@@ -1520,15 +1503,21 @@ def learn_low_rank_noisy(
         fit = _rop_apply_factors(A, B, *factors)  # O(m d r): W = F G never applied
         how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
         info["converged"] = info["stop"] != "max_iter"
-        if verify:
-            _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
-        if tau > 0:
+    if verify:
+        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
+        if method == "nuclear":
+            _check_nuclear_rank(W, r, tau=tau, rtol=verify_rtol)
+    if tau > 0:
+        if method == "nuclear":
+            info["fit_ratio"] = _fit_ratio(fit - t, delta, w)
+            info["ambiguity_W"] = _nuclear_ambiguity(A, B, t, delta, w, W, r, W_max=W_max, max_iter=max_iter)
+        else:
             info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0)
             info["ambiguity_W"] = _ambiguity(A, B, fit - t, delta, factors, W_max=W_max)
-            info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
-            undetermined = _check_determined(
-                info, W, W_max=W_max, rtol=verify_rtol, r=r, m=m, tau=tau, max_iter=max_iter, refuse=verify > 0
-            )
+        info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
+        undetermined = _check_determined(
+            info, W, W_max=W_max, rtol=verify_rtol, r=r, m=m, tau=tau, max_iter=max_iter, refuse=verify > 0
+        )
     diagnostics.update(info)
     with np.errstate(divide="ignore", invalid="ignore"):
         # at most 1 for W*: a larger value certifies W != W*
