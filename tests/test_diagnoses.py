@@ -354,7 +354,7 @@ def test_noisy_nuclear_says_when_the_answers_do_not_determine_W(tau, outcome):
     (tau = 1e-4) and 0.77 (tau = 1e-3) relative as verified: the fresh queries certify lower bounds
     only, and the method had no ambiguity check. It now measures ambiguity_W as rgn does (from its
     solution's rank-r part and from the rank-r least-squares fit started there): at 1e-3 a consistent
-    rank-2 head lies 3.1 from W (PrecisionError), at 1e-4 the message says no error below 0.65 is
+    rank-2 head lies 3.1 from W (PrecisionError), at 1e-4 the message says no error below 0.88 is
     certified, and at 1e-6 the ambiguity is within the allowance."""
     from companion import robust
     from companion.errors import PrecisionError
