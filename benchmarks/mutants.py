@@ -83,8 +83,14 @@ TESTS = {
     "pretrained": ["tests/test_pretrained.py", "src/companion/pretrained.py"],
     "membership": ["tests/test_membership.py", "src/companion/membership.py"],
 }
+TESTS["_rowstart"] = list(TESTS["_rational"])  # the counts route's row start: the same tests
 THRESHOLDS = "tests/test_thresholds.py"
-for _tests in TESTS.values():
+for _module, _tests in TESTS.items():
+    # A module's pinned formulas and thresholds (tests/test_pinned_<module>.py, "/" -> "_"), when
+    # it has them, run second: they are the fastest to fail on a changed constant or formula.
+    _pinned = f"tests/test_pinned_{_module.replace('/', '_')}.py"
+    if (ROOT / _pinned).exists():
+        _tests.insert(0, _pinned)
     _tests.insert(0, THRESHOLDS)
 for _module in ("exact", "lowrank", "robust", "_learner", "multihead", "ffn", "transformer", "numerics/rop",
                 "numerics/rgn", "pretrained", "membership"):
