@@ -21,6 +21,10 @@ random_multi_head(d, H, seed=0), with the true heads of each row:
   all n/m        the same with every ratio n/m with n + m <= 2H + 1 (the most a pair can be asked within
                  the length bound), and S needed / 2H: the fewest samples (2H, 4H, ..., all) at which the
                  median is at most 1e-2, over 2H (inf: not even all);
+  pair CRB scaled  the same for the multi-scale variant (this book's, not built): the pair's 2H queries
+                 split over token scales c = 0.5, 1, 2, 4 (n copies of c x + delta, then m copies of
+                 c x: shifts c delta^T W_h x, amplitudes unchanged; the same count and length), and
+                 scaled <= 1e-2: its fraction of pairs at most 1e-2;
   fixed-gamma    the same with the amplitudes known (shared by the row's pairs);
   row CRB        the joint fit of the row over all K tokens: the largest over heads of the bound on
                  ||R_h_hat - R_h|| / ||R_h||;
@@ -34,17 +38,19 @@ random_multi_head(d, H, seed=0), with the true heads of each row:
                  draws each) from which the row's batched joint fit (300 steps) reached rounding level
                  in every draw.
 
-Measured 2026-12-01 19:20 UTC (d = 64, 2 rows, 142 s on the shared 2-core machine, load about 4;
---lengths adds the second table):
+Measured 2026-12-01 19:30 UTC (d = 64, 2 rows, 284 s on the shared 2-core machine under load; --lengths
+adds the second table):
   (K / d: 1.88 at H = 6 down to 1.83 at H = 12; noise: 7e-16 to 1.3e-15 at every H;
   S needed / 2H: 1, 1, 2, 2, inf, inf)
-   H  Loewner  pair CRB  pairs<=1e-2  4x S    L151    all n/m  fixed-g  row CRB  resolved/d  start err  shared   basin
-   6  2.3e+09  0.00015   0.70         6.1e-6  6.6e-6  5.8e-6   3.1e-10  1.6e-11  1.5         0.00073    1.5e-07  0-.1
-   7  4.4e+10  0.0029    0.57         3.5e-5  6.1e-5  3.1e-5   3.5e-10  5.5e-12  1.3         0.00081    1.5e-08  0.01
-   8  7.5e+12  0.17      0.38         0.0020  0.0013  0.0017   6.5e-09  4.9e-11  1.1         0.00076    0.13     0-.03
-   9  4.0e+12  0.55      0.34         0.0020  0.0017  0.0016   5.5e-10  9.0e-13  0.83        0.39       refused  0.03
-  10  1.9e+14  6.1       0.081        0.081   0.41    0.070    5.2e-09  1.3e-12  0.55        0.70       refused  0.03
-  12  2.0e+15  42        0.0043       1.0     6.7     0.65     8.5e-08  6.6e-12  0.17        0.90       refused  .01-.03
+   H  Loewner  pair CRB  pairs<=1e-2  4x S    L151    all n/m  scaled   <=1e-2  fixed-g  row CRB  resolved/d  start err
+   6  2.3e+09  0.00015   0.70         6.1e-6  6.6e-6  5.8e-6   5.1e-8   0.95    3.1e-10  1.6e-11  1.5         0.00073
+   7  4.4e+10  0.0029    0.57         3.5e-5  6.1e-5  3.1e-5   1.2e-10  0.99    3.5e-10  5.5e-12  1.3         0.00081
+   8  7.5e+12  0.17      0.38         0.0020  0.0013  0.0017   2.7e-6   0.86    6.5e-09  4.9e-11  1.1         0.00076
+   9  4.0e+12  0.55      0.34         0.0020  0.0017  0.0016   3.8e-9   0.99    5.5e-10  9.0e-13  0.83        0.39
+  10  1.9e+14  6.1       0.081        0.081   0.41    0.070    1.8e-4   0.72    5.2e-09  1.3e-12  0.55        0.70
+  12  2.0e+15  42        0.0043       1.0     6.7     0.65     0.0051   0.55    8.5e-08  6.6e-12  0.17        0.90
+  shared err (true amplitudes given): 1.5e-7, 1.5e-8, 0.13, refused, refused, refused;
+  basin (min-max over the 2 rows): 0-0.1, 0.01, 0-0.03, 0.03, 0.03, 0.01-0.03
   (basin 0 in one row at H = 6 and 8: row 0 has a head of amplitude 1e-3, whose R_h the batched fit does not
   finish from 1 %; the learner's serial fit with its MINPACK fallback does.)
   Median pair CRB at d = 64, H = 12 (row 0) with longer queries and more samples per pair:
@@ -70,9 +76,19 @@ What it says:
   fixed-amplitude pair fit is not convex: _rowstart's refit, given the TRUE amplitudes, refuses from H = 9
   (fewer than d tokens per head reach rounding level), and 200 random starts per pair of that fit reached
   the global minimum at 1 of 119 pairs at H = 8 (measured once, 2026-12-01, not in this script).
+* The design, not float64, sets the per-pair limit: splitting each pair's 2H queries over token scales
+  c = 0.5, 1, 2, 4 (n copies of c x + delta then m copies of c x; the same count and length; this book's
+  variant, not built) brings the median pair bound at H = 12 from 42 to 5e-3 (55 % of pairs at most
+  1e-2, where a start needs more than d / K = 55 %) and at H = 10 from 6 to 2e-4 (72 %): a smaller
+  scale brings the heads into the window of log r, a larger one sharpens each term. What it does not
+  give is a solver: its samples are no longer one rational function of r, so the Loewner interpolation
+  does not apply, and Levenberg-Marquardt from 10 random starts per pair, amplitudes given, reached the
+  global minimum at 0 of 39 pairs at H = 12, with either design (measured once, 2026-12-01).
 * So H = 12 at d = 64 needs a start that pools a row's tokens without labelling pairs first, inside a 1-3 %
-  basin. Not found this round (also tried: a data homotopy from a random model to the answers, which ends
-  at misfit 0.2 already at H = 6). An algebraic pooled start (a Jennrich-type simultaneous
+  basin, or a per-pair global solver for the multi-scale samples (an algebraic one: with c = 0.5, 1, 2, 4
+  the poles at one token are q_h, q_h^2, q_h^4, q_h^8 for q_h = exp(-l_h / 2)). Not found this round
+  (also tried: a data homotopy from a random model to the answers, which ends at misfit 0.2 already at
+  H = 6, 4 random models, 40 steps). An algebraic pooled start (a Jennrich-type simultaneous
   diagonalisation of sum_h gamma_h phi''(R_h^T x) R_h R_h^T, i.e. Hessians in x) needs tokens at finite-
   difference positions: d + 1 = 65 pairs per base point for one gradient per ratio, and one base point's
   2H ratios weigh the heads by the same ill-conditioned sigma'(s_t + l_h) as one pair, so of order H base
@@ -84,140 +100,12 @@ import argparse
 import sys
 import time
 
-import numpy as np
 import pandas as pd
 
-from companion._information import extended_counts_answers, loewner_condition, pair_bound, row_bound
-from companion._rational import count_pairs, fit_rows_joint, ratio_design
-from companion._rowstart import shared_amplitude_start
-from companion.multihead import _ask_pairs, counts_start_coverage, random_multi_head, rational_plan
-from companion.oracles import ValueQueryOracle
+from companion.multihead import counts_information, counts_length_bounds
 
-START_ACCURACY = 1e-2      # a shift's accuracy a start needs (log r units; the basin is ~3 % of R_h)
-RHOS = (0.01, 0.03, 0.1)
+START_ACCURACY = 1e-2   # companion._information.START_ACCURACY, as the table's column names it
 
-
-def learner_design(d, H, seed=0, scale=3.0, spread=1.5):
-    """The directions, tokens and ratios of learn_canonical_rational(seed=seed) (its defaults)."""
-    K = rational_plan(d, H)["K"]
-    n, m = ratio_design(H)
-    rng = np.random.default_rng(seed)
-    P, Rq = np.linalg.qr(rng.standard_normal((d, d)))
-    P = (P * np.sign(np.diag(Rq))).T
-    T = rng.standard_normal((K, d))
-    norms = scale * np.exp(rng.uniform(-np.log(spread), np.log(spread), K))
-    return P, T * (norms / np.linalg.norm(T, axis=1))[:, None], n, m
-
-
-def basin(s, G, X, gam, R, rng, draws=2):
-    """Largest rho in RHOS from which every draw of the joint fit converged (0.0 if none)."""
-    g0, R0 = [], []
-    for rho in RHOS:
-        for _ in range(draws):
-            g0.append(gam * (1 + rho * rng.standard_normal(gam.size)))
-            E = rng.standard_normal(R.shape)
-            R0.append(R + E * (rho * np.linalg.norm(R, axis=1) / np.linalg.norm(E, axis=1))[:, None])
-    _, Rb, res, sc = fit_rows_joint(s, np.repeat(G[None], len(g0), 0), X, np.array(g0), np.array(R0),
-                                    iters=300)
-    err = np.max(np.linalg.norm(Rb - R, axis=2) / np.linalg.norm(R, axis=1), axis=1)
-    ok = ((res <= 1e-9 * sc) & (err <= 1e-6)).reshape(len(RHOS), draws).all(axis=1)
-    best = 0.0
-    for rho, good in zip(RHOS, ok):
-        if not good:
-            break
-        best = rho
-    return best
-
-
-def samples_needed(H, gam, L, sigma):
-    """The fewest samples per pair (2H, 4H, 8H, ..., up to every ratio n/m with n + m <= 2H + 1,
-    spread evenly in log r by count_pairs) at which the median pair CRB is at most START_ACCURACY;
-    inf if none."""
-    sizes = [2 * H * 2**j for j in range(8)]
-    n_all = count_pairs(10**4, 2 * H + 1)[0].size
-    for S in sorted({min(S, n_all) for S in sizes}):
-        n, m = count_pairs(S, 2 * H + 1)
-        if np.median(pair_bound(np.log(n / m), gam, L, sigma).max(axis=1)) <= START_ACCURACY:
-            return n.size
-    return np.inf
-
-
-def row_table(d, H, rows=2, with_basin=True, seed=0):
-    target = random_multi_head(d, H, seed=seed)
-    oracle = ValueQueryOracle(target)
-    P, X, n, m = learner_design(d, H, seed)
-    r, s = n / m, np.log(n / m)
-    K = X.shape[0]
-    v = np.asarray(oracle(np.eye(d)[:, None, :]))
-    rng = np.random.default_rng(1)
-    out = {k: [] for k in ("noise", "loewner", "pair", "pair_ok", "pair4", "pairL", "fixed", "row", "shared",
-                           "basin", "S needed", "pair_all")}
-    for i in range(rows):
-        gam = target.vs @ P[i]
-        R = np.einsum("e,hef->hf", P[i], target.Ws)
-        L = X @ R.T
-        G = _ask_pairs(oracle, X + P[i], X, n, m) - (X @ v)[:, None]
-        exact = extended_counts_answers(target, X + P[i], X, n, m)
-        gmax = float(np.max(np.abs(G)))
-        sigma = float(np.std((G - exact).astype(float)))
-        out["noise"].append(sigma / gmax)
-        out["loewner"].append(np.median(loewner_condition(r, G, H)))
-        Gm = np.repeat(gam[None], K, axis=0)
-        pb = pair_bound(s, Gm, L, sigma).max(axis=1)
-        out["pair"].append(np.median(pb))
-        out["pair_ok"].append(np.mean(pb <= START_ACCURACY))
-        out["pair4"].append(np.median(pair_bound(np.linspace(s[0], s[-1], 8 * H), Gm, L, sigma).max(axis=1)))
-        out["pairL"].append(np.median(pair_bound(np.linspace(-5, 5, 2 * H), Gm, L, sigma).max(axis=1)))
-        out["S needed"].append(samples_needed(H, Gm, L, sigma))
-        n_all, m_all = count_pairs(10**4, 2 * H + 1)
-        out["pair_all"].append(np.median(pair_bound(np.log(n_all / m_all), Gm, L, sigma).max(axis=1)))
-        out["fixed"].append(np.median(pair_bound(s, Gm, L, sigma, fixed_gamma=True).max(axis=1)))
-        out["row"].append(np.max(row_bound(s, X, gam, R, sigma)))
-        shared = shared_amplitude_start(s, G, X, gam, float(np.max(np.abs(s))))
-        out["shared"].append(np.inf if shared is None else
-                             float(np.max(np.linalg.norm(shared[1] - R, axis=1) / np.linalg.norm(R, axis=1))))
-        if with_basin:
-            out["basin"].append(basin(s, G, X, gam, R, rng))
-    cov = counts_start_coverage(d, H, n_rows=rows, seed=seed)
-    row = {
-        "d": d, "H": H, "K / d": K / d,
-        "noise": max(out["noise"]),
-        "Loewner cond": float(np.median(out["loewner"])),
-        "pair CRB": float(np.median(out["pair"])),
-        f"pairs <= {START_ACCURACY:g}": float(np.mean(out["pair_ok"])),
-        "pair CRB 4x S": float(np.median(out["pair4"])),
-        "pair CRB L151": float(np.median(out["pairL"])),
-        "pair CRB all n/m": float(np.median(out["pair_all"])),
-        "fixed-gamma": float(np.median(out["fixed"])),
-        "row CRB": float(max(out["row"])),
-        "resolved / d": cov["fewest resolved / d"],
-        "start err": cov["start error"],
-        "shared err": float(max(out["shared"])),
-    }
-    row["S needed / 2H"] = float(max(out["S needed"])) / (2 * H)
-    if with_basin:
-        row["basin min"], row["basin max"] = float(min(out["basin"])), float(max(out["basin"]))
-    return row
-
-
-def length_table(d, H, lengths=(25, 50, 100, 200, 400, 1000), samples=(24, 96, 400), seed=0):
-    """Median pair CRB of row 0 when the queries may be longer (every ratio n/m with n + m <= L,
-    S of them spread evenly in log r by count_pairs): what a per-pair start would need."""
-    target = random_multi_head(d, H, seed=seed)
-    P, X, n, m = learner_design(d, H, seed)
-    gam, R = target.vs @ P[0], np.einsum("e,hef->hf", P[0], target.Ws)
-    v = np.asarray(ValueQueryOracle(target)(np.eye(d)[:, None, :]))
-    G = _ask_pairs(ValueQueryOracle(target), X + P[0], X, n, m) - (X @ v)[:, None]
-    sigma = float(np.std((G - extended_counts_answers(target, X + P[0], X, n, m)).astype(float)))
-    Gm, L = np.repeat(gam[None], X.shape[0], 0), X @ R.T
-    rows = []
-    for Lmax in lengths:
-        row = {"longest query": Lmax}
-        for S in samples:
-            ns, ms = count_pairs(S, Lmax)
-            row[f"S = {S}"] = float(np.median(pair_bound(np.log(ns / ms), Gm, L, sigma).max(axis=1)))
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def main():
@@ -233,7 +121,7 @@ def main():
     table = []
     for d in args.d:
         for H in args.H:
-            table.append(row_table(d, H, rows=args.rows, with_basin=not args.no_basin))
+            table.append(counts_information(d, H, n_rows=args.rows, basin=not args.no_basin))
             print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in table[-1].items()}, flush=True)
     df = pd.DataFrame(table)
     with pd.option_context("display.width", 250, "display.float_format", "{:.2g}".format):
@@ -252,7 +140,7 @@ def main():
         with pd.option_context("display.width", 250, "display.float_format", "{:.2g}".format):
             print(f"\nMedian pair CRB at d = {d}, H = {H} (row 0) with queries up to a length and S samples "
                   f"per pair (the design: length {2 * H + 1}, S = {2 * H}; a start needs <= {START_ACCURACY:g}):")
-            print(length_table(d, H).to_string(index=False))
+            print(pd.DataFrame(counts_length_bounds(d, H)).to_string(index=False))
     return 0
 
 

@@ -40,6 +40,20 @@ def test_pair_bound_is_inf_for_a_head_the_samples_cannot_see():
     assert np.isinf(b[0, 1]) or b[0, 1] > 1e6
 
 
+def test_pair_bound_with_scaled_tokens_is_the_bound_of_the_scaled_shifts():
+    # sigma(s + c l): the shift c l has the bound of an unscaled pair, so l's is that over c
+    rng = np.random.default_rng(4)
+    s, gam, l = np.linspace(-3, 3, 10), rng.standard_normal((6, 4)), rng.standard_normal((6, 4))
+    for c in (0.5, 2.0):
+        got = inf.pair_bound(s, gam, l, 1e-12, scales=np.full(s.size, c))
+        # (to the SVD's rounding: these Jacobians have condition numbers up to about 1e10)
+        assert np.allclose(got, inf.pair_bound(s, gam, c * l, 1e-12) / c, rtol=1e-4)
+    mixed = inf.pair_bound(s, gam, l, 1e-12, scales=np.tile([0.5, 2.0], 5))
+    assert np.all(np.isfinite(mixed)) and not np.allclose(mixed, inf.pair_bound(s, gam, l, 1e-12))
+    with pytest.raises(InvalidInputError, match="scales must have the shape"):
+        inf.pair_bound(s, gam, l, 1e-12, scales=np.ones(3))
+
+
 def test_row_bound_is_the_spread_of_the_joint_fit_under_noise():
     rng = np.random.default_rng(2)
     s, X = np.log(np.divide(*ratio_design(2))), rng.standard_normal((8, 3))

@@ -1,6 +1,7 @@
 """How much the counts route's float64 answers say: one pair's shifts against a whole row's heads.
 
-Private helper of ``benchmarks/why_H_stops.py`` (this book's own analysis of
+Private helper of :func:`companion.multihead.counts_information` and
+:func:`companion.multihead.counts_length_bounds` (``benchmarks/why_H_stops.py``; this book's own analysis of
 :func:`companion.multihead.learn_canonical_rational`, not the paper's or the follow-up's). Pair
 ``(i, k)`` of the route answers ``G_ik(s_t) = sum_h gamma_h sigma(s_t + R_h^T x_k)`` at the ``2 H``
 sample points ``s_t = log(n_t / m_t)``. If the answers carry independent errors of standard
@@ -25,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
+from ._rational import count_pairs, fit_rows_joint, ratio_design
+from ._rowstart import shared_amplitude_start
 from .errors import InvalidInputError
 
 #: The extended-precision type of :func:`extended_counts_answers` (numpy's ``longdouble``: 80-bit on
@@ -41,8 +44,14 @@ def _bound(J, sigma):
     return sigma * np.sqrt(np.einsum("...ij,...i->...j", Vt**2, inv))
 
 
-def pair_bound(s, gamma, l, sigma, *, fixed_gamma=False):
+def pair_bound(s, gamma, l, sigma, *, fixed_gamma=False, scales=None):
     """Cramer-Rao standard deviation of each shift of one pair's fit, batched over pairs.
+
+    The samples are ``G(s_t) = sum_h gamma_h sigma(s_t + c_t l_h)``: ``c_t = 1`` is the route's
+    design; a query of ``n`` copies of ``c x + delta`` then ``m`` copies of ``c x`` has the token
+    scaled by ``c``, which scales every shift ``delta^T W_h x`` by ``c`` and leaves the amplitudes
+    ``delta^T v_h`` as they are (this book's own design variant, measured in
+    ``benchmarks/why_H_stops.py``).
 
     Parameters
     ----------
@@ -54,6 +63,8 @@ def pair_bound(s, gamma, l, sigma, *, fixed_gamma=False):
         Standard deviation of an answer's error (``> 0``).
     fixed_gamma : bool, default=False
         The amplitudes known (shared by a row's pairs): only the ``H`` shifts are unknown.
+    scales : ndarray of shape (S,), optional
+        The token's scale ``c_t`` at each sample (default: all 1).
 
     Returns
     -------
@@ -85,8 +96,11 @@ def pair_bound(s, gamma, l, sigma, *, fixed_gamma=False):
     if not (np.isfinite(sigma) and sigma > 0):
         raise InvalidInputError(f"sigma={sigma!r} must be positive and finite (an answer's error s.d.).")
     H = gamma.shape[1]
-    Z = expit(s[None, :, None] + l[:, None, :])  # (P, S, H)
-    B = gamma[:, None, :] * Z * (1 - Z)
+    c = np.ones(s.size) if scales is None else np.asarray(scales, float)
+    if c.shape != s.shape:
+        raise InvalidInputError(f"scales must have the shape of s, {s.shape}; got {c.shape}.")
+    Z = expit(s[None, :, None] + c[None, :, None] * l[:, None, :])  # (P, S, H)
+    B = gamma[:, None, :] * c[None, :, None] * Z * (1 - Z)
     J = B if fixed_gamma else np.concatenate([Z, B], axis=2)
     return _bound(J, sigma)[:, -H:]
 
@@ -228,3 +242,159 @@ def loewner_condition(r, G, H):
     sv = np.linalg.svd(Lw, compute_uv=False)
     with np.errstate(divide="ignore"):
         return sv[:, 0] / sv[:, H - 1]
+
+
+# --------------------------------------------------------------------------------------------
+# The table of benchmarks/why_H_stops.py
+# --------------------------------------------------------------------------------------------
+
+#: A shift's accuracy (log r units) that a start needs: the joint fit's basin is 1-3 % of R_h.
+START_ACCURACY = 1e-2
+#: Relative perturbations of the true heads from which the basin is probed.
+RHOS = (0.01, 0.03, 0.1)
+#: Token scales of the multi-scale design variant (``pair CRB scaled``).
+SCALES = (0.5, 1.0, 2.0, 4.0)
+
+
+def _answer_sd(G, exact):
+    """The s.d. of the float64 answers ``G`` against ``exact``, at least ``eps max|G|`` (a rounding
+    cannot be finer: the floor only matters where every answer happened to round exactly)."""
+    return max(float(np.std((G - exact).astype(float))), float(np.finfo(float).eps * np.max(np.abs(G))))
+
+
+def multiscale_design(H, scales=SCALES):
+    """The variant's samples: 2H // len(scales) ratios n/m (n + m <= 2H + 1, count_pairs) per token
+    scale c, i.e. queries of n copies of c x + delta then m copies of c x: at most the route's 2H
+    queries per pair, of the same length. Returns (s, c), each of shape (S,)."""
+    n, m = count_pairs(2 * H // len(scales), 2 * H + 1)
+    return np.tile(np.log(n / m), len(scales)), np.repeat(np.asarray(scales, float), n.size)
+
+
+def learner_design(d, H, K, seed=0, scale=3.0, spread=1.5):
+    """The directions ``P`` (rows), ``K`` tokens ``X`` and counts ``n, m`` of
+    :func:`companion.multihead.learn_canonical_rational` with ``seed`` and its default ``scale`` and
+    ``spread`` (its own draws, in its order; a redrawn row is not reproduced)."""
+    n, m = ratio_design(H)
+    rng = np.random.default_rng(seed)
+    P, Rq = np.linalg.qr(rng.standard_normal((d, d)))
+    P = (P * np.sign(np.diag(Rq))).T
+    T = rng.standard_normal((K, d))
+    norms = scale * np.exp(rng.uniform(-np.log(spread), np.log(spread), K))
+    return P, T * (norms / np.linalg.norm(T, axis=1))[:, None], n, m
+
+
+def basin(s, G, X, gam, R, rng, draws=2):
+    """Largest rho in RHOS from which every draw of the joint fit converged (0.0 if none)."""
+    g0, R0 = [], []
+    for rho in RHOS:
+        for _ in range(draws):
+            g0.append(gam * (1 + rho * rng.standard_normal(gam.size)))
+            E = rng.standard_normal(R.shape)
+            R0.append(R + E * (rho * np.linalg.norm(R, axis=1) / np.linalg.norm(E, axis=1))[:, None])
+    _, Rb, res, sc = fit_rows_joint(s, np.repeat(G[None], len(g0), 0), X, np.array(g0), np.array(R0), iters=300)
+    err = np.max(np.linalg.norm(Rb - R, axis=2) / np.linalg.norm(R, axis=1), axis=1)
+    ok = ((res <= 1e-9 * sc) & (err <= 1e-6)).reshape(len(RHOS), draws).all(axis=1)
+    best = 0.0
+    for rho, good in zip(RHOS, ok):
+        if not good:
+            break
+        best = rho
+    return best
+
+
+def samples_needed(H, gam, L, sigma):
+    """The fewest samples per pair (2H, 4H, 8H, ..., up to every ratio n/m with n + m <= 2H + 1,
+    spread evenly in log r by count_pairs) at which the median pair CRB is at most START_ACCURACY;
+    inf if none."""
+    sizes = [2 * H * 2**j for j in range(8)]
+    n_all = count_pairs(10**4, 2 * H + 1)[0].size
+    for S in sorted({min(S, n_all) for S in sizes}):
+        n, m = count_pairs(S, 2 * H + 1)
+        if np.median(pair_bound(np.log(n / m), gam, L, sigma).max(axis=1)) <= START_ACCURACY:
+            return n.size
+    return np.inf
+
+
+def information_row(target, P, X, n, m, Gs, cov, with_basin=True):
+    """One row of :func:`companion.multihead.counts_information` (see there), from the design
+    (:func:`learner_design`), the float64 answers ``Gs[i]`` (shape (K, S)) of rows ``i < len(Gs)``
+    minus ``x^T v`` and :func:`companion.multihead.counts_start_coverage`'s ``cov``."""
+    d, H = X.shape[1], target.Ws.shape[0]
+    r, s = n / m, np.log(n / m)
+    K = X.shape[0]
+    rows = len(Gs)
+    rng = np.random.default_rng(1)
+    keys = "noise loewner pair pair_ok pair4 pairL fixed row shared basin needed pair_all scaled scaled_ok"
+    out: dict[str, list] = {k: [] for k in keys.split()}
+    for i in range(rows):
+        gam = target.vs @ P[i]
+        R = np.einsum("e,hef->hf", P[i], target.Ws)
+        L = X @ R.T
+        G = Gs[i]
+        exact = extended_counts_answers(target, X + P[i], X, n, m)
+        gmax = float(np.max(np.abs(G)))
+        sigma = _answer_sd(G, exact)
+        out["noise"].append(sigma / gmax)
+        out["loewner"].append(np.median(loewner_condition(r, G, H)))
+        Gm = np.repeat(gam[None], K, axis=0)
+        pb = pair_bound(s, Gm, L, sigma).max(axis=1)
+        out["pair"].append(np.median(pb))
+        out["pair_ok"].append(np.mean(pb <= START_ACCURACY))
+        out["pair4"].append(np.median(pair_bound(np.linspace(s[0], s[-1], 8 * H), Gm, L, sigma).max(axis=1)))
+        out["pairL"].append(np.median(pair_bound(np.linspace(-5, 5, 2 * H), Gm, L, sigma).max(axis=1)))
+        out["needed"].append(samples_needed(H, Gm, L, sigma))
+        n_all, m_all = count_pairs(10**4, 2 * H + 1)
+        out["pair_all"].append(np.median(pair_bound(np.log(n_all / m_all), Gm, L, sigma).max(axis=1)))
+        s_c, c = multiscale_design(H)
+        pc = pair_bound(s_c, Gm, L, sigma, scales=c).max(axis=1)
+        out["scaled"].append(np.median(pc))
+        out["scaled_ok"].append(np.mean(pc <= START_ACCURACY))
+        out["fixed"].append(np.median(pair_bound(s, Gm, L, sigma, fixed_gamma=True).max(axis=1)))
+        out["row"].append(np.max(row_bound(s, X, gam, R, sigma)))
+        shared = shared_amplitude_start(s, G, X, gam, float(np.max(np.abs(s))))
+        out["shared"].append(
+            np.inf
+            if shared is None
+            else float(np.max(np.linalg.norm(shared[1] - R, axis=1) / np.linalg.norm(R, axis=1)))
+        )
+        if with_basin:
+            out["basin"].append(basin(s, G, X, gam, R, rng))
+    row = {
+        "d": d,
+        "H": H,
+        "K / d": K / d,
+        "noise": max(out["noise"]),
+        "Loewner cond": float(np.median(out["loewner"])),
+        "pair CRB": float(np.median(out["pair"])),
+        f"pairs <= {START_ACCURACY:g}": float(np.mean(out["pair_ok"])),
+        "pair CRB 4x S": float(np.median(out["pair4"])),
+        "pair CRB L151": float(np.median(out["pairL"])),
+        "pair CRB all n/m": float(np.median(out["pair_all"])),
+        "pair CRB scaled": float(np.median(out["scaled"])),
+        f"scaled <= {START_ACCURACY:g}": float(np.mean(out["scaled_ok"])),
+        "fixed-gamma": float(np.median(out["fixed"])),
+        "row CRB": float(max(out["row"])),
+        "resolved / d": cov["fewest resolved / d"],
+        "start err": cov["start error"],
+        "shared err": float(max(out["shared"])),
+    }
+    row["S needed / 2H"] = float(max(out["needed"])) / (2 * H)
+    if with_basin:
+        row["basin min"], row["basin max"] = float(min(out["basin"])), float(max(out["basin"]))
+    return row
+
+
+def length_bounds(target, P, X, n, m, G, lengths, samples):
+    """The rows of :func:`companion.multihead.counts_length_bounds` (see there), from row 0's
+    float64 answers ``G`` (minus ``x^T v``) of the design (:func:`learner_design`)."""
+    gam, R = target.vs @ P[0], np.einsum("e,hef->hf", P[0], target.Ws)
+    sigma = _answer_sd(G, extended_counts_answers(target, X + P[0], X, n, m))
+    Gm, L = np.repeat(gam[None], X.shape[0], 0), X @ R.T
+    rows = []
+    for Lmax in lengths:
+        row = {"longest query": Lmax}
+        for S in samples:
+            ns, ms = count_pairs(S, Lmax)
+            row[f"S = {S}"] = float(np.median(pair_bound(np.log(ns / ms), Gm, L, sigma).max(axis=1)))
+        rows.append(row)
+    return rows
