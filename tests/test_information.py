@@ -111,3 +111,25 @@ def test_loewner_condition_is_finite_at_H_heads_and_blows_up_with_one_too_many()
     # two heads only, interpolated with three terms: the Loewner matrix loses rank
     G2 = expit(np.log(r)[:, None] + l[None, :2]) @ gam[:2]
     assert inf.loewner_condition(r, G2[None], 3)[0] > 1e12
+
+
+def test_counts_information_a_pair_knows_far_less_than_its_row():
+    from companion.multihead import counts_information
+
+    c = counts_information(16, 7, n_rows=1, basin=False)
+    assert c["K / d"] > 1 and 0 < c["noise"] < 1e-14  # float64's rounding, measured
+    assert c["row CRB"] < 1e-9 and c["pair CRB"] > 1e3 * c["row CRB"]
+    assert c["fixed-gamma"] <= c["pair CRB"] and c["pair CRB all n/m"] <= c["pair CRB"]
+    assert 0.0 <= c["pairs <= 0.01"] <= 1.0 and "basin min" not in c
+
+
+def test_counts_information_checks_its_arguments():
+    from companion.multihead import counts_information, counts_length_bounds
+
+    with pytest.raises(InvalidInputError, match="n_rows"):
+        counts_information(8, 2, n_rows=9)
+    with pytest.raises(InvalidInputError, match="samples"):
+        counts_length_bounds(8, 2, lengths=(5,), samples=(3,))  # fewer than 2H = 4
+    with pytest.raises(InvalidInputError, match="lengths"):
+        counts_length_bounds(8, 2, lengths=(2,), samples=(4,))
+    assert len(counts_length_bounds(8, 2, lengths=(5,), samples=(4,))) == 1  # 4 = 2H: just inside
