@@ -53,6 +53,9 @@ adds the second table):
   basin (min-max over the 2 rows): 0-0.1, 0.01, 0-0.03, 0.03, 0.03, 0.01-0.03
   (basin 0 in one row at H = 6 and 8: row 0 has a head of amplitude 1e-3, whose R_h the batched fit does not
   finish from 1 %; the learner's serial fit with its MINPACK fallback does.)
+  At d = 32 (--d 32 --H 7 8 10 12, 22 s) the same picture: row CRB 6.6e-12, 4.6e-12, 3.9e-12, 1.4e-11;
+  pair CRB 0.039, 0.025, 2.0, 53 (pairs <= 1e-2: 0.59, 0.47, 0.12, 0); pair CRB scaled 1.4e-10, 7.2e-7,
+  5.9e-5, 2.8e-3 (0.54 of pairs at H = 12); start err 0.0011, 0.001, 0.9, 0.98; basin 0.01-0.03.
   Median pair CRB at d = 64, H = 12 (row 0) with longer queries and more samples per pair:
      longest query   S = 24   S = 96   S = 400
                 25       33      1.4      0.98
