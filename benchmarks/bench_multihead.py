@@ -24,14 +24,22 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
     64  4   63,528    0.969        9       2.64     0.895   2.95
     64 12  refused (row 0: only 1 of 117 pairs resolved all 12 heads on their own)
    every other run recovered the canonical form to <= 2e-11 relative. Largest H to 1e-8 (seed 0):
-   6 at d = 8 (K = d + 1 tokens per row fit in the count there), 7 at d = 16, 32, 64 (before this
-   round: 6 everywhere); H = 8 is refused at every d. Why (d = 64, 4 rows): a head's start row is a
+   6 at d = 8 (K = d + 1 tokens per row fit in the count there), 7 at d = 16 and 32, 8 at d = 64
+   (the search's cap; with the shared-amplitude start of companion._rowstart; H = 9 at d = 64 refused
+   in a separate run). Why (d = 64, 4 rows): a head's start row is a
    least-squares fit over the tokens at which a pair's own fit resolved it, so it needs more than
    d of the K ~ 1.85 d tokens; the fewest per head is 1.8 d at H = 4, 1.5 d at H = 6, 1.3 d at
    H = 7, 1.1 d at H = 8, 0.55 d at H = 10 and 0.11 d at H = 12, while the joint fit of a row stays
    at rounding sensitivity 3.3e-10 (H = 8) to 7.7e-8 (H = 12) and one pair alone goes from 1e-6
    (H = 6) to 2.7 (H = 8) and 47 (H = 12). Not met: H = 12 at d = 64 (needs a start that does not
-   rest on single pairs).
+   rest on single pairs). benchmarks/why_H_stops.py measures where float64 stops it (2026-12-01, d = 64,
+   rows of the learner's own design, the answers' rounding measured against extended precision): the
+   Cramer-Rao bound of a row's joint fit stays about 1e-11 relative up to H = 12, while one pair's
+   shifts are bounded only to 0.17 (H = 8), 6 (H = 10) and 42 (H = 12) in log r against the 1e-2 a
+   start needs (the joint fit's basin is 1-3 %); from H = 10 not even every ratio n/m with
+   n + m <= 2H + 1 brings a pair below 1e-2 (0.07 at H = 10, 0.65 at H = 12), nor at H = 12 queries of
+   length 1000 with 400 samples (0.09). Float64 holds the information; it stops the starts that label
+   heads pair by pair, and a pooled start inside the basin was not found.
    Time, after the labelling, start and links were batched over rows and the rows' joint fit and
    the pairs' Levenberg-Marquardt sped up (2026-12-01 17:41 UTC, load average 0.6-1.0,
    OPENBLAS_NUM_THREADS=1; the learner before and after and the oracle's replay in one process,
