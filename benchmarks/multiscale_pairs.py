@@ -1,0 +1,127 @@
+"""Per-pair starts of the counts route: the route's design against the multi-scale design (a prototype).
+
+Run: .venv/bin/python benchmarks/multiscale_pairs.py [--d 64] [--H 10 12] [--pairs 40] [--starts 64]
+
+This book's own measurement (issue 21, item 3; the design is benchmarks/why_H_stops.py's lead). For
+row 0 of learn_canonical_rational's own design (seed 0: direction delta_0, its first `pairs` tokens x_k)
+on random_multi_head(d, H, seed=0), per pair, the error of a start against the true terms
+(gamma_h = delta^T v_h, l_h = delta^T W_h x_k; terms matched to heads by an optimal assignment):
+the worst head's shift error (log r units) and relative amplitude error; the table gives their
+medians and the fraction of pairs whose shifts are within 1e-2 (what a start needs: the joint fit's
+basin is 1-3 % of R_h, and a head's start row needs more than d / K = 55 % of the row's pairs).
+
+  route       the route's design (2H ratios n/m, n + m <= 2H + 1, token x) and its own per-pair fit
+              (interpolate_pairs, the Loewner interpolation, then polish_pairs);
+  ms CRB      multi-scale design (the 2H queries split over c = 0.5, 1, 2, 4: n copies of c x + delta
+              then m copies of c x; the same count and length): the Cramer-Rao bound of a pair's
+              shifts, what a perfect per-pair solver would reach (_information.pair_bound);
+  ms varpro   multi-scale: variable projection Levenberg-Marquardt from `starts` random shift vectors
+              per pair, the best misfit kept (_multiscale.varpro_multistart);
+  ms greedy   multi-scale: heads added by matching pursuit over a grid of shifts, then cyclic
+              coordinate descent with each head at its grid-global optimum, then Levenberg-Marquardt
+              (_multiscale.coordinate_pairs, polish_scaled);
+  ms basin r  multi-scale: Levenberg-Marquardt on amplitudes and shifts (300 steps) from the TRUE
+              amplitudes and the TRUE shifts each moved by r (log r units, random signs): how close
+              a per-pair solver's own start must be (shift <= 1e-6: the pairs it brings back).
+"""
+
+import argparse
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import linear_sum_assignment
+
+from companion._information import learner_design, multiscale_counts, pair_bound
+from companion._multiscale import (ask_multiscale, coordinate_pairs, multiscale_sigma, polish_scaled,
+                                   varpro_multistart)
+from companion._rational import interpolate_pairs, polish_pairs
+from companion.multihead import random_multi_head, rational_plan
+from companion.oracles import ValueQueryOracle
+
+START_ACCURACY = 1e-2
+BASIN_RHOS = (1e-3, 1e-2, 0.1)
+
+
+def errors(g, l, gam, L):
+    """Per pair: worst head's |l_hat - l| and |gamma_hat - gamma| / |gamma| after matching, (P, 2)."""
+    out = np.full((L.shape[0], 2), np.inf)
+    for p in range(L.shape[0]):
+        if not (np.all(np.isfinite(l[p])) and np.all(np.isfinite(g[p]))):
+            continue
+        C = np.abs(l[p][:, None] - L[p][None]) + np.abs(g[p][:, None] - gam[None]) / np.abs(gam[None])
+        a, b = linear_sum_assignment(C)
+        out[p] = np.max(np.abs(l[p][a] - L[p][b])), np.max(np.abs(g[p][a] - gam[b]) / np.abs(gam[b]))
+    return out
+
+
+def summary(name, H, E, extra=None):
+    row = {"H": H, "start": name, "median shift err": float(np.median(E[:, 0])),
+           "median ampl err": float(np.median(E[:, 1])),
+           f"shift <= {START_ACCURACY:g}": float(np.mean(E[:, 0] <= START_ACCURACY)),
+           "shift <= 1e-6": float(np.mean(E[:, 0] <= 1e-6))}
+    row.update(extra or {})
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--H", type=int, nargs="+", default=[10, 12])
+    ap.add_argument("--pairs", type=int, default=40)
+    ap.add_argument("--starts", type=int, default=64)
+    args = ap.parse_args()
+    d, rows, t_all = args.d, [], time.perf_counter()
+    for H in args.H:
+        K = rational_plan(d, H)["K"]
+        target = random_multi_head(d, H, seed=0)
+        P, X, n0, m0 = learner_design(d, H, K, 0)
+        X = X[: args.pairs]
+        oracle = ValueQueryOracle(target)
+        bX = X @ np.asarray(oracle(np.eye(d)[:, None, :]))
+        gam = target.vs @ P[0]
+        L = X @ np.einsum("e,hef->hf", P[0], target.Ws).T
+        Pn = X.shape[0]
+        # the route's design and its own per-pair fit
+        s0, r0 = np.log(n0 / m0), n0 / m0
+        G0 = ask_multiscale(oracle, P[0], X, n0, m0, np.ones(n0.size), bX)
+        t0 = time.perf_counter()
+        g, l = interpolate_pairs(r0, G0, H)
+        ok = np.all(np.isfinite(l), axis=1)
+        if ok.any():
+            g[ok], l[ok], _ = polish_pairs(s0, G0[ok], g[ok], l[ok])
+        rows.append(summary("route (Loewner + LM)", H, errors(g, l, gam, L),
+                            {"real poles": float(ok.mean()), "s": time.perf_counter() - t0}))
+        # the multi-scale design
+        n, m, c = multiscale_counts(H)
+        s = np.log(n / m)
+        G = ask_multiscale(oracle, P[0], X, n, m, c, bX)
+        sigma = multiscale_sigma(target, P[0], X, n, m, c, G)  # each scale's rounding, (S,)
+        crb = pair_bound(s, np.repeat(gam[None], Pn, 0), L, sigma, scales=c).max(axis=1)
+        rows.append({"H": H, "start": "ms CRB (perfect solver)", "median shift err": float(np.median(crb)),
+                     f"shift <= {START_ACCURACY:g}": float(np.mean(crb <= START_ACCURACY))})
+        t0 = time.perf_counter()
+        g, l, res = varpro_multistart(s, c, G, H, starts=args.starts)
+        rows.append(summary(f"ms varpro x{args.starts}", H, errors(g, l, gam, L),
+                            {"median misfit": float(np.median(res)), "s": time.perf_counter() - t0}))
+        t0 = time.perf_counter()
+        g, l = coordinate_pairs(s, c, G, H)
+        g, l, res = polish_scaled(s, c, G, g, l, iters=100)
+        rows.append(summary("ms greedy + CD + LM", H, errors(g, l, gam, L),
+                            {"median misfit": float(np.median(res)), "s": time.perf_counter() - t0}))
+        rng = np.random.default_rng(1)
+        for rho in BASIN_RHOS:
+            l0 = L + rho * rng.choice([-1.0, 1.0], L.shape)
+            g, l, res = polish_scaled(s, c, G, np.repeat(gam[None], Pn, 0), l0, iters=300)
+            rows.append(summary(f"ms basin {rho:g}", H, errors(g, l, gam, L),
+                                {"median misfit": float(np.median(res))}))
+        print(pd.DataFrame([r for r in rows if r["H"] == H]).to_string(index=False), flush=True)
+    with pd.option_context("display.width", 250, "display.float_format", "{:.2g}".format):
+        print(f"\nPer-pair starts, d = {d}, row 0, {args.pairs} pairs ({time.perf_counter() - t_all:.0f} s):")
+        print(pd.DataFrame(rows).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
