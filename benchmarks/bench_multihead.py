@@ -41,8 +41,9 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    length 1000 with 400 samples (0.09). Float64 holds the information; it stops the starts that label
    heads pair by pair, and a pooled start inside the basin was not found. The multi-scale design
    (each pair's 2H queries split over token scales c = 0.5, 1, 2, 4) was prototyped
-   (benchmarks/multiscale_pairs.py): a perfect per-pair solver would put 53-56 % of the pairs within
-   1e-2 at H = 12 (a start needs 55 %), but no solver built reaches it (0-1 of 117 pairs): not wired in.
+   (benchmarks/multiscale_pairs.py): a perfect per-pair solver would resolve every head to 1e-2 at
+   1.44-1.47 d tokens at H = 12 (a start needs more than d), but no solver built finds the pairs'
+   terms (0-1 of 117 pairs within 1e-2): not wired in.
    Time, after the labelling, start and links were batched over rows and the rows' joint fit and
    the pairs' Levenberg-Marquardt sped up (2026-12-01 17:41 UTC, load average 0.6-1.0,
    OPENBLAS_NUM_THREADS=1; the learner before and after and the oracle's replay in one process,

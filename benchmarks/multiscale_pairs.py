@@ -14,6 +14,8 @@ basin is 1-3 % of R_h, and a head's start row needs more than d / K = 55 % of th
               (interpolate_pairs, the Loewner interpolation, then polish_pairs);
   route CRB   the Cramer-Rao bound of a pair's shifts on the route's design with the answers' measured
               rounding (_information.pair_bound): what a perfect per-pair solver would reach;
+              head tokens / d: the fewest tokens at which one head's bound is within 1e-2, over d
+              (a head's start row needs more than d of them: more than 1.0);
   ms CRB      multi-scale design (the 2H queries split over c = 0.5, 1, 2, 4: n copies of c x + delta
               then m copies of c x; the same count and length): the same bound, with each scale's
               measured rounding (_multiscale.multiscale_sigma: a larger c rounds more, the answers
@@ -36,7 +38,9 @@ fraction of pairs within 1e-2 (a start needs more than d / K = 55 %), row 0 | ro
    start                      H = 10                         H = 12
    route (Loewner + LM)       inf, 0.16   | inf, 0.085        inf, 0.017  | inf, 0
    route CRB (perfect)        1.6, 0.11   | 7.7, 0.051        32, 0.0085  | 46, 0
+     head tokens / d          0.98        | 0.86              0.55        | 0.70
    ms CRB (perfect)           2.5e-5, 0.84| 3.3e-4, 0.66      6.5e-3, 0.53| 1.4e-3, 0.56
+     head tokens / d          1.67        | 1.48              1.47        | 1.44
    ms varpro x64              3.5, 0      | 4.9, 0            5.0, 0      | 5.1, 0.0085
    ms greedy + CD + LM        4.1, 0      | 5.3, 0            4.6, 0      | 5.8, 0
    ms basin 0.001 (-> 1e-6)   0.24        | 0.20              0.034       | 0.13
@@ -50,19 +54,21 @@ route's interpolation real and negative; the others have no start, so the median
 variable-projection search takes 12-16 s per row (117 pairs x 64 starts), the greedy one 0.2-0.3 s.
 
 Verdict: the multi-scale design does not give starts inside the basin with any per-pair solver built
-here. Its information is there at H = 10 (a perfect solver: 66-84 % of pairs within 1e-2) and only just
-at H = 12 (53-56 %, against the 55 % a start needs), but (i) no global search finds it: 0 or 1 of 117
-pairs within 1e-2 from 64 random starts, or from a grid matching pursuit with coordinate descent; (ii)
-the valley is flat: from the TRUE terms with the shifts moved by 1e-2, 300 Levenberg-Marquardt steps
-bring back to 1e-6 at most 8.5 % of the pairs (misfit 1e-11 there: a 1e-2 move of the shifts is a 1e-9
-relative change of the answers); (iii) 2H samples for 2H unknowns without an interpolation identity need
-not have one solution: at H = 2 two term sets (1, 0.5 at shifts -0.5, 0.5; 0.60, 0.91 at -0.80, 0.23)
-fit the four samples to rounding (tests/test_multiscale.py), whereas the route's design is one rational
-function with a unique interpolant. With the amplitudes known (the row's shared ones) the multi-scale
-pair is better posed than the route's (from shifts 0.1 off: 51 % against 8.5 % of pairs back to 1e-6 at
-H = 10, 21 % against 0 at H = 12), but a start 0.1 off in every head is what no search here reached, and
-the amplitudes come only from pairs solved freely. Not wired into learn_canonical_rational (issue 21
-item 3's step 2 not started).
+here. Its information is there: a perfect per-pair solver would give every head within 1e-2 at 1.44-1.47
+d tokens at H = 12 and 1.48-1.67 d at H = 10 (a head's start row needs more than d; the route's design
+gives 0.55-0.70 d and 0.86-0.98 d), and all heads of a pair at 53-56 % (H = 12) and 66-84 % (H = 10) of
+the pairs; but (i) no global search finds it: 0 or 1 of 117 pairs within 1e-2 from 64 random starts, or
+from a grid matching pursuit with coordinate descent; (ii) the valley is flat: from the TRUE terms with
+the shifts moved by 1e-2, 300 Levenberg-Marquardt steps bring back to 1e-6 at most 8.5 % of the pairs
+(misfit 1e-11 there: a 1e-2 move of the shifts is a 1e-9 relative change of the answers); (iii) 2H
+samples for 2H unknowns without an interpolation identity need not have one solution: at H = 2 two term
+sets (1, 0.5 at shifts -0.5, 0.5; 0.60, 0.91 at -0.80, 0.23) fit the four samples to rounding
+(tests/test_multiscale.py), whereas the route's design is one rational function with a unique
+interpolant. With the amplitudes known (the row's shared ones) the multi-scale pair is better posed than
+the route's (from shifts 0.1 off: 51 % against 8.5 % of pairs back to 1e-6 at H = 10, 21 % against 0 at
+H = 12), but a start 0.1 off in every head is what no search here reached, and the amplitudes come only
+from pairs solved freely. Not wired into learn_canonical_rational (issue 21 item 3's step 2 not
+started).
 """
 
 import argparse
@@ -136,17 +142,21 @@ def main():
         rows.append(summary("route (Loewner + LM)", H, errors(g, l, gam, L),
                             {"real poles": float(ok.mean()), "s": time.perf_counter() - t0}))
         sigma0 = multiscale_sigma(target, P[row], X, n0, m0, np.ones(n0.size), G0)
-        crb0 = pair_bound(s0, np.repeat(gam[None], Pn, 0), L, sigma0).max(axis=1)
+        per_head0 = pair_bound(s0, np.repeat(gam[None], Pn, 0), L, sigma0)
+        crb0 = per_head0.max(axis=1)
         rows.append({"H": H, "start": "route CRB (perfect solver)", "median shift err": float(np.median(crb0)),
-                     f"shift <= {START_ACCURACY:g}": float(np.mean(crb0 <= START_ACCURACY))})
+                     f"shift <= {START_ACCURACY:g}": float(np.mean(crb0 <= START_ACCURACY)),
+                     "head tokens / d": float((per_head0 <= START_ACCURACY).sum(axis=0).min() / d)})
         # the multi-scale design
         n, m, c = multiscale_counts(H)
         s = np.log(n / m)
         G = ask_multiscale(oracle, P[row], X, n, m, c, bX)
         sigma = multiscale_sigma(target, P[row], X, n, m, c, G)  # each scale's rounding, (S,)
-        crb = pair_bound(s, np.repeat(gam[None], Pn, 0), L, sigma, scales=c).max(axis=1)
+        per_head = pair_bound(s, np.repeat(gam[None], Pn, 0), L, sigma, scales=c)
+        crb = per_head.max(axis=1)
         rows.append({"H": H, "start": "ms CRB (perfect solver)", "median shift err": float(np.median(crb)),
-                     f"shift <= {START_ACCURACY:g}": float(np.mean(crb <= START_ACCURACY))})
+                     f"shift <= {START_ACCURACY:g}": float(np.mean(crb <= START_ACCURACY)),
+                     "head tokens / d": float((per_head <= START_ACCURACY).sum(axis=0).min() / d)})
         t0 = time.perf_counter()
         g, l, res = varpro_multistart(s, c, G, H, starts=args.starts)
         rows.append(summary(f"ms varpro x{args.starts}", H, errors(g, l, gam, L),

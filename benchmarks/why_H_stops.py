@@ -90,7 +90,8 @@ What it says:
   Prototyped since (benchmarks/multiscale_pairs.py, companion._multiscale; d = 64, rows 0 and 1, all
   117 pairs): the column above takes sigma from the c = 1 answers, and the answers round more at a
   larger c (c x^T v is subtracted after rounding); with each scale's own rounding a perfect per-pair
-  solver gives 53 % / 56 % of pairs within 1e-2 at H = 12 and 84 % / 66 % at H = 10. No solver built
+  solver gives 53 % / 56 % of pairs within 1e-2 at H = 12 and 84 % / 66 % at H = 10, and every head
+  within 1e-2 at 1.44-1.47 d tokens at H = 12 (more than the d a head's start row needs). No solver built
   finds them (variable projection from 64 random starts, grid matching pursuit with coordinate
   descent: 0 or 1 of 117 pairs), a local fit finishes only from about 1e-3 (from the true terms 1e-2
   off, 300 Levenberg-Marquardt steps bring back 0-8.5 % of the pairs), and 2H samples for 2H unknowns

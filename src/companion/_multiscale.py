@@ -22,16 +22,17 @@ Measured (``benchmarks/multiscale_pairs.py``, d = 64, row 0 of the learner's des
 reason is local: from the TRUE amplitudes and the true shifts moved by 1e-2, 300 steps of Levenberg-
 Marquardt bring 8.5 % (H = 10) and 0 % (H = 12) of the pairs back to 1e-6 (from 1e-3: 24 % and 3 %). A
 1e-2 change of the shifts changes the answers by about 1e-9 relative (the misfit there is 1e-11): the
-valley is flat, and a local method finishes only from about 1e-3. Even a perfect per-pair solver (the
-Cramer-Rao bound with each scale's measured rounding, :func:`companion._information.pair_bound`) leaves
-53 % / 56 % of the pairs within 1e-2 at H = 12 (rows 0 / 1), where a head's start row needs more than d
-/ K = 55 %; at H = 10, 84 % / 66 %. And 2 H samples for 2 H unknowns, with no interpolation identity
-behind them, need not have one solution: at H = 2 two term sets (amplitudes 1, 0.5 at shifts -0.5, 0.5;
-and 0.60, 0.91 at -0.80, 0.23) fit the four samples to rounding (``tests/test_multiscale.py``), while
-the route's design is one rational function with a unique interpolant. With the amplitudes known (a
-row's pairs share them) the multi-scale pair is better posed than the route's (shifts 0.1 off: 51 % of
-pairs back to 1e-6 against 8.5 % at H = 10; 21 % against 0 at H = 12), but a start 0.1 off in every head
-is what no search here reached. So the design alone does not give H = 12, and it is not wired into
+valley is flat, and a local method finishes only from about 1e-3. Yet the information is there: a
+perfect per-pair solver (the Cramer-Rao bound with each scale's measured rounding,
+:func:`companion._information.pair_bound`) would give each head within 1e-2 at 1.47 d / 1.44 d tokens at
+H = 12 (rows 0 / 1; a head's start row needs more than d, the route's design gives 0.55 d / 0.70 d) and
+1.67 d / 1.48 d at H = 10. And 2 H samples for 2 H unknowns, with no interpolation identity behind them,
+need not have one solution: at H = 2 two term sets (amplitudes 1, 0.5 at shifts -0.5, 0.5; and 0.60,
+0.91 at -0.80, 0.23) fit the four samples to rounding (``tests/test_multiscale.py``), while the route's
+design is one rational function with a unique interpolant. With the amplitudes known (a row's pairs
+share them) the multi-scale pair is better posed than the route's (shifts 0.1 off: 51 % of pairs back to
+1e-6 against 8.5 % at H = 10; 21 % against 0 at H = 12), but a start 0.1 off in every head is what no
+search here reached. So the design alone does not give H = 12, and it is not wired into
 :func:`companion.multihead.learn_canonical_rational`.
 
 An identity for an algebraic solver (not built; :func:`alias`, tested): with ``F_c(z) = sum_h
