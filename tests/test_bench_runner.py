@@ -13,7 +13,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def benchmarks(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     yield
-    for name in ("_targets", "run_all", "bench_multihead"):
+    for name in ("_targets", "run_all", "bench_multihead", "bench_scale"):
         sys.modules.pop(name, None)
 
 
@@ -90,3 +90,40 @@ def test_canonical_sweep_marks_a_search_that_never_failed_as_a_lower_bound(bench
     out = capsys.readouterr().out
     assert "d = 3: largest H recovered to relative error <= 1e-08 on all 1 seeds: >= 3" in out
     assert "d = 4: largest H recovered to relative error <= 1e-08 on all 1 seeds: 3" in out
+
+
+def test_bench_scale_exact_row_runs(benchmarks, capsys):
+    # before: learn_single_head's default verification passed a list of sequences of several
+    # lengths to the timing oracle, which raised ValueError, and the row was dropped
+    import json
+
+    import bench_scale
+
+    bench_scale.child("exact", 8, None, 1)
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["queries"] == 8 + 8 * 8 == row["floor"] and row["error_W"] <= 1e-12
+
+
+def test_bench_scale_fails_on_a_failed_row_or_a_missed_ratio(benchmarks, monkeypatch, capsys):
+    # before: a row that failed was skipped and a missed target printed MISSED, with exit code 0
+    import json
+    import subprocess
+
+    import bench_scale
+
+    monkeypatch.setattr(bench_scale, "rows_for", lambda sizes: [("exact d=1024", "exact", 1024, None)])
+
+    def fake(returncode, ratio=1.0):
+        row = {"learner": "exact", "d": 1024, "queries": 1, "queries_per_floor": 1.0, "error_W": 0.0,
+               "learner_s": 1.0, "oracle_in_run_s": 1.0, "ratio": ratio, "oracle_alone_s": 1.0,
+               "ratio_alone": 1.0, "peak_rss_mb": 1.0, "rss_growth_mb": 0.0, "d2_floats_mb": 8.0}
+        out = subprocess.CompletedProcess([], returncode, json.dumps(row), "Traceback: ValueError")
+        monkeypatch.setattr(bench_scale.subprocess, "run", lambda *a, **k: out)
+
+    fake(1)
+    assert bench_scale.main(["--no-save"]) == 1 and "exact d=1024 ran: FAIL" in capsys.readouterr().out
+    fake(0, ratio=bench_scale.TARGET_RATIO)
+    assert bench_scale.main(["--no-save"]) == 0
+    fake(0, ratio=bench_scale.TARGET_RATIO + 0.01)
+    assert bench_scale.main(["--no-save"]) == 1
+    assert "target ratio <= 1.5 (exact d=1024; 1.51 in run" in capsys.readouterr().out
