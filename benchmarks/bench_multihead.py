@@ -10,9 +10,10 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    sensitivities of counts_conditioning, at d = 64). Verdicts (benchmarks/_targets.py, deciding the
    exit code) for d = 32 and 64: recovered to 1e-8, queries <= the count, longest <= 2H + 1, time
    <= 2 x the oracle; and H = 12 at d = 64. A run over every d writes
-   data/results/bench_multihead.json (chapter 06 reads it). Bounded: about 3-6 minutes here. With
-   --search-H, also the open-ended search of the robust route (1. below), which takes hours at
-   d = 64. Learner and oracle seconds are each the least of a few runs (see rational_row).
+   data/results/bench_multihead.json (chapter 06 reads it). Bounded: 159 s of CPU (360 s wall at
+   load average 3-4) in `make bench` on 2026-12-01, 19:10-19:16 UTC. With --search-H, also the
+   open-ended search of the robust route (1. below), which takes hours at d = 64. Learner and
+   oracle seconds are each the least of a few runs (see rational_row).
    Measured 2026-12-01 13:57 UTC on the shared 2-core machine (load average about 7; the time
    ratios moved by up to 2x between runs of the same commit: d = 64, H = 4 gave 2.11, 2.95, 5.77):
      d  H  queries  / count  longest  learner s  oracle s  ratio
