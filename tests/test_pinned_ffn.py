@@ -1,0 +1,263 @@
+"""Pinned rules of ``companion.ffn`` (the bias-free ReLU network learner of §4.1): each threshold at
+its boundary and on both sides (canonical_form's drop and merge, resolve_signs' residual,
+_merge_neurons' ``1 - tol``, find_kinks' ``max_evals``, learn_ffn's ``verify_rtol``), each
+documented formula recomputed with plain numpy, each count.
+"""
+
+import numpy as np
+import pytest
+
+from companion import ffn
+from companion.errors import NotIdentifiableError, OracleInconsistentError
+from companion.oracles import ValueQueryOracle
+
+
+def _relu(z):
+    return np.maximum(z, 0.0)
+
+
+# --- canonical_form -----------------------------------------------------------------------
+
+
+def test_canonical_form_drops_a_neuron_exactly_at_tol_times_the_largest_and_keeps_just_above():
+    A = np.array([[2.0, 0.0, 1.0], [0.0, 1.0, 1.0]]) / np.array([1.0, 1.0, np.sqrt(2.0)])
+    tol = 0.25
+    w = np.array([2.0, 1.0, 0.5])  # |c| = 4, 1, 0.5: 1 = tol * 4 exactly
+    A_c, w_c = ffn.canonical_form(A, w, tol=tol)
+    np.testing.assert_allclose(w_c, [4.0], rtol=1e-15)
+    w[1] = np.nextafter(1.0, 2.0)
+    A_c, w_c = ffn.canonical_form(A, w, tol=tol)
+    assert sorted(w_c.tolist()) == [np.nextafter(1.0, 2.0), 4.0]
+
+
+def test_canonical_form_weights_are_w_times_column_norms_sorted_by_first_coordinate():
+    rng = np.random.default_rng(0)
+    A, w = rng.standard_normal((3, 4)), rng.standard_normal(4)
+    A_c, w_c = ffn.canonical_form(A, w)
+    n = np.sqrt(np.sum(A**2, axis=0))
+    order = np.argsort((A / n)[0])
+    np.testing.assert_allclose(A_c, (A / n)[:, order], rtol=1e-14)
+    np.testing.assert_allclose(w_c, (w * n)[order], rtol=1e-14)
+    x = rng.standard_normal((5, 3))
+    np.testing.assert_allclose(_relu(x @ A_c) @ w_c, _relu(x @ A) @ w, rtol=1e-12)
+
+
+def test_canonical_form_merges_by_max_entry_distance_at_most_tol():
+    u1 = np.array([1.0, 0.0, 0.0])
+    u2 = np.array([1.0, 0.03, 0.04])
+    u2 /= np.linalg.norm(u2)
+    gap_max = np.max(np.abs(u2 - u1))  # 0.0399...
+    gap_2 = np.linalg.norm(u2 - u1)  # 0.050...: merging in the 2-norm would need tol >= this
+    assert gap_2 > 1.2 * gap_max
+    A = np.stack([u1, u2], axis=1)
+    w = np.array([1.0, 2.0])
+    A_c, w_c = ffn.canonical_form(A, w, tol=gap_max)  # at the tolerance: merged, c summed
+    np.testing.assert_allclose(w_c, [3.0], rtol=1e-15)
+    assert ffn.canonical_form(A, w, tol=np.nextafter(gap_max, 0.0))[1].size == 2
+    assert ffn.canonical_form(A, w, tol=0.5 * (gap_max + gap_2))[1].size == 1
+    assert ffn.canonical_form(np.stack([u1, -u1], axis=1), w, tol=0.1)[1].size == 2  # sign is no symmetry
+
+
+# --- align_networks and bits_of_precision --------------------------------------------------
+
+
+def test_align_networks_errors_recomputed():
+    A = np.array([[1.0, 0.0], [0.0, 1.0]])
+    w = np.array([1.0, 2.0])
+    A_hat = np.array([[0.0, 1.0], [1.0, 0.01]])  # permuted, second direction tilted
+    w_hat = np.array([2.0, 1.1])
+    out = ffn.align_networks(A_hat, w_hat, A, w)
+    u = np.array([1.0, 0.01]) / np.hypot(1.0, 0.01)
+    assert out["direction_error"] == pytest.approx(np.linalg.norm(u - [1.0, 0.0]), rel=1e-12)
+    c_hat = 1.1 * np.hypot(1.0, 0.01)
+    assert out["weight_error"] == pytest.approx(abs(c_hat - 1.0) / 1.0, rel=1e-12)
+    lin = A_hat @ w_hat - A @ w
+    assert out["linear_error"] == pytest.approx(np.linalg.norm(lin) / np.linalg.norm(A @ w), rel=1e-12)
+    assert out["matched"] and out["width"] == out["width_hat"] == 2
+    bad = ffn.align_networks(A[:, :1], w[:1], A, w)
+    assert bad["direction_error"] == bad["weight_error"] == float("inf") and not bad["matched"]
+
+
+def test_bits_of_precision_is_minus_log2_of_max_error_over_max_output():
+    y = np.array([3.0, -8.0, 1.0])
+    y_hat = y + np.array([0.0, 2.0**-20, -2.0**-22])
+    assert ffn.bits_of_precision(y_hat, y) == pytest.approx(-np.log2(2.0**-20 / 8.0), rel=1e-15)
+    assert ffn.bits_of_precision(y, y) == float("inf")
+
+
+# --- find_kinks: at most max_evals evaluations ---------------------------------------------
+
+
+def _g(t):
+    return np.abs(t - 0.3) + 2 * _relu(t + 0.5) - 0.7 * _relu(0.11 - t)
+
+
+def test_find_kinks_locates_the_kinks_and_counts_distinct_evaluations():
+    seen = []
+
+    def g(ts):
+        seen.extend(np.asarray(ts).tolist())
+        return _g(np.asarray(ts))
+
+    kinks, n = ffn.find_kinks(g, -1.0, 1.0, scale=1.0)
+    np.testing.assert_allclose(kinks, [-0.5, 0.11, 0.3], atol=1e-12)
+    assert n == len(set(seen)) == len(seen)  # no point is asked twice
+
+
+def test_find_kinks_accepts_exactly_max_evals_and_refuses_one_fewer():
+    _, n = ffn.find_kinks(_g, -1.0, 1.0, scale=1.0)
+    kinks, n2 = ffn.find_kinks(_g, -1.0, 1.0, scale=1.0, max_evals=n)
+    assert n2 == n and kinks.size == 3
+    with pytest.raises(OracleInconsistentError, match=f"max_evals={n - 1}"):
+        ffn.find_kinks(_g, -1.0, 1.0, scale=1.0, max_evals=n - 1)
+
+
+def test_find_kinks_default_rtol_is_1024_eps():
+    import inspect
+
+    p = inspect.signature(ffn.find_kinks).parameters
+    assert p["rtol"].default == 1024 * np.finfo(float).eps
+    assert p["max_evals"].default == 100_000 and p["min_width"].default == 1e-12
+
+
+# --- resolve_signs: residual ||M s - b||_inf <= rtol sum_i |c_i| --------------------------------
+
+
+def test_resolve_signs_residual_exactly_at_rtol_sum_abs_c_accepted_just_above_refused():
+    U = np.eye(2)
+    c = np.array([3.0, -1.0])  # sum |c| = 4 (sum c = 2)
+    b = np.array([3.0 + 2.0**-20, -1.0])  # s = (1, 1) leaves residual 2^-20 exactly
+    s, info = ffn.resolve_signs(U, c, b, rtol=2.0**-22)  # atol = 4 * 2^-22 = 2^-20
+    np.testing.assert_array_equal(s, [1.0, 1.0])
+    assert info["residual"] == 2.0**-20 and info["method"] == "lstsq" and info["status"] == "solved"
+    with pytest.raises(OracleInconsistentError, match="residual"):
+        ffn.resolve_signs(U, c, b, rtol=np.nextafter(2.0**-22, 0.0))
+
+
+def test_resolve_signs_auto_uses_lstsq_at_full_column_rank_and_milp_beyond():
+    rng = np.random.default_rng(1)
+    d, m = 3, 3
+    U = rng.standard_normal((d, m + 1))
+    U /= np.linalg.norm(U, axis=0)
+    c = rng.uniform(0.5, 2.0, m + 1)
+    s_true = np.array([1.0, -1.0, -1.0, 1.0])
+    s, info = ffn.resolve_signs(U[:, :m], c[:m], U[:, :m] @ (s_true[:m] * c[:m]))
+    assert info["method"] == "lstsq"
+    np.testing.assert_array_equal(s, s_true[:m])
+    s, info = ffn.resolve_signs(U, c, U @ (s_true * c))
+    assert info["method"] == "milp"
+    np.testing.assert_array_equal(s, s_true)
+
+
+def test_resolve_signs_with_no_neurons():
+    s, info = ffn.resolve_signs(np.zeros((2, 0)), np.zeros(0), np.zeros(2))
+    assert s.size == 0 and info["residual"] == 0.0
+
+
+# --- _merge_neurons: duplicates when |u_i^T u_j| >= 1 - tol -----------------------------------
+
+
+def test_merge_neurons_at_exactly_one_minus_tol_drops_the_worse_and_below_keeps_both():
+    x = 1.0 - 2.0**-10
+    U = np.array([[1.0, x], [0.0, 0.5]])  # u_0^T u_1 = 1 - 2^-10 exactly
+    c, quality = np.array([1.0, 2.0]), np.array([1.0, 5.0])
+    U_m, c_m, q_m = ffn._merge_neurons(U, c, quality, tol=2.0**-10)
+    assert c_m.tolist() == [2.0] and q_m.tolist() == [5.0]  # the better quality kept
+    assert ffn._merge_neurons(U, c, quality, tol=2.0**-11)[1].size == 2
+    U_neg = U * np.array([1.0, -1.0])  # |u^T u|: the opposite direction is the same hyperplane
+    assert ffn._merge_neurons(U_neg, c, quality, tol=2.0**-10)[1].size == 1
+
+
+def test_merge_neurons_default_tolerance_is_1e_6():
+    for gap, n in ((2e-6, 2), (0.5e-6, 1)):
+        U = np.array([[1.0, 1.0 - gap], [0.0, 0.0]])
+        assert ffn._merge_neurons(U, np.ones(2), np.ones(2))[1].size == n
+
+
+# --- _assemble: the equivalent network of width m + 2 -----------------------------------------
+
+
+def test_assemble_without_signs_adds_two_neurons_of_weight_half_the_residual_norm():
+    rng = np.random.default_rng(2)
+    d, m = 3, 2
+    U = rng.standard_normal((d, m))
+    U /= np.linalg.norm(U, axis=0)
+    c = np.array([1.5, -0.7])
+    s_true = np.array([-1.0, 1.0])
+    extra = np.array([0.2, -0.1, 0.4])
+    b = U @ (s_true * c) + extra  # a linear part no sign vector fits
+    A, w = ffn._assemble(U, c, None, b)
+    assert A.shape == (d, m + 2)
+    s = np.sign(np.linalg.lstsq(U * c, b, rcond=None)[0])
+    r = b - (U * c) @ s
+    nr = np.linalg.norm(r)
+    np.testing.assert_allclose(w[m:], [nr / 2, -nr / 2], rtol=1e-14)
+    np.testing.assert_allclose(A[:, m], r / nr, rtol=1e-14)
+    np.testing.assert_allclose(A @ w, b, atol=1e-14)  # linear part: f(x) - f(-x) = b^T x
+    x = rng.standard_normal((6, d))
+    target = _relu(x @ (U * s)) @ c + 0.5 * (x @ r)  # r^T x / 2 ... as relu(r x) nr/2 - relu(-r x) nr/2
+    np.testing.assert_allclose(_relu(x @ A) @ w, target, rtol=1e-12)
+
+
+# --- learn_ffn: counts, the verification threshold (inclusive), diagnostics values ----------------
+
+
+def test_learn_ffn_counts_2d_linear_queries_and_verify_apart():
+    d, verify = 4, 10
+    net = ffn.random_feedforward(d, 3, seed=0)
+    oracle = ValueQueryOracle(net)
+    rec = ffn.learn_ffn(oracle, verify=verify)
+    diag = rec.diagnostics
+    assert diag["n_linear_queries"] == 2 * d
+    assert diag["n_verify_queries"] == verify
+    assert rec.n_queries == oracle.n_queries == 2 * d + diag["n_scan_queries"] + verify
+    assert rec.n_learning_queries == 2 * d + diag["n_scan_queries"]
+    assert diag["verify_max_error"] == diag["verify_rel_error"]
+    assert diag["verify_bits"] == pytest.approx(-np.log2(diag["verify_rel_error"]), rel=1e-15)
+    np.testing.assert_allclose(rec.v, net.A @ net.w_o, rtol=1e-10)
+
+
+def test_learn_ffn_verify_rtol_is_inclusive():
+    net = ffn.random_feedforward(4, 3, seed=0)
+    rel = ffn.learn_ffn(ValueQueryOracle(net), verify=16, verify_rtol=1.0).diagnostics["verify_rel_error"]
+    assert rel > 0
+    rec = ffn.learn_ffn(ValueQueryOracle(net), verify=16, verify_rtol=rel, max_planes=1)
+    assert rec.diagnostics["verify_rel_error"] == rel and rec.diagnostics["n_planes"] == 1
+    with pytest.raises(OracleInconsistentError, match="verify_rtol"):
+        ffn.learn_ffn(ValueQueryOracle(net), verify=16, verify_rtol=np.nextafter(rel, 0.0), max_planes=1)
+
+
+def test_learn_ffn_verification_error_is_max_error_over_max_output_on_normal_over_sqrt_d_points():
+    d, verify, seed = 4, 12, 3
+    net = ffn.random_feedforward(d, 3, seed=1)
+    oracle = ValueQueryOracle(net, record=True)
+    rec = ffn.learn_ffn(oracle, verify=verify, seed=seed)
+    X = np.random.default_rng(seed).standard_normal((verify, d)) / np.sqrt(d)
+    asked = np.array([x[0] for x, _ in oracle.log[2 * d : 2 * d + verify]])
+    np.testing.assert_allclose(asked, X, rtol=1e-15)
+    y = _relu(X @ net.A) @ net.w_o
+    y_hat = _relu(X @ rec.A) @ rec.w_o
+    expected = np.max(np.abs(y_hat - y)) / np.max(np.abs(y))
+    assert rec.diagnostics["verify_rel_error"] == pytest.approx(expected, rel=1e-6, abs=1e-17)
+
+
+def test_learn_ffn_without_verification_reports_nan():
+    rec = ffn.learn_ffn(ValueQueryOracle(ffn.random_feedforward(3, 2, seed=0)), verify=0)
+    assert rec.diagnostics["n_verify_queries"] == 0
+    assert np.isnan(rec.diagnostics["verify_rel_error"]) and np.isnan(rec.diagnostics["verify_bits"])
+
+
+def test_learn_ffn_zero_network_is_not_identifiable():
+    net = ffn.FeedForward(A=np.zeros((3, 2)), w_o=np.ones(2))
+    with pytest.raises(NotIdentifiableError):
+        ffn.learn_ffn(ValueQueryOracle(net))
+
+
+def test_learn_ffn_refuses_a_biased_network_after_max_planes_planes():
+    net = ffn.random_feedforward(3, 2, seed=0)
+
+    def biased(X):
+        return net(X) + 0.3 * np.sum(X[:, :, 0] > 0.1, axis=1)
+
+    with pytest.raises(OracleInconsistentError, match="from 2 random planes"):
+        ffn.learn_ffn(ValueQueryOracle(biased, d=3), max_planes=2)
