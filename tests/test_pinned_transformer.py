@@ -1,0 +1,274 @@
+"""Pinned rules of ``companion.transformer`` (§4.1's one-layer learner and this book's multi-head
+one): the reused answers' budget arithmetic, the two up-front budget checks of the multi-head
+learner exactly at their limits, the query counts (``2 d^2``, ``H d k``, ``N = H + 1``), the
+``A w_o = 0`` threshold, the verification's output scale and the region anchors' rule, each from
+the docstrings, recomputed with plain numpy.
+"""
+
+import numpy as np
+import pytest
+
+from companion import transformer as T
+from companion.errors import BudgetExceededError, NotIdentifiableError, OracleInconsistentError
+from companion.ffn import FeedForward
+from companion.multihead import rational_plan
+from companion.oracles import ValueQueryOracle
+
+
+def _relu(z):
+    return np.maximum(z, 0.0)
+
+
+# --- ReusedAnswers --------------------------------------------------------------------------
+
+
+def _pm_e(d):
+    E = np.eye(d)[:, None, :]
+    return np.concatenate([E, -E])
+
+
+def test_reused_answers_budget_check_subtracts_the_answers_it_holds():
+    d = 3
+    base = ValueQueryOracle(T.random_one_layer(d, 2, seed=0), budget=20)
+    oracle = T.ReusedAnswers(base)
+    oracle.require(20)  # nothing held: the base's own check
+    with pytest.raises(BudgetExceededError):
+        oracle.require(21)
+    oracle(_pm_e(d))  # 2d = 6 answers held, 14 left
+    oracle.require(14 + 6)  # 6 of them may be reused
+    with pytest.raises(BudgetExceededError):
+        oracle.require(14 + 6 + 1)
+    oracle.require(3)  # fewer than held: max(0, n - 6)
+    assert base.n_queries == 6
+
+
+def test_reused_answers_answers_plus_minus_e_j_once_and_everything_else_every_time():
+    d = 3
+    base = ValueQueryOracle(T.random_one_layer(d, 2, seed=0))
+    oracle = T.ReusedAnswers(base)
+    first = oracle(_pm_e(d))
+    again = oracle(_pm_e(d)[::-1])
+    np.testing.assert_array_equal(again, first[::-1])
+    assert base.n_queries == 2 * d and oracle.n_reused == 2 * d
+    oracle(2 * _pm_e(d))  # 2 e_j is not e_j: asked
+    oracle(np.array([[[1.0, 1.0, 0.0]]]))  # two nonzero entries: asked
+    assert base.n_queries == 4 * d + 1 and oracle.n_reused == 2 * d
+
+
+# --- learn_one_layer ------------------------------------------------------------------------
+
+
+def test_one_layer_counts_two_d_squared_attention_queries_and_2d_reused():
+    d, verify = 3, 10
+    tf = T.random_one_layer(d, 2, seed=0)
+    oracle = ValueQueryOracle(tf)
+    rec = T.learn_one_layer(oracle, verify=verify)
+    diag = rec.diagnostics
+    assert diag["attention"]["n_requeries"] == 0
+    assert diag["n_queries_attention"] == 2 * d * d
+    assert diag["n_reused"] == 2 * d
+    ffn_verify = diag["ffn"]["n_verify_queries"]
+    assert ffn_verify == 64
+    assert rec.n_queries == oracle.n_queries == diag["n_queries_ffn"] + 2 * d * d + verify
+    assert diag["n_verify_queries"] == ffn_verify + verify
+    assert rec.n_learning_queries == diag["n_queries_ffn"] - ffn_verify + 2 * d * d
+    np.testing.assert_allclose(rec.W, tf.W, atol=1e-9 * np.abs(tf.W).max())
+    assert 0.0 <= diag["v_mismatch"] < 1e-9
+
+
+def test_one_layer_budget_exactly_ffn_plus_2d2_plus_verify_is_accepted_one_less_refused_before_attention():
+    d, verify = 3, 5
+    tf = T.random_one_layer(d, 2, seed=0)
+    n_ffn = T.learn_one_layer(ValueQueryOracle(tf), verify=verify).diagnostics["n_queries_ffn"]
+    need = n_ffn + 2 * d * d  # the head's d + d^2 antisymmetrised queries less the 2d reused
+    oracle = ValueQueryOracle(tf, budget=need + verify)
+    rec = T.learn_one_layer(oracle, verify=verify)
+    assert rec.n_queries == need + verify
+    oracle = ValueQueryOracle(tf, budget=need - 1)
+    with pytest.raises(BudgetExceededError):
+        T.learn_one_layer(oracle, verify=0)
+    assert oracle.n_queries == n_ffn  # refused before the first attention query
+
+
+def _near_zero_linear_part(eps):
+    """d = 2, m = 3: w_o in the null space of A, plus eps along e_0; answers on -e_j larger."""
+    A = np.array([[1.0, -0.8, 0.3], [0.2, 0.5, -1.0]])
+    A /= np.linalg.norm(A, axis=0)
+    null = np.linalg.svd(A)[2][-1]
+    null = null if null[0] > 0 else -null
+    w = null + eps * np.array([1.0, 0.0, 0.0])
+    return FeedForward(A, w)
+
+
+def _one_layer(net):
+    from companion.attention import OneLayerTransformer
+
+    return OneLayerTransformer(np.array([[0.3, -0.2], [0.1, 0.4]]), net.A, net.w_o)
+
+
+def test_one_layer_zero_tol_is_relative_to_the_largest_answer_on_plus_minus_e_j():
+    eps = 1e-3
+    net = _near_zero_linear_part(eps)
+    b = net.A @ net.w_o
+    X = np.concatenate([np.eye(2), -np.eye(2)])
+    ref = np.max(np.abs(_relu(X @ net.A) @ net.w_o))
+    rho = np.max(np.abs(b)) / ref
+    tf = _one_layer(net)
+    with pytest.raises(NotIdentifiableError, match="A w_o = 0"):
+        T.learn_one_layer(ValueQueryOracle(tf), zero_tol=1.05 * rho, verify=0)
+    rec = T.learn_one_layer(ValueQueryOracle(tf), zero_tol=0.95 * rho, verify=0)
+    np.testing.assert_allclose(rec.v, b, atol=1e-9)
+
+
+def test_one_layer_verification_error_is_relative_to_sum_w_max_abs_x_a():
+    d, verify, seed = 3, 12, 2
+    tf = T.random_one_layer(d, 2, seed=1)
+    oracle = ValueQueryOracle(tf, record=True)
+    rec = T.learn_one_layer(oracle, verify=verify, seed=seed)
+    xs = [x for x, _ in oracle.log[-verify:]]
+    ys = np.array([y for _, y in oracle.log[-verify:]])
+    model = rec.model
+    pred = np.array([model([x])[0] for x in xs])
+    scale = np.array([np.sum(np.abs(rec.w_o) * np.max(np.abs(x @ rec.A), axis=0)) for x in xs])
+    expected = np.max(np.abs(ys - pred) / scale)
+    assert rec.diagnostics["verify_max_error"] == pytest.approx(expected, rel=1e-6, abs=1e-18)
+    assert rec.diagnostics["verify_tolerance"] == 1e-6
+    lengths = [len(x) for x in xs]
+    assert min(lengths) >= 1 and max(lengths) <= 8
+
+
+# --- learn_multi_head_transformer --------------------------------------------------------------
+
+D, H, K = 6, 2, 3
+
+
+@pytest.fixture(scope="module")
+def multi():
+    tf = T.random_multi_head_transformer(D, H, K, seed=0)
+    rec = T.learn_multi_head_transformer(ValueQueryOracle(tf), H=H, verify=8)
+    return tf, rec
+
+
+def test_multi_head_counts_H_d_k_region_queries_of_H_plus_one_tokens(multi):
+    tf, rec = multi
+    diag = rec.diagnostics
+    assert diag["n_neurons"] == K and diag["n_heads"] == H
+    assert diag["n_queries_regions"] == H * D * K
+    assert diag["n_reused"] == 2 * D
+    ffn_verify = diag["ffn"]["n_verify_queries"]
+    assert diag["n_verify_queries"] == ffn_verify + 8
+    assert rec.n_queries == diag["n_queries_ffn"] + diag["n_queries_heads"] + H * D * K + 8
+    assert rec.n_learning_queries == diag["n_queries_ffn"] - ffn_verify + diag["n_queries_heads"] + H * D * K
+    assert diag["max_len"] == max(H + 1, diag["heads"]["max_len"])
+    assert diag["pattern_slack"] > 1.0
+    np.testing.assert_allclose(np.linalg.norm(rec.Bs.sum(axis=0), axis=0), 1.0, rtol=1e-8)  # unit columns
+    assert diag["sum_mismatch"] < 1e-8
+
+
+def test_multi_head_region_queries_have_H_plus_one_tokens(multi):
+    tf, _ = multi
+    oracle = ValueQueryOracle(tf, record=True)
+    rec = T.learn_multi_head_transformer(oracle, H=H, verify=0)
+    n0 = rec.diagnostics["n_queries_ffn"] + rec.diagnostics["n_queries_heads"]
+    region = oracle.log[n0 : n0 + H * D * K]
+    assert {len(x) for x, _ in region} == {H + 1}
+
+
+def test_multi_head_first_budget_check_is_twice_the_plan_plus_H_d_plus_verify(multi):
+    tf, _ = multi
+    verify = 8
+    first = 2 * rational_plan(D, H)["n_queries"] + H * D + verify
+    oracle = ValueQueryOracle(tf, budget=first - 1)
+    with pytest.raises(BudgetExceededError):
+        T.learn_multi_head_transformer(oracle, H=H, verify=verify)
+    assert oracle.n_queries == 0
+    oracle = ValueQueryOracle(tf, budget=first)
+    with pytest.raises(BudgetExceededError):  # passes the first check, refused at the second
+        T.learn_multi_head_transformer(oracle, H=H, verify=verify)
+    assert oracle.n_queries > 0
+
+
+def test_multi_head_second_budget_check_is_plan_less_2d_plus_H_d_k_plus_verify(multi):
+    tf, rec = multi
+    verify = 8
+    n_ffn = rec.diagnostics["n_queries_ffn"]
+    second = n_ffn + 2 * rational_plan(D, H)["n_queries"] - 2 * D + H * D * K + verify
+    oracle = ValueQueryOracle(tf, budget=second - 1)
+    with pytest.raises(BudgetExceededError):
+        T.learn_multi_head_transformer(oracle, H=H, verify=verify)
+    assert oracle.n_queries == n_ffn  # after the FFN step, before the heads' first query
+    out = T.learn_multi_head_transformer(ValueQueryOracle(tf, budget=second), H=H, verify=verify)
+    assert out.n_queries == rec.n_queries
+
+
+def test_multi_head_robust_route_budget_is_twice_d_plus_d_squared(multi):
+    tf, _ = multi
+    first = 2 * (D + D * D) + H * D + 0
+    oracle = ValueQueryOracle(tf, budget=first - 1)
+    with pytest.raises(BudgetExceededError):
+        T.learn_multi_head_transformer(oracle, H=H, route="robust", verify=0)
+    assert oracle.n_queries == 0
+
+
+def test_multi_head_margin_limits():
+    from companion.errors import InvalidInputError
+
+    tf = T.random_multi_head_transformer(D, H, K, seed=0)
+    for margin in (np.nextafter(1.0, 0.0), 1e6 * (1 + 1e-15)):
+        oracle = ValueQueryOracle(tf)
+        with pytest.raises(InvalidInputError):
+            T.learn_multi_head_transformer(oracle, H=H, margin=margin)
+        assert oracle.n_queries == 0
+
+
+# --- region_anchors ---------------------------------------------------------------------------
+
+
+def test_region_anchors_keep_the_largest_margin_first_from_max_4096_64k_candidates():
+    rng = np.random.default_rng(5)
+    d, k = 3, 70  # 64 k = 4480 > 4096 candidates
+    A = rng.standard_normal((d, k))
+    A /= np.linalg.norm(A, axis=0)
+    seed = 4
+    try:
+        S, M, margins = T.region_anchors(A, seed=seed)
+    except NotIdentifiableError:
+        S = None
+    cand = np.random.default_rng(seed).standard_normal((max(4096, 64 * k), d))
+    cand /= np.linalg.norm(cand, axis=1)[:, None]
+    best = np.max(np.min(np.abs(cand @ A), axis=1))
+    if S is not None:
+        assert margins[0] == pytest.approx(best, rel=1e-12)
+
+
+def test_region_anchors_values_recomputed():
+    rng = np.random.default_rng(6)
+    d, k = 4, 3
+    A = rng.standard_normal((d, k))
+    A /= np.linalg.norm(A, axis=0)
+    S, M, margins = T.region_anchors(A, seed=1)
+    np.testing.assert_allclose(np.linalg.norm(S, axis=1), 1.0, rtol=1e-14)
+    np.testing.assert_array_equal(M, (S @ A > 0).astype(float))
+    np.testing.assert_allclose(margins, np.min(np.abs(S @ A), axis=1), rtol=1e-14)
+    assert np.all(np.diff(margins) <= 0)  # kept in order of decreasing margin
+    assert abs(np.linalg.det(M)) > 0.5
+    cand = np.random.default_rng(1).standard_normal((4096, d))
+    cand /= np.linalg.norm(cand, axis=1)[:, None]
+    assert margins[0] == pytest.approx(np.max(np.min(np.abs(cand @ A), axis=1)), rel=1e-12)
+
+
+def test_region_anchors_refuse_at_d_one():
+    with pytest.raises(NotIdentifiableError):
+        T.region_anchors(np.array([[1.0, -1.0, 1.0]]), n_candidates=50)
+
+
+def test_output_precision_is_bits_on_n_inputs():
+    tf = T.random_one_layer(3, 2, seed=0)
+    assert T.output_precision(tf, tf, n=5) == float("inf")
+    other = T.random_one_layer(3, 2, seed=1)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 9, size=20)
+    X = [rng.standard_normal((int(k), 3)) / np.sqrt(3) for k in lengths]
+    y, y_hat = tf(X), other(X)
+    expected = -np.log2(np.max(np.abs(y_hat - y)) / np.max(np.abs(y)))
+    assert T.output_precision(other, tf, n=20, seed=0) == pytest.approx(expected, rel=1e-12)
