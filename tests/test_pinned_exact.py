@@ -290,3 +290,29 @@ def test_sweep_point_counts_and_entry_scale():
     assert row["d_plus_d2"] == 12
     assert row["n_queries"] == 12 + row["n_requeries"]
     assert row["rel_error_W"] < 1e-9
+
+
+def test_verification_queries_have_scale_sqrt_of_the_median_probe_scale_and_seed_plus_one():
+    d, verify, seed = 3, 6, 2
+    target = random_single_head(d, W_norm=200.0, seed=2)  # most probes re-measured: median c < 1
+    oracle = ValueQueryOracle(target, record=True)
+    rec = exact.learn_single_head(oracle, verify=verify, seed=seed)
+    C = rec.diagnostics["scales"]
+    scale = np.sqrt(np.median(C))
+    assert scale < 0.9
+    rng = np.random.default_rng(seed + 1)
+    lengths = rng.integers(1, 9, size=verify)
+    expected = [rng.standard_normal((int(m), d)) * (scale / np.sqrt(d)) for m in lengths]
+    asked = [x for x, _ in oracle.log[-verify:]]
+    assert [len(x) for x in asked] == [len(x) for x in expected]
+    for x, e in zip(asked, expected):
+        np.testing.assert_allclose(x, e, rtol=1e-13)
+
+
+def test_verify_single_head_error_is_relative_to_max_abs_x_v():
+    head = SingleHead(np.eye(2), np.array([1.0, -1.0]))
+    shifted = SingleHead(np.eye(2), np.array([1.0, -1.0]) * (1 + 1e-3))
+    err = exact.verify_single_head(ValueQueryOracle(shifted), head.W, head.v, 8, rtol=1e-2)
+    assert err == pytest.approx(1e-3, rel=1e-9)  # f scales with v: |df| / max|x v| = 1e-3 on every query
+    with pytest.raises(OracleInconsistentError, match="not a single attention head"):
+        exact.verify_single_head(ValueQueryOracle(shifted), head.W, head.v, 8, rtol=0.9e-3)

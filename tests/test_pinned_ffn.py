@@ -261,3 +261,68 @@ def test_learn_ffn_refuses_a_biased_network_after_max_planes_planes():
 
     with pytest.raises(OracleInconsistentError, match="from 2 random planes"):
         ffn.learn_ffn(ValueQueryOracle(biased, d=3), max_planes=2)
+
+
+# --- _gradients: Euler's identity, steps / 8, at most 12 reductions -----------------------------
+
+
+class Counting:
+    def __init__(self, fn):
+        self.fn, self.batches = fn, []
+
+    def __call__(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        self.batches.append(x.copy())
+        return self.fn(x)
+
+
+def test_gradients_retry_a_step_across_a_kink_with_an_eight_times_smaller_step():
+    f = Counting(lambda x: _relu(x[:, 0]))  # d = 1, kink at 0
+    Y = np.array([[-0.01]])
+    G, fy, n_retries = ffn._gradients(f, Y, np.array([0.05]), 1.0)
+    assert n_retries == 1
+    assert G[0, 0] == 0.0 and fy[0] == 0.0
+    steps = [float(b[0, 0] - Y[0, 0]) for b in f.batches[1:]]
+    np.testing.assert_allclose(steps, [0.05, 0.05 / 8], rtol=1e-12)
+
+
+def test_gradients_of_a_biased_function_refused_after_exactly_12_reductions():
+    f = Counting(lambda x: _relu(x[:, 0]) + 0.1)
+    with pytest.raises(OracleInconsistentError, match="after 12 step reductions"):
+        ffn._gradients(f, np.array([[0.5]]), np.array([0.01]), 1.0)
+    assert len(f.batches) == 1 + 12
+
+
+def test_gradients_are_exact_forward_differences_on_one_piece():
+    rng = np.random.default_rng(4)
+    a, w = rng.standard_normal(3), 1.7
+    Y = np.abs(rng.standard_normal((4, 3))) * np.sign(a)  # a^T y > 0 on every point
+    G, fy, n = ffn._gradients(lambda x: w * _relu(x @ a), Y, np.full(4, 1e-3), 1.0)
+    assert n == 0
+    np.testing.assert_allclose(G, np.tile(w * a, (4, 1)), rtol=1e-9)
+
+
+def test_line_neurons_query_count_is_the_kink_search_plus_d_plus_one_per_piece():
+    net = ffn.random_feedforward(3, 2, seed=3)
+    f = Counting(lambda x: net.forward(x))
+    rng = np.random.default_rng(0)
+    P, _ = np.linalg.qr(rng.standard_normal((3, 2)))
+    U, c, angles, gap, n, n_retries = ffn._line_neurons(f, P[:, 0], P[:, 1], 1.0, span=1.1)
+    asked = sum(len(b) for b in f.batches)
+    k = U.shape[1] + 1  # pieces between the kinks
+    g = Counting(lambda ts: net.forward(P[:, 0][None, :] + ts[:, None] * P[:, 1][None, :]))
+    _, n_search = ffn.find_kinks(g, -1.1, 1.1, scale=1.0)
+    assert n == n_search + k * (3 + 1)  # the search, then f at each piece's middle and d steps
+    assert asked == n + n_retries * 3  # a retried gradient asks d more
+    np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0, rtol=1e-12)
+
+
+def test_refine_asks_four_points_on_d_minus_one_lines_per_neuron():
+    net = ffn.random_feedforward(4, 3, seed=2)
+    U = net.A / np.linalg.norm(net.A, axis=0)
+    c = net.w_o * np.linalg.norm(net.A, axis=0)
+    f = Counting(lambda x: net.forward(x))
+    U_new, c_new, n = ffn._refine(f, U, c, net.A @ net.w_o, np.random.default_rng(0))
+    assert n == 4 * 3 * (4 - 1) == sum(len(b) for b in f.batches)
+    np.testing.assert_allclose(np.abs(np.sum(U_new * U, axis=0)), 1.0, atol=1e-10)
+    np.testing.assert_allclose(np.abs(c_new), np.abs(c), rtol=1e-8)
