@@ -272,3 +272,57 @@ def test_output_precision_is_bits_on_n_inputs():
     y, y_hat = tf(X), other(X)
     expected = -np.log2(np.max(np.abs(y_hat - y)) / np.max(np.abs(y)))
     assert T.output_precision(other, tf, n=20, seed=0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_region_queries_keep_pre_activations_about_margin_times_their_move_from_the_kink():
+    # R = sqrt(kappa / mu), tokens of Delta of norm about 1 / R: distance R mu, move about 1 / R,
+    # so the slack (distance over move) is of order kappa.
+    tf = T.random_multi_head_transformer(D, H, K, seed=0)
+    for margin in (5.0, 100.0):
+        rec = T.learn_multi_head_transformer(ValueQueryOracle(tf), H=H, margin=margin, verify=0)
+        assert 0.8 * margin < rec.diagnostics["pattern_slack"] < 2.0 * margin
+
+
+def test_multi_head_transformer_forward_recomputed():
+    rng = np.random.default_rng(7)
+    Ws, Bs, w = rng.standard_normal((2, 3, 3)), rng.standard_normal((2, 3, 4)), rng.standard_normal(4)
+    tf = T.MultiHeadTransformer(Ws, Bs, w)
+    X = rng.standard_normal((5, 4, 3))
+    out = []
+    for x in X:
+        z = np.zeros(4)
+        for W, B in zip(Ws, Bs):
+            s = x @ W @ x[-1]
+            a = np.exp(s - s.max())
+            a /= a.sum()
+            z += (a @ x) @ B
+        out.append(_relu(z) @ w)
+    np.testing.assert_allclose(tf(X), out, rtol=1e-12)
+    np.testing.assert_allclose(tf.network.A, Bs.sum(axis=0), rtol=0)
+    served = T.ServedMultiHeadTransformer(tf)
+    assert served.precision == 2.0**-24
+    gap = np.max(np.abs(served(X) - tf(X))) / np.max(np.abs(tf(X)))
+    assert 0 < gap < 1e-5
+
+
+def test_random_one_layer_native_scalings():
+    d, m, r, seed = 4, 5, 2, 3
+    tf = T.random_one_layer(d, m, rank=r, seed=seed)
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((r, d))
+    K = rng.standard_normal((r, d)) / np.sqrt(r)
+    V = rng.standard_normal((d, d)) / np.sqrt(d)
+    W1 = rng.standard_normal((m, d)) / np.sqrt(d)
+    w2 = rng.standard_normal(m) / np.sqrt(m)
+    np.testing.assert_allclose(tf.W, K.T @ Q, rtol=1e-12)
+    np.testing.assert_allclose(tf.A, V.T @ W1.T, rtol=1e-12)
+    np.testing.assert_allclose(tf.w_o, w2, rtol=1e-15)
+    assert np.linalg.matrix_rank(tf.W) == r
+
+
+def test_evaluate_reports_relative_frobenius_W_error_and_bits():
+    tf = T.random_one_layer(3, 2, seed=0)
+    rec = T.learn_one_layer(ValueQueryOracle(tf), verify=0)
+    out = T.evaluate(rec, tf, n=50)
+    assert out["W_error"] == pytest.approx(np.linalg.norm(rec.W - tf.W) / np.linalg.norm(tf.W), rel=1e-12)
+    assert out["matched"] and out["bits"] > 40
