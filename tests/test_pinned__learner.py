@@ -415,3 +415,67 @@ def test_verification_defaults_read_from_the_signatures():
     }
     with pytest.raises(InvalidInputError):
         L.verification_defaults(["learn_nothing"])
+
+
+# --- AnswerPrecision.measure and names_rounding ------------------------------------------------
+
+
+def test_measure_spends_24_queries_or_16_one_token_and_only_once():
+    head = random_single_head(3, seed=0)
+    oracle = ValueQueryOracle(head)
+    p = L.AnswerPrecision(oracle, seed=1)
+    assert p.measure() is True
+    assert p.n_queries == 24 == oracle.n_queries and p.source == "measured" and p.format == "float64"
+    assert p.measure() is False and oracle.n_queries == 24
+    from companion.ffn import FeedForward
+
+    o2 = ValueQueryOracle(FeedForward(np.eye(3), np.ones(3)))
+    q = L.AnswerPrecision(o2)
+    q.measure(one_token=True)
+    assert q.n_queries == 16 == o2.n_queries
+    assert L.AnswerPrecision(oracle, "measure").n_queries == 24
+
+
+def _failing(oracle, *, seed=0):
+    raise OracleInconsistentError("the body refused")
+
+
+def test_names_rounding_turns_a_refusal_at_stated_float32_into_a_precision_error():
+    run = L.names_rounding(lambda learner, prec, err: f"{learner}: rounding {prec.u:.3g}")(_failing)
+    head = random_single_head(3, seed=0)
+    with pytest.raises(PrecisionError, match="_failing: rounding 5.96e-08"):
+        run(ValueQueryOracle(head, precision="float32"))
+    oracle = ValueQueryOracle(head, precision=1024 * U64)  # exactly COARSE_FACTOR u64: not coarse
+    with pytest.raises(OracleInconsistentError, match="the body refused"):
+        run(oracle)
+    assert oracle.n_queries == 0  # stated: nothing measured
+
+
+def test_names_rounding_measures_unknown_precision_with_24_or_16_queries():
+    head = random_single_head(3, seed=0)
+    for one_token, n in ((False, 24), (True, 16)):
+        run = L.names_rounding(lambda learner, prec, err: "rounding", one_token=one_token)(_failing)
+        oracle = ValueQueryOracle(head)
+        with pytest.raises(OracleInconsistentError, match="the body refused"):
+            run(oracle)
+        assert oracle.n_queries == n
+
+
+def test_names_rounding_keeps_the_original_error_when_no_budget_is_left_to_measure():
+    run = L.names_rounding(lambda learner, prec, err: "rounding")(_failing)
+    oracle = ValueQueryOracle(random_single_head(3, seed=0), budget=23)
+    with pytest.raises(OracleInconsistentError, match="the body refused"):
+        run(oracle)
+    assert oracle.n_queries == 0
+
+
+def test_verify_outputs_measures_an_unstated_precision_only_when_the_check_fails():
+    head = random_single_head(3, seed=0)
+    oracle = ValueQueryOracle(head)
+    prec = L.AnswerPrecision(oracle)
+    L.verify_head(oracle, head.W, head.v, 10, rtol=1e-9, seed=0, precision=prec, size=lambda x: 1.0)
+    assert prec.n_queries == 0 and oracle.n_queries == 10
+    wrong = head.v * (1 + 1e-3)
+    with pytest.raises(OracleInconsistentError):
+        L.verify_head(oracle, head.W, wrong, 10, rtol=1e-9, seed=0, precision=prec, size=lambda x: 1.0)
+    assert prec.n_queries == 24 and oracle.n_queries == 10 + 10 + 24

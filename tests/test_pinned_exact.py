@@ -316,3 +316,23 @@ def test_verify_single_head_error_is_relative_to_max_abs_x_v():
     assert err == pytest.approx(1e-3, rel=1e-9)  # f scales with v: |df| / max|x v| = 1e-3 on every query
     with pytest.raises(OracleInconsistentError, match="not a single attention head"):
         exact.verify_single_head(ValueQueryOracle(shifted), head.W, head.v, 8, rtol=0.9e-3)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7])
+def test_chunked_reads_and_column_batches_give_the_same_queries_and_head(monkeypatch, chunk):
+    # Force chunks of `chunk` one-token queries and `chunk` columns per batch (d = 5: a partial
+    # last chunk): every entry of v and every column of W is asked once, at its own place.
+    d = 5
+    target = random_single_head(d, seed=9)
+    monkeypatch.setattr(exact, "chunk_queries", lambda dd, n_tokens=2: chunk if n_tokens == 1 else chunk * dd)
+    oracle = ValueQueryOracle(target, record=True)
+    rec = exact.learn_single_head(oracle, verify=0, scale=0.5)
+    assert oracle.n_queries == d + d * d
+    ones = [x for x, _ in oracle.log[:d]]
+    for i, x in enumerate(ones):
+        np.testing.assert_array_equal(x, np.eye(d)[i : i + 1])
+    U = exact.probe_matrix(target.v, "basis")
+    twos = np.array([x for x, _ in oracle.log[d:]])
+    expected = np.concatenate([exact.column_queries(U, j, 0.5) for j in range(d)])
+    np.testing.assert_array_equal(twos, expected)
+    np.testing.assert_allclose(rec.W, target.W, rtol=1e-9, atol=1e-12)
