@@ -230,3 +230,27 @@ def test_verification_queries_are_counted_apart():
     rec = _run(lambda x: 1.0, lambda x: 0.0, verify=50)
     assert rec.n_queries == M.membership_query_count(D, BITS) + 50
     assert rec.n_learning_queries == M.membership_query_count(D, BITS)
+
+
+def test_single_support_v_spends_no_ratio_queries():
+    d, bits = 3, 5
+    rec = M.learn_membership(
+        M.MembershipQueryOracle(SingleHead(0.2 * np.eye(d), np.array([0.0, -0.4, 0.0]))), W_max=1.0, bits=bits, verify=0
+    )
+    assert rec.diagnostics["n_queries_v"] == 2 * d  # n_s - 1 = 0 comparisons, no bisection
+    assert rec.diagnostics["p"] == 1 and rec.v.tolist() == [0.0, -1.0, 0.0]
+    assert rec.n_queries == M.membership_query_count(d, bits, n_support=1)
+
+
+def test_verification_queries_are_lengths_one_to_eight_of_normal_over_sqrt_d_tokens():
+    d, n, seed = 3, 40, 5
+    head = SingleHead(0.2 * np.eye(d), np.array([1.0, 0.7, -0.6]))
+    oracle = M.MembershipQueryOracle(head, record=True)
+    rec = M.learn_membership(oracle, W_max=1.0, bits=20, verify=n, seed=seed)
+    asked = [x for x, _ in oracle.log[-n:]]
+    rng = np.random.default_rng(seed)
+    expected = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(1, 9, size=n)]
+    assert [len(x) for x in asked] == [len(x) for x in expected]
+    for x, e in zip(asked, expected):
+        np.testing.assert_allclose(x, e, rtol=1e-14)
+    assert rec.diagnostics["n_verify_queries"] == n
