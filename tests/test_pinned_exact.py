@@ -336,3 +336,45 @@ def test_chunked_reads_and_column_batches_give_the_same_queries_and_head(monkeyp
     expected = np.concatenate([exact.column_queries(U, j, 0.5) for j in range(d)])
     np.testing.assert_array_equal(twos, expected)
     np.testing.assert_allclose(rec.W, target.W, rtol=1e-9, atol=1e-12)
+
+
+def test_coarse_precision_widens_the_saturation_band_to_sixteen_u():
+    # bfloat16: band max(1e-3, 2 * 8 * u) = 1/16. The first column (entries 0.1) sets c^2 = 16
+    # (logit 1.6, next to t* = 1.54); W[0, 1] = 0.25 then has logit 4, weight 0.982: outside
+    # [1/16, 15/16] (re-measured), inside [1e-3, 1 - 1e-3] (float64's band would keep it).
+    u = 2.0**-8
+    W = np.array([[0.1, 0.25, 0.0], [0.1, 0.0, 0.0], [0.1, 0.0, 0.0]])
+    head = SingleHead(W, np.ones(3))
+    rec = exact.learn_single_head(ValueQueryOracle(head), precision="bfloat16", verify=0)
+    assert rec.diagnostics["scales"][1, 1] == 4.0  # c = 4 where nothing was re-measured
+    assert rec.diagnostics["n_requeries"] == 3 + 1  # the first column asked again, then W[0, 1]
+    alpha = _sigma(rec.diagnostics["logits"])
+    assert np.all((alpha >= 16 * u) & (alpha <= 1 - 16 * u))
+    assert rec.diagnostics["scales"][0, 1] < 4.0
+
+
+def test_stated_float32_verification_tolerance_is_size_times_u_with_kappa_v_one():
+    d, verify, seed = 3, 16, 0
+    u = 2.0**-24
+    target = random_single_head(d, seed=6)
+    oracle = ValueQueryOracle(target, record=True)
+    rec = exact.learn_single_head(oracle, precision="float32", verify=verify, seed=seed)
+    diag = rec.diagnostics
+    assert diag["precision"] == u and diag["precision_source"] == "given"
+    W, v, kW = rec.W, rec.v, diag["kappa_W"]
+    xs = [x for x, _ in oracle.log[-verify:]]
+    ys = np.array([y for _, y in oracle.log[-verify:]])
+    f_hat = SingleHead(W, v)(xs)
+    out = np.array([np.max(np.abs(x @ v)) for x in xs])
+    err = np.abs(ys - f_hat) / out
+    i = int(np.argmax(err))
+    x = xs[i]
+    n = 2 * d + 3 * len(x)
+    s = np.sqrt(2 * np.log(2 * n / 1e-6)) * np.sqrt(n)
+    B = np.max(np.abs(x) @ np.abs(W) @ np.abs(x[-1]))
+    rho = np.max(np.abs(x) @ np.abs(v)) / out[i]
+    norms = np.linalg.norm(x, axis=1)
+    learned = (2 * kW * np.linalg.norm(W) * norms.max() * norms[-1] + 1.0 * np.linalg.norm(v) * norms.max()) / out[i]
+    expected = max(1e-6, (s * (rho + 2 * B) + learned) * u)
+    assert diag["verify_max_error"] == pytest.approx(err[i], rel=1e-9, abs=1e-18)
+    assert diag["verify_tolerance"] == pytest.approx(expected, rel=1e-10)
