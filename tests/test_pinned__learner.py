@@ -479,3 +479,42 @@ def test_verify_outputs_measures_an_unstated_precision_only_when_the_check_fails
     with pytest.raises(OracleInconsistentError):
         L.verify_head(oracle, head.W, wrong, 10, rtol=1e-9, seed=0, precision=prec, size=lambda x: 1.0)
     assert prec.n_queries == 24 and oracle.n_queries == 10 + 10 + 24
+
+
+def test_verify_outputs_with_lift_draws_in_d_minus_one_dimensions():
+    o = ConstantOracle(3, 0.0)
+    seen = []
+
+    def lift(x):
+        seen.append(x.shape[1])
+        return np.hstack([x, np.ones((len(x), 1))])
+
+    L.verify_outputs(o, _zero, _one, 5, rtol=1e-9, seed=0, lift=lift)
+    assert seen == [2] * 5 and o.n_queries == 5
+
+
+def test_verify_noisy_certified_W_error_recomputed_from_the_docstring():
+    from scipy.special import expit, logit
+
+    from companion.numerics.rop import _gaussian_rop_design, rop_error_bound, rop_queries, rop_scales
+
+    d, n, seed, tau, W_max = 3, 12, 5, 1e-4, 3.0
+    target = random_single_head(d, W_norm=1.5, seed=4)
+    W_model = target.W + 0.3 * np.eye(d)
+    oracle = ApproxValueQueryOracle(target, tau, seed=1)
+    info = L.verify_noisy(oracle, W_model, target.v, n, tau=tau, W_max=W_max, rtol=10.0, seed=seed, allowed_W=10.0)
+    rng = np.random.default_rng(seed)
+    n_v = max(1, n // 4)
+    rng.standard_normal((n_v, d))
+    A, B = _gaussian_rop_design(d, n - n_v, target.v, rng)
+    c = rop_scales(A, B, W_max=W_max)
+    y = ApproxValueQueryOracle(target, tau, seed=1)(rop_queries(A, B, c))
+    av = A @ target.v
+    alpha = (y / c - B @ target.v) / av
+    lo = expit(-0.5)  # Lemma 6.1's clip
+    t = logit(np.clip(alpha, lo, 1 - lo)) / c**2
+    delta, _ = rop_error_bound(alpha, tau=tau, c=c, A=A, B=B, av_hat=av)
+    gap = np.abs(t - np.einsum("kd,de,ke->k", A, W_model, B)) - delta
+    expected = np.max(gap / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1)))
+    assert expected > 0
+    assert info["verify_error_W"] == pytest.approx(expected, rel=1e-9)

@@ -378,3 +378,19 @@ def test_stated_float32_verification_tolerance_is_size_times_u_with_kappa_v_one(
     expected = max(1e-6, (s * (rho + 2 * B) + learned) * u)
     assert diag["verify_max_error"] == pytest.approx(err[i], rel=1e-9, abs=1e-18)
     assert diag["verify_tolerance"] == pytest.approx(expected, rel=1e-10)
+
+
+def test_coarse_first_column_scale_uses_the_bilinear_values_t_over_c_squared():
+    # First column 20 (logit 20 at c = 1, re-measured at c^2 = 1/20): its bilinear values are
+    # t / c^2 = 20, so the probe scale is the power of two nearest sqrt(t* / 20), 2^-2 = 0.25.
+    W = np.zeros((3, 3))
+    W[:, 0] = 20.0
+    W[1, 2] = 1.0
+    rec = exact.learn_single_head(ValueQueryOracle(SingleHead(W, np.ones(3))), precision="float32", verify=0)
+    t_star = brentq(lambda t: t * np.tanh(t / 2) - 1.0, 0.5, 3.0)
+    log2_c = 0.5 * np.log2(t_star / 20.0)
+    assert abs(log2_c - np.floor(log2_c) - 0.5) > 0.1
+    c0 = 2.0 ** np.round(log2_c)
+    assert c0 == 0.25
+    assert rec.diagnostics["scales"][0, 1] == c0  # W[0, 1] = 0: never re-measured
+    np.testing.assert_allclose(rec.W, W, atol=1e-9)

@@ -326,3 +326,21 @@ def test_evaluate_reports_relative_frobenius_W_error_and_bits():
     out = T.evaluate(rec, tf, n=50)
     assert out["W_error"] == pytest.approx(np.linalg.norm(rec.W - tf.W) / np.linalg.norm(tf.W), rel=1e-12)
     assert out["matched"] and out["bits"] > 40
+
+
+def test_region_queries_sit_at_R_sqrt_margin_over_mu_with_deviations_of_norm_one_over_R():
+    tf = T.random_multi_head_transformer(D, H, K, seed=0)
+    margin = 100.0
+    oracle = ValueQueryOracle(tf, record=True)
+    rec = T.learn_multi_head_transformer(oracle, H=H, margin=margin, verify=0)
+    mus = rec.diagnostics["region_margins"]
+    n0 = rec.diagnostics["n_queries_ffn"] + rec.diagnostics["n_queries_heads"]
+    for p in range(K):
+        R = np.sqrt(margin / mus[p])
+        X = np.array([x for x, _ in oracle.log[n0 + p * H * D : n0 + (p + 1) * H * D]])  # (H d, H + 1, d)
+        s = X.reshape(-1, D).mean(axis=0)
+        s /= np.linalg.norm(s)
+        np.testing.assert_allclose(np.median(np.linalg.norm(X, axis=2)), R, rtol=0.01)
+        dev = X - R * s
+        rms = np.sqrt(np.mean(np.sum(dev**2, axis=2)))
+        assert 0.8 / R < rms < 1.25 / R  # entries N(0, 1 / (d R^2)): token norm about 1 / R
