@@ -394,3 +394,14 @@ def test_coarse_first_column_scale_uses_the_bilinear_values_t_over_c_squared():
     assert c0 == 0.25
     assert rec.diagnostics["scales"][0, 1] == c0  # W[0, 1] = 0: never re-measured
     np.testing.assert_allclose(rec.W, W, atol=1e-9)
+
+
+@pytest.mark.parametrize("tau", [1e-15, 1e-9, 1e-3])
+def test_every_positive_tau_is_refused_before_any_query(tau):
+    oracle = ApproxValueQueryOracle(random_single_head(2, seed=0), tau)
+    with pytest.raises(TypeError, match="tau"):
+        exact.learn_single_head(oracle)
+    assert oracle.n_queries == 0
+    with pytest.raises(TypeError):
+        exact.check_exact_oracle(oracle, "x")
+    assert exact.check_exact_oracle(ValueQueryOracle(random_single_head(2, seed=0)), "x") == 2

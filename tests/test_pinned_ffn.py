@@ -326,3 +326,75 @@ def test_refine_asks_four_points_on_d_minus_one_lines_per_neuron():
     assert n == 4 * 3 * (4 - 1) == sum(len(b) for b in f.batches)
     np.testing.assert_allclose(np.abs(np.sum(U_new * U, axis=0)), 1.0, atol=1e-10)
     np.testing.assert_allclose(np.abs(c_new), np.abs(c), rtol=1e-8)
+
+
+# --- defaults, by behaviour ------------------------------------------------------------------
+
+
+def test_canonical_form_default_tol_is_1e_9_for_dropping_and_merging():
+    A = np.array([[1.0, 0.0, 0.6], [0.0, 1.0, 0.8]])
+    for ratio, width in ((2e-9, 3), (0.5e-9, 2)):
+        assert ffn.canonical_form(A, np.array([1.0, 1.0, 0.0]) + [0, 0, ratio])[1].size == width
+    u = np.array([1.0, 0.0])
+    for gap, width in ((2e-9, 2), (0.5e-9, 1)):
+        v = np.array([np.sqrt(1 - gap**2), gap])
+        assert ffn.canonical_form(np.stack([u, v], axis=1), np.ones(2))[1].size == width
+
+
+def test_resolve_signs_default_rtol_is_1e_7_of_sum_abs_c():
+    U, c = np.eye(2), np.array([3.0, -1.0])  # sum |c| = 4
+    for rel, ok in ((0.5e-7, True), (2e-7, False)):
+        b = np.array([3.0 + rel * 4.0, -1.0])
+        if ok:
+            assert ffn.resolve_signs(U, c, b)[1]["residual"] == pytest.approx(rel * 4.0, rel=1e-6)
+        else:
+            with pytest.raises(OracleInconsistentError):
+                ffn.resolve_signs(U, c, b)
+
+
+def _checked_points(d, verify, seed):
+    return np.random.default_rng(seed).standard_normal((verify, d)) / np.sqrt(d)  # the first draw
+
+
+def test_learn_ffn_default_verify_rtol_is_1e_9_on_the_check_points():
+    d, verify, seed = 4, 16, 0
+    net = ffn.random_feedforward(d, 3, seed=0)
+    X_check = _checked_points(d, verify, seed)
+    y_ref = np.max(np.abs(net.forward(X_check)))
+    for rel, ok in ((0.2e-9, True), (5e-9, False)):
+
+        def target(X, rel=rel):
+            y = net(X)
+            hit = np.all(np.isclose(X[:, 0, None, :], X_check[None], rtol=0, atol=0), axis=2).any(axis=1)
+            return y + np.where(hit, rel * y_ref, 0.0)
+
+        oracle = ValueQueryOracle(target, d=d)
+        if ok:
+            rec = ffn.learn_ffn(oracle, verify=verify, seed=seed)
+            assert rec.diagnostics["verify_rel_error"] == pytest.approx(rel, rel=1e-3)
+        else:
+            with pytest.raises(OracleInconsistentError, match="verify_rtol=1e-09"):
+                ffn.learn_ffn(oracle, verify=verify, seed=seed)
+
+
+def test_gradients_euler_tolerance_is_64_eps_scale_y_1_plus_sqrt_d_y_over_h():
+    y, h, scale = 0.5, 0.01, 1.0
+    eps = np.finfo(float).eps
+    tol = 64 * eps * scale * y * (1 + y / h)  # d = 1
+    tol_small_step = 64 * eps * scale * y * (1 + y / (h / 8))
+    for bias, retries in ((0.3 * tol, 0), (3 * tol, 1)):
+        assert 3 * tol < tol_small_step
+        _, _, n = ffn._gradients(lambda x, b=bias: _relu(x[:, 0]) + b, np.array([[y]]), np.array([h]), scale)
+        assert n == retries
+
+
+def test_find_kinks_tolerance_grows_with_the_distance_from_the_origin():
+    # values compared to within rtol scale (1 + |t|): a smooth wiggle of 1e-11 at |t| ~ 100 is
+    # below 1024 eps * 101 = 2.3e-11, so the one kink at 100.3 is all that is found.
+    def g(t):
+        t = np.asarray(t)
+        return np.abs(t - 100.3) + 1e-11 * np.cos(37.0 * t)
+
+    kinks, n = ffn.find_kinks(g, 100.0, 101.0, scale=1.0)
+    assert kinks.size == 1 and abs(kinks[0] - 100.3) < 1e-6
+    assert n < 100

@@ -254,3 +254,20 @@ def test_verification_queries_are_lengths_one_to_eight_of_normal_over_sqrt_d_tok
     for x, e in zip(asked, expected):
         np.testing.assert_allclose(x, e, rtol=1e-14)
     assert rec.diagnostics["n_verify_queries"] == n
+
+
+def test_default_verify_slack_is_two():
+    # flipped labels between 1.3 x the bound at slack 1 and 0.7 x the bound at slack 2: allowed
+    # by the default slack (2.0), refused with slack 1.
+    def lo(x):
+        return 1.3 * _bound(x, V, D, BITS, E_W_2, 1.0)
+
+    def hi(x):
+        return 0.7 * _bound(x, V, D, BITS, E_W_2, 2.0)
+
+    oracle = M.MembershipQueryOracle(_flipping_target(HEAD, lo, hi), d=D)
+    rec = M.learn_membership(oracle, W_max=W_MAX, bits=BITS, verify=300, seed=1)
+    assert rec.diagnostics["n_verify_disagreements"] > 5
+    oracle = M.MembershipQueryOracle(_flipping_target(HEAD, lo, hi), d=D)
+    with pytest.raises(OracleInconsistentError):
+        M.learn_membership(oracle, W_max=W_MAX, bits=BITS, verify=300, verify_slack=1.0, seed=1)
