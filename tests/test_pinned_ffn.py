@@ -398,3 +398,34 @@ def test_find_kinks_tolerance_grows_with_the_distance_from_the_origin():
     kinks, n = ffn.find_kinks(g, 100.0, 101.0, scale=1.0)
     assert kinks.size == 1 and abs(kinks[0] - 100.3) < 1e-6
     assert n < 100
+
+
+def _refine_case(c2):
+    """d = 2, one recovered neuron u = e_0; along the line z + t u the function is
+    relu(t - 0.7) + c2 relu(-t - 0.6): the lines through t = -1, -1/2 and 1/2, 1 meet at
+    t = (0.3 - 0.4 c2) / (0.8 c2 + 0.6) (rho = 1: no other neuron)."""
+    u = np.array([1.0, 0.0])
+    Z = np.linalg.qr(np.column_stack([u, np.random.default_rng(0).standard_normal((2, 1))]))[0][:, 1]
+    z1 = Z[1]
+
+    def f(x):
+        x = np.asarray(x)
+        return _relu(x[:, 0] - 0.7 * z1 * x[:, 1]) + c2 * _relu(-x[:, 0] - 0.6 * z1 * x[:, 1])
+
+    return f, u, Z, (0.3 - 0.4 * c2) / (0.8 * c2 + 0.6)
+
+
+def test_refine_accepts_a_crossing_inside_half_the_window_and_moves_the_normal_by_it():
+    f, u, Z, t = _refine_case(1.0)
+    assert abs(t) < 0.5
+    U_new, _, n = ffn._refine(f, u[:, None], np.ones(1), np.zeros(2), np.random.default_rng(0))
+    expected = u - Z * t
+    np.testing.assert_allclose(U_new[:, 0], expected / np.linalg.norm(expected), rtol=1e-12)
+    assert n == 4
+
+
+def test_refine_refuses_a_crossing_between_half_the_window_and_its_edge():
+    f, u, Z, t = _refine_case(-0.2)
+    assert 0.5 < abs(t) < 1.0
+    with pytest.raises(OracleInconsistentError, match="re-measuring neuron 0"):
+        ffn._refine(f, u[:, None], np.ones(1), np.zeros(2), np.random.default_rng(0))
