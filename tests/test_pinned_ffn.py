@@ -429,3 +429,48 @@ def test_refine_refuses_a_crossing_between_half_the_window_and_its_edge():
     assert 0.5 < abs(t) < 1.0
     with pytest.raises(OracleInconsistentError, match="re-measuring neuron 0"):
         ffn._refine(f, u[:, None], np.ones(1), np.zeros(2), np.random.default_rng(0))
+
+
+# --- the answers' significant bits, read off the 2d + verify first answers ------------------------
+
+
+def _rounded_to_bits(net, k):
+    def target(X):
+        m, e = np.frexp(net(X))
+        return np.ldexp(np.round(np.ldexp(m, k)), e - k)
+
+    return target
+
+
+def test_learn_ffn_refuses_answers_of_42_significant_bits_after_2d_plus_verify_queries():
+    from companion.errors import PrecisionError
+
+    d, verify = 4, 16
+    net = ffn.random_feedforward(d, 3, seed=0)
+    oracle = ValueQueryOracle(_rounded_to_bits(net, 42), d=d)
+    with pytest.raises(PrecisionError, match="at most 42 significant bits"):
+        ffn.learn_ffn(oracle, verify=verify)
+    assert oracle.n_queries == 2 * d + verify
+
+
+def test_learn_ffn_reads_43_significant_bits_as_fine_enough():
+    # 2^-43 = 2^10 float64 units exactly: not coarser than COARSE_FACTOR
+    d = 4
+    net = ffn.random_feedforward(d, 3, seed=0)
+    oracle = ValueQueryOracle(_rounded_to_bits(net, 43), d=d)
+    try:
+        ffn.learn_ffn(oracle, verify=16, verify_rtol=1e-6)
+    except Exception as exc:  # the kink search may refuse answers this coarse, but not up front
+        assert "significant bits" not in str(exc)
+        assert oracle.n_queries > 2 * d + 16
+
+
+def test_answer_precision_read_is_two_to_minus_bits_and_only_when_unknown():
+    from companion._learner import AnswerPrecision
+
+    oracle = ValueQueryOracle(ffn.random_feedforward(2, 2, seed=0))
+    p = AnswerPrecision(oracle)
+    assert p.read(np.zeros(3)) is False and p.u is None
+    assert p.read(np.float32([1 / 3, 0.7]).astype(np.float64)) is True
+    assert p.u == 2.0**-24 and p.format == "float32" and p.source == "measured" and p.n_queries == 0
+    assert p.read(np.array([1 / 3])) is False and p.u == 2.0**-24

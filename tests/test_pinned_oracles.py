@@ -111,11 +111,11 @@ def test_round_bfloat16_ties_to_even():
 
 
 def test_significant_bits():
-    assert O._significant_bits(np.array([1.0])) == 1
-    assert O._significant_bits(np.array([1.5, 1.0])) == 2
-    assert O._significant_bits(np.array([1.0 + 2.0**-52])) == 53
-    assert O._significant_bits(np.array([0.0, np.inf])) == 0
-    assert O._significant_bits(np.float32(1 / 3)) == 24
+    assert O.significant_bits(np.array([1.0])) == 1
+    assert O.significant_bits(np.array([1.5, 1.0])) == 2
+    assert O.significant_bits(np.array([1.0 + 2.0**-52])) == 53
+    assert O.significant_bits(np.array([0.0, np.inf])) == 0
+    assert O.significant_bits(np.float32(1 / 3)) == 24
 
 
 # --- measure_precision / measure_one_token_precision ----------------------------------------------
