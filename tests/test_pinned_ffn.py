@@ -474,3 +474,15 @@ def test_answer_precision_read_is_two_to_minus_bits_and_only_when_unknown():
     assert p.read(np.float32([1 / 3, 0.7]).astype(np.float64)) is True
     assert p.u == 2.0**-24 and p.format == "float32" and p.source == "measured" and p.n_queries == 0
     assert p.read(np.array([1 / 3])) is False and p.u == 2.0**-24
+
+
+def test_learn_ffn_falls_back_to_the_width_m_plus_2_network_when_no_sign_vector_fits():
+    # w |a^T x| = w ReLU(a^T x) + w ReLU(-a^T x): two neurons on one hyperplane, no width-1 form
+    a = np.array([0.6, 0.8])
+    net = ffn.FeedForward(np.stack([a, -a], axis=1), np.array([1.5, 1.5]))
+    oracle = ValueQueryOracle(net)
+    rec = ffn.learn_ffn(oracle)
+    assert rec.diagnostics["signs_status"] == "no_fit"
+    assert "equivalent network of width" in rec.message
+    x = np.random.default_rng(0).standard_normal((20, 2))
+    np.testing.assert_allclose(_relu(x @ rec.A) @ rec.w_o, 1.5 * np.abs(x @ a), rtol=1e-9, atol=1e-12)

@@ -387,3 +387,22 @@ def test_default_zero_tol_is_1e_10_relative():
         except OracleInconsistentError:
             got = False  # past the zero test: W from a value vector this small may well fail
         assert got == refused
+
+
+def test_region_condition_is_the_largest_condition_number_of_the_region_systems():
+    from companion.attention import attention_weights
+
+    tf = T.random_multi_head_transformer(D, H, K, seed=0)
+    margin, seed = 100.0, 0
+    oracle = ValueQueryOracle(tf, record=True)
+    rec = T.learn_multi_head_transformer(oracle, H=H, margin=margin, verify=0, seed=seed)
+    S, M, mus = T.region_anchors(rec.Bs.sum(axis=0), seed=seed + 2)
+    np.testing.assert_allclose(mus, rec.diagnostics["region_margins"], rtol=1e-6)
+    n0 = rec.diagnostics["n_queries_ffn"] + rec.diagnostics["n_queries_heads"]
+    conds = []
+    for p in range(K):
+        X = np.array([x for x, _ in oracle.log[n0 + p * H * D : n0 + (p + 1) * H * D]])
+        Dev = X - np.sqrt(margin / mus[p]) * S[p]
+        Phi = np.concatenate([np.einsum("bn,bnd->bd", attention_weights(X, W), Dev) for W in rec.Ws], axis=1)
+        conds.append(np.linalg.cond(Phi))
+    assert rec.diagnostics["region_condition"] == pytest.approx(max(conds), rel=1e-6)
