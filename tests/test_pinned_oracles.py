@@ -279,3 +279,42 @@ def test_antisymmetrised_oracle_counts_two_per_sequence_and_halves_the_budget():
     y = anti(X)
     assert base.n_queries == 6 == anti.n_queries
     np.testing.assert_allclose(y, HEAD(X) - HEAD(-X), atol=2e-4)
+
+
+def test_target_returning_nan_or_the_wrong_count_is_an_inconsistent_oracle():
+    with pytest.raises(OracleInconsistentError):
+        O.ValueQueryOracle(lambda X: np.full(len(X), np.nan), d=2)(np.ones((2, 1, 2)))
+    with pytest.raises(OracleInconsistentError, match="3 answers for a batch of 2"):
+        O.ValueQueryOracle(lambda X: np.zeros(3), d=2)(np.ones((2, 1, 2)))
+
+
+def test_record_keeps_every_query_and_answer_in_order():
+    oracle = O.ValueQueryOracle(HEAD, record=True)
+    X = [np.ones((1, 2)), np.array([[1.0, 0.0], [0.0, 1.0]])]
+    y = oracle(X)
+    assert len(oracle.log) == 2
+    for (x, a), x0, y0 in zip(oracle.log, X, y):
+        np.testing.assert_array_equal(x, x0)
+        assert a == y0
+
+
+def test_hash_noise_is_in_minus_one_one_and_depends_on_the_query_and_seed():
+    X = np.random.default_rng(0).standard_normal((2000, 2, 3))
+    u = O._hash_uniform(X, 5)
+    assert np.all((u >= -1) & (u < 1)) and abs(np.mean(u)) < 0.05
+    np.testing.assert_array_equal(u, O._hash_uniform(X.copy(), 5))
+    assert np.mean(u == O._hash_uniform(X, 6)) < 0.01
+    Z = np.zeros((1, 1, 3))
+    assert O._hash_uniform(Z, 0)[0] == O._hash_uniform(-Z, 0)[0]  # -0.0 is 0.0
+
+
+def test_construction_refusals():
+    with pytest.raises(InvalidInputError):
+        O.ApproxValueQueryOracle(HEAD, 1e-3, digits=3)  # digits only with noise="round"
+    with pytest.raises(InvalidInputError):
+        O.ApproxValueQueryOracle(HEAD, None, noise="round")
+    with pytest.raises(InvalidInputError):
+        O.ApproxValueQueryOracle(lambda X: np.zeros(len(X)), 1e-3, noise="worst", d=2)
+    served = O.ApproxValueQueryOracle(HEAD, 0.5, noise="none")
+    X = np.ones((3, 2, 2))
+    np.testing.assert_array_equal(served(X), HEAD(X))

@@ -406,3 +406,33 @@ def test_region_condition_is_the_largest_condition_number_of_the_region_systems(
         Phi = np.concatenate([np.einsum("bn,bnd->bd", attention_weights(X, W), Dev) for W in rec.Ws], axis=1)
         conds.append(np.linalg.cond(Phi))
     assert rec.diagnostics["region_condition"] == pytest.approx(max(conds), rel=1e-6)
+
+
+# --- _blame_unchecked_ffn: 16 + 16 one-token queries, only with room for both ------------------
+
+
+def _ffn_rec(A, w):
+    from companion.ffn import FFNRecovery
+
+    return FFNRecovery(W=None, v=A @ w, n_queries=0, A=A, w_o=w)
+
+
+def test_blame_unchecked_ffn_spends_16_precision_and_16_check_queries_when_32_remain():
+    from companion.errors import PrecisionError
+
+    tf = T.random_one_layer(3, 2, seed=0)
+    wrong = _ffn_rec(tf.A * np.array([1.0, 1.1]), tf.w_o)  # one neuron 10 % off
+    err = OracleInconsistentError("check failed")
+    oracle = ValueQueryOracle(tf, budget=2 * T.FFN_BLAME_QUERIES)
+    with pytest.raises(PrecisionError, match="on 16 fresh ones"):
+        T._blame_unchecked_ffn(oracle, wrong, err, seed=0)
+    assert T.FFN_BLAME_QUERIES == 16 and oracle.n_queries == 32
+    short = ValueQueryOracle(tf, budget=2 * T.FFN_BLAME_QUERIES - 1)
+    assert T._blame_unchecked_ffn(short, wrong, err, seed=0) is None and short.n_queries == 0
+
+
+def test_blame_unchecked_ffn_returns_when_the_ffn_part_agrees():
+    tf = T.random_one_layer(3, 2, seed=0)
+    oracle = ValueQueryOracle(tf, precision="float64")  # stated: no precision queries
+    assert T._blame_unchecked_ffn(oracle, _ffn_rec(tf.A, tf.w_o), OracleInconsistentError("x"), seed=0) is None
+    assert oracle.n_queries == 16
