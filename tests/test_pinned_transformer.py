@@ -229,16 +229,15 @@ def test_region_anchors_keep_the_largest_margin_first_from_max_4096_64k_candidat
     d, k = 3, 70  # 64 k = 4480 > 4096 candidates
     A = rng.standard_normal((d, k))
     A /= np.linalg.norm(A, axis=0)
-    seed = 4
-    try:
-        S, M, margins = T.region_anchors(A, seed=seed)
-    except NotIdentifiableError:
-        S = None
+    seed = 7  # its best candidate is number 4432: past the first 4096
+    S, M, margins = T.region_anchors(A, seed=seed)
     cand = np.random.default_rng(seed).standard_normal((max(4096, 64 * k), d))
     cand /= np.linalg.norm(cand, axis=1)[:, None]
     best = np.max(np.min(np.abs(cand @ A), axis=1))
-    if S is not None:
-        assert margins[0] == pytest.approx(best, rel=1e-12)
+    assert margins[0] == pytest.approx(best, rel=1e-12)
+    fewer = np.random.default_rng(seed).standard_normal((4096, d))
+    fewer /= np.linalg.norm(fewer, axis=1)[:, None]
+    assert np.max(np.min(np.abs(fewer @ A), axis=1)) < best  # 4096 candidates would miss it
 
 
 def test_region_anchors_values_recomputed():
