@@ -405,3 +405,9 @@ def test_every_positive_tau_is_refused_before_any_query(tau):
     with pytest.raises(TypeError):
         exact.check_exact_oracle(oracle, "x")
     assert exact.check_exact_oracle(ValueQueryOracle(random_single_head(2, seed=0)), "x") == 2
+
+
+def test_a_callable_without_d_or_n_queries_is_not_an_oracle():
+    head = random_single_head(2, seed=0)
+    with pytest.raises(TypeError, match="ValueQueryOracle"):
+        exact.learn_single_head(head)

@@ -318,3 +318,17 @@ def test_construction_refusals():
     served = O.ApproxValueQueryOracle(HEAD, 0.5, noise="none")
     X = np.ones((3, 2, 2))
     np.testing.assert_array_equal(served(X), HEAD(X))
+
+
+def test_round_to_each_format():
+    x = np.array([1.0 + 2.0**-30, 1.0 / 3.0, 1e-3])
+    np.testing.assert_array_equal(O.round_to(x, "float64"), x)
+    np.testing.assert_array_equal(O.round_to(x, "float32"), x.astype(np.float32).astype(np.float64))
+    np.testing.assert_array_equal(O.round_to(x, "float16"), x.astype(np.float16).astype(np.float64))
+    np.testing.assert_array_equal(O.round_to(x, "bfloat16"), O.round_bfloat16(x))
+    assert np.all(np.abs(O.round_to(x, "bfloat16") - x) <= 2.0**-8 * np.abs(x) * (1 + 2.0**-16))
+
+
+def test_measure_precision_of_a_zero_oracle_is_zero():
+    m = O.measure_precision(O.ValueQueryOracle(lambda X: np.zeros(len(X)), d=2), n=2)
+    assert m["u"] == m["u_spread"] == m["u_granularity"] == 0.0 and m["bits"] == 0 and m["format"] == "float64"

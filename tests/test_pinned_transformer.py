@@ -435,3 +435,42 @@ def test_blame_unchecked_ffn_returns_when_the_ffn_part_agrees():
     oracle = ValueQueryOracle(tf, precision="float64")  # stated: no precision queries
     assert T._blame_unchecked_ffn(oracle, _ffn_rec(tf.A, tf.w_o), OracleInconsistentError("x"), seed=0) is None
     assert oracle.n_queries == 16
+
+
+# --- guards reached ---------------------------------------------------------------------------
+
+
+def test_multi_head_refusals_before_any_query():
+    from companion.errors import InvalidInputError, PrecisionError
+
+    tf = T.random_multi_head_transformer(D, H, K, seed=0)
+    for kwargs in ({}, {"H": 2, "H_bound": 2}, {"H_bound": 2, "route": "robust"}, {"H": 0}):
+        oracle = ValueQueryOracle(tf)
+        with pytest.raises(InvalidInputError):
+            T.learn_multi_head_transformer(oracle, **kwargs)
+        assert oracle.n_queries == 0
+    oracle = ValueQueryOracle(tf, precision="float32")
+    with pytest.raises(PrecisionError):
+        T.learn_multi_head_transformer(oracle, H=H)
+    assert oracle.n_queries == 0
+
+
+def test_multi_head_with_a_zero_linear_part_is_refused_as_not_identifiable():
+    net = _near_zero_linear_part(0.0)
+    Bs = np.stack([0.5 * net.A, 0.5 * net.A])
+    Ws = np.stack([np.eye(2) * 0.3, -np.eye(2) * 0.2])
+    tf = T.MultiHeadTransformer(np.pad(Ws, ((0, 0), (0, 4), (0, 4))), np.pad(Bs, ((0, 0), (0, 4), (0, 0))), net.w_o)
+    oracle = ValueQueryOracle(tf)
+    with pytest.raises(NotIdentifiableError):  # A w_o = 0 up to rounding: no head is visible
+        T.learn_multi_head_transformer(oracle, H=2, verify=0)
+    assert oracle.n_queries > 0
+
+
+def test_one_layer_refuses_a_target_with_a_residual_connection():
+    tf = T.random_one_layer(3, 2, seed=0)
+
+    def residual(X):
+        return tf(X) + 0.1 * np.sum(X[:, -1, :], axis=1) * (X.shape[1] > 1)
+
+    with pytest.raises(OracleInconsistentError):
+        T.learn_one_layer(ValueQueryOracle(residual, d=3))
