@@ -486,3 +486,34 @@ def test_learn_ffn_falls_back_to_the_width_m_plus_2_network_when_no_sign_vector_
     assert "equivalent network of width" in rec.message
     x = np.random.default_rng(0).standard_normal((20, 2))
     np.testing.assert_allclose(_relu(x @ rec.A) @ rec.w_o, 1.5 * np.abs(x @ a), rtol=1e-9, atol=1e-12)
+
+
+# --- _one_kink: the kink where the two sides' lines meet, checked right beside it ---------------
+
+
+def test_one_kink_returns_where_the_side_lines_meet():
+    def g(t):
+        return 2.0 * abs(t - 0.3) + 0.5 * t
+
+    t = ffn._one_kink((0.0, -1.5, 0.0), (1.0, 2.5, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
+    assert t == pytest.approx(0.3, abs=1e-14)
+
+
+def test_one_kink_refuses_two_kinks_closer_than_one_explains():
+    from companion.errors import PrecisionError
+
+    def g(t):
+        return max(t - 0.3, 0.0) + max(t - 0.31, 0.0)
+
+    with pytest.raises(PrecisionError, match="that one kink does not explain"):
+        ffn._one_kink((0.0, 0.0, 0.0), (1.0, 2.0, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
+
+
+def test_one_kink_refuses_a_crossing_outside_its_interval():
+    from companion.errors import PrecisionError
+
+    def g(t):
+        return t  # slopes 0.5 and 0.4 given: the lines 0.5 t and 0.6 + 0.4 t meet at t = 6 > xb = 1
+
+    with pytest.raises(PrecisionError):
+        ffn._one_kink((0.0, 0.5, 0.0), (1.0, 0.4, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
