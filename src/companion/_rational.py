@@ -258,6 +258,13 @@ def ratio_design(H):
     >>> n.size, int((n + m).max()), len(set((n / m).tolist()))
     (24, 25, 24)
     """
+    a, b = _ratio_design(int(H))
+    return a.copy(), b.copy()
+
+
+@functools.lru_cache(maxsize=32)
+def _ratio_design(H):
+    """:func:`ratio_design`'s counts, computed once per ``H`` (the caller gets copies)."""
     L = 2 * H + 1
     a, b = np.meshgrid(np.arange(1, L), np.arange(1, L), indexing="ij")
     ok = (a + b <= L) & (np.gcd(a, b) == 1)
