@@ -292,27 +292,29 @@ def _negative_real(lam):
 
 
 #: Largest number of heads at which :func:`interpolate_pairs` takes the Loewner null vector from a
-#: QR factorization instead of an SVD (a fifth of the time; the two are equally backward stable and
-#: differ only where the Loewner matrix is ill conditioned, i.e. in rounding noise). Measured on the
-#: pairs of ``random_multi_head(32, H, seed=0)``: the shifts agree to a median 7.6e-14 at H = 2 and
-#: 2.5e-11 at H = 4, and 1.9e-8 at H = 7, where half of the pairs differ by more than 1e-6. From
-#: H = 5 on the SVD is kept: the shared-amplitude start's acceptance threshold
-#: (:data:`companion._rowstart.ACCEPT`) was calibrated on its rounding at d = 64, H = 8, and the
-#: QR's rounding there accepts a wrong shift below it (misfit 3.7e-10) while a threshold below
-#: that loses H = 8 at d = 64.
-_QR_NULL_MAX_H = 4
+#: QR factorization instead of an SVD (a fifth of the time) and the poles from the ``H x H`` block
+#: left by deflating ``zeta`` (:func:`_barycentric_poles`). Both are backward stable like the SVD and
+#: the full eigenvalue problem, and differ from them only where the Loewner matrix is ill
+#: conditioned, i.e. in rounding noise. Measured on the pairs of ``random_multi_head(32, H, seed=0)``:
+#: the shifts agree to a median 7.6e-14 at H = 2 and 2.5e-11 at H = 4, and 1.9e-8 at H = 7, where
+#: half of the pairs differ by more than 1e-6. From H = 5 on the SVD and the full eigenvalue problem
+#: are kept, bit for bit: the shared-amplitude start's threshold (:data:`companion._rowstart.ACCEPT`)
+#: was calibrated on their rounding at d = 64, H = 8, and the QR's there accepts a wrong shift below
+#: it (misfit 3.7e-10 relative), while ACCEPT = 3e-10 loses H = 8 at d = 64 (row 37 misfits by 0.04).
+_SMALL_H = 4
 
 
-def _barycentric_poles(zs, w, zeta):
+def _barycentric_poles(zs, w, zeta, *, deflate=True):
     """Zeros of the barycentric denominator ``q(z) = sum_j w_j / (z - z_j)``, one set per row of ``w``.
 
     ``M = diag(zs) + a 1^T`` with ``a = w (zeta - zs) / sum(w)`` has the eigenvalues ``zeta`` and
     the zeros of ``q`` (an eigenvalue ``lam`` other than the ``z_j`` solves
     ``sum_j a_j / (lam - z_j) = 1``, which is ``q(lam) (lam - zeta) = 0``), and ``M w = zeta w``.
-    For ``H >= 3`` the poles are :func:`numpy.linalg.eigvals` of ``M`` without the eigenvalue
-    nearest ``zeta``. For ``H <= 2`` no LAPACK call: a Householder reflection ``Q`` (symmetric,
-    orthogonal) with ``Q e_1 = +-w / |w|`` gives ``Q M Q = [[zeta, *], [0, M']]``, and the poles
-    are the eigenvalues of the ``H x H`` block ``M'`` from its trace and determinant.
+    With ``deflate``, a Householder reflection ``Q`` (symmetric, orthogonal) with
+    ``Q e_1 = +-w / |w|`` gives ``Q M Q = [[zeta, *], [0, M']]``, and the poles are the eigenvalues
+    of the ``H x H`` block ``M'``: from its trace and determinant for ``H <= 2`` (no LAPACK call),
+    by :func:`numpy.linalg.eigvals` above. Without it, they are :func:`numpy.linalg.eigvals` of ``M``
+    without the eigenvalue nearest ``zeta``.
 
     Parameters
     ----------
@@ -322,6 +324,9 @@ def _barycentric_poles(zs, w, zeta):
         Barycentric weights, each row nonzero.
     zeta : float
         A point far from the poles.
+    deflate : bool, default=True
+        Deflate ``zeta`` (:func:`interpolate_pairs` up to ``H = _SMALL_H``); ``False``: the full
+        eigenvalue problem of ``M``.
 
     Returns
     -------
@@ -333,7 +338,7 @@ def _barycentric_poles(zs, w, zeta):
     W = np.where(np.abs(W) > 0, W, np.finfo(float).tiny)
     a = -w * (zs - zeta) / W
     M = np.zeros((P, n, n)) + np.diag(zs) + a[:, :, None]
-    if n > 3:
+    if not deflate:
         lam = np.linalg.eigvals(M)  # poles and zeta
         drop = np.argmin(np.abs(lam - zeta), axis=1)
         return np.delete(lam, drop[:, None] + n * np.arange(P)[:, None], axis=None).reshape(P, n - 1)
@@ -344,6 +349,8 @@ def _barycentric_poles(zs, w, zeta):
     B = (MQ - 2 * y[:, :, None] * (y[:, None, :] @ MQ))[:, 1:, 1:]  # (P, H, H): M'
     if n == 2:
         return B[:, 0, :].astype(complex)
+    if n > 3:
+        return np.linalg.eigvals(B)
     half = 0.5 * (B[:, 0, 0] + B[:, 1, 1])
     det = B[:, 0, 0] * B[:, 1, 1] - B[:, 0, 1] * B[:, 1, 0]
     disc = (0.5 * (B[:, 0, 0] - B[:, 1, 1])) ** 2 + B[:, 0, 1] * B[:, 1, 0]  # half^2 - det
@@ -360,7 +367,7 @@ def interpolate_pairs(r, G, H, *, realise=False):
     Every row of ``G`` (shape ``(P, 2H)``, sampled at ``r`` of shape ``(2H,)``) together with the
     known value ``G(0) = 0`` is ``2 H + 1`` samples of a rational function of type ``(H, H)``; its
     barycentric interpolant (a Loewner null vector, support points ``0, r_1, r_3, ...``, by QR up
-    to ``H = _QR_NULL_MAX_H``, by SVD above) has the poles ``-p_h`` (:func:`_barycentric_poles`).
+    to ``H = _SMALL_H``, by SVD above) has the poles ``-p_h`` (:func:`_barycentric_poles`).
     Batched over the ``P`` rows.
 
     With ``realise``, every pole ``lam`` is taken as the real negative ``-|Re lam|`` (clipped to
@@ -379,11 +386,12 @@ def interpolate_pairs(r, G, H, *, realise=False):
     fs = np.concatenate([np.zeros((P, 1)), G[:, 0::2]], axis=1)
     ft = G[:, 1::2]
     Lw = (ft[:, :, None] - fs[:, None, :]) / (zt[:, None] - zs[None, :])  # (P, H, H + 1)
-    if H <= _QR_NULL_MAX_H:  # the last column of a complete QR of Lw^T: orthogonal to Lw's rows
+    small = H <= _SMALL_H
+    if small:  # the last column of a complete QR of Lw^T: orthogonal to Lw's rows
         w = np.linalg.qr(Lw.transpose(0, 2, 1), mode="complete")[0][:, :, -1]  # (P, H + 1)
     else:  # the last right singular vector
         w = np.linalg.svd(Lw)[2][:, -1, :]
-    lam = _barycentric_poles(zs, w, 1.0 + r.max())  # zeta: a point far from the poles
+    lam = _barycentric_poles(zs, w, 1.0 + r.max(), deflate=small)  # zeta: a point far from the poles
     real = _negative_real(lam)
     if realise:
         lam = -np.clip(np.abs(lam.real), 1e-12, 1e12)
@@ -671,6 +679,8 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
                 step[j] = -np.linalg.solve(A[j], g[j])
             except np.linalg.LinAlgError:
                 step[j] = np.linalg.lstsq(A[j], -g[j], rcond=None)[0]
+        # the step's temporaries freed now: the next step's reuse their memory (no fresh pages)
+        del A, B, C, M, raw, Zf, Agg, AgR, gB, g
         gn, Rn = ga + step[:, :H], R[a] + step[:, H:].reshape(a.size, H, d)
         Zn, rn = _parts_rows(s, X, G[a], gn, Rn)
         cn = np.sum(rn**2, axis=(1, 2))
@@ -678,6 +688,7 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
         conv = better & (cn > 0.5 * cost[a]) & (cn <= 1e4 * floor[a])
         b = a[better]
         gamma[b], R[b], Z[b], res[b], cost[b] = gn[better], Rn[better], Zn[better], rn[better], cn[better]
+        del Za, ra, Zn, rn
         mu[a] = np.where(better, np.maximum(mu[a] / 10, 1e-12), mu[a] * 10)
         fails[a] = np.where(better, 0, fails[a] + 1)
         # Stop at rounding level (within 100 times eps of the data, in the mean), or when stuck.
