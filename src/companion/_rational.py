@@ -679,8 +679,6 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
                 step[j] = -np.linalg.solve(A[j], g[j])
             except np.linalg.LinAlgError:
                 step[j] = np.linalg.lstsq(A[j], -g[j], rcond=None)[0]
-        # the step's temporaries freed now: the next step's reuse their memory (no fresh pages)
-        del A, B, C, M, raw, Zf, Agg, AgR, gB, g
         gn, Rn = ga + step[:, :H], R[a] + step[:, H:].reshape(a.size, H, d)
         Zn, rn = _parts_rows(s, X, G[a], gn, Rn)
         cn = np.sum(rn**2, axis=(1, 2))
@@ -688,7 +686,6 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters):
         conv = better & (cn > 0.5 * cost[a]) & (cn <= 1e4 * floor[a])
         b = a[better]
         gamma[b], R[b], Z[b], res[b], cost[b] = gn[better], Rn[better], Zn[better], rn[better], cn[better]
-        del Za, ra, Zn, rn
         mu[a] = np.where(better, np.maximum(mu[a] / 10, 1e-12), mu[a] * 10)
         fails[a] = np.where(better, 0, fails[a] + 1)
         # Stop at rounding level (within 100 times eps of the data, in the mean), or when stuck.

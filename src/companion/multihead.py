@@ -1664,7 +1664,6 @@ def _ask_pairs(oracle, U, X, n, m):
         Q[:, :a] = U[:, None]
         Q[:, a:] = X[:, None]
         out[:, t] = oracle(Q)
-        del Q  # freed before the next is allocated: its memory is reused (no fresh pages to fault in)
     return out
 
 
