@@ -292,15 +292,19 @@ def _negative_real(lam):
 
 
 #: Largest number of heads at which :func:`interpolate_pairs` takes the Loewner null vector from a
-#: QR factorization instead of an SVD (a fifth of the time) and the poles from the ``H x H`` block
-#: left by deflating ``zeta`` (:func:`_barycentric_poles`). Both are backward stable like the SVD and
-#: the full eigenvalue problem, and differ from them only where the Loewner matrix is ill
-#: conditioned, i.e. in rounding noise. Measured on the pairs of ``random_multi_head(32, H, seed=0)``:
-#: the shifts agree to a median 7.6e-14 at H = 2 and 2.5e-11 at H = 4, and 1.9e-8 at H = 7, where
-#: half of the pairs differ by more than 1e-6. From H = 5 on the SVD and the full eigenvalue problem
-#: are kept, bit for bit: the shared-amplitude start's threshold (:data:`companion._rowstart.ACCEPT`)
-#: was calibrated on their rounding at d = 64, H = 8, and the QR's there accepts a wrong shift below
-#: it (misfit 3.7e-10 relative), while ACCEPT = 3e-10 loses H = 8 at d = 64 (row 37 misfits by 0.04).
+#: QR factorization instead of an SVD (a fifth of the time), the poles from the ``H x H`` block
+#: left by deflating ``zeta`` (:func:`_barycentric_poles`) and the amplitudes by modified
+#: Gram-Schmidt (:func:`_lstsq_mgs`) instead of a batched QR. These differ from the SVD and the full
+#: eigenvalue problem only where the Loewner matrix is ill conditioned, i.e. in rounding noise (a
+#: cross product for the null vector at H = 2 was tried: it left 3 of 1,856 pairs of d = 32 misfitting
+#: their own samples by up to 1e-8, to be polished, against none). Measured on the pairs of
+#: ``random_multi_head(32, H, seed=0)``: the shifts
+#: agree to a median 7.6e-14 at H = 2 and 2.5e-11 at H = 4 (QR), and 1.9e-8 at H = 7, where half
+#: of the pairs differ by more than 1e-6. From H = 5 on the SVD and the full eigenvalue problem are
+#: kept, bit for bit: the shared-amplitude start's threshold (:data:`companion._rowstart.ACCEPT`)
+#: was calibrated on their rounding at d = 64, H = 8, and the QR's there accepts a wrong shift
+#: below it (misfit 3.7e-10 relative), while ACCEPT = 3e-10 loses H = 8 at d = 64 (row 37 misfits
+#: by 0.04).
 _SMALL_H = 4
 
 
@@ -361,6 +365,38 @@ def _barycentric_poles(zs, w, zeta, *, deflate=True):
     return np.stack([np.where(real, big, half) + 1j * im, np.where(real, small, half) - 1j * im], axis=1)
 
 
+def _lstsq_mgs(Z, G):
+    """``argmin |Z gamma - G|`` for every pair: ``Z`` of shape (P, S, H), ``G`` (P, S) give (P, H).
+
+    Modified Gram-Schmidt on the columns of ``Z`` with ``G`` carried along as one more column, which
+    is backward stable for least squares (Bjorck, "Solving linear least squares problems by
+    Gram-Schmidt orthogonalization", BIT 7, 1967), then back substitution; vectorized over the
+    pairs (``H`` steps of array operations, no LAPACK call per pair). A pair whose columns are
+    dependent (two exactly equal shifts) gets the minimum-norm amplitudes (``numpy.linalg.pinv``).
+    """
+    P, S, H = Z.shape
+    Q = Z.transpose(0, 2, 1).copy()  # (P, H, S): the columns, orthonormalized in place
+    b = np.array(G, dtype=float)
+    R = np.zeros((P, H, H))
+    c = np.empty((P, H))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in range(H):
+            R[:, k, k] = np.sqrt(np.einsum("ps,ps->p", Q[:, k], Q[:, k]))
+            Q[:, k] /= R[:, k, k][:, None]
+            if k + 1 < H:
+                R[:, k, k + 1 :] = np.einsum("ps,pjs->pj", Q[:, k], Q[:, k + 1 :])
+                Q[:, k + 1 :] -= R[:, k, k + 1 :, None] * Q[:, k][:, None, :]
+            c[:, k] = np.einsum("ps,ps->p", Q[:, k], b)
+            b -= c[:, k][:, None] * Q[:, k]
+        x = np.empty((P, H))
+        for i in range(H - 1, -1, -1):
+            x[:, i] = (c[:, i] - np.einsum("pj,pj->p", R[:, i, i + 1 :], x[:, i + 1 :])) / R[:, i, i]
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        x[bad] = np.einsum("phs,ps->ph", np.linalg.pinv(Z[bad]), G[bad])
+    return x
+
+
 def interpolate_pairs(r, G, H, *, realise=False):
     """Type-(H, H) rational interpolation of ``G(r) = sum_h gamma_h r / (r + p_h)``, one per row of ``G``.
 
@@ -402,14 +438,19 @@ def interpolate_pairs(r, G, H, *, realise=False):
     Z = expit(np.log(r)[None, :, None] + l[:, None, :])  # (P, 2H, H)
     # The amplitudes by least squares through a batched QR (a batched pinv's SVDs cost 15 times as
     # much: a fifth of the learner at d = 32, H = 4), only where every pole is real.
+    # Up to _SMALL_H by modified Gram-Schmidt vectorized over the pairs (_lstsq_mgs: a third of the
+    # time of the batched QR and its solve at H = 2 and 4).
     gamma = np.full((P, H), np.nan)
     if good.any():
         Zg, Gg = Z[good], G[good]
-        try:
-            Q, Rq = np.linalg.qr(Zg)
-            gamma[good] = np.linalg.solve(Rq, Q.transpose(0, 2, 1) @ Gg[..., None])[..., 0]
-        except np.linalg.LinAlgError:  # two exactly equal shifts: the minimum-norm amplitudes
-            gamma[good] = np.einsum("phs,ps->ph", np.linalg.pinv(Zg), Gg)
+        if small:
+            gamma[good] = _lstsq_mgs(Zg, Gg)
+        else:
+            try:
+                Q, Rq = np.linalg.qr(Zg)
+                gamma[good] = np.linalg.solve(Rq, Q.transpose(0, 2, 1) @ Gg[..., None])[..., 0]
+            except np.linalg.LinAlgError:  # two exactly equal shifts: the minimum-norm amplitudes
+                gamma[good] = np.einsum("phs,ps->ph", np.linalg.pinv(Zg), Gg)
     order = np.argsort(l, axis=1)
     l = np.take_along_axis(l, order, axis=1)
     gamma = np.take_along_axis(gamma, order, axis=1)
