@@ -371,8 +371,10 @@ def _lstsq_mgs(Z, G):
     Modified Gram-Schmidt on the columns of ``Z`` with ``G`` carried along as one more column, which
     is backward stable for least squares (Bjorck, "Solving linear least squares problems by
     Gram-Schmidt orthogonalization", BIT 7, 1967), then back substitution; vectorized over the
-    pairs (``H`` steps of array operations, no LAPACK call per pair). A pair whose columns are
-    dependent (two exactly equal shifts) gets the minimum-norm amplitudes (``numpy.linalg.pinv``).
+    pairs (``H`` steps of array operations, no LAPACK call per pair). A pair with an exactly zero
+    pivot (a column that is 0 at every sample, or exactly dependent) gets the minimum-norm
+    amplitudes (``numpy.linalg.pinv``), as the batched QR's singular solve did; a nearly dependent
+    one (two nearly equal shifts) gets large amplitudes of opposite signs, as with the QR.
     """
     P, S, H = Z.shape
     Q = Z.transpose(0, 2, 1).copy()  # (P, H, S): the columns, orthonormalized in place
@@ -436,10 +438,10 @@ def interpolate_pairs(r, G, H, *, realise=False):
     p = np.where(real, -lam.real, 1.0)
     l = -np.log(p)
     Z = expit(np.log(r)[None, :, None] + l[:, None, :])  # (P, 2H, H)
-    # The amplitudes by least squares through a batched QR (a batched pinv's SVDs cost 15 times as
-    # much: a fifth of the learner at d = 32, H = 4), only where every pole is real.
-    # Up to _SMALL_H by modified Gram-Schmidt vectorized over the pairs (_lstsq_mgs: a third of the
-    # time of the batched QR and its solve at H = 2 and 4).
+    # The amplitudes by least squares, only where every pole is real: up to _SMALL_H by modified
+    # Gram-Schmidt vectorized over the pairs (_lstsq_mgs: a third of the time of the batched QR and
+    # its solve at H = 2 and 4), above through a batched QR (a batched pinv's SVDs cost 15 times as
+    # much: a fifth of the learner at d = 32, H = 4).
     gamma = np.full((P, H), np.nan)
     if good.any():
         Zg, Gg = Z[good], G[good]
