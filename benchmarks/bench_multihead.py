@@ -41,26 +41,41 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    n + m <= 2H + 1 brings a pair below 1e-2 (0.07 at H = 10, 0.65 at H = 12), nor at H = 12 queries of
    length 1000 with 400 samples (0.09). Float64 holds the information; it stops the starts that label
    heads pair by pair, and a pooled start inside the basin was not found.
-   Time, after the labelling, start and links were batched over rows and the rows' joint fit and
-   the pairs' Levenberg-Marquardt sped up (2026-12-01 17:41 UTC, load average 0.6-1.0,
-   OPENBLAS_NUM_THREADS=1; the learner before and after and the oracle's replay in one process,
-   each the least of 5 runs, as benchmarks/compare_counts_time.py --ref 60d8216 measures them;
+   Time, after the pairs' interpolation lost its per-pair LAPACK calls up to H = 4 (2026-12-01
+   19:44 UTC, load average 4.7-6.4 (the machine shared), OPENBLAS_NUM_THREADS=1;
+   benchmarks/compare_counts_time.py --ref b65a1cf: main's learner before and this one after, each
+   case run once untimed, then each the least of 5 runs, and the oracle's replay, in one process;
    learner / oracle, wall seconds, then CPU seconds of the process):
      d  H   before  after   (CPU: before  after)
-    32  2    3.16   2.46           3.34   2.60
-    32  4    2.59   2.11           2.53   2.06
-    64  2    2.37   1.84           2.32   1.80
-    64  4    1.61   1.35           1.67   1.40
-    32  7    6.73   6.84           8.63   8.77
-    64  7    2.19   1.72           1.97   1.55
-   This bench's own run at 17:42 (load 0.9-1.0): 2.59, 2.15, 1.75, 1.95 (CPU 3.04, 2.06, 1.75,
-   1.96) for (32, 2), (32, 4), (64, 2), (64, 4). Not met: d = 32, where the oracle answers 7,704
-   (H = 2) or 15,368 (H = 4) short queries in about 9 or 33 ms and the learner's own work is about
-   14 or 40 ms: a LAPACK SVD, eigenvalue problem and QR per pair (1,856 pairs; about 4 and 9 ms),
-   the rows' joint Gauss-Newton (2 and 12 ms), the pairs' Levenberg-Marquardt (1 and 8 ms, thirty
-   steps each) and a few hundred numpy calls of bookkeeping (about 5 ms), costs that a larger d
-   amortizes. At d = 32, H = 7 (not a target) rows miss the batched joint fit from their start and
-   take the serial fit with its MINPACK fallback (about 0.6 s of 1 s).
+    32  2    2.70   1.74           2.43   1.89
+    32  4    2.41   1.96           2.15   1.99
+    64  2    1.82   1.72           2.08   1.87
+    64  4    1.59   1.56           1.76   1.74
+    32  7    9.64  10.29           8.82   8.86
+    64  7    1.48   0.99           2.12   1.95
+   The round before (17:41 UTC, load 0.6-1.0) had measured 2.46, 2.11, 1.84, 1.35 wall and 2.60,
+   2.06, 1.80, 1.40 CPU for the same four after its change (its "after" is this "before"); the
+   load moves a ratio by 0.3 between runs of one commit, the CPU ratio less. Where the time went at
+   d = 32, H = 2 (the learner's own CPU time, its oracle's answers replayed from a cache, load
+   about 8): 18 -> 10 ms, the pairs' interpolation 7.3 -> 2.4 ms (1,856 pairs: the Loewner null
+   vector from one stacked QR instead of an SVD, the two poles from the trace and determinant of the
+   2 x 2 block left by deflating zeta instead of a 3 x 3 eigenvalue problem, the amplitudes by
+   modified Gram-Schmidt vectorized over the pairs instead of a stacked QR and solve; H <= 4,
+   companion._rational._SMALL_H), the rows' amplitude agreement 1.25 -> 0.46 ms (one buffer),
+   the links' 31 least squares in one stacked pseudo-inverse. What is left there: the rows' joint
+   Gauss-Newton (about 2 ms), the start rows (1.6 ms), building the 7,704 queries (0.5-3 ms,
+   mostly the allocator's fresh pages: freeing each batch before the next moved the faults into
+   the oracle's own time, 10 -> 15 ms, so it was not kept) and a few hundred numpy calls. At H = 4
+   (own CPU about 50 -> 40 ms): the joint fit's Cholesky factorizations of 132 x 132 normal
+   matrices (10-17 ms), the interpolation (10 ms; its 4 x 4 eigenvalue problems stay LAPACK) and
+   the pairs' Levenberg-Marquardt (6-12 ms, thirty steps: it stops early only when no pair moved,
+   and the start's thresholds were calibrated on its rounding). From H = 5 on the interpolation is
+   bit for bit main's: _rowstart.ACCEPT = 1e-9 was calibrated on the SVD's rounding (the nearest
+   wrong shift of test_shared_start_accept's row, d = 64, H = 8, misfits by 1.06e-9); with the QR a
+   wrong one misfits by 3.7e-10, and ACCEPT = 3e-10 loses H = 8 at d = 64 (row 37). The largest H
+   per d is unchanged: 6, 7, 7, 8 at d = 8, 16, 32, 64 (the same errors, shared-start rows and
+   redrawn rows as main). At d = 32, H = 7 (not a target) rows miss the batched joint fit from
+   their start and take the serial fit with its MINPACK fallback (about 0.6 s of 1 s).
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest
