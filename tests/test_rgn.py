@@ -274,7 +274,7 @@ def test_rgn_forcing_follows_the_residual_down_to_forcing_min(monkeypatch):
     monkeypatch.setattr(rgn, "_tangent_step", spy)
     What, info = rgn._rgn(A, B, t, r, max_iter=50, tol=1e-13, direct_max=0)
     h = info["residuals"]
-    assert seen == [min(3e-2, max(rgn._FORCING_MIN, rel)) for rel in h[: len(seen)]]
+    assert seen == [min(rgn._FORCING, max(rgn._FORCING_MIN, rel)) for rel in h[: len(seen)]]
     assert any(rel < rgn._FORCING_MIN for rel in h[: len(seen)])          # the floor is used
     assert np.linalg.norm(What - W) < 1e-10 * np.linalg.norm(W)
     work = info["lsqr_iterations"]
