@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .rop import design_product
+
 #: Rows of the design handled at once where a product would otherwise build an ``(m, d)``
 #: temporary (the spectral start, :func:`_rop_apply`): at most this many bytes per chunk.
 _CHUNK_BYTES = 4 * 2**20
@@ -129,7 +131,7 @@ def _factor_products(A, B, U, s, V, low=None):
         dt = low[0].dtype
         alpha, beta = low[0] @ U.astype(dt), low[1] @ V.astype(dt)
         return alpha, beta, np.einsum("kr,kr->k", alpha * s.astype(dt), beta).astype(np.float64)
-    alpha, beta = A @ U, B @ V
+    alpha, beta = design_product(A, U), design_product(B, V)
     return alpha, beta, np.einsum("kr,kr->k", alpha * s, beta)
 
 
@@ -304,7 +306,9 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=_FORCING):
         (``(U S, V^T)``, whose product is ``W``).
     """
     m, d = A.shape
-    low = None if m * 2 * d * r <= direct_max else (A.astype(np.float32), B.astype(np.float32))
+    low = None
+    if m * 2 * d * r > direct_max:  # a float32 design (exact in float32) is its own float32 copy
+        low = (A, B) if A.dtype == np.float32 else (A.astype(np.float32), B.astype(np.float32))
     U, s, V = _spectral_start(A, B, t, r, low=low)
     An, Bn = (A, B) if low is None else low  # row norms, for the equilibration only
     na2 = np.einsum("kd,kd->k", An, An).astype(np.float64)
