@@ -19,15 +19,24 @@ Cost. The iterate is kept as factors ``U S V^T``; with ``alpha_k = U^T a_k`` and
 level 3, and no ``(m, d)`` temporary. Only the spectral start touches ``d x d`` (``O(m d^2)``, once,
 in row chunks of :data:`_CHUNK_BYTES`; in float32 for :func:`_rgn`'s matrix-free runs).
 
-What bounds :func:`_rgn`'s time (``benchmarks/bench_noisy_scale.py``, CPU time, one BLAS thread):
-each CGLS iteration costs four ``(m, d) x (d, r)`` float32 products, ``4 r / d`` of the oracle's
-``m d^2`` multiply-adds (an eighth at ``d = 1024``, ``r = 32``; measured 1/12 of the oracle's own
-time, float32 GEMM being faster than the oracle's float64). The normal operator of ``m`` Gaussian
-rank-one projections on the ``n = r (2d - r)``-dimensional tangent space has a Marchenko-Pastur-like
-spectrum, on which conjugate gradients gain ``(1/2) ln(m / n)`` nats per iteration (measured 0.3
-at ``m = 2 n``): from the spectral start to the measurements' rounding (30 nats) that is about 100
-iterations at the default ``m = 2 n``, 52 at ``4 n`` and 34 at ``8 n`` (``d = 512``, ``r = 16``),
-whatever the forcing schedule (one long solve and many short ones cost the same).
+What bounds :func:`_rgn`'s time (``benchmarks/bench_noisy_scale.py``, CPU time, one BLAS thread;
+``d = 1024``, ``r = 32``, ``n = r (2d - r) = 64,512``, ``m = 2 n``). Each conjugate-gradient iteration
+applies the tangent normal operator once: four ``(m, d) x (d, r)`` float32 products, ``4 m d r``
+multiply-adds, ``4 r / d`` (an eighth) of the oracle's ``m d^2`` float64 ones (its scores
+``W x_N``). It runs at 37--39 GMAC/s, the AVX2 float32 peak of OpenBLAS's kernel here
+(16 multiply-adds a cycle), against the oracle's 20--22 GMAC/s in float64: 0.44 s, 1/14 of the
+oracle's 6.1--6.7 s. The normal operator of ``m`` Gaussian rank-one projections on the
+``n``-dimensional tangent space has a Marchenko-Pastur-like spectrum, on which conjugate gradients
+gain at most ``(1/2) ln(m / n)`` nats per iteration (0.35 at ``m = 2 n``); from the spectral start
+(relative residual 1.3) to the measurements' rounding (1e-13) is 30 nats, so at least 87
+iterations (measured: 98, in 8 Gauss-Newton iterations), whatever the forcing schedule (one long
+solve and many short ones cost the same): 6.3 oracle-times. With the design (``2 m d`` normals,
+0.67 oracle-times), the spectral start (``m d^2`` float32 multiply-adds and a ``d x d`` SVD, 0.55)
+and the residuals (10 fits of two ``(m, d) x (d, r)`` products, 0.6), the floor is about 9 times
+the oracle, measured 10.3 (62.5 CPU s against 6.06, at a load of 10 on 2 cores). Three times the
+oracle is out of reach at any ``m``: the oracle, the design and the spectral start all grow with
+``m`` and take 2.2 oracle-times before the first iteration, which leaves the iterations and the
+residuals 0.8, about 10 iterations, ``(1/2) ln(m / n) >= 3``: ``m >= 400 n``.
 
 Layer: shared numerics (see :mod:`companion.numerics`); no import from ``companion``. Private:
 the learners call it, users call ``learn_low_rank(..., method="rgn")`` and ``learn_low_rank_noisy``.
