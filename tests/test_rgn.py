@@ -383,3 +383,25 @@ def test_learn_low_rank_rgn_measures_its_float32_design_exactly():
     t, _ = lowrank.measure_bilinear(ValueQueryOracle(head), A, B, head.v)
     exact = np.einsum("kd,de,ke->k", A.astype(np.float64), head.W, B.astype(np.float64))
     assert np.allclose(t, exact, rtol=1e-9, atol=1e-12 * np.abs(exact).max())
+
+
+def test_forcing_cap_leaves_far_solves_loose_and_still_steps():
+    # the tangent solves' forcing is the residual, capped at _FORCING = 0.5 (the default): a cap
+    # ten times smaller (the previous 3e-2 is between) spends more inner iterations for the same
+    # exact W; ten times larger, a start with relative residual above 1 gets rtol > 1, no step,
+    # and the run stalls (measured 99 inner iterations, 112 with the cap at 0.05, 117 at 3e-2; at
+    # d = 30, r = 3 the cap 0.5 takes 113 against 105 at 3e-2: the gain is at larger sizes)
+    A, B, _, W, r = _problem(d=48, r=4, ratio=2.0)
+    t = rgn._rop_apply(A, B, W)
+
+    def run(**kw):
+        What, info = rgn._rgn(A, B, t, r, max_iter=50, tol=1e-13, direct_max=0, **kw)
+        return np.linalg.norm(What - W) / np.linalg.norm(W), info
+
+    default = run()
+    runs = {f: run(forcing=f) for f in (0.5, 0.05, 5.0, 3e-2)}
+    assert default[1]["residuals"] == runs[0.5][1]["residuals"] and default[0] < 1e-10
+    assert default[1]["residuals"][0] > 1.0                            # the start's residual
+    assert runs[0.05][0] < 1e-10 and runs[0.05][1]["lsqr_iterations"] > default[1]["lsqr_iterations"]
+    assert runs[3e-2][1]["lsqr_iterations"] > default[1]["lsqr_iterations"]
+    assert runs[5.0][1]["lsqr_iterations"] == 0 and runs[5.0][0] > 0.1
