@@ -38,7 +38,8 @@ oracle is out of reach at any ``m``: the oracle, the design and the spectral sta
 ``m`` and take 2.2 oracle-times before the first iteration, which leaves the iterations and the
 residuals 0.8, about 10 iterations, ``(1/2) ln(m / n) >= 3``: ``m >= 400 n``.
 
-Layer: shared numerics (see :mod:`companion.numerics`); no import from ``companion``. Private:
+Layer: shared numerics (see :mod:`companion.numerics`); imports only :mod:`companion.numerics.rop`
+(:func:`~companion.numerics.rop.design_product`), nothing from ``companion`` above. Private:
 the learners call it, users call ``learn_low_rank(..., method="rgn")`` and ``learn_low_rank_noisy``.
 """
 
