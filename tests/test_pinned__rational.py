@@ -212,3 +212,18 @@ def test_fit_rows_joint_chunks_give_the_same_rows_as_one_batch():
     tiny = rat.fit_rows_joint(s, Gs, X, cs, Rs, max_bytes=1)  # one row per chunk (max(1, .))
     for a, b in zip(one, tiny):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_fit_row_joint_minpack_fallback_runs_between_1e4_floor_and_1e_6_relative():
+    s, G, X, c, R = _row_data(seed=6)
+    # iters=0: no damped step; a start 1e-9 off misfits between 1e4 (eps scale)^2 |G| and
+    # (1e-6 scale)^2 |G|: MINPACK finishes (iterations = its evaluations, > 0).
+    g1, R1, info = rat.fit_row_joint(s, G, X, c * (1 + 1e-9), R + 1e-9, iters=0)
+    assert info["iterations"] > 0
+    assert info["residual"] <= 1e3 * EPS * info["scale"]
+    # a start 1e-3 off misfits above (1e-6 scale)^2 |G|: no fallback, the start comes back.
+    g2, R2, info2 = rat.fit_row_joint(s, G, X, c * (1 + 1e-3), R + 1e-3, iters=0)
+    assert info2["iterations"] == 0
+    np.testing.assert_array_equal(R2, R + 1e-3)
+    Z = sig(s[None, :, None] + (X @ R2.T)[:, None, :])
+    assert info2["residual"] == pytest.approx(float(np.max(np.abs(Z @ g2 - G))), rel=1e-9)

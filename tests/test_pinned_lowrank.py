@@ -305,3 +305,48 @@ def test_rgn_failure_threshold_has_the_absolute_floor_1e_8(monkeypatch):
     monkeypatch.setattr(lowrank, "_rgn", fake(1.01e-8))
     with pytest.raises(SolverError):
         lowrank.learn_low_rank(_oracle(d, r), r, method="rgn", verify=0)
+
+
+# --- the sketch's rank detection and its rank_tol diagnosis ------------------------------------
+
+
+def _two_scale_head(s2, d=5, seed=0):
+    from companion.attention import SingleHead
+
+    rng = np.random.default_rng(seed)
+    U, _ = np.linalg.qr(rng.standard_normal((d, 2)))
+    V, _ = np.linalg.qr(rng.standard_normal((d, 2)))
+    return SingleHead((U * [1.0, s2]) @ V.T, rng.standard_normal(d))
+
+
+def test_sketch_detection_grows_the_cross_to_rank_plus_1_and_spends_k_2d_minus_k():
+    d = 5
+    rec = lowrank.learn_low_rank(ValueQueryOracle(_two_scale_head(1e-3, d)), None, method="sketch")
+    g = rec.diagnostics
+    assert rec.rank == g["rank_detected"] == 2 and g["rank_used"] == 2
+    k = g["cross_size"]
+    assert k == 3  # the first k with fewer than k nonzero singular values
+    assert g["n_measurements"] == k * (2 * d - k)
+    assert g["rank_tol_used"] == 1e-8  # float64 answers: rank_tol itself
+    assert rec.n_learning_queries == d + k * (2 * d - k)
+
+
+def test_sketch_refusal_names_rank_tol_when_it_cut_real_singular_values():
+    import re
+
+    with pytest.raises(OracleInconsistentError) as exc:
+        lowrank.learn_low_rank(ValueQueryOracle(_two_scale_head(1e-3)), None, method="sketch", rank_tol=1e-2)
+    msg = str(exc.value)
+    assert "rank_tol=0.01 counted 1 singular value(s) of the 2 x 2 core as zero" in msg
+    assert "returned at rank 1" in msg
+    shown = float(re.search(r"relative ([0-9.e-]+), all above", msg).group(1))
+    assert 1e-8 < shown <= 1e-2  # cut: above the rounding floor, at most rank_tol
+    assert f"Lower rank_tol below {shown:.3g}" in msg
+
+
+def test_sketch_refusal_at_rank_tol_1_says_every_singular_value_was_cut():
+    with pytest.raises(OracleInconsistentError) as exc:
+        lowrank.learn_low_rank(ValueQueryOracle(_two_scale_head(1e-3)), None, method="sketch", rank_tol=1.0)
+    msg = str(exc.value)
+    assert "counted every singular value of the 1 x 1 core as zero" in msg
+    assert "none exceeds the largest" in msg and "returned at rank 0" in msg

@@ -330,3 +330,40 @@ def test_learn_canonical_n_points_default_is_4H_plus_4_with_H_8_when_unknown():
     with pytest.raises(BudgetExceededError):
         mh.learn_canonical(oracle, verify=0)
     assert oracle.n_queries == 0
+
+
+# --- the counts route's documented labelling rules --------------------------------------------
+
+
+def test_counts_route_constants():
+    assert mh._START_TOL == 1e-6
+    assert mh._MATCH_TOL == 1e-3
+    assert mh._WELL_CONDITIONED == 1e-4
+    assert mh._REPAIR_FACTOR == 3.0
+
+
+def test_count_terms_smallest_h_resolving_a_quarter_and_half_the_best():
+    t = 1e-6  # resolved: misfit <= _START_TOL (equality counts)
+    # h = 1 resolves 1/4 (= 0.25 >= quarter, but < half of h = 2's 3/4); h = 2 resolves 3/4
+    misfit = np.array([[t, 1, 1, 1], [t, t, t, 1], [t, t, t, t]])
+    assert mh._count_terms(misfit) == 2
+    # h = 1 at 2/4 = half of h = 2's 4/4: the smallest such h
+    assert mh._count_terms(np.array([[t, t, 1, 1], [t, t, t, t]])) == 1
+    # below a quarter nowhere resolved enough
+    assert mh._count_terms(np.array([[1.0] * 5, [t, 1, 1, 1, 1]])) is None
+    assert mh._count_terms(np.array([[np.nextafter(t, 1)] * 4, [t, 1, 1, 1]])) == 2
+
+
+def test_rough_is_a_misfit_above_1e_10_of_the_scale():
+    assert mh._rough(np.array([2e-10, float(np.nextafter(2e-10, 1))]), np.array([2.0, 2.0])).tolist() == [False, True]
+
+
+def test_apart_heads_farther_than_2e_2_of_the_largest_amplitude():
+    g = np.array([50.0, 10.0, 11.0, 12.5])  # largest 50: a gap must exceed 2e-2 * 50 = 1 (exactly 1: not apart)
+    assert mh._apart(g).tolist() == [True, False, False, True]
+
+
+def test_agreeing_pairs_within_1e_2_of_a_pairs_largest_amplitude():
+    gs = np.array([[1.0, 2.0], [1.0, 2.0 + 0.019], [1.0 + 0.021, 2.0], [5.0, 6.0]])
+    assert mh._agreeing(gs).tolist() == [True, True, False, False]
+    assert mh._agreeing(gs, fit=np.array([False, True, True, True])).tolist() == [False, True, False, False]
