@@ -227,3 +227,12 @@ def test_fit_row_joint_minpack_fallback_runs_between_1e4_floor_and_1e_6_relative
     np.testing.assert_array_equal(R2, R + 1e-3)
     Z = sig(s[None, :, None] + (X @ R2.T)[:, None, :])
     assert info2["residual"] == pytest.approx(float(np.max(np.abs(Z @ g2 - G))), rel=1e-9)
+
+
+def test_fit_free_tries_at_most_K_minus_1_over_2_terms_by_default():
+    s = np.linspace(-3, 3, 6)  # K = 6: at most (6 - 1) // 2 = 2 terms
+    g = rat.logistic_sum(s, np.array([1.0, -0.8, 0.6]), np.array([-2.0, 0.0, 2.0]))
+    c, l, _ = rat.fit_free(s, g)
+    assert c.size <= 2
+    c1, _, _ = rat.fit_free(s, g, max_terms=1)
+    assert c1.size <= 1

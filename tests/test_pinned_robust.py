@@ -503,3 +503,16 @@ def test_norm_bound_check_starts_above_1_plus_rtol_W_max():
     W[0, 0] = 3.0
     fit = np.einsum("kd,de,ke->k", A, W, B)
     assert robust._check_norm_bound(W, fit, fit.copy(), np.full(m, 1e3), W_max=2.0, rtol=0.1) is None
+
+
+def test_learn_robust_lstsq_refuses_a_W_hat_above_W_max_plus_its_bound():
+    # Exact answers, stated tau = 1e-13: eps_W_bound is tiny, so ||W_hat||_F = ||W*||_F is refused
+    # for W_max just below it (by more than sqrt(eps) W_max) and accepted at W_max = ||W*||_F.
+    W = np.diag([0.6, -0.8, 0.0])  # ||W||_F = 1: every column norm below it, no logit clipped
+    head = SingleHead(W, np.array([0.3, -0.5, 0.4]))
+    oracle = ApproxValueQueryOracle(head, 1e-13, noise="none")
+    rec = robust.learn_robust_lstsq(oracle, W_max=1.0, repeats=1, verify=0)
+    assert rec.diagnostics["eps_W_bound"] < 1e-9
+    np.testing.assert_allclose(rec.W, W, atol=1e-9)
+    with pytest.raises(OracleInconsistentError, match="exceeds W_max"):
+        robust.learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-13, noise="none"), W_max=1.0 - 1e-6, repeats=1, verify=0)
