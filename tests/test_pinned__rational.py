@@ -43,7 +43,9 @@ def test_sensitivity_is_eps_scale_over_the_smallest_singular_value():
     assert rat._sensitivity(np.zeros((3, 0)), 1.0) == math.inf
     s, c, l = np.linspace(-2, 2, 6), np.array([1.0, -0.5]), np.array([0.2, 1.0])
     J = rat.logistic_jacobian(s, c, l)
-    assert rat.pair_sensitivity(s, c, l, 3.0) == pytest.approx(EPS * 3.0 / np.linalg.svd(J, compute_uv=False)[-1], rel=1e-12)
+    assert rat.pair_sensitivity(s, c, l, 3.0) == pytest.approx(
+        EPS * 3.0 / np.linalg.svd(J, compute_uv=False)[-1], rel=1e-12
+    )
 
 
 @pytest.mark.parametrize("n_points, max_len", [(5, 5), (9, 12), (24, 25)])
@@ -80,7 +82,9 @@ def test_negative_real_rule_at_im_equal_1e_6_abs_lam():
         y = 1e-6 * abs(complex(-1.0, y))
     lam_edge = complex(-1.0, y)
     assert abs(lam_edge.imag) == 1e-6 * abs(lam_edge)
-    lam = np.array([lam_edge, complex(-1.0, y * (1 + 1e-9)), complex(-1.0, y * (1 - 1e-9)), -2.0 + 0j, 0.0 + 0j, 3.0 + 0j])
+    lam = np.array(
+        [lam_edge, complex(-1.0, y * (1 + 1e-9)), complex(-1.0, y * (1 - 1e-9)), -2.0 + 0j, 0.0 + 0j, 3.0 + 0j]
+    )
     assert rat._negative_real(lam).tolist() == [True, False, True, True, False, False]
     lam10 = np.array([complex(-1.0, 5e-6)])  # 5e-6 relative: complex at 1e-6
     assert not rat._negative_real(lam10)[0]

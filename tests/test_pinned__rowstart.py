@@ -5,7 +5,6 @@ rewritten this round). ``ACCEPT``, the rule ``misfit <= accept * max |G|``, the 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from companion import _rowstart as rs
 from companion._rational import ratio_design

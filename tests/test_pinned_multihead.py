@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from companion import multihead as mh
-from companion.attention import MultiHead, SingleHead
+from companion.attention import MultiHead
 from companion.errors import BudgetExceededError, InvalidInputError, OracleInconsistentError
 from companion.oracles import ValueQueryOracle
 
@@ -118,7 +118,9 @@ def test_match_heads_errors_are_relative_frobenius_and_l2():
     out = mh.match_heads(ref, est)
     assert out["pairs"] == [(0, 1), (1, 0)]
     assert out["W_errors"][0] == pytest.approx(np.linalg.norm(0.01 * np.eye(2)) / np.linalg.norm(np.eye(2)), rel=1e-12)
-    assert out["W_errors"][1] == pytest.approx(np.linalg.norm(np.full((2, 2), 0.02)) / np.linalg.norm(2 * np.eye(2)), rel=1e-12)
+    assert out["W_errors"][1] == pytest.approx(
+        np.linalg.norm(np.full((2, 2), 0.02)) / np.linalg.norm(2 * np.eye(2)), rel=1e-12
+    )
     assert out["v_errors"][0] == pytest.approx(0.01, rel=1e-12)
     assert out["v_errors"][1] == pytest.approx(0.2 / 2.0, rel=1e-12)
     assert out["max_W_error"] == max(out["W_errors"]) and out["max_v_error"] == max(out["v_errors"])

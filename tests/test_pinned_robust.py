@@ -53,7 +53,9 @@ def test_clipped_logit_clips_to_tau_clip_and_one_minus_it():
     ref = np.log(np.clip(a, lo, 1 - lo) / (1 - np.clip(a, lo, 1 - lo)))
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-15)
     assert out.min() == pytest.approx(-0.5, rel=1e-12) and out.max() == pytest.approx(0.5, rel=1e-12)
-    np.testing.assert_allclose(robust.clipped_logit(a, tau_clip=0.1), np.log(np.clip(a, 0.1, 0.9) / (1 - np.clip(a, 0.1, 0.9))), rtol=1e-12)
+    np.testing.assert_allclose(
+        robust.clipped_logit(a, tau_clip=0.1), np.log(np.clip(a, 0.1, 0.9) / (1 - np.clip(a, 0.1, 0.9))), rtol=1e-12
+    )
     with pytest.raises(InvalidInputError):
         robust.clipped_logit(a, tau_clip=0.5)
     robust.clipped_logit(a, tau_clip=float(np.nextafter(0.5, 0)))
@@ -267,8 +269,12 @@ def test_lstsq_error_bound_formula_and_rank_doubling(R):
     eW, ev = robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R)
     assert ev == pytest.approx(math.sqrt(d) * delta_v, rel=1e-13)
     assert eW == pytest.approx(eps * math.sqrt(d * (4 * d - 3)), rel=1e-12)
-    assert robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R, rank=2)[0] == pytest.approx(2 * eW, rel=1e-14)
-    assert robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R, rank=d)[0] == pytest.approx(eW, rel=1e-14)
+    assert robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R, rank=2)[0] == pytest.approx(
+        2 * eW, rel=1e-14
+    )
+    assert robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R, rank=d)[0] == pytest.approx(
+        eW, rel=1e-14
+    )
 
 
 def test_lstsq_error_bound_infinite_at_v_inf_equal_2_delta_v():
@@ -288,7 +294,9 @@ def test_learn_robust_lstsq_budget_is_n_queries_lstsq_plus_verify():
     with pytest.raises(BudgetExceededError):
         robust.learn_robust_lstsq(oracle, W_max=3.0, repeats=R, verify=verify)
     assert oracle.n_queries == 0
-    rec = robust.learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-7, budget=need), W_max=3.0, repeats=R, verify=verify)
+    rec = robust.learn_robust_lstsq(
+        ApproxValueQueryOracle(head, 1e-7, budget=need), W_max=3.0, repeats=R, verify=verify
+    )
     assert rec.n_queries == need and rec.n_learning_queries == robust.n_queries_lstsq(d, R)
 
 
@@ -355,7 +363,9 @@ def test_noisy_default_m_is_ceil_3_dof_and_budget_d_plus_m_plus_verify():
     with pytest.raises(BudgetExceededError):
         robust.learn_low_rank_noisy(oracle, r, W_max=3.0, verify=verify)
     assert oracle.n_queries == 0
-    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-6, budget=d + m + verify), r, W_max=3.0, verify=verify)
+    rec = robust.learn_low_rank_noisy(
+        ApproxValueQueryOracle(head, 1e-6, budget=d + m + verify), r, W_max=3.0, verify=verify
+    )
     assert rec.diagnostics["n_measurements"] == m
     assert rec.n_queries == d + m + verify and rec.n_learning_queries == d + m
 
@@ -515,4 +525,6 @@ def test_learn_robust_lstsq_refuses_a_W_hat_above_W_max_plus_its_bound():
     assert rec.diagnostics["eps_W_bound"] < 1e-9
     np.testing.assert_allclose(rec.W, W, atol=1e-9)
     with pytest.raises(OracleInconsistentError, match="exceeds W_max"):
-        robust.learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-13, noise="none"), W_max=1.0 - 1e-6, repeats=1, verify=0)
+        robust.learn_robust_lstsq(
+            ApproxValueQueryOracle(head, 1e-13, noise="none"), W_max=1.0 - 1e-6, repeats=1, verify=0
+        )
