@@ -528,3 +528,18 @@ def test_learn_robust_lstsq_refuses_a_W_hat_above_W_max_plus_its_bound():
         robust.learn_robust_lstsq(
             ApproxValueQueryOracle(head, 1e-13, noise="none"), W_max=1.0 - 1e-6, repeats=1, verify=0
         )
+
+
+def test_ambiguity_with_an_offset_measures_the_distance_from_W_hat():
+    rng = np.random.default_rng(3)
+    d, m = 4, 20
+    A, B = rng.standard_normal((m, d)), rng.standard_normal((m, d))
+    u, v = rng.standard_normal(d), rng.standard_normal(d)
+    u, v = u / np.linalg.norm(u), v / np.linalg.norm(v)
+    factors = (2.0 * u[:, None], v[None, :])  # W_0 = 2 u v^T
+    D = np.outer(u, v)
+    offset = 0.1 * rng.standard_normal((d, d))  # W_0 - W_hat
+    got = robust._ambiguity(A, B, np.zeros(m), np.full(m, 1e300), factors, W_max=3.0, offset=offset)
+    # s in [-(2 + 3), 3 - 2] along D (||W_0 + s D||_F <= 3); the distance is ||offset + s D||_F
+    ref = max(np.linalg.norm(offset + x * D) for x in (-5.0, 1.0))
+    assert got == pytest.approx(ref, rel=1e-12)
