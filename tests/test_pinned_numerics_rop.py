@@ -121,7 +121,7 @@ def test_rop_scales_are_the_largest_c_with_both_tokens_in_the_ball_and_logit_in_
 
 def test_rop_scales_each_of_the_three_constraints_binds_somewhere():
     # a ~ 0, b unit: the logit bound is vacuous and ||a + b|| = ||b|| = 1 -> c = 1.
-    c = rop.rop_scales(np.array([[1e-300, 0.0]]), np.array([[1.0, 0.0]]), W_max=1.0)
+    c = rop.rop_scales(np.array([[1e-100, 0.0]]), np.array([[1.0, 0.0]]), W_max=1.0)
     assert c[0] == pytest.approx(1.0, rel=1e-12)
     # a = -b/2, ||b|| = 2: ||a + b|| = 1, so 1/||b|| = 1/2 binds (logit: sqrt(0.5 / (1e-3 * 2)) = 15.8).
     c = rop.rop_scales(np.array([[-1.0, 0.0]]), np.array([[2.0, 0.0]]), W_max=1e-3)
