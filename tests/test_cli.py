@@ -324,6 +324,36 @@ def test_cite_without_a_name_lists_what_the_chapter_published(results_tmp, capsy
                    "02_exact_learning published: a_value, b_value.\n")
 
 
+def test_compare_takes_the_committed_chapters_tolerances_too(tmp_path, capsys):
+    """A run without its results JSON beside it (copied elsewhere) was compared with no tolerance at
+    all, so a glued value published with rtol=0.1 that moved within it was a difference; make test
+    takes the committed chapter's tolerances and the run's together, and so does compare now."""
+    import shutil
+
+    run = tmp_path / "01_definitions.ipynb"
+    shutil.copy(cli.chapters()["01_definitions"], run)
+    nb = json.loads(run.read_text())
+    hits = 0
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            if (out.get("metadata") or {}).get("scrapbook", {}).get("name") == "ident_min_sv":
+                key = "application/papermill.record/text/plain"
+                assert out["data"][key] == "'5e-03'"                         # published with rtol=0.1
+                out["data"][key] = "'5.9e-03'"      # beyond the printed digits, within rtol=0.1
+                hits += 1
+    assert hits == 1
+    run.write_text(json.dumps(nb))
+    assert not run.with_suffix(".json").exists()
+    assert cli.main(["compare", str(run)]) == 0, capsys.readouterr().out
+    capsys.readouterr()
+    for cell in nb["cells"]:                       # 5e-03 -> 8e-03: outside rtol=0.1 and the printed digit
+        for out in cell.get("outputs", []):
+            if (out.get("metadata") or {}).get("scrapbook", {}).get("name") == "ident_min_sv":
+                out["data"]["application/papermill.record/text/plain"] = "'8e-03'"
+    run.write_text(json.dumps(nb))
+    assert cli.main(["compare", str(run)]) == 1
+
+
 def test_compare_a_run_with_the_committed_chapter(tmp_path, capsys):
     """A re-run is compared with the committed notebook by the contract nbval uses: the same
     outputs exit 0; a moved number exits 1 and is named with its code cell; other parameters are

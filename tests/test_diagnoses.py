@@ -332,6 +332,53 @@ def test_ffn_refuses_a_stated_float32_oracle_before_any_query():
     assert ffn.align_networks(rec.A, rec.w_o, net.A, net.w_o)["direction_error"] < 1e-9
 
 
+def _keep_bits(f, bits):
+    """An oracle target whose answers keep ``bits`` significant bits (round to nearest)."""
+
+    class Rounded:
+        d = f.d
+
+        def __call__(self, X):
+            m, e = np.frexp(np.asarray(f(np.asarray(X)), dtype=np.float64))
+            return np.ldexp(np.round(np.ldexp(m, bits)), e - bits)
+
+    return Rounded()
+
+
+def test_ffn_reads_float32_off_its_verification_answers_before_the_kink_search():
+    """Before: a network served in float32 that does not state it cost the kink search on every one
+    of max_planes=3 planes (about 1e5 queries each) before the refusal named the rounding. Now the
+    answers at the verification points (random, so a float64 server's need all 53 bits) show 24
+    bits, and the refusal comes after the 2d linear-part and the verify=64 verification queries."""
+    from companion import ffn
+    from companion.errors import PrecisionError
+
+    net = ffn.random_feedforward(4, 3, seed=0)
+    oracle = ValueQueryOracle(_f32_answers(net))
+    with pytest.raises(PrecisionError, match=r"u=6e-08 \(float32\?\).*not run: the answers at the 64 "
+                       r"verification points carry at most 24 significant bits"):
+        ffn.learn_ffn(oracle)
+    assert oracle.n_queries == 2 * 4 + 64
+
+
+@pytest.mark.parametrize("bits, refused", [(42, True), (43, False)])
+def test_ffn_granularity_refusal_starts_at_coarse_factor_times_float64(bits, refused):
+    """The early refusal is at u = 2**-bits > COARSE_FACTOR * 2**-53 = 2**-43: answers kept to 42 bits
+    are refused before the kink search; at 43 bits the learner runs and recovers the network."""
+    from companion import ffn
+    from companion.errors import PrecisionError
+
+    net = ffn.random_feedforward(4, 3, seed=0)
+    oracle = ValueQueryOracle(_keep_bits(net, bits))
+    if refused:
+        with pytest.raises(PrecisionError, match="at most 42 significant bits"):
+            ffn.learn_ffn(oracle)
+        assert oracle.n_queries == 2 * 4 + 64
+    else:
+        rec = ffn.learn_ffn(oracle)
+        assert ffn.align_networks(rec.A, rec.w_o, net.A, net.w_o)["direction_error"] < 1e-9
+
+
 def test_noisy_low_rank_coarse_tau_does_not_blame_W_max():
     """Chapter 05's tau sweep: a head inside W_max = 4 (d = 10, rank 2) at tau = 1e-3 with m = 2 r(2d - r)
     and verify=0 gives ||W_hat||_F = 10.3, but the answers leave its scale open (along W_hat's direction

@@ -1,5 +1,6 @@
 """The reproducibility contract's comparison (companion.nbcompare), and that nbval uses it."""
 
+import json
 import types
 
 import pytest
@@ -86,6 +87,14 @@ def test_glue_tolerances_come_from_the_results_file(results_tmp):
     assert nbcompare.glue_tolerances(results_tmp / "99_demo.json") == {
         "bits": {"rtol": 0.0, "atol": 3.0, "integers": True}}
     assert nbcompare.glue_tolerances(results_tmp / "missing.json") == {}
+    # Several files: the later one's tolerance wins for a name both publish; a missing one adds nothing.
+    first = results_tmp / "99_demo.json"
+    second = results_tmp / "other.json"
+    second.write_text(json.dumps({"values": {"bits": {"value": 1.0, "tolerance": {"rtol": 0.5, "atol": 0.0}},
+                                             "amp": {"value": 2.0, "tolerance": {"rtol": 0.1, "atol": 0.0}}}}))
+    assert nbcompare.glue_tolerances(first, results_tmp / "missing.json", second) == {
+        "bits": {"rtol": 0.5, "atol": 0.0, "integers": True}, "amp": {"rtol": 0.1, "atol": 0.0, "integers": True}}
+    assert nbcompare.glue_tolerances(second, first)["bits"] == {"rtol": 0.0, "atol": 3.0, "integers": True}
 
 
 def test_a_published_tolerance_covers_an_integer_formatted_glue():

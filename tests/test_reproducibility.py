@@ -194,8 +194,7 @@ def stop() -> None:
 
 def compare(path: Path, out: Path):
     """(differences, summary) of a re-executed chapter ``out`` against the committed ``path``."""
-    glue = nbcompare.glue_tolerances(ROOT / "data" / "results" / f"{path.stem}.json") \
-        | nbcompare.glue_tolerances(out.parent / f"{path.stem}.json")
+    glue = nbcompare.glue_tolerances(ROOT / "data" / "results" / f"{path.stem}.json", out.parent / f"{path.stem}.json")
     stats: dict = {}
     diffs = nbcompare.compare_notebooks(nbformat.read(path, as_version=4), nbformat.read(out, as_version=4),
                                         glue=glue, stats=stats)

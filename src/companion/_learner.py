@@ -248,6 +248,25 @@ class AnswerPrecision:
         self.n_queries += m["n_queries"]
         return True
 
+    def read(self, answers) -> bool:
+        """Read ``u`` off answers already asked, if nobody stated it; True if this changed it.
+
+        ``u = 2**-p`` for the most significant bits ``p`` of any answer
+        (:func:`companion.oracles.significant_bits`): no query is spent. Meant for answers at
+        random points, where a float64 server's need all 53 bits; it sees a server that returns
+        its format's values (float32 answers have at most 24 bits).
+        """
+        if self.source is not None:
+            return False
+        from .oracles import nearest_format, significant_bits
+
+        bits = significant_bits(answers)
+        if not bits:
+            return False
+        self.u = 2.0**-bits
+        self.format, self.source = nearest_format(self.u), "measured"
+        return True
+
     def describe(self) -> str:
         if self.u is None:
             return "the answers' precision is not stated (float64 assumed)"

@@ -768,8 +768,9 @@ def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
 
     The outputs of every code cell are compared as ``make test`` compares them
     (:func:`companion.nbcompare.compare_notebooks`: numbers exactly unless a tolerance applies,
-    rounding level, figures present), with the tolerances the run published (its results JSON
-    beside it, ``<notebook>.json``).
+    rounding level, figures present), with the tolerances the committed chapter published
+    (``data/results/<chapter>.json``) and those the run published (its results JSON beside it,
+    ``<notebook>.json``), the run's taking precedence.
 
     Parameters
     ----------
@@ -811,9 +812,9 @@ def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
         notes = [f"{k}={ours.get(k)!r} (committed: {theirs.get(k)!r})" for k in theirs if ours.get(k) != theirs[k]]
     except (OSError, ValueError, AttributeError):
         pass
-    found = nbcompare.compare_notebooks(
-        nbformat.read(committed, as_version=4), test, glue=nbcompare.glue_tolerances(run_json)
-    )
+    # The tolerances the committed chapter and the run published, as make test takes them.
+    glue = nbcompare.glue_tolerances(book_results_dir() / f"{committed.stem}.json", run_json)
+    found = nbcompare.compare_notebooks(nbformat.read(committed, as_version=4), test, glue=glue)
     return notes, [f"code cell {i}: {d}" for i, diffs in sorted(found.items()) for d in diffs]
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 
-from ._learner import names_rounding, refuse_stated_rounding
+from ._learner import COARSE_FACTOR, FLOAT64_U, AnswerPrecision, names_rounding, refuse_stated_rounding
 from ._validation import as_float_array, as_sequences, check_int, check_real
 from .errors import (
     InvalidInputError,
@@ -766,16 +766,17 @@ def _merge_neurons(U, c, quality, tol=1e-6):
 #: The FFN learner locates kinks by intersecting lines through answers exact to float64 rounding:
 #: a refusal at float32 or coarser answers names the rounding, not a target outside the bias-free
 #: ReLU class (companion._learner.names_rounding, measured on one-token queries).
-_names_rounding = names_rounding(
-    lambda learner, prec, err: (
+def _rounding_advice(learner, prec, err):
+    return (
         f"{learner} refused, and {prec.describe()}: its kink search intersects lines through "
         "answers exact to float64 rounding, and rounding at this level bends every piece (the "
         "search then finds kinks everywhere), so this refusal is the answers' rounding, not a "
         "target outside the bias-free ReLU class. No FFN learner here works from answers this "
         f"coarse; ask a float64 server. (The search said: {err})"
-    ),
-    one_token=True,
-)
+    )
+
+
+_names_rounding = names_rounding(_rounding_advice, one_token=True)
 
 
 @_names_rounding
@@ -838,10 +839,12 @@ def learn_ffn(
         If on every one of the ``max_planes`` planes :func:`find_kinks` found two kinks along a line
         closer than float64 resolves (see its Notes): a plane where that happens is redrawn. Also
         before any query if the oracle states a rounding ``2**10`` times float64's or coarser
-        (``oracle.precision``, float32 or coarser); and instead of ``OracleInconsistentError``
-        when such rounding is measured after the refusal (16 one-token queries,
-        :func:`companion.oracles.measure_one_token_precision`): the message names the rounding,
-        not the target.
+        (``oracle.precision``, float32 or coarser); after the ``2d`` linear-part and the
+        ``verify`` verification queries if those answers (at random points) carry so few
+        significant bits (:func:`companion.oracles.significant_bits`: float32's 24, not float64's
+        53); and instead of ``OracleInconsistentError`` when such rounding is measured after the
+        refusal (16 one-token queries, :func:`companion.oracles.measure_one_token_precision`):
+        the message names the rounding, not the target.
 
     Notes
     -----
@@ -908,6 +911,20 @@ def learn_ffn(
     before = oracle.n_queries
     y_check = f(X_check) if verify else np.zeros(0)
     n_verify = oracle.n_queries - before
+    # The verification points are random, so a float64 server's answers there need all 53 bits:
+    # answers with COARSE_FACTOR times float64's rounding or coarser (float32 has 24 bits) are
+    # refused now, before the kink search spends its queries on them (it would fail on every
+    # plane, about 1e5 queries each at d = 32, and be refused for the same rounding).
+    prec = AnswerPrecision(oracle, seed=seed + 7)
+    if prec.read(y_check) and prec.u > COARSE_FACTOR * FLOAT64_U:
+        raise PrecisionError(
+            _rounding_advice(
+                "learn_ffn",
+                prec,
+                f"not run: the answers at the {verify} verification points carry at most "
+                f"{round(-np.log2(prec.u))} significant bits",
+            )
+        )
     failures = []
     n_close = 0  # planes refused because two kinks along a line were closer than float64 resolves
     for plane in range(max_planes):

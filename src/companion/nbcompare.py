@@ -260,16 +260,25 @@ def cell_rules(cell) -> list[dict]:
     return [rules] if isinstance(rules, dict) else list(rules)
 
 
-def glue_tolerances(results_file) -> dict:
-    """``{name: {"rtol", "atol"}}`` for every value published with a tolerance in a results JSON."""
-    path = Path(results_file)
-    if not path.is_file():
-        return {}
-    values = json.loads(path.read_text(encoding="utf-8")).get("values", {})
-    # A published tolerance covers the glued text however it is formatted ("{:.0f}" prints 14).
-    return {
-        k: {**v["tolerance"], "integers": True} for k, v in values.items() if isinstance(v, dict) and v.get("tolerance")
-    }
+def glue_tolerances(*results_files) -> dict:
+    """``{name: {"rtol", "atol"}}`` for every value published with a tolerance in results JSONs.
+
+    With several files (the committed chapter's, then a re-run's), a name takes the tolerance of
+    the last file that publishes one for it; a missing file adds nothing.
+    """
+    out: dict = {}
+    for results_file in results_files:
+        path = Path(results_file)
+        if not path.is_file():
+            continue
+        values = json.loads(path.read_text(encoding="utf-8")).get("values", {})
+        # A published tolerance covers the glued text however it is formatted ("{:.0f}" prints 14).
+        out.update(
+            (k, {**v["tolerance"], "integers": True})
+            for k, v in values.items()
+            if isinstance(v, dict) and v.get("tolerance")
+        )
+    return out
 
 
 def _flatten(outputs):

@@ -55,6 +55,7 @@ __all__ = [
     "unit_roundoff",
     "round_to",
     "nearest_format",
+    "significant_bits",
 ]
 
 #: The environment variable of the perturbation test mode (module docstring).
@@ -347,8 +348,31 @@ def stated_precision(oracle):
     return None if u is None else float(u)
 
 
-def _significant_bits(y: np.ndarray) -> int:
-    """The most significant bits any nonzero entry of ``y`` needs (53 for a full float64)."""
+def significant_bits(y) -> int:
+    """The most significant bits any nonzero finite entry of ``y`` needs (53 for a full float64).
+
+    An answer computed in float64 at a random point needs all 53 bits of its significand (the
+    chance that its last ``k`` bits are 0 is ``2**-k``); one rounded to float32 needs at most 24,
+    to bfloat16 at most 8. So ``2**-significant_bits(y)`` bounds the relative rounding of a server
+    that returns its format's values, read off answers already asked (no query). Zeros, NaN and
+    infinities are skipped; 0 if nothing is left.
+
+    Parameters
+    ----------
+    y : array_like of float
+        Answers, any shape.
+
+    Returns
+    -------
+    int
+        In ``0 .. 53``.
+
+    Examples
+    --------
+    >>> x = np.random.default_rng(0).standard_normal(8)
+    >>> significant_bits(x), significant_bits(x.astype(np.float32)), significant_bits([0.5, 3.0])
+    (53, 24, 2)
+    """
     y = np.asarray(y, dtype=np.float64)
     y = y[(y != 0) & np.isfinite(y)]
     if y.size == 0:
@@ -436,7 +460,7 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     )
     rms = float(np.sqrt(np.mean(Y**2)))
     u_spread = float(np.median(Y.max(axis=0) - Y.min(axis=0)) / rms) if rms > 0 else 0.0
-    bits = _significant_bits(Y)
+    bits = significant_bits(Y)
     u_gran = 2.0**-bits if bits else 0.0
     u = max(u_spread, u_gran)
     return {
@@ -496,7 +520,7 @@ def measure_one_token_precision(oracle, *, n=8, seed=0) -> dict:
     y1, y3 = y[:n], y[n:] / 3.0
     rms = float(np.sqrt(np.mean(y1**2)))
     u_spread = float(np.median(np.abs(y3 - y1)) / rms) if rms > 0 else 0.0
-    bits = _significant_bits(y)
+    bits = significant_bits(y)
     u = 2.0**-bits if bits else 0.0
     return {"u": u, "u_spread": u_spread, "bits": bits, "format": nearest_format(u), "n_queries": 2 * n}
 
