@@ -369,3 +369,15 @@ def test_agreeing_pairs_within_1e_2_of_a_pairs_largest_amplitude():
     gs = np.array([[1.0, 2.0], [1.0, 2.0 + 0.019], [1.0 + 0.021, 2.0], [5.0, 6.0]])
     assert mh._agreeing(gs).tolist() == [True, True, False, False]
     assert mh._agreeing(gs, fit=np.array([False, True, True, True])).tolist() == [False, True, False, False]
+
+
+@pytest.mark.parametrize("orthogonal", [True, False])
+def test_probe_hessian_is_sym_sum_v_h_W_h_x0_from_d_d_plus_1_queries(orthogonal):
+    d = 4
+    t = mh.random_multi_head(d, 2, orthogonal=orthogonal, seed=1)
+    x0 = np.array([0.5, -0.5, 0.5, 0.5])
+    oracle = ValueQueryOracle(t)
+    M = mh.probe_hessian(oracle, t.vs.sum(0), x0)
+    assert oracle.n_queries == d * (d + 1)
+    exact = sum(np.outer(vh, W @ x0) + np.outer(W @ x0, vh) for W, vh in zip(t.Ws, t.vs)) / 2
+    np.testing.assert_allclose(M, exact, atol=1e-7 * np.max(np.abs(exact)))
