@@ -350,3 +350,41 @@ def test_sketch_refusal_at_rank_tol_1_says_every_singular_value_was_cut():
     msg = str(exc.value)
     assert "counted every singular value of the 1 x 1 core as zero" in msg
     assert "none exceeds the largest" in msg and "returned at rank 0" in msg
+
+
+def test_sketch_with_a_given_rank_refuses_a_nonzero_r_plus_1_th_core_value_only_when_k_exceeds_r():
+    head = _two_scale_head(1e-3)  # rank 2
+    with pytest.raises(OracleInconsistentError, match="singular value 2 of the 2 x 2 core is nonzero"):
+        lowrank.learn_low_rank(ValueQueryOracle(head), 1, method="sketch", oversample=1)
+    # oversample = 0: k = r, no core check; the verification refuses instead
+    with pytest.raises(OracleInconsistentError, match="verification failed"):
+        lowrank.learn_low_rank(ValueQueryOracle(head), 1, method="sketch", oversample=0)
+
+
+def test_nuclear_rank_message_says_determined_from_m_equal_d_squared():
+    checked = {"verify_tolerance": 1e-6, "n_verify_queries": 32}
+    sv = np.array([1.0, 0.5])
+    with pytest.raises(OracleInconsistentError) as at:
+        lowrank._check_nuclear_rank(sv, 1, 4, 16, 1e-8, checked)
+    with pytest.raises(OracleInconsistentError) as below:
+        lowrank._check_nuclear_rank(sv, 1, 4, 15, 1e-8, checked)
+    assert "one feasible point" in str(at.value) and "one feasible point" not in str(below.value)
+
+
+def test_learn_low_rank_documented_defaults():
+    import inspect
+
+    p = inspect.signature(lowrank.learn_low_rank).parameters
+    documented = {
+        "method": "nuclear",
+        "oversample": 1,
+        "rank_tol": 1e-8,
+        "scale": "auto",
+        "solver_eps": 1e-9,
+        "max_iter": 50,
+        "tol": 1e-13,
+        "verify": 32,
+        "verify_rtol": 1e-6,
+        "seed": 0,
+    }
+    assert {k: p[k].default for k in documented} == documented

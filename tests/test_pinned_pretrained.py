@@ -156,3 +156,13 @@ def test_learn_homogeneous_head_needs_d_plus_1_at_least_2():
     pt.learn_homogeneous_head(ValueQueryOracle(random_single_head(2, seed=0)), verify=0)
     with pytest.raises(InvalidInputError):
         pt.learn_homogeneous_head(ValueQueryOracle(random_single_head(1, seed=0)), verify=0)
+
+
+def test_factor_scored_head_answers_as_the_dense_head_to_rounding():
+    from companion.attention import SingleHead
+
+    head = pt.load_head(3, 2)
+    dense = SingleHead(np.asarray(head.W), np.asarray(head.v))
+    X = pt.homogeneous(np.random.default_rng(4).standard_normal((3, 6, 384)))
+    y, y_dense = head(X), dense(X)
+    np.testing.assert_allclose(y, y_dense, rtol=1e-12, atol=1e-12 * np.max(np.abs(y_dense)))

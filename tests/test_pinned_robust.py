@@ -543,3 +543,65 @@ def test_ambiguity_with_an_offset_measures_the_distance_from_W_hat():
     # s in [-(2 + 3), 3 - 2] along D (||W_0 + s D||_F <= 3); the distance is ||offset + s D||_F
     ref = max(np.linalg.norm(offset + x * D) for x in (-5.0, 1.0))
     assert got == pytest.approx(ref, rel=1e-12)
+
+
+def _norm_bound_case(nW, c, W_max=2.0, rtol=0.1, seed=5):
+    """W = nW e_1 e_1^T, exact fit, bounds delta_k = c |g_k|: the allowed s along W's direction is
+    [-c, c] (up to the sqrt(eps) max |t| rounding margin)."""
+    rng = np.random.default_rng(seed)
+    d, m = 3, 30
+    A, B = rng.standard_normal((m, d)), rng.standard_normal((m, d))
+    W = np.zeros((d, d))
+    W[0, 0] = nW
+    fit = np.einsum("kd,de,ke->k", A, W, B)
+    return W, fit, c * np.abs(fit / nW), dict(W_max=W_max, rtol=rtol)
+
+
+@pytest.mark.parametrize(
+    "nW, c, refused",
+    [
+        (2.25, 0.01, True),  # pinned (0.01 <= 0.225) and 2.24 > 2.2: refused
+        (2.25, 0.1, False),  # pinned, but 2.25 - 0.1 = 2.15 <= 2.2: a head within W_max (1 + rtol)
+        (10.0, 0.5, True),  # pinned (0.5 <= 1.0), 9.5 > 2.2
+        (10.0, 1.5, False),  # 1.5 > rtol ||W|| = 1: the answers leave the scale open
+    ],
+)
+def test_norm_bound_refuses_only_a_pinned_scale_all_above_1_plus_rtol_W_max(nW, c, refused):
+    W, fit, delta, kw = _norm_bound_case(nW, c)
+    if refused:
+        with pytest.raises(OracleInconsistentError, match="pin its scale"):
+            robust._check_norm_bound(W, fit, fit.copy(), delta, **kw)
+    else:
+        assert robust._check_norm_bound(W, fit, fit.copy(), delta, **kw) is None
+
+
+def test_noisy_learner_at_tau_0_reports_no_certification_keys():
+    head = _low_rank_head()
+    rec = robust.learn_low_rank_noisy(ValueQueryOracle(head), 1, W_max=3.0)
+    g = rec.diagnostics
+    assert g["tau"] == 0.0
+    for key in ("fit_ratio", "ambiguity_W", "excess_norm_W"):
+        assert key not in g
+    np.testing.assert_allclose(rec.W, head.W, rtol=1e-6, atol=1e-8)
+
+
+def test_noisy_learners_documented_defaults():
+    import inspect
+
+    p = inspect.signature(robust.learn_low_rank_noisy).parameters
+    documented = {
+        "method": "rgn",
+        "logit_max": 0.5,
+        "solver_eps": 1e-7,
+        "max_iter": 30,
+        "verify": 32,
+        "verify_rtol": 0.1,
+    }
+    assert {k: p[k].default for k in documented} == documented
+    for f, extra in ((robust.learn_robust, {}), (robust.learn_robust_lstsq, {"repeats": 4, "scale": "best"})):
+        p = inspect.signature(f).parameters
+        assert {k: p[k].default for k in ("verify", "verify_rtol", *extra)} == {
+            "verify": 32,
+            "verify_rtol": 0.1,
+            **extra,
+        }
