@@ -15,6 +15,13 @@ import pytest
 
 from companion import _rational as rat
 
+
+def approx(expected, rel=1e-6, abs=0.0):
+    """``pytest.approx`` without its default absolute tolerance 1e-12, which would accept any value
+    next to the tiny ones pinned here (rounding sensitivities of 1e-15, slacks of 1e-16)."""
+    return pytest.approx(expected, rel=rel, abs=abs)
+
+
 EPS = float(np.finfo(float).eps)
 
 
@@ -32,20 +39,18 @@ def test_logistic_sum_and_its_jacobian():
     for k, si in enumerate(s):
         for h in range(2):
             z = sig(si + l[h])
-            assert J[k, h] == pytest.approx(z, rel=1e-14)
-            assert J[k, 2 + h] == pytest.approx(c[h] * z * (1 - z), rel=1e-14)
+            assert J[k, h] == approx(z, rel=1e-14)
+            assert J[k, 2 + h] == approx(c[h] * z * (1 - z), rel=1e-14)
 
 
 def test_sensitivity_is_eps_scale_over_the_smallest_singular_value():
     J = np.array([[3.0, 0.0], [0.0, 0.5], [0.0, 0.0]])
-    assert rat._sensitivity(J, 2.0) == pytest.approx(EPS * 2.0 / 0.5, rel=1e-14)
+    assert rat._sensitivity(J, 2.0) == approx(EPS * 2.0 / 0.5, rel=1e-14)
     assert rat._sensitivity(np.zeros((3, 2)), 1.0) == math.inf
     assert rat._sensitivity(np.zeros((3, 0)), 1.0) == math.inf
     s, c, l = np.linspace(-2, 2, 6), np.array([1.0, -0.5]), np.array([0.2, 1.0])
     J = rat.logistic_jacobian(s, c, l)
-    assert rat.pair_sensitivity(s, c, l, 3.0) == pytest.approx(
-        EPS * 3.0 / np.linalg.svd(J, compute_uv=False)[-1], rel=1e-12
-    )
+    assert rat.pair_sensitivity(s, c, l, 3.0) == approx(EPS * 3.0 / np.linalg.svd(J, compute_uv=False)[-1], rel=1e-12)
 
 
 @pytest.mark.parametrize("n_points, max_len", [(5, 5), (9, 12), (24, 25)])
@@ -56,7 +61,7 @@ def test_count_pairs_are_coprime_within_max_len_sorted_and_span_log_max_len_minu
     s = np.log(n / m)
     assert np.all(np.diff(s) > 0) and n.size <= n_points
     S = math.log(max_len - 1)
-    assert s[0] == pytest.approx(-S, rel=1e-14) and s[-1] == pytest.approx(S, rel=1e-14)
+    assert s[0] == approx(-S, rel=1e-14) and s[-1] == approx(S, rel=1e-14)
 
 
 def test_count_pairs_example():
@@ -71,7 +76,7 @@ def test_ratio_design_has_2H_distinct_ratios_from_1_over_2H_to_2H_with_at_most_2
     assert np.all(n >= 1) and np.all(m >= 1) and int((n + m).max()) <= 2 * H + 1
     r = n / m
     assert len(set(r.tolist())) == 2 * H
-    assert r.min() == pytest.approx(1 / (2 * H), rel=1e-15) and r.max() == pytest.approx(2 * H, rel=1e-15)
+    assert r.min() == approx(1 / (2 * H), rel=1e-15) and r.max() == approx(2 * H, rel=1e-15)
     assert np.all(np.gcd(n, m) == 1)
 
 
@@ -114,11 +119,11 @@ def test_interpolate_pairs_nan_for_a_positive_pole_and_realised_otherwise():
     r = n / m
     G = np.vstack([r / (r + 0.5), r / (r - 4.0)])  # poles -0.5 (a head) and +4 (none)
     g_hat, l_hat = rat.interpolate_pairs(r, G, 1)
-    assert l_hat[0, 0] == pytest.approx(-math.log(0.5), rel=1e-10)
-    assert g_hat[0, 0] == pytest.approx(1.0, rel=1e-10)
+    assert l_hat[0, 0] == approx(-math.log(0.5), rel=1e-10)
+    assert g_hat[0, 0] == approx(1.0, rel=1e-10)
     assert np.isnan(l_hat[1, 0]) and np.isnan(g_hat[1, 0])
     g_r, l_r = rat.interpolate_pairs(r, G, 1, realise=True)
-    assert l_r[1, 0] == pytest.approx(-math.log(4.0), rel=1e-10)  # -|Re lam| = -4: p = 4
+    assert l_r[1, 0] == approx(-math.log(4.0), rel=1e-10)  # -|Re lam| = -4: p = 4
     assert np.all(np.isfinite(g_r))
 
 
@@ -143,9 +148,9 @@ def test_fit_free_finds_the_number_of_terms_and_reports_residual_and_scale():
     np.testing.assert_allclose(l_hat, l, atol=1e-7)
     np.testing.assert_allclose(c_hat, c, atol=1e-7)
     assert info["scale"] == float(np.max(np.abs(g)))
-    assert info["residual"] == pytest.approx(np.max(np.abs(rat.logistic_sum(s, c_hat, l_hat) - g)), rel=1e-6, abs=1e-15)
+    assert info["residual"] == approx(np.max(np.abs(rat.logistic_sum(s, c_hat, l_hat) - g)), rel=1e-6, abs=1e-15)
     J = rat.logistic_jacobian(s, c_hat, l_hat)
-    assert info["sensitivity"] == pytest.approx(EPS * info["scale"] / np.linalg.svd(J, compute_uv=False)[-1], rel=1e-6)
+    assert info["sensitivity"] == approx(EPS * info["scale"] / np.linalg.svd(J, compute_uv=False)[-1], rel=1e-6)
     assert np.isnan(rat.fit_free(s, g, sensitivity=False)[2]["sensitivity"])
 
 
@@ -161,7 +166,7 @@ def test_fit_shifts_with_known_amplitudes():
     g = rat.logistic_sum(s, c, l)
     l_hat, info = rat.fit_shifts(s, g, c, l + 0.05)
     np.testing.assert_allclose(l_hat, l, atol=1e-9)
-    assert info["residual"] == pytest.approx(np.max(np.abs(rat.logistic_sum(s, c, l_hat) - g)), rel=1e-6, abs=1e-16)
+    assert info["residual"] == approx(np.max(np.abs(rat.logistic_sum(s, c, l_hat) - g)), rel=1e-6, abs=1e-16)
 
 
 def _row_data(K=6, d=2, H=2, seed=3):
@@ -186,7 +191,7 @@ def test_fit_row_recovers_the_row_and_its_sensitivity_is_eps_scale_over_sigma_mi
     dZ = c_hat * Z * (1 - Z)
     J = np.concatenate([Z.reshape(-1, 2), (dZ[..., None] * X[:, None, None, :]).reshape(-1, 4)], axis=1)
     smin = np.linalg.svd(J, compute_uv=False)[-1]
-    assert info["sensitivity"] == pytest.approx(EPS * info["scale"] / smin, rel=1e-6)
+    assert info["sensitivity"] == approx(EPS * info["scale"] / smin, rel=1e-6)
 
 
 @pytest.mark.parametrize("batched", [False, True])
@@ -203,7 +208,7 @@ def test_joint_row_fits_recover_the_row_and_report_residual_and_scale(batched):
     np.testing.assert_allclose(R2, R, atol=1e-9)
     assert scale == float(np.max(np.abs(G)))
     Z = sig(s[None, :, None] + (X @ R2.T)[:, None, :])
-    assert res == pytest.approx(float(np.max(np.abs(Z @ g2 - G))), rel=1e-6, abs=1e-16)
+    assert res == approx(float(np.max(np.abs(Z @ g2 - G))), rel=1e-6, abs=1e-16)
     assert res <= 1e3 * EPS * scale
 
 
@@ -230,7 +235,7 @@ def test_fit_row_joint_minpack_fallback_runs_between_1e4_floor_and_1e_6_relative
     assert info2["iterations"] == 0
     np.testing.assert_array_equal(R2, R + 1e-3)
     Z = sig(s[None, :, None] + (X @ R2.T)[:, None, :])
-    assert info2["residual"] == pytest.approx(float(np.max(np.abs(Z @ g2 - G))), rel=1e-9)
+    assert info2["residual"] == approx(float(np.max(np.abs(Z @ g2 - G))), rel=1e-9)
 
 
 def test_fit_free_tries_at_most_K_minus_1_over_2_terms_by_default():
@@ -240,3 +245,44 @@ def test_fit_free_tries_at_most_K_minus_1_over_2_terms_by_default():
     assert c.size <= 2
     c1, _, _ = rat.fit_free(s, g, max_terms=1)
     assert c1.size <= 1
+
+
+def _noisy(G, level, seed):
+    return G + level * np.random.default_rng(seed).uniform(-1, 1, G.shape)
+
+
+def test_fits_report_the_largest_misfit_of_what_they_return_on_noisy_data():
+    # Noise of 1e-6 keeps every misfit far above rounding, so the reported residual is a real number.
+    s = np.linspace(-3, 3, 11)
+    g = _noisy(rat.logistic_sum(s, np.array([1.0, -0.6]), np.array([-0.8, 0.9])), 1e-6, 0)
+    c_hat, l_hat, info = rat.fit_free(s, g)
+    assert 1e-8 < info["residual"] < 1e-5
+    assert info["residual"] == approx(np.max(np.abs(rat.logistic_sum(s, c_hat, l_hat) - g)), rel=1e-6)
+    c, l = np.array([0.7, 1.2]), np.array([-0.5, 0.4])
+    s4 = np.linspace(-2, 2, 6)
+    g4 = _noisy(rat.logistic_sum(s4, c, l), 1e-6, 1)
+    l_hat, info = rat.fit_shifts(s4, g4, c, l + 0.05)
+    assert 1e-8 < info["residual"] < 1e-5
+    assert info["residual"] == approx(np.max(np.abs(rat.logistic_sum(s4, c, l_hat) - g4)), rel=1e-6)
+    _, _, gamma, lp = _pairs_data(seed=1)
+    sp = np.linspace(-2, 2, 8)  # more samples than the 2 H = 4 unknowns: a real misfit
+    Gn = _noisy(np.einsum("psh,ph->ps", sig(sp[None, :, None] + lp[:, None, :]), gamma), 1e-6, 2)
+    g1, l1, res = rat.polish_pairs(sp, Gn, gamma * 1.01, lp + 0.01)
+    Z = sig(sp[None, :, None] + l1[:, None, :])
+    assert np.all(res > 1e-9)
+    np.testing.assert_allclose(res, np.max(np.abs(np.einsum("psh,ph->ps", Z, g1) - Gn), axis=1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_joint_row_fits_report_the_largest_misfit_on_noisy_data(batched):
+    s, G, X, c, R = _row_data(seed=4)
+    Gn = _noisy(G, 1e-6, 3)
+    if batched:
+        g2, R2, res, _ = rat.fit_rows_joint(s, Gn[None], X, (c * 1.001)[None], (R + 0.001)[None])
+        g2, R2, res = g2[0], R2[0], res[0]
+    else:
+        g2, R2, info = rat.fit_row_joint(s, Gn, X, c * 1.001, R + 0.001)
+        res = info["residual"]
+    Z = sig(s[None, :, None] + (X @ R2.T)[:, None, :])
+    assert 1e-8 < res < 1e-5
+    assert res == approx(float(np.max(np.abs(Z @ g2 - Gn))), rel=1e-6)

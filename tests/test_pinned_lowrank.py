@@ -17,6 +17,12 @@ from companion.errors import BudgetExceededError, InvalidInputError, NotIdentifi
 from companion.oracles import ValueQueryOracle
 
 
+def approx(expected, rel=1e-6, abs=0.0):
+    """``pytest.approx`` without its default absolute tolerance 1e-12, which would accept any value
+    next to the tiny ones pinned here (rounding sensitivities of 1e-15, slacks of 1e-16)."""
+    return pytest.approx(expected, rel=rel, abs=abs)
+
+
 def _oracle(d, r, seed=0, budget=None):
     return ValueQueryOracle(random_single_head(d, rank=r, seed=seed), budget=budget)
 
@@ -143,7 +149,7 @@ def test_measure_bilinear_at_a_fixed_scale_divides_the_logit_by_c_squared():
     exact = np.einsum("kd,de,ke->k", A, head.W, B)
     np.testing.assert_allclose(t, exact, rtol=1e-9)
     np.testing.assert_array_equal(info["scales"], np.full(6, 0.3))
-    assert info["max_abs_logit"] == pytest.approx(np.max(np.abs(0.09 * exact)), rel=1e-9)
+    assert info["max_abs_logit"] == approx(np.max(np.abs(0.09 * exact)), rel=1e-9)
     np.testing.assert_allclose(info["av"], A @ head.v, rtol=1e-15)
     np.testing.assert_allclose(info["bv"], B @ head.v, rtol=1e-15)
     assert info["n_requeries"] == 0 and oracle.n_queries == 6
@@ -229,7 +235,7 @@ def test_sign_normalised_svd_top_r_with_largest_entry_of_each_left_vector_positi
         ref = np.linalg.svd(W, compute_uv=False)
         assert sv.shape == (3,)
         np.testing.assert_allclose(sv[:2], ref[:2], rtol=1e-12)
-        assert sv[2] == pytest.approx(0.0, abs=1e-12)
+        assert sv[2] == approx(0.0, abs=1e-12)
 
 
 # --- nuclear rank check -------------------------------------------------------------------
@@ -265,10 +271,10 @@ def test_nuclear_rank_check_skips_when_no_r_plus_1_th_value_or_W_zero():
 
 
 def test_transition_point_interpolates_linearly_and_counts_equality_as_reached():
-    assert lowrank.transition_point([1.0, 2.0, 3.0], [0.0, 0.2, 0.8]) == pytest.approx(2.5, rel=1e-15)
+    assert lowrank.transition_point([1.0, 2.0, 3.0], [0.0, 0.2, 0.8]) == approx(2.5, rel=1e-15)
     assert lowrank.transition_point([1.0, 2.0, 3.0, 4.0], [0.0, 0.5, 0.5, 1.0]) == 2.0  # rate == level hits
     assert lowrank.transition_point([1.0, 2.0], [0.6, 1.0]) == 1.0
-    assert lowrank.transition_point([1.0, 2.0], [0.6, 1.0], level=0.8) == pytest.approx(1.5, rel=1e-15)
+    assert lowrank.transition_point([1.0, 2.0], [0.6, 1.0], level=0.8) == approx(1.5, rel=1e-15)
     assert math.isnan(lowrank.transition_point([1.0, 2.0], [0.1, 0.4]))
     with pytest.raises(InvalidInputError):
         lowrank.transition_point([1.0, 1.0], [0.0, 1.0])  # not strictly increasing

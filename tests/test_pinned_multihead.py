@@ -19,6 +19,12 @@ from companion.errors import BudgetExceededError, InvalidInputError, OracleIncon
 from companion.oracles import ValueQueryOracle
 
 
+def approx(expected, rel=1e-6, abs=0.0):
+    """``pytest.approx`` without its default absolute tolerance 1e-12, which would accept any value
+    next to the tiny ones pinned here (rounding sensitivities of 1e-15, slacks of 1e-16)."""
+    return pytest.approx(expected, rel=rel, abs=abs)
+
+
 def _model(Ws, vs):
     return MultiHead(np.asarray(Ws, float), np.asarray(vs, float))
 
@@ -117,20 +123,20 @@ def test_match_heads_errors_are_relative_frobenius_and_l2():
     est = _model([2 * np.eye(2) + 0.02, np.eye(2) * 1.01, 5 * np.eye(2)], [[0.0, 2.2], [1.0, 0.01], [1.0, 1.0]])
     out = mh.match_heads(ref, est)
     assert out["pairs"] == [(0, 1), (1, 0)]
-    assert out["W_errors"][0] == pytest.approx(np.linalg.norm(0.01 * np.eye(2)) / np.linalg.norm(np.eye(2)), rel=1e-12)
-    assert out["W_errors"][1] == pytest.approx(
+    assert out["W_errors"][0] == approx(np.linalg.norm(0.01 * np.eye(2)) / np.linalg.norm(np.eye(2)), rel=1e-12)
+    assert out["W_errors"][1] == approx(
         np.linalg.norm(np.full((2, 2), 0.02)) / np.linalg.norm(2 * np.eye(2)), rel=1e-12
     )
-    assert out["v_errors"][0] == pytest.approx(0.01, rel=1e-12)
-    assert out["v_errors"][1] == pytest.approx(0.2 / 2.0, rel=1e-12)
+    assert out["v_errors"][0] == approx(0.01, rel=1e-12)
+    assert out["v_errors"][1] == approx(0.2 / 2.0, rel=1e-12)
     assert out["max_W_error"] == max(out["W_errors"]) and out["max_v_error"] == max(out["v_errors"])
     assert out["unmatched_reference"] == [] and out["unmatched_estimate"] == [2]
 
 
 def test_match_heads_error_is_absolute_against_a_zero_reference():
     out = mh.match_heads(_model([np.zeros((2, 2))], [[0.0, 0.0]]), _model([np.full((2, 2), 0.5)], [[0.3, 0.4]]))
-    assert out["W_errors"][0] == pytest.approx(1.0, rel=1e-14)
-    assert out["v_errors"][0] == pytest.approx(0.5, rel=1e-14)
+    assert out["W_errors"][0] == approx(1.0, rel=1e-14)
+    assert out["v_errors"][0] == approx(0.5, rel=1e-14)
 
 
 @pytest.mark.parametrize("rel, same", [(0.9e-8, True), (1.1e-8, False)])
@@ -174,7 +180,7 @@ def test_verify_model_disagreement_formula_and_its_rtol_at_equality():
     target = mh.random_multi_head(4, 2, seed=0)
     model = _model(target.Ws, target.vs * np.array([[1.0], [1.0 + 1e-4]]))
     err = mh.verify_model(ValueQueryOracle(target), model, 12, rtol=1.0, seed=3)
-    assert err == pytest.approx(_disagreement(target, model, 4, 12, 3), rel=1e-9)
+    assert err == approx(_disagreement(target, model, 4, 12, 3), rel=1e-9)
     assert mh.verify_model(ValueQueryOracle(target), model, 12, rtol=err, seed=3) == err
     with pytest.raises(OracleInconsistentError):
         mh.verify_model(ValueQueryOracle(target), model, 12, rtol=float(np.nextafter(err, 0)), seed=3)

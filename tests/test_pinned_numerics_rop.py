@@ -15,6 +15,12 @@ import pytest
 from companion.numerics import rop
 
 
+def approx(expected, rel=1e-6, abs=0.0):
+    """``pytest.approx`` without its default absolute tolerance 1e-12, which would accept any value
+    next to the tiny ones pinned here (rounding sensitivities of 1e-15, slacks of 1e-16)."""
+    return pytest.approx(expected, rel=rel, abs=abs)
+
+
 def _sigma(x):
     return 1.0 / (1.0 + math.exp(-x))
 
@@ -43,7 +49,7 @@ def test_rop_answer_identity_gives_c_times_bv_plus_sigma_of_c2_aWb_times_av():
     for k in range(6):
         t = float(A[k] @ head.W @ B[k])
         expected = c[k] * (B[k] @ head.v + _sigma(c[k] ** 2 * t) * (A[k] @ head.v))
-        assert y[k] == pytest.approx(expected, rel=1e-12)
+        assert y[k] == approx(expected, rel=1e-12)
 
 
 def test_small_av_floor_constant_is_1e_3():
@@ -122,15 +128,15 @@ def test_rop_scales_are_the_largest_c_with_both_tokens_in_the_ball_and_logit_in_
 def test_rop_scales_each_of_the_three_constraints_binds_somewhere():
     # a ~ 0, b unit: the logit bound is vacuous and ||a + b|| = ||b|| = 1 -> c = 1.
     c = rop.rop_scales(np.array([[1e-100, 0.0]]), np.array([[1.0, 0.0]]), W_max=1.0)
-    assert c[0] == pytest.approx(1.0, rel=1e-12)
+    assert c[0] == approx(1.0, rel=1e-12)
     # a = -b/2, ||b|| = 2: ||a + b|| = 1, so 1/||b|| = 1/2 binds (logit: sqrt(0.5 / (1e-3 * 2)) = 15.8).
     c = rop.rop_scales(np.array([[-1.0, 0.0]]), np.array([[2.0, 0.0]]), W_max=1e-3)
-    assert c[0] == pytest.approx(0.5, rel=1e-12)
+    assert c[0] == approx(0.5, rel=1e-12)
     # a = b = e_1: 1/||a + b|| = 1/2 binds at W_max = 1 (sqrt(0.5) = 0.707), the logit at W_max = 100.
     A = B = np.array([[1.0, 0.0]])
-    assert rop.rop_scales(A, B, W_max=1.0)[0] == pytest.approx(0.5, rel=1e-12)
-    assert rop.rop_scales(A, B, W_max=100.0)[0] == pytest.approx(math.sqrt(0.5 / 100.0), rel=1e-12)
-    assert rop.rop_scales(A, B, W_max=2.0)[0] == pytest.approx(0.5, rel=1e-12)  # both exactly 1/2
+    assert rop.rop_scales(A, B, W_max=1.0)[0] == approx(0.5, rel=1e-12)
+    assert rop.rop_scales(A, B, W_max=100.0)[0] == approx(math.sqrt(0.5 / 100.0), rel=1e-12)
+    assert rop.rop_scales(A, B, W_max=2.0)[0] == approx(0.5, rel=1e-12)  # both exactly 1/2
 
 
 def _error_bound_reference(alpha_hat, tau, c, A, B, av_hat, x):
@@ -167,8 +173,8 @@ def test_rop_error_bound_caps_the_logit_error_at_twice_logit_max_over_c2():
     A = B = np.ones((1, 2))
     c = np.array([0.5])
     delta, d_alpha = rop.rop_error_bound(np.array([0.5]), tau=1.0, c=c, A=A, B=B, av_hat=np.array([1.0]))
-    assert d_alpha[0] == pytest.approx(1.0 * (2.0 + 2.0 + _sigma(0.5) * 2.0), rel=1e-12)
-    assert delta[0] == pytest.approx(2 * 0.5 / 0.25, rel=1e-12)
+    assert d_alpha[0] == approx(1.0 * (2.0 + 2.0 + _sigma(0.5) * 2.0), rel=1e-12)
+    assert delta[0] == approx(2 * 0.5 / 0.25, rel=1e-12)
 
 
 def test_rop_error_bound_small_tau_slope_is_one_over_p_one_minus_p_at_the_worse_end():
@@ -179,5 +185,5 @@ def test_rop_error_bound_small_tau_slope_is_one_over_p_one_minus_p_at_the_worse_
     delta, d_alpha = rop.rop_error_bound(np.array([0.6]), tau=tau, c=c, A=A, B=B, av_hat=av)
     da = tau * (1.0 + 1.0 + _sigma(0.5) * 1.0) / 2.0
     p = 0.6 + da
-    assert d_alpha[0] == pytest.approx(da, rel=1e-13)
-    assert delta[0] == pytest.approx(da / (p * (1 - p)), rel=1e-12)
+    assert d_alpha[0] == approx(da, rel=1e-13)
+    assert delta[0] == approx(da / (p * (1 - p)), rel=1e-12)

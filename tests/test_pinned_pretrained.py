@@ -19,6 +19,12 @@ from companion.errors import BudgetExceededError, InvalidInputError
 from companion.oracles import ValueQueryOracle
 
 
+def approx(expected, rel=1e-6, abs=0.0):
+    """``pytest.approx`` without its default absolute tolerance 1e-12, which would accept any value
+    next to the tiny ones pinned here (rounding sensitivities of 1e-15, slacks of 1e-16)."""
+    return pytest.approx(expected, rel=rel, abs=abs)
+
+
 def _softmax(z):
     e = np.exp(z - z.max())
     return e / e.sum()
@@ -47,7 +53,7 @@ def test_bert_attention_output_of_one_head_recomputed_from_its_slices():
     bh = pt.load_bert_head(1, 3)
     c = pt.default_readout()
     ref = c @ (_bert_head_output(X, bh) + bh.b_O)  # the output bias once
-    assert pt.bert_attention_output(X, 1, head=3) == pytest.approx(ref, rel=1e-11)
+    assert pt.bert_attention_output(X, 1, head=3) == approx(ref, rel=1e-11)
     vec = pt.bert_attention_vector(X, 1, head=3)
     np.testing.assert_allclose(vec, _bert_head_output(X, bh) + bh.b_O, rtol=1e-10, atol=1e-12)
 
@@ -64,7 +70,7 @@ def test_default_readout_is_a_unit_vector_from_the_stored_draw():
     c = pt.default_readout()
     g = np.asarray(pt.load_weights()["readout"], dtype=np.float64)
     np.testing.assert_allclose(c, g / np.linalg.norm(g), rtol=1e-15)
-    assert float(c @ c) == pytest.approx(1.0, rel=1e-14)
+    assert float(c @ c) == approx(1.0, rel=1e-14)
 
 
 def test_load_head_without_bias_is_KtQ_over_sqrt_32_and_VtOtc():
@@ -90,7 +96,7 @@ def test_load_head_with_bias_is_the_homogeneous_merged_head():
     np.testing.assert_allclose(head.v, v, rtol=1e-12, atol=1e-14)
     X = rng.standard_normal((4, 384))
     ref = c @ (_bert_head_output(X, bh) + bh.b_O)
-    assert float(head(pt.homogeneous(X)[None])[0]) == pytest.approx(ref, rel=1e-10)
+    assert float(head(pt.homogeneous(X)[None])[0]) == approx(ref, rel=1e-10)
     with pytest.raises(InvalidInputError):
         pt.load_head(0, 7, readout=np.zeros(384))
 
@@ -118,8 +124,8 @@ def test_cond_1_is_the_1_norm_condition_number():
 
     # ||U||_1 = 11, ||U^-1||_1 = 11 (cond_1 = 121); the inf-norm would give 6 * 6 = 36.
     U = np.array([[1.0, 0.0, 0.0], [5.0, 1.0, 0.0], [5.0, 0.0, 1.0]])
-    assert pt._cond_1(U, lu_factor(U)) == pytest.approx(121.0, rel=1e-12)
-    assert np.linalg.cond(U, 1) == pytest.approx(121.0, rel=1e-12)
+    assert pt._cond_1(U, lu_factor(U)) == approx(121.0, rel=1e-12)
+    assert np.linalg.cond(U, 1) == approx(121.0, rel=1e-12)
 
 
 def test_constants_of_the_homogeneous_learner():
@@ -143,13 +149,21 @@ def test_learn_homogeneous_head_count_budget_and_diagnostics():
     np.testing.assert_allclose(rec.W[: d1 - 1], target.W[: d1 - 1], rtol=1e-9, atol=1e-11)
     np.testing.assert_array_equal(rec.W[d1 - 1], np.zeros(d1))  # the canonical zero last row
     np.testing.assert_allclose(rec.v, target.v, rtol=1e-12, atol=1e-14)
-    assert g["cond_probes"] == pytest.approx(np.linalg.cond(g["probes"], 1), rel=1e-9)
+    assert g["cond_probes"] == approx(np.linalg.cond(g["probes"], 1), rel=1e-9)
     assert g["identifiable"] == "W[:d, :], v"
-    errs = pt.homogeneous_errors(rec, target)
-    assert errs["W"] == pytest.approx(
-        np.linalg.norm(rec.W[: d1 - 1] - target.W[: d1 - 1]) / np.linalg.norm(target.W[: d1 - 1]), rel=1e-12, abs=1e-16
-    )
-    assert errs["v"] == pytest.approx(np.linalg.norm(rec.v - target.v) / np.linalg.norm(target.v), rel=1e-12, abs=1e-16)
+
+
+def test_homogeneous_errors_are_relative_on_the_first_d_rows_and_on_v():
+    from types import SimpleNamespace
+
+    target = random_single_head(4, seed=5)
+    W = target.W.copy()
+    W[:3] += 0.01
+    W[3] += 100.0  # the last row is not identifiable: not counted
+    v = target.v * 1.02
+    errs = pt.homogeneous_errors(SimpleNamespace(W=W, v=v), target)
+    assert errs["W"] == approx(0.01 * math.sqrt(12) / np.linalg.norm(target.W[:3]), rel=1e-12)
+    assert errs["v"] == approx(0.02, rel=1e-12)
 
 
 def test_learn_homogeneous_head_needs_d_plus_1_at_least_2():

@@ -25,6 +25,12 @@ from companion.errors import (
 from companion.oracles import ApproxValueQueryOracle, ValueQueryOracle
 
 
+def approx(expected, rel=1e-6, abs=0.0):
+    """``pytest.approx`` without its default absolute tolerance 1e-12, which would accept any value
+    next to the tiny ones pinned here (rounding sensitivities of 1e-15, slacks of 1e-16)."""
+    return pytest.approx(expected, rel=rel, abs=abs)
+
+
 def sig(x):
     return 1.0 / (1.0 + np.exp(-np.asarray(x, dtype=float)))
 
@@ -36,14 +42,14 @@ EPS = float(np.finfo(float).eps)
 
 
 def test_lemma_6_1_constants():
-    assert robust.TAU_CLIP == pytest.approx(1 / (1 + math.exp(0.5)), rel=1e-15)
-    assert robust.LIPSCHITZ_6_1 == pytest.approx(1 / (sig(0.5) * sig(-0.5)), rel=1e-14)
+    assert robust.TAU_CLIP == approx(1 / (1 + math.exp(0.5)), rel=1e-15)
+    assert robust.LIPSCHITZ_6_1 == approx(1 / (sig(0.5) * sig(-0.5)), rel=1e-14)
     assert 4.25 < robust.LIPSCHITZ_6_1 < 5
     assert robust.THEOREM_6_2_CONSTANT == 80.0
 
 
 def test_margin_rounding_is_4_d_eps_mu():
-    assert robust.margin_rounding(7, 0.3) == pytest.approx(4 * 7 * EPS * 0.3, rel=1e-15)
+    assert robust.margin_rounding(7, 0.3) == approx(4 * 7 * EPS * 0.3, rel=1e-15)
 
 
 def test_clipped_logit_clips_to_tau_clip_and_one_minus_it():
@@ -52,7 +58,7 @@ def test_clipped_logit_clips_to_tau_clip_and_one_minus_it():
     lo = 1 / (1 + math.exp(0.5))
     ref = np.log(np.clip(a, lo, 1 - lo) / (1 - np.clip(a, lo, 1 - lo)))
     np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-15)
-    assert out.min() == pytest.approx(-0.5, rel=1e-12) and out.max() == pytest.approx(0.5, rel=1e-12)
+    assert out.min() == approx(-0.5, rel=1e-12) and out.max() == approx(0.5, rel=1e-12)
     np.testing.assert_allclose(
         robust.clipped_logit(a, tau_clip=0.1), np.log(np.clip(a, 0.1, 0.9) / (1 - np.clip(a, 0.1, 0.9))), rtol=1e-12
     )
@@ -74,21 +80,21 @@ def test_sufficient_tolerance_is_the_min_of_three_terms(eps_W, eps_v, binding):
     mu, W_max, d = 0.2, 3.0, 5
     terms = {"W": mu * eps_W / (80 * W_max**2 * d), "mu": mu / 2, "v": eps_v / math.sqrt(d)}
     got = robust.sufficient_tolerance(mu=mu, eps_W=eps_W, eps_v=eps_v, W_max=W_max, d=d)
-    assert got == pytest.approx(min(terms.values()), rel=1e-14)
-    assert got == pytest.approx(terms[binding], rel=1e-14)
+    assert got == approx(min(terms.values()), rel=1e-14)
+    assert got == approx(terms[binding], rel=1e-14)
 
 
 def test_guaranteed_error_formulas_and_the_mu_over_2_edge():
     mu, W_max, d = 0.2, 3.0, 5
     for tau in (1e-7, 1e-3, 0.1):  # 0.1 = mu / 2 exactly: still guaranteed
         eW, ev = robust.guaranteed_error(tau, mu=mu, W_max=W_max, d=d)
-        assert eW == pytest.approx(80 * W_max**2 * d * tau / mu, rel=1e-14)
-        assert ev == pytest.approx(math.sqrt(d) * tau, rel=1e-14)
+        assert eW == approx(80 * W_max**2 * d * tau / mu, rel=1e-14)
+        assert ev == approx(math.sqrt(d) * tau, rel=1e-14)
     eW, ev = robust.guaranteed_error(float(np.nextafter(0.1, 1)), mu=mu, W_max=W_max, d=d)
     assert eW == ev == math.inf
     # the inverse of sufficient_tolerance
     tau = robust.sufficient_tolerance(mu=mu, eps_W=0.01, eps_v=1.0, W_max=W_max, d=d)
-    assert robust.guaranteed_error(tau, mu=mu, W_max=W_max, d=d)[0] == pytest.approx(0.01, rel=1e-13)
+    assert robust.guaranteed_error(tau, mu=mu, W_max=W_max, d=d)[0] == approx(0.01, rel=1e-13)
 
 
 def test_theorem_6_2_setting_needs_W_max_at_least_2():
@@ -100,13 +106,13 @@ def test_theorem_6_2_setting_needs_W_max_at_least_2():
 def test_random_margin_head_margin_up_to_one_over_sqrt_d():
     head = robust.random_margin_head(4, W_max=3.0, mu=0.5, seed=1)  # mu = 1/sqrt(4): every |v_i| = mu
     np.testing.assert_allclose(np.abs(head.v), 0.5, rtol=1e-15)
-    assert np.linalg.norm(head.W) == pytest.approx(3.0, rel=1e-12)
+    assert np.linalg.norm(head.W) == approx(3.0, rel=1e-12)
     with pytest.raises(InvalidInputError):
         robust.random_margin_head(4, W_max=3.0, mu=float(np.nextafter(0.5, 1)), seed=1)
     head = robust.random_margin_head(9, W_max=3.0, mu=0.1, W_norm=2.0, seed=2)
     assert np.min(np.abs(head.v)) >= 0.1 and np.linalg.norm(head.v) <= 1.0
     assert np.max(np.abs(head.v)) < 1 / 3
-    assert np.linalg.norm(head.W) == pytest.approx(2.0, rel=1e-12)
+    assert np.linalg.norm(head.W) == approx(2.0, rel=1e-12)
 
 
 def test_robust_queries_tokens_are_b_u_plus_a_e_j_then_a_e_j():
@@ -168,14 +174,14 @@ def test_learn_robust_diagnostics_follow_the_documented_formulas():
     rec = robust.learn_robust(ApproxValueQueryOracle(head, tau, noise="none"), W_max=W_max, mu=mu)
     g = rec.diagnostics
     a, b = 0.5, 1 / W_max
-    assert g["a"] == a and g["b"] == pytest.approx(b, rel=1e-15) and g["tau"] == tau
+    assert g["a"] == a and g["b"] == approx(b, rel=1e-15) and g["tau"] == tau
     np.testing.assert_allclose(rec.v, head.v, rtol=1e-12)
-    assert g["min_abs_v"] == pytest.approx(np.min(np.abs(head.v)), rel=1e-12)
-    assert g["eps_W_guaranteed"] == pytest.approx(80 * W_max**2 * d * tau / mu, rel=1e-13)
-    assert g["eps_v_guaranteed"] == pytest.approx(math.sqrt(d) * tau, rel=1e-13)
+    assert g["min_abs_v"] == approx(np.min(np.abs(head.v)), rel=1e-12)
+    assert g["eps_W_guaranteed"] == approx(80 * W_max**2 * d * tau / mu, rel=1e-13)
+    assert g["eps_v_guaranteed"] == approx(math.sqrt(d) * tau, rel=1e-13)
     L = 1 / (sig(0.5) * sig(-0.5))
     post = L * tau * (1 + (1 + a) / b) / (a * b) * math.sqrt(d * np.sum(1 / head.v**2))
-    assert g["eps_W_posterior"] == pytest.approx(post, rel=1e-10)
+    assert g["eps_W_posterior"] == approx(post, rel=1e-10)
     # alpha_hat: the weight of entry (i, j), sigma(a b W_ij); W_hat its clipped logit / (a b)
     np.testing.assert_allclose(g["alpha_hat"], sig(a * b * head.W), rtol=1e-10)
     np.testing.assert_allclose(rec.W, head.W, rtol=1e-8, atol=1e-10)
@@ -215,7 +221,7 @@ def _entry_bound_ref(b, tau, mu, W_max, a=0.5, probe_norm=1.0):
 @pytest.mark.parametrize("b, a, pn", [(0.25, 0.5, 1.0), (0.1, 0.3, 2**0.5), (1.0, 0.5, 1.0)])
 def test_entry_error_bound_formula(b, a, pn):
     got = robust.entry_error_bound(b, tau=1e-4, mu=0.1, W_max=4.0, a=a, probe_norm=pn)
-    assert got == pytest.approx(_entry_bound_ref(b, 1e-4, 0.1, 4.0, a, pn), rel=1e-13)
+    assert got == approx(_entry_bound_ref(b, 1e-4, 0.1, 4.0, a, pn), rel=1e-13)
 
 
 def test_entry_error_bound_is_infinite_from_tau_equal_mu():
@@ -225,14 +231,14 @@ def test_entry_error_bound_is_infinite_from_tau_equal_mu():
 
 def test_best_scale_cap_is_one_minus_a_over_probe_norm_and_interior_minimum_otherwise():
     assert robust.best_scale(4.0) == 0.5
-    assert robust.best_scale(2.0, probe_norm=2**0.5) == pytest.approx(0.5 / 2**0.5, rel=1e-15)
+    assert robust.best_scale(2.0, probe_norm=2**0.5) == approx(0.5 / 2**0.5, rel=1e-15)
     b = robust.best_scale(100.0)
     grid = np.exp(np.linspace(np.log(b) - 1, np.log(min(b * math.e, 0.5)), 2001))
     vals = [_entry_bound_ref(x, 1.0, 2.0, 100.0) for x in grid]
     b_grid = grid[int(np.argmin(vals))]
-    assert b == pytest.approx(b_grid, rel=2e-3)
+    assert b == approx(b_grid, rel=2e-3)
     assert b < 0.5
-    assert b * 0.5 * 100.0 == pytest.approx(2.4, abs=0.05)  # largest logit x = a b W_max near 2.4
+    assert b * 0.5 * 100.0 == approx(2.4, abs=0.05)  # largest logit x = a b W_max near 2.4
 
 
 def test_n_queries_lstsq_is_R_d_plus_d2_plus_R_ceil_sqrt_d_minus_1_d():
@@ -267,14 +273,12 @@ def test_lstsq_error_bound_formula_and_rank_doubling(R):
     delta_v = tau * np.sum(c) / np.sum(c * c)
     eps = max(_lstsq_logit_ref(b, tau, delta_v, v_inf - delta_v, W_max) for b in bs)
     eW, ev = robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R)
-    assert ev == pytest.approx(math.sqrt(d) * delta_v, rel=1e-13)
-    assert eW == pytest.approx(eps * math.sqrt(d * (4 * d - 3)), rel=1e-12)
-    assert robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R, rank=2)[0] == pytest.approx(
+    assert ev == approx(math.sqrt(d) * delta_v, rel=1e-13)
+    assert eW == approx(eps * math.sqrt(d * (4 * d - 3)), rel=1e-12)
+    assert robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R, rank=2)[0] == approx(
         2 * eW, rel=1e-14
     )
-    assert robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R, rank=d)[0] == pytest.approx(
-        eW, rel=1e-14
-    )
+    assert robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R, rank=d)[0] == approx(eW, rel=1e-14)
 
 
 def test_lstsq_error_bound_infinite_at_v_inf_equal_2_delta_v():
@@ -315,7 +319,7 @@ def test_learn_robust_lstsq_bounds_recomputed_from_the_pivot_and_signs(rank):
     c = 1 - 0.3 * np.arange(R) / R
     np.testing.assert_allclose(g["v_scales"], c, rtol=1e-15)
     v_noise = tau * np.sum(c) / np.sum(c * c)
-    assert g["eps_v_bound"] == pytest.approx(math.sqrt(d) * v_noise, rel=1e-13)
+    assert g["eps_v_bound"] == approx(math.sqrt(d) * v_noise, rel=1e-13)
     b0 = robust.best_scale(W_max, probe_norm=2**0.5)
     np.testing.assert_allclose(g["scales"], b0 * c, rtol=1e-14)
     K = R * (math.ceil(math.sqrt(d)) - 1)
@@ -324,7 +328,7 @@ def test_learn_robust_lstsq_bounds_recomputed_from_the_pivot_and_signs(rank):
     row = np.array([max(_lstsq_logit_ref(b, tau, v_noise, abs(uv[i]), W_max) for b in all_b) for i in range(d)])
     entry = row + np.where(np.arange(d) == p, 0.0, row[p])
     bound = math.sqrt(d) * np.linalg.norm(entry) * (2.0 if rank is not None else 1.0)
-    assert g["eps_W_bound"] == pytest.approx(bound, rel=1e-12)
+    assert g["eps_W_bound"] == approx(bound, rel=1e-12)
     assert np.linalg.norm(rec.W - head.W) <= g["eps_W_bound"]
 
 
@@ -385,10 +389,12 @@ def test_noisy_too_few_measurements_below_dof_not_at_it():
 def test_noisy_diagnostics_recomputed_from_the_design_the_answers_and_W():
     from companion.numerics.rop import _gaussian_rop_design, rop_queries
 
-    d, r, tau, W_max, seed, lm = 6, 1, 1e-5, 3.0, 3, 0.7
+    # "uniform" noise is a hash of the query and the oracle's seed: a second oracle answers the
+    # same queries with the same noise, so the answers can be asked again here.
+    d, r, tau, W_max, seed, lm = 6, 1, 1e-4, 3.0, 3, 0.7
     head = _low_rank_head(d, r)
     rec = robust.learn_low_rank_noisy(
-        ApproxValueQueryOracle(head, tau, noise="none"), r, W_max=W_max, seed=seed, logit_max=lm
+        ApproxValueQueryOracle(head, tau, seed=9), r, W_max=W_max, seed=seed, logit_max=lm, verify=0
     )
     g = rec.diagnostics
     m = g["n_measurements"]
@@ -396,7 +402,7 @@ def test_noisy_diagnostics_recomputed_from_the_design_the_answers_and_W():
     na, nb, nab = (np.linalg.norm(M, axis=1) for M in (A, B, A + B))
     c = np.minimum(np.minimum(1 / nab, 1 / nb), np.sqrt(lm / (W_max * na * nb)))
     np.testing.assert_allclose(g["scales"], c, rtol=1e-13)
-    y = head(rop_queries(A, B, c))
+    y = ApproxValueQueryOracle(head, tau, seed=9)(rop_queries(A, B, c))
     av, bv = A @ rec.v, B @ rec.v
     alpha = (y / c - bv) / av
     lo, hi = sig(-lm), sig(lm)
@@ -408,21 +414,22 @@ def test_noisy_diagnostics_recomputed_from_the_design_the_answers_and_W():
     den = np.minimum(ends[0] * (1 - ends[0]), ends[1] * (1 - ends[1]))
     delta = np.minimum(d_alpha / den, 2 * lm) / c**2
     np.testing.assert_allclose(g["delta"], delta, rtol=1e-9)
-    assert g["max_abs_logit"] == pytest.approx(np.max(np.abs(t * c**2)), rel=1e-9)
+    assert g["max_abs_logit"] == approx(np.max(np.abs(t * c**2)), rel=1e-9)
     fit = np.einsum("kd,de,ke->k", A, rec.W, B)
-    assert g["max_violation"] == pytest.approx(np.max(np.abs(fit - t) / delta), rel=1e-6)
+    assert g["max_violation"] == approx(np.max(np.abs(fit - t) / delta), rel=1e-6)
     w = (1 / delta) / np.max(1 / delta)
-    assert g["fit_ratio"] == pytest.approx(np.sum(w * (fit - t) ** 2) / np.sum(w * delta**2), rel=1e-6)
+    assert g["fit_ratio"] == approx(np.sum(w * (fit - t) ** 2) / np.sum(w * delta**2), rel=1e-6)
     assert g["excess_norm_W"] == max(np.linalg.norm(rec.W) - W_max, 0.0)
     sv = np.linalg.svd(rec.W, compute_uv=False)
     np.testing.assert_allclose(g["singular_values"], sv[: r + 1], rtol=1e-9, atol=1e-12)
     assert g["converged"] == (g["stop"] != "max_iter")
     assert g["tau"] == tau
+    assert 1e-3 < g["max_violation"] < 1 and 1e-6 < g["fit_ratio"] < 1  # real noise: nontrivial values
 
 
 def test_fit_ratio_weights_residuals_and_bounds_alike_unsquared():
     res, delta, w = np.array([1.0, 2.0]), np.array([2.0, 1.0]), np.array([0.5, 1.0])
-    assert robust._fit_ratio(res, delta, w) == pytest.approx((0.5 * 1 + 1 * 4) / (0.5 * 4 + 1 * 1), rel=1e-15)
+    assert robust._fit_ratio(res, delta, w) == approx((0.5 * 1 + 1 * 4) / (0.5 * 4 + 1 * 1), rel=1e-15)
 
 
 def test_check_fit_refuses_only_above_fit_slack(monkeypatch):
@@ -440,9 +447,9 @@ def test_interval_is_the_set_of_s_meeting_every_bound():
     lo, hi = robust._interval(res, delta, g)
     s = np.linspace(-3, 3, 60001)
     ok = np.all(np.abs(res[:, None] + s[None, :] * g[:, None]) <= delta[:, None] + 1e-12, axis=0)
-    assert lo == pytest.approx(s[ok].min(), abs=2e-4) and hi == pytest.approx(s[ok].max(), abs=2e-4)
+    assert lo == approx(s[ok].min(), abs=2e-4) and hi == approx(s[ok].max(), abs=2e-4)
     # exact ends: from k = 0: s in [-0.6, 0.4]; k = 1: -2 s in [-0.2, 0.6] -> s in [-0.3, 0.1]; k = 3: s in [-1.2, 0]
-    assert (lo, hi) == (pytest.approx(-0.3, rel=1e-14), pytest.approx(0.0, abs=1e-15))
+    assert (lo, hi) == (approx(-0.3, rel=1e-14), approx(0.0, abs=1e-15))
 
 
 def test_ambiguity_with_loose_bounds_is_the_W_max_sphere_and_with_tight_ones_min_delta_over_g():
@@ -454,11 +461,11 @@ def test_ambiguity_with_loose_bounds_is_the_W_max_sphere_and_with_tight_ones_min
     factors = (2.0 * u[:, None], v[None, :])  # W_0 = 2 u v^T, ||W_0||_F = 2
     res = np.zeros(m)
     loose = robust._ambiguity(A, B, res, np.full(m, 1e300), factors, W_max=3.0)
-    assert loose == pytest.approx(2.0 + 3.0, rel=1e-12)  # s from -(2 + 3) to 3 - 2
+    assert loose == approx(2.0 + 3.0, rel=1e-12)  # s from -(2 + 3) to 3 - 2
     delta = rng.uniform(1e-4, 2e-4, m)
     g = np.einsum("ki,i,kj,j->k", A, u, B, v)  # <a_k b_k^T, u v^T>
     tight = robust._ambiguity(A, B, res, delta, factors, W_max=3.0)
-    assert tight == pytest.approx(np.min(delta / np.abs(g)), rel=1e-10)
+    assert tight == approx(np.min(delta / np.abs(g)), rel=1e-10)
     assert robust._ambiguity(A, B, res, delta, (np.zeros((d, 1)), np.zeros((1, d))), W_max=3.0) == 0.0
 
 
@@ -542,7 +549,7 @@ def test_ambiguity_with_an_offset_measures_the_distance_from_W_hat():
     got = robust._ambiguity(A, B, np.zeros(m), np.full(m, 1e300), factors, W_max=3.0, offset=offset)
     # s in [-(2 + 3), 3 - 2] along D (||W_0 + s D||_F <= 3); the distance is ||offset + s D||_F
     ref = max(np.linalg.norm(offset + x * D) for x in (-5.0, 1.0))
-    assert got == pytest.approx(ref, rel=1e-12)
+    assert got == approx(ref, rel=1e-12)
 
 
 def _norm_bound_case(nW, c, W_max=2.0, rtol=0.1, seed=5):
