@@ -255,3 +255,130 @@ def test_weighted_rgn_uses_the_given_start():
     start = (U, 2.0 * s, V)
     W, info = rgn._weighted_rgn(A, B, t, w, 1, max_iter=0, start=start)
     np.testing.assert_allclose(W, (U * (2.0 * s)) @ V.T, rtol=1e-12, atol=1e-14)
+
+
+# --- the stopping rules on scripted residual histories ----------------------------------------
+# The measurements are t = e_1 (||t|| = 1) and the fitted measurements are scripted as t - rel_k e_1
+# with rel_k powers of two (or sums of few), so every relative residual, ratio and threshold below
+# is exact in float64 and the rules are tested at equality. The tangent steps are stubbed out.
+
+
+def _scripted(monkeypatch, history, *, step=0.0):
+    """Run-time stubs: iteration k's fit gives relative residual history[k]; records the iterates."""
+    calls = []
+
+    def products(A, B, U, s, V):
+        k = len(calls)
+        calls.append((U.copy(), s.copy(), V.copy()))
+        fit = np.zeros(A.shape[0])
+        fit[0] = 1.0 - history[k]
+        return A @ U, B @ V, fit
+
+    def tangent(A, B, res, U, V, **kw):
+        d, r = U.shape
+        return np.full((d, r), step), np.zeros((d, r)), 0
+
+    monkeypatch.setattr(rgn, "_factor_products", products)
+    monkeypatch.setattr(rgn, "_tangent_step", tangent)
+    A, B = _design(4, 20, 0)
+    t = np.zeros(20)
+    t[0] = 1.0
+    return A, B, t, calls
+
+
+@pytest.mark.parametrize(
+    "history, tol, stop_at",
+    [
+        ([1.0, 2.0**-10, 2.0**-30, 2.0**-40], 2.0**-30, 2),  # rel == tol stops
+        ([1.0, 2.0**-10, 2.0**-29, 2.0**-40], 2.0**-30, 3),  # just above: goes on
+    ],
+)
+def test_rgn_stops_at_rel_at_most_tol(monkeypatch, history, tol, stop_at):
+    A, B, t, _ = _scripted(monkeypatch, history)
+    _, info = rgn._rgn(A, B, t, 1, max_iter=10, tol=tol)
+    assert info["iterations"] == stop_at
+    assert info["residuals"] == history[: stop_at + 1]
+
+
+def test_rgn_stall_rule_is_less_than_2_fold_progress_strictly_at_rounding_level(monkeypatch):
+    tol = 2.0**-40  # the rounding level 1e3 tol ~ 2^-30
+    # it = 3: exactly 2-fold progress (not a stall); it = 4: 3/4 of the previous residual, below the level
+    history = [1.0, 2.0**-20, 2.0**-31, 2.0**-32, 0.75 * 2.0**-32, 2.0**-50]
+    A, B, t, _ = _scripted(monkeypatch, history)
+    _, info = rgn._rgn(A, B, t, 1, max_iter=10, tol=tol)
+    assert info["iterations"] == 4
+
+
+def test_rgn_stall_rule_applies_up_to_and_including_the_stall_floor(monkeypatch):
+    monkeypatch.setattr(rgn, "_STALL_FLOOR", 2.0**10)
+    tol = 2.0**-40  # floor 2^-30 exactly
+    for last, stalled in [(2.0**-30, True), (2.0**-30 + 2.0**-40, False)]:
+        history = [1.0, 2.0**-20, 1.5 * 2.0**-30, last, 2.0**-50]  # ratio ~ 2/3: no 2-fold progress
+        A, B, t, _ = _scripted(monkeypatch, history)
+        _, info = rgn._rgn(A, B, t, 1, max_iter=10, tol=tol)
+        assert info["iterations"] == (3 if stalled else 4)
+
+
+def test_rgn_five_iteration_rule_needs_less_than_2_fold_progress_over_5(monkeypatch):
+    # far above the rounding level; it = 5: 0.5 = half of history[0] (not stopped); it = 6: 0.375 = half
+    # of history[1] (not stopped); it = 7: above half of history[2] = 0.3125: stopped.
+    history = [1.0, 0.75, 0.625, 0.5625, 0.53125, 0.5, 0.375, 0.3125 + 2.0**-10, 2.0**-60]
+    A, B, t, _ = _scripted(monkeypatch, history)
+    _, info = rgn._rgn(A, B, t, 1, max_iter=20, tol=2.0**-60)
+    assert info["iterations"] == 7
+
+
+def test_rgn_measures_the_iterate_after_the_last_step(monkeypatch):
+    history = [1.0, 0.5, 0.25, 0.125]
+    A, B, t, calls = _scripted(monkeypatch, history, step=0.01)
+    W, info = rgn._rgn(A, B, t, 1, max_iter=3, tol=2.0**-60)
+    assert info["iterations"] == 3 and len(calls) == 4 and info["residual"] == 0.125
+    U, s, V = calls[-1]
+    np.testing.assert_allclose(W, (U * s) @ V.T, rtol=1e-14, atol=1e-15)  # W is the last measured iterate
+
+
+@pytest.mark.parametrize(
+    "history, stop, it",
+    [
+        ([1.0, 0.9375, 0.5], "converged", 1),  # a decrease of exactly rtol = 1/16: converged
+        ([1.0, 0.9375 + 2.0**-20, 0.5, 0.5, 0.5, 0.5], "converged", 1),  # a smaller decrease: converged
+        ([1.0, 0.9375 - 2.0**-20, 0.5, 0.25, 0.125], "max_iter", 4),  # more than rtol: on to max_iter
+        ([1.0, 1.0, 1.0, 1.0, 0.5], "stalled", 3),  # patience 3: three iterations without a cut
+        ([1.0, 0.5, 0.75, 0.75, 0.75, 0.1], "stalled", 4),
+        ([1.0, 0.0, 0.5], "exact", 1),
+    ],
+)
+def test_weighted_rgn_stopping_rules(monkeypatch, history, stop, it):
+    A, B, t, _ = _scripted(monkeypatch, history)
+    _, info = rgn._weighted_rgn(A, B, t, np.ones(t.size), 1, max_iter=4, rtol=2.0**-4, patience=3)
+    assert (info["stop"], info["iterations"]) == (stop, it)
+    assert info["residual"] == min(info["residuals"]) == min(history[: it + 1])
+
+
+def test_weighted_rgn_returns_the_best_iterate_not_the_last(monkeypatch):
+    history = [1.0, 0.5, 0.75, 0.75, 0.75]
+    A, B, t, calls = _scripted(monkeypatch, history, step=0.01)
+    W, info = rgn._weighted_rgn(A, B, t, np.ones(t.size), 1, max_iter=10, rtol=2.0**-4, patience=3)
+    assert info["stop"] == "stalled" and info["residual"] == 0.5
+    U, s, V = calls[1]
+    np.testing.assert_allclose(W, (U * s) @ V.T, rtol=1e-14, atol=1e-15)
+    Ul, sl, Vl = calls[-1]
+    assert not np.allclose(W, (Ul * sl) @ Vl.T)
+
+
+def test_weighted_rgn_stops_at_a_non_finite_step_keeping_the_best_iterate(monkeypatch):
+    history = [1.0, 0.5, 0.25]
+    A, B, t, calls = _scripted(monkeypatch, history, step=0.01)
+    real = rgn._tangent_step
+    n = []
+
+    def tangent(*args, **kw):
+        n.append(1)
+        X, Y, k = real(*args, **kw)
+        return (X * np.nan if len(n) == 2 else X), Y, k
+
+    monkeypatch.setattr(rgn, "_tangent_step", tangent)
+    W, info = rgn._weighted_rgn(A, B, t, np.ones(t.size), 1, max_iter=10, rtol=2.0**-4, patience=3)
+    assert info["stop"] == "diverged" and info["iterations"] == 1 and info["residual"] == 0.5
+    U, s, V = calls[1]
+    np.testing.assert_allclose(W, (U * s) @ V.T, rtol=1e-14, atol=1e-15)
