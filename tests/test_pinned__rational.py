@@ -239,12 +239,15 @@ def test_fit_row_joint_minpack_fallback_runs_between_1e4_floor_and_1e_6_relative
 
 
 def test_fit_free_tries_at_most_K_minus_1_over_2_terms_by_default():
-    s = np.linspace(-3, 3, 6)  # K = 6: at most (6 - 1) // 2 = 2 terms
+    s = np.linspace(-4, 4, 6)  # K = 6: (K - 1) // 2 = 2, where K // 2 = 3 would fit more
     g = rat.logistic_sum(s, np.array([1.0, -0.8, 0.6]), np.array([-2.0, 0.0, 2.0]))
-    c, l, _ = rat.fit_free(s, g)
+    c, l, info = rat.fit_free(s, g)
+    c2, l2, info2 = rat.fit_free(s, g, max_terms=2)
+    c3, _, info3 = rat.fit_free(s, g, max_terms=3)
+    np.testing.assert_array_equal(c, c2)
+    np.testing.assert_array_equal(l, l2)
+    assert info["residual"] == info2["residual"] != info3["residual"]  # the default is the smaller cap
     assert c.size <= 2
-    c1, _, _ = rat.fit_free(s, g, max_terms=1)
-    assert c1.size <= 1
 
 
 def _noisy(G, level, seed):
@@ -286,3 +289,53 @@ def test_joint_row_fits_report_the_largest_misfit_on_noisy_data(batched):
     Z = sig(s[None, :, None] + (X @ R2.T)[:, None, :])
     assert 1e-8 < res < 1e-5
     assert res == approx(float(np.max(np.abs(Z @ g2 - Gn))), rel=1e-6)
+
+
+def _count_pairs_reference(n_points, max_len):
+    fr = sorted(
+        {
+            (n // math.gcd(n, m), m // math.gcd(n, m))
+            for n in range(1, max_len)
+            for m in range(1, max_len)
+            if n + m <= max_len
+        },
+        key=lambda p: p[0] / p[1],
+    )
+    logs = np.log([n / m for n, m in fr])
+    S = math.log(max_len - 1)
+    idx = sorted({int(np.argmin(np.abs(logs - t))) for t in np.linspace(-S, S, n_points)})
+    return np.array([fr[i][0] for i in idx]), np.array([fr[i][1] for i in idx])
+
+
+@pytest.mark.parametrize("n_points, max_len", [(7, 9), (12, 20), (20, 64), (36, 128)])
+def test_count_pairs_picks_the_fraction_nearest_each_even_target_in_log_ratio(n_points, max_len):
+    n, m = rat.count_pairs(n_points, max_len)
+    n_ref, m_ref = _count_pairs_reference(n_points, max_len)
+    np.testing.assert_array_equal(n, n_ref)
+    np.testing.assert_array_equal(m, m_ref)
+
+
+def test_interpolate_pairs_realises_a_complex_pair_as_minus_its_real_part():
+    n, m = rat.ratio_design(2)
+    r = n / m
+    # poles -1 +- i (complex): no head; realised, both poles become -|Re| = -1 (shift 0)
+    G = (r * (0.5 * r + 0.3) / ((r + 1.0) ** 2 + 1.0))[None]
+    g, l = rat.interpolate_pairs(r, G, 2)
+    assert np.all(np.isnan(l)) and np.all(np.isnan(g))
+    _, l_r = rat.interpolate_pairs(r, G, 2, realise=True)
+    np.testing.assert_allclose(l_r, [[0.0, 0.0]], atol=1e-8)
+
+
+def test_fit_row_joint_fallback_window_upper_edge_is_1e_6_relative_rms():
+    s, G, X, c, R = _row_data(seed=7)
+    scale = float(np.max(np.abs(G)))
+
+    def rms(delta):  # the start's root-mean-square misfit relative to the scale
+        Z = sig(s[None, :, None] + (X @ (R + delta).T)[:, None, :])
+        return float(np.sqrt(np.mean((Z @ c - G) ** 2))) / scale
+
+    deltas = np.geomspace(1e-9, 1e-4, 200)
+    inside = next(x for x in deltas if 2e-7 < rms(x) < 6e-7)  # below 1e-6: MINPACK runs
+    outside = next(x for x in deltas if 1.5e-6 < rms(x) < 5e-6)  # above: the start comes back
+    assert rat.fit_row_joint(s, G, X, c, R + inside, iters=0)[2]["iterations"] > 0
+    assert rat.fit_row_joint(s, G, X, c, R + outside, iters=0)[2]["iterations"] == 0

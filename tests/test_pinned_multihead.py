@@ -109,6 +109,43 @@ def test_canonical_form_drops_v_at_most_atol_times_the_largest_v(size, kept):
     assert mh.canonical_form(m).n_heads == (2 if kept else 1)
 
 
+def test_canonical_form_drops_v_exactly_at_atol_times_the_largest_v():
+    size = 1e-9 * 1000.0
+    m = _model([np.eye(2), 2 * np.eye(2)], [[1000.0, 0.0], [0.0, size]])
+    assert mh.canonical_form(m).n_heads == 1  # ||v|| = atol * max ||v^(h)||: dropped (<=)
+
+
+def test_canonical_form_drop_level_is_atol_times_max_1_and_the_largest_v():
+    # largest ||v|| = 0.1 < 1: the level is atol * 1 = 1e-9, not 1e-10
+    m = _model([np.eye(2), 2 * np.eye(2)], [[0.1, 0.0], [0.0, 5e-10]])
+    assert mh.canonical_form(m).n_heads == 1
+    m = _model([np.eye(2), 2 * np.eye(2)], [[0.1, 0.0], [0.0, 2e-9]])
+    assert mh.canonical_form(m).n_heads == 2
+
+
+def test_cancelling_sum_tolerance_has_the_floor_1e_12_for_small_values():
+    m = _model([np.eye(2)], [[1.0, 0.0]])
+    # sum |vs| = 2e-3 < 1: the tolerance is 1e-12 (max(1, .)), so a 5e-13 remainder is accepted
+    mh.add_cancelling_heads(m, np.eye(2), [[1e-3, 0.0], [-1e-3 + 5e-13, 0.0]])
+    with pytest.raises(InvalidInputError):
+        mh.add_cancelling_heads(m, np.eye(2), [[1e-3, 0.0], [-1e-3 + 2e-12, 0.0]])
+
+
+def test_match_terms_takes_a_term_within_match_tol_and_a_third_of_the_gap():
+    gamma0 = np.array([1.0, 1.0024])  # gap 0.0024: a third is 0.0008; _MATCH_TOL * top = 1.0024e-3
+    for off, used in [(0.0007, True), (0.0009, False)]:
+        gam = np.array([[1.0 + off, 1.0024]])
+        use, L = mh._match_terms(gam, np.array([[0.3, 0.7]]), np.array([True]), gamma0)
+        assert use.tolist() == [[used, True]]
+        assert L[0, 1] == 0.7 and L[0, 0] == (0.3 if used else 0.0)
+    gamma0 = np.array([1.0, 2.0])  # far apart: _MATCH_TOL = 1e-3 of the largest (2e-3) binds
+    for off, used in [(1.9e-3, True), (2.1e-3, False)]:
+        use, _ = mh._match_terms(np.array([[1.0 + off, 2.0]]), np.zeros((1, 2)), np.array([True]), gamma0)
+        assert use[0, 0] == used
+    use, _ = mh._match_terms(np.array([[1.0, 2.0]]), np.zeros((1, 2)), np.array([False]), gamma0)
+    assert not use.any()  # a pair whose fit misfits is not used
+
+
 def test_canonical_form_of_cancelling_heads_is_the_zero_head_and_heads_are_sorted():
     z = mh.canonical_form(_model([np.eye(2), np.eye(2)], [[1.0, 2.0], [-1.0, -2.0]]))
     assert z.n_heads == 1
