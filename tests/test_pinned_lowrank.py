@@ -394,3 +394,10 @@ def test_learn_low_rank_documented_defaults():
         "seed": 0,
     }
     assert {k: p[k].default for k in documented} == documented
+
+
+@pytest.mark.parametrize("d, r", [(3, 1), (3, 3)])
+def test_too_few_message_names_the_sketch_count_with_k_min_d_r_plus_1(d, r):
+    k = min(d, r + 1)
+    with pytest.raises(NotIdentifiableError, match=rf"method='sketch' \({d + k * (2 * d - k)} queries\)"):
+        lowrank.learn_low_rank(_oracle(d, r), r, method="rgn", n_measurements=r * (2 * d - r) - 1)

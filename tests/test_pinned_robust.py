@@ -612,3 +612,20 @@ def test_noisy_learners_documented_defaults():
             "verify_rtol": 0.1,
             **extra,
         }
+
+
+def test_noisy_clip_window_is_sigma_of_plus_minus_logit_max():
+    # logit_max = 0.7 and W_max = ||W*||_F at d = 2: some logits exceed 1/2, none leaves the window.
+    head = robust.random_margin_head(2, W_max=3.0, mu=0.1, W_norm=2.0, rank=1, seed=4)
+    oracle = ApproxValueQueryOracle(head, 1e-6, seed=9)
+    rec = robust.learn_low_rank_noisy(oracle, 1, W_max=2.0, logit_max=0.7, n_measurements=200, verify=0)
+    assert 0.5 < rec.diagnostics["max_abs_logit"] <= 0.7 * (1 + 1e-3)
+    assert rec.diagnostics["n_clipped"] == 0
+
+
+def test_noisy_excess_norm_is_the_frobenius_excess_over_W_max():
+    head = robust.random_margin_head(6, W_max=3.0, mu=0.1, W_norm=2.0, rank=2, seed=4)
+    rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-6, seed=9), 2, W_max=1.5, verify=0)
+    excess = rec.diagnostics["excess_norm_W"]
+    assert excess == approx(np.linalg.norm(rec.W) - 1.5, rel=1e-12) and excess > 0.1
+    assert "not determined by the answers" in rec.message  # verify=0: said, not raised
