@@ -401,3 +401,28 @@ def test_too_few_message_names_the_sketch_count_with_k_min_d_r_plus_1(d, r):
     k = min(d, r + 1)
     with pytest.raises(NotIdentifiableError, match=rf"method='sketch' \({d + k * (2 * d - k)} queries\)"):
         lowrank.learn_low_rank(_oracle(d, r), r, method="rgn", n_measurements=r * (2 * d - r) - 1)
+
+
+def test_phase_transition_rates_are_means_over_seedsequence_seeded_trials():
+    cases, ratios, n_trials, seed = [(5, 1)], [1.0, 2.2], 3, 4
+    rates = lowrank.phase_transition(cases, ratios, method="rgn", n_trials=n_trials, seed=seed)
+    for d, r in cases:
+        ref = []
+        for i, q in enumerate(ratios):
+            hits = []
+            for t in range(n_trials):
+                s = int(np.random.SeedSequence([seed, d, r, i, t]).generate_state(1)[0])
+                hits.append(lowrank.recovery_trial(d, r, q, method="rgn", seed=s)["exact"])
+            ref.append(float(np.mean(hits)))
+        assert list(rates[(d, r)]) == ref
+
+
+def test_measure_bilinear_with_rows_and_cols_measures_l_i_transpose_W_r_j():
+    head = random_single_head(4, rank=2, seed=6)
+    rng = np.random.default_rng(2)
+    L, RT = rng.standard_normal((4, 4)), rng.standard_normal((4, 4))
+    rows, cols = np.array([0, 3, 1, 1]), np.array([2, 0, 1, 3])
+    oracle = ValueQueryOracle(head)
+    t, info = lowrank.measure_bilinear(oracle, L, RT, head.v, scale=0.5, rows=rows, cols=cols)
+    np.testing.assert_allclose(t, [L[i] @ head.W @ RT[j] for i, j in zip(rows, cols)], rtol=1e-9)
+    assert oracle.n_queries == 4
