@@ -141,10 +141,11 @@ def test_learn_homogeneous_head_count_budget_and_diagnostics():
     with pytest.raises(BudgetExceededError):
         pt.learn_homogeneous_head(oracle, verify=verify)
     assert oracle.n_queries == 0
-    oracle = ValueQueryOracle(target, budget=need + 50)
+    oracle = ValueQueryOracle(target, budget=need)  # exactly the budget: accepted
     rec = pt.learn_homogeneous_head(oracle, verify=verify, scale=0.5)
     g = rec.diagnostics
-    assert rec.n_learning_queries == d1 * d1 + g["n_requeries"]
+    assert g["n_requeries"] == 0  # this draw: no saturated probe at c = 0.5
+    assert rec.n_learning_queries == d1 * d1 and rec.n_queries == need
     assert g["n_verify_queries"] == verify
     np.testing.assert_allclose(rec.W[: d1 - 1], target.W[: d1 - 1], rtol=1e-9, atol=1e-11)
     np.testing.assert_array_equal(rec.W[d1 - 1], np.zeros(d1))  # the canonical zero last row
