@@ -2364,6 +2364,136 @@ def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> d
 __all__ += ["counts_start_coverage"]
 
 
+def _counts_design_answers(d, H, n_rows, seed):
+    """The target ``random_multi_head(d, H, seed=seed)``, :func:`learn_canonical_rational`'s design
+    (``companion._information.learner_design``) and the float64 answers minus ``x^T v`` of its rows
+    ``0 .. n_rows - 1``, each of shape (K, 2 H)."""
+    from ._information import learner_design
+    from .oracles import ValueQueryOracle
+
+    K = rational_plan(d, H)["K"]
+    target = random_multi_head(d, H, seed=seed)
+    P, X, n, m = learner_design(d, H, K, seed)
+    oracle = ValueQueryOracle(target)
+    bX = X @ np.asarray(oracle(np.eye(d)[:, None, :]))
+    return target, P, X, n, m, [_ask_pairs(oracle, X + P[i], X, n, m) - bX[:, None] for i in range(n_rows)]
+
+
+def counts_information(d, H, *, n_rows=2, basin=True, seed=0) -> dict:
+    """Where float64 stops the counts route: what one pair's answers fix, against a whole row's.
+
+    This book's own analysis (``benchmarks/why_H_stops.py`` prints it per ``H``). For rows ``0 ..
+    n_rows - 1`` of :func:`learn_canonical_rational`'s own design (its directions, ``K`` tokens and
+    ``2 H`` ratios, ``seed``) on ``random_multi_head(d, H, seed=seed)``, with the true heads of each
+    row, the float64 answers' error is measured against the same answers in extended precision, and
+    from its standard deviation ``sigma`` the Cramer-Rao bounds ``sigma^2 (J^T J)^{-1}`` of the
+    unknowns follow (for Gaussian errors; for rounding, the first-order spread of the least-squares
+    estimate): of one pair's shifts (in ``log r``; the pair's worst head, median over pairs) and of a
+    row's heads in its joint fit (``||R_h_hat - R_h|| / ||R_h||``, worst head). A start that labels
+    heads pair by pair needs the first at most ``1e-2`` (the joint fit's basin is 1-3 % of ``R_h``)
+    at more than ``d`` of the ``K`` tokens. Measured at ``d = 64`` (2026-12-01): the row's bound is
+    about 1e-11 at every ``H`` up to 12, the pair's median 1.5e-4 at ``H = 6``, 0.17 at ``H = 8``
+    and 42 at ``H = 12``.
+
+    Parameters
+    ----------
+    d, H : int
+        Dimension and number of heads (:func:`rational_plan` must accept them).
+    n_rows : int, default=2
+        Rows of the design analysed (``1 <= n_rows <= d``).
+    basin : bool, default=True
+        Also probe the row's joint fit from the true heads perturbed by 1 %, 3 % and 10 % (two
+        draws each, batched Levenberg-Marquardt, 300 steps): seconds per row at ``d = 64``.
+    seed : int, default=0
+
+    Returns
+    -------
+    dict
+        ``d``, ``H``, ``"K / d"``; ``noise`` (the answers' error s.d. relative to the row's largest
+        answer, worst row); ``"Loewner cond"`` (median ``sigma_1 / sigma_H`` of the pairs'
+        interpolation matrices); ``"pair CRB"`` and ``"pairs <= 0.01"`` (median pair bound, and the
+        fraction of pairs at most ``1e-2``); ``"pair CRB 4x S"`` (``8 H`` samples in the same window),
+        ``"pair CRB L151"`` (``2 H`` samples over ``|log r| <= 5``), ``"pair CRB all n/m"`` (every
+        ratio with ``n + m <= 2 H + 1``), ``"S needed / 2H"`` (the fewest samples, doubling, at which
+        the median is at most ``1e-2``; ``inf`` if none); ``"pair CRB scaled"`` and
+        ``"scaled <= 0.01"`` (the ``2 H`` queries split over token scales ``c = 0.5, 1, 2, 4``:
+        ``n`` copies of ``c x + delta`` then ``m`` copies of ``c x``, a design this book has not
+        built); ``"fixed-gamma"`` (the pair bound with the amplitudes known); ``"row CRB"``;
+        ``"resolved / d"`` and ``"start err"`` (:func:`counts_start_coverage`); ``"shared err"``
+        (the shared-amplitude start of ``companion._rowstart`` given the true amplitudes; ``inf``
+        where it refuses); with ``basin``, ``"basin min"`` and ``"basin max"`` over the rows (the
+        largest perturbation from which every draw reached rounding level; 0.0 if none).
+
+    Raises
+    ------
+    InvalidInputError
+        If a size is out of range, ``d`` is too small for ``H``, or numpy's ``longdouble`` is no
+        wider than float64 on this platform (no reference to measure the rounding against).
+
+    Examples
+    --------
+    >>> c = counts_information(8, 2, n_rows=1, basin=False)
+    >>> bool(c["row CRB"] < 1e-10 and c["pair CRB"] < 1e-6 and c["pairs <= 0.01"] == 1.0)
+    True
+    """
+    from ._information import information_row
+
+    d = check_int(d, "d", minimum=1)
+    H = check_int(H, "H", minimum=1)
+    n_rows = check_int(n_rows, "n_rows", minimum=1, maximum=d)
+    seed = check_int(seed, "seed", minimum=0)
+    target, P, X, n, m, Gs = _counts_design_answers(d, H, n_rows, seed)
+    cov = counts_start_coverage(d, H, n_rows=n_rows, seed=seed)
+    return information_row(target, P, X, n, m, Gs, cov, with_basin=bool(basin))
+
+
+def counts_length_bounds(d, H, *, lengths=(25, 50, 100, 200, 400, 1000), samples=(24, 96, 400), seed=0):
+    """The median pair bound of :func:`counts_information` (row 0) with longer queries and more samples.
+
+    Every ratio ``n / m`` with ``n + m <= L`` is allowed and ``S`` of them are taken, spread evenly
+    in ``log r`` (``companion._rational.count_pairs``): what a start that labels heads pair by pair
+    would need beyond the route's ``2 H`` queries of length ``2 H + 1``. Measured at ``d = 64``,
+    ``H = 12`` (2026-12-01): 33 at the design's ``L = 25``, ``S = 24``; 0.98 with ``S = 400`` at
+    ``L = 25``; 0.087 at ``L = 1000``, ``S = 400``, against the ``1e-2`` a start needs.
+
+    Parameters
+    ----------
+    d, H : int
+    lengths : sequence of int
+        Longest query lengths ``L >= 3``.
+    samples : sequence of int
+        Samples per pair ``S >= 2 H`` (fewer are taken where fewer ratios exist).
+    seed : int, default=0
+
+    Returns
+    -------
+    list of dict
+        One per length: ``"longest query"`` and ``"S = <S>"`` for each ``S``, the median pair bound.
+
+    Raises
+    ------
+    InvalidInputError
+        If a size is out of range, or as :func:`counts_information`.
+
+    Examples
+    --------
+    >>> rows = counts_length_bounds(8, 2, lengths=(5, 9), samples=(4,))
+    >>> [r["longest query"] for r in rows], bool(rows[0]["S = 4"] < 1e-6)
+    ([5, 9], True)
+    """
+    from ._information import length_bounds
+
+    d = check_int(d, "d", minimum=1)
+    H = check_int(H, "H", minimum=1)
+    lengths = [check_int(L, "lengths", minimum=3) for L in lengths]
+    samples = [check_int(S, "samples", minimum=2 * H) for S in samples]
+    target, P, X, n, m, Gs = _counts_design_answers(d, H, 1, check_int(seed, "seed", minimum=0))
+    return length_bounds(target, P, X, n, m, Gs[0], lengths, samples)
+
+
+__all__ += ["counts_information", "counts_length_bounds"]
+
+
 def probe_hessian(oracle, v, x0, step=1e-3):
     """The symmetric matrix ``M = sym(sum_h v^(h) (W^(h) x0)^T)`` of :func:`learn_orthogonal_heads`.
 
