@@ -267,7 +267,7 @@ def _scripted(monkeypatch, history, *, step=0.0):
     """Run-time stubs: iteration k's fit gives relative residual history[k]; records the iterates."""
     calls = []
 
-    def products(A, B, U, s, V):
+    def products(A, B, U, s, V, low=None):
         k = len(calls)
         calls.append((U.copy(), s.copy(), V.copy()))
         fit = np.zeros(A.shape[0])
