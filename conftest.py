@@ -1,6 +1,9 @@
 """pytest set-up for every path of the suite (tests/, the doctests of src/companion, book/chapters).
 
 * Results go to a temporary folder, never into the committed data/results.
+* Hypothesis draws the same examples on every machine and run (``derandomize``, no example
+  database): a property test that passes here passes in CI, and one that fails, fails for
+  everyone, with the example printed.
 * nbval compares every chapter's outputs by the reproducibility contract
   (:mod:`companion.nbcompare`): exact for exact values, a stated tolerance for imprecise ones
   (rounding level, a published value's ``rtol``/``atol``, or the cell's
@@ -16,6 +19,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 _CREATED = []
+
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # the doctests and chapters run without the test extra
+    pass
+else:
+    _hypothesis_settings.register_profile("companion", derandomize=True, database=None, print_blob=True)
+    _hypothesis_settings.load_profile("companion")
 
 
 def pytest_configure(config):

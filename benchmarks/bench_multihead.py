@@ -10,9 +10,10 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    sensitivities of counts_conditioning, at d = 64). Verdicts (benchmarks/_targets.py, deciding the
    exit code) for d = 32 and 64: recovered to 1e-8, queries <= the count, longest <= 2H + 1, time
    <= 2 x the oracle; and H = 12 at d = 64. A run over every d writes
-   data/results/bench_multihead.json (chapter 06 reads it). Bounded: about 3-6 minutes here. With
-   --search-H, also the open-ended search of the robust route (1. below), which takes hours at
-   d = 64. Learner and oracle seconds are each the least of a few runs (see rational_row).
+   data/results/bench_multihead.json (chapter 06 reads it). Bounded: 159 s of CPU (360 s wall at
+   load average 3-4) in `make bench` on 2026-12-01, 19:10-19:16 UTC. With --search-H, also the
+   open-ended search of the robust route (1. below), which takes hours at d = 64. Learner and
+   oracle seconds are each the least of a few runs (see rational_row).
    Measured 2026-12-01 13:57 UTC on the shared 2-core machine (load average about 7; the time
    ratios moved by up to 2x between runs of the same commit: d = 64, H = 4 gave 2.11, 2.95, 5.77):
      d  H  queries  / count  longest  learner s  oracle s  ratio
@@ -44,26 +45,41 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    (benchmarks/multiscale_pairs.py): a perfect per-pair solver would resolve every head to 1e-2 at
    1.44-1.47 d tokens at H = 12 (a start needs more than d), but no solver built finds the pairs'
    terms (0-1 of 117 pairs within 1e-2): not wired in.
-   Time, after the labelling, start and links were batched over rows and the rows' joint fit and
-   the pairs' Levenberg-Marquardt sped up (2026-12-01 17:41 UTC, load average 0.6-1.0,
-   OPENBLAS_NUM_THREADS=1; the learner before and after and the oracle's replay in one process,
-   each the least of 5 runs, as benchmarks/compare_counts_time.py --ref 60d8216 measures them;
+   Time, after the pairs' interpolation lost its per-pair LAPACK calls up to H = 4 (2026-12-01
+   19:44 UTC, load average 4.7-6.4 (the machine shared), OPENBLAS_NUM_THREADS=1;
+   benchmarks/compare_counts_time.py --ref b65a1cf: main's learner before and this one after, each
+   case run once untimed, then each the least of 5 runs, and the oracle's replay, in one process;
    learner / oracle, wall seconds, then CPU seconds of the process):
      d  H   before  after   (CPU: before  after)
-    32  2    3.16   2.46           3.34   2.60
-    32  4    2.59   2.11           2.53   2.06
-    64  2    2.37   1.84           2.32   1.80
-    64  4    1.61   1.35           1.67   1.40
-    32  7    6.73   6.84           8.63   8.77
-    64  7    2.19   1.72           1.97   1.55
-   This bench's own run at 17:42 (load 0.9-1.0): 2.59, 2.15, 1.75, 1.95 (CPU 3.04, 2.06, 1.75,
-   1.96) for (32, 2), (32, 4), (64, 2), (64, 4). Not met: d = 32, where the oracle answers 7,704
-   (H = 2) or 15,368 (H = 4) short queries in about 9 or 33 ms and the learner's own work is about
-   14 or 40 ms: a LAPACK SVD, eigenvalue problem and QR per pair (1,856 pairs; about 4 and 9 ms),
-   the rows' joint Gauss-Newton (2 and 12 ms), the pairs' Levenberg-Marquardt (1 and 8 ms, thirty
-   steps each) and a few hundred numpy calls of bookkeeping (about 5 ms), costs that a larger d
-   amortizes. At d = 32, H = 7 (not a target) rows miss the batched joint fit from their start and
-   take the serial fit with its MINPACK fallback (about 0.6 s of 1 s).
+    32  2    2.70   1.74           2.43   1.89
+    32  4    2.41   1.96           2.15   1.99
+    64  2    1.82   1.72           2.08   1.87
+    64  4    1.59   1.56           1.76   1.74
+    32  7    9.64  10.29           8.82   8.86
+    64  7    1.48   0.99           2.12   1.95
+   The round before (17:41 UTC, load 0.6-1.0) had measured 2.46, 2.11, 1.84, 1.35 wall and 2.60,
+   2.06, 1.80, 1.40 CPU for the same four after its change (its "after" is this "before"); the
+   load moves a ratio by 0.3 between runs of one commit, the CPU ratio less. Where the time went at
+   d = 32, H = 2 (the learner's own CPU time, its oracle's answers replayed from a cache, load
+   about 8): 18 -> 10 ms, the pairs' interpolation 7.3 -> 2.4 ms (1,856 pairs: the Loewner null
+   vector from one stacked QR instead of an SVD, the two poles from the trace and determinant of the
+   2 x 2 block left by deflating zeta instead of a 3 x 3 eigenvalue problem, the amplitudes by
+   modified Gram-Schmidt vectorized over the pairs instead of a stacked QR and solve; H <= 4,
+   companion._rational._SMALL_H), the rows' amplitude agreement 1.25 -> 0.46 ms (one buffer),
+   the links' 31 least squares in one stacked pseudo-inverse. What is left there: the rows' joint
+   Gauss-Newton (about 2 ms), the start rows (1.6 ms), building the 7,704 queries (0.5-3 ms,
+   mostly the allocator's fresh pages: freeing each batch before the next moved the faults into
+   the oracle's own time, 10 -> 15 ms, so it was not kept) and a few hundred numpy calls. At H = 4
+   (own CPU about 50 -> 40 ms): the joint fit's Cholesky factorizations of 132 x 132 normal
+   matrices (10-17 ms), the interpolation (10 ms; its 4 x 4 eigenvalue problems stay LAPACK) and
+   the pairs' Levenberg-Marquardt (6-12 ms, thirty steps: it stops early only when no pair moved,
+   and the start's thresholds were calibrated on its rounding). From H = 5 on the interpolation is
+   bit for bit main's: _rowstart.ACCEPT = 1e-9 was calibrated on the SVD's rounding (the nearest
+   wrong shift of test_shared_start_accept's row, d = 64, H = 8, misfits by 1.06e-9); with the QR a
+   wrong one misfits by 3.7e-10, and ACCEPT = 3e-10 loses H = 8 at d = 64 (row 37). The largest H
+   per d is unchanged: 6, 7, 7, 8 at d = 8, 16, 32, 64 (the same errors, shared-start rows and
+   redrawn rows as main). At d = 32, H = 7 (not a target) rows miss the batched joint fit from
+   their start and take the serial fit with its MINPACK fallback (about 0.6 s of 1 s).
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest
@@ -73,12 +89,22 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    error <= 1e-11:
      d = 8:  H = 4..8, 2 seeds each (H <= d is the largest the generator draws); 4,244-15,336
              queries, 2.8-7.5 x (4Hd^2 - 2H + 1).
+     d = 16: H = 1..9, 2 seeds each (2026-12-01 19:09 UTC, load average about 4); 4,176-101,960
+             queries, 2.6-11.1 x the count (2.6-2.7 x at H = 4..7, then 3.3-5.7 x at H = 8 and
+             8.6-11.1 x at H = 9); up to 49 s (H = 9, seed 1). H = 10: seed 0 recovered (127,284
+             queries, 12.5 x 10,221, 135 s), seed 1 raised after 28,200 queries (34 s): "row 4:
+             only 3 of 128 fits resolved the 10 heads consistently". Largest H at d = 16: 9 on
+             both seeds (error <= 2.5e-11, at H = 9, seed 1; <= 1e-11 below H = 9); the whole
+             search took 134 s of CPU (284 s wall).
      d = 32: H = 6..10, 2 seeds each; 60,044-377,220 queries, 2.4-9.3 x the count; up to 330 s.
      d = 64: H = 4, 6, 8, 1 seed; H = 8 took 529,904 queries (4.0 x 131,057) and 888 s.
      d = 32, H = 11 (seed 0) raised: in row 27 only 19 of the 256 tokens allowed
              (max_tokens_factor 8) resolved all 11 heads, 473,888 queries, 523 s. Largest H at
              d = 32: 10. The count grows as more tokens must be drawn per row to find d + 2 whose
              11 shifts are resolvable: float64 conditioning of the one-dimensional fit.
+   Every run prints one table, the largest H per d of both routes: the counts route's from this
+   run, the robust route's from this record (ROBUST_RECORDED, labelled "recorded" with its date)
+   unless --search-H re-ran it over the same d.
 2. learn_orthogonal_heads (heads in mutually orthogonal subspaces), as before:
 
 For each (d, H) and a few seeds: queries, worst relative head errors after matching heads, and
@@ -200,12 +226,40 @@ def rational_row(d, H, seed=0, repeats=3):
 #: The robust route's largest H per d, as recorded in this docstring (measured 2026-12-01, not re-run
 #: by default: the open-ended search takes hours at d = 64). A value ``(H, True)`` is a lower bound
 #: (the search stopped at H <= d, or was not run past it).
-ROBUST_RECORDED = {8: (8, True), 32: (10, False), 64: (8, True)}
+ROBUST_RECORDED = {8: (8, True), 16: (9, False), 32: (10, False), 64: (8, True)}
+ROBUST_SOURCE = "recorded 2026-12-01 (bench_multihead.py docstring)"
+COUNTS_H_STOP = 8         # the counts route's search: H = 1 .. COUNTS_H_STOP (seed 0)
+ROBUST_H_STOP = 16        # the robust route's search (--search-H): H = 1 .. ROBUST_H_STOP, H <= d
+
+
+def largest_H_table(counts, robust=None, counts_stop=COUNTS_H_STOP):
+    """The largest H per d of both routes, one row per d of ``counts``.
+
+    ``counts``: {d: H} measured in this run (H = 1 .. ``counts_stop``, seed 0; a value at the top of
+    the search is a lower bound). ``robust``: {d: (H, lower_bound)} measured in this run by
+    :func:`canonical_sweep`, or None for ROBUST_RECORDED (labelled as recorded, with its date).
+    Returns ``(table, robust_rows)``: the DataFrame printed, and the robust route's
+    {str(d): {"H", "lower_bound", "source"}} as save() writes it."""
+    robust_rows = {}
+    for d, (H, lb) in (robust if robust is not None else ROBUST_RECORDED).items():
+        robust_rows[str(d)] = {"H": int(H), "lower_bound": bool(lb),
+                               "source": "measured" if robust is not None else ROBUST_SOURCE}
+    table = []
+    for d in sorted(counts):
+        r = robust_rows.get(str(d))
+        table.append({
+            "d": d,
+            "counts route H": (">= " if counts[d] == min(counts_stop, d) else "") + str(counts[d]),
+            "counts source": f"measured (seed 0, H = 1 .. {min(counts_stop, d)})",
+            "robust route H": "not recorded" if r is None else (">= " if r["lower_bound"] else "") + str(r["H"]),
+            "robust source": "" if r is None else r["source"]})
+    return pd.DataFrame(table), robust_rows
 
 
 def save(rows, largest, why, robust=None):
     """Write data/results/bench_multihead.json (atomic, with provenance): the table, the largest H
-    per d of both routes (the robust route's recorded values unless ``robust`` was measured), and
+    per d of both routes (the robust route's recorded values unless ``robust``, {d: (H, lower_bound)},
+    was measured), and
     the coverage and sensitivity rows that say why the counts route stops. Chapter 06 reads it."""
     from pathlib import Path
 
@@ -215,16 +269,13 @@ def save(rows, largest, why, robust=None):
     path = (root if root is not None else Path.cwd()) / "data" / "results" / "bench_multihead.json"
     clean = [{k: v for k, v in r.items() if not (isinstance(v, float) and not np.isfinite(v))} for r in rows]
     header = results.provenance("bench_multihead", {"tol": CANON_TOL, "cases": [list(c) for c in RATIONAL_CASES]}, 0)
-    robust_rows = ({str(d): {"H": int(H), "lower_bound": False, "source": "measured"} for d, H in robust.items()}
-                   if robust else
-                   {str(d): {"H": H, "lower_bound": lb, "source": "recorded 2026-12-01 (bench_multihead.py docstring)"}
-                    for d, (H, lb) in ROBUST_RECORDED.items()})
+    robust_rows = largest_H_table(largest, robust)[1]
     results.write_json(path, header | {"rows": clean, "largest_H": {
         "counts": {str(d): int(H) for d, H in largest.items()}, "robust": robust_rows}, "why": why})
     return path
 
 
-def rational_tables(d_values, H_stop=8, targets=None):
+def rational_tables(d_values, H_stop=COUNTS_H_STOP, targets=None):
     """The issue's table for RATIONAL_CASES, then the largest H (1 .. H_stop, seed 0) per d."""
     targets = Targets() if targets is None else targets
     rows = [rational_row(d, H) for d, H in RATIONAL_CASES]
@@ -263,9 +314,10 @@ def rational_tables(d_values, H_stop=8, targets=None):
     return rows, largest, cov.merge(cond, on="H").to_dict("records")
 
 
-def canonical_sweep(d_values, seeds, H_values=None, H_stop=16):
-    """Largest H (of ``H_values``, default 1, 2, ...) with every seed recovered to CANON_TOL, per d."""
-    rows, largest = [], {}
+def canonical_sweep(d_values, seeds, H_values=None, H_stop=ROBUST_H_STOP):
+    """Largest H (of ``H_values``, default 1 .. H_stop) with every seed recovered to CANON_TOL, per d:
+    {d: (H, lower_bound)}, lower_bound True when every H tried (H <= d) was recovered."""
+    rows, largest, failed = [], {}, set()
     for d in d_values:
         largest[d] = 0
         for H in [h for h in (H_values or range(1, H_stop + 1)) if h <= d]:   # d_h = d // H >= 1
@@ -289,6 +341,7 @@ def canonical_sweep(d_values, seeds, H_values=None, H_stop=16):
                 print(row, flush=True)
                 ok_all &= row["outcome"] == "ok"
             if not ok_all:
+                failed.add(d)
                 break
             largest[d] = H
     df = pd.DataFrame(rows)[["d", "H", "seed", "outcome", "error", "queries", "4Hd^2-2H+1",
@@ -298,8 +351,8 @@ def canonical_sweep(d_values, seeds, H_values=None, H_stop=16):
         print(df.to_string(index=False))
     for d, H in largest.items():
         print(f"d = {d}: largest H recovered to relative error <= {CANON_TOL:g} on all "
-              f"{seeds} seeds: {H}")
-    return largest
+              f"{seeds} seeds: {'' if d in failed else '>= '}{H}")
+    return {d: (H, d not in failed) for d, H in largest.items()}
 
 
 def main():
@@ -315,16 +368,19 @@ def main():
     targets = Targets()
     rows, largest, why = rational_tables(args.d, targets=targets)
     full = sorted(args.d) == [8, 16, 32, 64]       # only a run over every d replaces the saved file
+    robust = None
     if args.search_H or args.H:
         robust = canonical_sweep(args.d, args.seeds, args.H)
         if full and args.search_H and not args.H:
             print("wrote", save(rows, largest, why, robust))
-    else:
-        if full:
-            print("wrote", save(rows, largest, why))
-        print("learn_canonical (robust route), largest H to 1e-8, as recorded above (2026-12-01, not "
-              "re-run; --search-H re-runs it, hours at d = 64): d = 8: >= 8 (H <= d); d = 16: not "
-              "recorded; d = 32: 10; d = 64: >= 8")
+    elif full:
+        print("wrote", save(rows, largest, why))
+    table = largest_H_table(largest, robust if args.search_H and not args.H else None)[0]
+    with pd.option_context("display.width", 220, "display.max_colwidth", 80):
+        print(f"\nLargest H recovered to {CANON_TOL:g} per d, both routes ('>= H': no failure up to "
+              "the search's end;\nthe robust route's values are the docstring's record unless "
+              "--search-H re-ran it, hours at d = 64):")
+        print(table.to_string(index=False))
     if args.canonical_only:
         return targets.exit_code()
     rows = []

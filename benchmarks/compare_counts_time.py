@@ -8,6 +8,10 @@ interleaved on the same targets (``random_multi_head(d, H, seed=0)``, verificati
 oracle's replay of the same queries batched by length (bench_multihead.oracle_seconds). Each time
 is the least of ``--repeats`` runs, in wall and in CPU seconds of this process; printed as
 learner / oracle. A table for the report of a change, not a target (bench_multihead.py has those).
+
+Every case is first run once by each learner, untimed: the first case a process times otherwise
+runs about a third slower for both learners, however many repeats (measured 2026-12-01: (32, 2)
+after 23 ms, then 17 ms CPU in the same process; before 29, then 23 ms).
 """
 
 import argparse
@@ -47,8 +51,12 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         old, old_oracles = import_revision(args.ref, folder)
+        cases = [(int(a), int(b)) for a, b in (c.split(",") for c in args.cases)]
+        for d, H in cases:  # the untimed warm-up (see above)
+            old.learn_canonical_rational(old_oracles.ValueQueryOracle(old.random_multi_head(d, H, seed=0)), H=H, verify=0)
+            learn_canonical_rational(ValueQueryOracle(random_multi_head(d, H, seed=0)), H=H, verify=0)
         print("d  H | wall: before  after  oracle  before/o  after/o | CPU: before  after  oracle  before/o  after/o")
-        for d, H in ((int(a), int(b)) for a, b in (c.split(",") for c in args.cases)):
+        for d, H in cases:
             target, target_old = random_multi_head(d, H, seed=0), old.random_multi_head(d, H, seed=0)
             best = {k: float("inf") for k in ("wb", "wa", "cb", "ca")}
             for _ in range(args.repeats):

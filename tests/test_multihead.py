@@ -452,6 +452,96 @@ def test_interpolate_pairs_recovers_poles_and_residues():
     assert np.array_equal(g3, gamma) and np.max(np.abs(l3 - l)) <= 1e-12
 
 
+def _weights_with_zeros(zs, zeros):
+    """Barycentric weights on ``zs`` whose denominator ``sum_j w_j / (z - z_j)`` vanishes at ``zeros``
+    (the partial fractions of ``prod_h (z - zeros_h) / prod_j (z - z_j)``)."""
+    return np.array(
+        [np.prod(zj - np.asarray(zeros)) / np.prod([zj - zi for i, zi in enumerate(zs) if zi != zj]) for zj in zs]
+    ).real
+
+
+def test_barycentric_poles_deflated_equal_the_full_eigenvalue_problem():
+    """_barycentric_poles: the H x H block left by deflating zeta (trace and determinant for H <= 2,
+    eigvals above) has the zeros of the barycentric denominator, as the full (H + 1) x (H + 1)
+    eigenvalue problem does: known real poles to 1e-10, a complex pair conjugate (not taken as real),
+    a double pole split by rounding (1e-7) and taken as real, random weights alike."""
+    from companion._rational import _barycentric_poles, _negative_real, ratio_design
+
+    for H in (1, 2, 3, 4):
+        n, m = ratio_design(H)
+        r = n / m
+        zs, zeta = np.concatenate([[0.0], r[0::2]]), 1.0 + r.max()
+        poles = -np.exp(-np.linspace(-1.5, 1.5, H))
+        w = _weights_with_zeros(zs, poles)[None]
+        for deflate in (True, False):
+            got = np.sort(_barycentric_poles(zs, w, zeta, deflate=deflate)[0].real)
+            assert np.max(np.abs(got - np.sort(poles))) <= 1e-10 * np.max(np.abs(poles))
+        W = np.random.default_rng(H).standard_normal((200, H + 1))
+        a, b = _barycentric_poles(zs, W, zeta), _barycentric_poles(zs, W, zeta, deflate=False)
+        dist = np.abs(a[:, :, None] - b[:, None, :]).min(axis=2)  # each zero of one among the other's
+        assert np.max(dist / (1 + np.abs(a))) <= 1e-9
+    n, m = ratio_design(2)
+    zs, zeta = np.concatenate([[0.0], (n / m)[0::2]]), 1.0 + (n / m).max()
+    pair = _barycentric_poles(zs, _weights_with_zeros(zs, [-1 + 0.5j, -1 - 0.5j])[None], zeta)[0]
+    assert np.allclose(np.sort_complex(pair), [-1 - 0.5j, -1 + 0.5j], atol=1e-12) and not _negative_real(pair).any()
+    double = _barycentric_poles(zs, _weights_with_zeros(zs, [-1.3, -1.3])[None], zeta)[0]
+    assert np.max(np.abs(double + 1.3)) <= 1e-6 and _negative_real(double).all()
+
+
+def test_lstsq_mgs_equals_lapack_least_squares_and_takes_the_minimum_norm_where_singular():
+    """_lstsq_mgs (modified Gram-Schmidt with the right-hand side carried along, vectorized over the
+    pairs) gives numpy.linalg.lstsq's amplitudes to 1e-12 relative; a pair with a zero column (a term
+    flat at 0 over the samples) gets the minimum-norm solution, as the batched QR's pinv fallback did."""
+    from companion._rational import _lstsq_mgs
+
+    rng = np.random.default_rng(0)
+    Z, G = rng.random((40, 8, 4)), rng.standard_normal((40, 8))
+    Z[3, :, 2] = 0.0
+    x = _lstsq_mgs(Z, G)
+    ref = np.array([np.linalg.lstsq(z, g, rcond=None)[0] for z, g in zip(Z, G)])
+    assert np.max(np.abs(x - ref) / (1 + np.abs(ref))) <= 1e-12
+    assert x[3, 2] == 0.0
+
+
+def test_interpolate_pairs_small_H_switch_just_inside_and_outside(monkeypatch):
+    """_SMALL_H = 4: up to it the Loewner null vector is a complete QR's (no SVD is computed) and the
+    poles are deflated; from H = 5 the SVD and the full eigenvalue problem, bit for bit the kernels
+    that _rowstart.ACCEPT was calibrated on (the reference below is that code)."""
+    from scipy.special import expit
+
+    from companion import _rational
+    from companion._rational import _negative_real, interpolate_pairs, ratio_design
+
+    assert _rational._SMALL_H == 4
+    svd_calls = []
+    svd = np.linalg.svd
+    monkeypatch.setattr(np.linalg, "svd", lambda *a, **k: svd_calls.append(1) or svd(*a, **k))
+    for H in (4, 5):
+        n, m = ratio_design(H)
+        r = n / m
+        rng = np.random.default_rng(H)
+        gamma, l = rng.uniform(0.5, 2.0, (50, H)), np.sort(rng.uniform(-2, 2, (50, H)), axis=1)
+        G = np.einsum("psh,ph->ps", expit(np.log(r)[None, :, None] + l[:, None, :]), gamma)
+        svd_calls.clear()
+        g_hat, l_hat = interpolate_pairs(r, G, H)
+        assert bool(svd_calls) == (H == 5)
+        ok = np.isfinite(l_hat).all(axis=1)
+        assert ok.mean() >= 0.9 and np.median(np.abs(l_hat[ok] - l[ok])) <= 1e-8
+        if H == 5:  # the kernels as they were: last right singular vector, full eigvals, zeta dropped
+            zs, zt = np.concatenate([[0.0], r[0::2]]), r[1::2]
+            fs, ft = np.concatenate([np.zeros((50, 1)), G[:, 0::2]], axis=1), G[:, 1::2]
+            w = svd((ft[:, :, None] - fs[:, None, :]) / (zt[:, None] - zs[None, :]))[2][:, -1, :]
+            zeta = 1.0 + r.max()
+            W = w.sum(axis=1, keepdims=True)
+            W = np.where(np.abs(W) > 0, W, np.finfo(float).tiny)
+            lam = np.linalg.eigvals(np.zeros((50, H + 1, H + 1)) + np.diag(zs) + (-w * (zs - zeta) / W)[:, :, None])
+            drop = np.argmin(np.abs(lam - zeta), axis=1)
+            lam = np.delete(lam, drop[:, None] + (H + 1) * np.arange(50)[:, None], axis=None).reshape(50, H)
+            real = _negative_real(lam).all(axis=1)
+            l_ref = np.sort(-np.log(np.where(_negative_real(lam), -lam.real, 1.0)), axis=1)
+            assert np.array_equal(real, ok) and np.array_equal(l_ref[real], l_hat[ok])
+
+
 def _row_problem(n_rows, K, d, H, seed=0):
     from companion._rational import ratio_design
 

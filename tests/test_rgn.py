@@ -274,7 +274,7 @@ def test_rgn_forcing_follows_the_residual_down_to_forcing_min(monkeypatch):
     monkeypatch.setattr(rgn, "_tangent_step", spy)
     What, info = rgn._rgn(A, B, t, r, max_iter=50, tol=1e-13, direct_max=0)
     h = info["residuals"]
-    assert seen == [min(3e-2, max(rgn._FORCING_MIN, rel)) for rel in h[: len(seen)]]
+    assert seen == [min(rgn._FORCING, max(rgn._FORCING_MIN, rel)) for rel in h[: len(seen)]]
     assert any(rel < rgn._FORCING_MIN for rel in h[: len(seen)])          # the floor is used
     assert np.linalg.norm(What - W) < 1e-10 * np.linalg.norm(W)
     work = info["lsqr_iterations"]
@@ -282,3 +282,126 @@ def test_rgn_forcing_follows_the_residual_down_to_forcing_min(monkeypatch):
         monkeypatch.setattr(rgn, "_FORCING_MIN", 1e-4 * factor)
         _, other = rgn._rgn(A, B, t, r, max_iter=50, tol=1e-13, direct_max=0)
         assert other["lsqr_iterations"] != work, factor
+
+
+# --- issue 22 item 5, round 2: the fused normal operator, float32 fits, the float32 design ---
+
+def test_fused_normal_operator_in_many_chunks_equals_one_pass(monkeypatch):
+    # the tangent solve visits the design in row chunks of _CG_CHUNK_BYTES: chunks of 7 rows give
+    # the solve of one chunk, to float64 rounding (the test problems fit one chunk by default)
+    A, B, t, W, r = _problem(noise=0.05)
+    U, s, V = rgn._spectral_start(A, B, t, r)
+    res = t - rgn._factor_products(A, B, U, s, V)[2]
+    X1, Y1, k1 = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=1e-6)
+    monkeypatch.setattr(rgn, "_CG_CHUNK_BYTES", 7 * 8 * A.shape[1])
+    X7, Y7, k7 = rgn._tangent_step(A, B, res, U, V, direct_max=0, rtol=1e-6)
+    assert k1 == k7 > 3
+    assert np.linalg.norm(_tangent(U, X7 - X1, Y7 - Y1, V)) < 1e-12 * np.linalg.norm(_tangent(U, X1, Y1, V))
+
+
+def test_float32_fits_are_the_float64_ones_to_float32_rounding():
+    A, B, t, W, r = _problem(d=20, r=2)
+    U, s, V = rgn._spectral_start(A, B, t, r)
+    a64, b64, f64 = rgn._factor_products(A, B, U, s, V)
+    a32, b32, f32 = rgn._factor_products(A, B, U, s, V, low=(A.astype(np.float32), B.astype(np.float32)))
+    assert a32.dtype == np.float32 and f32.dtype == np.float64
+    assert 0 < np.linalg.norm(f32 - f64) < 1e-6 * np.linalg.norm(f64)
+    assert np.allclose(a32, a64, rtol=1e-5, atol=1e-6) and np.allclose(b32, b64, rtol=1e-5, atol=1e-6)
+
+
+def _coarse_flags(monkeypatch, A, B, t, r, **kw):
+    real, flags = rgn._factor_products, []
+
+    def spy(*args, low=None):
+        flags.append(low is not None)
+        return real(*args, low=low)
+
+    monkeypatch.setattr(rgn, "_factor_products", spy)
+    W, info = rgn._rgn(A, B, t, r, max_iter=50, direct_max=0, **kw)
+    monkeypatch.undo()
+    return flags, W, info
+
+
+def test_coarse_fit_threshold_just_inside_and_outside(monkeypatch):
+    # an iteration measures its fit in float32 while the previous relative residual exceeds
+    # _COARSE_FIT; a float32 residual at or below it is measured again in float64
+    A, B, _, W, r = _problem(d=24, r=2, ratio=2.5, seed=6)      # residuals 9.6e-3, 1.5e-4, ...
+    t = rgn._rop_apply(A, B, W)
+    flags, What, info = _coarse_flags(monkeypatch, A, B, t, r, tol=1e-13)
+    h = info["residuals"]
+    assert flags[0] and not flags[-1] and np.linalg.norm(What - W) < 1e-10 * np.linalg.norm(W)
+    j = next(i for i, rel in enumerate(h) if rel < 1e-2)       # a residual of the float32 phase
+    seen = []
+    for threshold in (h[j] * (1 + 1e-6), h[j] * (1 - 1e-6)):
+        monkeypatch.setattr(rgn, "_COARSE_FIT", threshold)
+        seen.append(_coarse_flags(monkeypatch, A, B, t, r, tol=1e-13)[0])
+    inside, outside = seen
+    k = next(i for i, (a, b) in enumerate(zip(inside, outside)) if a != b)
+    # just above h[j]: that float32 residual is measured again in float64; just below: the next
+    # iteration's fit is float32 too
+    assert (inside[k], outside[k]) == (False, True)
+    for factor in (10.0, 0.1):
+        monkeypatch.setattr(rgn, "_COARSE_FIT", 1e-3 * factor)
+        assert _coarse_flags(monkeypatch, A, B, t, r, tol=1e-13)[0] != flags, factor
+
+
+def test_rgn_stops_on_a_float64_residual():
+    # with tol above _COARSE_FIT the run stops in the float32 phase: the residual it reports is
+    # the float64 one of the W it returns, not the float32 fit's (off by about 1e-7 / tol)
+    A, B, _, W, r = _problem(d=24, r=2, ratio=2.5, seed=6)      # residuals 0.069, 9.6e-3, ...
+    t = rgn._rop_apply(A, B, W)
+    What, info = rgn._rgn(A, B, t, r, max_iter=50, tol=2e-2, direct_max=0)
+    rel = np.linalg.norm(rgn._rop_apply(A, B, What) - t) / np.linalg.norm(t)
+    assert rgn._COARSE_FIT < info["residual"] <= 2e-2 < info["residuals"][-2]
+    assert abs(info["residual"] - rel) <= 1e-9 * rel
+
+
+def test_float32_design_is_the_float64_draws_rounded(monkeypatch):
+    # drawn in row chunks (here of 7 rows) from the same stream: the float64 design's values,
+    # redrawn rows included, rounded to float32
+    monkeypatch.setattr(rop, "_SMALL_AV", 0.3)                 # many redrawn rows
+    monkeypatch.setattr(rop, "_DRAW_CHUNK_BYTES", 7 * 8 * 9)
+    A64, B64 = rop._gaussian_rop_design(9, 50, np.ones(9), np.random.default_rng(5))
+    A32, B32 = rop._gaussian_rop_design(9, 50, np.ones(9), np.random.default_rng(5), dtype=np.float32)
+    assert A32.dtype == B32.dtype == np.float32
+    assert np.array_equal(A32, A64.astype(np.float32)) and np.array_equal(B32, B64.astype(np.float32))
+    assert np.all(np.abs(A32.astype(np.float64) @ np.ones(9)) >= 0.3 * 3.0 / 3.0)
+
+
+def test_learn_low_rank_rgn_measures_its_float32_design_exactly():
+    # method="rgn" draws its design in float32 and measures exactly those vectors: the answers
+    # invert to a_k^T W* b_k of the float32 values, and W is exact
+    from companion import lowrank
+    from companion.attention import random_single_head
+    from companion.oracles import ValueQueryOracle
+
+    head = random_single_head(40, rank=3, seed=2)
+    rec = lowrank.learn_low_rank(ValueQueryOracle(head), 3, method="rgn", seed=4)
+    assert rec.relative_errors(head)["W"] < 1e-10
+    A, B = rop._gaussian_rop_design(40, rec.diagnostics["n_measurements"], rec.v, np.random.default_rng(4),
+                                    dtype=np.float32)
+    t, _ = lowrank.measure_bilinear(ValueQueryOracle(head), A, B, head.v)
+    exact = np.einsum("kd,de,ke->k", A.astype(np.float64), head.W, B.astype(np.float64))
+    assert np.allclose(t, exact, rtol=1e-9, atol=1e-12 * np.abs(exact).max())
+
+
+def test_forcing_cap_leaves_far_solves_loose_and_still_steps():
+    # the tangent solves' forcing is the residual, capped at _FORCING = 0.5 (the default): a cap
+    # ten times smaller (the previous 3e-2 is between) spends more inner iterations for the same
+    # exact W; ten times larger, a start with relative residual above 1 gets rtol > 1, no step,
+    # and the run stalls (measured 99 inner iterations, 112 with the cap at 0.05, 117 at 3e-2; at
+    # d = 30, r = 3 the cap 0.5 takes 113 against 105 at 3e-2: the gain is at larger sizes)
+    A, B, _, W, r = _problem(d=48, r=4, ratio=2.0)
+    t = rgn._rop_apply(A, B, W)
+
+    def run(**kw):
+        What, info = rgn._rgn(A, B, t, r, max_iter=50, tol=1e-13, direct_max=0, **kw)
+        return np.linalg.norm(What - W) / np.linalg.norm(W), info
+
+    default = run()
+    runs = {f: run(forcing=f) for f in (0.5, 0.05, 5.0, 3e-2)}
+    assert default[1]["residuals"] == runs[0.5][1]["residuals"] and default[0] < 1e-10
+    assert default[1]["residuals"][0] > 1.0                            # the start's residual
+    assert runs[0.05][0] < 1e-10 and runs[0.05][1]["lsqr_iterations"] > default[1]["lsqr_iterations"]
+    assert runs[3e-2][1]["lsqr_iterations"] > default[1]["lsqr_iterations"]
+    assert runs[5.0][1]["lsqr_iterations"] == 0 and runs[5.0][0] > 0.1

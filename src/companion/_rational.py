@@ -258,6 +258,13 @@ def ratio_design(H):
     >>> n.size, int((n + m).max()), len(set((n / m).tolist()))
     (24, 25, 24)
     """
+    a, b = _ratio_design(int(H))
+    return a.copy(), b.copy()
+
+
+@functools.lru_cache(maxsize=32)
+def _ratio_design(H):
+    """:func:`ratio_design`'s counts, computed once per ``H`` (the caller gets copies)."""
     L = 2 * H + 1
     a, b = np.meshgrid(np.arange(1, L), np.arange(1, L), indexing="ij")
     ok = (a + b <= L) & (np.gcd(a, b) == 1)
@@ -284,14 +291,122 @@ def _negative_real(lam):
     return (np.abs(lam.imag) <= 1e-6 * np.abs(lam)) & (lam.real < 0)
 
 
+#: Largest number of heads at which :func:`interpolate_pairs` takes the Loewner null vector from a
+#: QR factorization instead of an SVD (a fifth of the time), the poles from the ``H x H`` block
+#: left by deflating ``zeta`` (:func:`_barycentric_poles`) and the amplitudes by modified
+#: Gram-Schmidt (:func:`_lstsq_mgs`) instead of a batched QR. These differ from the SVD and the full
+#: eigenvalue problem only where the Loewner matrix is ill conditioned, i.e. in rounding noise (a
+#: cross product for the null vector at H = 2 was tried: it left 3 of 1,856 pairs of d = 32 misfitting
+#: their own samples by up to 1e-8, to be polished, against none). Measured on the pairs of
+#: ``random_multi_head(32, H, seed=0)``: the shifts
+#: agree to a median 7.6e-14 at H = 2 and 2.5e-11 at H = 4 (QR), and 1.9e-8 at H = 7, where half
+#: of the pairs differ by more than 1e-6. From H = 5 on the SVD and the full eigenvalue problem are
+#: kept, bit for bit: the shared-amplitude start's threshold (:data:`companion._rowstart.ACCEPT`)
+#: was calibrated on their rounding at d = 64, H = 8, and the QR's there accepts a wrong shift
+#: below it (misfit 3.7e-10 relative), while ACCEPT = 3e-10 loses H = 8 at d = 64 (row 37 misfits
+#: by 0.04).
+_SMALL_H = 4
+
+
+def _barycentric_poles(zs, w, zeta, *, deflate=True):
+    """Zeros of the barycentric denominator ``q(z) = sum_j w_j / (z - z_j)``, one set per row of ``w``.
+
+    ``M = diag(zs) + a 1^T`` with ``a = w (zeta - zs) / sum(w)`` has the eigenvalues ``zeta`` and
+    the zeros of ``q`` (an eigenvalue ``lam`` other than the ``z_j`` solves
+    ``sum_j a_j / (lam - z_j) = 1``, which is ``q(lam) (lam - zeta) = 0``), and ``M w = zeta w``.
+    With ``deflate``, a Householder reflection ``Q`` (symmetric, orthogonal) with
+    ``Q e_1 = +-w / |w|`` gives ``Q M Q = [[zeta, *], [0, M']]``, and the poles are the eigenvalues
+    of the ``H x H`` block ``M'``: from its trace and determinant for ``H <= 2`` (no LAPACK call),
+    by :func:`numpy.linalg.eigvals` above. Without it, they are :func:`numpy.linalg.eigvals` of ``M``
+    without the eigenvalue nearest ``zeta``.
+
+    Parameters
+    ----------
+    zs : ndarray of shape (H + 1,)
+        Support points, all different from ``zeta``.
+    w : ndarray of shape (P, H + 1)
+        Barycentric weights, each row nonzero.
+    zeta : float
+        A point far from the poles.
+    deflate : bool, default=True
+        Deflate ``zeta`` (:func:`interpolate_pairs` up to ``H = _SMALL_H``); ``False``: the full
+        eigenvalue problem of ``M``.
+
+    Returns
+    -------
+    ndarray of shape (P, H), complex
+        The ``H`` zeros of each row's ``q`` (a complex pair is conjugate).
+    """
+    P, n = w.shape
+    W = w.sum(axis=1, keepdims=True)
+    W = np.where(np.abs(W) > 0, W, np.finfo(float).tiny)
+    a = -w * (zs - zeta) / W
+    M = np.zeros((P, n, n)) + np.diag(zs) + a[:, :, None]
+    if not deflate:
+        lam = np.linalg.eigvals(M)  # poles and zeta
+        drop = np.argmin(np.abs(lam - zeta), axis=1)
+        return np.delete(lam, drop[:, None] + n * np.arange(P)[:, None], axis=None).reshape(P, n - 1)
+    y = w / np.linalg.norm(w, axis=1, keepdims=True)
+    y[:, 0] += np.where(y[:, 0] >= 0, 1.0, -1.0)  # Q = I - 2 y y^T / |y|^2: Q e_1 = -+w / |w|
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    MQ = M - 2 * (M @ y[:, :, None]) * y[:, None, :]
+    B = (MQ - 2 * y[:, :, None] * (y[:, None, :] @ MQ))[:, 1:, 1:]  # (P, H, H): M'
+    if n == 2:
+        return B[:, 0, :].astype(complex)
+    if n > 3:
+        return np.linalg.eigvals(B)
+    half = 0.5 * (B[:, 0, 0] + B[:, 1, 1])
+    det = B[:, 0, 0] * B[:, 1, 1] - B[:, 0, 1] * B[:, 1, 0]
+    disc = (0.5 * (B[:, 0, 0] - B[:, 1, 1])) ** 2 + B[:, 0, 1] * B[:, 1, 0]  # half^2 - det
+    root = np.sqrt(np.abs(disc))
+    big = half + np.copysign(root, half)  # the larger root in modulus, without cancellation
+    small = np.divide(det, big, out=np.zeros_like(big), where=big != 0)
+    real, im = disc >= 0, np.where(disc >= 0, 0.0, root)
+    return np.stack([np.where(real, big, half) + 1j * im, np.where(real, small, half) - 1j * im], axis=1)
+
+
+def _lstsq_mgs(Z, G):
+    """``argmin |Z gamma - G|`` for every pair: ``Z`` of shape (P, S, H), ``G`` (P, S) give (P, H).
+
+    Modified Gram-Schmidt on the columns of ``Z`` with ``G`` carried along as one more column, which
+    is backward stable for least squares (Bjorck, "Solving linear least squares problems by
+    Gram-Schmidt orthogonalization", BIT 7, 1967), then back substitution; vectorized over the
+    pairs (``H`` steps of array operations, no LAPACK call per pair). A pair with an exactly zero
+    pivot (a column that is 0 at every sample, or exactly dependent) gets the minimum-norm
+    amplitudes (``numpy.linalg.pinv``), as the batched QR's singular solve did; a nearly dependent
+    one (two nearly equal shifts) gets large amplitudes of opposite signs, as with the QR.
+    """
+    P, S, H = Z.shape
+    Q = Z.transpose(0, 2, 1).copy()  # (P, H, S): the columns, orthonormalized in place
+    b = np.array(G, dtype=float)
+    R = np.zeros((P, H, H))
+    c = np.empty((P, H))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for k in range(H):
+            R[:, k, k] = np.sqrt(np.einsum("ps,ps->p", Q[:, k], Q[:, k]))
+            Q[:, k] /= R[:, k, k][:, None]
+            if k + 1 < H:
+                R[:, k, k + 1 :] = np.einsum("ps,pjs->pj", Q[:, k], Q[:, k + 1 :])
+                Q[:, k + 1 :] -= R[:, k, k + 1 :, None] * Q[:, k][:, None, :]
+            c[:, k] = np.einsum("ps,ps->p", Q[:, k], b)
+            b -= c[:, k][:, None] * Q[:, k]
+        x = np.empty((P, H))
+        for i in range(H - 1, -1, -1):
+            x[:, i] = (c[:, i] - np.einsum("pj,pj->p", R[:, i, i + 1 :], x[:, i + 1 :])) / R[:, i, i]
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        x[bad] = np.einsum("phs,ps->ph", np.linalg.pinv(Z[bad]), G[bad])
+    return x
+
+
 def interpolate_pairs(r, G, H, *, realise=False):
     """Type-(H, H) rational interpolation of ``G(r) = sum_h gamma_h r / (r + p_h)``, one per row of ``G``.
 
     Every row of ``G`` (shape ``(P, 2H)``, sampled at ``r`` of shape ``(2H,)``) together with the
     known value ``G(0) = 0`` is ``2 H + 1`` samples of a rational function of type ``(H, H)``; its
-    barycentric interpolant (a Loewner null vector, support points ``0, r_1, r_3, ...``) has the
-    poles ``-p_h``, found as the eigenvalues of a rank-one update of a diagonal matrix. Batched
-    over the ``P`` rows.
+    barycentric interpolant (a Loewner null vector, support points ``0, r_1, r_3, ...``, by QR up
+    to ``H = _SMALL_H``, by SVD above) has the poles ``-p_h`` (:func:`_barycentric_poles`).
+    Batched over the ``P`` rows.
 
     With ``realise``, every pole ``lam`` is taken as the real negative ``-|Re lam|`` (clipped to
     ``[1e-12, 1e12]``) instead: no NaN rows, a start for a refit (:mod:`companion._rowstart`), not
@@ -309,15 +424,12 @@ def interpolate_pairs(r, G, H, *, realise=False):
     fs = np.concatenate([np.zeros((P, 1)), G[:, 0::2]], axis=1)
     ft = G[:, 1::2]
     Lw = (ft[:, :, None] - fs[:, None, :]) / (zt[:, None] - zs[None, :])  # (P, H, H + 1)
-    w = np.linalg.svd(Lw)[2][:, -1, :]  # (P, H + 1)
-    zeta = 1.0 + r.max()  # a point far from the poles
-    W = w.sum(axis=1, keepdims=True)
-    W = np.where(np.abs(W) > 0, W, np.finfo(float).tiny)
-    a = -w * (zs - zeta) / W
-    M = np.zeros((P, H + 1, H + 1)) + np.diag(zs) + a[:, :, None]
-    lam = np.linalg.eigvals(M)  # poles and zeta
-    drop = np.argmin(np.abs(lam - zeta), axis=1)
-    lam = np.delete(lam, drop[:, None] + (H + 1) * np.arange(P)[:, None], axis=None).reshape(P, H)
+    small = H <= _SMALL_H
+    if small:  # the last column of a complete QR of Lw^T: orthogonal to Lw's rows
+        w = np.linalg.qr(Lw.transpose(0, 2, 1), mode="complete")[0][:, :, -1]  # (P, H + 1)
+    else:  # the last right singular vector
+        w = np.linalg.svd(Lw)[2][:, -1, :]
+    lam = _barycentric_poles(zs, w, 1.0 + r.max(), deflate=small)  # zeta: a point far from the poles
     real = _negative_real(lam)
     if realise:
         lam = -np.clip(np.abs(lam.real), 1e-12, 1e12)
@@ -326,16 +438,21 @@ def interpolate_pairs(r, G, H, *, realise=False):
     p = np.where(real, -lam.real, 1.0)
     l = -np.log(p)
     Z = expit(np.log(r)[None, :, None] + l[:, None, :])  # (P, 2H, H)
-    # The amplitudes by least squares through a batched QR (a batched pinv's SVDs cost 15 times as
-    # much: a fifth of the learner at d = 32, H = 4), only where every pole is real.
+    # The amplitudes by least squares, only where every pole is real: up to _SMALL_H by modified
+    # Gram-Schmidt vectorized over the pairs (_lstsq_mgs: a third of the time of the batched QR and
+    # its solve at H = 2 and 4), above through a batched QR (a batched pinv's SVDs cost 15 times as
+    # much: a fifth of the learner at d = 32, H = 4).
     gamma = np.full((P, H), np.nan)
     if good.any():
         Zg, Gg = Z[good], G[good]
-        try:
-            Q, Rq = np.linalg.qr(Zg)
-            gamma[good] = np.linalg.solve(Rq, Q.transpose(0, 2, 1) @ Gg[..., None])[..., 0]
-        except np.linalg.LinAlgError:  # two exactly equal shifts: the minimum-norm amplitudes
-            gamma[good] = np.einsum("phs,ps->ph", np.linalg.pinv(Zg), Gg)
+        if small:
+            gamma[good] = _lstsq_mgs(Zg, Gg)
+        else:
+            try:
+                Q, Rq = np.linalg.qr(Zg)
+                gamma[good] = np.linalg.solve(Rq, Q.transpose(0, 2, 1) @ Gg[..., None])[..., 0]
+            except np.linalg.LinAlgError:  # two exactly equal shifts: the minimum-norm amplitudes
+                gamma[good] = np.einsum("phs,ps->ph", np.linalg.pinv(Zg), Gg)
     order = np.argsort(l, axis=1)
     l = np.take_along_axis(l, order, axis=1)
     gamma = np.take_along_axis(gamma, order, axis=1)

@@ -57,7 +57,7 @@ from ._learner import (
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES, CompanionError
 from .numerics.rgn import _rgn
-from .numerics.rop import _gaussian_rop_design, rop_queries
+from .numerics.rop import _gaussian_rop_design, design_product, rop_queries
 from .recovery import Recovery
 
 __all__ = [
@@ -256,7 +256,8 @@ def measure_bilinear(
         Exact oracle of a single head ``f_{W*, v*}``, ``d = oracle.d``; it answers sequences of
         length 2. Every query is counted by the oracle.
     A, B : ndarray of shape (p, d) and (q, d)
-        Left and right vectors as rows (with ``rows``/``cols``: their sources). Every
+        Left and right vectors as rows (with ``rows``/``cols``: their sources), float64 or
+        float32 (used as they are: the queries are built from them in float64, exactly). Every
         ``a_k^T v`` must be nonzero (the answer is divided by it).
     v : ndarray of shape (d,)
         The value vector ``v*``, e.g. read off ``d`` length-1 queries by
@@ -322,7 +323,8 @@ def measure_bilinear(
     True
     """
     d = int(oracle.d)
-    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)  # no copy if float64
+    # no copy of a float64 or float32 design (the queries are built in float64, exactly)
+    A, B = (M if M.dtype == np.float32 else np.asarray(M, dtype=np.float64) for M in map(np.asarray, (A, B)))
     v = as_float_array(v, "v", ndim=1, shape=(d,))
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != d or B.shape[1] != d:
         raise InvalidInputError(f"A and B must be 2-d with d={d} columns; got {A.shape=}, {B.shape=}.")
@@ -336,7 +338,7 @@ def measure_bilinear(
         scale = check_real(scale, "scale", minimum=0.0, strict=True)
     auto = isinstance(scale, str)
     c0 = float(c_start) if auto else float(scale)
-    av, bv = A @ v, B @ v
+    av, bv = design_product(A, v), design_product(B, v)
     if rows is not None:
         av = av[rows]
     if cols is not None:
@@ -952,7 +954,9 @@ def learn_low_rank(
             f", rank {info['rank_detected']} detected" if r is None else ""
         )
     else:
-        A, B = _gaussian_rop_design(d, m, v, rng)
+        # rgn solves in float32: its design is drawn in float32 (the same draws, rounded), which
+        # the solver uses as it is, with no float64 copy (half the memory and its page faults)
+        A, B = _gaussian_rop_design(d, m, v, rng, dtype=np.float32 if method == "rgn" else np.float64)
         t, info = measure_bilinear(oracle, A, B, v, scale=scale)
         diagnostics.update(n_measurements=m, n_requeries=info["n_requeries"], max_abs_logit=info["max_abs_logit"])
         try:

@@ -214,13 +214,32 @@ _one_layer_rounding = names_rounding(
 )
 
 
+#: ``A w_o`` is taken as 0 when ``||A w_o||_inf`` is below this times the largest answer to the
+#: queries ``[+-e_j^T]`` (``learn_one_layer``'s default ``zero_tol``; the multi-head learner's rule).
+ZERO_TOL = 1e-10
+
+
+def _no_linear_part(ffn, d, zero_tol) -> bool:
+    """Whether the extracted FFN's linear part ``A w_o`` is 0 relative to its answers to ``[+-e_j^T]``.
+
+    The size of those answers comes from the extracted network (no new query); an FFN with no
+    neuron has none.
+    """
+    ref = (
+        float(np.max(np.abs(ffn.network.forward(np.concatenate([np.eye(d), -np.eye(d)]))), initial=0.0))
+        if ffn.A.size
+        else 0.0
+    )
+    return not np.any(np.abs(ffn.v) > zero_tol * max(ref, np.finfo(float).tiny))
+
+
 @_one_layer_rounding
 def learn_one_layer(
     oracle,
     *,
     signs="auto",
     milp_time_limit=10.0,
-    zero_tol=1e-10,
+    zero_tol=ZERO_TOL,
     verify=DEFAULT_VERIFY,
     verify_rtol=1e-6,
     seed=0,
@@ -331,13 +350,7 @@ def learn_one_layer(
     ffn = learn_ffn(oracle, signs=signs, milp_time_limit=milp_time_limit, seed=seed, **ffn_options)
     n_ffn = oracle.n_queries - start
     b = ffn.v
-    # Size of the answers to [+-e_j^T], from the extracted network (no new query).
-    ref = (
-        float(np.max(np.abs(ffn.network.forward(np.concatenate([np.eye(d), -np.eye(d)]))), initial=0.0))
-        if ffn.A.size
-        else 0.0
-    )
-    if not np.any(np.abs(b) > zero_tol * max(ref, np.finfo(float).tiny)):
+    if _no_linear_part(ffn, d, zero_tol):
         raise NotIdentifiableError(
             "A w_o = 0: the antisymmetrised oracle VQ(X) - VQ(-X) = alpha(X, W)^T X A w_o is "
             "identically 0, so these queries reveal nothing about W (§4.1 needs A* w_o* != 0). "
@@ -787,7 +800,9 @@ def learn_multi_head_transformer(
         FFN step (``k`` known) if it cannot hold the plan less the ``2 d`` reused answers, the
         ``H d k`` region queries and ``verify``.
     NotIdentifiableError
-        If ``A w_o = 0`` (the antisymmetrised oracle is 0), or the neurons show fewer than ``k``
+        If ``A w_o = 0`` (the antisymmetrised oracle is 0: ``||A w_o||_inf`` below ``ZERO_TOL``
+        times the largest answer to ``[+-e_j^T]``, as :func:`learn_one_layer`'s ``zero_tol``),
+        or the neurons show fewer than ``k``
         independent activation patterns (:func:`region_anchors`).
     PrecisionError
         Before the first query if the oracle states a precision of float32 or coarser; or if a
@@ -891,7 +906,7 @@ def learn_multi_head_transformer(
     n_ffn = oracle.n_queries - start
     A, w = ffn.A, ffn.w_o
     k = A.shape[1]
-    if not np.any(ffn.v):
+    if _no_linear_part(ffn, d, ZERO_TOL):
         raise NotIdentifiableError(
             "A w_o = 0: the antisymmetrised oracle VQ(X) - VQ(-X) = sum_h alpha(X, W_h)^T X B_h w_o "
             "is identically 0, so it reveals no head (the FFN part was extracted)."

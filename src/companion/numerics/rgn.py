@@ -19,23 +19,35 @@ Cost. The iterate is kept as factors ``U S V^T``; with ``alpha_k = U^T a_k`` and
 level 3, and no ``(m, d)`` temporary. Only the spectral start touches ``d x d`` (``O(m d^2)``, once,
 in row chunks of :data:`_CHUNK_BYTES`; in float32 for :func:`_rgn`'s matrix-free runs).
 
-What bounds :func:`_rgn`'s time (``benchmarks/bench_noisy_scale.py``, CPU time, one BLAS thread):
-each CGLS iteration costs four ``(m, d) x (d, r)`` float32 products, ``4 r / d`` of the oracle's
-``m d^2`` multiply-adds (an eighth at ``d = 1024``, ``r = 32``; measured 1/12 of the oracle's own
-time, float32 GEMM being faster than the oracle's float64). The normal operator of ``m`` Gaussian
-rank-one projections on the ``n = r (2d - r)``-dimensional tangent space has a Marchenko-Pastur-like
-spectrum, on which conjugate gradients gain ``(1/2) ln(m / n)`` nats per iteration (measured 0.3
-at ``m = 2 n``): from the spectral start to the measurements' rounding (30 nats) that is about 100
-iterations at the default ``m = 2 n``, 52 at ``4 n`` and 34 at ``8 n`` (``d = 512``, ``r = 16``),
-whatever the forcing schedule (one long solve and many short ones cost the same).
+What bounds :func:`_rgn`'s time (``benchmarks/bench_noisy_scale.py``, CPU time, one BLAS thread;
+``d = 1024``, ``r = 32``, ``n = r (2d - r) = 64,512``, ``m = 2 n``). Each conjugate-gradient iteration
+applies the tangent normal operator once: four ``(m, d) x (d, r)`` float32 products, ``4 m d r``
+multiply-adds, ``4 r / d`` (an eighth) of the oracle's ``m d^2`` float64 ones (its scores
+``W x_N``). It runs at 37--39 GMAC/s, the AVX2 float32 peak of OpenBLAS's kernel here
+(16 multiply-adds a cycle), against the oracle's 20--22 GMAC/s in float64: 0.44 s, 1/14 of the
+oracle's 6.1--6.7 s. The normal operator of ``m`` Gaussian rank-one projections on the
+``n``-dimensional tangent space has a Marchenko-Pastur-like spectrum, on which conjugate gradients
+gain at most ``(1/2) ln(m / n)`` nats per iteration (0.35 at ``m = 2 n``); from the spectral start
+(relative residual 1.3) to the measurements' rounding (1e-13) is 30 nats, so at least 87
+iterations (measured: 98, in 8 Gauss-Newton iterations), whatever the forcing schedule (one long
+solve and many short ones cost the same): 6.3 oracle-times. With the design (``2 m d`` normals,
+0.67 oracle-times), the spectral start (``m d^2`` float32 multiply-adds and a ``d x d`` SVD, 0.55)
+and the residuals (10 fits of two ``(m, d) x (d, r)`` products, 0.6), the floor is about 9 times
+the oracle, measured 10.3 (62.5 CPU s against 6.06, at a load of 10 on 2 cores). Three times the
+oracle is out of reach at any ``m``: the oracle, the design and the spectral start all grow with
+``m`` and take 2.2 oracle-times before the first iteration, which leaves the iterations and the
+residuals 0.8, about 10 iterations, ``(1/2) ln(m / n) >= 3``: ``m >= 400 n``.
 
-Layer: shared numerics (see :mod:`companion.numerics`); no import from ``companion``. Private:
+Layer: shared numerics (see :mod:`companion.numerics`); imports only :mod:`companion.numerics.rop`
+(:func:`~companion.numerics.rop.design_product`), nothing from ``companion`` above. Private:
 the learners call it, users call ``learn_low_rank(..., method="rgn")`` and ``learn_low_rank_noisy``.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from .rop import design_product
 
 #: Rows of the design handled at once where a product would otherwise build an ``(m, d)``
 #: temporary (the spectral start, :func:`_rop_apply`): at most this many bytes per chunk.
@@ -52,8 +64,26 @@ _STALL_FLOOR = 1e3
 #: rounding, the step has nothing left to fit (it saves the final Gauss-Newton iteration's solve).
 _STAGNATION = 1e-2
 
+#: Bytes of one row chunk of ``A`` (and of ``B``) in :func:`_tangent_step`'s fused normal-operator
+#: pass: small enough to stay in a core's cache between the forward and the adjoint product.
+_CG_CHUNK_BYTES = 2**20
+
 #: Smallest forcing of :func:`_rgn`'s tangent solves (their float32 CGLS reaches about this).
 _FORCING_MIN = 1e-4
+
+#: Largest forcing of :func:`_rgn`'s tangent solves (its default ``forcing``): the forcing is the
+#: relative residual itself, ``max(_FORCING_MIN, rel)``, capped here so that a start with
+#: ``rel >= 1`` still gets a step. Far from the solution a Gauss-Newton step gains less than its
+#: inner solve's accuracy, so a tight solve there is wasted (``d = 384``, ``r = 12``: 92 inner
+#: iterations instead of 119 with the cap at ``3e-2``, the same with it at 0.3 or 0.7; ``d = 48``,
+#: ``r = 4``: 99 instead of 117; at ``d = 30``, ``r = 3`` it loses, 113 against 105).
+_FORCING = 0.5
+
+#: :func:`_rgn` measures its fit in float32 (relative error about ``1e-7``) while the previous
+#: relative residual exceeds this: the residual is then known to ``1e-4`` of itself, as closely as
+#: the tangent solves' smallest forcing asks. A float32 residual at or below it is measured again
+#: in float64, as is every residual the run stops on.
+_COARSE_FIT = 1e-3
 
 #: Largest ``(m, 2 d r)`` tangent design solved directly by :func:`_weighted_rgn`.
 _DIRECT_MAX_WEIGHTED = 2_000_000
@@ -103,9 +133,16 @@ def _rop_apply(A, B, W):
     return out
 
 
-def _factor_products(A, B, U, s, V):
-    """``alpha = A U``, ``beta = B V`` (m, r) and the fitted measurements ``a_k^T U S V^T b_k``."""
-    alpha, beta = A @ U, B @ V
+def _factor_products(A, B, U, s, V, low=None):
+    """``alpha = A U``, ``beta = B V`` (m, r) and the fitted measurements ``a_k^T U S V^T b_k``.
+
+    With ``low`` (float32 copies of ``A``, ``B``) the products are float32 (``alpha``, ``beta``
+    float32, the fit float64 from float32 sums: about ``1e-7`` relative), at half the cost."""
+    if low is not None:
+        dt = low[0].dtype
+        alpha, beta = low[0] @ U.astype(dt), low[1] @ V.astype(dt)
+        return alpha, beta, np.einsum("kr,kr->k", alpha * s.astype(dt), beta).astype(np.float64)
+    alpha, beta = design_product(A, U), design_product(B, V)
     return alpha, beta, np.einsum("kr,kr->k", alpha * s, beta)
 
 
@@ -133,24 +170,30 @@ def _tangent_step(
     default to ``A U``, ``B V``.
 
     Solved directly (``numpy.linalg.lstsq``, minimum norm) when the ``(m, 2 d r)`` design matrix has
-    at most ``direct_max`` entries. Else matrix-free by CGLS (conjugate gradients on the normal
-    equations, Hestenes & Stiefel 1952; the iterates of LSQR, Paige & Saunders 1982) in the
+    at most ``direct_max`` entries. Else matrix-free by conjugate gradients on the normal
+    equations (Hestenes & Stiefel 1952; the iterates of CGLS and of LSQR, Paige & Saunders 1982) in the
     coordinates ``(X, Y)`` with ``U^T Y = 0``: they remove the ``r^2`` gauge directions and are
     isometric (``||U X^T + Y V^T||_F^2 = ||X||_F^2 + ||Y||_F^2``), so for the isotropic Gaussian design
     the normal operator is close to ``(m / d^2) I`` (condition number measured 20 at ``m = 3 r (2d -
-    r)``; 124 with the noisy learner's weights). Each iteration costs four ``(m, d) x (d, r)``-sized
-    products, in the precision of ``low`` (float32 copies ``(A, B)``; ``None``: float64). CGLS stops
-    when the normal-equation residual is at most ``rtol`` times its start, after ``max_iter``
-    (default ``2 d r``) iterations, or, with ``stagnation``, at the first iteration that lowers the
-    squared least-squares residual ``||Phi(U X^T + Y V^T) - res||^2`` by less than the fraction
+    r)``; 124 with the noisy learner's weights). Each iteration applies the normal operator
+    ``Phi^* Phi`` once: four ``(m, d) x (d, r)``-sized products in one pass over the design, each
+    row chunk of ``A`` and ``B`` (:data:`_CG_CHUNK_BYTES`) serving the forward and the adjoint
+    product while it is in cache, in the precision of ``low`` (float32 copies ``(A, B)``;
+    ``None``: float64). The normal-equation residual ``S`` follows by the recurrence
+    ``S <- S - step Phi^* Phi P`` and the squared least-squares residual
+    ``||Phi(U X^T + Y V^T) - res||^2`` falls by ``step gamma`` (``gamma = ||S||^2``) at each step, so
+    no residual vector is kept. The iteration stops when ``||S||`` is at most ``rtol`` times its
+    start, after ``max_iter`` (default ``2 d r``) iterations, or, with ``stagnation``, at the first
+    iteration that lowers the squared least-squares residual by less than the fraction
     ``stagnation`` of it (the residual has reached what the tangent space can fit: for exact
-    measurements, their rounding).
+    measurements, their rounding). ``Y`` is projected on ``U^T Y = 0`` once more at the end (the
+    recurrence drifts off it by float32 rounding).
 
     Returns
     -------
     X, Y : ndarray of shape (d, r)
     iterations : int
-        CGLS iterations (0 for a direct solve).
+        Conjugate-gradient iterations (0 for a direct solve).
     """
     m, d = A.shape
     r = U.shape[1]
@@ -170,40 +213,54 @@ def _tangent_step(
     dt = Al.dtype
     El, Cl, Ul = E.astype(dt, copy=False), C.astype(dt, copy=False), U.astype(dt, copy=False)
 
-    def forward(X, Y):
-        return np.einsum("kr,kr->k", Bl @ X, El) + np.einsum("kr,kr->k", Al @ Y, Cl)
-
     def adjoint(y):
         # (C^T A)^T, not A^T C: the same product, with the long (m) axis contiguous in both
-        # operands of the GEMM (float32, one thread, best of 7: 1.23 times faster at d = 1024,
-        # r = 32; the same at d = 384).
+        # operands of the GEMM.
         Y = ((y[:, None] * Cl).T @ Al).T
         Y -= Ul @ (Ul.T @ Y)
         return ((y[:, None] * El).T @ Bl).T, Y
 
+    rows = max(1, _CG_CHUNK_BYTES // (Al.itemsize * d))
+    bounds = [(s0, min(m, s0 + rows)) for s0 in range(0, m, rows)]
+
+    def normal(PX, PY):
+        # ||Phi(P)||^2 and Phi^T Phi(P) in one pass over the design: each row chunk of A and B
+        # (at most _CG_CHUNK_BYTES each, so it stays in cache) serves the forward and the adjoint
+        # product (measured 14 % faster than two passes at d = 1024, r = 32, float32).
+        GX, GY, qq = np.zeros((r, d), dtype=dt), np.zeros((r, d), dtype=dt), 0.0
+        for s0, e in bounds:
+            a, b, Ek, Ck = Al[s0:e], Bl[s0:e], El[s0:e], Cl[s0:e]
+            q = np.einsum("kr,kr->k", b @ PX, Ek)
+            q += np.einsum("kr,kr->k", a @ PY, Ck)
+            qq += float(np.dot(q, q))
+            GX += (q[:, None] * Ek).T @ b
+            GY += (q[:, None] * Ck).T @ a
+        GY = GY.T
+        GY -= Ul @ (Ul.T @ GY)
+        return qq, GX.T, GY
+
     X, Y = np.zeros((d, r), dtype=dt), np.zeros((d, r), dtype=dt)
-    rr = np.array(res, dtype=dt)
-    rr2 = float(np.dot(rr, rr))
-    SX, SY = adjoint(rr)
+    rr2 = float(np.dot(res, res))
+    SX, SY = adjoint(np.asarray(res, dtype=dt))
     PX, PY = SX.copy(), SY.copy()
     gamma = float(np.sum(SX * SX, dtype=np.float64) + np.sum(SY * SY, dtype=np.float64))
     stop = (rtol**2) * gamma
     its, limit = 0, 2 * d * r if max_iter is None else max_iter
     while gamma > stop and its < limit:
-        q = forward(PX, PY)
-        qq = float(np.dot(q, q))
+        qq, NX, NY = normal(PX, PY)
         if not qq > 0.0:
             break
-        step = dt.type(gamma / qq)
-        X += step * PX
-        Y += step * PY
-        rr -= step * q
+        step = gamma / qq
+        X += dt.type(step) * PX
+        Y += dt.type(step) * PY
         its += 1
         if stagnation is not None:
-            rr2, rr2_old = float(np.dot(rr, rr)), rr2
-            if rr2 > (1.0 - stagnation) * rr2_old:
+            drop = gamma * step  # = gamma^2 / qq, the fall of the squared least-squares residual
+            if drop < stagnation * rr2:
                 break
-        SX, SY = adjoint(rr)
+            rr2 -= drop
+        SX -= dt.type(step) * NX
+        SY -= dt.type(step) * NY
         gamma_new = float(np.sum(SX * SX, dtype=np.float64) + np.sum(SY * SY, dtype=np.float64))
         ratio = dt.type(gamma_new / gamma)
         PX *= ratio
@@ -212,6 +269,7 @@ def _tangent_step(
         PY += SY
         gamma = gamma_new
     X, Y = X.astype(np.float64), Y.astype(np.float64)
+    Y -= U @ (U.T @ Y)  # U^T Y = 0 again: the recurrence for S drifts off it by float32 rounding
     return X, Y, its
 
 
@@ -223,7 +281,7 @@ def _retract(U, s, V, X, Y, r):
     return Qa @ Us[:, :r], ss[:r], Qb @ Vst[:r].T
 
 
-def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=3e-2):
+def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=_FORCING):
     """Riemannian Gauss-Newton for ``t_k = a_k^T W b_k`` over the rank-``r`` matrices.
 
     From the spectral start, each iteration solves the measurement least-squares problem in the
@@ -231,14 +289,18 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=3e-2):
     truncated SVD (:func:`_retract`): Gauss-Newton on the manifold of rank-``r`` matrices, which
     converges quadratically near an exact solution (Luo, Huang, Li & Zhang 2024). The tangent
     problem is solved inexactly, to a relative normal-equation residual ``min(forcing, max(rel,
-    _FORCING_MIN))`` at relative residual ``rel``: an inexact Newton method whose forcing falls
-    with the residual, which keeps Gauss-Newton's quadratic convergence (Dembo, Eisenstat &
-    Steihaug 1982), at far fewer inner iterations in all than exact solves and fewer Gauss-Newton
-    iterations than a fixed forcing (measured at ``d = 512``, ``r = 16``: 7 instead of 11, at 103
-    inner iterations, 108 with the fixed forcing; each Gauss-Newton iteration costs two
-    ``(m, d) x (d, r)`` float64 products for its residual). A matrix-free solve also stops when its
+    _FORCING_MIN))`` at relative residual ``rel``: an inexact Newton method whose forcing is the
+    residual itself, which keeps Gauss-Newton's quadratic convergence (Dembo, Eisenstat &
+    Steihaug 1982), at far fewer inner iterations in all than exact solves. Far from the solution
+    the step gains less than a tight solve would give, so the default cap ``forcing =
+    _FORCING`` leaves those solves loose (measured at ``d = 384``, ``r = 12``, exact measurements:
+    7 Gauss-Newton iterations with 1, 3, 6, 9, 18, 27, 28 inner iterations, 92 in all, against 119
+    with the cap at ``3e-2``). Each Gauss-Newton iteration measures its residual with two
+    ``(m, d) x (d, r)`` products: in float32 while the previous relative residual exceeds
+    ``_COARSE_FIT`` (matrix-free runs), else in float64, and in float64 whenever the run stops on
+    it. A matrix-free solve also stops when its
     residual stagnates (``_STAGNATION``: at the measurements' rounding; the final iteration's solve
-    took 2 CGLS iterations instead of 10 there).
+    took 2 inner iterations instead of 10 there).
     A tangent problem solved matrix-free has its rows scaled to unit norm in the tangent space (row
     equilibration: the problem is consistent near an exact solution, so this changes its
     conditioning, not its solution; it cut the inner iterations by 40 % at ``d = 256``) and is
@@ -251,22 +313,37 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=3e-2):
     W : ndarray of shape (d, d)
     info : dict
         ``iterations``, ``residual`` (final relative residual), ``residuals`` (history),
-        ``lsqr_iterations`` (total inner CGLS iterations; 0 for direct solves), ``factors``
+        ``lsqr_iterations`` (total inner conjugate-gradient iterations; 0 for direct solves), ``factors``
         (``(U S, V^T)``, whose product is ``W``).
     """
     m, d = A.shape
-    low = None if m * 2 * d * r <= direct_max else (A.astype(np.float32), B.astype(np.float32))
+    low = None
+    if m * 2 * d * r > direct_max:  # a float32 design (exact in float32) is its own float32 copy
+        low = (A, B) if A.dtype == np.float32 else (A.astype(np.float32), B.astype(np.float32))
     U, s, V = _spectral_start(A, B, t, r, low=low)
-    na2, nb2 = np.einsum("kd,kd->k", A, A), np.einsum("kd,kd->k", B, B)
+    An, Bn = (A, B) if low is None else low  # row norms, for the equilibration only
+    na2 = np.einsum("kd,kd->k", An, An).astype(np.float64)
+    nb2 = np.einsum("kd,kd->k", Bn, Bn).astype(np.float64)
     tnorm = np.linalg.norm(t)
     history, total = [], 0
-    for it in range(max_iter + 1):
-        alpha, beta, fit = _factor_products(A, B, U, s, V)
+
+    def measure(coarse):
+        alpha, beta, fit = _factor_products(A, B, U, s, V, low=low if coarse else None)
         res = t - fit
-        rel = float(np.linalg.norm(res) / tnorm) if tnorm > 0 else 0.0
+        return alpha, beta, res, float(np.linalg.norm(res) / tnorm) if tnorm > 0 else 0.0
+
+    def done(it, rel):
+        stalled = it >= 1 and rel > 0.5 * history[-1] and rel <= _STALL_FLOOR * tol  # at rounding level
+        return rel <= tol or it == max_iter or stalled or (it >= 5 and rel > 0.5 * history[-5])
+
+    for it in range(max_iter + 1):
+        coarse = low is not None and (not history or history[-1] > _COARSE_FIT)
+        alpha, beta, res, rel = measure(coarse)
+        if coarse and (rel <= _COARSE_FIT or done(it, rel)):
+            alpha, beta, res, rel = measure(False)
+        stop = done(it, rel)
         history.append(rel)
-        stalled = it >= 1 and rel > 0.5 * history[-2] and rel <= _STALL_FLOOR * tol  # at rounding level
-        if rel <= tol or it == max_iter or stalled or (it >= 5 and rel > 0.5 * history[-6]):
+        if stop:
             break
         # Matrix-free: rows scaled to unit tangent-space norm (row equilibration). Near an exact
         # solution the tangent problem is consistent, so the scaling changes not the step but the
