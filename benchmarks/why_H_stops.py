@@ -94,7 +94,7 @@ What it says:
   within 1e-2 at 1.44-1.47 d tokens at H = 12 (more than the d a head's start row needs). No solver built
   finds them (variable projection from 64 random starts, grid matching pursuit with coordinate
   descent: 0 or 1 of 117 pairs), a local fit finishes only from about 1e-3 (from the true terms 1e-2
-  off, 300 Levenberg-Marquardt steps bring back 0-8.5 % of the pairs), and 2H samples for 2H unknowns
+  off, 300 Levenberg-Marquardt steps bring back 0-7.6 % of the pairs), and 2H samples for 2H unknowns
   need not have one solution (two exact term sets at H = 2): not wired into the route.
 * So H = 12 at d = 64 needs a start that pools a row's tokens without labelling pairs first, inside a 1-3 %
   basin, or a per-pair global solver for the multi-scale samples (an algebraic one: with c = 0.5, 1, 2, 4

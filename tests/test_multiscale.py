@@ -107,3 +107,20 @@ def test_pair_bound_takes_one_sigma_per_sample():
         inf.pair_bound(s, gam, l, np.full(7, 1e-12))
     with pytest.raises(InvalidInputError, match="positive"):
         inf.pair_bound(s, gam, l, np.r_[np.full(7, 1e-12), 0.0])
+
+
+def test_multiscale_pair_starts_measures_both_designs_and_checks_its_sizes():
+    from companion.multihead import multiscale_pair_starts, rational_plan
+
+    rows = {r["start"]: r for r in multiscale_pair_starts(8, 2, n_pairs=6, starts=8)}  # H = 2: just inside
+    assert rows["route (Loewner + LM)"]["median shift err"] < 1e-10 and rows["route (Loewner + LM)"]["real poles"] == 1
+    assert rows["ms CRB (perfect solver)"]["median shift err"] < 1e-10
+    assert rows["ms basin 0.001"]["shift <= 1e-6"] == 1.0  # two heads: every local fit finishes
+    assert {"ms varpro x8", "ms greedy + CD + LM", "route fixed-gamma basin 1", "ms fixed-gamma basin 0.3"} <= set(rows)
+    K = rational_plan(8, 2)["K"]
+    for kw, name in [({"H": 1}, "H=1"), ({"row": 8}, "row=8"), ({"n_pairs": K + 1}, f"n_pairs={K + 1}"),
+                     ({"starts": 0}, "starts=0")]:
+        args = {"d": 8, "H": 2, "n_pairs": 2, **kw}
+        with pytest.raises(InvalidInputError, match=name):
+            multiscale_pair_starts(args.pop("d"), args.pop("H"), **args)
+    assert len(multiscale_pair_starts(8, 2, row=7, n_pairs=K, starts=1)) == 14  # just inside each bound
