@@ -264,7 +264,7 @@ def test_kappa_W_is_the_documented_floor_per_unit_rounding():
     expected = Uinv_F * np.sqrt(np.sum(E**2)) / (np.sqrt(d) * np.sqrt(np.sum(rec.W**2)))
     assert diag["kappa_W"] == pytest.approx(expected, rel=1e-10)
     u = 2.0**-53
-    assert diag["floor_W"] == pytest.approx(expected * u, rel=1e-10)
+    assert diag["floor_W"] == pytest.approx(expected * u, rel=1e-10, abs=0)
     assert diag["floor_v"] == u
 
 

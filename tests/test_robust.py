@@ -80,8 +80,8 @@ def test_guaranteed_error_inverts_sufficient_tolerance(mu, eps_W, W_max, d):
     if tau < mu / 2:
         assert e_W == pytest.approx(eps_W, rel=1e-12)
         assert sufficient_tolerance(mu=mu, eps_W=e_W, eps_v=eps_v, W_max=W_max, d=d) == \
-            pytest.approx(tau, rel=1e-12)
-    assert e_v == pytest.approx(np.sqrt(d) * tau)
+            pytest.approx(tau, rel=1e-12, abs=0)
+    assert e_v == pytest.approx(np.sqrt(d) * tau, rel=1e-12, abs=0)
 
 
 def test_guaranteed_error_is_inf_past_half_margin_and_checks_input():

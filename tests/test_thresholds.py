@@ -659,7 +659,7 @@ def test_best_scale_prefers_the_cap_within_1e_12_of_the_minimum(gap, capped):
     W0 = brentq(lambda W: (f(hi + 1e-6, W) - f(hi - 1e-6, W)) / 2e-6, 4.0, 100.0, xtol=1e-14)
     W = W0 * (1 + 1e-6 * np.sqrt(gap / 1.19e-12))  # the gap grows as 1.19e-12 (eps / 1e-6)**2
     res = minimize_scalar(lambda lb: f(lb, W), bounds=(hi - 1.0, hi), method="bounded", options={"xatol": 1e-13})
-    assert f(hi, W) - f(res.x, W) == pytest.approx(gap, rel=0.2)
+    assert f(hi, W) - f(res.x, W) == pytest.approx(gap, rel=0.2, abs=0)
     b = best_scale(W)
     assert (b == 0.5) == capped
     if not capped:
@@ -1207,7 +1207,7 @@ def test_single_head_kappa_W_is_the_documented_floor(d):
     E = np.abs(v[None, :] + alpha * uv[:, None]) * np.abs(L) / (np.abs(uv)[:, None] * s_best)
     kappa = np.linalg.norm(np.linalg.inv(U)) * np.linalg.norm(E) / (np.sqrt(d) * np.linalg.norm(rec.W))
     assert g["kappa_W"] == pytest.approx(kappa, rel=1e-10)
-    assert g["floor_W"] == pytest.approx(kappa * 2.0**-53, rel=1e-10)
+    assert g["floor_W"] == pytest.approx(kappa * 2.0**-53, rel=1e-10, abs=0)
 
 
 @pytest.mark.parametrize("n, n_length_1", [(1, 1), (3, 1), (7, 1), (8, 2), (12, 3)])
