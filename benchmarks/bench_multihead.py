@@ -40,7 +40,11 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    start needs (the joint fit's basin is 1-3 %); from H = 10 not even every ratio n/m with
    n + m <= 2H + 1 brings a pair below 1e-2 (0.07 at H = 10, 0.65 at H = 12), nor at H = 12 queries of
    length 1000 with 400 samples (0.09). Float64 holds the information; it stops the starts that label
-   heads pair by pair, and a pooled start inside the basin was not found.
+   heads pair by pair, and a pooled start inside the basin was not found. The multi-scale design
+   (each pair's 2H queries split over token scales c = 0.5, 1, 2, 4) was prototyped
+   (benchmarks/multiscale_pairs.py): a perfect per-pair solver would resolve every head to 1e-2 at
+   1.44-1.47 d tokens at H = 12 (a start needs more than d), but no solver built finds the pairs'
+   terms (0-1 of 117 pairs within 1e-2): not wired in.
    Time, after the pairs' interpolation lost its per-pair LAPACK calls up to H = 4 (2026-12-01
    19:44 UTC, load average 4.7-6.4 (the machine shared), OPENBLAS_NUM_THREADS=1;
    benchmarks/compare_counts_time.py --ref b65a1cf: main's learner before and this one after, each

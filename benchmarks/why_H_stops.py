@@ -87,6 +87,15 @@ What it says:
   give is a solver: its samples are no longer one rational function of r, so the Loewner interpolation
   does not apply, and Levenberg-Marquardt from 10 random starts per pair, amplitudes given, reached the
   global minimum at 0 of 39 pairs at H = 12, with either design (measured once, 2026-12-01).
+  Prototyped since (benchmarks/multiscale_pairs.py, companion._multiscale; d = 64, rows 0 and 1, all
+  117 pairs): the column above takes sigma from the c = 1 answers, and the answers round more at a
+  larger c (c x^T v is subtracted after rounding); with each scale's own rounding a perfect per-pair
+  solver gives 53 % / 56 % of pairs within 1e-2 at H = 12 and 84 % / 66 % at H = 10, and every head
+  within 1e-2 at 1.44-1.47 d tokens at H = 12 (more than the d a head's start row needs). No solver built
+  finds them (variable projection from 64 random starts, grid matching pursuit with coordinate
+  descent: 0 or 1 of 117 pairs), a local fit finishes only from about 1e-3 (from the true terms 1e-2
+  off, 300 Levenberg-Marquardt steps bring back 0-7.6 % of the pairs), and 2H samples for 2H unknowns
+  need not have one solution (two exact term sets at H = 2): not wired into the route.
 * So H = 12 at d = 64 needs a start that pools a row's tokens without labelling pairs first, inside a 1-3 %
   basin, or a per-pair global solver for the multi-scale samples (an algebraic one: with c = 0.5, 1, 2, 4
   the poles at one token are q_h, q_h^2, q_h^4, q_h^8 for q_h = exp(-l_h / 2)). Not found this round

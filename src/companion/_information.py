@@ -59,8 +59,10 @@ def pair_bound(s, gamma, l, sigma, *, fixed_gamma=False, scales=None):
         Sample points ``log r``.
     gamma, l : ndarray of shape (P, H)
         Amplitudes and shifts of each pair (the true ones: the bound is local).
-    sigma : float
-        Standard deviation of an answer's error (``> 0``).
+    sigma : float or ndarray of shape (S,)
+        Standard deviation of an answer's error (``> 0``), or of each sample's (the multi-scale
+        design's answers round more at a larger scale: they are ``c x^T v + G`` before ``c x^T v`` is
+        subtracted).
     fixed_gamma : bool, default=False
         The amplitudes known (shared by a row's pairs): only the ``H`` shifts are unknown.
     scales : ndarray of shape (S,), optional
@@ -93,8 +95,12 @@ def pair_bound(s, gamma, l, sigma, *, fixed_gamma=False, scales=None):
     s, gamma, l = np.asarray(s, float), np.atleast_2d(np.asarray(gamma, float)), np.atleast_2d(np.asarray(l, float))
     if gamma.shape != l.shape:
         raise InvalidInputError(f"gamma and l must have the same shape (P, H); got {gamma.shape} and {l.shape}.")
-    if not (np.isfinite(sigma) and sigma > 0):
-        raise InvalidInputError(f"sigma={sigma!r} must be positive and finite (an answer's error s.d.).")
+    sd = np.asarray(sigma, float)
+    if not (np.all(np.isfinite(sd)) and np.all(sd > 0)) or sd.ndim > 1 or (sd.ndim == 1 and sd.shape != s.shape):
+        raise InvalidInputError(
+            f"sigma={sigma!r} must be positive and finite (an answer's error s.d.), a float or one per "
+            f"sample point (shape {s.shape})."
+        )
     H = gamma.shape[1]
     c = np.ones(s.size) if scales is None else np.asarray(scales, float)
     if c.shape != s.shape:
@@ -102,7 +108,9 @@ def pair_bound(s, gamma, l, sigma, *, fixed_gamma=False, scales=None):
     Z = expit(s[None, :, None] + c[None, :, None] * l[:, None, :])  # (P, S, H)
     B = gamma[:, None, :] * c[None, :, None] * Z * (1 - Z)
     J = B if fixed_gamma else np.concatenate([Z, B], axis=2)
-    return _bound(J, sigma)[:, -H:]
+    if sd.ndim == 1:  # whiten: sample t's row divided by its s.d.
+        return _bound(J / sd[None, :, None], 1.0)[:, -H:]
+    return _bound(J, float(sd))[:, -H:]
 
 
 def row_bound(s, X, gamma, R, sigma):
@@ -262,12 +270,25 @@ def _answer_sd(G, exact):
     return max(float(np.std((G - exact).astype(float))), float(np.finfo(float).eps * np.max(np.abs(G))))
 
 
-def multiscale_design(H, scales=SCALES):
-    """The variant's samples: 2H // len(scales) ratios n/m (n + m <= 2H + 1, count_pairs) per token
-    scale c, i.e. queries of n copies of c x + delta then m copies of c x: at most the route's 2H
-    queries per pair, of the same length. Returns (s, c), each of shape (S,)."""
+def multiscale_counts(H, scales=SCALES):
+    """The variant's queries: 2H // len(scales) ratios n/m (n + m <= 2H + 1, count_pairs) per token
+    scale c, i.e. n copies of c x + delta then m copies of c x: at most the route's 2H queries per
+    pair, of the same length. Returns (n, m, c), each of shape (S,), S <= 2H. Raises InvalidInputError
+    if H < len(scales) / 2 (then no scale gets a sample)."""
+    if 2 * H < len(scales):
+        raise InvalidInputError(
+            f"H={H}: the multi-scale design splits 2H = {2 * H} queries over {len(scales)} scales; "
+            f"need H >= {-(-len(scales) // 2)} (or fewer scales)."
+        )
     n, m = count_pairs(2 * H // len(scales), 2 * H + 1)
-    return np.tile(np.log(n / m), len(scales)), np.repeat(np.asarray(scales, float), n.size)
+    k = len(scales)
+    return np.tile(n, k), np.tile(m, k), np.repeat(np.asarray(scales, float), n.size)
+
+
+def multiscale_design(H, scales=SCALES):
+    """:func:`multiscale_counts` as sample points: (s, c), s = log(n / m), each of shape (S,)."""
+    n, m, c = multiscale_counts(H, scales)
+    return np.log(n / m), c
 
 
 def learner_design(d, H, K, seed=0, scale=3.0, spread=1.5):

@@ -2497,6 +2497,82 @@ def counts_length_bounds(d, H, *, lengths=(25, 50, 100, 200, 400, 1000), samples
 __all__ += ["counts_information", "counts_length_bounds"]
 
 
+def multiscale_pair_starts(d, H, *, row=0, n_pairs=None, starts=64, seed=0) -> list:
+    """Per-pair starts on the route's design against the multi-scale design: errors and bounds.
+
+    This book's own measurement of a design variant not built into :func:`learn_canonical_rational`
+    (``benchmarks/multiscale_pairs.py`` prints it; the prototype is ``companion._multiscale``). A
+    query of ``n`` copies of ``c x + delta`` then ``m`` copies of ``c x`` answers, minus
+    ``c x^T sum_h v_h``, ``sum_h gamma_h sigma(log(n / m) + c l_h)``: the token's scale ``c`` scales
+    the shifts ``l_h = delta^T W_h x`` and keeps the amplitudes ``gamma_h = delta^T v_h``; the
+    variant splits a pair's ``2 H`` queries over ``c = 0.5, 1, 2, 4`` (the same count and longest
+    query). For row ``row`` of the route's own design (its direction and first ``n_pairs`` tokens,
+    ``seed``) on ``random_multi_head(d, H, seed=seed)``, each start's error per pair against the true
+    terms (the worst head, terms matched by an optimal assignment). Measured at ``d = 64``
+    (2026-12-01, rows 0 and 1): a perfect per-pair solver on the variant would resolve every head to
+    ``1e-2`` at 1.44-1.47 d tokens at ``H = 12`` (0.55-0.70 d on the route's design; a head's start
+    row needs more than d), but no global search built here finds the pairs' terms (0 or 1 of 117
+    within ``1e-2``).
+
+    Parameters
+    ----------
+    d, H : int
+        Dimension and number of heads (:func:`rational_plan` must accept them; ``H >= 2``).
+    row : int, default=0
+        The design's row (``0 <= row < d``).
+    n_pairs : int, optional
+        The row's first ``n_pairs`` tokens (default: all ``K`` of :func:`rational_plan`).
+    starts : int, default=64
+        Random starts per pair of the variable-projection search (``>= 1``).
+    seed : int, default=0
+
+    Returns
+    -------
+    list of dict
+        One per start, with ``H``, ``start`` and ``"median shift err"`` (log r units) and
+        ``"shift <= 0.01"`` (fraction of pairs): ``"route (Loewner + LM)"`` (the route's own pair
+        fit, with ``"real poles"``, the fraction of pairs whose interpolant has ``H`` real negative
+        poles), ``"route CRB (perfect solver)"`` and ``"ms CRB (perfect solver)"`` (the Cramer-Rao
+        bound with the answers' measured rounding, per scale; with ``"head tokens / d"``: the fewest
+        tokens at which one head is within ``1e-2``, over ``d``), ``"ms varpro x<starts>"``,
+        ``"ms greedy + CD + LM"`` (with ``"median misfit"``, rms), ``"ms basin <rho>"`` (a fit from
+        the true terms with the shifts moved by ``rho``) and ``"<design> fixed-gamma basin <rho>"``
+        (the same with the amplitudes held at the truth); the error rows also give
+        ``"median ampl err"`` (relative) and ``"shift <= 1e-6"``.
+
+    Raises
+    ------
+    InvalidInputError
+        If a size is out of range, ``d`` is too small for ``H`` (:func:`rational_plan`), or numpy's
+        ``longdouble`` is no wider than float64 here (no reference for the rounding).
+
+    Examples
+    --------
+    Two heads at ``d = 8``: both designs resolve every pair, and a perfect solver is far inside
+    ``1e-2``.
+
+    >>> rows = {r["start"]: r for r in multiscale_pair_starts(8, 2, n_pairs=6, starts=8)}
+    >>> rows["route (Loewner + LM)"]["shift <= 1e-6"], rows["ms CRB (perfect solver)"]["shift <= 0.01"]
+    (1.0, 1.0)
+    """
+    from ._information import learner_design
+    from ._multiscale import pair_starts
+
+    d = check_int(d, "d", minimum=1)
+    H = check_int(H, "H", minimum=2)
+    row = check_int(row, "row", minimum=0, maximum=d - 1)
+    starts = check_int(starts, "starts", minimum=1)
+    seed = check_int(seed, "seed", minimum=0)
+    K = rational_plan(d, H)["K"]
+    n_pairs = K if n_pairs is None else check_int(n_pairs, "n_pairs", minimum=1, maximum=K)
+    target = random_multi_head(d, H, seed=seed)
+    P, X, n, m = learner_design(d, H, K, seed)
+    return pair_starts(target, P[row], X[:n_pairs], n, m, starts=starts)
+
+
+__all__ += ["multiscale_pair_starts"]
+
+
 def probe_hessian(oracle, v, x0, step=1e-3):
     """The symmetric matrix ``M = sym(sum_h v^(h) (W^(h) x0)^T)`` of :func:`learn_orthogonal_heads`.
 
