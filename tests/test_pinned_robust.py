@@ -629,3 +629,20 @@ def test_noisy_excess_norm_is_the_frobenius_excess_over_W_max():
     excess = rec.diagnostics["excess_norm_W"]
     assert excess == approx(np.linalg.norm(rec.W) - 1.5, rel=1e-12) and excess > 0.1
     assert "not determined by the answers" in rec.message  # verify=0: said, not raised
+
+
+# Written after held-out round 5 (benchmarks/mutants_heldout_round5_after.md): its robust survivor.
+
+
+@pytest.mark.parametrize("d", [4, 16])
+def test_learn_robust_allows_v_errors_up_to_sqrt_d_tau(d):
+    """learn_robust's verification allows ||v_hat - v*|| up to sqrt(d) tau (each entry of v_hat is
+    within tau: the docstring), plus verify_noisy's 1e-9 ||v_hat|| and 1e-12; with a small verify_rtol
+    that is the allowance reported. Worst-case noise puts every entry tau off: ||v_hat - v*|| is
+    exactly sqrt(d) tau, inside it."""
+    tau, mu = 1e-4, 0.5 / np.sqrt(d)
+    head = robust.random_margin_head(d, W_max=4.0, mu=mu, seed=0)
+    rec = robust.learn_robust(ApproxValueQueryOracle(head, tau, noise="worst"), W_max=4.0, mu=mu, verify_rtol=1e-9)
+    nv = float(np.linalg.norm(rec.v))
+    assert rec.diagnostics["verify_allowed_v"] == np.sqrt(d) * tau + 1e-9 * nv + 1e-12
+    assert np.linalg.norm(rec.v - head.v) == pytest.approx(np.sqrt(d) * tau, rel=1e-9, abs=0)
