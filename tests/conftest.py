@@ -9,6 +9,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
+def benchmarks(monkeypatch):
+    """``benchmarks/`` importable for one test; the modules imported from it are dropped after."""
+    import sys
+
+    folder = ROOT / "benchmarks"
+    monkeypatch.syspath_prepend(str(folder))
+    before = set(sys.modules)
+    yield folder
+    for name in set(sys.modules) - before:
+        if Path(getattr(sys.modules[name], "__file__", None) or "").parent == folder:
+            del sys.modules[name]
+
+
+@pytest.fixture
 def results_tmp(tmp_path, monkeypatch):
     """A fresh results folder for one test."""
     monkeypatch.setenv("COMPANION_RESULTS_DIR", str(tmp_path))

@@ -1,21 +1,6 @@
 """`make bench` (benchmarks/run_all.py) reports each benchmark's cost, and bench_multihead prints the
 largest H per d of both routes (issue 21, done-when)."""
 
-import sys
-from pathlib import Path
-
-import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-@pytest.fixture
-def benchmarks(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    yield
-    for name in ("_targets", "run_all", "bench_multihead", "bench_scale"):
-        sys.modules.pop(name, None)
-
 
 def test_run_all_times_the_whole_process_tree_and_fails_when_a_benchmark_fails(benchmarks, tmp_path, capsys):
     import run_all

@@ -1,20 +1,5 @@
 """A target a benchmark prints decides its exit code (issue 19, item 26)."""
 
-import sys
-from pathlib import Path
-
-import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-@pytest.fixture
-def benchmarks(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    yield
-    for name in ("_targets", "bench_exact", "bench_lowrank", "bench_noisy_scale"):
-        sys.modules.pop(name, None)
-
 
 def test_a_failed_target_fails_the_benchmark(benchmarks, capsys):
     from _targets import Targets
