@@ -24,7 +24,7 @@ import math
 import numpy as np
 from scipy.special import expit
 
-__all__ = ["rop_queries", "rop_scales", "rop_error_bound"]
+__all__ = ["rop_queries", "rop_scales", "rop_error_bound", "design_product"]
 
 _SMALL_AV = 1e-3  # a Gaussian left vector with |a^T v| < 1e-3 ||v|| / sqrt(d) is redrawn
 
@@ -115,14 +115,14 @@ def design_product(A, M) -> np.ndarray:
     Parameters
     ----------
     A : ndarray of shape (m, d), float64 or float32
-        Left or right vectors as rows (a float32 design of :func:`_gaussian_rop_design`).
+        Left or right vectors as rows (a float32 design of ``_gaussian_rop_design``).
     M : ndarray of shape (d,) or (d, k)
         float64.
 
     Returns
     -------
     ndarray of shape (m,) or (m, k), float64
-        ``A @ M``; for a float32 ``A`` computed in row chunks of :data:`_DRAW_CHUNK_BYTES`, each
+        ``A @ M``; for a float32 ``A`` computed in row chunks of ``_DRAW_CHUNK_BYTES`` bytes, each
         upcast to float64 in cache, so no float64 copy of ``A`` is made (``numpy.matmul`` of a
         float32 and a float64 array casts the whole float32 array first) and the result is the
         float64 product of the float32 values.
