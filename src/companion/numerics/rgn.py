@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rop import design_product
+from .rop import design_product, row_chunks
 
 #: Rows of the design handled at once where a product would otherwise build an ``(m, d)``
 #: temporary (the spectral start, :func:`_rop_apply`): at most this many bytes per chunk.
@@ -101,8 +101,7 @@ def _single_precision(A, B, r):
 
 def _chunks(m, d):
     """``(start, end)`` row ranges of at most :data:`_CHUNK_BYTES` bytes of a float64 ``(m, d)`` array."""
-    n = max(1, _CHUNK_BYTES // (8 * d))
-    return [(s, min(m, s + n)) for s in range(0, m, n)]
+    return row_chunks(m, d, _CHUNK_BYTES)
 
 
 def _spectral_start(A, B, t, r, low=None):

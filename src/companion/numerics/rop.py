@@ -109,6 +109,14 @@ def _gaussian_rop_design(d, m, v, rng, dtype=np.float64):
 _DRAW_CHUNK_BYTES = 4 * 2**20
 
 
+def row_chunks(m, d, nbytes):
+    """``(start, end)`` row ranges covering ``0 .. m``, each at most ``nbytes`` bytes of a float64
+    ``(m, d)`` array (one row at least): the chunking of :func:`design_product` and of
+    ``companion.numerics.rgn``'s products."""
+    n = max(1, nbytes // (8 * d))
+    return [(s, min(m, s + n)) for s in range(0, m, n)]
+
+
 def design_product(A, M) -> np.ndarray:
     """``A @ M`` in float64 for a design ``A`` stored in float64 or float32.
 
@@ -139,9 +147,7 @@ def design_product(A, M) -> np.ndarray:
         return A @ M
     m, d = A.shape
     out = np.empty((m,) + np.shape(M)[1:])
-    n = max(1, _DRAW_CHUNK_BYTES // (8 * d))
-    for s0 in range(0, m, n):
-        e = min(m, s0 + n)
+    for s0, e in row_chunks(m, d, _DRAW_CHUNK_BYTES):
         out[s0:e] = A[s0:e].astype(np.float64) @ M
     return out
 
