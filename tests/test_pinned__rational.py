@@ -339,3 +339,69 @@ def test_fit_row_joint_fallback_window_upper_edge_is_1e_6_relative_rms():
     outside = next(x for x in deltas if 1.5e-6 < rms(x) < 5e-6)  # above: the start comes back
     assert rat.fit_row_joint(s, G, X, c, R + inside, iters=0)[2]["iterations"] > 0
     assert rat.fit_row_joint(s, G, X, c, R + outside, iters=0)[2]["iterations"] == 0
+
+
+@pytest.mark.parametrize("H", [1, 2, 3, 4])
+def test_null_vectors_are_lapack_qr_last_columns_up_to_sign(H):
+    """_null_vectors (Householder reflections vectorized over the matrices) gives the last column of
+    numpy.linalg.qr(mode="complete")'s Q to 1e-13 up to its sign, a unit vector orthogonal to the
+    columns, and e_{H+1} where the columns already span the first H coordinates (no reflection)."""
+    rng = np.random.default_rng(H)
+    A = rng.standard_normal((50, H + 1, H))
+    q = rat._null_vectors(A)
+    ref = np.linalg.qr(A, mode="complete")[0][:, :, -1]
+    sign = np.sign(np.sum(q * ref, axis=1))[:, None]
+    assert np.max(np.abs(q - sign * ref)) <= 1e-13
+    assert np.max(np.abs(np.linalg.norm(q, axis=1) - 1.0)) <= 1e-14
+    assert np.max(np.abs(np.einsum("pnh,pn->ph", A, q))) <= 1e-14 * np.max(np.abs(A))
+    upper = np.triu(rng.standard_normal((H + 1, H)))  # zero below the diagonal: every tau is 0
+    assert np.array_equal(rat._null_vectors(upper[None])[0], np.eye(H + 1)[-1])
+
+
+def test_numerator_roots_are_the_zeros_of_the_barycentric_denominator():
+    """_numerator_roots: for H = 1 and 2 the roots of sum_j w_j prod_{i != j} (z - z_i) are where
+    q(z) = sum_j w_j / (z - z_j) vanishes (|q| <= 1e-12 sum |w_j / (z - z_j)|), agree with numpy.roots
+    of that polynomial to 1e-12, a negative discriminant gives a conjugate pair, and a zero leading
+    coefficient (a pole at infinity) gives NaN instead of an infinite root."""
+    rng = np.random.default_rng(0)
+    for n in (2, 3):
+        zs = np.sort(rng.uniform(0.1, 4.0, n))
+        zs[0] = 0.0
+        w = rng.standard_normal((40, n))
+        lam = rat._numerator_roots(zs, w)
+        assert lam.shape == (40, n - 1)
+        terms = w[:, None, :] / (lam[:, :, None] - zs[None, None, :])
+        assert np.max(np.abs(terms.sum(axis=2)) / np.abs(terms).sum(axis=2)) <= 1e-12
+        for k in range(5):
+            coef = sum(w[k, j] * np.poly(np.delete(zs, j)) for j in range(n))
+            assert np.allclose(np.sort_complex(np.roots(coef)), np.sort_complex(lam[k]), rtol=1e-12, atol=1e-12)
+    zs = np.array([0.0, 1.0, 2.0])
+    # q's numerator z^2 + 2 z + 2: roots -1 +- i (the conjugate pair, not real)
+    w = np.array([[1.0, -5.0, 5.0]])  # a = 1, b = -(3 - 10 + 5) = 2, c = 2
+    pair = rat._numerator_roots(zs, w)[0]
+    assert np.allclose(np.sort_complex(pair), [-1 - 1j, -1 + 1j], atol=1e-14)
+    assert not rat._negative_real(pair).any()
+    flat = rat._numerator_roots(zs, np.array([[2.0, -3.0, 1.0]]))[0]  # a = 0, N(z) = 4 - z
+    assert np.isnan(flat).sum() == 1 and flat[np.isfinite(flat)] == approx([4.0], rel=1e-15)
+    assert np.isnan(rat._numerator_roots(zs[:2], np.array([[1.0, -1.0]]))).all()  # H = 1, w_0 + w_1 = 0
+
+
+def test_interpolate_pairs_misfit_is_the_interpolants_largest_misfit_and_inf_where_nan():
+    """interpolate_pairs(misfit=True): the same amplitudes and shifts as without, and the largest
+    |sum_h gamma_h sigma(log r + l_h) - G| of each row (recomputed here): rounding where the 2H + 1
+    samples (with G(0) = 0) are interpolated, the realised terms' misfit for a complex pair, inf for a
+    NaN row."""
+    n, m = rat.ratio_design(2)
+    r = n / m
+    gamma, l = np.array([[0.7, -1.2], [1.0, 0.5]]), np.array([[-1.5, 0.2], [-0.4, 0.9]])
+    G = np.einsum("psh,ph->ps", sig(np.log(r)[None, :, None] + l[:, None, :]), gamma)
+    G = np.vstack([G, (r / (r + 1 - 0.5j) + r / (r + 1 + 0.5j)).real])  # poles -1 +- 0.5i
+    for realise in (False, True):
+        g0, l0 = rat.interpolate_pairs(r, G, 2, realise=realise)
+        g1, l1, res = rat.interpolate_pairs(r, G, 2, realise=realise, misfit=True)
+        assert np.array_equal(g0, g1, equal_nan=True) and np.array_equal(l0, l1, equal_nan=True)
+        ok = np.isfinite(l1).all(axis=1)
+        ref = np.max(np.abs(np.einsum("psh,ph->ps", sig(np.log(r)[None, :, None] + l1[ok][:, None, :]), g1[ok]) - G[ok]), axis=1)
+        assert res[ok] == approx(ref, rel=1e-6, abs=1e-15)
+        assert np.max(res[:2]) <= 1e-14
+        assert (res[2] == np.inf) if not realise else (res[2] >= 1e-3)

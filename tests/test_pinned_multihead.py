@@ -424,3 +424,30 @@ def test_probe_hessian_is_sym_sum_v_h_W_h_x0_from_d_d_plus_1_queries(orthogonal)
     assert oracle.n_queries == d * (d + 1)
     exact = sum(np.outer(vh, W @ x0) + np.outer(W @ x0, vh) for W, vh in zip(t.Ws, t.vs)) / 2
     np.testing.assert_allclose(M, exact, atol=1e-7 * np.max(np.abs(exact)))
+
+
+def test_ask_pairs_calls_the_oracle_in_blocks_of_at_most_ASK_BLOCK_queries_in_order():
+    """_ask_pairs: n[t] copies of U[k] then m[t] copies of X[k], ratio by ratio and token by token,
+    in calls of at most _ASK_BLOCK queries (K = 2 _ASK_BLOCK + 3 needs three per ratio), and the
+    same answers as one call per ratio."""
+    from companion.attention import random_single_head
+    from companion.oracles import ValueQueryOracle
+
+    rng = np.random.default_rng(0)
+    K, d = 2 * mh._ASK_BLOCK + 3, 3
+    U, X = rng.standard_normal((K, d)), rng.standard_normal((K, d))
+    n, m = np.array([1, 2]), np.array([2, 1])
+    target = random_single_head(d, seed=0)
+    sizes = []
+
+    class Spy(ValueQueryOracle):
+        def __call__(self, Q):
+            sizes.append(Q.shape[0])
+            return super().__call__(Q)
+
+    spy = Spy(target)
+    out = mh._ask_pairs(spy, U, X, n, m)
+    assert sizes == [mh._ASK_BLOCK, mh._ASK_BLOCK, 3] * 2 and spy.n_queries == 2 * K
+    for t in range(2):
+        Q = np.concatenate([np.repeat(U[:, None], n[t], axis=1), np.repeat(X[:, None], m[t], axis=1)], axis=1)
+        assert np.array_equal(out[:, t], ValueQueryOracle(target)(Q))
