@@ -233,6 +233,9 @@ LEARNERS = [
         learning_count=lambda rec, d: multihead.rational_plan(d, 2)["n_queries"], count_is_bound=True,
         wrong_oracle=_approx,
         outside=lambda: ValueQueryOracle(_Bent(multihead.random_multi_head(6, 2, seed=0)), d=6),
+        # the moment start's keys (start="moments", tests/test_star.py), absent on the per-pair start
+        conditional=frozenset({"start", "n_centres_tried", "centre_amplitude_ratio", "subspace_sv",
+                               "taylor_misfit", "jennrich_gap", "n_tracked_rows"}),
         not_keys=frozenset()),
     Learner(
         id="learn_ffn", learn=ffn.learn_ffn,

@@ -461,9 +461,9 @@ def _weights_with_zeros(zs, zeros):
 
 
 def test_barycentric_poles_deflated_equal_the_full_eigenvalue_problem():
-    """_barycentric_poles: the H x H block left by deflating zeta (trace and determinant for H <= 2,
-    eigvals above) has the zeros of the barycentric denominator, as the full (H + 1) x (H + 1)
-    eigenvalue problem does: known real poles to 1e-10, a complex pair conjugate (not taken as real),
+    """_barycentric_poles: the H x H block left by deflating zeta (eigvals; for H <= 2 the roots of
+    the barycentric numerator by the quadratic formula) has the zeros of the barycentric
+    denominator, as the full (H + 1) x (H + 1) eigenvalue problem does: known real poles to 1e-10, a complex pair conjugate (not taken as real),
     a double pole split by rounding (1e-7) and taken as real, random weights alike."""
     from companion._rational import _barycentric_poles, _negative_real, ratio_design
 
@@ -640,6 +640,49 @@ def test_start_helpers_batched_over_rows_equal_each_row_alone():
     R = mh._start_rows(X, Lr, 1.0, resolved)
     for i in range(N):  # to rounding: one matrix product serves all rows' normal equations
         assert np.max(np.abs(R[i] - mh._start_rows(X, Lr[i], 1.0, resolved[i]))) <= 1e-12 * np.max(np.abs(R[i]))
+
+
+def _agreeing_reference(gs, fit):
+    """_agreeing as first written: |g_q - g_p| <= 1e-2 max |g_p| for every amplitude, by float
+    differences, the first pair with the most agreeing ones, counted with numpy's boolean sum."""
+    top = 1e-2 * np.max(np.abs(gs), axis=2)[:, :, None]
+    close = fit[:, :, None] & fit[:, None, :]
+    for h in range(gs.shape[2]):
+        close &= np.abs(gs[:, :, None, h] - gs[:, None, :, h]) <= top
+    return close[np.arange(gs.shape[0]), np.argmax(close.sum(axis=2), axis=1)]
+
+
+def test_agreeing_by_interval_comparisons_equals_the_differences_and_keeps_the_first_best_pair():
+    """_agreeing compares each amplitude with the ends of [g_p - top_p, g_p + top_p] into one boolean
+    buffer; on amplitudes 1e-3 relative inside and outside the 1e-2 interval (a tie to the rounding
+    is not drawn) it agrees with the differences, NaN pairs never agree, and of two groups of equal
+    size the first pair's group is taken, as numpy.argmax does."""
+    rng = np.random.default_rng(11)
+    for N, K, H in [(3, 40, 1), (4, 33, 2), (2, 25, 4)]:
+        base = rng.uniform(0.5, 2.0, H) * rng.choice([-1, 1], H)
+        step = np.where(rng.random((N, K, H)) < 0.5, 0.009, 0.011) * np.max(np.abs(base))
+        gs = base + step * rng.choice([-1, 0, 1], (N, K, H)) * (rng.random((N, K, 1)) < 0.4)
+        gs = np.sort(gs, axis=2)
+        gs[:, 5] = np.nan
+        fit = rng.random((N, K)) > 0.15
+        got = mh._agreeing(gs, fit)
+        assert np.array_equal(got, _agreeing_reference(gs, fit)) and not got[:, 5].any()
+    tie = np.array([[[1.0], [1.0], [2.0], [2.0]]])  # two groups of two: pair 0's
+    assert mh._agreeing(tie, np.ones((1, 4), bool)).tolist() == [[True, True, False, False]]
+
+
+def test_canonical_form_orders_heads_as_lexsort_of_W_then_v():
+    """canonical_form sorts the merged heads by the entries of W (row-major) then v, as
+    numpy.lexsort of those keys does, including heads that tie on their first entries and -0.0."""
+    rng = np.random.default_rng(12)
+    Ws = np.round(rng.standard_normal((6, 3, 3)), 1)
+    Ws[:, 0, 0] = [0.5, 0.5, -0.0, 0.0, 0.5, -1.0]  # ties in the first entry, and -0 == 0
+    Ws[1, 0, 1] = Ws[0, 0, 1]  # and in the second
+    vs = rng.standard_normal((6, 3))
+    c = mh.canonical_form(mh.MultiHead(Ws, vs), atol=0.0)
+    keys = np.concatenate([Ws.reshape(6, -1), vs], axis=1)
+    order = np.lexsort(keys.T[::-1])
+    assert np.array_equal(c.Ws, Ws[order]) and np.array_equal(c.vs, vs[order])
 
 
 def test_fit_row_joint_far_off_start_returns_without_the_minpack_fallback(monkeypatch):
