@@ -68,6 +68,37 @@ def test_learn_one_layer_recovers_W_and_the_canonical_ffn(d, m):
     assert rec.diagnostics["v_mismatch"] < 1e-12
 
 
+def test_learn_one_layer_message_names_both_checks_with_their_counts_and_tolerances():
+    """n_verify_queries = 96 adds the FFN's 64 one-token checks (relative, tolerance 1e-9) and the
+    model's 32 (tolerance 1e-6): the message names each, not one "96 at 1e-6"."""
+    rec = learn_one_layer(ValueQueryOracle(random_one_layer(4, 3, seed=0)), seed=0)
+    ffn = rec.diagnostics["ffn"]
+    n_model = rec.diagnostics["n_verify_queries"] - ffn["n_verify_queries"]
+    assert (ffn["n_verify_queries"], n_model) == (64, 32)
+    assert "verified on 96" not in rec.message
+    assert rec.message.endswith(
+        f"; verified the FFN on 64 one-token queries (largest relative disagreement "
+        f"{ffn['verify_max_error']:.1e}, tolerance 1.0e-09) and the whole model on 32 fresh queries "
+        f"(largest disagreement {rec.diagnostics['verify_max_error']:.1e}, tolerance 1.0e-06)"
+    )
+    only_model = learn_one_layer(ValueQueryOracle(random_one_layer(4, 3, seed=0)), seed=0, ffn_verify=0)
+    assert only_model.message.endswith(
+        f"; verified the whole model on 32 fresh queries (largest disagreement "
+        f"{only_model.diagnostics['verify_max_error']:.1e}, tolerance 1.0e-06)"
+    )
+    only_ffn = learn_one_layer(ValueQueryOracle(random_one_layer(4, 3, seed=0)), seed=0, verify=0)
+    assert only_ffn.message.endswith("tolerance 1.0e-09)") and "whole model" not in only_ffn.message
+
+
+def test_multi_head_transformer_message_names_both_checks():
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    rec = learn_multi_head_transformer(ValueQueryOracle(tf), H=2, seed=0)
+    n_ffn = rec.diagnostics["ffn"]["n_verify_queries"]
+    n_model = rec.diagnostics["n_verify_queries"] - n_ffn
+    assert f"verified the FFN on {n_ffn} one-token queries" in rec.message
+    assert f"and the whole model on {n_model} fresh queries" in rec.message
+
+
 def test_zero_linear_part_is_not_identifiable():
     # Two neurons a and -a with equal output weights: w ReLU(a.x) + w ReLU(-a.x) = w |a.x|, A w_o = 0.
     a = np.array([1.0, 0.5, -0.3])

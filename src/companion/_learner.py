@@ -599,14 +599,18 @@ def verified_message(info) -> str:
     )
 
 
-def build(cls, oracle, start, *, verification=None, message="", diagnostics=None, precision=None, **fields):
+def build(
+    cls, oracle, start, *, verification=None, message="", diagnostics=None, precision=None, verified=None, **fields
+):
     """The learner's result: ``cls(**fields)`` with ``n_queries`` read from the oracle.
 
     ``verification`` (what :func:`verify_outputs` or :func:`verify_noisy` returned, or None) goes
     into ``diagnostics``, always with ``n_verify_queries`` (0 when not verified), and its clause
     into ``message``. With ``precision`` (an :class:`AnswerPrecision`) its diagnostics are added
     (``precision``, ``precision_source``, ``precision_format``, ``n_precision_queries``) and its
-    queries counted in ``n_verify_queries``, apart from the theorem's count.
+    queries counted in ``n_verify_queries``, apart from the theorem's count. ``verified``, if
+    given, replaces the clause of :func:`verified_message` (a learner whose count adds up several
+    checks, each with its own tolerance, names each one).
     """
     diagnostics = dict(diagnostics or {})
     info = dict(verification or {"n_verify_queries": 0})
@@ -616,7 +620,7 @@ def build(cls, oracle, start, *, verification=None, message="", diagnostics=None
     diagnostics.update(info)
     return cls(
         n_queries=int(oracle.n_queries) - int(start),
-        message=message + verified_message(info),
+        message=message + (verified_message(info) if verified is None else verified),
         diagnostics=diagnostics,
         **fields,
     )

@@ -43,6 +43,7 @@ from ._learner import (
     names_rounding,
     refuse_stated_rounding,
     reserve,
+    verification_defaults,
     verify_outputs,
 )
 from .oracles import AntisymmetrisedOracle
@@ -233,6 +234,27 @@ def _no_linear_part(ffn, d, zero_tol) -> bool:
     return not np.any(np.abs(ffn.v) > zero_tol * max(ref, np.finfo(float).tiny))
 
 
+def _checks_clause(ffn, checked, ffn_options) -> str:
+    """The message clause that names both checks behind ``n_verify_queries``: the FFN's one-token
+    checks (relative, at ``learn_ffn``'s ``verify_rtol``) and the whole model's (``checked``, as
+    :func:`verify_outputs` returned it, before the FFN's count is added)."""
+    parts = []
+    n_ffn = int(ffn.diagnostics.get("n_verify_queries", 0))
+    if n_ffn:
+        rtol = verification_defaults(["learn_ffn"])["learn_ffn"][1]  # learn_one_layer keeps it
+        parts.append(
+            f"the FFN on {n_ffn} one-token queries (largest relative disagreement "
+            f"{ffn.diagnostics['verify_max_error']:.1e}, tolerance {rtol:.1e})"
+        )
+    n_model = int(checked.get("n_verify_queries", 0))
+    if n_model and "verify_max_error" in checked:
+        parts.append(
+            f"the whole model on {n_model} fresh queries (largest disagreement "
+            f"{checked['verify_max_error']:.1e}, tolerance {checked['verify_tolerance']:.1e})"
+        )
+    return "; verified " + " and ".join(parts) if parts else ""
+
+
 @_one_layer_rounding
 def learn_one_layer(
     oracle,
@@ -286,7 +308,9 @@ def learn_one_layer(
         see :class:`ReusedAnswers`); and the whole-model check. ``diagnostics["n_verify_queries"]``
         counts the FFN's checks and the whole model's (``n_learning_queries`` leaves them out), and
         ``diagnostics["verify_max_error"]`` is the whole model's largest disagreement,
-        ``diagnostics["verify_tolerance"]`` its tolerance.
+        ``diagnostics["verify_tolerance"]`` its tolerance. The message names each of the two
+        checks with its own count, largest disagreement and tolerance (the FFN's is the relative
+        tolerance of :func:`~companion.ffn.learn_ffn`).
         ``diagnostics`` also holds the FFN learner's diagnostics (``ffn``), the attention
         learner's (``attention``), and ``v_mismatch``: the largest difference between the head's
         value vector (the measured ``VQ([e_j^T]) - VQ([-e_j^T])``) and the linear part ``A w_o``
@@ -393,12 +417,14 @@ def learn_one_layer(
         if ffn.diagnostics["n_verify_queries"] == 0:
             _blame_unchecked_ffn(oracle, ffn, err, seed=seed + 3, refine=ffn_options.get("refine", True))
         raise
+    clause = _checks_clause(ffn, checked, ffn_options)
     checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
     return build(
         TransformerRecovery,
         oracle,
         start,
         verification=checked,
+        verified=clause,
         message=message,
         diagnostics=diagnostics,
         W=head.W,
@@ -1016,6 +1042,7 @@ def learn_multi_head_transformer(
                 "use route='robust', or a larger verify_rtol."
             ) from err
         raise
+    clause = _checks_clause(ffn, checked, ffn_options)
     checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
     message = (
         f"FFN: {k} neurons from {n_ffn} one-token queries; heads: {Hh} from the antisymmetrised oracle "
@@ -1027,6 +1054,7 @@ def learn_multi_head_transformer(
         oracle,
         start,
         verification=checked,
+        verified=clause,
         message=message,
         diagnostics=diagnostics,
         W=Ws.sum(axis=0),
