@@ -166,3 +166,42 @@ def test_start_is_checked_and_auto_switches_at_moment_from(monkeypatch):
     with pytest.raises(RuntimeError, match="pairs"):
         learn_canonical_rational(oracle, H=MOMENT_FROM - 1, start="auto")
     assert calls == [MOMENT_FROM]
+
+
+def test_track_rows_continuation_caps_intermediate_fits_at_STEP_ITERS(monkeypatch):
+    """A row that misfits from the centre is tracked over HOMOTOPY_STEPS fits: the intermediate ones
+    (data no model fits, which never reach rounding level) capped at STEP_ITERS damped steps, the
+    last at 120; the first fit, from the centre, at 60 (25 left a row at d = 64, H = 12 unlearned)."""
+    import companion._star as star
+
+    assert (star.STEP_ITERS, star.HOMOTOPY_STEPS) == (15, 4)
+    calls = []
+    real = star.fit_rows_joint
+
+    def spy(s, G, X, gamma, R, *, XX=None, iters=60):
+        calls.append((G.shape[0], iters))
+        g, Rr, res, sc = real(s, G, X, gamma, R, XX=XX, iters=iters)
+        if len(calls) == 1:  # pretend row 1 misfit from the centre's start
+            res = res.copy()
+            res[1] = sc[1]
+        return g, Rr, res, sc
+
+    monkeypatch.setattr(star, "fit_rows_joint", spy)
+    d, H = 5, 2
+    target = random_multi_head(d, H, seed=1)
+    n, m = ratio_design(H)
+    s = np.log(n / m)
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((12, d))
+    delta0 = np.eye(d)[0]
+    P = delta0 + 0.01 * rng.standard_normal((3, d))
+
+    def row(delta):
+        shifts = X @ (target.Ws.transpose(0, 2, 1) @ delta).T
+        return expit(s[None, :, None] + shifts[:, None, :]) @ (target.vs @ delta)
+
+    g0, R0 = target.vs @ delta0, np.einsum("a,hab->hb", delta0, target.Ws)
+    gam, R, rel, tracked = star.track_rows(s, np.stack([row(p) for p in P]), X, g0, R0, row(delta0), tol=1e-12)
+    assert calls == [(3, 60), (1, 15), (1, 15), (1, 15), (1, 120)] and tracked == 1
+    assert np.all(rel <= 1e-12)
+    np.testing.assert_allclose(R[1], np.einsum("a,hab->hb", P[1], target.Ws), rtol=0, atol=1e-9)

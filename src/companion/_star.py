@@ -94,6 +94,13 @@ STAR_EPS = 0.01
 #: Steps of the continuation of :func:`track_rows`.
 HOMOTOPY_STEPS = 4
 
+#: Damped steps of each of the continuation's intermediate fits (``t < 1``). Their data
+#: ``G_0 + t (G_i - G_0)`` is no sum of ``H`` logistic ridges, so those fits never reach rounding level
+#: and stop only at their cap: they only carry the start along. Measured d = 64, H = 12, seed 0 (11
+#: rows tracked): 15 steps instead of 60 give the same model (W error 7.00e-9 vs 7.01e-9) in 0.59 of
+#: the learner's CPU time; 8 left a row to the serial fallback, then redrawn (W error 1.3e-7).
+STEP_ITERS = 15
+
 #: Smallest ``|gamma_h| / max |gamma|`` at a centre below which the route draws a second centre
 #: if the count leaves room (measured: a centre at 0.011 left 10 of 64 rows unlearned; 0.03 learned).
 WEAK_CENTRE = 0.02
@@ -280,7 +287,8 @@ def track_rows(s, G, X, gamma0, R0, G0, *, tol, XX=None, steps=HOMOTOPY_STEPS):
     if bad.size:
         gh, Rh = np.repeat(gamma0[None], bad.size, 0), np.repeat(R0[None], bad.size, 0)
         for t in np.linspace(0.0, 1.0, int(steps) + 1)[1:]:
-            gh, Rh, rh, _ = fit_rows_joint(s, G0 + t * (G[bad] - G0), X, gh, Rh, XX=XX, iters=60 if t < 1 else 120)
+            iters = STEP_ITERS if t < 1 else 120
+            gh, Rh, rh, _ = fit_rows_joint(s, G0 + t * (G[bad] - G0), X, gh, Rh, XX=XX, iters=iters)
         gamma[bad], R[bad], res[bad] = gh, Rh, rh
         for i in bad[res[bad] > tol * sc[bad]]:  # the serial fit with its MINPACK fallback
             g1, R1, info = fit_row_joint(s, G[i], X, gamma[i], R[i], XX=XX, iters=30)
