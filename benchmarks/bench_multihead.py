@@ -5,8 +5,10 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
 0. learn_canonical_rational (the counts route, at Kim et al.'s 4Hd^2 - 2H + 1 queries of length
    <= 2H + 1): the issue's table (d, H, queries, / count, longest query, learner seconds, oracle
    seconds for the same queries replayed batched by length in the same process, ratio), with the
-   row H = 12 at d = 64; the largest H per d in {8, 16, 32, 64} (H = 1 .. 8, one seed; a failure
-   is fast); why H stops (tokens per head resolved by a pair's own fit, and the rounding
+   row H = 12 at d = 64; the largest H per d in {8, 16, 32, 64} (every H = 1 .. 12 with H <= d, one
+   seed, with start="auto": the pair start below MOMENT_FROM = 9 heads, the moment start from it; the
+   search does not stop at a failure, since the moment start can recover an H above one the pair
+   start refuses, and the H below the largest that were not recovered are printed beside it); why H stops (tokens per head resolved by a pair's own fit, and the rounding
    sensitivities of counts_conditioning, at d = 64). Verdicts (benchmarks/_targets.py, deciding the
    exit code) for d = 32 and 64: recovered to 1e-8, queries <= the count, longest <= 2H + 1, time
    <= 2 x the oracle; and H = 12 at d = 64. A run over every d writes
@@ -259,15 +261,18 @@ def rational_row(d, H, seed=0, repeats=5):
 #: (the search stopped at H <= d, or was not run past it).
 ROBUST_RECORDED = {8: (8, True), 16: (9, False), 32: (10, False), 64: (8, True)}
 ROBUST_SOURCE = "recorded 2026-12-01 (bench_multihead.py docstring)"
-COUNTS_H_STOP = 8         # the counts route's search: H = 1 .. COUNTS_H_STOP (seed 0)
+COUNTS_H_STOP = 12        # the counts route's search: every H = 1 .. COUNTS_H_STOP, H <= d (seed 0;
+                          # not stopped at a failure: the moment start, from MOMENT_FROM = 9 heads,
+                          # can recover an H above one the pair start refuses)
 ROBUST_H_STOP = 16        # the robust route's search (--search-H): H = 1 .. ROBUST_H_STOP, H <= d
 
 
-def largest_H_table(counts, robust=None, counts_stop=COUNTS_H_STOP):
+def largest_H_table(counts, robust=None, counts_stop=COUNTS_H_STOP, failed=None):
     """The largest H per d of both routes, one row per d of ``counts``.
 
-    ``counts``: {d: H} measured in this run (H = 1 .. ``counts_stop``, seed 0; a value at the top of
-    the search is a lower bound). ``robust``: {d: (H, lower_bound)} measured in this run by
+    ``counts``: {d: H} measured in this run (every H = 1 .. ``counts_stop``, H <= d, seed 0; a value
+    at the top of the search is a lower bound). ``failed``: {d: [H, ...]}, the H below it that were
+    not recovered (the pair start's refusals below the moment start's range), shown beside it. ``robust``: {d: (H, lower_bound)} measured in this run by
     :func:`canonical_sweep`, or None for ROBUST_RECORDED (labelled as recorded, with its date).
     Returns ``(table, robust_rows)``: the DataFrame printed, and the robust route's
     {str(d): {"H", "lower_bound", "source"}} as save() writes it."""
@@ -280,14 +285,15 @@ def largest_H_table(counts, robust=None, counts_stop=COUNTS_H_STOP):
         r = robust_rows.get(str(d))
         table.append({
             "d": d,
-            "counts route H": (">= " if counts[d] == min(counts_stop, d) else "") + str(counts[d]),
-            "counts source": f"measured (seed 0, H = 1 .. {min(counts_stop, d)})",
+            "counts route H": (">= " if counts[d] == min(counts_stop, d) else "") + str(counts[d])
+            + (f" (not {', '.join(map(str, failed[d]))})" if failed and failed.get(d) else ""),
+            "counts source": f"measured (seed 0, every H = 1 .. {min(counts_stop, d)})",
             "robust route H": "not recorded" if r is None else (">= " if r["lower_bound"] else "") + str(r["H"]),
             "robust source": "" if r is None else r["source"]})
     return pd.DataFrame(table), robust_rows
 
 
-def save(rows, largest, why, robust=None):
+def save(rows, largest, why, robust=None, failed=None):
     """Write data/results/bench_multihead.json (atomic, with provenance): the table, the largest H
     per d of both routes (the robust route's recorded values unless ``robust``, {d: (H, lower_bound)},
     was measured), and
@@ -302,7 +308,9 @@ def save(rows, largest, why, robust=None):
     header = results.provenance("bench_multihead", {"tol": CANON_TOL, "cases": [list(c) for c in RATIONAL_CASES]}, 0)
     robust_rows = largest_H_table(largest, robust)[1]
     results.write_json(path, header | {"rows": clean, "largest_H": {
-        "counts": {str(d): int(H) for d, H in largest.items()}, "robust": robust_rows}, "why": why})
+        "counts": {str(d): int(H) for d, H in largest.items()},
+        "counts_not_recovered_below": {str(d): [int(H) for H in hs] for d, hs in (failed or {}).items()},
+        "counts_search_stop": COUNTS_H_STOP, "robust": robust_rows}, "why": why})
     return path
 
 
@@ -317,16 +325,18 @@ def rational_tables(d_values, H_stop=COUNTS_H_STOP, targets=None):
             row = rational_row(d, H, repeats=1)
             search.append(row)
             print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-            if row["outcome"] != "ok":
-                break
-            largest[d] = H
+            if row["outcome"] == "ok":
+                largest[d] = H
+    failed = {d: [r["H"] for r in search if r["d"] == d and r["outcome"] != "ok" and r["H"] < largest[d]]
+              for d in d_values}
     with pd.option_context("display.width", 220, "display.float_format", "{:.3g}".format,
                            "display.max_colwidth", 80):
         print("\nlearn_canonical_rational at the follow-up's count (learning queries; verification off):")
         print(pd.DataFrame(rows).to_string(index=False))
     for d, H in largest.items():
         print(f"learn_canonical_rational, d = {d}: largest H recovered to {CANON_TOL:g} (seed 0, "
-              f"H = 1 .. {H_stop}): {H}")
+              f"every H = 1 .. {min(H_stop, d)}): {H}"
+              + (f" (not recovered below it: H = {', '.join(map(str, failed[d]))})" if failed[d] else ""))
     for row in rows:
         if row["d"] in (32, 64):
             label = f"counts route d = {row['d']}, H = {row['H']}"
@@ -342,7 +352,7 @@ def rational_tables(d_values, H_stop=COUNTS_H_STOP, targets=None):
         print("\nWhy H stops (d = 64): tokens per head resolved by the pair's own fit, / d "
               "(a start row needs > 1), and the rounding sensitivity of one pair vs. the row's joint fit:")
         print(cov.merge(cond, on="H").to_string(index=False))
-    return rows, largest, cov.merge(cond, on="H").to_dict("records")
+    return rows, largest, cov.merge(cond, on="H").to_dict("records"), failed
 
 
 def canonical_sweep(d_values, seeds, H_values=None, H_stop=ROBUST_H_STOP):
@@ -397,16 +407,16 @@ def main():
                         help="numbers of heads to try, in order (default 1, 2, ... until a failure)")
     args = parser.parse_args()
     targets = Targets()
-    rows, largest, why = rational_tables(args.d, targets=targets)
+    rows, largest, why, failed = rational_tables(args.d, targets=targets)
     full = sorted(args.d) == [8, 16, 32, 64]       # only a run over every d replaces the saved file
     robust = None
     if args.search_H or args.H:
         robust = canonical_sweep(args.d, args.seeds, args.H)
         if full and args.search_H and not args.H:
-            print("wrote", save(rows, largest, why, robust))
+            print("wrote", save(rows, largest, why, robust, failed))
     elif full:
-        print("wrote", save(rows, largest, why))
-    table = largest_H_table(largest, robust if args.search_H and not args.H else None)[0]
+        print("wrote", save(rows, largest, why, failed=failed))
+    table = largest_H_table(largest, robust if args.search_H and not args.H else None, failed=failed)[0]
     with pd.option_context("display.width", 220, "display.max_colwidth", 80):
         print(f"\nLargest H recovered to {CANON_TOL:g} per d, both routes ('>= H': no failure up to "
               "the search's end;\nthe robust route's values are the docstring's record unless "

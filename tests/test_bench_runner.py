@@ -41,9 +41,16 @@ def test_bench_multihead_largest_H_table_labels_both_routes(benchmarks):
 
     table, robust = bench.largest_H_table({8: 6, 16: 7, 32: 7, 64: 8})
     by_d = {row["d"]: row for row in table.to_dict("records")}
-    # the counts route at the top of its search (H = 8) is a lower bound; just below it is not
-    assert by_d[64]["counts route H"] == ">= 8" and by_d[32]["counts route H"] == "7"
-    assert by_d[8]["counts route H"] == "6" and by_d[8]["counts source"] == "measured (seed 0, H = 1 .. 8)"
+    # the counts route at the top of its search (H = min(12, d)) is a lower bound; below it is not
+    assert by_d[64]["counts route H"] == "8" and by_d[32]["counts route H"] == "7"
+    assert by_d[8]["counts route H"] == "6" and by_d[8]["counts source"] == "measured (seed 0, every H = 1 .. 8)"
+    assert bench.COUNTS_H_STOP == 12 and by_d[16]["counts source"] == "measured (seed 0, every H = 1 .. 12)"
+    # the H below the largest that were not recovered (the pair start's refusals) are shown beside it
+    table, _ = bench.largest_H_table({32: 12, 64: 11}, failed={32: [8], 64: []})
+    by_d = {row["d"]: row for row in table.to_dict("records")}
+    assert by_d[32]["counts route H"] == ">= 12 (not 8)" and by_d[64]["counts route H"] == "11"
+    table, robust = bench.largest_H_table({8: 6, 16: 7, 32: 7, 64: 8})
+    by_d = {row["d"]: row for row in table.to_dict("records")}
     # the robust route: the docstring's record, with its date, d = 16 included
     assert [by_d[d]["robust route H"] for d in (8, 16, 32, 64)] == [">= 8", "9", "10", ">= 8"]
     assert by_d[16]["robust source"] == "recorded 2026-12-01 (bench_multihead.py docstring)"
@@ -112,3 +119,24 @@ def test_bench_scale_fails_on_a_failed_row_or_a_missed_ratio(benchmarks, monkeyp
     fake(0, ratio=bench_scale.TARGET_RATIO + 0.01)
     assert bench_scale.main(["--no-save"]) == 1
     assert "target ratio <= 1.5 (exact d=1024; 1.51 in run" in capsys.readouterr().out
+
+
+def test_counts_search_goes_past_a_failure_and_reports_the_refused_H_below_the_largest(benchmarks, monkeypatch):
+    # before: the search stopped at the first failure, so the moment start (H >= 9) was never reached
+    # at a d where the pair start refuses H = 8
+    import bench_multihead as bench
+
+    tried = []
+
+    def fake_row(d, H, seed=0, repeats=5):
+        tried.append((d, H))
+        return {"d": d, "H": H, "outcome": "raised: refused" if (d, H) in {(4, 2), (4, 4), (3, 1)} else "ok"}
+
+    monkeypatch.setattr(bench, "rational_row", fake_row)
+    monkeypatch.setattr(bench, "RATIONAL_CASES", [])
+    monkeypatch.setattr(bench, "COVERAGE_H", (1,))
+    monkeypatch.setattr(bench, "counts_start_coverage", lambda d, H: {"H": H, "fewest resolved / d": 1.0})
+    monkeypatch.setattr(bench, "counts_conditioning", lambda d, H, n_draws: {"pair": 1.0})
+    rows, largest, why, failed = bench.rational_tables([3, 4], H_stop=4)
+    assert tried == [(3, 1), (3, 2), (3, 3), (4, 1), (4, 2), (4, 3), (4, 4)]   # every H <= min(H_stop, d)
+    assert largest == {3: 3, 4: 3} and failed == {3: [1], 4: [2]}   # H = 4 at d = 4 is above the largest
