@@ -210,8 +210,11 @@ def oracle_best_seconds(target, queries, repeats=5, clock=time.perf_counter):
     return min(oracle_seconds(target, queries, repeats, clock, block) for block in BEST_BLOCKS)
 
 
-def rational_row(d, H, seed=0, repeats=5):
+def rational_row(d, H, seed=0, repeats=5, timed=True):
     """One run of learn_canonical_rational: the issue's table row (learning queries, verification off).
+
+    With ``timed=False`` (the largest-H search, which needs only the outcome) one untimed run on a
+    plain oracle: no recorded queries, no learner or oracle seconds.
 
     The queries are recorded in a run of their own (untimed); the learner is timed on a plain oracle
     (keeping every query for the replay would cost it page faults the learner does not cause).
@@ -224,12 +227,19 @@ def rational_row(d, H, seed=0, repeats=5):
     slower (its temporaries on fresh pages), a slowdown that would be the learner's."""
     target = random_multi_head(d, H, seed=seed)
     count = follow_up_count(d, H)
-    oracle = RecordingOracle(ValueQueryOracle(target))
+    oracle = RecordingOracle(ValueQueryOracle(target)) if timed else ValueQueryOracle(target)
     try:
         rec = learn_canonical_rational(oracle, H=H, verify=0)
     except (OracleInconsistentError, NotIdentifiableError, InvalidInputError) as exc:
         return {"d": d, "H": H, "seed": seed, "outcome": "raised: " + str(exc)[:70],
                 "queries": oracle.n_queries, "4Hd^2-2H+1": count}
+    if not timed:
+        m = match_heads(canonical_form(target), rec.model)
+        err = max(m["max_W_error"], m["max_v_error"])
+        return {"d": d, "H": H, "seed": seed, "outcome": "ok" if err <= CANON_TOL else "inaccurate",
+                "error": err, "queries": rec.n_learning_queries, "4Hd^2-2H+1": count,
+                "/ count": rec.n_learning_queries / count, "longest": rec.diagnostics["max_len"],
+                "2H+1": 2 * H + 1, "start": rec.diagnostics.get("start", "pairs")}
     t_learn = c_learn = np.inf
     for rep in range(repeats):
         plain = ValueQueryOracle(target)
@@ -322,7 +332,7 @@ def rational_tables(d_values, H_stop=COUNTS_H_STOP, targets=None):
     for d in d_values:
         largest[d] = 0
         for H in range(1, min(H_stop, d) + 1):
-            row = rational_row(d, H, repeats=1)
+            row = rational_row(d, H, timed=False)
             search.append(row)
             print({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
             if row["outcome"] == "ok":

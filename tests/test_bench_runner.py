@@ -128,7 +128,8 @@ def test_counts_search_goes_past_a_failure_and_reports_the_refused_H_below_the_l
 
     tried = []
 
-    def fake_row(d, H, seed=0, repeats=5):
+    def fake_row(d, H, seed=0, repeats=5, timed=True):
+        assert not timed   # the search needs only the outcome
         tried.append((d, H))
         return {"d": d, "H": H, "outcome": "raised: refused" if (d, H) in {(4, 2), (4, 4), (3, 1)} else "ok"}
 
@@ -140,3 +141,12 @@ def test_counts_search_goes_past_a_failure_and_reports_the_refused_H_below_the_l
     rows, largest, why, failed = bench.rational_tables([3, 4], H_stop=4)
     assert tried == [(3, 1), (3, 2), (3, 3), (4, 1), (4, 2), (4, 3), (4, 4)]   # every H <= min(H_stop, d)
     assert largest == {3: 3, 4: 3} and failed == {3: [1], 4: [2]}   # H = 4 at d = 4 is above the largest
+
+
+def test_rational_row_untimed_for_the_search_has_the_outcome_and_no_seconds(benchmarks):
+    import bench_multihead as bench
+
+    row = bench.rational_row(8, 2, timed=False)
+    assert row["outcome"] == "ok" and row["error"] <= bench.CANON_TOL and row["start"] == "pairs"
+    assert row["queries"] <= row["4Hd^2-2H+1"] == 4 * 2 * 64 - 2 * 2 + 1 and row["longest"] <= 5
+    assert not {"learner s", "oracle s", "ratio"} & set(row)
