@@ -475,3 +475,15 @@ def test_counts_route_at_twelve_heads_still_blames_float64():
     target = multihead.random_multi_head(64, 12, seed=0)
     with pytest.raises(OracleInconsistentError, match=r"float64 cannot separate 12 logistic terms.*sensitivity"):
         multihead.learn_canonical_rational(ValueQueryOracle(target), H=12, start="pairs")
+
+
+@pytest.mark.parametrize("start", ["moments", "pairs"])
+def test_counts_route_on_float32_answers_names_the_rounding_with_either_start(start):
+    """learn_canonical_rational behind answers served in float32 (d = 16, H = 4): both starts refuse
+    with PrecisionError naming u = 6e-08, not a wrong H or a target outside the class."""
+    from companion import multihead
+    from companion.errors import PrecisionError
+
+    target = multihead.random_multi_head(16, 4, seed=0)
+    with pytest.raises(PrecisionError, match=r"u=6e-08 \(float32\?\).*not a wrong H"):
+        multihead.learn_canonical_rational(ValueQueryOracle(_f32_answers(target), d=16), H=4, start=start)
