@@ -218,8 +218,10 @@ def rational_row(d, H, seed=0, repeats=5, timed=True):
 
     The queries are recorded in a run of their own (untimed); the learner is timed on a plain oracle
     (keeping every query for the replay would cost it page faults the learner does not cause).
-    Learner and oracle seconds are each the least of the same number ``repeats`` of runs, each side's
-    runs back to back (the learner's repeats only while a run takes under 10 s), so that the ratio is
+    Learner and oracle seconds are each the least of the same number of runs, each side's runs back
+    to back: ``repeats``, or fewer where a learner's run takes over 10 s (then the oracle's replays
+    stop at the learner's count too: d = 64, H = 12 replayed five times at each of BEST_BLOCKS' six
+    batchings on both clocks took about seven minutes against one learner run), so that the ratio is
     not the load of the shared machine; the CPU seconds of this process (``time.process_time``) are
     given beside them, and their ratio, which the load moves less (not a target: the target is wall
     time). The oracle's replays run warm, one after another, each on one batch per length: not
@@ -250,20 +252,19 @@ def rational_row(d, H, seed=0, repeats=5, timed=True):
         assert plain.n_queries == oracle.n_queries and again.n_heads == rec.n_heads  # the same queries
         if t_learn > 10.0:  # (under 2 s, a loaded machine left d = 64, H = 4 one run against 5 replays)
             break
+    runs = rep + 1  # the oracle's replays: as many as the learner's runs
     m = match_heads(canonical_form(target), rec.model)
     err = max(m["max_W_error"], m["max_v_error"])
-    t_oracle = oracle_seconds(target, oracle.queries, repeats)
-    c_oracle = oracle_seconds(target, oracle.queries, repeats, clock=time.process_time)
-    best = {}
-    if repeats > 1:  # the table's rows (the largest-H search times once)
-        best = {"oracle best s": oracle_best_seconds(target, oracle.queries, repeats)}
-        best["ratio to best"] = t_learn / best["oracle best s"]
-        best["CPU ratio to best"] = c_learn / oracle_best_seconds(target, oracle.queries, repeats, time.process_time)
+    t_oracle = oracle_seconds(target, oracle.queries, runs)
+    c_oracle = oracle_seconds(target, oracle.queries, runs, clock=time.process_time)
+    best = {"oracle best s": oracle_best_seconds(target, oracle.queries, runs)}
+    best["ratio to best"] = t_learn / best["oracle best s"]
+    best["CPU ratio to best"] = c_learn / oracle_best_seconds(target, oracle.queries, runs, time.process_time)
     return {"d": d, "H": H, "seed": seed, "outcome": "ok" if err <= CANON_TOL else "inaccurate",
             "error": err, "queries": rec.n_learning_queries, "4Hd^2-2H+1": count,
             "/ count": rec.n_learning_queries / count, "longest": rec.diagnostics["max_len"],
             "2H+1": 2 * H + 1, "learner s": t_learn, "oracle s": t_oracle,
-            "ratio": t_learn / t_oracle, "CPU ratio": c_learn / c_oracle, **best}
+            "ratio": t_learn / t_oracle, "CPU ratio": c_learn / c_oracle, "runs": runs, **best}
 
 
 #: The robust route's largest H per d, as recorded in this docstring (measured 2026-12-01, not re-run
