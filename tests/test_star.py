@@ -205,3 +205,48 @@ def test_track_rows_continuation_caps_intermediate_fits_at_STEP_ITERS(monkeypatc
     assert calls == [(3, 60), (1, 15), (1, 15), (1, 15), (1, 120)] and tracked == 1
     assert np.all(rel <= 1e-12)
     np.testing.assert_allclose(R[1], np.einsum("a,hab->hb", P[1], target.Ws), rtol=0, atol=1e-9)
+
+
+def test_track_rows_skips_the_serial_fits_when_more_rows_misfit_than_max_serial(monkeypatch):
+    """The serial fit (MINPACK fallback, minutes per row at H (d + 1) ~ 400 unknowns) is tried on
+    the rows still misfitting after the continuation only if there are at most max_serial of them:
+    d = 32, H = 12 used to spend more than ten minutes on the serial fits of rows it refused anyway."""
+    import companion._star as star
+
+    real = star.fit_rows_joint
+
+    def always_bad(s, G, X, gamma, R, *, XX=None, iters=60):  # row 1 of the first call never fits
+        g, Rr, res, sc = real(s, G, X, gamma, R, XX=XX, iters=iters)
+        res = res.copy()
+        if G.shape[0] == 3:
+            res[1] = sc[1]
+        else:
+            res[:] = sc
+        return g, Rr, res, sc
+
+    serial = []
+    monkeypatch.setattr(star, "fit_rows_joint", always_bad)
+    monkeypatch.setattr(
+        star, "fit_row_joint", lambda s, G, X, g, R, **k: serial.append(1) or (g, R, {"residual": np.inf})
+    )
+    d, H = 5, 2
+    target = random_multi_head(d, H, seed=1)
+    n, m = ratio_design(H)
+    s = np.log(n / m)
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((12, d))
+    delta0 = np.eye(d)[0]
+    P = delta0 + 0.01 * rng.standard_normal((3, d))
+
+    def row(delta):
+        shifts = X @ (target.Ws.transpose(0, 2, 1) @ delta).T
+        return expit(s[None, :, None] + shifts[:, None, :]) @ (target.vs @ delta)
+
+    g0, R0 = target.vs @ delta0, np.einsum("a,hab->hb", delta0, target.Ws)
+    args = (s, np.stack([row(p) for p in P]), X, g0, R0, row(delta0))
+    rel = star.track_rows(*args, tol=1e-12, max_serial=0)[2]
+    assert serial == [] and rel[1] == 1.0
+    star.track_rows(*args, tol=1e-12, max_serial=1)
+    assert serial == [1]
+    star.track_rows(*args, tol=1e-12)
+    assert serial == [1, 1]

@@ -255,7 +255,7 @@ def head_subspace(D, H):
     return Vt[:H].T, sv / sv[0]
 
 
-def track_rows(s, G, X, gamma0, R0, G0, *, tol, XX=None, steps=HOMOTOPY_STEPS):
+def track_rows(s, G, X, gamma0, R0, G0, *, tol, XX=None, steps=HOMOTOPY_STEPS, max_serial=None):
     """Every row's joint fit from one start ``(gamma0, R0)``, with continuation for those that misfit.
 
     Parameters
@@ -271,6 +271,11 @@ def track_rows(s, G, X, gamma0, R0, G0, *, tol, XX=None, steps=HOMOTOPY_STEPS):
         The centre's answers at the same tokens.
     tol : float
         Largest relative misfit accepted.
+    max_serial : int, optional
+        The rows still misfitting after the continuation get the serial fit of
+        :func:`~companion._rational.fit_row_joint` (with its MINPACK fallback, up to minutes per row
+        at ``H (d + 1) ~ 400`` unknowns) only if there are at most this many (the caller's spare
+        rows: with more, it refuses anyway). None: always.
 
     Returns
     -------
@@ -290,7 +295,10 @@ def track_rows(s, G, X, gamma0, R0, G0, *, tol, XX=None, steps=HOMOTOPY_STEPS):
             iters = STEP_ITERS if t < 1 else 120
             gh, Rh, rh, _ = fit_rows_joint(s, G0 + t * (G[bad] - G0), X, gh, Rh, XX=XX, iters=iters)
         gamma[bad], R[bad], res[bad] = gh, Rh, rh
-        for i in bad[res[bad] > tol * sc[bad]]:  # the serial fit with its MINPACK fallback
+        still = bad[res[bad] > tol * sc[bad]]
+        if max_serial is not None and still.size > max_serial:
+            still = still[:0]  # too many to redraw: the caller refuses without the serial fits
+        for i in still:  # the serial fit with its MINPACK fallback
             g1, R1, info = fit_row_joint(s, G[i], X, gamma[i], R[i], XX=XX, iters=30)
             if info["residual"] < res[i]:
                 gamma[i], R[i], res[i] = g1, R1, info["residual"]

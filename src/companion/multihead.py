@@ -1874,8 +1874,8 @@ def _learn_canonical_moments(oracle, d, H_plan, known, *, scale, spread, tol, ve
     Q *= np.sign(Q @ rng.standard_normal(d))[:, None]
     P = np.vstack([delta0, delta0[None] + STAR_EPS * Q])
     G = np.stack([ask(P[i], X) for i in range(1, d)]) if d > 1 else np.empty((0, K, s.size))
-    gam, R, rel, tracked = track_rows(s, G, X, g0, R0, G0, tol=tol, XX=XX)
     spare, redrawn = plan["spare_rows"], 0
+    gam, R, rel, tracked = track_rows(s, G, X, g0, R0, G0, tol=tol, XX=XX, max_serial=spare)
     for i in np.flatnonzero(rel > tol):
         while rel[i] > tol and spare:
             # A new offset for this row: along the old one a head may be nearly invisible.
