@@ -12,10 +12,29 @@ Run: .venv/bin/python benchmarks/bench_multihead.py [--search-H] [--d 8 16 32 64
    sensitivities of counts_conditioning, at d = 64). Verdicts (benchmarks/_targets.py, deciding the
    exit code) for d = 32 and 64: recovered to 1e-8, queries <= the count, longest <= 2H + 1, time
    <= 2 x the oracle; and H = 12 at d = 64. A run over every d writes
-   data/results/bench_multihead.json (chapter 06 reads it). Bounded: 159 s of CPU (360 s wall at
-   load average 3-4) in `make bench` on 2026-12-01, 19:10-19:16 UTC. With --search-H, also the
+   data/results/bench_multihead.json (chapter 06 reads it). Bounded: 11.6 min wall, one BLAS thread,
+   the search's d = 64, H = 9..12 (moment start) about half of it (`--canonical-only`, 2026-12-02,
+   01:56-02:08 UTC; 159 s of CPU in `make bench` on 2026-12-01 with the search capped at H = 8). With --search-H, also the
    open-ended search of the robust route (1. below), which takes hours at d = 64. Learner and
    oracle seconds are each the least of a few runs (see rational_row).
+   Measured 2026-12-02, 01:56-02:08 UTC (`--canonical-only`, OPENBLAS_NUM_THREADS=1; the table's rows
+   on a quiet machine, the search with another single-threaded job on the second core), the moment
+   start from H = 9 (start="auto"), the oracle replayed as often as the learner ran ("runs"):
+     d  H  queries  / count  longest  learner s  oracle s  ratio  CPU ratio  ratio to best block  error
+     8  2      416    0.817        5    0.00908   0.00126   7.21       7.18                 7.33  7.7e-13
+    16  4    3,576    0.875        9     0.0508    0.0193   2.63       2.66                 2.76  4.6e-12
+    32  2    7,704    0.941        5     0.0483    0.0305   1.58       1.40                 1.61  6.7e-13
+    32  4   15,368    0.938        9      0.207     0.137   1.51       1.61                 1.75  4.2e-13
+    64  2   31,544    0.963        5      0.322      0.25   1.28       1.29                 1.59  1.1e-12
+    64  4   63,528    0.969        9       1.39     0.939   1.48       1.47                 1.63  1.5e-11
+    64 12  169,840    0.864       25       47.7      11.3   4.21       4.39                 5.57  7.0e-9
+   19 of 20 targets pass; d = 64, H = 12's time (4.2 x the oracle; 7.9 x before the continuation's
+   intermediate fits were capped, _star.STEP_ITERS) fails. Largest H to 1e-8 (seed 0, every H = 1 ..
+   min(12, d)): 6 at d = 8; 7 at d = 16 (H = 8 .. 12 refused: moment_plan refuses d = 16, the pair
+   start raises); 9 at d = 32 (H = 8 refused by the pair start; H = 10 recovered to 2.7e-8 only,
+   H = 11 and 12 refused: rows of the star misfit); at least 12 at d = 64 (H = 11 recovered to
+   8.9e-8 only; H = 9, 10, 12 to 6.2e-10, 6.8e-10, 7.0e-9). The table of 2026-12-01 below is
+   before the moment start.
    Measured 2026-12-01 13:57 UTC on the shared 2-core machine (load average about 7; the time
    ratios moved by up to 2x between runs of the same commit: d = 64, H = 4 gave 2.11, 2.95, 5.77):
      d  H  queries  / count  longest  learner s  oracle s  ratio
