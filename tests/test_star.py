@@ -96,24 +96,30 @@ def test_head_subspace_spans_the_rows():
     np.testing.assert_allclose(U @ (U.T @ R.T), R.T, rtol=0, atol=1e-12)
 
 
-def test_track_rows_learns_the_star_from_the_centre():
-    d, H = 6, 2
-    target = random_multi_head(d, H, seed=4)
+def _star_case(d, H, target_seed, rng_seed, n_rows, centre=None):
+    """A random target's exact answers on a star of ``n_rows`` rows 0.01 around a centre (random
+    unless given): ``(target, P, (s, G, X, gamma0, R0, G0))``, the last as track_rows takes it."""
+    target = random_multi_head(d, H, seed=target_seed)
     n, m = ratio_design(H)
     s = np.log(n / m)
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(rng_seed)
     X = rng.standard_normal((12, d))
-    delta0 = rng.standard_normal(d)
-    delta0 /= np.linalg.norm(delta0)
-    P = delta0 + 0.01 * rng.standard_normal((4, d))
+    if centre is None:
+        centre = rng.standard_normal(d)
+        centre /= np.linalg.norm(centre)
+    P = centre + 0.01 * rng.standard_normal((n_rows, d))
 
     def row(delta):
         shifts = X @ (target.Ws.transpose(0, 2, 1) @ delta).T
         return expit(s[None, :, None] + shifts[:, None, :]) @ (target.vs @ delta)
 
-    G0 = row(delta0)
-    g0, R0 = target.vs @ delta0, np.einsum("a,hab->hb", delta0, target.Ws)
-    gam, R, rel, tracked = track_rows(s, np.stack([row(p) for p in P]), X, g0, R0, G0, tol=1e-12)
+    g0, R0 = target.vs @ centre, np.einsum("a,hab->hb", centre, target.Ws)
+    return target, P, (s, np.stack([row(q) for q in P]), X, g0, R0, row(centre))
+
+
+def test_track_rows_learns_the_star_from_the_centre():
+    target, P, args = _star_case(6, 2, target_seed=4, rng_seed=5, n_rows=4)
+    gam, R, rel, tracked = track_rows(*args, tol=1e-12)
     assert np.all(rel <= 1e-12)
     for i, p in enumerate(P):
         np.testing.assert_allclose(R[i], np.einsum("a,hab->hb", p, target.Ws), rtol=0, atol=1e-9)
@@ -187,21 +193,8 @@ def test_track_rows_continuation_caps_intermediate_fits_at_STEP_ITERS(monkeypatc
         return g, Rr, res, sc
 
     monkeypatch.setattr(star, "fit_rows_joint", spy)
-    d, H = 5, 2
-    target = random_multi_head(d, H, seed=1)
-    n, m = ratio_design(H)
-    s = np.log(n / m)
-    rng = np.random.default_rng(2)
-    X = rng.standard_normal((12, d))
-    delta0 = np.eye(d)[0]
-    P = delta0 + 0.01 * rng.standard_normal((3, d))
-
-    def row(delta):
-        shifts = X @ (target.Ws.transpose(0, 2, 1) @ delta).T
-        return expit(s[None, :, None] + shifts[:, None, :]) @ (target.vs @ delta)
-
-    g0, R0 = target.vs @ delta0, np.einsum("a,hab->hb", delta0, target.Ws)
-    gam, R, rel, tracked = star.track_rows(s, np.stack([row(p) for p in P]), X, g0, R0, row(delta0), tol=1e-12)
+    target, P, args = _star_case(5, 2, target_seed=1, rng_seed=2, n_rows=3, centre=np.eye(5)[0])
+    gam, R, rel, tracked = star.track_rows(*args, tol=1e-12)
     assert calls == [(3, 60), (1, 15), (1, 15), (1, 15), (1, 120)] and tracked == 1
     assert np.all(rel <= 1e-12)
     np.testing.assert_allclose(R[1], np.einsum("a,hab->hb", P[1], target.Ws), rtol=0, atol=1e-9)
@@ -229,21 +222,7 @@ def test_track_rows_skips_the_serial_fits_when_more_rows_misfit_than_max_serial(
     monkeypatch.setattr(
         star, "fit_row_joint", lambda s, G, X, g, R, **k: serial.append(1) or (g, R, {"residual": np.inf})
     )
-    d, H = 5, 2
-    target = random_multi_head(d, H, seed=1)
-    n, m = ratio_design(H)
-    s = np.log(n / m)
-    rng = np.random.default_rng(2)
-    X = rng.standard_normal((12, d))
-    delta0 = np.eye(d)[0]
-    P = delta0 + 0.01 * rng.standard_normal((3, d))
-
-    def row(delta):
-        shifts = X @ (target.Ws.transpose(0, 2, 1) @ delta).T
-        return expit(s[None, :, None] + shifts[:, None, :]) @ (target.vs @ delta)
-
-    g0, R0 = target.vs @ delta0, np.einsum("a,hab->hb", delta0, target.Ws)
-    args = (s, np.stack([row(p) for p in P]), X, g0, R0, row(delta0))
+    args = _star_case(5, 2, target_seed=1, rng_seed=2, n_rows=3, centre=np.eye(5)[0])[2]
     rel = star.track_rows(*args, tol=1e-12, max_serial=0)[2]
     assert serial == [] and rel[1] == 1.0
     star.track_rows(*args, tol=1e-12, max_serial=1)
