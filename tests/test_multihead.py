@@ -1083,13 +1083,18 @@ def test_trimmed_rows_needs_more_than_d_tokens_and_drops_outliers():
 
 
 def test_learn_canonical_rational_rows_from_the_shared_start_instead_of_redrawn():
-    """d = 16, H = 7 (seed 0): two rows whose per-head start failed were redrawn before (2 of the 2
-    spare rows); the shared-amplitude start now learns them in place (both, or one and the other is
-    redrawn: which, moves with the rounding of the pairs' fits), and the result is exact."""
+    """d = 16, H = 7 (seed 0): the per-head start fails on at least the plan's spare rows (2 when
+    this test was written; 3 today under the Haswell, Sandybridge, Nehalem and Prescott kernels),
+    so redrawing alone would refuse or use every spare row. The shared-amplitude start learns at
+    least one of them in place (how many moves with the rounding of the pairs' fits: 2 of the 3
+    under Haswell, 1 under the others), at most the spare rows are redrawn, and the result is exact.
+    """
     target = mh.random_multi_head(16, 7, seed=0)
     rec = mh.learn_canonical_rational(ValueQueryOracle(target), H=7)
     shared, redrawn = rec.diagnostics["n_shared_start_rows"], rec.diagnostics["n_redrawn_rows"]
-    assert shared >= 1 and shared + redrawn == 2
+    spare = rec.diagnostics["plan"]["spare_rows"]
+    assert spare == 2 and shared + redrawn >= spare
+    assert shared >= 1 and redrawn <= spare
     assert rec.n_learning_queries <= mh.follow_up_count(16, 7) and _function_gap(rec.model, target) <= 1e-8
 
 
