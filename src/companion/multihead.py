@@ -1769,6 +1769,29 @@ def _ask_pairs(oracle, U, X, n, m):
 MOMENT_FROM = 9
 
 
+def _rational_result(oracle, start, model, lengths, d, H_plan, plan, extra, label, *, verify, verify_rtol, seed):
+    """The result of either start of :func:`learn_canonical_rational`: its diagnostics (the head
+    count, the longest query of ``lengths``, the follow-up's count for ``H_plan``, the ``plan``, then
+    the start's own ``extra``), its message (``label`` appended to the count), its verification."""
+    n_learn = oracle.n_queries - start
+    diagnostics = {
+        "n_heads": model.n_heads,
+        "max_len": int(np.max(lengths)),
+        "kim_count": follow_up_count(d, H_plan),
+        "plan": plan,
+        **extra,
+    }
+    message = (
+        f"found {model.n_heads} heads from {n_learn} queries of length <= "
+        f"{diagnostics['max_len']} (4Hd^2 - 2H + 1 = {diagnostics['kim_count']}{label})"
+    )
+    what = "a sum of attention heads (learn_canonical_rational)"
+    checked = _verify_heads(oracle, model, verify, rtol=verify_rtol, seed=seed + 1, what=what)
+    return _heads_result(
+        oracle, start, model.Ws, model.vs, verification=checked, message=message, diagnostics=diagnostics
+    )
+
+
 def _learn_canonical_moments(oracle, d, H_plan, known, *, scale, spread, tol, verify, verify_rtol, seed):
     """:func:`learn_canonical_rational` with ``start="moments"`` (this book's own; see :mod:`companion._star`)."""
     from ._rational import fit_row_joint, fit_rows_joint, ratio_design
@@ -1896,12 +1919,7 @@ def _learn_canonical_moments(oracle, d, H_plan, known, *, scale, spread, tol, ve
         )
     worst = float(max(info["centre_residual"], float(np.max(rel, initial=0.0))))
     model = _heads_from_rows(P, np.vstack([R0[None], R]), np.vstack([g0[None], gam]))
-    n_learn = oracle.n_queries - start
-    diagnostics = {
-        "n_heads": model.n_heads,
-        "max_len": int(np.max(n + m)),
-        "kim_count": follow_up_count(d, H_plan),
-        "plan": plan,
+    extra = {
         "start": "moments",
         "n_centres_tried": len(found),
         "centre_amplitude_ratio": ratio,
@@ -1912,14 +1930,19 @@ def _learn_canonical_moments(oracle, d, H_plan, known, *, scale, spread, tol, ve
         "n_redrawn_rows": redrawn,
         "max_row_residual": worst,
     }
-    message = (
-        f"found {model.n_heads} heads from {n_learn} queries of length <= {diagnostics['max_len']} "
-        f"(4Hd^2 - 2H + 1 = {diagnostics['kim_count']}; moment start)"
-    )
-    what = "a sum of attention heads (learn_canonical_rational)"
-    checked = _verify_heads(oracle, model, verify, rtol=verify_rtol, seed=seed + 1, what=what)
-    return _heads_result(
-        oracle, start, model.Ws, model.vs, verification=checked, message=message, diagnostics=diagnostics
+    return _rational_result(
+        oracle,
+        start,
+        model,
+        n + m,
+        d,
+        H_plan,
+        plan,
+        extra,
+        "; moment start",
+        verify=verify,
+        verify_rtol=verify_rtol,
+        seed=seed,
     )
 
 
@@ -2473,32 +2496,15 @@ def learn_canonical_rational(
     Gam = np.array([amps[i][perms[i]] for i in range(d)])  # (d, H): delta_i^T v_h
     Rw = np.array([rows[i][perms[i]] for i in range(d)])  # (d, H, d): delta_i^T W_h
     model = _heads_from_rows(P, Rw, Gam)  # P orthonormal unless a row was redrawn
-    n_learn = oracle.n_queries - start
-    diagnostics = {
-        "n_heads": model.n_heads,
-        "max_len": int(np.max(n + m)),
-        "kim_count": follow_up_count(d, H_plan),
-        "plan": plan,
+    extra = {
         "resolved_fraction": float(np.min(fractions)),
         "max_row_residual": float(np.max(residuals)),
         "max_link_error": max(link_err, default=0.0),
         "n_redrawn_rows": n_redrawn,
         "n_shared_start_rows": len(shared_rows),
     }
-    message = (
-        f"found {model.n_heads} heads from {n_learn} queries of length <= "
-        f"{diagnostics['max_len']} (4Hd^2 - 2H + 1 = {diagnostics['kim_count']})"
-    )
-    checked = _verify_heads(
-        oracle,
-        model,
-        verify,
-        rtol=verify_rtol,
-        seed=seed + 1,
-        what="a sum of attention heads (learn_canonical_rational)",
-    )
-    return _heads_result(
-        oracle, start, model.Ws, model.vs, verification=checked, message=message, diagnostics=diagnostics
+    return _rational_result(
+        oracle, start, model, n + m, d, H_plan, plan, extra, "", verify=verify, verify_rtol=verify_rtol, seed=seed
     )
 
 
