@@ -532,13 +532,17 @@ def test_noisy_nuclear_size_limit_refused_before_any_query():
 
 
 def test_sketch_rank_tol_just_inside_and_outside():
-    """A (r+1)-th direction whose core singular value is 0.28 rank_tol passes, 2.8 rank_tol is refused."""
+    """A third direction whose core singular value is 0.29 rank_tol passes, 2.9 rank_tol is refused.
+
+    The direction is drawn and projected off W's row and column spaces: the singular vectors of W's
+    zero singular values (U[:, 5] before) are any basis of its null spaces, one per LAPACK kernel
+    (Sandybridge's gave 1.05 rank_tol at the size Haswell's gave 0.28, and refused): _off_spaces."""
     from companion.errors import OracleInconsistentError
 
     head = random_single_head(12, rank=2, seed=0)
-    U, s, Vt = np.linalg.svd(head.W)
-    for rel, ok in [(3e-8, True), (3e-7, False)]:
-        target = SingleHead(head.W + rel * s[0] * np.outer(U[:, 5], Vt[5]), head.v)
+    s0 = np.linalg.norm(head.W, 2)
+    for rel, ok in [(4e-9, True), (4e-8, False)]:
+        target = SingleHead(head.W + rel * s0 * _off_spaces(head.W, 2, seed=1), head.v)
         if ok:
             rec = lowrank.learn_low_rank(ValueQueryOracle(target), 2, method="sketch", verify=0)
             core = rec.diagnostics["core_singular_values"]
@@ -546,6 +550,17 @@ def test_sketch_rank_tol_just_inside_and_outside():
         else:
             with pytest.raises(OracleInconsistentError, match="rank above the assumed rank=2"):
                 lowrank.learn_low_rank(ValueQueryOracle(target), 2, method="sketch", verify=0)
+
+
+def _off_spaces(W, r, *, seed):
+    """A unit rank-one direction ``a b^T`` with ``a``, ``b`` drawn from ``seed`` and projected off the
+    column and row spaces of the rank-``r`` matrix ``W``: the same on every machine, unlike the
+    singular vectors of ``W``'s zero singular values (any basis of its null spaces, one per LAPACK
+    kernel)."""
+    U, _, Vt = np.linalg.svd(W)
+    a, b = np.random.default_rng(seed).standard_normal((2, W.shape[0]))
+    a, b = a - U[:, :r] @ (U[:, :r].T @ a), b - Vt[:r].T @ (Vt[:r] @ b)
+    return np.outer(a, b) / (np.linalg.norm(a) * np.linalg.norm(b))
 
 
 def lowrank_rank_tol():
@@ -603,8 +618,7 @@ def test_nuclear_rank_check_threshold_just_inside_and_outside():
 
     d = 6
     head = random_single_head(d, rank=1, seed=3)
-    U, s, Vt = np.linalg.svd(head.W)
-    target = SingleHead(head.W + 1e-4 * s[0] * np.outer(U[:, 3], Vt[3]), head.v)
+    target = SingleHead(head.W + 1e-4 * np.linalg.norm(head.W, 2) * _off_spaces(head.W, 1, seed=2), head.v)
 
     def run(**kw):
         return learn_low_rank(ValueQueryOracle(target), 1, method="nuclear", n_measurements=d * d, **kw)
