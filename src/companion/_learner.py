@@ -275,7 +275,12 @@ class AnswerPrecision:
             "stated": "are stated to carry rounding",
             "given": "are assumed to carry rounding",
         }[self.source]
-        return f"the answers {how} u={self.u:.2g} ({self.format}{'?' if self.source == 'measured' else ''})"
+        # A measured u is a median of spreads that moves with the BLAS kernel (for one float32 head:
+        # 6.x e-08 and 9.4e-08 in learn_low_rank's refusal under Haswell and Sandybridge, 7.9e-08 and
+        # 6.0e-08 from measure_precision's defaults): one significant digit is the precision it has.
+        if self.source == "measured":
+            return f"the answers {how} u={self.u:.0e} ({self.format}?)"
+        return f"the answers {how} u={self.u:.2g} ({self.format})"
 
     def report_floor(self, diagnostics: dict, message: str, kappa_W: float) -> str:
         """Record the attainable error ``kappa_W * u`` in ``diagnostics``; return ``message`` saying it."""
