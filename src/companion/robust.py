@@ -1191,7 +1191,11 @@ def _check_norm_bound(W, fit, t, delta, *, W_max, rtol):
     bound = delta + np.sqrt(np.finfo(float).eps) * float(np.max(np.abs(t), initial=0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         own = float(np.max(np.abs(fit - t) / bound, initial=0.0))
-    bound = bound * max(1.0, own)  # a solver's solution may exceed the bounds by its tolerance
+    # A solver's solution may exceed the bounds by its tolerance: scaled to W_hat's own violation,
+    # and a hair beyond it, so that W_hat (s = 0) is inside the interval however its last bound
+    # rounds (exactly on it, the interval came out [-7.8e-08, -2.2e-18] under the Prescott kernel
+    # and the refusal fell to the undetermined-W check, which blamed the precision).
+    bound = bound * max(1.0, own * (1.0 + 1e-9))
     lo, hi = _interval(fit - t, bound, fit / nW)
     if not (lo <= 0.0 <= hi) or -lo > rtol * nW or nW + lo <= (1.0 + rtol) * W_max:
         return
