@@ -115,7 +115,7 @@ def test_detect_multi_head_calls_a_float32_single_head_single():
 
 def test_bfloat16_head_cannot_be_verified_but_reaches_its_floor_unverified():
     target = ServedHead(random_single_head(32, seed=4), "bfloat16")
-    with pytest.raises(PrecisionError, match=r"u=0.0039 \(bfloat16\?\).*certify nothing"):
+    with pytest.raises(PrecisionError, match=r"u=4e-03 \(bfloat16\?\).*certify nothing"):
         learn_single_head(ValueQueryOracle(target))
     rec = learn_single_head(ValueQueryOracle(target, precision="bfloat16"), verify=0)
     assert rel(rec.W, target.W) <= 10 * rec.diagnostics["floor_W"]
