@@ -823,8 +823,9 @@ def test_rational_repair_then_shared_start_recover_d32_h7_on_every_kernel(monkey
     alone fixes it moves with the kernel: under Haswell at _REPAIR_FACTOR = 2 to 10 (not 0.3 nor
     30), under Sandybridge at none of them, where the shared-amplitude start does. So here: the
     learner recovers the target, and with the shared start off, a factor of 30 (pairs that misfit
-    admitted) refuses under every kernel (at row 13, or row 10 first under Nehalem). The factor's two sides are tested where rounding
-    cannot move them, on a synthetic row: test_repair_start_factor_just_inside_and_outside."""
+    admitted) refuses under every kernel (at row 13, or row 10 first under Nehalem). The factor's
+    two sides are tested where rounding cannot move them, on a synthetic row:
+    test_repair_start_factor_just_inside_and_outside."""
     from companion import _rowstart
 
     target = mh.random_multi_head(32, 7, seed=0)
