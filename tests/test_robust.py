@@ -775,3 +775,37 @@ def test_norm_bound_check_keeps_w_hat_inside_its_interval_however_the_last_bound
         noise[k] = 1.7 * delta[k] * rng.choice([-1, 1])  # one bound exceeded, as by a solver
         with pytest.raises(OracleInconsistentError, match="pin its scale"):
             _check_norm_bound(W, fit, fit - noise, delta, W_max=4.0, rtol=0.1)
+
+
+def test_ambiguity_directions_start_inside_their_bounds_however_the_last_bound_rounds():
+    """The twin of the norm-bound fix: ``_nuclear_ambiguity`` widened the bounds exactly to the
+    rank-r part's own violation, so the point sat on one bound and its direction's interval could
+    exclude s = 0 (3 of these 300 draws with non-round bounds, on this machine's kernel). Both
+    places now widen through one helper, a hair beyond the violation: s = 0 is inside every
+    direction's interval in every draw, and the widening never tightens a bound."""
+    from companion.robust import OWN_VIOLATION_MARGIN, _factor_svd, _interval, _widened
+
+    assert OWN_VIOLATION_MARGIN > 0
+    d, r, m = 6, 2, 40
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        F, G = rng.standard_normal((d, r)), rng.standard_normal((r, d))
+        A, B = rng.standard_normal((2, m, d))
+        fit = np.einsum("ki,ij,kj->k", A, F @ G, B)
+        delta = rng.uniform(0.5, 1.5, m) * 1e-6 + 1e-9 * np.max(np.abs(fit))
+        noise = rng.uniform(-0.5, 0.5, m) * delta
+        k = rng.integers(m)
+        noise[k] = 1.7 * delta[k] * rng.choice([-1, 1])  # one bound exceeded, as by SCS's tolerance
+        res = fit - (fit - noise)
+        bound = _widened(res, delta)
+        assert np.all(bound >= delta) and np.all(np.abs(res) <= bound)
+        assert np.max(bound / delta) == pytest.approx(1.7, rel=1e-6)
+        U, sv, V = _factor_svd(F, G)
+        AU, BV = A @ U, B @ V
+        directions = [np.einsum("ki,ki,i->k", AU, BV, sv)] + [AU[:, i] * BV[:, i] for i in range(r)]
+        for g in directions:
+            lo, hi = _interval(res, bound, g)
+            assert lo <= 0.0 <= hi, (seed, lo, hi)
+    # inside its bounds already: unchanged
+    res = np.array([0.5, -0.9])
+    assert np.array_equal(_widened(res, np.ones(2)), np.ones(2))

@@ -1094,6 +1094,23 @@ UNDETERMINED_RATIO = 1.0
 AMBIGUITY_SLACK = 1e-9
 
 
+#: Relative margin by which :func:`_widened` passes a point's own largest violation.
+OWN_VIOLATION_MARGIN = 1e-9
+
+
+def _widened(res, bound):
+    """``bound`` (m,) scaled up to the point's own largest violation ``max_k |res_k| / bound_k``
+    when that is above 1, and by :data:`OWN_VIOLATION_MARGIN` beyond it, so that the point
+    (``s = 0``) is inside every :func:`_interval` built on the result however its last bound
+    rounds. Scaled exactly to the violation, the point sat on one bound, and an interval came out
+    ``[-7.8e-08, -2.2e-18]`` under the Prescott kernel: :func:`_check_norm_bound` then missed a
+    pinned ``||W_hat||_F > W_max``, and :func:`_ambiguity` skips such a direction, so its bound
+    came out smaller."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        own = float(np.max(np.abs(res) / np.maximum(bound, np.finfo(float).tiny), initial=0.0))
+    return bound * max(1.0, own * (1.0 + OWN_VIOLATION_MARGIN))
+
+
 def _interval(res, delta, g):
     """The interval of ``s`` with ``|res_k + s g_k| <= delta_k`` for every ``k`` (``(lo, hi)``)."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -1158,8 +1175,7 @@ def _nuclear_ambiguity(A, B, t, delta, w, W, r, *, W_max, max_iter):
     U, s, Vt = np.linalg.svd(W)
     factors = (U[:, :r] * s[:r], Vt[:r])
     res_r = _rop_apply_factors(A, B, *factors) - t
-    own = float(np.max(np.abs(res_r) / np.maximum(delta, np.finfo(float).tiny), initial=0.0))
-    ambiguity = _ambiguity(A, B, res_r, delta * max(1.0, own), factors, W_max=W_max)
+    ambiguity = _ambiguity(A, B, res_r, _widened(res_r, delta), factors, W_max=W_max)
     with _one_blas_thread():
         W_ls, info_ls = _weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=(U[:, :r], s[:r], Vt[:r].T))
     res_ls = _rop_apply_factors(A, B, *info_ls["factors"]) - t
@@ -1189,13 +1205,8 @@ def _check_norm_bound(W, fit, t, delta, *, W_max, rtol):
     if nW <= (1.0 + rtol) * W_max or nW == 0:
         return
     bound = delta + np.sqrt(np.finfo(float).eps) * float(np.max(np.abs(t), initial=0.0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        own = float(np.max(np.abs(fit - t) / bound, initial=0.0))
-    # A solver's solution may exceed the bounds by its tolerance: scaled to W_hat's own violation,
-    # and a hair beyond it, so that W_hat (s = 0) is inside the interval however its last bound
-    # rounds (exactly on it, the interval came out [-7.8e-08, -2.2e-18] under the Prescott kernel
-    # and the refusal fell to the undetermined-W check, which blamed the precision).
-    bound = bound * max(1.0, own * (1.0 + 1e-9))
+    # a solver's solution may exceed the bounds by its tolerance: widened to W_hat's own violation
+    bound = _widened(fit - t, bound)
     lo, hi = _interval(fit - t, bound, fit / nW)
     if not (lo <= 0.0 <= hi) or -lo > rtol * nW or nW + lo <= (1.0 + rtol) * W_max:
         return
