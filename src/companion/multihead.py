@@ -1769,7 +1769,7 @@ def _ask_pairs(oracle, U, X, n, m):
 MOMENT_FROM = 9
 
 
-def _rational_result(oracle, start, model, lengths, d, H_plan, plan, extra, label, *, verify, verify_rtol, seed):
+def _rational_result(oracle, start, model, lengths, d, H_plan, plan, *, extra, label="", verify, verify_rtol, seed):
     """The result of either start of :func:`learn_canonical_rational`: its diagnostics (the head
     count, the longest query of ``lengths``, the follow-up's count for ``H_plan``, the ``plan``, then
     the start's own ``extra``), its message (``label`` appended to the count), its verification."""
@@ -1938,8 +1938,8 @@ def _learn_canonical_moments(oracle, d, H_plan, known, *, scale, spread, tol, ve
         d,
         H_plan,
         plan,
-        extra,
-        "; moment start",
+        extra=extra,
+        label="; moment start",
         verify=verify,
         verify_rtol=verify_rtol,
         seed=seed,
@@ -2504,7 +2504,7 @@ def learn_canonical_rational(
         "n_shared_start_rows": len(shared_rows),
     }
     return _rational_result(
-        oracle, start, model, n + m, d, H_plan, plan, extra, "", verify=verify, verify_rtol=verify_rtol, seed=seed
+        oracle, start, model, n + m, d, H_plan, plan, extra=extra, verify=verify, verify_rtol=verify_rtol, seed=seed
     )
 
 
