@@ -114,6 +114,9 @@ def test_random_single_head_rejects_bad_input(kwargs, message):
     (np.array([[np.nan, 0], [0, 0]]), np.zeros(2), r"W contains NaN or inf"),
     (np.zeros((2, 2)), np.array([np.inf, 0]), r"v contains NaN or inf"),
     (np.zeros((0, 0)), np.zeros(0), r"d=0"),
+    # a user's finding: a complex W lost its imaginary part with only numpy's ComplexWarning
+    (np.eye(2) * (1 + 1j), np.zeros(2), r"W must be a real array; got a complex one \(complex128\).*W\.real"),
+    (np.eye(2), [1j, 0], r"v must be a real array; got a complex one"),
 ])
 def test_single_head_rejects_bad_parameters(W, v, message):
     with pytest.raises(InvalidInputError, match=message):
@@ -129,6 +132,7 @@ def test_single_head_rejects_bad_parameters(W, v, message):
     ([np.zeros((1, 2)), np.zeros((0, 2))], r"X\[1\] is an empty sequence"),
     (np.array([[0.0, np.nan]]), r"X contains NaN or inf"),
     ([["a", "b"]], r"X\[0\] must be a real array"),
+    (np.ones((1, 2), dtype=np.complex64), r"X must be a real array; got a complex one \(complex64\)"),
 ])
 def test_call_rejects_bad_queries(X, message):
     with pytest.raises(InvalidInputError, match=message):

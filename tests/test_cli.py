@@ -1,6 +1,7 @@
 """The companion command: listing, parameter checks, citation."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -203,6 +204,16 @@ def test_parameter_file_has_the_same_checks_and_float_handling(tmp_path, monkeyp
     (tmp_path / "list.yaml").write_text("- 1\n")
     with pytest.raises(ParameterError, match=r"must map parameter names to values"):
         cli._read_parameter_file(tmp_path / "list.yaml")
+
+
+def test_a_parameter_given_twice_with_two_values_is_refused(monkeypatch, capsys):
+    """A user's finding: ``-p seed 1 -p seed 2`` ran with seed 2, silently."""
+    seen = []
+    monkeypatch.setattr(cli, "run_chapter", lambda ch, params, out, **kw: seen.append(params) or Path("x.ipynb"))
+    assert cli.main(["run", "02", "-p", "seed", "1", "-p", "seed", "2"]) == 2
+    assert "-p seed is given twice ('1' and '2'); give each parameter once" in capsys.readouterr().err
+    assert seen == []
+    assert cli.main(["run", "02", "-p", "seed", "1", "-p", "seed", "1"]) == 0 and seen == [{"seed": 1}]
 
 
 def test_run_has_the_books_time_limit_by_default():

@@ -220,3 +220,20 @@ def test_query_batches_and_memory_stay_bounded(monkeypatch, shape_log):
     # a handful of d x d arrays (probes, logits, scales, LU, W, the column buffer), never the
     # d^2 x 2 x d array of all queries (2 d^3 floats = 32 MiB here)
     assert peak < 16 * 8 * d * d < 2 * d**3 * 8 / 8
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e-20, 1e-100])
+def test_verification_is_as_strict_for_a_head_with_tiny_values(scale):
+    """A fresh user's finding (2026-12-02): scaling v by 1e-12 loosened the check from 1e-6 to
+    2.8e-2 of the output, and from 1e-15 it refused an exact W as unverifiable (PrecisionError,
+    "disagreements up to 13.5 of the output"). f's relative error does not depend on v's scale."""
+    from companion.lowrank import learn_low_rank
+
+    h = random_single_head(8, seed=0)
+    for learn in (learn_single_head, lambda o: learn_low_rank(o, 8, method="sketch")):
+        base = learn(ValueQueryOracle(h)).diagnostics
+        res = learn(ValueQueryOracle(SingleHead(h.W, scale * h.v)))
+        assert res.diagnostics["verify_tolerance"] == base["verify_tolerance"] == 1e-6
+        assert res.diagnostics["verify_max_error"] < 1e-14
+        assert np.linalg.norm(res.W - h.W) <= 1e-14 * np.linalg.norm(h.W)
+        assert np.allclose(res.v, scale * h.v, rtol=1e-13, atol=0)

@@ -136,9 +136,21 @@ def test_head_check_size_recomputed_from_its_docstring():
     n = 2 * d + 3 * N
     s = np.sqrt(2 * np.log(2 * n / 1e-6)) * np.sqrt(n)
     norms = np.sqrt(np.sum(x**2, axis=1))
-    learned = (2 * kW * np.sqrt(np.sum(W**2)) * norms.max() * norms[-1] + kv * np.sqrt(v @ v) * norms.max()) / out
+    # a score error moves f by twice itself relative to the output scale; a value error, divided by it
+    learned = 2 * kW * np.sqrt(np.sum(W**2)) * norms.max() * norms[-1] + kv * np.sqrt(v @ v) * norms.max() / out
     expected = s * (rho + 2 * B) + learned
     assert L.head_check_size(W, v, kW, kv)(x) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-12, 1e-20, 1e100])
+def test_head_check_size_does_not_change_when_v_is_scaled(scale):
+    """f's relative error does not change when v is scaled, nor may its check: the score term was
+    divided by the output scale too, so v scaled by 1e-12 got a check 2.8e4 times looser (a fresh
+    user's finding, 2026-12-02)."""
+    rng = np.random.default_rng(1)
+    W, v, x = rng.standard_normal((4, 4)), rng.standard_normal(4), rng.standard_normal((3, 4))
+    assert L.head_check_size(W, scale * v, 3.0, 0.5)(x) == pytest.approx(
+        L.head_check_size(W, v, 3.0, 0.5)(x), rel=1e-12)
 
 
 # --- AnswerPrecision: coarse above 4 u64 (strict) ---------------------------------------------

@@ -374,7 +374,7 @@ def test_stated_float32_verification_tolerance_is_size_times_u_with_kappa_v_one(
     B = np.max(np.abs(x) @ np.abs(W) @ np.abs(x[-1]))
     rho = np.max(np.abs(x) @ np.abs(v)) / out[i]
     norms = np.linalg.norm(x, axis=1)
-    learned = (2 * kW * np.linalg.norm(W) * norms.max() * norms[-1] + 1.0 * np.linalg.norm(v) * norms.max()) / out[i]
+    learned = 2 * kW * np.linalg.norm(W) * norms.max() * norms[-1] + 1.0 * np.linalg.norm(v) * norms.max() / out[i]
     expected = max(1e-6, (s * (rho + 2 * B) + learned) * u)
     assert diag["verify_max_error"] == pytest.approx(err[i], rel=1e-9, abs=1e-18)
     assert diag["verify_tolerance"] == pytest.approx(expected, rel=1e-10)

@@ -284,8 +284,12 @@ def test_antisymmetrised_oracle_counts_two_per_sequence_and_halves_the_budget():
 def test_target_returning_nan_or_the_wrong_count_is_an_inconsistent_oracle():
     with pytest.raises(OracleInconsistentError):
         O.ValueQueryOracle(lambda X: np.full(len(X), np.nan), d=2)(np.ones((2, 1, 2)))
-    with pytest.raises(OracleInconsistentError, match="3 answers for a batch of 2"):
+    with pytest.raises(OracleInconsistentError, match=r"3 answers \(an array of shape \(3,\)\) for a batch of 2"):
         O.ValueQueryOracle(lambda X: np.zeros(3), d=2)(np.ones((2, 1, 2)))
+    # one row per query is not one number per query: the message shows the shape (a user's finding)
+    with pytest.raises(OracleInconsistentError, match=r"8 answers \(an array of shape \(4, 2\)\) for a batch of 4 "
+                                                      r"queries: .* one number per query, shape \(4,\)"):
+        O.ValueQueryOracle(lambda X: np.zeros((len(X), 2)), d=2)(np.ones((4, 1, 2)))
 
 
 def test_record_keeps_every_query_and_answer_in_order():

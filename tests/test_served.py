@@ -298,3 +298,29 @@ def test_canonical_learner_keeps_its_float64_diagnosis_on_an_exact_oracle():
     target = multihead.random_multi_head(6, 3, seed=1)  # three heads, but H=1 is claimed
     with pytest.raises(OracleInconsistentError):  # not PrecisionError: float64 answers are not to blame
         multihead.learn_canonical_rational(ValueQueryOracle(target), H=1)
+
+
+@pytest.mark.parametrize("learn", ["exact", "sketch"])
+def test_float32_server_passing_on_verify_rtol_gets_its_precision_measured(learn):
+    """A fresh user's finding (2026-12-02): a float32 head with no precision stated passed the check
+    on verify_rtol alone (disagreement 2.8e-7 against 1e-6) and the result claimed the float64
+    assumed: floor_W = 7.4e-16 for a W off by 5.3e-7. A disagreement COARSE_FACTOR times the float64
+    rounding tolerance now has the precision measured (24 queries), and the floor says float32's.
+    An exact float64 oracle spends no such query."""
+    head = random_single_head(32, seed=0)
+
+    def run(target):
+        oracle = ValueQueryOracle(target)
+        if learn == "exact":
+            return learn_single_head(oracle), oracle
+        return learn_low_rank(oracle, 32, method="sketch"), oracle
+
+    exact, o64 = run(head)
+    assert exact.diagnostics["precision_source"] == "float64 assumed" and o64.n_queries == 32 + 32**2 + 32
+    served, o32 = run(ServedHead(head, "float32"))
+    g = served.diagnostics
+    assert g["precision_source"] == "measured" and g["precision_format"] == "float32"
+    assert o32.n_queries == o64.n_queries + 24 and g["n_precision_queries"] == 24
+    error = rel(served.W, head.W)
+    assert 1e-7 < error and error / 2 <= g["floor_W"] <= 10 * error  # an estimate of the floor, not a bound
+    assert "(float32?)" in served.message and f"about {g['floor_W']:.1e}" in served.message

@@ -962,7 +962,7 @@ def test_single_head_rounding_tolerance_counts_three_roundings_per_token():
         ax, out = np.abs(x), np.max(np.abs(x @ v))
         B, rho = np.max(ax @ (np.abs(W) @ ax[-1])), np.max(ax @ np.abs(v)) / out
         nx = np.linalg.norm(x, axis=1)
-        learned = (2 * kappa_W * np.linalg.norm(W) * nx.max() * nx[-1] + np.linalg.norm(v) * nx.max()) / out
+        learned = 2 * kappa_W * np.linalg.norm(W) * nx.max() * nx[-1] + np.linalg.norm(v) * nx.max() / out
         return (s(2 * d + 3 * len(x)) * (rho + 2 * B) + learned) * u * out
 
     class OffOnLongQueries:

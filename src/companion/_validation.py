@@ -57,7 +57,13 @@ def as_float_array(a, name: str, *, ndim: int | tuple[int, ...], shape=None) -> 
     ``shape`` may contain ``None`` for a free axis, e.g. ``(None, d)``.
     """
     try:
-        arr = np.asarray(a, dtype=np.float64)
+        arr = np.asarray(a)
+        if arr.dtype.kind == "c":
+            raise InvalidInputError(
+                f"{name} must be a real array; got a complex one ({arr.dtype}), whose imaginary parts "
+                f"would be dropped: pass its real part ({name}.real) if that is what you mean."
+            )
+        arr = arr.astype(np.float64, copy=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"{name} must be a real array; could not convert it: {exc}") from None
     ndims = (ndim,) if isinstance(ndim, int) else ndim

@@ -737,7 +737,14 @@ def _cmd_run(args):
     given = {}
     for path in args.parameter_file or []:
         given.update(_read_parameter_file(path))
+    typed = {}
     for name, text in args.parameter or []:
+        if name in typed and typed[name] != text:
+            raise ParameterError(
+                f"-p {name} is given twice ({typed[name]!r} and {text!r}); give each parameter once "
+                f"(-p values override a -f file's)."
+            )
+        typed[name] = text
         given[name] = _parse_value(text)
     try:
         out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress, timeout=args.timeout)

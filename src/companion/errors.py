@@ -63,7 +63,7 @@ MESSAGES = {
     ),
     "verify_vacuous": (
         "cannot verify: {prec}, so a check on {n} fresh queries would have to accept "
-        "disagreements up to {tol:.3g} of the output ({size:.0f} x u) and would certify nothing. "
+        "disagreements up to {tol:.3g} of the output ({size:.3g} x u) and would certify nothing. "
         "The estimate's attainable relative error is about {floor:.2g}; pass verify=0 to get it "
         "unverified, or use an approximate-oracle learner (companion.robust) with tau at the "
         "answers' rounding."

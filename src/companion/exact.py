@@ -474,6 +474,7 @@ def learn_single_head(
         precision=prec,
         size=head_check_size(W, v, kappa_W, 1.0),
         floor=lambda u: kappa_W * u,
+        measure_if_coarse=True,
     )
     message = prec.report_floor(diagnostics, message, kappa_W)
     return build(

@@ -996,6 +996,7 @@ def learn_low_rank(
             precision=prec,
             size=head_check_size(W, v, kappa_W, 1.0),
             floor=lambda u: kappa_W * u,
+            measure_if_coarse=method == "sketch",
         )
     except OracleInconsistentError as err:
         if cut is not None and cut.size:

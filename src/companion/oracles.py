@@ -242,12 +242,14 @@ class ValueQueryOracle:
         if getattr(type(self.target), "_reads_only", False):
             # The library's heads (SingleHead, FactoredHead, FactorScoredHead) only read their input: hand them the
             # batch validated above, without a second check and a copy (two passes over the batch).
-            y = np.asarray(self.target._batch(X), dtype=np.float64).reshape(-1)
+            raw = np.asarray(self.target._batch(X), dtype=np.float64)
         else:
-            y = np.asarray(self.target(X.copy()), dtype=np.float64).reshape(-1)
+            raw = np.asarray(self.target(X.copy()), dtype=np.float64)
+        y = raw.reshape(-1)
         if y.shape != (X.shape[0],):
             raise OracleInconsistentError(
-                f"the target returned {y.shape[0]} answers for a batch of {X.shape[0]} queries."
+                f"the target returned {y.shape[0]} answers (an array of shape {raw.shape}) for a batch of "
+                f"{X.shape[0]} queries: a value-query target returns one number per query, shape ({X.shape[0]},)."
             )
         if not np.all(np.isfinite(y)):
             i = int(np.flatnonzero(~np.isfinite(y))[0])
