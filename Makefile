@@ -72,8 +72,10 @@ release: book pdf
 # oracles' answers perturbed by 4 ulps and under two of the OpenBLAS kernel types and thread counts
 # this CPU runs (tests/test_reproducibility.py, which prints the reproducibility report), papermill
 # runs with non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
+# The serial suite runs with one BLAS thread (unless OPENBLAS_NUM_THREADS is set): the re-executions
+# take the other cores, and OpenBLAS threads sharing a core ran a test 3.5x slower (tests/test_reproducibility.py).
 test: $(PYCHECK) $(STAMP) browser lint
-	$(PY) -m pytest tests src/companion book/chapters $(NBVAL)
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(PY) -m pytest tests src/companion book/chapters $(NBVAL)
 
 # Every chapter re-executed with perturbed oracle answers and under the rotation of OpenBLAS kernels and
 # thread counts (tests/test_reproducibility.py, also part of `make test`), and the report written to

@@ -22,8 +22,14 @@ ones by the same rule as nbval's (:mod:`companion.nbcompare`):
    chapter does not have on any machine, covers every chapter. A kernel-specific defect is found by
    the configuration that meets it; the perturbation finds the kind, wherever the suite runs.
 
-The executions run in ``os.cpu_count()`` worker threads, each one ``companion run`` process (papermill,
-its kernel on IPC sockets of its own), slowest chapters first. At the end (``conftest.py``) a report is printed: per chapter, how many numbers
+Each execution is one ``companion run`` process (papermill, its kernel on IPC sockets of its own),
+slowest chapters first, scheduled so that no core runs two BLAS threads (:func:`start`): OpenBLAS
+threads that share a core spin and wait for each other, and a multi-head test ran 3.5x slower with
+2 BLAS threads than with 1 beside two busy processes (21 s against 74 s, measured 2026-12-02).
+While the serial rest of the suite runs (``make test`` gives it one BLAS thread), the 1-thread runs
+(the perturbation's, with one thread too, and the kernels') use ``os.cpu_count() - 1`` workers; the
+2-thread runs wait until the suite reaches this file's tests (``conftest.py`` puts them last) and
+the 1-thread runs are done, then use ``os.cpu_count() // 2`` workers. At the end (``conftest.py``) a report is printed: per chapter, how many numbers
 were compared exactly, how many to a stated tolerance and how many at rounding level, and the
 largest relative move under the perturbation and under the kernels. With
 ``COMPANION_REPRO_REPORT=path.json`` it is also written there (``make repro-report`` writes the
@@ -40,6 +46,8 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -140,7 +148,7 @@ def _execute(path: Path, config, out_dir: Path) -> Path:
     env.pop("COMPANION_RESULTS_DIR", None)  # companion run publishes next to the notebook, in out_dir
     env.pop(PERTURB_ENV, None)
     if config[0] == "perturb":
-        env[PERTURB_ENV] = str(config[1])
+        env.update({PERTURB_ENV: str(config[1]), "OPENBLAS_NUM_THREADS": "1"})
     else:
         kernel, threads = config
         env.update(OPENBLAS_CORETYPE=kernel, OPENBLAS_NUM_THREADS=str(threads))
@@ -151,41 +159,78 @@ def _execute(path: Path, config, out_dir: Path) -> Path:
     # so that the concurrent runs and nbval cannot race for the same TCP ports (a kernel that lost
     # that race died before replying to kernel_info, and failed a CI run)
     companion = Path(sys.executable).with_name("companion")
+    began = time.monotonic()
     proc = subprocess.run([str(companion), "run", path.stem, "-o", str(out_dir), "--no-progress", "--timeout", "600"],
                           env=env, capture_output=True, text=True, timeout=900)
+    SECONDS[(path.stem, _config_id(config))] = time.monotonic() - began
     assert proc.returncode == 0, f"{path.stem} failed under {_config_id(config)}:\n{proc.stderr[-3000:]}"
     return out_dir / path.name
 
 
+def _threads(config) -> int:
+    """BLAS threads of a run (the perturbation's runs take one)."""
+    return 1 if config[0] == "perturb" else config[1]
+
+
+def _execute_last(path: Path, config, out_dir: Path, first: list):
+    """:func:`_execute` once the suite has reached this file's tests and the ``first`` runs are done."""
+    _LAST.wait()
+    for job in first:   # not concurrent.futures.wait: it never returns for a future cancelled by shutdown
+        try:
+            job.exception()
+        except concurrent.futures.CancelledError:
+            pass
+    if _CANCELLED.is_set():
+        return None
+    return _execute(path, config, out_dir)
+
+
 _JOBS: dict = {}
 _POOL: list = []
+#: Opened when the suite reaches this file's tests (the ``reexecuted`` fixture), or at the end.
+_LAST = threading.Event()
+_CANCELLED = threading.Event()
 #: (chapter stem, configuration id) -> nbcompare.summarize(...) of every compared run.
 REPORT: dict = {}
+#: (chapter stem, configuration id) -> wall seconds of its ``companion run``.
+SECONDS: dict = {}
 
 
 def start(items) -> None:
     """Submit the re-executions of the selected tests at once (called by conftest.py when collection ends).
 
-    They run in the background while the rest of the suite runs, in ``os.cpu_count()`` workers.
+    The 1-thread runs start now, in ``os.cpu_count() - 1`` workers (one core is the suite's); the
+    others wait for :data:`_LAST` and for the 1-thread runs, then run in ``os.cpu_count() // 2``
+    workers: no core runs two BLAS threads.
     """
     if _POOL:
         return
+    cores = os.cpu_count() or 2
     selected = {(item.callspec.params["path"], item.callspec.params["config"]) for item in items}
     base = Path(tempfile.mkdtemp(prefix="companion-repro-"))
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 2))
-    _POOL.append((pool, base))
+    first = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, cores - 1))
+    last = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, cores // max(THREADS)))
+    _POOL.extend([(first, base), (last, base)])
     # the slowest chapters first, so that the pool stays busy to the end
-    for path, config in sorted(RUNS, key=lambda run: -run[0].stat().st_size):
-        if (path, config) in selected:
-            out_dir = base / _config_id(config) / path.stem
-            out_dir.mkdir(parents=True)
-            _JOBS[(path.stem, config)] = pool.submit(_execute, path, config, out_dir)
+    runs = [run for run in sorted(RUNS, key=lambda run: -run[0].stat().st_size) if run in selected]
+    firsts = []
+    for path, config in sorted(runs, key=lambda run: _threads(run[1]) > 1):
+        out_dir = base / _config_id(config) / path.stem
+        out_dir.mkdir(parents=True)
+        if _threads(config) == 1:
+            job = first.submit(_execute, path, config, out_dir)
+            firsts.append(job)
+        else:
+            job = last.submit(_execute_last, path, config, out_dir, list(firsts))
+        _JOBS[(path.stem, config)] = job
 
 
 def stop() -> None:
     """Cancel what has not started, wait for the rest, delete the outputs (conftest.py, at the end)."""
     import shutil
 
+    _CANCELLED.set()
+    _LAST.set()
     for pool, base in _POOL:
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(base, ignore_errors=True)
@@ -227,8 +272,10 @@ def report() -> dict | None:
         row = chapters.setdefault(stem, {"exact": 0, "tolerance": 0, "rounding": 0, "perturb_max_move": None,
                                          "perturb_max_move_cell": None, "perturb_max_move_texts": None,
                                          "kernel_max_move": None, "kernel_max_move_cell": None,
-                                         "kernel_max_move_texts": None, "runs": []})
+                                         "kernel_max_move_texts": None, "runs": [], "seconds": {}})
         row["runs"].append(cid)
+        if (stem, cid) in SECONDS:
+            row["seconds"][cid] = round(SECONDS[(stem, cid)], 1)
         which = "perturb" if cid.startswith("perturb") else "kernel"
         if which == "perturb":      # the counts: one run's classification (every run compares the same numbers)
             row.update({k: summary[k] for k in ("exact", "tolerance", "rounding")})
@@ -254,6 +301,11 @@ def format_report(rep: dict) -> str:
     for stem, r in rep["chapters"].items():
         lines.append(f"{stem:28s} {r['exact']:6d} {r['tolerance']:6d} {r['rounding']:6d} "
                      f"{move(r, 'perturb'):>19s} {move(r, 'kernel'):>19s}")
+    seconds = {(stem, cid): t for stem, r in rep["chapters"].items() for cid, t in r.get("seconds", {}).items()}
+    if seconds:
+        (stem, cid), longest = max(seconds.items(), key=lambda item: item[1])
+        lines.append(f"re-executions: {len(seconds)} runs, {sum(seconds.values()):.0f} s of wall time in all, "
+                     f"the longest {stem} under {cid} ({longest:.0f} s)")
     return "\n".join(lines)
 
 
@@ -270,6 +322,7 @@ def write_report(rep: dict, path) -> None:
 
 @pytest.fixture(scope="session")
 def reexecuted():
+    _LAST.set()     # the suite's serial part is done (these tests run last): the 2-thread runs may start
     return _JOBS
 
 
