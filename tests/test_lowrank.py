@@ -630,3 +630,18 @@ def test_nuclear_rank_check_threshold_just_inside_and_outside():
     for kw in ({"rank_tol": 5e-5, "verify_rtol": 2.5e-5}, {"rank_tol": 1e-8, "verify_rtol": 5e-5}):
         with pytest.raises(OracleInconsistentError, match="singular value 2 is 0.0001 relative"):
             run(**kw)
+
+
+@pytest.mark.parametrize("method", ["rgn", "nuclear"])
+@pytest.mark.parametrize("scale", [1e300, 1e-300])
+def test_rop_learners_take_values_at_the_ends_of_float64(method, scale):
+    """The ROP design's redraw rule compared ``|a^T v|`` with ``floor ||v|| / sqrt(d)``: at v scaled
+    by 1e300, ``||v||`` overflowed to inf and every learner on the ROP design failed with an
+    overflow (2026-12-02). The rule depends on v's direction only."""
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((8, 2)) @ rng.standard_normal((2, 8)) / 3
+    v = rng.standard_normal(8)
+    with np.errstate(all="raise"):
+        rec = learn_low_rank(ValueQueryOracle(SingleHead(W, scale * v)), 2, method=method, seed=0)
+    assert np.linalg.norm(rec.W - W) <= 1e-12 * np.linalg.norm(W)
+    assert np.allclose(rec.v / scale, v, rtol=1e-13, atol=0)

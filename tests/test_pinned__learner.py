@@ -142,7 +142,7 @@ def test_head_check_size_recomputed_from_its_docstring():
     assert L.head_check_size(W, v, kW, kv)(x) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize("scale", [1e-12, 1e-20, 1e100])
+@pytest.mark.parametrize("scale", [1e-12, 1e-20, 1e100, 1e300])
 def test_head_check_size_does_not_change_when_v_is_scaled(scale):
     """f's relative error does not change when v is scaled, nor may its check: the score term was
     divided by the output scale too, so v scaled by 1e-12 got a check 2.8e4 times looser (a fresh

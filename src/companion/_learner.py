@@ -145,6 +145,10 @@ def head_check_size(W, v, kappa_W, kappa_v):
     error, it does not change when ``v`` is scaled.
     """
     W, v = np.asarray(W), np.asarray(v)
+    # the size does not depend on v's scale: v at unit max entry, so that ||v|| cannot overflow
+    # (v scaled by 1e300 made it inf, and an exact W was refused as unverifiable)
+    vmax = float(np.max(np.abs(v), initial=0.0))
+    v = v / vmax if vmax > 0 else v
     aW, av, nW, nv = np.abs(W), np.abs(v), float(np.linalg.norm(W)), float(np.linalg.norm(v))
     d = W.shape[0]
 

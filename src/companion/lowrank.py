@@ -458,6 +458,8 @@ def _sketch_bases(v, rng):
     transposed and C-contiguous (``RT[j] = r_j``).
     """
     d = v.shape[0]
+    vmax = float(np.max(np.abs(v), initial=0.0))
+    v = v / vmax if vmax > 0 else v  # the bases depend on v's direction only; ||v|| overflowed at 1e300
     L = _haar(d, rng)
     g = L @ v
     target = np.full(d, np.linalg.norm(v) / math.sqrt(d))

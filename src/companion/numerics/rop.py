@@ -161,6 +161,8 @@ def _redraw_small(A, v, floor, rng):
     until none is left below the floor. Returns ``A``.
     """
     d = A.shape[1]
+    vmax = float(np.max(np.abs(v), initial=0.0))
+    v = v / vmax if vmax > 0 else v  # the rule depends on v's direction only; ||v|| overflowed at 1e300
     cut = floor * np.linalg.norm(v) / math.sqrt(d)
     bad = np.abs(design_product(A, v)) < cut
     while np.any(bad):
