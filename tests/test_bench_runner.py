@@ -138,9 +138,10 @@ def test_counts_search_goes_past_a_failure_and_reports_the_refused_H_below_the_l
     monkeypatch.setattr(bench, "COVERAGE_H", (1,))
     monkeypatch.setattr(bench, "counts_start_coverage", lambda d, H: {"H": H, "fewest resolved / d": 1.0})
     monkeypatch.setattr(bench, "counts_conditioning", lambda d, H, n_draws: {"pair": 1.0})
-    rows, largest, why, failed = bench.rational_tables([3, 4], H_stop=4)
+    rows, largest, why, failed, seeds = bench.rational_tables([3, 4], H_stop=4)
     assert tried == [(3, 1), (3, 2), (3, 3), (4, 1), (4, 2), (4, 3), (4, 4)]   # every H <= min(H_stop, d)
     assert largest == {3: 3, 4: 3} and failed == {3: [1], 4: [2]}   # H = 4 at d = 4 is above the largest
+    assert seeds == []   # the seeds of d = 64, H = 12 only with d = 64
 
 
 def test_rational_row_untimed_for_the_search_has_the_outcome_and_no_seconds(benchmarks):

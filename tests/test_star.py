@@ -174,30 +174,53 @@ def test_start_is_checked_and_auto_switches_at_moment_from(monkeypatch):
     assert calls == [MOMENT_FROM]
 
 
-def test_track_rows_continuation_caps_intermediate_fits_at_STEP_ITERS(monkeypatch):
-    """A row that misfits from the centre is tracked over HOMOTOPY_STEPS fits: the intermediate ones
-    (data no model fits, which never reach rounding level) capped at STEP_ITERS damped steps, the
-    last at 120; the first fit, from the centre, at 60 (25 left a row at d = 64, H = 12 unlearned)."""
+def test_track_rows_retries_damped_then_continues_with_capped_intermediate_fits(monkeypatch):
+    """A row that misfits from the centre after FIRST_ITERS steps is fitted again from it with
+    RETRY_DAMPING; if it misfits still, it is tracked over HOMOTOPY_STEPS fits: the intermediate ones
+    (data no model fits, which never reach rounding level) capped at STEP_ITERS damped steps and
+    stopped at STEP_STALL, the last at 120 steps."""
     import companion._star as star
 
-    assert (star.STEP_ITERS, star.HOMOTOPY_STEPS) == (15, 4)
+    assert (star.FIRST_ITERS, star.RETRY_DAMPING, star.HOMOTOPY_STEPS) == (15, 1e-6, 2)
+    assert (star.STEP_ITERS, star.STEP_STALL) == (15, 0.5)
     calls = []
     real = star.fit_rows_joint
 
-    def spy(s, G, X, gamma, R, *, XX=None, iters=60):
-        calls.append((G.shape[0], iters))
-        g, Rr, res, sc = real(s, G, X, gamma, R, XX=XX, iters=iters)
-        if len(calls) == 1:  # pretend row 1 misfit from the centre's start
+    def spy(s, G, X, gamma, R, *, XX=None, iters=60, stall=None, damping=1e-8):
+        calls.append((G.shape[0], iters, damping, stall))
+        g, Rr, res, sc = real(s, G, X, gamma, R, XX=XX, iters=iters, stall=stall, damping=damping)
+        if len(calls) <= 2:  # pretend row 1 misfit from the centre's start, both times
             res = res.copy()
-            res[1] = sc[1]
+            res[1 if len(calls) == 1 else 0] = sc[1 if len(calls) == 1 else 0]
         return g, Rr, res, sc
 
     monkeypatch.setattr(star, "fit_rows_joint", spy)
     target, P, args = _star_case(5, 2, target_seed=1, rng_seed=2, n_rows=3, centre=np.eye(5)[0])
     gam, R, rel, tracked = star.track_rows(*args, tol=1e-12)
-    assert calls == [(3, 60), (1, 15), (1, 15), (1, 15), (1, 120)] and tracked == 1
-    assert np.all(rel <= 1e-12)
+    assert calls == [(3, 15, 1e-8, None), (1, 15, 1e-6, None), (1, 15, 1e-8, 0.5), (1, 120, 1e-8, None)]
+    assert tracked == 1 and np.all(rel <= 1e-12)
     np.testing.assert_allclose(R[1], np.einsum("a,hab->hb", P[1], target.Ws), rtol=0, atol=1e-9)
+
+
+def test_track_rows_retry_alone_learns_a_row_without_continuation(monkeypatch):
+    """A row the first fit leaves and the damped retry learns is not tracked (``tracked`` counts
+    the continuation's rows only)."""
+    import companion._star as star
+
+    real, calls = star.fit_rows_joint, []
+
+    def spy(s, G, X, gamma, R, **kw):
+        calls.append(G.shape[0])
+        g, Rr, res, sc = real(s, G, X, gamma, R, **kw)
+        if len(calls) == 1:
+            res = res.copy()
+            res[2] = sc[2]
+        return g, Rr, res, sc
+
+    monkeypatch.setattr(star, "fit_rows_joint", spy)
+    args = _star_case(5, 2, target_seed=1, rng_seed=2, n_rows=3, centre=np.eye(5)[0])[2]
+    gam, R, rel, tracked = star.track_rows(*args, tol=1e-12)
+    assert calls == [3, 1] and tracked == 0 and np.all(rel <= 1e-12)
 
 
 def test_track_rows_skips_the_serial_fits_when_more_rows_misfit_than_max_serial(monkeypatch):
@@ -208,8 +231,8 @@ def test_track_rows_skips_the_serial_fits_when_more_rows_misfit_than_max_serial(
 
     real = star.fit_rows_joint
 
-    def always_bad(s, G, X, gamma, R, *, XX=None, iters=60):  # row 1 of the first call never fits
-        g, Rr, res, sc = real(s, G, X, gamma, R, XX=XX, iters=iters)
+    def always_bad(s, G, X, gamma, R, **kw):  # row 1 of the first call never fits
+        g, Rr, res, sc = real(s, G, X, gamma, R, **kw)
         res = res.copy()
         if G.shape[0] == 3:
             res[1] = sc[1]

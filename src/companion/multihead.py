@@ -2115,17 +2115,16 @@ def learn_canonical_rational(
     :mod:`companion._star`) needs no pair to resolve its heads: one centre row is solved from the
     heads' span (central differences) and Jennrich's algorithm on the Taylor moments of small
     tokens, and a star of rows around it is started from the centre's solution (with a continuation
-    in the data where a row misfits). Measured 2026-12-02 (verification off, one BLAS thread): at
-    ``d = 64``, ``H = 12`` it learns seeds 0 to 3 with 169,840 to 191,440 queries of the count
-    196,585 (length at most 25), the ``W_h`` to 7.0e-9, 4.8e-8, 5.6e-7 and 1.1e-7 relative and the
-    ``v_h`` to 1.2e-11, 1.3e-9, 5.1e-9 and 3.4e-10; seeds 1 to 3 in 25 to 65 s on the shared
-    machine (load average 2 to 6; the benchmark's time against the oracle's is in
-    ``data/results/bench_multihead.json``). So ``1e-8`` is met on seed 0 only: the star's rows differ
-    by ``STAR_EPS`` = 0.01, so their errors are divided by it, and the rows of a head weak at the
-    centre are the least determined (``centre_amplitude_ratio`` 0.039 and 0.033 on seeds 0 and 2,
-    0.016 on seed 3 after two centres; yet seed 0 is the most accurate of the three); keeping the
-    better of two centres on every seed (``WEAK_CENTRE`` = 0.5) did not help (seed 0: 4.3e-7 at ratio
-    0.045; seed 1: 1.1e-7 at 0.14). The verification checks the
+    in the data where a row misfits). Measured 2026-12-02 (verification off, one BLAS thread, the
+    SkylakeX kernel): at ``d = 64``, ``H = 12`` it learns seeds 0 to 5 with 169,840 to 191,440
+    queries of the count 196,585 (length at most 25), the ``W_h`` to 1.2e-9 to 2.8e-9 relative and
+    the ``v_h`` to 6e-12 to 3.2e-11, in 6.4 to 8.8 s (15.8 s on seed 5, whose second centre leaves
+    18 rows to the continuation); the benchmark's time against the oracle's, and its seeds, are in
+    ``data/results/bench_multihead.json``. The star's rows differ by ``STAR_EPS`` = 0.01, so their
+    errors are divided by it, and the rows of a head weak at the centre are the least determined
+    (``centre_amplitude_ratio`` 0.016 to 0.049): the rows' joint fits must end at rounding level.
+    Stopping them as soon as their mean misfit was within 100 eps (before 2026-12-02) left the
+    ``W_h`` at 7.0e-9, 4.8e-8, 5.6e-7 and 1.1e-7 on seeds 0 to 3. The verification checks the
     function to ``verify_rtol``.
 
     References
