@@ -822,10 +822,11 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters, stall=None, damping=1e-
         fails[a] = np.where(better, 0, fails[a] + 1)
         # Stop at rounding level: within 100 eps of the data in the mean (cost within 1e4 of
         # ``floor``) once a step no longer halves the cost (rejected or not), or when stuck. Measured
-        # d = 64, H = 12, seeds 0-5 (moment start): rows end at 2 to 10 floor, reached from 1e4 to
-        # 1e5 in one Gauss-Newton step; stopping as soon as the cost was within 1e4 (before
-        # 2026-12-02) left the heads 3 to 200 times less accurate (W error 7.0e-9 to 5.6e-7 instead
-        # of 1.2e-9 to 2.8e-9): the rows' Jacobians have condition numbers of about 2e6.
+        # d = 64, H = 12, seeds 0-5 (moment start): a row's last Gauss-Newton step takes its cost from
+        # 1e4 to 1e5 floor down to 2 to 10 floor, where it stays; stopping as soon as the cost was
+        # within 1e4 (before 2026-12-02) skipped that step and left the heads 3 to 200 times less
+        # accurate (W error 7.0e-9 to 5.6e-7 on seeds 0-3, against 1.3e-9 to 2.7e-9): the rows'
+        # Jacobians have condition numbers of about 2e6.
         near = cost[a] <= 1e4 * floor[a]
         done[a] = (near & slowing) | (fails[a] >= 16) | (cost[a] <= floor[a])
         if stall is not None:

@@ -42,7 +42,7 @@ a sum of ``H`` logistic ridge functions of the token ``x``, all with weight 1 on
    damping, and if it misfits still, tracked along the data ``G_0 + t (G_i - G_0)``,
    ``t = 1/T .. 1``, each step's fit starting from the last. Then ``[W_h^T]`` and ``[v_h]``
    follow from the rows by inverting the star's matrix, whose differences divide the rows' errors
-   by ``eps`` (measured at d = 64, H = 12, seeds 0-5: the ``W_h`` to 1.2e-9 to 2.8e-9 relative,
+   by ``eps`` (measured at d = 64, H = 12, seeds 0-5: the ``W_h`` to 1.3e-9 to 2.7e-9 relative,
    the heads weakest at the centre the least accurate).
 
 A head whose amplitude nearly vanishes at the centre is nearly invisible in every row of its star

@@ -2099,7 +2099,8 @@ def learn_canonical_rational(
     at ``H = 6``, ``1.1 d`` at ``H = 8``, ``0.55 d`` at ``H = 10`` and ``0.11 d`` at ``H = 12``,
     while the rounding sensitivity of the row's joint fit stays ``<= 1e-7`` (``3.3e-10`` at
     ``H = 8``, :func:`counts_conditioning`). The largest ``H`` from the per-head start alone is 7 at ``d = 16, 32, 64``
-    and 6 at ``d = 8`` (seed 0), 8 at ``d = 64`` with the shared-amplitude start below.
+    and 6 at ``d = 8`` (seed 0, the Haswell kernel; 5 under SkylakeX, where row 2 of ``H = 6``
+    misfits by 2.3e-8), 8 at ``d = 64`` with the shared-amplitude start below.
 
     Where a row's per-head start fails (after its repair), this book's shared-amplitude start
     (:mod:`companion._rowstart`) uses all of the row's pairs together: their amplitudes
@@ -2117,9 +2118,10 @@ def learn_canonical_rational(
     tokens, and a star of rows around it is started from the centre's solution (with a continuation
     in the data where a row misfits). Measured 2026-12-02 (verification off, one BLAS thread, the
     SkylakeX kernel): at ``d = 64``, ``H = 12`` it learns seeds 0 to 5 with 169,840 to 191,440
-    queries of the count 196,585 (length at most 25), the ``W_h`` to 1.2e-9 to 2.8e-9 relative and
-    the ``v_h`` to 6e-12 to 3.2e-11, in 6.4 to 8.8 s (15.8 s on seed 5, whose second centre leaves
-    18 rows to the continuation); the benchmark's time against the oracle's, and its seeds, are in
+    queries of the count 196,585 (length at most 25), the ``W_h`` to 1.3e-9 to 2.7e-9 relative and
+    the ``v_h`` to 6e-12 to 3e-11, in 6.4 to 8.8 s (two runs side by side on the two cores; 13.4 s
+    on seed 5, whose second centre leaves 18 rows to the continuation); the benchmark's time
+    against the oracle's, and its seeds, are in
     ``data/results/bench_multihead.json``. The star's rows differ by ``STAR_EPS`` = 0.01, so their
     errors are divided by it, and the rows of a head weak at the centre are the least determined
     (``centre_amplitude_ratio`` 0.016 to 0.049): the rows' joint fits must end at rounding level.
