@@ -1890,7 +1890,9 @@ def _learn_canonical_moments(oracle, d, H_plan, known, *, scale, spread, tol, ve
             f"the moment start failed at all {len(found)} centres (Jennrich eigenvalue gap "
             f"{info['jennrich_gap']:.2g}, Taylor misfit {info['taylor_misfit']:.2g} relative, centre's joint "
             f"fit {info['centre_residual']:.2g} relative, tol={tol:g}): a Taylor misfit above 1e-10 means "
-            "the moment tokens' shifts are too large (lower scale); otherwise use learn_canonical."
+            "the moment tokens' shifts are too large for the series (lower scale), or the oracle is not a "
+            "sum of softmax heads (a residual or bias term adds what no head's series has); otherwise use "
+            "learn_canonical."
         )
     # The star: rows delta_0 + eps q_i, q_i an orthonormal basis of delta_0's complement.
     Q = np.linalg.qr(np.column_stack([delta0, rng.standard_normal((d, d - 1))]))[0][:, 1:].T
