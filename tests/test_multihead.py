@@ -823,8 +823,9 @@ def test_rational_repair_and_shared_start_never_silently_wrong_on_any_kernel(mon
     repair cannot at d = 32, and at d = 16 row 12 refuses even so (H = 7 is the pair start's
     largest at d = 16). So here, on every kernel: the default recovers the target to 1e-8 at d = 32,
     and at d = 16 recovers it or refuses at the row's joint fit; with the shared start off and any
-    factor (or the repair off too) the learner either recovers it exactly or refuses so. The factor's two sides are tested where rounding cannot move
-    them, on a synthetic row: test_repair_start_factor_just_inside_and_outside."""
+    factor (or the repair off too) the learner either recovers it exactly or refuses so. The
+    factor's two sides are tested where rounding cannot move them, on a synthetic row:
+    test_repair_start_factor_just_inside_and_outside."""
     from companion import _rowstart
 
     target = mh.random_multi_head(d, 7, seed=0)

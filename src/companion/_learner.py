@@ -27,6 +27,7 @@ import numpy as np
 from ._validation import check_int, check_real
 from .attention import SingleHead
 from .errors import MESSAGES, CompanionError, OracleInconsistentError, PrecisionError
+from .numerics.rop import _at_unit_max
 
 #: Fresh random queries every learner spends on its default verification.
 DEFAULT_VERIFY = 32
@@ -144,11 +145,9 @@ def head_check_size(W, v, kappa_W, kappa_v):
     divided by the scale. The returned size is the sum divided by ``u``; like ``f``'s relative
     error, it does not change when ``v`` is scaled.
     """
-    W, v = np.asarray(W), np.asarray(v)
     # the size does not depend on v's scale: v at unit max entry, so that ||v|| cannot overflow
     # (v scaled by 1e300 made it inf, and an exact W was refused as unverifiable)
-    vmax = float(np.max(np.abs(v), initial=0.0))
-    v = v / vmax if vmax > 0 else v
+    W, v = np.asarray(W), _at_unit_max(np.asarray(v))
     aW, av, nW, nv = np.abs(W), np.abs(v), float(np.linalg.norm(W)), float(np.linalg.norm(v))
     d = W.shape[0]
 

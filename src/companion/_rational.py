@@ -814,8 +814,8 @@ def _fit_rows_chunk(s, G, X, XX, gamma, R, scale, iters, stall=None, damping=1e-
         Zn, rn = _parts_rows(s, X, G[a], gn, Rn)
         cn = np.sum(rn**2, axis=(1, 2))
         cost_before = cost[a]
-        better = np.isfinite(cn) & (cn < cost[a])
-        slowing = ~better | (cn > 0.5 * cost[a])
+        better = np.isfinite(cn) & (cn < cost_before)
+        slowing = ~better | (cn > 0.5 * cost_before)
         b = a[better]
         gamma[b], R[b], Z[b], res[b], cost[b] = gn[better], Rn[better], Zn[better], rn[better], cn[better]
         mu[a] = np.where(better, np.maximum(mu[a] / 10, 1e-12), mu[a] * 10)

@@ -57,7 +57,7 @@ from ._learner import (
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES, CompanionError
 from .numerics.rgn import _rgn
-from .numerics.rop import _gaussian_rop_design, design_product, rop_queries
+from .numerics.rop import _at_unit_max, _gaussian_rop_design, design_product, rop_queries
 from .recovery import Recovery
 
 __all__ = [
@@ -458,8 +458,7 @@ def _sketch_bases(v, rng):
     transposed and C-contiguous (``RT[j] = r_j``).
     """
     d = v.shape[0]
-    vmax = float(np.max(np.abs(v), initial=0.0))
-    v = v / vmax if vmax > 0 else v  # the bases depend on v's direction only; ||v|| overflowed at 1e300
+    v = _at_unit_max(v)  # the bases depend on v's direction only
     L = _haar(d, rng)
     g = L @ v
     target = np.full(d, np.linalg.norm(v) / math.sqrt(d))

@@ -152,6 +152,19 @@ def design_product(A, M) -> np.ndarray:
     return out
 
 
+def _at_unit_max(v):
+    """``v`` divided by its largest ``|entry|`` (``v`` itself if it is zero): the same direction, with
+    a norm in ``[1, sqrt(d)]``, for rules that depend on ``v``'s direction only (``||v||`` overflows
+    at ``v`` scaled by 1e300 and underflows at 1e-300).
+
+    >>> import numpy as np
+    >>> _at_unit_max(np.array([1e300, -2e300])).tolist(), _at_unit_max(np.zeros(2)).tolist()
+    ([0.5, -1.0], [0.0, 0.0])
+    """
+    vmax = float(np.max(np.abs(v), initial=0.0))
+    return v / vmax if vmax > 0 else v
+
+
 def _redraw_small(A, v, floor, rng):
     """Redraw, in place, each row ``a`` of ``A`` (drawn ``N(0, I_d / d)``) with ``|a^T v| < floor ||v|| / sqrt(d)``.
 
@@ -161,8 +174,7 @@ def _redraw_small(A, v, floor, rng):
     until none is left below the floor. Returns ``A``.
     """
     d = A.shape[1]
-    vmax = float(np.max(np.abs(v), initial=0.0))
-    v = v / vmax if vmax > 0 else v  # the rule depends on v's direction only; ||v|| overflowed at 1e300
+    v = _at_unit_max(v)  # the rule depends on v's direction only
     cut = floor * np.linalg.norm(v) / math.sqrt(d)
     bad = np.abs(design_product(A, v)) < cut
     while np.any(bad):
