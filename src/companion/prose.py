@@ -40,6 +40,7 @@ __all__ = [
     "hand_typed_numbers",
     "unbacked_verdicts",
     "unbacked_trends",
+    "source_kinds",
     "library_constants",
     "check_markdown",
     "ALLOWED",
@@ -509,14 +510,51 @@ def unbacked_verdicts(source: str, where: str = "", *, allow=(), values=None) ->
     return findings
 
 
+def source_kinds(path) -> dict:
+    """``{name: {"kind": "claim" | "bound"}}`` for the values a notebook's code cells check, read
+    from its source: each ``results.claim("name", ...)``, and each ``results.publish("name", ...,
+    kind="bound", ...)`` with a literal name. A claim added to a chapter is known before the chapter
+    is re-executed and its results file rewritten."""
+    import ast
+
+    import nbformat
+
+    found: dict = {}
+    nb = nbformat.read(Path(path), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if not (node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                continue
+            name = node.args[0].value
+            kind = {k.arg: k.value for k in node.keywords}.get("kind")
+            if node.func.attr == "claim":
+                found[name] = {"kind": "claim"}
+            elif node.func.attr == "publish" and isinstance(kind, ast.Constant) and kind.value == "bound":
+                found[name] = {"kind": "bound"}
+    return found
+
+
 def check_markdown(path, *, allow_numbers=(), allow_verdicts=(), allow_trends=(), values=None) -> list[Finding]:
     """The three checks on every markdown cell of a chapter (or a ``.md`` page); ``values`` as for
-    :func:`unbacked_verdicts` and :func:`unbacked_trends`."""
+    :func:`unbacked_verdicts` and :func:`unbacked_trends`. For a notebook, the claims and bounds its
+    code cells make (:func:`source_kinds`) count as checked for :func:`unbacked_trends` even before
+    its results file is rewritten."""
     out = []
+    trend_values = values
+    if values is not None and Path(path).suffix == ".ipynb":
+        trend_values = {**values, **source_kinds(path)}
     for where, source in markdown_cells(path):
         out += hand_typed_numbers(source, where, allow=allow_numbers)
         out += unbacked_verdicts(source, where, allow=allow_verdicts, values=values)
-        out += unbacked_trends(source, where, allow=allow_trends, values=values)
+        out += unbacked_trends(source, where, allow=allow_trends, values=trend_values)
     return out
 
 
@@ -567,9 +605,10 @@ def unbacked_trends(source: str, where: str = "", *, allow=(), values=None) -> l
             bare = re.sub(r"⟦\w+⟧", " ", bare)
             if sentence.rstrip().endswith("?"):
                 continue  # a question asks; it states nothing
-            word = next((m.group(0) for w in TREND_WORDS for m in [re.search(w, bare, re.I)] if m), None)
-            if word is None:
+            hits = [m for w in TREND_WORDS for m in [re.search(w, bare, re.I)] if m]
+            if not hits:
                 continue
+            word = min(hits, key=lambda m: m.start()).group(0)  # the first in the sentence
             if not any(re.search(w, bare, re.I) for w in RESULT_WORDS + TREND_SUBJECTS):
                 continue
             names = [glued[int(j)] for j in re.findall(r"⟦glue(\d+)⟧", sentence)]
@@ -587,6 +626,6 @@ def unbacked_trends(source: str, where: str = "", *, allow=(), values=None) -> l
 def _is_exercise(source: str, block: str) -> bool:
     """Whether ``block`` (a statement box of ``source``) is an exercise's statement."""
     for m in _DIRECTIVE.finditer(source):
-        if m.group("name") == "exercise" and block.strip()[:40] in source[m.end():]:
+        if m.group("name") == "exercise" and block.strip()[:40] in source[m.end() :]:
             return True
     return False
