@@ -110,12 +110,15 @@ def test_issue_38_item_1_a_box_with_the_proofs_count_is_found():
 
 def test_issue_38_item_3_the_proofs_constant_in_the_box_is_found():
     source = _cell_with("thm-robust", "05_robustness")
-    reverted = source.replace("\\mu\\,\\varepsilon_W / (W_{\\max}^2 d)\\}", "\\mu\\,\\varepsilon_W / (80 W_{\\max}^2 d)\\}", 1)
+    box_text = "\\mu\\,\\varepsilon_W / (W_{\\max}^2 d)\\}"
+    reverted = source.replace(box_text, "\\mu\\,\\varepsilon_W / (80 W_{\\max}^2 d)\\}", 1)
     assert reverted != source
-    assert any("the proof's '80' is in the box" in p for p in box_problems("thm-robust", QUOTED["thm-robust"], reverted))
+    problems = box_problems("thm-robust", QUOTED["thm-robust"], reverted)
+    assert any("the proof's '80' is in the box" in p for p in problems)
 
 
 def test_a_missing_proof_line_is_found():
     source = _cell_with("prop-one-layer", "03_one_layer_transformer")
     reverted = source.replace("**The proof's count (this book's, not the paper's statement).**", "")
-    assert any("no line starting with" in p for p in box_problems("prop-one-layer", QUOTED["prop-one-layer"], reverted))
+    problems = box_problems("prop-one-layer", QUOTED["prop-one-layer"], reverted)
+    assert any("no line starting with" in p for p in problems)
