@@ -107,11 +107,12 @@ test-fast: $(PYCHECK) $(STAMP) lint
 # Execute one chapter in place so that its committed outputs are fresh: make execute NB=book/chapters/02_exact_learning.ipynb
 # The only command that writes the committed data/results: the chapter publishes into a staging
 # folder, copied there only when every cell ran (a failing chapter leaves data/results as it was).
+# Strict (COMPANION_STRICT=1): a claim or bound that does not hold stops the chapter, as in make book.
 execute: $(PYCHECK) $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make execute NB=book/chapters/NN_name.ipynb"; exit 2; }
 	@test -z "$$COMPANION_PERTURB_ULPS" || { echo "error: COMPANION_PERTURB_ULPS=$$COMPANION_PERTURB_ULPS is set (the oracles' perturbation test mode); committed outputs are made with exact answers: unset it"; exit 2; }
 	@stage=$$(mktemp -d) && \
-	  ( cd $(dir $(NB)) && COMPANION_RESULTS_DIR=$$stage ../../$(VENV)/bin/jupyter execute --inplace --timeout=600 $(notdir $(NB)) ) \
+	  ( cd $(dir $(NB)) && COMPANION_STRICT=1 COMPANION_RESULTS_DIR=$$stage ../../$(VENV)/bin/jupyter execute --inplace --timeout=600 $(notdir $(NB)) ) \
 	  && mkdir -p data/results && cp $$stage/*.json data/results/; \
 	  rc=$$?; rm -rf $$stage; exit $$rc
 
