@@ -271,3 +271,22 @@ def test_run_with_a_misspelled_parameter_says_did_you_mean_and_runs_nothing(tmp_
     assert cli.main(["run", "02", "-p", "seeed", "3", "-o", str(tmp_path)]) == 2
     assert "has no parameter 'seeed' (did you mean seed?)" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the intro's re-running block ---------------------------------------------------------------------
+
+
+def test_the_intros_rerunning_block_fits_and_says_where_the_numbers_go():
+    """It scrolled sideways behind comments at the end of 90-character lines, and said the numbers
+    go to data/results/, which the README says only make execute writes."""
+    import re
+
+    intro = (Path(__file__).resolve().parents[1] / "book" / "intro.md").read_text(encoding="utf-8")
+    section = intro.split("## Reading and re-running")[1].split("\n## ")[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).splitlines()
+    assert "companion run 02_exact_learning -p seed 3 -o runs/" in block
+    assert all(len(line) <= 60 for line in block), [line for line in block if len(line) > 60]
+    assert all("#" not in line for line in block if not line.startswith("#")), "a comment at a line's end"
+    prose = " ".join(section.split())
+    assert "into `runs/<chapter>.json`" in prose
+    assert "`data/results/<chapter>.json`, which only the book's build (`make execute`) writes" in prose
