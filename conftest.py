@@ -60,9 +60,16 @@ def pytest_collection_finish(session):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print the reproducibility report of the re-executions compared (and write it if asked)."""
+    """Print the reproducibility report of the re-executions compared (and write it if asked), and
+    the reader's runs of tests/test_reader_runs.py (seeds and draws that ran, claims that did not hold)."""
     import sys
 
+    readers = next((m for m in list(sys.modules.values())
+                    if (getattr(m, "__file__", None) or "").endswith("test_reader_runs.py")), None)
+    text = readers.summary() if readers else None
+    if text:
+        terminalreporter.write_sep("=", "reader's runs (tests/test_reader_runs.py)")
+        terminalreporter.write_line(text)
     module = next((m for m in list(sys.modules.values())
                    if (getattr(m, "__file__", None) or "").endswith("test_reproducibility.py")), None)
     rep = module.report() if module else None
