@@ -290,3 +290,71 @@ def test_the_intros_rerunning_block_fits_and_says_where_the_numbers_go():
     prose = " ".join(section.split())
     assert "into `runs/<chapter>.json`" in prose
     assert "`data/results/<chapter>.json`, which only the book's build (`make execute`) writes" in prose
+
+
+# -- strictness reaches the kernel: a notebook in both modes ----------------------------------------
+
+
+def _claim_notebook(path: Path) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [
+        nbformat.v4.new_code_cell('from companion import results\nresults.record_parameters("99_demo", seed=0)'),
+        nbformat.v4.new_code_cell('results.publish("w_bound", 1e-07, fmt="{:.0e}", kind="bound", measured=2.25e-07)'),
+        nbformat.v4.new_code_cell('print("the chapter went on")'),
+    ]
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["1", "0"], ids=["book-build", "reader"])
+def test_a_notebook_stops_in_the_books_build_and_goes_on_in_a_readers_run(tmp_path, mode):
+    """The variable reaches the kernel (papermill, as nbval, jupyter execute and Jupyter Book start one)."""
+    import os
+    import subprocess
+    import sys
+
+    import nbformat
+
+    nb = _claim_notebook(tmp_path / "demo.ipynb")
+    env = dict(os.environ, COMPANION_STRICT=mode, COMPANION_RESULTS_DIR=str(tmp_path / "res"), MPLBACKEND="Agg")
+    proc = subprocess.run([str(Path(sys.executable).with_name("papermill")), str(nb), str(tmp_path / "out.ipynb"),
+                           "--no-progress-bar"], env=env, capture_output=True, text=True, timeout=300)
+    out = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    texts = ["".join(o.get("text", "")) + "".join(o.get("traceback", [])) for c in out.cells for o in c.get("outputs", [])]
+    if mode == "1":
+        assert proc.returncode != 0 and "ClaimError" in proc.stderr
+        assert not any("the chapter went on" in t for t in texts)
+        assert not (tmp_path / "res" / "99_demo.json").exists()      # put back as it was: no file before
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert any("the chapter went on" in t for t in texts)
+        assert any("w_bound does not hold for this run (a reader's run goes on)" in t for t in texts)
+        entry = json.loads((tmp_path / "res" / "99_demo.json").read_text())["values"]["w_bound"]
+        assert entry["holds"] is False and entry["measured"]["value"] == 2.25e-07
+        glued = [o for c in out.cells for o in c.get("outputs", []) if o.get("metadata", {}).get("scrapbook", {}).get("name")
+                 == "w_bound"]
+        assert glued and "1e-07 (does not hold for this run: measured 2.25e-07 against 1e-07)" in str(glued[0]["data"])
+
+
+def test_the_books_build_and_make_execute_set_strict(tmp_path, monkeypatch):
+    """companion build (make book) runs jupyter-book with COMPANION_STRICT=1 even if the caller set 0;
+    make execute sets it on its own command line."""
+    monkeypatch.setenv("COMPANION_STRICT", "0")
+    seen = {}
+
+    def call(cmd, env=None, **kw):
+        seen.update(env or {})
+        return 1                                         # a failed build: nothing else to do
+
+    monkeypatch.setattr(cli.subprocess, "call", call)
+    monkeypatch.setattr(cli, "_require", lambda *a, **k: None)
+    monkeypatch.setattr(cli, "cached_without_figures", lambda *a, **k: {})
+    assert cli.main(["build", "-o", str(tmp_path)]) == 1
+    assert seen["COMPANION_STRICT"] == "1"
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    execute = makefile.split("\nexecute:")[1].split("\n\n")[0]
+    assert "COMPANION_STRICT=1 COMPANION_RESULTS_DIR=$$stage ../../$(VENV)/bin/jupyter execute" in execute
