@@ -6,7 +6,9 @@
     companion run 02_exact_learning -p d_values "[16, 64]" -p seed 3 -o runs/
     companion run 05_robustness -f params.yaml --timeout 1200
     companion run 02 -p seed 3 --html                # also a page of the run, its numbers in the text
+    companion run 02 -p seed 4 --overwrite --strict  # replace the run in runs/; exit 1 if a claim fails
     companion cite 02_exact_learning sweep_worst_W   # a citation line with provenance
+    companion cite 02_exact_learning                 # every name it published, one a line
     companion compare runs/02_exact_learning.ipynb   # a run's outputs against the committed ones
     companion build                                  # the HTML book (jupyter-book build)
     companion build -o DIR                           # into DIR/_build (a read-only checkout)
