@@ -358,3 +358,26 @@ def test_the_books_build_and_make_execute_set_strict(tmp_path, monkeypatch):
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
     execute = makefile.split("\nexecute:")[1].split("\n\n")[0]
     assert "COMPANION_STRICT=1 COMPANION_RESULTS_DIR=$$stage ../../$(VENV)/bin/jupyter execute" in execute
+
+
+def test_a_saved_sweep_with_a_trial_that_found_nothing_is_stored_not_refused(results_tmp):
+    """A sweep row with a NaN error (no estimate) made run_sweep(..., name=...) raise ValueError."""
+    from companion.sweeps import run_sweep
+
+    def trial(d, seed):
+        return {"error": float("nan") if d == 3 else 1e-15, "ok": d != 3}
+
+    rows = run_sweep(trial, {"d": [2, 3], "seed": [0]}, progress=False, name="with_nan")
+    assert np.isnan(rows[1]["error"])                               # the rows returned keep the NaN
+    data = json.loads((results_tmp / "sweeps" / "with_nan.json").read_text())
+    assert [r["error"] for r in data["rows"]] == [1e-15, None]
+    assert data["nonfinite"] == {"rows[1][error]": "nan"}
+
+
+def test_write_json_still_refuses_nan_by_default_and_checks_its_option(tmp_path):
+    with pytest.raises(ValueError):
+        results.write_json(tmp_path / "x.json", {"x": float("nan")})
+    with pytest.raises(InvalidInputError, match="nonfinite='drop' must be 'refuse' or 'null'"):
+        results.write_json(tmp_path / "x.json", {"x": 1.0}, nonfinite="drop")
+    results.write_json(tmp_path / "x.json", {"x": 1.0}, nonfinite="null")
+    assert json.loads((tmp_path / "x.json").read_text()) == {"x": 1.0}          # nothing to say: no key

@@ -154,24 +154,26 @@ def _does_not_hold(name: str, message: str) -> None:
     print(f"companion: {name} does not hold for this run (a reader's run goes on): {message}", file=sys.stderr)
 
 
+def _nulls(x, where: str, found: dict):
+    """``x`` (plain values) with every NaN and infinity replaced by None, each recorded in ``found``
+    under its place (``value[2]``, ``value[a]``) as ``"nan"``, ``"inf"`` or ``"-inf"``."""
+    if isinstance(x, float) and not np.isfinite(x):
+        found[where] = "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+        return None
+    if isinstance(x, list):
+        return [_nulls(v, f"{where}[{i}]", found) for i, v in enumerate(x)]
+    if isinstance(x, dict):
+        return {k: _nulls(v, f"{where}[{k}]", found) for k, v in x.items()}
+    return x
+
+
 def _finite(entry: dict, note) -> dict:
     """``entry`` with NaN and infinities of ``value`` (and of a bound's ``measured`` value) stored
     as None, recorded under ``"nonfinite"``; with ``note``, the chapter's reason, if given."""
     found: dict = {}
-
-    def walk(x, where):
-        if isinstance(x, float) and not np.isfinite(x):
-            found[where] = "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
-            return None
-        if isinstance(x, list):
-            return [walk(v, f"{where}[{i}]") for i, v in enumerate(x)]
-        if isinstance(x, dict):
-            return {k: walk(v, f"{where}[{k}]") for k, v in x.items()}
-        return x
-
-    out = dict(entry, value=walk(entry["value"], "value"))
+    out = dict(entry, value=_nulls(entry["value"], "value", found))
     if isinstance(entry.get("measured"), dict):
-        out["measured"] = dict(entry["measured"], value=walk(entry["measured"]["value"], "measured"))
+        out["measured"] = dict(entry["measured"], value=_nulls(entry["measured"]["value"], "measured", found))
     if found:
         out["nonfinite"] = found
     if note is not None:
@@ -975,12 +977,12 @@ def provenance(name, parameters, seed, *, chapter=None) -> dict:
     return _header(chapter, _plain(dict(parameters)), seed)
 
 
-def write_json(path, data) -> Path:
+def write_json(path, data, *, nonfinite="refuse") -> Path:
     """Write ``data`` to ``path`` as indented JSON with sorted keys, atomically.
 
     The file is written next to ``path`` and renamed over it, so a reader never sees half a file
     and a failure leaves the old file as it was. NumPy scalars and arrays are converted to plain
-    values (as :func:`publish` converts them); NaN and infinity are refused.
+    values (as :func:`publish` converts them); NaN and infinity are refused, or stored as null.
 
     Parameters
     ----------
@@ -988,6 +990,10 @@ def write_json(path, data) -> Path:
         The file; its folder is created if missing.
     data : dict
         Numbers, strings, None, and lists or dicts of them.
+    nonfinite : {"refuse", "null"}, default="refuse"
+        ``"null"``: store each NaN or infinity as ``null`` and say where in a top-level
+        ``"nonfinite"`` (``{"rows[3][error]": "nan"}``), as :func:`publish` does (a sweep whose
+        trial found no estimate); ``"refuse"``: raise ``ValueError``.
 
     Returns
     -------
@@ -997,10 +1003,25 @@ def write_json(path, data) -> Path:
     Raises
     ------
     InvalidInputError
-        If a value is of another type.
+        If a value is of another type, or ``nonfinite`` is neither ``"refuse"`` nor ``"null"``.
     ValueError
-        If a value is NaN or infinite (JSON has no such number).
+        If a value is NaN or infinite (JSON has no such number) and ``nonfinite="refuse"``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "sweep.json"
+    >>> _ = write_json(path, {"rows": [{"error": float("nan")}, {"error": 1e-15}]}, nonfinite="null")
+    >>> json.loads(path.read_text())
+    {'nonfinite': {'rows[0][error]': 'nan'}, 'rows': [{'error': None}, {'error': 1e-15}]}
     """
+    if nonfinite not in ("refuse", "null"):
+        raise InvalidInputError(f"nonfinite={nonfinite!r} must be 'refuse' or 'null'.")
     path = Path(path)
-    _write_atomic(path, _plain(data))
+    plain = _plain(data)
+    if nonfinite == "null":
+        found: dict = {}
+        plain = {k: _nulls(v, k, found) for k, v in plain.items()}
+        plain |= {"nonfinite": found} if found else {}
+    _write_atomic(path, plain)
     return path
