@@ -381,3 +381,51 @@ def test_write_json_still_refuses_nan_by_default_and_checks_its_option(tmp_path)
         results.write_json(tmp_path / "x.json", {"x": 1.0}, nonfinite="drop")
     results.write_json(tmp_path / "x.json", {"x": 1.0}, nonfinite="null")
     assert json.loads((tmp_path / "x.json").read_text()) == {"x": 1.0}          # nothing to say: no key
+
+
+# -- --html: references to other chapters --------------------------------------------------------
+
+
+def _page(tmp_path):
+    html = tmp_path / "html"
+    html.mkdir()
+    (html / "02_exact_learning.html").write_text(
+        '<p>Prerequisites: <a class="reference internal" href="01_definitions.html#ch-definitions">'
+        '<span class="std std-ref">The model and its oracles</span></a>; identity '
+        '<a class="reference internal" href="01_definitions.html#equation-eq-two-token">(1.1)</a>; '
+        '<a class="reference internal" href="#own">own</a>; <a href="bibliography.html#x">[1]</a></p>')
+    for name in ("01_definitions", "reproducibility", "rerun_index", "bibliography"):
+        (html / f"{name}.html").write_text("prose only")
+    return html
+
+
+def test_html_references_to_other_chapters_become_plain_titles_without_a_published_book(tmp_path):
+    html = _page(tmp_path)
+    others = {"01_definitions": "book/chapters/01_definitions.html", "reproducibility": "book/reproducibility.html",
+              "rerun_index": ""}
+    cli._unlink_other_pages(html, "02_exact_learning", others, None)
+    page = (html / "02_exact_learning.html").read_text()
+    assert ('Prerequisites: <span class="companion-xref"><span class="std std-ref">The model and its oracles</span>'
+            '</span>; identity <span class="companion-xref">(1.1)</span>') in page
+    assert 'href="#own"' in page and 'href="bibliography.html#x"' in page      # its own anchors, the references
+    assert sorted(p.name for p in html.iterdir()) == ["02_exact_learning.html", "bibliography.html", "index.html"]
+    assert 'url=02_exact_learning.html' in (html / "index.html").read_text()
+
+
+def test_html_references_link_to_the_published_book_when_it_is_named(tmp_path):
+    html = _page(tmp_path)
+    others = {"01_definitions": "book/chapters/01_definitions.html", "rerun_index": ""}
+    cli._unlink_other_pages(html, "02_exact_learning", others, "https://example.org/companion/")
+    page = (html / "02_exact_learning.html").read_text()
+    assert ('<a class="reference external" href="https://example.org/companion/book/chapters/01_definitions.html'
+            '#equation-eq-two-token">(1.1)</a>') in page
+
+
+def test_the_flat_toc_keeps_the_books_parts_and_numbering():
+    import yaml
+
+    book = yaml.safe_load((Path(__file__).resolve().parents[1] / "_toc.yml").read_text())
+    flat = cli._flat_toc(book, "02_exact_learning")
+    assert flat["root"] == "rerun_index"
+    assert [p.get("numbered") for p in flat["parts"]] == [p.get("numbered") for p in book["parts"]]
+    assert flat["parts"][0]["chapters"][:2] == [{"file": "01_definitions"}, {"file": "02_exact_learning"}]
