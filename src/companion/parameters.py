@@ -319,7 +319,7 @@ def check(decl: dict, values: dict, *, where: str = "") -> dict:
     """Check ``values`` (name -> value) against the declarations; return them converted.
 
     Names not declared are refused, with the closest declared name if one is close
-    (:func:`difflib.get_close_matches`: ``seeed`` -> "did you mean seed?"). Every given value is
+    (``difflib.get_close_matches``: ``seeed`` -> "did you mean seed?"). Every given value is
     converted to its default's type (:func:`coerce`), then checked against its constraint; bounds
     that name other parameters use their given values, or their defaults.
 
