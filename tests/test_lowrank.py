@@ -517,7 +517,32 @@ def test_nuclear_size_limit_just_inside_and_outside_without_building():
     assert big["entries"] == 7360 * 96**2 and big["variables"] == 2 * 96**2 + 96 and big["psd_cone"] == 192
     assert 8.6e9 < big["bytes"] < 8.8e9
     with pytest.raises(InvalidInputError, match="d=96 with m=7360"):
-        lowrank.learn_low_rank(ValueQueryOracle(random_single_head(96, rank=8, seed=0)), 8)
+        lowrank.learn_low_rank(ValueQueryOracle(random_single_head(96, rank=8, seed=0)), 8, method="nuclear")
+
+
+def test_auto_method_switches_at_the_nuclear_size_limit():
+    """method='auto' runs nuclear just inside NUCLEAR_MAX_BYTES and the scalable method just outside."""
+    d = 64
+    m_max = int(lowrank.NUCLEAR_MAX_BYTES // (lowrank.NUCLEAR_BYTES_PER_ENTRY * d * d))
+    inside, why_in = lowrank._auto_method(d, 2, m_max)
+    outside, why_out = lowrank._auto_method(d, 2, m_max + 1)
+    assert (inside, outside) == ("nuclear", "rgn")       # n_measurements given: the sketch takes none
+    assert "fits NUCLEAR_MAX_BYTES" in why_in and "above NUCLEAR_MAX_BYTES" in why_out
+    # the default m = 5 r (2d - r): r = 3 fits at d = 64 (2950 < 4096 measurements), r = 8 does not
+    assert lowrank._auto_method(d, 3, None)[0] == "nuclear"
+    assert lowrank._auto_method(d, 8, None)[0] == "sketch"
+    assert lowrank._auto_method(d, None, None)[0] == "sketch"
+
+
+def test_default_method_runs_at_d_64():
+    """Fails before the fix: learn_low_rank(oracle, 8) refused at d = 64 (a 2.5 GB program by the module's estimate)."""
+    target = random_single_head(64, rank=8, seed=0)
+    rec = lowrank.learn_low_rank(ValueQueryOracle(target), 8)
+    assert rec.method == "sketch"
+    assert rec.message.startswith("method='auto' chose 'sketch': the paper's nuclear-norm program would need about 2.5 GB")
+    assert rec.relative_errors(target)["W"] < 1e-8
+    with pytest.raises(InvalidInputError, match="NUCLEAR_MAX_BYTES"):
+        lowrank.learn_low_rank(ValueQueryOracle(target), 8, method="nuclear")   # the paper's, by name
 
 
 def test_noisy_nuclear_size_limit_refused_before_any_query():

@@ -22,6 +22,8 @@ Three ways to turn measurements into ``W``, one entry point :func:`learn_low_ran
   and ``k`` columns) and the stabilised generalised Nystrom formula (Nakatsukasa 2020); exact with
   ``k (2d - k) + d`` queries, ``k = r + 1``, against the floor ``r (2d - r) + d``. With
   ``rank=None`` the cross grows one row and column at a time until the rank shows.
+* ``method="auto"`` (the default, this book's): ``"nuclear"`` where its program fits in
+  ``NUCLEAR_MAX_BYTES``, else the sketch; the result's message states the choice.
 
 Layer: one of the paper's sections (§5), above the shared numerics it uses with
 :mod:`companion.robust`: the Gaussian design and :func:`rop_queries` live in
@@ -729,7 +731,7 @@ def learn_low_rank(
     oracle,
     rank,
     *,
-    method="nuclear",
+    method="auto",
     n_measurements=None,
     oversample=1,
     rank_tol=1e-8,
@@ -752,7 +754,12 @@ def learn_low_rank(
     rank : int or None
         Upper bound ``r`` on ``rank(W*)``, ``1 <= r <= d``. ``None`` (only with
         ``method="sketch"``) detects the rank: the cross grows until its core is rank-deficient.
-    method : {"nuclear", "rgn", "sketch"}, default="nuclear"
+    method : {"auto", "nuclear", "rgn", "sketch"}, default="auto"
+        ``"auto"`` (this book's default) picks a method that runs at the oracle's size:
+        ``"nuclear"`` (the paper's) where its program fits ``NUCLEAR_MAX_BYTES``, else
+        ``"sketch"`` (else ``"rgn"`` when ``n_measurements`` is given, since the sketch takes no
+        ``m``); ``rank=None`` picks ``"sketch"``. The result's ``method`` and ``message`` say
+        which ran and why. Name a method to run it whatever the size.
         ``"nuclear"``: ``m`` Gaussian ROP measurements and ``min ||W||_* s.t. <a_k b_k^T, W> = t_k``
         through cvxpy with SCS, the program of Theorems 5.1 / 5.2 (an SDP whose size
         :func:`nuclear_program_size` estimates; refused above ``NUCLEAR_MAX_BYTES``, 2 GiB, e.g.
@@ -896,7 +903,10 @@ def learn_low_rank(
     (True, 3)
     """
     d = check_exact_oracle(oracle, "learn_low_rank")
-    check_choice(method, "method", METHODS)
+    check_choice(method, "method", ("auto",) + METHODS)
+    chosen = ""
+    if method == "auto":
+        method, chosen = _auto_method(d, rank, n_measurements)
     if rank is None:
         if method != "sketch":
             raise InvalidInputError(
@@ -981,6 +991,7 @@ def learn_low_rank(
     diagnostics["singular_values"] = sv
     diagnostics.update(factor_U=U, factor_s=s, factor_Vt=Vt)
     message = f"recovered a rank-{r_out} W and v from {d} + {oracle.n_queries - start - d} value queries: {how}"
+    message = chosen + message
     if diagnostics.get("n_requeries"):
         message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
     kappa_W = diagnostics.pop("kappa_W", 0.0)
@@ -1021,6 +1032,39 @@ def learn_low_rank(
         rank=int(r_out),
         method=method,
         precision=prec,
+    )
+
+
+def _auto_method(d, rank, n_measurements) -> tuple[str, str]:
+    """``method="auto"``: the method :func:`learn_low_rank` runs, and the clause its message opens with.
+
+    ``"nuclear"`` where its program (:func:`nuclear_program_size`, with the default or given
+    ``m``) fits ``NUCLEAR_MAX_BYTES``; else ``"sketch"``, or ``"rgn"`` when ``n_measurements`` is
+    given (the sketch takes none). ``rank`` and ``n_measurements`` are checked by the caller
+    afterwards; a value they refuse picks ``"nuclear"`` here, whose checks then name it.
+    """
+    if rank is None:
+        return "sketch", "method='auto' chose 'sketch' (rank=None: only the sketch detects the rank); "
+    try:
+        r = check_int(rank, "rank", minimum=1, maximum=d)
+        m = (
+            int(math.ceil(DEFAULT_OVERSAMPLING["nuclear"] * r * (2 * d - r)))
+            if n_measurements is None
+            else check_int(n_measurements, "n_measurements", minimum=1)
+        )
+    except InvalidInputError:
+        return "nuclear", ""
+    gb = nuclear_program_size(d, m)["bytes"] / 1e9
+    if gb * 1e9 <= NUCLEAR_MAX_BYTES:
+        return "nuclear", (
+            f"method='auto' chose 'nuclear' (the paper's program, about {gb:.2g} GB, fits "
+            f"NUCLEAR_MAX_BYTES = {NUCLEAR_MAX_BYTES / 1e9:.2g} GB); "
+        )
+    other = "sketch" if n_measurements is None else "rgn"
+    return other, (
+        f"method='auto' chose {other!r}: the paper's nuclear-norm program would need about {gb:.2g} GB "
+        f"at d = {d}, above NUCLEAR_MAX_BYTES = {NUCLEAR_MAX_BYTES / 1e9:.2g} GB (pass method='nuclear' "
+        "and raise that limit to run it); "
     )
 
 
