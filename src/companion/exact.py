@@ -281,10 +281,10 @@ def _suggests_bias(learner):
     """Decorate a bias-free single-head learner: when it fails, say so if the model has biases.
 
     A failure (:class:`~companion.errors.OracleInconsistentError`: weights that stay saturated or
-    a failed verification, in a run with ``verify > 0``) is looked at with one more query, a single zero token: a bias-free head answers
-    exactly 0 there (``0^T v``, in any floating-point format), while a layer with a value or output
-    bias answers the constant offset ``v0`` it adds to every answer. A nonzero answer appends the
-    advice ``bias=True`` to the message.
+    a failed verification, in a run with ``verify > 0``) is looked at with one more query, a
+    single zero token: a bias-free head answers exactly 0 there (``0^T v``, in any floating-point
+    format), while a layer with a value or output bias answers the constant offset ``v0`` it adds
+    to every answer. A nonzero answer appends the advice ``bias=True`` to the message.
     """
     import functools
 
