@@ -24,6 +24,7 @@ import functools
 
 import numpy as np
 
+from . import _progress
 from ._validation import check_int, check_real
 from .attention import SingleHead
 from .errors import MESSAGES, CompanionError, OracleInconsistentError, PrecisionError
@@ -320,6 +321,7 @@ def reserve(oracle, n, learner: str) -> int:
     """
     if hasattr(oracle, "require"):
         oracle.require(int(n), learner=learner)
+    _progress.start(oracle, int(n), learner)  # a bar of the queries asked against n (interactive runs)
     return int(oracle.n_queries)
 
 
@@ -635,6 +637,7 @@ def build(
     given, replaces the clause of :func:`verified_message` (a learner whose count adds up several
     checks, each with its own tolerance, names each one).
     """
+    _progress.finish(oracle)
     diagnostics = dict(diagnostics or {})
     info = dict(verification or {"n_verify_queries": 0})
     if precision is not None:
