@@ -670,3 +670,16 @@ def test_rop_learners_take_values_at_the_ends_of_float64(method, scale):
         rec = learn_low_rank(ValueQueryOracle(SingleHead(W, scale * v)), 2, method=method, seed=0)
     assert np.linalg.norm(rec.W - W) <= 1e-12 * np.linalg.norm(W)
     assert np.allclose(rec.v / scale, v, rtol=1e-13, atol=0)
+
+
+def test_a_layer_with_biases_is_pointed_to_learn_single_head_bias_true():
+    """Fails before the fix: '... stayed saturated ...; the oracle does not behave like a softmax head'."""
+    from companion.attention import SingleHead
+    from companion.errors import OracleInconsistentError
+
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((9, 2)), rng.standard_normal((9, 2))
+    head = SingleHead(3.0 * A @ B.T, rng.standard_normal(9))     # rank 2 in homogeneous coordinates
+    oracle = ValueQueryOracle(lambda X: head([np.c_[x, np.ones(len(x))] for x in X]), d=8)
+    with pytest.raises(OracleInconsistentError, match=r"learn_single_head\(oracle, bias=True\)"):
+        lowrank.learn_low_rank(oracle, 2, method="sketch")

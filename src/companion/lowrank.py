@@ -54,6 +54,7 @@ from ._learner import (
     measurement_errors,
     reserve,
     saturation_band,
+    suggests_bias,
     verify_head,
 )
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
@@ -727,6 +728,10 @@ def _sign_normalised_svd(W, r, factors=None):
     return U * flip, s, Vt * flip[:, None], sv
 
 
+@suggests_bias(
+    "The low-rank methods assume no biases: learn_single_head(oracle, bias=True) learns such a layer "
+    "on homogeneous tokens (x, 1)."
+)
 def learn_low_rank(
     oracle,
     rank,
@@ -854,7 +859,9 @@ def learn_low_rank(
         ``max(rank_tol, verify_tolerance)`` relative (see ``rank_tol``). When the sketch's
         check fails after ``rank_tol`` counted singular values above the rounding floor as zero
         (e.g. ``rank_tol=1.0``, which counts every one as zero), the message names ``rank_tol``,
-        the values it cut, and the value to go below, instead of blaming the target.
+        the values it cut, and the value to go below, instead of blaming the target. When the
+        oracle answers a single zero token with a nonzero value (a layer with biases; a bias-free
+        head answers 0), the message says so and names ``learn_single_head(oracle, bias=True)``.
     SolverError
         If ``"rgn"`` ends with a relative residual above ``max(1e3 tol, 1e-8)``: ``m`` was too few
         for this draw (see the phase transition in chapter 4), or ``rank(W*) > rank``.
