@@ -683,3 +683,30 @@ def test_a_layer_with_biases_is_pointed_to_learn_single_head_bias_true():
     oracle = ValueQueryOracle(lambda X: head([np.c_[x, np.ones(len(x))] for x in X]), d=8)
     with pytest.raises(OracleInconsistentError, match=r"learn_single_head\(oracle, bias=True\)"):
         lowrank.learn_low_rank(oracle, 2, method="sketch")
+
+
+@pytest.mark.parametrize("method", ["sketch", "rgn"])
+def test_bias_true_learns_a_low_rank_layer_with_biases(method):
+    from companion.attention import SingleHead
+
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((9, 2)), rng.standard_normal((9, 2))
+    head = SingleHead(3.0 * A @ B.T, rng.standard_normal(9))          # token block of rank 2, plus w
+    oracle = ValueQueryOracle(lambda X: head([np.c_[x, np.ones(len(x))] for x in X]), d=8)
+    rec = lowrank.learn_low_rank(oracle, 2, method=method, bias=True)
+    assert rec.W.shape == (9, 9) and rec.rank == 2 and rec.method == method
+    np.testing.assert_allclose(rec.W[:8], head.W[:8], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(rec.v, head.v, rtol=0, atol=1e-12)
+    assert rec.diagnostics["n_bias_queries"] >= 2 * 8 + 1 and rec.message.startswith("with biases")
+    assert rec.n_queries == oracle.n_queries
+
+
+def test_bias_true_with_too_small_a_rank_is_refused():
+    from companion.attention import SingleHead
+    from companion.errors import OracleInconsistentError
+
+    rng = np.random.default_rng(2)
+    head = SingleHead(rng.standard_normal((7, 7)), rng.standard_normal(7))
+    oracle = ValueQueryOracle(lambda X: head([np.c_[x, np.ones(len(x))] for x in X]), d=6)
+    with pytest.raises(OracleInconsistentError):
+        lowrank.learn_low_rank(oracle, 1, method="sketch", bias=True)

@@ -56,6 +56,7 @@ from ._learner import (
     saturation_band,
     suggests_bias,
     verify_head,
+    verify_outputs,
 )
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES, CompanionError
@@ -748,6 +749,7 @@ def learn_low_rank(
     verify_rtol=1e-6,
     seed=0,
     precision=None,
+    bias=False,
 ):
     """Recover a head whose merged ``W`` has rank at most ``rank`` from few value queries (§5).
 
@@ -819,6 +821,18 @@ def learn_low_rank(
         from the answers if the check fails and nobody stated ``u``; a known coarse ``u`` sets
         one probe scale for relative rounding from the cross's first row (``d`` re-measurements).
         Every method: the verification tolerance follows ``u``.
+    bias : bool, default=False
+        ``True``: the model has biases (this book's extension, as in
+        :func:`companion.exact.learn_single_head`). ``v0`` (one query, a zero token), ``v``
+        (``d``) and the score bias ``w`` (``d`` two-token queries ``[c u; 0]``, re-measured at
+        ``c / 8`` when saturated) are read first; the chosen method then runs on the two-token
+        answers with the ``w`` term taken out of each logit (a bias-free head with the same
+        ``W``; it reads ``v`` again, ``d`` more queries), and the result is verified on the
+        model itself, on random sequences. ``W`` and
+        ``v`` are then ``(d + 1, d + 1)`` (zero last row) and ``(d + 1,)`` as with
+        ``learn_single_head(oracle, bias=True)``; ``rank`` bounds the rank of the token block
+        ``W``; ``diagnostics`` adds ``n_bias_queries`` (the ``2d + 1`` queries and their
+        re-measurements) and ``identifiable``.
 
     Returns
     -------
@@ -910,6 +924,27 @@ def learn_low_rank(
     (True, 3)
     """
     d = check_exact_oracle(oracle, "learn_low_rank")
+    if not isinstance(bias, (bool, np.bool_)):
+        raise InvalidInputError(f"bias must be True or False; got {bias!r}.")
+    if bias:
+        return _learn_low_rank_biased(
+            oracle,
+            rank,
+            dict(
+                method=method,
+                n_measurements=n_measurements,
+                oversample=oversample,
+                rank_tol=rank_tol,
+                scale=scale,
+                solver_eps=solver_eps,
+                max_iter=max_iter,
+                tol=tol,
+                seed=seed,
+                precision=precision,
+            ),
+            verify=verify,
+            verify_rtol=verify_rtol,
+        )
     check_choice(method, "method", ("auto",) + METHODS)
     chosen = ""
     if method == "auto":
@@ -1500,3 +1535,140 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
             finally:
                 tracemalloc.stop()
     return row
+
+
+# --------------------------------------------------------------------------------------------
+# Biases: learn_low_rank(oracle, rank, bias=True)
+# --------------------------------------------------------------------------------------------
+
+_BIAS_ROUNDS = 40  # re-measurement rounds of the score-bias queries, each at 1/8 of the scale
+
+
+class _Debiased:
+    """A layer with biases, seen through its one- and two-token answers as the bias-free head ``(W, v)``.
+
+    With ``v0``, ``v`` and ``w`` known, a one-token answer ``y = v0 + x^T v`` becomes ``x^T v`` and a
+    two-token answer ``y = v0 + b^T v + sigma(t) (a - b)^T v``, ``t = (a - b)^T (W b + w)``, becomes
+    ``b^T v + sigma(t - (a - b)^T w) (a - b)^T v``: what the bias-free head answers. Counter, budget
+    and precision are the model's oracle's. Longer sequences get the model's answer less ``v0``:
+    the low-rank methods learn from one and two tokens and only measure the answers' rounding on
+    longer ones, which the offset does not change (verification runs on the model itself).
+    """
+
+    def __init__(self, oracle, v0, v, w):
+        self.oracle, self.d = oracle, int(oracle.d)
+        self.v0, self.v, self.w = float(v0), v, w
+        self.tau = 0.0
+        self.precision = getattr(oracle, "precision", None)
+
+    @property
+    def n_queries(self):
+        return int(self.oracle.n_queries)
+
+    @property
+    def remaining(self):
+        return getattr(self.oracle, "remaining", np.inf)
+
+    def require(self, n, *, learner="the learner"):
+        if hasattr(self.oracle, "require"):
+            self.oracle.require(n, learner=learner)
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        single = X.ndim == 2
+        X3 = X[None] if single else X
+        y = np.asarray(self.oracle(X3), dtype=np.float64).reshape(-1) - self.v0
+        if X3.shape[1] == 2:
+            a, b = X3[:, 0, :], X3[:, 1, :]
+            g, bv = (a - b) @ self.v, b @ self.v
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = logit((y - bv) / g) - (a - b) @ self.w
+            y = bv + g / (1.0 + np.exp(-t))
+        return float(y[0]) if single else y
+
+
+def _learn_low_rank_biased(oracle, rank, options, *, verify, verify_rtol):
+    """``learn_low_rank(..., bias=True)``: read ``v0``, ``v``, ``w``, run the method de-biased, verify."""
+    from .exact import probe_matrix
+    from .attention import SingleHead
+
+    d = int(oracle.d)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
+    start = reserve(oracle, 2 * d + 1 + verify, "learn_low_rank")
+    X1 = np.zeros((d + 1, 1, d))
+    X1[1:, 0, :] = np.eye(d)
+    y1 = np.asarray(oracle(X1), dtype=np.float64)
+    v0, v = float(y1[0]), y1[1:] - y1[0]
+    if not np.any(v):
+        raise NotIdentifiableError(MESSAGES["v_zero"] + " (Here the token part v~[:d] is 0.)")
+    U = probe_matrix(v, "basis")
+    uv = U @ v
+    c = np.ones(d)
+    n_re = 0
+
+    def ask(idx):
+        X = np.zeros((len(idx), 2, d))
+        X[:, 0, :] = U[idx] * c[idx, None]
+        alpha = (np.asarray(oracle(X), dtype=np.float64).reshape(-1) - v0) / (c[idx] * uv[idx])
+        return alpha
+
+    alpha = ask(np.arange(d))
+    band = SATURATION
+    for _ in range(_BIAS_ROUNDS):
+        sat = np.flatnonzero(~((alpha >= band) & (alpha <= 1.0 - band)))
+        if sat.size == 0:
+            break
+        c[sat] *= 0.125
+        alpha[sat] = ask(sat)
+        n_re += sat.size
+    else:
+        raise OracleInconsistentError(
+            f"the score bias: attention weights stayed saturated after {_BIAS_ROUNDS} re-measurements; "
+            "the oracle does not behave like a softmax head with biases."
+        )
+    uw = logit(alpha) / c  # u_l^T w
+    w = np.linalg.solve(U, uw)
+    n_bias = int(oracle.n_queries) - start
+    inner = learn_low_rank(_Debiased(oracle, v0, v, w), rank, **options, verify=0)
+    W_full = np.zeros((d + 1, d + 1))
+    W_full[:d, :d], W_full[:d, d] = inner.W, w
+    v_full = np.append(v, v0)
+    head = SingleHead(W_full, v_full)
+
+    def lift(x):
+        return np.concatenate([x, np.ones((x.shape[0], 1))], axis=1)
+
+    prec = AnswerPrecision(oracle, options.get("precision"), seed=int(options.get("seed", 0)) + 2)
+    base_size = head_check_size(W_full, v_full, 0.0, 1.0)
+    checked = verify_outputs(
+        oracle,
+        lambda X: head([lift(np.asarray(x)) for x in X]),
+        lambda x: float(np.max(np.abs(lift(x) @ v_full))),
+        verify,
+        rtol=verify_rtol,
+        seed=int(options.get("seed", 0)) + 1,
+        what=f"a single head with biases and rank(W) <= {inner.rank} (on homogeneous inputs)",
+        precision=prec,
+        size=lambda x: base_size(lift(x)),
+    )
+    diagnostics = {k: val for k, val in inner.diagnostics.items() if not k.startswith(("verify_", "n_verify"))}
+    diagnostics.update(n_bias_queries=n_bias, identifiable="W[:d, :], v")
+    diagnostics["n_requeries"] = int(diagnostics.get("n_requeries", 0)) + n_re
+    message = (
+        f"with biases: v0, v and the score bias w from {n_bias} queries, then "
+        + inner.message
+        + "; last row of W~ set to 0"
+    )
+    return build(
+        LowRankRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=W_full,
+        v=v_full,
+        rank=inner.rank,
+        method=inner.method,
+        precision=prec,
+    )
