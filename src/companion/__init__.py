@@ -4,7 +4,8 @@ Bhattamishra, Shah, Hahn, Kanade, ICML 2026 (arXiv 2601.16873). A learner talks 
 to the model: :mod:`companion.attention` holds the models, :mod:`companion.oracles` the value-query
 oracles, and one module per paper section holds its learner (:mod:`companion.exact` for
 Theorem 4.1, ...). Every learner returns a :class:`~companion.recovery.Recovery`, which
-:meth:`~companion.recovery.Recovery.save` writes and :func:`companion.load` reads back.
+:meth:`~companion.recovery.Recovery.save` writes and ``companion.load``
+(:func:`~companion._saved.load`) reads back.
 
 The layout shows the paper's sections over shared numerics, and imports go down only: the
 sections (``exact`` §4, ``ffn``/``transformer`` §4.1, ``lowrank`` §5, ``robust`` §6,

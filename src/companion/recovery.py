@@ -50,8 +50,9 @@ class Recovery:
     The repr lists every field sorted by name, arrays by shape.
 
     A result pickles and deep-copies (``diagnostics`` travels as a dict and is read-only again
-    after), and :meth:`save` writes it to a file that :func:`companion.load` reads back without
-    pickle (safetensors plus JSON, with provenance; :mod:`companion._saved` documents the format).
+    after), and :meth:`save` writes it to a file that ``companion.load``
+    (:func:`~companion._saved.load`) reads back without pickle (safetensors plus JSON, with
+    provenance; :mod:`companion._saved` documents the format).
     """
 
     W: np.ndarray
