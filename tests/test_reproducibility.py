@@ -305,6 +305,8 @@ def format_report(rep: dict) -> str:
     lines = [f"reproducibility report: {p['cpu_vendor']} {p['cpu_model']}, OpenBLAS {p['openblas']} "
              f"(native {p['native_kernel']}, nbval under {p['nbval_kernel']}), perturbation {p['perturb_ulps']} ulps",
              f"kernel configurations: {', '.join(f'{k}/{t}' for k, t in p['kernel_configs']) or 'none'}",
+             "perturbation sign patterns (COMPANION_PERTURB_PATTERN): "
+             + ", ".join(f"{stem[:2]} {pat}" for stem, pat in p.get("perturb_patterns", {}).items()),
              f"{'chapter':28s} {'exact':>6s} {'tol.':>6s} {'round.':>6s} {'max move (perturb)':>19s} "
              f"{'max move (kernels)':>19s}"]
 
