@@ -156,3 +156,70 @@ def test_perturbation_run_fails_a_solver_output_printed_with_one_digit_too_many(
     assert 3 <= has <= 6, (has, moves)           # an SCS output has some 5 digits, not float64's 16
     found = differs(has + 1)
     assert found and "became" in found[0][0], found
+
+
+# --- the sign patterns (COMPANION_PERTURB_PATTERN) -------------------------------------------------
+
+
+def _signs(pattern, queries):
+    return np.sign(oracles.perturb(np.ones(len(queries)), queries, 8, pattern) - 1.0)
+
+
+def test_default_pattern_is_the_hash(monkeypatch, target, queries):
+    monkeypatch.delenv(oracles.PERTURB_PATTERN_ENV, raising=False)
+    assert oracles.perturbation_pattern() == "hash"
+    monkeypatch.setenv(PERTURB_ENV, "8")
+    s = np.sign(ValueQueryOracle(target)(queries) / target(queries) - 1.0)
+    assert np.array_equal(s, _signs("hash", queries))
+
+
+@pytest.mark.parametrize("pattern", oracles.PERTURB_PATTERNS)
+def test_each_pattern_moves_every_answer_by_k_ulps_both_ways(monkeypatch, target, queries, pattern):
+    monkeypatch.setenv(PERTURB_ENV, "4")
+    monkeypatch.setenv(oracles.PERTURB_PATTERN_ENV, pattern)
+    exact = target(queries)
+    a = ValueQueryOracle(target)(queries)
+    rel = a / exact - 1.0
+    assert np.all(np.abs(np.abs(rel) - 4 * EPS) <= EPS)
+    assert 60 < int(np.sum(rel > 0)) < 140          # both signs, about equally often
+    assert np.array_equal(a, ValueQueryOracle(target)(queries))  # deterministic
+    one = np.concatenate([oracles.perturb(np.ones(1), x[None], 8, pattern) for x in queries[:20]])
+    assert np.array_equal(one, oracles.perturb(np.ones(200), queries, 8, pattern)[:20])  # batch-free
+
+
+def test_patterns_are_independent_functions_of_the_query():
+    """Over 4000 random queries each pair of patterns agrees on about half of them (a pattern that
+    were the hash with another seed, or a sign flip of another, would agree on 50% too, so also: the
+    smooth pattern keeps its sign under a 1e-9 move of the query, the hash and parity do not)."""
+    q = np.random.default_rng(7).standard_normal((4000, 2, 5))
+    s = {p: _signs(p, q) for p in oracles.PERTURB_PATTERNS}
+    for a in s:
+        for b in s:
+            if a < b:
+                agree = float(np.mean(s[a] == s[b]))
+                assert 0.45 < agree < 0.55, (a, b, agree)
+    near = q + 1e-9
+    assert np.mean(_signs("smooth", near) == s["smooth"]) > 0.99
+    assert 0.45 < np.mean(_signs("hash", near) == s["hash"]) < 0.55
+    assert 0.45 < np.mean(_signs("parity", near) == s["parity"]) < 0.55
+
+
+def test_parity_is_the_parity_of_the_xored_words():
+    x = np.zeros((1, 1, 2))  # words 0, 0 and length 1: one bit set, odd parity
+    assert _signs("parity", x)[0] == -1.0
+    x = np.array([[[0.0, 1.0]]])  # 1.0 = 0x3FF0000000000000 (10 bits) ^ length 1: odd (11)
+    assert _signs("parity", x)[0] == -1.0
+    x = np.array([[[-0.0, 1.0]]])  # -0.0 counts as 0.0
+    assert _signs("parity", x)[0] == -1.0
+    x = np.zeros((1, 3, 1))  # length 3 = 0b11: even
+    assert _signs("parity", x)[0] == 1.0
+
+
+@pytest.mark.parametrize("bad", ["Hash", "sign", "1"])
+def test_unknown_pattern_is_refused(monkeypatch, target, bad):
+    monkeypatch.setenv(PERTURB_ENV, "4")
+    monkeypatch.setenv(oracles.PERTURB_PATTERN_ENV, bad)
+    with pytest.raises(InvalidInputError, match=rf"{oracles.PERTURB_PATTERN_ENV}=.*must be one of hash, parity, smooth"):
+        ValueQueryOracle(target)(np.ones((1, 5)))
+    with pytest.raises(InvalidInputError):
+        oracles.perturb(np.ones(1), np.ones((1, 1, 5)), 4, bad)

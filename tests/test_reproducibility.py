@@ -7,9 +7,14 @@ ones by the same rule as nbval's (:mod:`companion.nbcompare`):
 
 1. **Perturbed answers** (machine-independent): every chapter once with
    ``COMPANION_PERTURB_ULPS=4`` (:data:`PERTURB_ULPS`), the oracles' test mode that multiplies each
-   answer by ``1 + 4 eps s(X)`` with a sign from a hash of the query (:mod:`companion.oracles`).
-   That is the arithmetic of a machine we do not have, the same on every machine: an output it
-   moves beyond its stated tolerance is printed with more digits than it has.
+   answer by ``1 + 4 eps s(X)`` with a sign ``s(X)`` that is a function of the query
+   (:mod:`companion.oracles`). That is the arithmetic of a machine we do not have, the same on every
+   machine: an output it moves beyond its stated tolerance is printed with more digits than it has.
+   The sign pattern (``COMPANION_PERTURB_PATTERN``: a hash of the query's bytes, the parity of its
+   bits, or a smooth function of its entries; :data:`~companion.oracles.PERTURB_PATTERNS`) rotates
+   across the chapters: chapter ``i`` runs under pattern ``(i + r) mod 3``, ``r`` =
+   ``$COMPANION_PERTURB_ROTATION`` (default 0), so three consecutive rotations run every chapter
+   under every pattern, and one run costs what a single pattern did (7 executions).
 2. **Every OpenBLAS kernel type the CPU runs** (:data:`KERNELS`: Haswell, Sandybridge, SkylakeX,
    Nehalem, Prescott, each kept when /proc/cpuinfo has its flags), with 1 and 2 BLAS threads: up to
    ten configurations, less the one nbval already runs (the environment's ``OPENBLAS_CORETYPE``, or
@@ -54,7 +59,7 @@ import nbformat
 import pytest
 
 from companion import nbcompare
-from companion.oracles import PERTURB_ENV
+from companion.oracles import PERTURB_ENV, PERTURB_PATTERN_ENV, PERTURB_PATTERNS
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -67,7 +72,14 @@ REPORTED = {"Prescott": {"Prescott", "Katmai"}}
 THREADS = (1, 2)
 #: Ulps of the perturbation run (a few units, as a second machine's rounding moves a result).
 PERTURB_ULPS = 4
-PERTURB = ("perturb", PERTURB_ULPS)
+#: Shift of the rotation of the perturbation's sign patterns across the chapters (module docstring).
+PERTURB_ROTATION = int(os.environ.get("COMPANION_PERTURB_ROTATION", "0") or 0)
+
+
+def perturb_config(i: int, rotation: int = PERTURB_ROTATION) -> tuple:
+    """The perturbation run of chapter ``i``: 4 ulps with pattern ``(i + rotation) mod 3``."""
+    return ("perturb", PERTURB_ULPS, PERTURB_PATTERNS[(i + rotation) % len(PERTURB_PATTERNS)])
+
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +142,7 @@ def schedule(chapters, configs) -> dict:
         else:
             group = one or two
             picked = [group[i % len(group)]] if group else []
-        out[path.stem] = [PERTURB, *picked]
+        out[path.stem] = [perturb_config(i), *picked]
     return out
 
 
@@ -140,15 +152,16 @@ RUNS = [(path, config) for path in CHAPTERS for config in SCHEDULE[path.stem]]
 
 
 def _config_id(config) -> str:
-    return f"perturb{config[1]}ulps" if config[0] == "perturb" else f"{config[0]}-{config[1]}thread"
+    return f"perturb{config[1]}ulps-{config[2]}" if config[0] == "perturb" else f"{config[0]}-{config[1]}thread"
 
 
 def _execute(path: Path, config, out_dir: Path) -> Path:
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0")
     env.pop("COMPANION_RESULTS_DIR", None)  # companion run publishes next to the notebook, in out_dir
     env.pop(PERTURB_ENV, None)
+    env.pop(PERTURB_PATTERN_ENV, None)
     if config[0] == "perturb":
-        env.update({PERTURB_ENV: str(config[1]), "OPENBLAS_NUM_THREADS": "1"})
+        env.update({PERTURB_ENV: str(config[1]), PERTURB_PATTERN_ENV: config[2], "OPENBLAS_NUM_THREADS": "1"})
     else:
         kernel, threads = config
         env.update(OPENBLAS_CORETYPE=kernel, OPENBLAS_NUM_THREADS=str(threads))
@@ -260,6 +273,7 @@ def platform_info() -> dict:
             "openblas": (NATIVE or {}).get("version"), "native_kernel": (NATIVE or {}).get("architecture"),
             "nbval_kernel": list(NBVAL_CONFIG) if CONFIGS is not None else None,
             "kernel_configs": [list(c) for c in CONFIGS or []], "perturb_ulps": PERTURB_ULPS,
+            "perturb_patterns": {p.stem: perturb_config(i)[2] for i, p in enumerate(CHAPTERS)},
             "os_cpu_count": os.cpu_count()}
 
 
@@ -291,6 +305,8 @@ def format_report(rep: dict) -> str:
     lines = [f"reproducibility report: {p['cpu_vendor']} {p['cpu_model']}, OpenBLAS {p['openblas']} "
              f"(native {p['native_kernel']}, nbval under {p['nbval_kernel']}), perturbation {p['perturb_ulps']} ulps",
              f"kernel configurations: {', '.join(f'{k}/{t}' for k, t in p['kernel_configs']) or 'none'}",
+             "perturbation sign patterns (COMPANION_PERTURB_PATTERN): "
+             + ", ".join(f"{stem[:2]} {pat}" for stem, pat in p.get("perturb_patterns", {}).items()),
              f"{'chapter':28s} {'exact':>6s} {'tol.':>6s} {'round.':>6s} {'max move (perturb)':>19s} "
              f"{'max move (kernels)':>19s}"]
 
@@ -333,7 +349,8 @@ def test_chapter_reproduces(path, config, reexecuted):
     out = reexecuted[(path.stem, config)].result()
     diffs, summary = compare(path, out)
     REPORT[(path.stem, _config_id(config))] = summary
-    what = (f"with the oracles' answers perturbed by {config[1]} ulps ({PERTURB_ENV})" if config[0] == "perturb"
+    what = (f"with the oracles' answers perturbed by {config[1]} ulps, pattern {config[2]} ({PERTURB_ENV}, "
+            f"{PERTURB_PATTERN_ENV})" if config[0] == "perturb"
             else f"under OpenBLAS {config[0]} with {config[1]} thread(s) "
                  f"(native: {(NATIVE or {}).get('architecture')})")
     assert not diffs, (f"{path.stem} {what} differs from the committed outputs beyond the contract:\n"
@@ -348,7 +365,7 @@ def test_schedule_covers_every_configuration(n_kernels):
     configs = [(k, t) for t in THREADS for k in kernels if (k, t) != ("Haswell", 2)]
     plan = schedule(CHAPTERS, configs)
     assert list(plan) == [p.stem for p in CHAPTERS]
-    assert all(runs[0] == PERTURB for runs in plan.values())
+    assert [runs[0] for runs in plan.values()] == [perturb_config(i) for i in range(len(CHAPTERS))]
     run = {c for runs in plan.values() for c in runs[1:]}
     assert {k for k, _ in run} == set(kernels) and {t for _, t in run} == {t for _, t in configs}
     if n_kernels >= 3:      # with two kernels, a 2-thread Sandybridge pairs only with a 1-thread Haswell
@@ -364,7 +381,19 @@ def test_schedule_covers_every_configuration(n_kernels):
 def test_this_machine_runs_every_kernel_and_both_thread_counts():
     if CONFIGS is None:
         pytest.skip(NBVAL_CONFIG)
-    run = {c for p, c in RUNS if c != PERTURB}
+    run = {c for p, c in RUNS if c[0] != "perturb"}
     assert run == set(CONFIGS)
     assert {k for k, _ in run} == {k for k, _ in CONFIGS}           # every kernel type the CPU runs
     assert {t for _, t in run} == set(THREADS)
+
+
+@pytest.mark.parametrize("rotation", [0, 1, 2, 5])
+def test_perturbation_patterns_rotate_across_the_chapters(rotation):
+    """One perturbation run per chapter; with 7 chapters every pattern runs in every rotation, and
+    three consecutive rotations run every chapter under every pattern."""
+    plan = [perturb_config(i, rotation) for i in range(len(CHAPTERS))]
+    assert all(c[:2] == ("perturb", PERTURB_ULPS) for c in plan)
+    assert {c[2] for c in plan} == set(PERTURB_PATTERNS)
+    assert plan[0][2] == PERTURB_PATTERNS[rotation % 3]
+    three = {(i, perturb_config(i, rotation + k)[2]) for i in range(len(CHAPTERS)) for k in range(3)}
+    assert len(three) == 3 * len(CHAPTERS)

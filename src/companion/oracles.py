@@ -16,12 +16,22 @@ sequences of different lengths (answer: ``ndarray of shape (B,)``), and evaluate
 variable ``COMPANION_PERTURB_ULPS=k`` (an integer, ``0 <= k <= 1000``) every oracle of this module,
 and every subclass (membership, the chapters' timed oracles), multiplies the target's float64 output
 ``f*(X)`` by ``1 + k * eps * s(X)`` before any noise or rounding of its own, where ``eps =
-numpy.finfo(float).eps`` (2**-52) and ``s(X) = +1 or -1`` is the sign of a SplitMix64 hash of the
-query's bytes (the same hash as ``noise="uniform"``, with its own seed :data:`PERTURB_SEED`). The
-same query always gets the same perturbed answer, and the answers of different queries move in
-independent-looking directions: the arithmetic of another machine, whose BLAS rounds the target's
-computation differently, reproduced on any machine. ``tests/test_reproducibility.py`` re-executes
-every chapter in this mode and holds its outputs to the reproducibility contract
+numpy.finfo(float).eps`` (2**-52) and ``s(X) = +1 or -1`` is a deterministic function of the query,
+chosen by ``COMPANION_PERTURB_PATTERN`` (:data:`PERTURB_PATTERNS`; default ``"hash"``):
+
+* ``"hash"``: the sign of a SplitMix64 hash of the query's bytes (the same hash as
+  ``noise="uniform"``, with its own seed :data:`PERTURB_SEED`): neighbouring queries move in
+  independent-looking directions;
+* ``"parity"``: the parity of the bits of the xor of the query's 64-bit words and its length, a
+  linear function over GF(2) of the bytes, unrelated to the hash's mixing;
+* ``"smooth"``: the sign of ``sin(1000 * sum_j w_j x_j)`` over the query's entries ``x_j``
+  (fixed weights ``w_j`` in ``[1, 2)``): nearby queries move in the *same* direction, the
+  correlated error of a kernel whose rounding depends smoothly on its input.
+
+The same query always gets the same perturbed answer: the arithmetic of another machine, whose
+BLAS rounds the target's computation differently, reproduced on any machine.
+``tests/test_reproducibility.py`` re-executes every chapter in this mode, the patterns rotated across
+the chapters, and holds its outputs to the reproducibility contract
 (:mod:`companion.nbcompare`): an output it moves beyond its stated precision is printed with more
 digits than it has. Unset, empty or ``0`` means off. A value that is not such an integer raises
 :class:`~companion.errors.InvalidInputError` at the first answer. ``make execute`` and ``companion
@@ -45,7 +55,10 @@ __all__ = [
     "AntisymmetrisedOracle",
     "NOISE_MODELS",
     "PERTURB_ENV",
+    "PERTURB_PATTERN_ENV",
+    "PERTURB_PATTERNS",
     "PERTURB_SEED",
+    "perturbation_pattern",
     "perturbation_ulps",
     "perturb",
     "measure_precision",
@@ -61,9 +74,44 @@ __all__ = [
 
 #: The environment variable of the perturbation test mode (module docstring).
 PERTURB_ENV = "COMPANION_PERTURB_ULPS"
+#: The environment variable choosing the perturbation's sign pattern (module docstring).
+PERTURB_PATTERN_ENV = "COMPANION_PERTURB_PATTERN"
+#: The sign patterns of the perturbation test mode, independent functions of the query.
+PERTURB_PATTERNS = ("hash", "parity", "smooth")
 #: Seed of the hash that gives each query's perturbation sign (distinct from the noise seeds used).
 PERTURB_SEED = 0x5EED_0F_B175
 _PERTURB_MAX = 1000
+
+
+def perturbation_pattern() -> str:
+    """The sign pattern of the perturbation test mode, read from ``$COMPANION_PERTURB_PATTERN``.
+
+    Returns
+    -------
+    str
+        One of :data:`PERTURB_PATTERNS`; ``"hash"`` when the variable is unset or empty.
+
+    Raises
+    ------
+    InvalidInputError
+        If the variable names no pattern of :data:`PERTURB_PATTERNS`.
+
+    Examples
+    --------
+    >>> import os
+    >>> os.environ.pop(PERTURB_PATTERN_ENV, None) and None
+    >>> perturbation_pattern()
+    'hash'
+    """
+    raw = os.environ.get(PERTURB_PATTERN_ENV, "").strip()
+    if not raw:
+        return "hash"
+    if raw not in PERTURB_PATTERNS:
+        raise InvalidInputError(
+            f"{PERTURB_PATTERN_ENV}={raw!r} must be one of {', '.join(PERTURB_PATTERNS)} "
+            f"(the sign patterns of companion.oracles' perturbation test mode); unset it for 'hash'."
+        )
+    return raw
 
 
 def perturbation_ulps() -> int:
@@ -101,7 +149,7 @@ def perturbation_ulps() -> int:
     return k
 
 
-def perturb(y: np.ndarray, X: np.ndarray, k: int) -> np.ndarray:
+def perturb(y: np.ndarray, X: np.ndarray, k: int, pattern: str | None = None) -> np.ndarray:
     """Answers ``y`` of a batch ``X`` ``(B, N, d)`` multiplied by ``1 + k * eps * s(X)`` (test mode).
 
     Parameters
@@ -109,13 +157,20 @@ def perturb(y: np.ndarray, X: np.ndarray, k: int) -> np.ndarray:
     y : ndarray of shape (B,)
         The target's answers.
     X : ndarray of shape (B, N, d)
-        The queries; ``s(X) = +1 or -1`` is the sign of a hash of each query's bytes.
+        The queries; ``s(X) = +1 or -1`` is a function of each query given by ``pattern``.
     k : int
         Ulps of float64 (``eps = 2**-52``); 0 returns ``y`` unchanged.
+    pattern : str, default=None
+        One of :data:`PERTURB_PATTERNS` (module docstring); ``None``: :func:`perturbation_pattern`.
 
     Returns
     -------
     ndarray of shape (B,)
+
+    Raises
+    ------
+    InvalidInputError
+        If ``pattern`` is not one of :data:`PERTURB_PATTERNS`.
 
     Examples
     --------
@@ -124,13 +179,40 @@ def perturb(y: np.ndarray, X: np.ndarray, k: int) -> np.ndarray:
     >>> rel = perturb(np.ones(2), X, 4) - 1.0
     >>> bool(np.all(np.abs(rel) == 4 * np.finfo(float).eps))
     True
+    >>> [float((perturb(np.ones(1), X[:1], 1, p)[0] - 1.0) / np.finfo(float).eps) for p in PERTURB_PATTERNS]
+    [1.0, -1.0, 1.0]
     """
     if not k:
         return y
-    # hashed 16384 words (128 KiB) at a time: the test mode adds little memory to what a chapter measures
+    if pattern is None:
+        pattern = perturbation_pattern()
+    check_choice(pattern, "pattern", PERTURB_PATTERNS)
+    sign = {"hash": _sign_hash, "parity": _sign_parity, "smooth": _sign_smooth}[pattern]
+    # 16384 words (128 KiB) at a time: the test mode adds little memory to what a chapter measures
     rows = max(1, 16384 // max(1, X.shape[1] * X.shape[2]))
-    u = np.concatenate([_hash_uniform(X[i : i + rows], PERTURB_SEED) for i in range(0, X.shape[0], rows)])
-    return y * (1.0 + k * np.finfo(np.float64).eps * np.where(u < 0.0, -1.0, 1.0))
+    s = np.concatenate([sign(X[i : i + rows]) for i in range(0, X.shape[0], rows)])
+    return y * (1.0 + k * np.finfo(np.float64).eps * s)
+
+
+def _sign_hash(X: np.ndarray) -> np.ndarray:
+    """``"hash"``: -1 or +1 by the sign of a SplitMix64 hash of each query's bytes."""
+    return np.where(_hash_uniform(X, PERTURB_SEED) < 0.0, -1.0, 1.0)
+
+
+def _sign_parity(X: np.ndarray) -> np.ndarray:
+    """``"parity"``: -1 or +1 by the parity of the bits of the xor of each query's words and length."""
+    words = np.ascontiguousarray(X + 0.0).view(np.uint64).reshape(X.shape[0], -1)
+    acc = np.bitwise_xor.reduce(words, axis=1) ^ np.uint64(X.shape[1])
+    for shift in (32, 16, 8, 4, 2, 1):  # fold the 64 bits onto the lowest: its bit is their parity
+        acc = acc ^ (acc >> np.uint64(shift))
+    return np.where(acc & np.uint64(1), -1.0, 1.0)
+
+
+def _sign_smooth(X: np.ndarray) -> np.ndarray:
+    """``"smooth"``: the sign of ``sin(1000 sum_j w_j x_j)``, ``w_j = 1 + frac(j * golden ratio)``."""
+    flat = X.reshape(X.shape[0], -1)
+    w = 1.0 + np.modf(np.arange(1, flat.shape[1] + 1) * 0.6180339887498949)[0]
+    return np.where(np.sin(1000.0 * (flat @ w)) < 0.0, -1.0, 1.0)
 
 
 #: Noise models of :class:`ApproxValueQueryOracle`.
