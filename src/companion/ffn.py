@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
@@ -51,6 +52,10 @@ __all__ = [
     "bits_of_precision",
     "learn_ffn",
     "FFNRecovery",
+    "ReLUNetwork",
+    "ReLUNetworkRecovery",
+    "random_relu_network",
+    "learn_relu_network",
 ]
 
 _EPS = float(np.finfo(np.float64).eps)
@@ -1021,3 +1026,673 @@ def _assemble(U, c, s, b):
     A = np.concatenate([U * s[None, :], rhat[:, None], -rhat[:, None]], axis=1)
     w = np.concatenate([c, [0.5 * nr, -0.5 * nr]])
     return A, w
+
+
+# ============================================================================================
+# ReLU networks with biases and several hidden layers
+
+
+@dataclass(frozen=True, eq=False)
+class ReLUNetwork:
+    """A ReLU network with biases, ``k >= 1`` hidden layers and one output.
+
+    ``h_0 = x``, ``h_l = ReLU(W_l^T h_{l-1} + b_l)`` for ``l = 1..k``, ``f(x) = W_{k+1}^T h_k + b_{k+1}``.
+
+    Parameters
+    ----------
+    weights : sequence of k + 1 array-likes
+        ``W_l`` of shape (m_{l-1}, m_l) with ``m_0 = d``; the last, the readout, of shape (m_k,)
+        or (m_k, 1).
+    biases : sequence of k + 1 array-likes
+        ``b_l`` of shape (m_l,); the last a scalar (or shape (1,)).
+
+    Attributes
+    ----------
+    d : int
+        Input dimension.
+    widths : tuple of int
+        ``(m_1, ..., m_k)``.
+
+    Raises
+    ------
+    InvalidInputError
+        If there is no hidden layer, the shapes disagree, or an entry is NaN or inf; when called,
+        if a query is not of length 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> net = ReLUNetwork([np.array([[1.0, -1.0]]), np.array([1.0, 1.0])], [np.array([0.0, 0.0]), 0.5])
+    >>> net.forward(np.array([[2.0], [-3.0]]))   # |x| + 1/2
+    array([2.5, 3.5])
+    """
+
+    weights: Any  # a sequence; stored as a tuple of read-only arrays
+    biases: Any
+
+    def __post_init__(self):
+        weights, biases = list(self.weights), list(self.biases)
+        if len(weights) < 2 or len(weights) != len(biases):
+            raise InvalidInputError(
+                f"a ReLUNetwork needs k + 1 >= 2 weight matrices and as many biases; got {len(weights)} "
+                f"weights and {len(biases)} biases."
+            )
+        Ws, bs = [], []
+        prev = None
+        for i, (W, b) in enumerate(zip(weights, biases)):
+            last = i == len(weights) - 1
+            W = np.asarray(W, dtype=np.float64)
+            if last and W.ndim == 1:
+                W = W[:, None]
+            W = as_float_array(W, f"weights[{i}]", ndim=2, shape=(prev, 1) if last else (prev, None))
+            b = np.atleast_1d(np.asarray(b, dtype=np.float64))
+            b = as_float_array(b, f"biases[{i}]", ndim=1, shape=(W.shape[1],))
+            if W.shape[0] == 0 or W.shape[1] == 0:
+                raise InvalidInputError(f"weights[{i}] has an empty dimension: shape {W.shape}.")
+            prev = W.shape[1]
+            for a in (W, b):
+                a.flags.writeable = False
+            Ws.append(W)
+            bs.append(b)
+        object.__setattr__(self, "weights", tuple(Ws))
+        object.__setattr__(self, "biases", tuple(bs))
+
+    @property
+    def d(self) -> int:
+        return self.weights[0].shape[0]
+
+    @property
+    def widths(self) -> tuple:
+        return tuple(W.shape[1] for W in self.weights[:-1])
+
+    @property
+    def n_parameters(self) -> int:
+        return int(sum(W.size + b.size for W, b in zip(self.weights, self.biases)))
+
+    def forward(self, x) -> np.ndarray:
+        """Evaluate on points ``x`` of shape (B, d); returns (B,)."""
+        h = as_float_array(x, "x", ndim=2, shape=(None, self.d))
+        for W, b in zip(self.weights[:-1], self.biases[:-1]):
+            h = np.maximum(h @ W + b, 0.0)
+        return (h @ self.weights[-1] + self.biases[-1])[:, 0]
+
+    def __call__(self, X):
+        """Evaluate on length-1 sequences ``(1, d)`` (float), ``(B, 1, d)`` or a list (``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        lengths = {s.shape[0] for s in seqs} if isinstance(seqs, list) else {seqs.shape[1]}
+        if lengths != {1}:
+            raise InvalidInputError(f"a ReLUNetwork reads one token; got sequences of lengths {sorted(lengths)}.")
+        out = self.forward(np.concatenate([s.reshape(-1, self.d) for s in seqs]))
+        return float(out[0]) if single else out
+
+    def __repr__(self):
+        return f"ReLUNetwork(d={self.d}, widths={self.widths})"
+
+
+def random_relu_network(d, widths, *, seed, bias_scale=0.5) -> ReLUNetwork:
+    """A random network: weights ``N(0, 1/fan_in)``, biases ``N(0, bias_scale^2)``.
+
+    Parameters
+    ----------
+    d : int
+        Input dimension, ``>= 1``.
+    widths : sequence of int
+        Hidden widths ``(m_1, ..., m_k)``, ``k >= 1``.
+    seed : int
+        Seed of ``numpy.random.default_rng``.
+    bias_scale : float, default=0.5
+        Standard deviation of every bias (the readout's too).
+
+    Returns
+    -------
+    ReLUNetwork
+
+    Examples
+    --------
+    >>> random_relu_network(10, (8, 8), seed=0).widths
+    (8, 8)
+    """
+    d = check_int(d, "d", minimum=1)
+    widths = [check_int(m, "widths[i]", minimum=1) for m in widths]
+    if not widths:
+        raise InvalidInputError("widths must list at least one hidden layer.")
+    bias_scale = check_real(bias_scale, "bias_scale", minimum=0.0)
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    sizes = [d, *widths, 1]
+    weights = [rng.standard_normal((a, b)) / np.sqrt(a) for a, b in zip(sizes[:-1], sizes[1:])]
+    biases = [bias_scale * rng.standard_normal(b) for b in sizes[1:]]
+    return ReLUNetwork(weights, biases)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReLUNetworkRecovery(Recovery):
+    """:class:`~companion.recovery.Recovery` of a deep ReLU network: adds ``network``.
+
+    ``W`` is None; ``v`` is the readout weights ``W_{k+1}`` (m_k,).
+    """
+
+    network: ReLUNetwork = None  # type: ignore[assignment]  # always given
+
+    @property
+    def d(self) -> int:
+        return self.network.d
+
+
+# --------------------------------------------------------------------------------------------
+# The known prefix of the network
+
+
+def _prefix(layers, X):
+    """Activations ``h`` (n, m) and Jacobians ``dh/dx`` (n, m, d) of the recovered layers at ``X`` (n, d)."""
+    n, d = X.shape
+    H = X
+    J = np.broadcast_to(np.eye(d), (n, d, d))
+    patterns = []
+    for W, b in layers:
+        Z = H @ W + b
+        act = Z > 0
+        patterns.append(act)
+        H = np.where(act, Z, 0.0)
+        J = act[:, :, None] * np.einsum("im,nid->nmd", W, J)
+    return H, J, patterns
+
+
+def _all_active_map(layers, d):
+    """The affine map ``x -> (z_1, ..., z_l)`` of every recovered neuron's pre-activation where all are active."""
+    A, c = np.eye(d), np.zeros(d)  # h = A^T x + c
+    maps = []
+    for W, b in layers:
+        A, c = A @ W, c @ W + b
+        maps.append((A, c))
+    if not maps:
+        return np.zeros((d, 0)), np.zeros(0)
+    return np.concatenate([M for M, _ in maps], axis=1), np.concatenate([v for _, v in maps])
+
+
+def _active_points(layers, d, n, rng):
+    """Up to ``n`` random inputs at which every neuron of the recovered layers is active (no query)."""
+    if not layers:
+        return rng.standard_normal((n, d))
+    W1, b1 = layers[0]
+    pinv = np.linalg.pinv(W1.T)  # (d, m1): W1^T (pinv y) = y
+    out = []
+    for _ in range(20):
+        # Each coordinate of h_1 on its own log-uniform scale, so that points near every face and
+        # corner of the region come up (a hyperplane may cross it only there).
+        Y = np.exp(rng.uniform(np.log(1e-3), np.log(1e1), (20 * n, W1.shape[1])))
+        X = (Y - b1) @ pinv.T
+        _, _, pats = _prefix(layers, X)
+        ok = np.all(np.concatenate(pats, axis=1), axis=1)
+        out.extend(X[ok])
+        if len(out) >= n:
+            break
+    return np.asarray(out[:n]).reshape(-1, d)
+
+
+# --------------------------------------------------------------------------------------------
+# Gradients and critical points
+
+
+def _gradients_sym(f, X, h, scale, *, max_halvings=10):
+    """Gradients of ``f`` at ``X`` (n, d) by symmetric differences, each checked for linearity.
+
+    ``2 d + 1`` queries a point; a point whose forward and backward differences disagree (a step
+    crossed a kink) is re-measured with an 8 times smaller step.
+    """
+    n, d = X.shape
+    G = np.empty((n, d))
+    f0 = f(X)
+    steps = np.broadcast_to(np.asarray(h, dtype=np.float64), (n,)).copy()
+    todo = np.arange(n)
+    E = np.eye(d)
+    for _ in range(max_halvings):
+        if todo.size == 0:
+            break
+        P = np.concatenate(
+            [X[todo, None, :] + steps[todo, None, None] * E, X[todo, None, :] - steps[todo, None, None] * E], axis=1
+        )
+        fp = f(P.reshape(-1, d)).reshape(todo.size, 2 * d)
+        fw, bw = fp[:, :d], fp[:, d:]
+        curv = np.abs(fw + bw - 2.0 * f0[todo, None])
+        tol = 64 * _EPS * (scale + np.abs(f0[todo, None]) + np.abs(fw) + np.abs(bw))
+        G[todo] = (fw - bw) / (2.0 * steps[todo, None])
+        bad = np.any(curv > tol, axis=1)
+        steps[todo[bad]] /= 8.0
+        todo = todo[bad]
+    if todo.size:
+        raise OracleInconsistentError(
+            f"{todo.size} gradient(s) stayed curved after {max_halvings} step reductions: the function "
+            "is not piecewise linear (not a ReLU network)."
+        )
+    return G, f0
+
+
+@dataclass
+class _Kink:
+    x: np.ndarray  # the critical point (d,)
+    jump: np.ndarray  # gradient after minus gradient before, along the line (d,)
+    sides: tuple  # (x_before, x_after)
+    grads: tuple  # (grad_before, grad_after)
+    line: int
+
+
+def _line_kinks(f, x0, q, lo, hi, scale, line_id, *, step):
+    """The critical points of ``f`` on ``x0 + t q``, ``lo <= t <= hi``, with the gradients beside each."""
+
+    def g(ts):
+        return f(x0[None, :] + ts[:, None] * q[None, :])
+
+    ts, _ = find_kinks(g, lo, hi, scale=scale)
+    if ts.size == 0:
+        return []
+    edges = np.concatenate([[lo], ts, [hi]])
+    gaps = np.minimum(np.diff(edges)[:-1], np.diff(edges)[1:])
+    delta = 0.25 * gaps
+    before = x0[None, :] + (ts - delta)[:, None] * q[None, :]
+    after = x0[None, :] + (ts + delta)[:, None] * q[None, :]
+    hs = np.minimum(0.25 * delta, step)
+    G, _ = _gradients_sym(f, np.concatenate([before, after]), np.concatenate([hs, hs]), scale)
+    k = ts.size
+    return [
+        _Kink(x0 + t * q, G[k + i] - G[i], (before[i], after[i]), (G[i], G[k + i]), line_id) for i, t in enumerate(ts)
+    ]
+
+
+def _segment(layers, x0, q, span, d):
+    """The part of ``x0 + t q``, ``|t| <= span``, on which every recovered neuron stays active."""
+    M, c = _all_active_map(layers, d)
+    lo, hi = -span, span
+    if M.shape[1]:
+        z0 = x0 @ M + c
+        dz = q @ M
+        with np.errstate(divide="ignore"):
+            t = -z0 / dz
+        lo = max(lo, float(np.max(t[dz > 0], initial=-np.inf)))
+        hi = min(hi, float(np.min(t[dz < 0], initial=np.inf)))
+    pad = 1e-6 * (hi - lo)
+    return lo + pad, hi - pad
+
+
+# --------------------------------------------------------------------------------------------
+# One layer
+
+
+def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7, fraction=0.5):
+    """Normals ``(w, b)`` (unit norm, up to sign) of the next layer, from the kinks found inside the
+    region where the recovered layers are all active; returns ``(eta (m_prev + 1, k), members)``."""
+    X = np.stack([k.x for k in kinks])
+    H, J, _ = _prefix(layers, X)
+    clusters: list = []  # [sum of aligned etas, lines, members, reference eta]
+    for i, kink in enumerate(kinks):
+        Ji = J[i]  # (m_prev, d)
+        w, res, rank, sv = np.linalg.lstsq(Ji.T, kink.jump, rcond=None)
+        if rank < Ji.shape[0] or sv[-1] < 1e-8 * sv[0]:
+            continue
+        if np.linalg.norm(Ji.T @ w - kink.jump) > 1e-6 * np.linalg.norm(kink.jump):
+            continue  # not in the span of the known layer's gradients
+        b = -float(w @ H[i])
+        eta = np.concatenate([w, [b]])
+        eta /= np.linalg.norm(eta)
+        for cl in clusters:
+            ref = cl[3]
+            sgn = 1.0 if eta @ ref >= 0 else -1.0
+            if np.max(np.abs(sgn * eta - ref)) <= tol:
+                cl[0] += sgn * eta
+                cl[1].add(kink.line)
+                cl[2].append(i)
+                break
+        else:
+            clusters.append([eta.copy(), {kink.line}, [i], eta])
+    clusters.sort(key=lambda cl: -len(cl[1]))
+    if width is None:
+        # Detected: hyperplanes met on at least half as many lines as the most-met one (a deeper
+        # neuron's piece repeats only on the lines through one cell).
+        most = len(clusters[0][1]) if clusters else 0
+        chosen = [cl for cl in clusters if len(cl[1]) >= max(min_lines, fraction * most)]
+    else:
+        chosen = clusters[:width]
+        if len(chosen) < width or len(chosen[-1][1]) < min_lines:
+            seen = [len(cl[1]) for cl in clusters[:width]]
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1}: found {sum(s >= min_lines for s in seen)} of the {width} neurons "
+                f"on at least {min_lines} lines (lines per neuron: {seen}); a neuron whose hyperplane misses "
+                "the region where all earlier layers are active cannot be seen by this learner. Raise n_lines."
+            )
+    if not chosen:
+        return np.zeros((0 if not layers else layers[-1][0].shape[1] + 1, 0)), []
+    etas = []
+    P_all = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+    for cl in chosen:
+        eta0 = cl[0] / np.linalg.norm(cl[0])
+        # The critical points lie on the hyperplane to float64 (find_kinks intersects lines): the
+        # smallest correction orthogonal to eta0 that puts them on it refines the gradients' eta0.
+        P = P_all[cl[2]]
+        B = np.linalg.svd(eta0[:, None], full_matrices=True)[0][:, 1:]
+        c = np.linalg.lstsq(P @ B, -(P @ eta0), rcond=None)[0]
+        eta = eta0 + B @ c
+        etas.append(eta / np.linalg.norm(eta))
+    return np.stack(etas, axis=1), [cl[2] for cl in chosen]
+
+
+def _count_neurons(layers, kinks, d):
+    """Clusters met on at least two lines (no query)."""
+    try:
+        return _layer_neurons(layers, kinks, None, d, min_lines=2, fraction=0.0)[0].shape[1]
+    except np.linalg.LinAlgError:
+        return 0
+
+
+def _select(layers, kinks, width, d, etas, members, max_rounds=40):
+    """Among the hyperplanes met on two lines, ``width`` whose kinks pass the sign test.
+
+    A deeper neuron is flat within one cell of the layer's arrangement and can repeat across lines
+    there; beside its kinks no coefficient vanishes on one side. Candidates that never show a clean
+    side are replaced by the next most-met hyperplanes (no query)."""
+    all_etas, all_members = _layer_neurons(layers, kinks, None, d, min_lines=2, fraction=0.0)
+    order = list(range(all_etas.shape[1]))
+    chosen, rest = order[:width], order[width:]
+    for _ in range(max_rounds):
+        signs = _signs(layers, all_etas[:, chosen], [all_members[i] for i in chosen], kinks, strict=False)
+        bad = [c for c, sg in zip(chosen, signs) if sg == 0.0]
+        if not bad or not rest:
+            break
+        chosen = [c for c in chosen if c not in bad] + rest[: len(bad)]
+        rest = rest[len(bad) :] + bad
+    return all_etas[:, chosen], [all_members[i] for i in chosen]
+
+
+def _signs(layers, etas, members, kinks, strict=True):
+    """Which side of its hyperplane each new neuron is active on.
+
+    At a kink of neuron ``j``, the gradients beside it are combinations of the new neurons' gradients
+    (independent when the widths do not grow); neuron ``j``'s coefficient vanishes on the side where it is
+    off, and is the jump on the side where it is on (Carlini et al. 2020's contractive sign test)."""
+    Wn, bn = etas[:-1], etas[-1]
+    signs = np.zeros(etas.shape[1])
+    for j, idx in enumerate(members):
+        votes = []
+        for i in idx:
+            kink = kinks[i]
+            sides = np.stack(kink.sides)
+            H, J, _ = _prefix(layers, sides)
+            coef = []
+            for s in range(2):
+                M = J[s].T @ Wn  # (d, m_new): gradients of the new pre-activations
+                gam = np.linalg.lstsq(M, kink.grads[s], rcond=None)[0]
+                coef.append(abs(gam[j]) * np.linalg.norm(M[:, j]))
+            big, small = max(coef), min(coef)
+            if big == 0.0 or small > 1e-6 * big:
+                continue
+            on = int(np.argmax(coef))
+            z = float(H[on] @ Wn[:, j] + bn[j])
+            votes.append(1.0 if z > 0 else -1.0)
+        if not votes and not strict:
+            signs[j] = 0.0
+            continue
+        if not votes:
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1}, neuron {j}: no kink of it showed the side on which it is active "
+                "(its coefficient did not vanish on either side); its sign is not determined here."
+            )
+        if min(votes) != max(votes):
+            raise OracleInconsistentError(
+                f"layer {len(layers) + 1}, neuron {j}: its kinks disagree on the side where it is active; the "
+                "oracle is not a ReLU network of this form."
+            )
+        signs[j] = votes[0]
+    return signs
+
+
+def _readout(layers, X, y):
+    """Least-squares readout ``(w, b)`` of the recovered layers on answered points, and its relative residual."""
+    H, _, _ = _prefix(layers, X)
+    F = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+    coef = np.linalg.lstsq(F, y, rcond=None)[0]
+    res = float(np.max(np.abs(F @ coef - y))) / max(float(np.max(np.abs(y))), np.finfo(float).tiny)
+    return coef[:-1], float(coef[-1]), res
+
+
+def learn_relu_network(
+    oracle,
+    *,
+    widths=None,
+    n_lines=None,
+    max_batches=4,
+    span=None,
+    max_layers=8,
+    verify=256,
+    verify_rtol=2.0**-30,
+    seed=0,
+):
+    """Extract a ReLU network with biases and ``k >= 1`` hidden layers from one-token value queries.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle whose answers on one-token queries ``[x^T]`` are a :class:`ReLUNetwork`'s
+        ``f(x)`` (float64).
+    widths : sequence of int, optional
+        The hidden widths ``(m_1, ..., m_k)``. If None, they are detected: a layer's neurons are
+        the hyperplanes met on at least two lines, and the depth ends when a readout of the
+        recovered layers fits every answer so far. Detection is measured to work at depth 1 only:
+        at depth 2 a deeper neuron's piece repeats across lines and the learner refuses (the
+        verification fails); pass ``widths`` for deeper networks.
+    n_lines : int, optional
+        Random lines searched for critical points per layer; default ``max(12, 3 m)`` with
+        ``m`` the previous layer's width (``d`` for the first).
+    max_batches : int, default=4
+        Batches of ``n_lines`` lines per layer at most: another is searched while the neurons met
+        on two lines grow in number (or fall short of the given width).
+    span : float, optional
+        Half-length of each line; default ``3 sqrt(d)`` (inputs are of the scale ``N(0, I_d)``).
+    max_layers : int, default=8
+        Deepest network tried when ``widths`` is None.
+    verify : int, default=256
+        Fresh points ``N(0, I_d)`` (never used for learning) on which the recovered network is
+        compared with the oracle; ``0`` opts out.
+    verify_rtol : float, default=2**-30
+        Largest accepted worst-case relative error ``max |f_hat - f| / max |f|`` on them.
+    seed : int, default=0
+        Seed of ``numpy.random.default_rng`` for the lines and the verification points.
+
+    Returns
+    -------
+    ReLUNetworkRecovery
+        ``network``: a :class:`ReLUNetwork` equal to the target up to the symmetries of ReLU
+        networks (per-neuron positive rescaling, permutations; each hidden neuron's ``(w, b)`` has
+        unit norm); ``v`` its readout; ``W`` None. ``diagnostics``: ``widths``, ``n_probe_queries``
+        (4, the answers' scale), ``n_kinks`` (per layer), ``n_lines`` (per layer),
+        ``n_layer_queries`` (per layer, kink search and gradients; ``n_learning_queries`` is
+        ``n_probe_queries`` plus their sum), ``n_readout_points``, ``readout_residual``, ``n_verify_queries``,
+        ``verify_rel_error`` and ``verify_bits`` (``-log2`` of it: the field's bits of precision).
+
+    Raises
+    ------
+    TypeError
+        If ``oracle`` is not an exact value-query oracle.
+    InvalidInputError
+        For a bad option, or ``widths`` that grow (``m_1 > d`` or ``m_l > m_{l-1}``).
+    NotIdentifiableError
+        If a detected layer is wider than the one before it (outside the class), a neuron was
+        not met inside the region where all earlier layers are active, or its sign was not shown.
+    OracleInconsistentError
+        If the answers are not piecewise linear, disagree on a neuron's sign, or the recovered
+        network disagrees with the oracle on the fresh points by more than ``verify_rtol``.
+    PrecisionError
+        If two critical points along a line are closer than float64 resolves.
+
+    Notes
+    -----
+    The method of Carlini, Jagielski & Mironov 2020 [1]_ (critical points along lines, layer-by-layer
+    signature recovery), in this book's own implementation and with this book's simplification:
+    layer ``l`` is read only inside the region ``R_{l-1}`` where every neuron of layers ``1..l-1``
+    is active, which the recovered layers locate without a query. There ``h_{l-1}`` is an affine
+    map of ``x`` of full rank (the widths do not grow), so
+
+    * every kink on a line inside ``R_{l-1}`` belongs to layer ``l`` or deeper; its gradient jump
+      is ``kappa A^T w`` with ``A`` the known Jacobian of ``h_{l-1}``, which gives ``w`` up to
+      scale, and ``b = -w^T h_{l-1}(x*)`` at the critical point ``x*``;
+    * layer-``l`` neurons are flat in ``h_{l-1}``: the same unit ``(w, b)`` comes back from many
+      lines; deeper neurons bend, and repeat only within one cell;
+    * signs: beside a kink of neuron ``j`` the gradient of ``f`` is a combination of the layer's
+      gradients ``A^T w_i``; ``j``'s coefficient is zero on the side where ``j`` is off (the
+      contractive sign test; Canales-Martinez et al. 2024 [2]_ treat the general case);
+    * the readout is a least-squares fit of the answers already spent on ``h_k``.
+
+    A neuron whose hyperplane misses ``R_{l-1}`` is not found (rare for random networks; the
+    learner refuses, naming the layer). Queries: ``n_lines`` kink searches per layer plus
+    ``2 (2 d + 1)`` for the gradients beside each kink; counted, not bounded.
+
+    References
+    ----------
+    .. [1] N. Carlini, M. Jagielski, I. Mironov, "Cryptanalytic extraction of neural network
+       models", CRYPTO 2020.
+    .. [2] I. A. Canales-Martinez, J. Chavez-Saab, A. Hambitzer, F. Rodriguez-Henriquez,
+       N. Satpute, A. Shamir, "Polynomial time cryptanalytic extraction of neural network models",
+       EUROCRYPT 2024.
+
+    Examples
+    --------
+    >>> from companion.oracles import ValueQueryOracle
+    >>> net = random_relu_network(10, (8, 8), seed=0)
+    >>> rec = learn_relu_network(ValueQueryOracle(net), widths=(8, 8))
+    >>> rec.network.widths, rec.diagnostics["verify_bits"] > 35
+    ((8, 8), True)
+    """
+    from .exact import check_exact_oracle
+
+    d = check_exact_oracle(oracle, "learn_relu_network")
+    if widths is not None:
+        widths = [check_int(m, "widths[i]", minimum=1) for m in widths]
+        if not widths:
+            raise InvalidInputError("widths must list at least one hidden layer, or be None to detect them.")
+        for prev, m in zip([d, *widths[:-1]], widths):
+            if m > prev:
+                raise InvalidInputError(
+                    f"widths={tuple(widths)} grow ({m} > {prev}); learn_relu_network handles networks whose "
+                    "widths do not grow (d >= m_1 >= m_2 >= ...)."
+                )
+    if n_lines is not None:
+        n_lines = check_int(n_lines, "n_lines", minimum=2)
+    span = 3.0 * np.sqrt(d) if span is None else check_real(span, "span", minimum=0.0, strict=True)
+    max_layers = check_int(max_layers, "max_layers", minimum=1)
+    max_batches = check_int(max_batches, "max_batches", minimum=1)
+    verify = check_int(verify, "verify", minimum=0)
+    verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
+    seed = check_int(seed, "seed", minimum=0)
+    rng = np.random.default_rng(seed)
+    start = oracle.n_queries
+    answered_x: list = []
+    answered_y: list = []
+
+    def f(x):
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(oracle(x[:, None, :]), dtype=np.float64)
+        answered_x.append(x)
+        answered_y.append(y)
+        return y
+
+    X_check = rng.standard_normal((verify, d))
+    y_probe = f(rng.standard_normal((4, d)))  # the scale of the answers
+    scale = max(float(np.max(np.abs(y_probe))), 1e-300)
+
+    layers: list = []
+    diag = {"n_probe_queries": oracle.n_queries - start, "n_kinks": [], "n_lines": [], "n_layer_queries": []}
+    depth = len(widths) if widths is not None else max_layers
+    for layer in range(depth):
+        before = oracle.n_queries
+        prev = layers[-1][0].shape[1] if layers else d
+        lines = n_lines if n_lines is not None else max(12, 3 * prev)
+        bases = _active_points(layers, d, lines, rng)
+        if bases.shape[0] == 0:
+            raise NotIdentifiableError(
+                f"no input activates every neuron of layers 1..{len(layers)} at once; this learner reads "
+                f"layer {len(layers) + 1} inside that region."
+            )
+        kinks: list = []
+        n_seen, n_batches = -1, 0
+        target_width = None if widths is None else widths[layer]
+        while n_batches < max_batches:
+            # Batches of lines until the neurons met on two lines stop increasing (or the given
+            # width is met); a hyperplane crossing a small part of R_{l-1} needs more lines.
+            n_batches += 1
+            ends = _active_points(layers, d, lines, rng) if layers else bases[::-1]
+            for li, x0 in enumerate(bases):
+                # Inside R_{l-1} (convex), the line through two of its random points crosses it far.
+                q = rng.standard_normal(d) if not layers or li >= ends.shape[0] else ends[li] - x0
+                q /= np.linalg.norm(q)
+                lo, hi = _segment(layers, x0, q, span, d)
+                if hi - lo <= 1e-9 * span:
+                    continue
+                kinks.extend(_line_kinks(f, x0, q, lo, hi, scale, li + lines * n_batches, step=1e-3))
+            seen = _count_neurons(layers, kinks, d) if kinks else 0
+            if (target_width is not None and seen >= target_width) or (target_width is None and seen <= n_seen):
+                break
+            n_seen = seen
+            bases = _active_points(layers, d, lines, rng)
+        diag["n_kinks"].append(len(kinks))
+        diag["n_lines"].append(int(lines * n_batches))
+        if widths is None and layers:
+            Xa, ya = np.concatenate(answered_x), np.concatenate(answered_y)
+            _, _, res = _readout(layers, Xa, ya)
+            if res <= 1e3 * _EPS * max(d, 16):
+                diag["n_layer_queries"].append(oracle.n_queries - before)
+                break
+        if widths is None and layers and not kinks:
+            diag["n_layer_queries"].append(oracle.n_queries - before)
+            break  # f is affine where every recovered neuron is active: the depth ends (verified below)
+        if not kinks:
+            raise NotIdentifiableError(f"layer {len(layers) + 1}: no critical point on {lines} lines.")
+        etas, members = _layer_neurons(layers, kinks, None if widths is None else widths[layer], d, min_lines=2)
+        if etas.shape[1] == 0 and widths is None and layers:
+            diag["n_layer_queries"].append(oracle.n_queries - before)
+            break
+        if etas.shape[1] == 0:
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1}: no hyperplane met on two lines; the network is deeper than this "
+                "learner reads or its neurons miss the region where earlier layers are all active."
+            )
+        if etas.shape[1] > prev:
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1} has {etas.shape[1]} neurons, more than the {prev} before it: "
+                "learn_relu_network handles networks whose widths do not grow."
+            )
+        if widths is not None and layers:
+            etas, members = _select(layers, kinks, widths[layer], d, etas, members)
+        signs = _signs(layers, etas, members, kinks)
+        layers.append((etas[:-1] * signs[None, :], etas[-1] * signs))
+        diag["n_layer_queries"].append(oracle.n_queries - before)
+    Xa, ya = np.concatenate(answered_x), np.concatenate(answered_y)
+    w_out, b_out, res = _readout(layers, Xa, ya)
+    n_learning = oracle.n_queries - start
+    net = ReLUNetwork([W for W, _ in layers] + [w_out], [b for _, b in layers] + [b_out])
+    if verify:
+        y_check = np.asarray(oracle(X_check[:, None, :]), dtype=np.float64)
+        y_hat = net.forward(X_check)
+        ref = max(float(np.max(np.abs(y_check))), np.finfo(float).tiny)
+        rel = float(np.max(np.abs(y_hat - y_check))) / ref
+        bits = bits_of_precision(y_hat, y_check)
+    else:
+        rel, bits = float("nan"), float("nan")
+    diag.update(
+        widths=list(net.widths),
+        n_readout_points=int(Xa.shape[0]),
+        readout_residual=res,
+        n_verify_queries=oracle.n_queries - start - n_learning,
+        verify_rel_error=rel,
+        verify_bits=bits,
+    )
+    if verify and not rel <= verify_rtol:
+        raise OracleInconsistentError(
+            f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
+            f"verify_rtol={verify_rtol:.3g} on {verify} fresh points: the target is not a ReLU network "
+            "whose widths do not grow, or a neuron was missed. Raise n_lines or pass another seed."
+        )
+    return ReLUNetworkRecovery(
+        W=None,
+        v=net.weights[-1][:, 0].copy(),
+        n_queries=oracle.n_queries - start,
+        message=f"extracted widths {net.widths} from {n_learning} length-1 queries; {bits:.1f} bits on fresh points",
+        diagnostics=diag,
+        network=net,
+    )
