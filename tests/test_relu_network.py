@@ -46,7 +46,7 @@ def test_depth_one_width_detected():
 
 
 def test_depth_three_refused_not_wrong():
-    # Depth 3 is not handled yet (a deeper neuron's piece passes for a layer-2 neuron): the learner
+    # Seed 1: a neuron or a weight of layer 3 is not seen and the verification fails: the learner
     # refuses; it never returns an unverified network.
     net = random_relu_network(10, (8, 8, 8), seed=1)
     with pytest.raises((NotIdentifiableError, OracleInconsistentError)):
@@ -63,3 +63,15 @@ def test_growing_widths_refused_before_any_query():
 def test_wider_than_input_refused():
     with pytest.raises((OracleInconsistentError, NotIdentifiableError)):
         learn_relu_network(ValueQueryOracle(random_feedforward(10, 12, seed=0)), widths=(8,))
+
+
+def test_depth_three_biased_recovered_to_35_bits():
+    # random_relu_network(10, (8, 8, 8), seed=0): three neurons of layer 3 are dead on the inputs
+    # (never active): the recovered network leaves them out and computes the same function.
+    net = random_relu_network(10, (8, 8, 8), seed=0)
+    rec = learn_relu_network(ValueQueryOracle(net), widths=(8, 8, 8))
+    assert rec.network.widths == (8, 8, 5)
+    assert rec.diagnostics["verify_bits"] >= 35
+    X = np.random.default_rng(5).standard_normal((2000, 10))
+    y = net.forward(X)
+    assert np.max(np.abs(rec.network.forward(X) - y)) / np.max(np.abs(y)) < 2.0**-35

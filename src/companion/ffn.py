@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
+from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, linprog, milp
 
 from ._learner import COARSE_FACTOR, FLOAT64_U, AnswerPrecision, names_rounding, refuse_stated_rounding
 from ._validation import as_float_array, as_sequences, check_int, check_real
@@ -1209,24 +1209,62 @@ def _all_active_map(layers, d):
     return np.concatenate([M for M, _ in maps], axis=1), np.concatenate([v for _, v in maps])
 
 
-def _active_points(layers, d, n, rng):
-    """Up to ``n`` random inputs at which every neuron of the recovered layers is active (no query)."""
+def _active_points(layers, d, n, rng, *, box=30.0):
+    """``n`` random inputs at which every neuron of the recovered layers is active (no query).
+
+    Each coordinate of ``h_1`` on its own log-uniform scale, kept where the later layers are all
+    active (points near every face and corner of the region, where a plane may cross it only);
+    if too few are kept, the rest by hit-and-run from the point of largest margin
+    (:func:`scipy.optimize.linprog`). An empty array if no input activates them all.
+    """
     if not layers:
         return rng.standard_normal((n, d))
     W1, b1 = layers[0]
     pinv = np.linalg.pinv(W1.T)  # (d, m1): W1^T (pinv y) = y
-    out = []
+    out: list = []
     for _ in range(20):
-        # Each coordinate of h_1 on its own log-uniform scale, so that points near every face and
-        # corner of the region come up (a hyperplane may cross it only there).
         Y = np.exp(rng.uniform(np.log(1e-3), np.log(1e1), (20 * n, W1.shape[1])))
         X = (Y - b1) @ pinv.T
         _, _, pats = _prefix(layers, X)
         ok = np.all(np.concatenate(pats, axis=1), axis=1)
-        out.extend(X[ok])
+        out.extend(X[ok][: n - len(out)])
         if len(out) >= n:
-            break
-    return np.asarray(out[:n]).reshape(-1, d)
+            return np.asarray(out).reshape(-1, d)
+    M, c = _all_active_map(layers, d)
+    norms = np.linalg.norm(M, axis=0)
+    # max t subject to (M^T x + c) / |M_i| >= t and |x_j| <= box - t: a point with room on every side
+    eye = np.eye(d)
+    res = linprog(
+        np.concatenate([np.zeros(d), [-1.0]]),
+        A_ub=np.block([[-(M / norms).T, np.ones((M.shape[1], 1))], [eye, np.ones((d, 1))], [-eye, np.ones((d, 1))]]),
+        b_ub=np.concatenate([c / norms, np.full(2 * d, box)]),
+        bounds=[(None, None)] * d + [(None, 1.0)],
+    )
+    if res.x is None or res.x[-1] <= 0:
+        return np.asarray(out).reshape(-1, d)
+    x = res.x[:d]
+    step = 0
+    while len(out) < n:
+        u = rng.standard_normal(d)
+        z0, dz = x @ M + c, u @ M
+        with np.errstate(divide="ignore"):
+            t = -z0 / dz
+        pos, neg = u > 0, u < 0
+        lo = max(
+            float(np.max(t[dz > 0], initial=-np.inf)),
+            float(np.max((-box - x[pos]) / u[pos], initial=-np.inf)),
+            float(np.max((box - x[neg]) / u[neg], initial=-np.inf)),
+        )
+        hi = min(
+            float(np.min(t[dz < 0], initial=np.inf)),
+            float(np.min((box - x[pos]) / u[pos], initial=np.inf)),
+            float(np.min((-box - x[neg]) / u[neg], initial=np.inf)),
+        )
+        x = x + rng.uniform(lo, hi) * u
+        step += 1
+        if step >= 10 and step % 3 == 0:
+            out.append(x.copy())
+    return np.asarray(out).reshape(-1, d)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1276,8 +1314,11 @@ class _Kink:
     line: int
 
 
-def _line_kinks(f, x0, q, lo, hi, scale, line_id, *, step):
-    """The critical points of ``f`` on ``x0 + t q``, ``lo <= t <= hi``, with the gradients beside each."""
+def _line_kinks(f, x0, q, lo, hi, scale, line_id, *, step, keep=None):
+    """The critical points of ``f`` on ``x0 + t q``, ``lo <= t <= hi``, with the gradients beside each.
+
+    ``keep(before, after)`` (no query) selects the kinks whose gradients are measured.
+    """
 
     def g(ts):
         return f(x0[None, :] + ts[:, None] * q[None, :])
@@ -1290,12 +1331,51 @@ def _line_kinks(f, x0, q, lo, hi, scale, line_id, *, step):
     delta = 0.25 * gaps
     before = x0[None, :] + (ts - delta)[:, None] * q[None, :]
     after = x0[None, :] + (ts + delta)[:, None] * q[None, :]
+    if keep is not None:
+        sel = keep(before, after)
+        ts, delta, before, after = ts[sel], delta[sel], before[sel], after[sel]
+        if ts.size == 0:
+            return []
     hs = np.minimum(0.25 * delta, step)
     G, _ = _gradients_sym(f, np.concatenate([before, after]), np.concatenate([hs, hs]), scale)
     k = ts.size
     return [
         _Kink(x0 + t * q, G[k + i] - G[i], (before[i], after[i]), (G[i], G[k + i]), line_id) for i, t in enumerate(ts)
     ]
+
+
+def _readable(layers):
+    """``keep(before, after)`` for :func:`_line_kinks`: the kinks of a later layer (the recovered
+    layers' pattern is the same on both sides) where the last recovered layer is all active and
+    the Jacobian of ``h`` has full rank, so that the jump gives the whole normal."""
+
+    def keep(before, after):
+        if not layers:
+            return np.ones(before.shape[0], dtype=bool)
+        _, J, pb = _prefix(layers, before)
+        _, _, pa = _prefix(layers, after)
+        same = np.all(np.concatenate(pb, axis=1) == np.concatenate(pa, axis=1), axis=1)
+        full = np.all(pb[-1], axis=1)
+        ok = same & full
+        for i in np.flatnonzero(ok):
+            sv = np.linalg.svd(J[i], compute_uv=False)
+            ok[i] = sv[-1] > 1e-8 * sv[0]
+        return ok
+
+    return keep
+
+
+def _readable_points(layers, d, n, rng):
+    """Up to ``n`` random inputs where the last recovered layer is all active with a full-rank
+    Jacobian (earlier layers in any pattern): the bases of the lines that leave ``R_{l-1}``."""
+    keep = _readable(layers)
+    out = []
+    for scale in (1.0, 2.0, 0.5, 4.0, 1.0, 2.0):
+        X = scale * rng.standard_normal((40 * n, d))
+        out.extend(X[keep(X, X)][: n - len(out)])
+        if len(out) >= n:
+            break
+    return np.asarray(out).reshape(-1, d)
 
 
 def _segment(layers, x0, q, span, d):
@@ -1317,14 +1397,15 @@ def _segment(layers, x0, q, span, d):
 # One layer
 
 
-def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7, fraction=0.5):
+def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7):
     """Normals ``(w, b)`` (unit norm, up to sign) of the next layer, from the kinks found inside the
     region where the recovered layers are all active; returns ``(eta (m_prev + 1, k), members)``."""
     X = np.stack([k.x for k in kinks])
-    H, J, _ = _prefix(layers, X)
+    H, _, _ = _prefix(layers, X)
+    _, J, _ = _prefix(layers, np.stack([k.sides[0] for k in kinks]))
     clusters: list = []  # [sum of aligned etas, lines, members, reference eta]
     for i, kink in enumerate(kinks):
-        Ji = J[i]  # (m_prev, d)
+        Ji = J[i]  # (m_prev, d), the same on both sides (see _readable)
         w, res, rank, sv = np.linalg.lstsq(Ji.T, kink.jump, rcond=None)
         if rank < Ji.shape[0] or sv[-1] < 1e-8 * sv[0]:
             continue
@@ -1343,25 +1424,22 @@ def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7, fraction=0.5):
                 break
         else:
             clusters.append([eta.copy(), {kink.line}, [i], eta])
+    clusters = [cl for cl in clusters if len(cl[1]) >= min_lines]
     clusters.sort(key=lambda cl: -len(cl[1]))
+    P_all = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
     if width is None:
-        # Detected: hyperplanes met on at least half as many lines as the most-met one (a deeper
-        # neuron's piece repeats only on the lines through one cell).
-        most = len(clusters[0][1]) if clusters else 0
-        chosen = [cl for cl in clusters if len(cl[1]) >= max(min_lines, fraction * most)]
+        chosen = clusters
     else:
         chosen = clusters[:width]
-        if len(chosen) < width or len(chosen[-1][1]) < min_lines:
-            seen = [len(cl[1]) for cl in clusters[:width]]
+        if len(chosen) < width:
             raise NotIdentifiableError(
-                f"layer {len(layers) + 1}: found {sum(s >= min_lines for s in seen)} of the {width} neurons "
-                f"on at least {min_lines} lines (lines per neuron: {seen}); a neuron whose hyperplane misses "
-                "the region where all earlier layers are active cannot be seen by this learner. Raise n_lines."
+                f"layer {len(layers) + 1}: found {len(chosen)} of the {width} neurons (hyperplanes met on at "
+                f"least {min_lines} lines and split by others); a neuron whose hyperplane misses the region "
+                "where all earlier layers are active cannot be seen by this learner. Raise n_lines or max_batches."
             )
     if not chosen:
         return np.zeros((0 if not layers else layers[-1][0].shape[1] + 1, 0)), []
     etas = []
-    P_all = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
     for cl in chosen:
         eta0 = cl[0] / np.linalg.norm(cl[0])
         # The critical points lie on the hyperplane to float64 (find_kinks intersects lines): the
@@ -1374,34 +1452,169 @@ def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7, fraction=0.5):
     return np.stack(etas, axis=1), [cl[2] for cl in chosen]
 
 
-def _count_neurons(layers, kinks, d):
-    """Clusters met on at least two lines (no query)."""
-    try:
-        return _layer_neurons(layers, kinks, None, d, min_lines=2, fraction=0.0)[0].shape[1]
-    except np.linalg.LinAlgError:
-        return 0
+def _flat_neurons(layers, kinks, cand, members, rtol=1e-6):
+    """Which candidate planes are neurons of the layer being read, not pieces of the next one.
+
+    Inside ``R_{l-1}`` a neuron ``k`` of layer ``l + 1`` bends where a neuron of layer ``l`` turns;
+    its piece is flat within one cell of layer ``l``'s arrangement, and repeats on the lines through
+    that cell. There its gradient jump is the same vector at every kink when layer ``l + 1`` is the
+    last hidden one (the readout weighs it, whatever the pattern). A neuron ``a`` of layer ``l``
+    jumps by ``(df/dh_a) grad z_a``, whose size changes with the pattern of the layers after it.
+    So a candidate whose jumps differ in size by more than ``rtol`` is a neuron of layer ``l``; one
+    whose kinks two such neurons' planes separate spans two cells, and is one too (this book's own
+    test; Carlini et al. 2020 filter by repetition alone). Returns the indices, in the given order.
+    """
+    X = np.stack([k.x for k in kinks])
+    H, _, _ = _prefix(layers, X)
+    P = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+    sure = []
+    for j, idx in enumerate(members):
+        size = np.array([np.linalg.norm(kinks[i].jump) for i in idx])
+        if size.max() > (1.0 + rtol) * size.min():
+            sure.append(j)
+    good = list(sure)
+    for j, idx in enumerate(members):
+        if j in sure:
+            continue
+        side = P[idx] @ cand[:, sure]
+        margin = 1e-9 * np.max(np.abs(P[idx]), axis=1, keepdims=True)
+        if np.any((side.min(axis=0) < -margin.max()) & (side.max(axis=0) > margin.max())):
+            good.append(j)
+    return sorted(good)
 
 
-def _select(layers, kinks, width, d, etas, members, max_rounds=40):
-    """Among the hyperplanes met on two lines, ``width`` whose kinks pass the sign test.
+def _last_layer_partial(f, layers, width, d, rng, scale, span, lines, max_batches, tol=1e-6):
+    """The last hidden layer from kinks anywhere: normals on the active part of the layer before.
 
-    A deeper neuron is flat within one cell of the layer's arrangement and can repeat across lines
-    there; beside its kinks no coefficient vanishes on one side. Candidates that never show a clean
-    side are replaced by the next most-met hyperplanes (no query)."""
-    all_etas, all_members = _layer_neurons(layers, kinks, None, d, min_lines=2, fraction=0.0)
-    order = list(range(all_etas.shape[1]))
-    chosen, rest = order[:width], order[width:]
-    for _ in range(max_rounds):
-        signs = _signs(layers, all_etas[:, chosen], [all_members[i] for i in chosen], kinks, strict=False)
-        bad = [c for c, sg in zip(chosen, signs) if sg == 0.0]
-        if not bad or not rest:
+    At a kink of a neuron of the last layer, with ``S`` the active neurons of the layer before, the
+    jump is ``kappa J_S^T w_S``: it gives ``w_S / b`` (``b = -w_S^T h_S(x*)``), free of the jump's
+    scale and sign. Kinks of one neuron agree where their ``S`` overlap, and are merged into its
+    whole ``w / b`` (Carlini et al. 2020's unification of partial signatures). The signs, and the
+    readout, come from one least-squares fit of the answers on ``ReLU(z_k)``, ``z_k`` and 1 (``z_k
+    = (w_k / b_k)^T h + 1``): ``ReLU(-z) = ReLU(z) - z``, so neuron ``k`` is on where ``z_k > 0``
+    if its coefficient on ``z_k`` is 0, and where ``z_k < 0`` if it is minus that on ``ReLU(z_k)``
+    (this book's reading of the last layer's signs). Returns ``(eta (m + 1, width), kinks)``.
+    """
+    m = layers[-1][0].shape[1]
+
+    def keep(before, after):
+        _, J, pb = _prefix(layers, before)
+        _, _, pa = _prefix(layers, after)
+        same = np.all(np.concatenate(pb, axis=1) == np.concatenate(pa, axis=1), axis=1)
+        ok = same & (pb[-1].sum(axis=1) >= 2)
+        for i in np.flatnonzero(ok):
+            S = pb[-1][i]
+            sv = np.linalg.svd(J[i][S], compute_uv=False)
+            ok[i] = sv[-1] > 1e-8 * sv[0]
+        return ok
+
+    kinks: list = []
+    clusters: list = []
+    full: list = []
+    seen = (-1, -1)
+    want = np.zeros(m, dtype=bool)  # neurons of the layer before missing from a neuron's normal
+    for batch in range(max_batches):
+        pool = rng.standard_normal((400 * lines, d)) * rng.choice([1.0, 2.0, 3.0], (400 * lines, 1))
+        if want.any():
+            # Lines through points where the missing neurons are active (no query to find them).
+            _, _, pp = _prefix(layers, pool)
+            hit = pp[-1][:, want].any(axis=1)
+            pool = np.concatenate([pool[hit], pool[~hit]])
+        for li in range(2 * lines):
+            x0 = pool[li]
+            q = rng.standard_normal(d)
+            q /= np.linalg.norm(q)
+            kinks.extend(_line_kinks(f, x0, q, -span, span, scale, 2 * batch * lines + li, step=1e-3, keep=keep))
+        clusters = []
+        for i, kink in enumerate(kinks):
+            H, J, pats = _prefix(layers, kink.sides[0][None])
+            S = pats[-1][0]
+            Hx, _, _ = _prefix(layers, kink.x[None])
+            wS, *_ = np.linalg.lstsq(J[0][S].T, kink.jump, rcond=None)
+            if np.linalg.norm(J[0][S].T @ wS - kink.jump) > 1e-6 * np.linalg.norm(kink.jump):
+                continue
+            b = -float(wS @ Hx[0][S])
+            if abs(b) <= 1e-9 * np.linalg.norm(wS):
+                continue
+            v = np.full(m, np.nan)
+            v[S] = wS / b
+            clusters.append([v, {kink.line}, [i]])
+        # Merge partial normals that agree on their shared coordinates (at least one): one pass,
+        # each into the first merged normal it agrees with (fragments with no shared coordinate stay apart).
+        merged: list = []
+        for v, ls, idx in sorted(clusters, key=lambda cl: -int((~np.isnan(cl[0])).sum())):
+            for cl in merged:
+                both = ~np.isnan(v) & ~np.isnan(cl[0])
+                if not both.any():
+                    continue
+                ref = max(float(np.max(np.abs(v[both]))), float(np.max(np.abs(cl[0][both]))))
+                if np.max(np.abs(v[both] - cl[0][both])) <= tol * ref:
+                    cl[0] = np.where(np.isnan(cl[0]), v, cl[0])
+                    cl[1] |= ls
+                    cl[2] += idx
+                    break
+            else:
+                merged.append([v.copy(), set(ls), list(idx)])
+        clusters = merged
+        clusters.sort(key=lambda cl: -len(cl[1]))
+        full = [cl for cl in clusters if len(cl[1]) >= 2]
+        complete = sum(not np.any(np.isnan(cl[0])) for cl in full)
+        want = np.zeros(m, dtype=bool)
+        for cl in full:
+            want |= np.isnan(cl[0])
+        if complete >= width or (batch >= 1 and (len(full), complete) == seen and not want.any()):
             break
-        chosen = [c for c in chosen if c not in bad] + rest[: len(bad)]
-        rest = rest[len(bad) :] + bad
-    return all_etas[:, chosen], [all_members[i] for i in chosen]
+        seen = (len(full), complete)
+    if not full:
+        raise NotIdentifiableError(
+            f"layer {len(layers) + 1} (the last): no neuron met on two lines after {max_batches} batches of "
+            f"{lines} lines. Raise n_lines or max_batches."
+        )
+    X = np.stack([k.x for k in kinks])
+    H, _, _ = _prefix(layers, X)
+    P_all = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+    etas = []
+    # A neuron that is never crossed is dead where the lines went (common in random deep networks):
+    # left out. A weight from a neuron of the layer before that was never active at a kink is 0:
+    # the verification decides (diagnostics count both).
+    for cl in full[:width]:
+        eta0 = np.concatenate([np.nan_to_num(cl[0], nan=0.0), [1.0]])
+        eta0 /= np.linalg.norm(eta0)
+        P = P_all[cl[2]]
+        B = np.linalg.svd(eta0[:, None], full_matrices=True)[0][:, 1:]
+        c = np.linalg.lstsq(P @ B, -(P @ eta0), rcond=None)[0]
+        eta = eta0 + B @ c
+        etas.append(eta / np.linalg.norm(eta))
+    missing = np.zeros(m, dtype=bool)
+    for cl in full[:width]:
+        missing |= np.isnan(cl[0])
+    return np.stack(etas, axis=1), missing, len(kinks), 2 * lines * (batch + 1)
 
 
-def _signs(layers, etas, members, kinks, strict=True):
+def _last_signs(layers, etas, X, y, missing, rng, max_points=4000):
+    """Signs of the last layer: of the ``2^k`` sign vectors, the one whose least-squares readout
+    fits the answers best, on points where no neuron of the layer before with a missing weight is
+    active (a wrong sign leaves a residual the size of that neuron's contribution)."""
+    H, _, pats = _prefix(layers, X)
+    clean = ~pats[-1][:, missing].any(axis=1)
+    H, y = H[clean], y[clean]
+    if H.shape[0] > max_points:
+        pick = rng.choice(H.shape[0], max_points, replace=False)
+        H, y = H[pick], y[pick]
+    Z = H @ etas[:-1] + etas[-1]
+    k = etas.shape[1]
+    best, best_res = None, np.inf
+    for code in range(2**k):
+        sg = np.array([1.0 if (code >> j) & 1 == 0 else -1.0 for j in range(k)])
+        F = np.concatenate([np.maximum(Z * sg, 0.0), np.ones((Z.shape[0], 1))], axis=1)
+        coef = np.linalg.lstsq(F, y, rcond=None)[0]
+        res = float(np.max(np.abs(F @ coef - y)))
+        if res < best_res:
+            best, best_res = sg, res
+    return best
+
+
+def _signs(layers, etas, members, kinks):
     """Which side of its hyperplane each new neuron is active on.
 
     At a kink of neuron ``j``, the gradients beside it are combinations of the new neurons' gradients
@@ -1426,9 +1639,6 @@ def _signs(layers, etas, members, kinks, strict=True):
             on = int(np.argmax(coef))
             z = float(H[on] @ Wn[:, j] + bn[j])
             votes.append(1.0 if z > 0 else -1.0)
-        if not votes and not strict:
-            signs[j] = 0.0
-            continue
         if not votes:
             raise NotIdentifiableError(
                 f"layer {len(layers) + 1}, neuron {j}: no kink of it showed the side on which it is active "
@@ -1457,7 +1667,7 @@ def learn_relu_network(
     *,
     widths=None,
     n_lines=None,
-    max_batches=4,
+    max_batches=6,
     span=None,
     max_layers=8,
     verify=256,
@@ -1480,7 +1690,7 @@ def learn_relu_network(
     n_lines : int, optional
         Random lines searched for critical points per layer; default ``max(12, 3 m)`` with
         ``m`` the previous layer's width (``d`` for the first).
-    max_batches : int, default=4
+    max_batches : int, default=6
         Batches of ``n_lines`` lines per layer at most: another is searched while the neurons met
         on two lines grow in number (or fall short of the given width).
     span : float, optional
@@ -1538,6 +1748,22 @@ def learn_relu_network(
       gradients ``A^T w_i``; ``j``'s coefficient is zero on the side where ``j`` is off (the
       contractive sign test; Canales-Martinez et al. 2024 [2]_ treat the general case);
     * the readout is a least-squares fit of the answers already spent on ``h_k``.
+
+    Beyond that simplification, this book's own steps for depth 3 (measured, not proved):
+
+    * inside ``R_{l-1}`` a neuron of layer ``l + 1`` is flat within one cell of layer ``l``'s
+      arrangement and repeats on the lines through it. When layer ``l + 1`` is the last, its
+      jump is the same vector at every kink (the readout weighs it), while a neuron of layer
+      ``l`` jumps by ``df/dh`` times its gradient, whose size changes with the later pattern: a
+      plane whose jumps change in size, or whose kinks such a plane separates, is kept;
+    * the last layer of a network of depth 3 or more is read anywhere (``R_{k-1}`` is often thin
+      and its neurons miss it): at a kink the active part ``S`` of layer ``k - 1`` gives
+      ``w_S / b``; kinks that agree on their shared coordinates are merged (Carlini et al.'s
+      unification); a neuron never crossed is left out (dead where the lines went), a weight never
+      seen is 0; its signs are the sign vector whose least-squares readout fits the answers best.
+      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-5 this recovers seed 0 (36.4 bits,
+      widths (8, 8, 5): three neurons of layer 3 are dead) and refuses the other five (the
+      verification fails: a neuron or a weight was not seen).
 
     A neuron whose hyperplane misses ``R_{l-1}`` is not found (rare for random networks; the
     learner refuses, naming the layer). Queries: ``n_lines`` kink searches per layer plus
@@ -1604,17 +1830,27 @@ def learn_relu_network(
         prev = layers[-1][0].shape[1] if layers else d
         lines = n_lines if n_lines is not None else max(12, 3 * prev)
         bases = _active_points(layers, d, lines, rng)
-        if bases.shape[0] == 0:
-            raise NotIdentifiableError(
-                f"no input activates every neuron of layers 1..{len(layers)} at once; this learner reads "
-                f"layer {len(layers) + 1} inside that region."
+        inside = bases.shape[0] > 0  # R_{l-1} is not empty
+        if widths is not None and len(layers) >= 2 and layer == depth - 1:
+            # The last layer of a deep network: R_{l-1} is often thin, and most of its neurons miss
+            # it; read them anywhere, from partial normals.
+            etas, missing, n_k, n_l = _last_layer_partial(
+                f, layers, widths[layer], d, rng, scale, span, lines, max_batches
             )
+            Xa, ya = np.concatenate(answered_x), np.concatenate(answered_y)
+            signs = _last_signs(layers, etas, Xa, ya, missing, rng)
+            layers.append((etas[:-1] * signs[None, :], etas[-1] * signs))
+            diag["n_kinks"].append(n_k)
+            diag["n_lines"].append(n_l)
+            diag["n_layer_queries"].append(oracle.n_queries - before)
+            break
         kinks: list = []
-        n_seen, n_batches = -1, 0
+        n_batches = 0
         target_width = None if widths is None else widths[layer]
+        etas, members = np.zeros((prev + 1, 0)), []
         while n_batches < max_batches:
-            # Batches of lines until the neurons met on two lines stop increasing (or the given
-            # width is met); a hyperplane crossing a small part of R_{l-1} needs more lines.
+            # Batches of lines until the given width is confirmed (or, detecting, until a batch
+            # confirms no new neuron); a hyperplane crossing a small part of R_{l-1} needs more lines.
             n_batches += 1
             ends = _active_points(layers, d, lines, rng) if layers else bases[::-1]
             for li, x0 in enumerate(bases):
@@ -1625,40 +1861,53 @@ def learn_relu_network(
                 if hi - lo <= 1e-9 * span:
                     continue
                 kinks.extend(_line_kinks(f, x0, q, lo, hi, scale, li + lines * n_batches, step=1e-3))
-            seen = _count_neurons(layers, kinks, d) if kinks else 0
-            if (target_width is not None and seen >= target_width) or (target_width is None and seen <= n_seen):
+            if layers and (n_batches > 1 or not inside):
+                # Lines that leave R_{l-1}: where the last recovered layer is all active, the earlier
+                # ones need only keep the Jacobian's rank (R_{l-1} may be small or empty).
+                keep = _readable(layers)
+                for li, x0 in enumerate(_readable_points(layers, d, lines, rng)):
+                    q = rng.standard_normal(d)
+                    q /= np.linalg.norm(q)
+                    line_id = 10**6 + li + lines * n_batches
+                    kinks.extend(_line_kinks(f, x0, q, -0.5 * span, 0.5 * span, scale, line_id, step=1e-3, keep=keep))
+            if not kinks:
+                bases = _active_points(layers, d, lines, rng)
+                continue
+            cand, cand_members = _layer_neurons(layers, kinks, None, d, min_lines=2)
+            if target_width is None:
+                # Detected (depth 1 measured): planes met on at least half as many lines as the most-met.
+                most = max((len({kinks[i].line for i in m}) for m in cand_members), default=0)
+                good = [j for j, m in enumerate(cand_members) if len({kinks[i].line for i in m}) >= 0.5 * most]
+            elif not layers or layer == depth - 1:
+                # Layer 1: every line crosses every plane of it. The last layer: no deeper neuron.
+                good = list(range(min(cand.shape[1], target_width)))
+            else:
+                good = _flat_neurons(layers, kinks, cand, cand_members)[:target_width]
+            etas, members = cand[:, good], [cand_members[j] for j in good]
+            if target_width is None or len(good) >= target_width:
                 break
-            n_seen = seen
             bases = _active_points(layers, d, lines, rng)
         diag["n_kinks"].append(len(kinks))
         diag["n_lines"].append(int(lines * n_batches))
-        if widths is None and layers:
-            Xa, ya = np.concatenate(answered_x), np.concatenate(answered_y)
-            _, _, res = _readout(layers, Xa, ya)
-            if res <= 1e3 * _EPS * max(d, 16):
-                diag["n_layer_queries"].append(oracle.n_queries - before)
-                break
-        if widths is None and layers and not kinks:
-            diag["n_layer_queries"].append(oracle.n_queries - before)
-            break  # f is affine where every recovered neuron is active: the depth ends (verified below)
-        if not kinks:
-            raise NotIdentifiableError(f"layer {len(layers) + 1}: no critical point on {lines} lines.")
-        etas, members = _layer_neurons(layers, kinks, None if widths is None else widths[layer], d, min_lines=2)
+        if target_width is not None and etas.shape[1] < target_width:
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1}: confirmed {etas.shape[1]} of the {target_width} neurons on "
+                f"{lines * n_batches} lines; a neuron whose hyperplane misses the region where all earlier "
+                "layers are active cannot be seen by this learner. Raise n_lines or max_batches."
+            )
         if etas.shape[1] == 0 and widths is None and layers:
             diag["n_layer_queries"].append(oracle.n_queries - before)
-            break
+            break  # no new hyperplane where every recovered neuron is active: the depth ends (verified below)
         if etas.shape[1] == 0:
             raise NotIdentifiableError(
-                f"layer {len(layers) + 1}: no hyperplane met on two lines; the network is deeper than this "
-                "learner reads or its neurons miss the region where earlier layers are all active."
+                f"layer {len(layers) + 1}: no hyperplane confirmed; the function has no critical point on "
+                f"{lines * n_batches} lines, or its neurons miss the region where earlier layers are all active."
             )
         if etas.shape[1] > prev:
             raise NotIdentifiableError(
                 f"layer {len(layers) + 1} has {etas.shape[1]} neurons, more than the {prev} before it: "
                 "learn_relu_network handles networks whose widths do not grow."
             )
-        if widths is not None and layers:
-            etas, members = _select(layers, kinks, widths[layer], d, etas, members)
         signs = _signs(layers, etas, members, kinks)
         layers.append((etas[:-1] * signs[None, :], etas[-1] * signs))
         diag["n_layer_queries"].append(oracle.n_queries - before)
