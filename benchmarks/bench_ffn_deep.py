@@ -9,8 +9,8 @@ field's measure), wall-clock seconds of the learner, and seconds of the oracle a
 number of queries. A refusal is printed with its error class.
 
 Targets (issue 37): depth 1 and 2 (d >= 10, widths >= 8) recovered to 2^-35, verified, at the
-sizes in TARGETED. Depth 3 is printed, not targeted: the learner refuses it today (a deeper
-neuron's piece passes for a neuron of layer 2; see the research note benchmarks/ffn_deep.md).
+sizes in TARGETED. Depth 3 is printed, not targeted: the learner recovers seed 0 and refuses the
+others (a neuron or a weight of layer 3 not seen; see the research note benchmarks/ffn_deep.md).
 """
 
 import sys
