@@ -249,6 +249,15 @@ LEARNERS = [
         wrong_oracle=_approx, outside=lambda: _exact(_BiasedReLU()), planned=False,
         not_keys=frozenset()),
     Learner(
+        id="learn_relu_network", learn=ffn.learn_relu_network, kwargs={"widths": (8,)},
+        target=lambda: ffn.random_relu_network(10, (8,), seed=0), oracle=_exact,
+        learning_count=lambda rec, d: (rec.diagnostics["n_probe_queries"]
+                                       + sum(rec.diagnostics["n_layer_queries"])),
+        # a bias-free network of width 12 > d = 10: outside the class (widths that grow)
+        wrong_oracle=_approx, outside=lambda: _exact(ffn.random_feedforward(10, 12, seed=0)),
+        outside_raises=(OracleInconsistentError, NotIdentifiableError), planned=False,
+        not_keys=frozenset({"network"})),
+    Learner(
         id="learn_one_layer", learn=transformer.learn_one_layer,
         target=lambda: transformer.random_one_layer(3, 2, seed=0), oracle=_exact,
         learning_count=lambda rec, d: (rec.diagnostics["n_queries_ffn"]
