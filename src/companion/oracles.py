@@ -442,16 +442,16 @@ class VectorQueryOracle(ValueQueryOracle):
         B, want = X.shape[0], (X.shape[0], self.d_out)
         raw = self.target(X.copy())
         try:
+            if np.asarray(raw).dtype.kind == "c":
+                raise OracleInconsistentError(
+                    f"the target returned complex answers for a batch of {B} queries; expected reals of shape {want}."
+                )
             y = np.asarray(raw, dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise OracleInconsistentError(
                 f"the target returned {type(raw).__name__} ({exc}) for a batch of {B} queries; a vector-query "
                 f"target returns real numbers, an array of shape {want}."
             ) from None
-        if np.asarray(raw).dtype.kind == "c":
-            raise OracleInconsistentError(
-                f"the target returned complex answers for a batch of {B} queries; expected reals of shape {want}."
-            )
         if y.shape != want:
             raise OracleInconsistentError(
                 f"the target returned an array of shape {y.shape} for a batch of {B} queries: a vector-query "
