@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import solve
 
 from ._learner import DEFAULT_VERIFY, build, random_queries
 from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
@@ -383,6 +384,68 @@ def _stack_features(Ws, Xs) -> np.ndarray:
     return np.concatenate([_features(Ws, X) for X in Xs]) if Xs else np.zeros((0, 0))
 
 
+#: Largest number of unknowns (heads' key rows plus output maps) the joint Gauss-Newton polish takes on:
+#: its dense Jacobian has about twice as many rows, 2 * 2000**2 * 8 bytes = 64 MB at the cap.
+POLISH_MAX_UNKNOWNS = 2000
+
+
+def _polish(Ws, Theta, Xs, Ys, d, iters=4):
+    """Gauss-Newton on every parameter at once over the batches ``Xs`` (list of (B, N, d)), answers ``Ys``.
+
+    The unknowns are the identifiable rows ``W~_h[:d, :]`` and ``Theta`` ((H + 1) d + 1, d_out); the
+    Jacobian of ``o`` in ``W~_h[a, b]`` is ``M_h sum_j alpha_j (x~_j - xbar) x~_j[a] x~_N[b]``. Returns
+    ``(Ws, Theta, relative residual before, after)``; a step that does not lower the residual is not taken.
+    """
+    H, d_out = Ws.shape[0], Theta.shape[1]
+    p = Theta.shape[0]
+
+    def assemble(Ws, Theta, jac):
+        rs, Js = [], []
+        for X, Y in zip(Xs, Ys):
+            B = X.shape[0]
+            Xt = np.concatenate([X, np.ones(X.shape[:2] + (1,))], axis=2)
+            feats, JW = [], []
+            for h in range(H):
+                alpha = _softmax(np.einsum("bnk,bk->bn", Xt, Xt[:, -1, :] @ Ws[h].T))
+                xbar = np.einsum("bn,bnk->bk", alpha, Xt)
+                feats.append(xbar[:, :d])
+                if jac:
+                    C = np.einsum("bn,bnk,bna->bka", alpha, Xt[:, :, :d] - xbar[:, None, :d], Xt[:, :, :d])
+                    G = np.einsum("ko,bka->boa", Theta[h * d : (h + 1) * d], C)
+                    JW.append(np.einsum("boa,bc->boac", G, Xt[:, -1, :]).reshape(B, d_out, d * (d + 1)))
+            phi = np.concatenate(feats + [X[:, -1, :], np.ones((B, 1))], axis=1)
+            rs.append((Y - phi @ Theta).reshape(-1))
+            if jac:
+                JT = np.einsum("bj,oq->bojq", phi, np.eye(d_out)).reshape(B, d_out, p * d_out)
+                Js.append(np.concatenate(JW + [JT], axis=2).reshape(B * d_out, -1))
+        return np.concatenate(rs), (np.concatenate(Js) if jac else None)
+
+    scale = max(float(np.linalg.norm(np.concatenate([Y.reshape(-1) for Y in Ys]))), np.finfo(float).tiny)
+    r, J = assemble(Ws, Theta, True)
+    first = best = float(np.linalg.norm(r)) / scale
+    for it in range(iters):
+        # the scaled normal equations: the step corrects an estimate already near 1e-10, and the
+        # residual is evaluated exactly, so their squared condition costs nothing that matters
+        colscale = np.maximum(np.linalg.norm(J, axis=0), np.finfo(float).tiny)
+        Js = J / colscale
+        try:
+            step = solve(Js.T @ Js, Js.T @ r, assume_a="pos") / colscale
+        except (np.linalg.LinAlgError, ValueError):
+            step = np.linalg.lstsq(Js, r, rcond=None)[0] / colscale
+        W_new = Ws.copy()
+        W_new[:, :d, :] += step[: H * d * (d + 1)].reshape(H, d, d + 1)
+        T_new = Theta + step[H * d * (d + 1) :].reshape(p, d_out)
+        r_new, _ = assemble(W_new, T_new, False)
+        res = float(np.linalg.norm(r_new)) / scale
+        if not res < best:
+            break
+        Ws, Theta, r, gain, best = W_new, T_new, r_new, best / res, res
+        if gain < 4.0 or it == iters - 1:  # at the rounding floor: another step gains nothing
+            break
+        J = assemble(Ws, Theta, True)[1]
+    return Ws, Theta, first, best
+
+
 def _hyperplane_ratio(Y: np.ndarray) -> float:
     """``sigma_min / sigma_max`` of the centred answers ``(n, d_out)``: about eps on an affine hyperplane."""
     if Y.shape[0] <= Y.shape[1] or Y.shape[1] < 2:
@@ -415,6 +478,7 @@ def learn_attention_layer(
     H_bound=None,
     residual="auto",
     layernorm="auto",
+    polish=True,
     verify=DEFAULT_VERIFY,
     verify_rtol=1e-8,
     seed=0,
@@ -438,6 +502,10 @@ def learn_attention_layer(
     layernorm : {"auto", "none", "post", "pre"}, default="auto"
         ``"auto"`` and ``"none"`` learn a layer without LayerNorm; a target with a post-LN is refused
         with that cause named. ``"post"`` and ``"pre"`` are not supported yet.
+    polish : bool, default=True
+        Refine every parameter jointly by Gauss-Newton on the least squares' queries and about
+        ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2000
+        unknowns).
     verify : int, default=32
         Fresh random queries (lengths 1 to 8, tokens ``N(0, I_d / d)``) on which the result is
         checked, counted apart; ``0`` opts out.
@@ -455,7 +523,9 @@ def learn_attention_layer(
         (the heads' learner), ``n_lstsq_queries``, ``n_learn_queries``, ``kim_count``
         (``4 H d^2 - 2 H + 1`` of the scalar route), ``information_floor``
         (:func:`information_floor`), ``lstsq_residual`` (relative), ``lstsq_cond``,
-        ``heads_learner``, ``n_verify_queries``, ``verify_max_error``, ``verify_tolerance``.
+        ``heads_learner``, ``n_polish_queries``, ``polished``, ``polish_residual_before``,
+        ``polish_residual`` (relative residuals of the joint fit), ``n_verify_queries``,
+        ``verify_max_error``, ``verify_tolerance``.
 
     Raises
     ------
@@ -486,12 +556,17 @@ def learn_attention_layer(
        step 1's ``d + 1`` answers and ``H d + 8`` fresh queries of lengths 2 to 8 (asked before
        step 2, so that a refusal can read them).
 
+    4. The heads' fits stop near 1e-10 relative; a joint Gauss-Newton polish of every parameter
+       (``polish``) on the least squares' queries and fresh ones, about twice the information floor
+       in all, takes the result to float64's rounding.
+
     The heads' learner works in ``d + 1`` dimensions, so its count is at most
     ``4 H (d + 1)^2 - 2 H + 1`` less its ``d + 1`` free one-token queries. Measured (seed
-    ``d + H`` of :func:`random_attention_layer`, 2026-12-03): learning queries 277, 565, 839 at
-    ``d = 8``, ``H = 1, 2, 3`` (4Hd^2 - 2H + 1: 255, 509, 763), 2,089 and 3,121 at ``d = 16``,
-    ``H = 2, 3`` (2,045 and 3,067), against information floors of 18 to 100 queries; fresh-query
-    relative errors 4e-11 to 1.1e-9, the heads' joint fits' tolerance, not float64's rounding.
+    ``d + H`` of :func:`random_attention_layer`, 2026-12-03, one BLAS thread): learning queries
+    313, 627, 927 at ``d = 8``, ``H = 1, 2, 3`` (4Hd^2 - 2H + 1: 255, 509, 763; in ``d + 1``
+    dimensions 323, 645, 967), 2,215 and 3,297 at ``d = 16``, ``H = 2, 3`` (2,045 and 3,067;
+    2,309 and 3,463), against information floors of 18 to 100 queries; fresh-query relative errors
+    6e-16 to 3.4e-15 (4e-11 to 1.1e-9 without the polish), in 0.1 to 3.4 s.
     A token of the heads' learner whose last coordinate ``t_N`` is near 0 is sent to the layer
     at norm ``|z_N| / |t_N|``, which costs digits of its answer.
 
@@ -526,6 +601,8 @@ def learn_attention_layer(
             f"layernorm={layernorm!r}: a LayerNorm {'after' if layernorm == 'post' else 'before'} the attention is "
             "not supported yet by learn_attention_layer (issue 35); it learns layers without LayerNorm."
         )
+    if not isinstance(polish, (bool, np.bool_)):
+        raise InvalidInputError(f"polish must be True or False; got {polish!r}.")
     verify = check_int(verify, "verify", minimum=0)
     verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
     seed = check_int(seed, "seed", minimum=0)
@@ -534,11 +611,13 @@ def learn_attention_layer(
         raise InvalidInputError(f"residual=True means x_N is added, so d_out={d_out} must equal d={d}.")
     H_plan = H if H is not None else (H_bound if H_bound is not None else 8)
     n_fit = H_plan * d + 8  # fresh least-squares queries: with the d + 1 one-token ones, (H + 1) d + 9 rows
+    # the polish's fresh queries: with the least squares' ones, about twice the information floor
+    n_pol = max(0, 2 * information_floor(d, H_plan, d_out) - n_fit) if polish else 0
     if H is not None or H_bound is not None:
         head_plan = rational_plan(d + 1, H_plan)["n_queries"] - (d + 1)  # its one-token queries are free
-        oracle.require(d + 1 + n_fit + head_plan + verify, learner="learn_attention_layer")
+        oracle.require(d + 1 + n_fit + n_pol + head_plan + verify, learner="learn_attention_layer")
     else:
-        oracle.require(d + 1 + n_fit + verify, learner="learn_attention_layer")
+        oracle.require(d + 1 + n_fit + n_pol + verify, learner="learn_attention_layer")
     start = int(oracle.n_queries)
     rng = np.random.default_rng(seed)
 
@@ -597,6 +676,21 @@ def learn_attention_layer(
             f"{Phi.shape[1]} unknowns, condition {cond:.2e}).",
             Yall,
         )
+    # Step 4: polish every parameter jointly on fresh queries (the heads' fits stop near 1e-10).
+    n_unknowns = nH * d * (d + 1) + Theta.size
+    pol = {"polished": False, "polish_residual_before": float("nan"), "polish_residual": float("nan")}
+    if n_pol and n_unknowns <= POLISH_MAX_UNKNOWNS:
+        lengths = rng.integers(2, 9, size=n_pol)
+        Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in lengths]
+        Yp = oracle(Xp)
+        pg: dict[int, list] = {}
+        for i, x in enumerate(Xp):
+            pg.setdefault(x.shape[0], []).append(i)
+        Xs = order + [np.stack([Xp[i] for i in idx]) for _, idx in sorted(pg.items())]
+        Ys = [Y_sorted[a : a + len(x)] for a, x in zip(np.cumsum([0] + [len(x) for x in order])[:-1], order)]
+        Ys += [Yp[idx] for _, idx in sorted(pg.items())]
+        Ws, Theta, before_res, after_res = _polish(Ws, Theta, Xs, Ys, d)
+        pol = {"polished": True, "polish_residual_before": before_res, "polish_residual": after_res}
     Ms = np.zeros((nH, d_out, d + 1))
     for h in range(nH):
         Ms[h, :, :d] = Theta[h * d : (h + 1) * d].T
@@ -655,6 +749,8 @@ def learn_attention_layer(
         "lstsq_residual": resid,
         "lstsq_cond": cond,
         "heads_learner": learner,
+        "n_polish_queries": n_pol if pol["polished"] else 0,
+        **pol,
     }
     message = (
         f"found {H_found} heads, skip {kind}, from {n_learn} vector queries (scalar route 4Hd^2 - 2H + 1 = "
