@@ -370,3 +370,37 @@ def test_keras_multi_head_attention_with_biases_is_recovered(keras_float64):
     ref = ours.canonical()
     assert rel(rec.model.Ws, ref.Ws) < 1e-12 and rel(rec.model.Ms, ref.Ms) < 1e-12
     assert max_rel_prediction_error(VectorQueryOracle(block), rec.model, fresh(8)) <= 1e-12
+
+
+class _OffOnOneToken:
+    """The layer, plus ``kappa * rtol * ||o(X)||`` along a fixed unit vector on one-token queries of a
+    token other than 0 and the basis vectors: only the verification asks those, so the learner's
+    estimate is exact and its check sees a disagreement of exactly ``kappa * rtol``."""
+
+    def __init__(self, layer, shift):
+        self.layer, self.d, self.d_out, self.shift = layer, layer.d, layer.d_out, shift
+        self.u = np.ones(layer.d_out) / np.sqrt(layer.d_out)
+
+    def __call__(self, X):
+        y = self.layer(X)
+        if X.shape[1] == 1:
+            x = X[:, 0, :]
+            probe = (np.count_nonzero(x, axis=1) > 1) | ~np.isin(np.abs(x).max(axis=1), (0.0, 1.0))
+            y[probe] += self.shift * np.linalg.norm(y[probe], axis=1, keepdims=True) * self.u
+        return y
+
+
+@pytest.mark.parametrize("kappa, accepted", [(0.5, True), (2.0, False)], ids=["inside", "outside"])
+def test_default_verify_rtol_just_inside_and_outside(kappa, accepted):
+    import inspect
+    import re
+
+    rtol = float(re.search(r"verify_rtol : float, default=([0-9.e+-]+)", inspect.getdoc(learn_attention_layer))[1])
+    target = _OffOnOneToken(random_attention_layer(6, 1, residual=True, seed=4), kappa * rtol)
+    oracle = VectorQueryOracle(target)
+    if accepted:
+        rec = learn_attention_layer(oracle, H=1)
+        assert 0.45 * rtol < rec.diagnostics["verify_max_error"] <= 0.5 * rtol * (1 + 1e-6)
+    else:
+        with pytest.raises(OracleInconsistentError, match="on 32 fresh queries the recovered layer disagrees"):
+            learn_attention_layer(oracle, H=1)
