@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
-from companion.errors import BudgetExceededError, InvalidInputError, OracleInconsistentError
+from companion.errors import BudgetExceededError, InvalidInputError, OracleInconsistentError, PrecisionError
 from companion.exact import learn_single_head
 from companion.layer import AttentionLayer, information_floor, learn_attention_layer, random_attention_layer
 from companion.multihead import follow_up_count, rational_plan
@@ -257,6 +257,59 @@ def test_h_bound_and_unknown_h():
     rec = learn_attention_layer(VectorQueryOracle(target), H_bound=3)
     assert rec.n_heads == 2 and rec.diagnostics["heads_learner"] == "learn_canonical_rational"
     assert max_rel_prediction_error(target, rec.model, fresh(6)) <= 1e-8
+
+
+def _layernorm(X):
+    m = X.mean(axis=-1, keepdims=True)
+    return (X - m) / np.sqrt(((X - m) ** 2).mean(axis=-1, keepdims=True) + 1e-12)
+
+
+class _PreLN:
+    """x_N + the attention of LN(X) (pre-LN, as GPT-2): outside the class."""
+
+    def __init__(self, layer):
+        self.layer, self.d, self.d_out = layer, layer.d, layer.d_out
+
+    def __call__(self, X):
+        Z = _layernorm(X)
+        return X[:, -1] + self.layer(Z)
+
+
+class _TwoLayers:
+    """A second layer over the first layer's outputs at every (causal) position: outside the class."""
+
+    def __init__(self, first, second):
+        self.first, self.second, self.d, self.d_out = first, second, first.d, second.d_out
+
+    def __call__(self, X):
+        return self.second(np.stack([self.first(X[:, : i + 1]) for i in range(X.shape[1])], axis=1))
+
+
+@pytest.mark.parametrize("which", ["pre-ln", "two-layers"])
+def test_other_targets_outside_the_class_are_refused(which):
+    first = random_attention_layer(6, 2, seed=2)
+    if which == "pre-ln":
+        target = _PreLN(first)
+    else:
+        target = _TwoLayers(random_attention_layer(6, 2, residual=True, seed=2), random_attention_layer(6, 2, seed=3))
+    with pytest.raises(OracleInconsistentError, match="not an attention layer: .*no LayerNorm signature"):
+        learn_attention_layer(VectorQueryOracle(target), H=2)
+
+
+def test_unknown_h_uses_the_robust_route():
+    target = random_attention_layer(6, 2, residual=True, seed=2)
+    rec = learn_attention_layer(VectorQueryOracle(target))
+    assert rec.n_heads == 2 and rec.diagnostics["heads_learner"] == "learn_canonical"
+    assert max_rel_prediction_error(target, rec.model, fresh(6)) <= 1e-13
+
+
+def test_a_float32_server_is_refused_for_its_precision_not_as_outside_the_class():
+    layer = random_attention_layer(6, 2, residual=True, seed=2)
+    served = VectorQueryOracle(
+        lambda X: layer(X).astype(np.float32).astype(np.float64), d=6, d_out=6, precision="float32"
+    )
+    with pytest.raises(PrecisionError, match="needs answers exact to float64 rounding"):
+        learn_attention_layer(served, H=2)
 
 
 class _After:

@@ -34,7 +34,7 @@ from scipy.linalg import solve
 from ._learner import DEFAULT_VERIFY, build, random_queries
 from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
-from .oracles import ValueQueryOracle, VectorQueryOracle
+from .oracles import ValueQueryOracle, VectorQueryOracle, unit_roundoff
 from .recovery import Recovery
 
 __all__ = ["AttentionLayer", "LayerRecovery", "learn_attention_layer", "random_attention_layer", "information_floor"]
@@ -345,7 +345,10 @@ class _LiftedReadout(ValueQueryOracle):
     """
 
     def __init__(self, vector, c, g, g0):
-        super().__init__(self._lifted, d=vector.d + 1, precision=vector.precision)
+        # an exact vector oracle states no precision: its answers are float64's, so the heads' learner
+        # is told so (it would otherwise measure the precision of a target outside the class, too)
+        u = vector.precision if vector.precision is not None else unit_roundoff("float64")
+        super().__init__(self._lifted, d=vector.d + 1, precision=u)
         self.vector, self.c, self.g, self.g0 = vector, c, g, g0
 
     @property
@@ -537,6 +540,9 @@ def learn_attention_layer(
         If the budget is below the plan's count (raised before the first query).
     NotIdentifiableError
         If the readout shows no head (the layer is affine in ``x_N``).
+    PrecisionError
+        If the oracle states a precision coarser than float64's (float32 and coarser are not
+        supported yet) and the heads' learner cannot resolve the heads at it.
     OracleInconsistentError
         If the target is outside the class: the heads' learner fails, the least squares misfit, the
         skip is not what ``residual`` states, or the verification fails. The message names the cause
@@ -650,7 +656,12 @@ def learn_attention_layer(
         raise NotIdentifiableError(
             f"the readout shows no attention head: the layer is affine in the last token ({exc})"
         ) from None
-    except (OracleInconsistentError, PrecisionError) as exc:
+    except PrecisionError as exc:
+        raise PrecisionError(
+            f"learn_attention_layer needs answers exact to float64 rounding; the heads' learner on a readout "
+            f"says: {exc}"
+        ) from None
+    except OracleInconsistentError as exc:
         raise _refusal(f"the heads' learner on a random readout refused: {exc}", Yall) from None
     n_head_queries = int(oracle.n_queries) - before
     Ws = np.array(heads.Ws, dtype=np.float64)
