@@ -412,14 +412,15 @@ class KerasBlock:
         return AttentionLayer.from_native(Q, bq, K, bk, V, bv, W_O, np.asarray(L._output_dense.bias.numpy()))
 
 
-def test_keras_multi_head_attention_with_biases_is_recovered(keras_float64):
-    block = KerasBlock(keras_float64, 8, 2, 4)
+@pytest.mark.parametrize("heads, key_dim", [(2, 4), (4, 2)], ids=["H2", "H4"])
+def test_keras_multi_head_attention_with_biases_is_recovered(keras_float64, heads, key_dim):
+    block = KerasBlock(keras_float64, 8, heads, key_dim)
     X = np.random.default_rng(0).standard_normal((6, 5, 8))
     assert block(X).dtype == np.float64
     ours = block.native()
     assert max_rel_prediction_error(block, ours, X) < 1e-13  # from_native is Keras's computation
-    rec = learn_attention_layer(VectorQueryOracle(block), H=2)
-    assert rec.n_heads == 2 and rec.diagnostics["skip"] == "none"
+    rec = learn_attention_layer(VectorQueryOracle(block), H=heads)
+    assert rec.n_heads == heads and rec.diagnostics["skip"] == "none"
     ref = ours.canonical()
     assert rel(rec.model.Ws, ref.Ws) < 1e-12 and rel(rec.model.Ms, ref.Ms) < 1e-12
     assert max_rel_prediction_error(VectorQueryOracle(block), rec.model, fresh(8)) <= 1e-12
