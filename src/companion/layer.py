@@ -308,25 +308,40 @@ class LayerRecovery(Recovery):
 
     Attributes
     ----------
-    layer : AttentionLayer
-        The recovered layer in canonical form (also ``model``).
+    Ws : ndarray of shape (H, d + 1, d + 1)
+        The canonical heads' score matrices (last rows 0).
+    Ms : ndarray of shape (H, d_out, d + 1)
+        Their value-and-output maps (last columns 0).
+    b_O : ndarray of shape (d_out,)
+        The output bias of the canonical form.
+    skip : ndarray of shape (d_out, d) or None
+        The skip matrix found (the identity for a residual block), None when it is 0.
     W : ndarray of shape (d + 1, d + 1)
         ``sum_h W~_h``.
     v : ndarray of shape (d_out,)
-        The output bias ``b_O`` of the canonical form (the answer to the query ``[0]`` minus the skip).
+        ``b_O`` (the answer to the query ``[0]``).
     n_queries, message, diagnostics
         As for :class:`~companion.recovery.Recovery`; counted on the vector oracle.
     """
 
-    layer: AttentionLayer = None  # type: ignore[assignment]  # always given
+    Ws: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
+    Ms: np.ndarray = None  # type: ignore[assignment]
+    b_O: np.ndarray = None  # type: ignore[assignment]
+    skip: np.ndarray | None = None
+
+    @property
+    def layer(self) -> AttentionLayer:
+        """The recovered layer (canonical form) as an :class:`AttentionLayer`."""
+        return AttentionLayer(self.Ws, self.Ms, self.b_O, skip=self.skip)
 
     @property
     def model(self) -> AttentionLayer:
+        """Same as :attr:`layer`."""
         return self.layer
 
     @property
     def n_heads(self) -> int:
-        return self.layer.n_heads
+        return int(self.Ws.shape[0])
 
 
 class _LiftedReadout(ValueQueryOracle):
@@ -521,7 +536,8 @@ def learn_attention_layer(
     Returns
     -------
     LayerRecovery
-        ``layer`` (``model``): the canonical :class:`AttentionLayer`. ``n_queries`` is read from the
+        ``Ws``, ``Ms``, ``b_O``, ``skip`` of the canonical form; ``layer`` (and ``model``) builds the
+        :class:`AttentionLayer`. ``n_queries`` is read from the
         vector oracle. ``diagnostics``: ``n_heads``, ``skip`` (``"identity"``, ``"none"`` or
         ``"matrix"``), ``skip_error`` (``||S - I||_F`` or ``||S||_F`` as checked), ``n_head_queries``
         (the heads' learner), ``n_lstsq_queries``, ``n_learn_queries``, ``kim_count``
@@ -784,6 +800,9 @@ def learn_attention_layer(
         message=message,
         diagnostics=diagnostics,
         W=layer.Ws.sum(axis=0) if H_found else np.zeros((d + 1, d + 1)),
-        v=layer.b_O,
-        layer=layer,
+        v=np.array(layer.b_O),
+        Ws=np.array(layer.Ws),
+        Ms=np.array(layer.Ms),
+        b_O=np.array(layer.b_O),
+        skip=None if layer.skip is None else np.array(layer.skip),
     )
