@@ -296,6 +296,13 @@ def test_other_targets_outside_the_class_are_refused(which):
         learn_attention_layer(VectorQueryOracle(target), H=2)
 
 
+def test_a_small_d_for_the_counts_route_names_the_robust_route():
+    oracle = VectorQueryOracle(random_attention_layer(3, 1, seed=0))
+    with pytest.raises(InvalidInputError, match="d \\+ 1 = 4 dimensions: .* without H and H_bound"):
+        learn_attention_layer(oracle, H=1)
+    assert oracle.n_queries == 0
+
+
 def test_unknown_h_uses_the_robust_route():
     target = random_attention_layer(6, 2, residual=True, seed=2)
     rec = learn_attention_layer(VectorQueryOracle(target))

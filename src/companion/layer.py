@@ -643,7 +643,13 @@ def learn_attention_layer(
     # the polish's fresh queries: with the least squares' ones, about twice the information floor
     n_pol = max(0, 2 * information_floor(d, H_plan, d_out) - n_fit) if polish else 0
     if H is not None or H_bound is not None:
-        head_plan = rational_plan(d + 1, H_plan)["n_queries"] - (d + 1)  # its one-token queries are free
+        try:
+            head_plan = rational_plan(d + 1, H_plan)["n_queries"] - (d + 1)  # its one-token queries are free
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"learn_attention_layer's heads' learner works in d + 1 = {d + 1} dimensions: {exc} "
+                "Here: call learn_attention_layer without H and H_bound (the robust route)."
+            ) from None
         oracle.require(d + 1 + n_fit + n_pol + head_plan + verify, learner="learn_attention_layer")
     else:
         oracle.require(d + 1 + n_fit + n_pol + verify, learner="learn_attention_layer")
