@@ -38,11 +38,11 @@ import numpy as np
 import pytest
 
 import companion
-from companion import exact, ffn, lowrank, membership, multihead, pretrained, robust, transformer
+from companion import exact, ffn, layer, lowrank, membership, multihead, pretrained, robust, transformer
 from companion.attention import MultiHead, SingleHead, random_single_head
 from companion.errors import (BudgetExceededError, CompanionError, NotIdentifiableError,
                               OracleInconsistentError, SolverError)
-from companion.oracles import ApproxValueQueryOracle, ValueQueryOracle
+from companion.oracles import ApproxValueQueryOracle, ValueQueryOracle, VectorQueryOracle
 
 
 # ----------------------------------------------------------------------------- targets
@@ -91,6 +91,21 @@ class _Bent:
     def __call__(self, X):
         y = np.asarray(self.target(X))
         return y + 1e-3 * np.tanh(y)
+
+
+class _Gelu:
+    """An attention layer followed by an elementwise GELU (tanh form): outside learn_attention_layer's class."""
+
+    def __init__(self, target):
+        self.target, self.d, self.d_out = target, target.d, target.d_out
+
+    def __call__(self, X):
+        y = self.target(X)
+        return 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y**3)))
+
+
+def _vector(target, budget=None):
+    return VectorQueryOracle(target, budget=budget)
 
 
 # ----------------------------------------------------------------------------- the list
@@ -292,6 +307,15 @@ LEARNERS = [
         learning_count=lambda rec, d: d * d + rec.diagnostics["n_requeries"],
         wrong_oracle=_approx, outside=lambda: _exact(_two_heads(5)),
         not_keys=frozenset({"W[:d, :], v"})),
+    Learner(
+        id="learn_attention_layer", learn=layer.learn_attention_layer, kwargs={"H": 2},
+        target=lambda: layer.random_attention_layer(6, 2, residual=True, seed=2), oracle=_vector,
+        learning_count=lambda rec, d: (rec.diagnostics["n_lstsq_queries"] + rec.diagnostics["n_head_queries"]
+                                       + rec.diagnostics["n_polish_queries"]),
+        # a scalar oracle of the same layer: the learner needs the output vector
+        wrong_oracle=lambda target: VectorQueryOracle(target).readout(np.ones(target.d_out)),
+        outside=lambda: _vector(_Gelu(layer.random_attention_layer(6, 2, residual=True, seed=2))),
+        not_keys=frozenset({"identity", "none", "matrix", "model", "layer"})),
 ]
 
 IDS = [entry.id for entry in LEARNERS]

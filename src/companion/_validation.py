@@ -116,18 +116,22 @@ def as_sequences(X, d: int, name: str = "X"):
 
 
 def apply_by_length(X, batch_fn) -> np.ndarray:
-    """Apply ``batch_fn`` ((B, N, d) -> (B,)) to a batch, or to a list of sequences grouped by length.
+    """Apply ``batch_fn`` ((B, N, d) -> (B,) or (B, d_out)) to a batch, or to a list of sequences grouped by length.
 
     ``X`` is what :func:`as_sequences` returns. Sequences of equal length are stacked and evaluated
     in one call; the answers come back in the order of ``X``.
     """
     if isinstance(X, np.ndarray):
         return np.asarray(batch_fn(X), dtype=np.float64)
-    out = np.empty(len(X))
+    out = None
     lengths = np.array([x.shape[0] for x in X])
     for n in np.unique(lengths):
         idx = np.flatnonzero(lengths == n)
-        out[idx] = batch_fn(np.stack([X[i] for i in idx]))
+        y = np.asarray(batch_fn(np.stack([X[i] for i in idx])), dtype=np.float64)
+        if out is None:  # (B,) answers, or (B, d_out) for a vector-valued batch_fn
+            out = np.empty((len(X),) + y.shape[1:])
+        out[idx] = y
+    assert out is not None  # X is a non-empty list
     return out
 
 

@@ -46,11 +46,12 @@ import os
 import numpy as np
 
 from . import _progress
-from ._validation import apply_by_length, as_sequences, check_choice, check_int, check_real
+from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
 
 __all__ = [
     "ValueQueryOracle",
+    "VectorQueryOracle",
     "ApproxValueQueryOracle",
     "AntisymmetrisedOracle",
     "NOISE_MODELS",
@@ -357,12 +358,156 @@ class ValueQueryOracle:
         self.n_queries += n
         _progress.advance(self, n)
         if self.record:
-            self.log.extend((np.array(x), float(a)) for x, a in zip(seqs, y))
-        return float(y[0]) if single else y
+            self.log.extend((np.array(x), self._one(a)) for x, a in zip(seqs, y))
+        return self._one(y[0]) if single else y
+
+    @staticmethod
+    def _one(a):
+        """One query's answer as returned for a single sequence: a float here, ``(d_out,)`` for a vector oracle."""
+        return float(a)
 
     def __repr__(self):
         budget = "" if self.budget is None else f", budget={self.budget}"
         return f"{type(self).__name__}(d={self.d}, n_queries={self.n_queries}{budget})"
+
+
+class VectorQueryOracle(ValueQueryOracle):
+    """Vector-valued query oracle: a layer's whole output vector at the last token, ``o*(X)``.
+
+    The access model of a hidden-state API over a layer's input: the learner chooses real-valued
+    token vectors (not token ids) and reads the ``d_out`` numbers the layer outputs at the last
+    position. Counting, budget, stated precision, recording and input validation are those of
+    :class:`ValueQueryOracle` (the same code path: this class only changes what one answer is).
+    :meth:`readout` gives a scalar :class:`ValueQueryOracle` view ``c^T o*(X)`` on which every
+    scalar learner runs unchanged, its queries counted (and budgeted) here. This book's own
+    construction (not in the paper, whose oracles are scalar).
+
+    Parameters
+    ----------
+    target : callable
+        The model behind the oracle, e.g. :class:`~companion.layer.AttentionLayer`. It must accept a
+        float64 batch of shape ``(B, N, d)`` and return an array of shape ``(B, d_out)``, and expose
+        ``d`` and ``d_out`` as attributes (or pass them).
+    d : int, default=None
+        Input dimension, if ``target`` has no attribute ``d``.
+    d_out : int, default=None
+        Output dimension, if ``target`` has no attribute ``d_out``.
+    budget, record, precision, progress
+        As for :class:`ValueQueryOracle`.
+
+    Attributes
+    ----------
+    d, d_out : int
+        Input and output dimensions.
+    n_queries, budget, remaining, tau, precision
+        As for :class:`ValueQueryOracle`; every sequence counts once, whatever ``d_out``.
+    log : list of (ndarray of shape (N, d), ndarray of shape (d_out,))
+        Every query and its answer when ``record=True``.
+
+    Raises
+    ------
+    InvalidInputError
+        On construction without ``d`` or ``d_out``; when called, as :class:`ValueQueryOracle`.
+    BudgetExceededError
+        When a call would take ``n_queries`` past ``budget``; nothing is answered or counted.
+    OracleInconsistentError
+        When the target returns something that is not a finite real array of shape ``(B, d_out)``;
+        the message names what came back and what was expected.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> target = lambda X: np.stack([X[:, -1, 0], X[:, :, 1].mean(axis=1)], axis=1)
+    >>> oracle = VectorQueryOracle(target, d=2, d_out=2, budget=3)
+    >>> oracle(np.array([[1.0, 2.0], [3.0, 4.0]])).tolist(), oracle.n_queries
+    ([3.0, 3.0], 1)
+    >>> view = oracle.readout([1.0, -1.0])
+    >>> view(np.array([[1.0, 2.0], [3.0, 4.0]])), oracle.n_queries, view.remaining
+    (0.0, 2, 1)
+    """
+
+    def __init__(self, target, d=None, d_out=None, budget=None, record=False, precision=None, progress=None):
+        super().__init__(target, d=d, budget=budget, record=record, precision=precision, progress=progress)
+        if d_out is None:
+            d_out = getattr(target, "d_out", None)
+            if d_out is None:
+                raise InvalidInputError("the target has no attribute d_out; pass the output dimension as d_out=...")
+        self.d_out = check_int(d_out, "d_out", minimum=1)
+
+    @staticmethod
+    def _one(a):
+        return np.array(a, dtype=np.float64)
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        B, want = X.shape[0], (X.shape[0], self.d_out)
+        raw = self.target(X.copy())
+        try:
+            if np.asarray(raw).dtype.kind == "c":
+                raise OracleInconsistentError(
+                    f"the target returned complex answers for a batch of {B} queries; expected reals of shape {want}."
+                )
+            y = np.asarray(raw, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise OracleInconsistentError(
+                f"the target returned {type(raw).__name__} ({exc}) for a batch of {B} queries; a vector-query "
+                f"target returns real numbers, an array of shape {want}."
+            ) from None
+        if y.shape != want:
+            raise OracleInconsistentError(
+                f"the target returned an array of shape {y.shape} for a batch of {B} queries: a vector-query "
+                f"target returns d_out={self.d_out} numbers per query, an array of shape {want}."
+            )
+        if not np.all(np.isfinite(y)):
+            i, j = (int(k) for k in np.argwhere(~np.isfinite(y))[0])
+            raise OracleInconsistentError(
+                MESSAGES["nonfinite_answer"].format(value=float(y[i, j]), index=i) + f" (Output entry {j}.)"
+            )
+        k = perturbation_ulps()
+        return y * perturb(np.ones(B), X, k)[:, None] if k else y
+
+    def readout(self, c) -> ValueQueryOracle:
+        """A scalar view ``X -> c^T o*(X)`` whose queries this oracle counts and budgets.
+
+        Parameters
+        ----------
+        c : array-like of shape (d_out,)
+            The readout vector (finite).
+
+        Returns
+        -------
+        ValueQueryOracle
+            Exact scalar oracle of dimension ``d`` (its ``precision`` is this oracle's). Its own
+            ``n_queries`` counts the queries asked through it; each is one query of this oracle,
+            and its ``remaining`` is this oracle's, so a learner's budget check is this oracle's.
+
+        Raises
+        ------
+        InvalidInputError
+            If ``c`` is not a finite vector of shape ``(d_out,)``.
+        """
+        c = as_float_array(c, "c", ndim=1, shape=(self.d_out,))
+        c.flags.writeable = False
+        return _Readout(self, c)
+
+    def __repr__(self):
+        budget = "" if self.budget is None else f", budget={self.budget}"
+        return f"{type(self).__name__}(d={self.d}, d_out={self.d_out}, n_queries={self.n_queries}{budget})"
+
+
+class _Readout(ValueQueryOracle):
+    """The scalar view of :meth:`VectorQueryOracle.readout`: answers ``c^T o*(X)``."""
+
+    def __init__(self, vector, c):
+        super().__init__(lambda X: vector(X) @ c, d=vector.d, precision=vector.precision)
+        self.vector, self.c = vector, c
+
+    @property
+    def remaining(self):
+        return self.vector.remaining
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        # the vector oracle has checked (and, in the test mode, perturbed) its answers already
+        return np.asarray(self.target(X), dtype=np.float64)
 
 
 #: Floating-point formats of a served model, with the number of stored fraction bits.

@@ -1,0 +1,467 @@
+"""A deployed attention layer: the vector oracle, the model, and learn_attention_layer (issue 35, first slice)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from companion.errors import BudgetExceededError, InvalidInputError, OracleInconsistentError, PrecisionError
+from companion.exact import learn_single_head
+from companion.layer import AttentionLayer, information_floor, learn_attention_layer, random_attention_layer
+from companion.multihead import follow_up_count, rational_plan
+from companion.oracles import PERTURB_ENV, ValueQueryOracle, VectorQueryOracle
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(b))
+
+
+def fresh(d, n=40, seed=123):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(1, 9, size=n)]
+
+
+def max_rel_prediction_error(a, b, X):
+    ya, yb = a(X), b(X)
+    return float(np.max(np.linalg.norm(ya - yb, axis=1) / np.linalg.norm(ya, axis=1)))
+
+
+# --- the vector oracle ------------------------------------------------------------------------------
+
+
+def test_vector_oracle_shapes_counts_and_log():
+    layer = random_attention_layer(4, 2, d_out=3, seed=0)
+    oracle = VectorQueryOracle(layer, record=True)
+    X = np.random.default_rng(0).standard_normal((5, 3, 4))
+    one = oracle(X[0])
+    assert one.shape == (3,) and np.array_equal(one, layer(X[0]))
+    batch = oracle(X)
+    assert batch.shape == (5, 3) and np.array_equal(batch, layer(X))
+    mixed = oracle([X[0], X[1, :2], X[2, :1]])  # three lengths: grouped by length, answered in order
+    assert mixed.shape == (3, 3) and np.allclose(mixed[1], layer(X[1, :2]), rtol=0, atol=1e-15)
+    assert oracle.n_queries == 1 + 5 + 3 and len(oracle.log) == 9
+    assert oracle.log[0][1].shape == (3,) and np.array_equal(oracle.log[0][1], one)
+    assert (oracle.d, oracle.d_out) == (4, 3)
+
+
+def test_vector_oracle_budget_is_refused_before_answering():
+    oracle = VectorQueryOracle(random_attention_layer(4, 1, seed=0), budget=4)
+    oracle(np.zeros((3, 2, 4)))
+    with pytest.raises(BudgetExceededError, match="2 more queries requested, but only 1"):
+        oracle(np.zeros((2, 2, 4)))
+    assert oracle.n_queries == 3 and oracle.remaining == 1
+    oracle(np.zeros((1, 2, 4)))  # exactly the budget is fine
+    assert oracle.remaining == 0
+
+
+def test_vector_oracle_validates_input_and_dimensions():
+    layer = random_attention_layer(4, 1, seed=0)
+    oracle = VectorQueryOracle(layer, precision="float32")
+    assert oracle.precision == 2.0**-24
+    with pytest.raises(InvalidInputError, match="last axis d=4"):
+        oracle(np.zeros((2, 3)))
+    with pytest.raises(InvalidInputError, match="NaN or inf"):
+        oracle(np.full((1, 4), np.nan))
+    with pytest.raises(InvalidInputError, match="d_out"):
+        VectorQueryOracle(lambda X: X[:, -1], d=4)
+    assert oracle.n_queries == 0
+
+
+@pytest.mark.parametrize(
+    "answer, match",
+    [
+        (lambda X: np.zeros((X.shape[0], 2)), r"shape \(1, 2\) .* d_out=3 .* shape \(1, 3\)"),
+        (lambda X: np.zeros(X.shape[0]), r"shape \(1,\) .* shape \(1, 3\)"),
+        (lambda X: np.full((X.shape[0], 3), np.inf), r"non-finite answer \(inf\).*Output entry 0"),
+        (lambda X: [["a", "b", "c"]], r"returned list .* real numbers, an array of shape \(1, 3\)"),
+        (lambda X: np.ones((X.shape[0], 3)) * 1j, "complex"),
+    ],
+    ids=["wrong-d_out", "scalar-answers", "inf", "strings", "complex"],
+)
+def test_vector_oracle_names_a_bad_target_output(answer, match):
+    oracle = VectorQueryOracle(answer, d=4, d_out=3)
+    with pytest.raises(OracleInconsistentError, match=match):
+        oracle(np.zeros((1, 4)))
+    assert oracle.n_queries == 0
+
+
+def test_vector_oracle_perturbation_mode_moves_each_answer_by_k_ulps(monkeypatch):
+    layer = random_attention_layer(4, 1, seed=0)
+    X = np.random.default_rng(1).standard_normal((6, 3, 4))
+    monkeypatch.setenv(PERTURB_ENV, "8")
+    y = VectorQueryOracle(layer)(X)
+    r = (y - layer(X)) / layer(X)
+    assert np.allclose(np.abs(r), 8 * np.finfo(float).eps, rtol=1e-3)
+    assert np.all(np.sign(r) == np.sign(r[:, :1])) and len(set(np.sign(r[:, 0]))) == 2  # one sign per query
+
+
+def test_readout_is_a_scalar_oracle_counted_and_budgeted_by_the_vector_oracle():
+    layer = random_attention_layer(4, 2, d_out=3, seed=0)
+    vec = VectorQueryOracle(layer, budget=10)
+    c = np.array([1.0, -2.0, 0.5])
+    view = vec.readout(c)
+    assert isinstance(view, ValueQueryOracle)
+    X = np.random.default_rng(0).standard_normal((4, 3, 4))
+    assert np.array_equal(view(X), layer(X) @ c) and isinstance(view(X[0]), float)
+    assert vec.n_queries == 5 and view.n_queries == 5 and view.remaining == 5
+    with pytest.raises(BudgetExceededError):
+        view(np.zeros((6, 2, 4)))
+    assert vec.n_queries == 5
+    with pytest.raises(InvalidInputError, match=r"shape \(3\)"):
+        vec.readout([1.0, 2.0])
+
+
+def test_an_existing_learner_runs_unchanged_on_a_readout():
+    """A bias-free one-head layer read through c is the head (W, M^T c): Theorem 4.1's learner recovers it."""
+    d, rng = 5, np.random.default_rng(3)
+    W = np.zeros((1, d + 1, d + 1))
+    W[0, :d, :d] = rng.standard_normal((d, d)) / np.sqrt(d)
+    M = np.zeros((1, 3, d + 1))
+    M[0, :, :d] = rng.standard_normal((3, d))
+    vec = VectorQueryOracle(AttentionLayer(W, M, np.zeros(3)))
+    c = rng.standard_normal(3)
+    rec = learn_single_head(vec.readout(c))
+    assert rel(rec.W, W[0, :d, :d]) < 1e-10 and rel(rec.v, M[0, :, :d].T @ c) < 1e-12
+    assert vec.n_queries == rec.n_queries == d + d * d + rec.diagnostics["n_verify_queries"]
+
+
+# --- the model ----------------------------------------------------------------------------------------
+
+
+def _native(d=6, H=2, dh=3, d_out=5, seed=0):
+    rng = np.random.default_rng(seed)
+    Q, K, V = (rng.standard_normal((H, dh, d)) for _ in range(3))
+    bq, bk, bv = (rng.standard_normal((H, dh)) for _ in range(3))
+    return Q, bq, K, bk, V, bv, rng.standard_normal((d_out, H * dh)), rng.standard_normal(d_out)
+
+
+def test_from_native_is_the_frameworks_computation():
+    Q, bq, K, bk, V, bv, WO, bO = _native()
+    layer = AttentionLayer.from_native(Q, bq, K, bk, V, bv, WO, bO)
+    X = np.random.default_rng(1).standard_normal((7, 4, 6))
+    heads = []
+    for h in range(2):
+        q = X[:, -1] @ Q[h].T + bq[h]
+        k = X @ K[h].T + bk[h]
+        s = np.einsum("bk,bnk->bn", q, k) / np.sqrt(3)
+        a = np.exp(s - s.max(1, keepdims=True))
+        a /= a.sum(1, keepdims=True)
+        heads.append(np.einsum("bn,bnk->bk", a, X @ V[h].T + bv[h]))
+    ref = np.concatenate(heads, axis=1) @ WO.T + bO
+    assert np.max(np.abs(layer(X) - ref)) < 1e-12 * np.max(np.abs(ref))
+    with pytest.raises(InvalidInputError, match="d_out=5 must equal d=6"):
+        AttentionLayer.from_native(Q, bq, K, bk, V, bv, WO, bO, residual=True)
+
+
+def test_canonical_form_keeps_the_function_merges_and_drops():
+    Q, bq, K, bk, V, bv, WO, bO = _native(d=5, H=2, d_out=5)
+    base = AttentionLayer.from_native(Q, bq, K, bk, V, bv, WO, bO, residual=True)
+    rng = np.random.default_rng(2)
+    Ws = np.concatenate([base.Ws, base.Ws[:1], rng.standard_normal((1, 6, 6))])  # a copy of head 0, a dead head
+    Ms = np.concatenate([base.Ms, 0.5 * base.Ms[:1], np.zeros((1, 5, 6))])
+    Ms[2, :, -1] = 1.0  # a dead head with a value bias: a constant
+    layer = AttentionLayer(Ws, Ms, base.b_O, skip=base.skip)
+    c = layer.canonical()
+    assert c.n_heads == 2 and c.residual
+    assert np.all(c.Ws[:, -1, :] == 0) and np.all(c.Ms[:, :, -1] == 0)
+    X = fresh(5)
+    assert max_rel_prediction_error(layer, c, X) < 1e-13
+    assert np.array_equal(c.canonical().Ws, c.Ws)  # idempotent
+
+
+def test_model_input_checks():
+    with pytest.raises(InvalidInputError, match=r"Ws must have shape \(H, d \+ 1, d \+ 1\)"):
+        AttentionLayer(np.zeros((1, 3, 4)), np.zeros((1, 2, 4)), np.zeros(2))
+    with pytest.raises(InvalidInputError, match="Ms must have shape"):
+        AttentionLayer(np.zeros((1, 3, 3)), np.zeros((2, 2, 3)), np.zeros(2))
+    with pytest.raises(InvalidInputError, match="skip must have shape"):
+        AttentionLayer(np.zeros((1, 3, 3)), np.zeros((1, 2, 3)), np.zeros(2), skip=np.eye(3))
+
+
+# --- the learner ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "d, H, residual",
+    [(8, 1, False), (8, 2, True), (12, 3, False), (16, 2, True)],
+    ids=["d8-H1", "d8-H2-residual", "d12-H3", "d16-H2-residual"],
+)
+def test_exact_recovery_of_random_layers(d, H, residual):
+    target = random_attention_layer(d, H, residual=residual, seed=d + H)
+    oracle = VectorQueryOracle(target)
+    rec = learn_attention_layer(oracle, H=H)
+    est, ref = rec.model, target.canonical()
+    assert rec.n_heads == H and est.residual == residual
+    assert rec.diagnostics["skip"] == ("identity" if residual else "none")
+    # float64 rounding level after the joint polish (the heads' fits alone stop near 1e-10)
+    assert rel(est.Ws, ref.Ws) < 1e-13 and rel(est.Ms, ref.Ms) < 1e-13 and rel(est.b_O, ref.b_O) < 1e-13
+    assert max_rel_prediction_error(target, est, fresh(d)) <= 1e-13
+    assert rec.diagnostics["verify_max_error"] <= 1e-13 and rec.diagnostics["polished"]
+    assert rec.diagnostics["polish_residual"] < 1e-14 < 1e-12 < rec.diagnostics["polish_residual_before"]
+    # the counts, read from the oracle, against the scalar route and the information floor
+    diag = rec.diagnostics
+    assert rec.n_queries == oracle.n_queries
+    assert rec.n_learning_queries == diag["n_learn_queries"]
+    assert rec.n_learning_queries == diag["n_lstsq_queries"] + diag["n_head_queries"] + diag["n_polish_queries"]
+    assert diag["n_lstsq_queries"] == (d + 1) + H * d + 8
+    assert diag["n_polish_queries"] == 2 * information_floor(d, H, d) - (H * d + 8)
+    assert diag["n_head_queries"] <= rational_plan(d + 1, H)["n_queries"] - (d + 1)
+    assert diag["kim_count"] == follow_up_count(d, H)
+    assert diag["information_floor"] == information_floor(d, H, d, skip=residual)
+
+
+def test_canonical_form_is_what_is_recovered():
+    """Two heads with one W~ and a head with M = 0: one canonical head is learned, with the M's summed."""
+    base = random_attention_layer(8, 2, seed=5)
+    Ws = np.stack([base.Ws[0], base.Ws[0], base.Ws[1]])
+    Ms = np.stack([base.Ms[0], -0.25 * base.Ms[0], np.zeros_like(base.Ms[1])])
+    target = AttentionLayer(Ws, Ms, base.b_O)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=1)
+    ref = target.canonical()
+    assert ref.n_heads == rec.n_heads == 1
+    assert rel(rec.model.Ms, ref.Ms) < 1e-8 and rel(rec.model.Ws, ref.Ws) < 1e-8
+
+
+def test_a_general_skip_matrix_is_found_not_assumed():
+    base = random_attention_layer(8, 2, d_out=5, seed=7)
+    S = np.random.default_rng(7).standard_normal((5, 8))
+    target = AttentionLayer(base.Ws, base.Ms, base.b_O, skip=S)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+    assert rec.diagnostics["skip"] == "matrix" and rel(rec.model.skip, S) < 1e-8
+    with pytest.raises(OracleInconsistentError, match="residual=False, but the fitted skip matrix is not 0"):
+        learn_attention_layer(VectorQueryOracle(target), H=2, residual=False)
+
+
+def test_residual_option_checks_what_was_found():
+    plain = random_attention_layer(6, 1, seed=3)
+    with pytest.raises(OracleInconsistentError, match="residual=True, but the fitted skip matrix is not the identity"):
+        learn_attention_layer(VectorQueryOracle(plain), H=1, residual=True)
+    rec = learn_attention_layer(
+        VectorQueryOracle(random_attention_layer(6, 1, residual=True, seed=3)), H=1, residual=True
+    )
+    assert rec.model.residual and rec.diagnostics["skip_error"] < 1e-9
+
+
+def test_without_polish_the_heads_fits_set_the_error():
+    target = random_attention_layer(8, 2, residual=True, seed=10)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2, polish=False)
+    assert not rec.diagnostics["polished"] and rec.diagnostics["n_polish_queries"] == 0
+    assert 1e-13 < max_rel_prediction_error(target, rec.model, fresh(8)) <= 1e-8
+
+
+def test_h_bound_and_unknown_h():
+    target = random_attention_layer(6, 2, residual=True, seed=2)
+    rec = learn_attention_layer(VectorQueryOracle(target), H_bound=3)
+    assert rec.n_heads == 2 and rec.diagnostics["heads_learner"] == "learn_canonical_rational"
+    assert max_rel_prediction_error(target, rec.model, fresh(6)) <= 1e-8
+
+
+def _layernorm(X):
+    m = X.mean(axis=-1, keepdims=True)
+    return (X - m) / np.sqrt(((X - m) ** 2).mean(axis=-1, keepdims=True) + 1e-12)
+
+
+class _PreLN:
+    """x_N + the attention of LN(X) (pre-LN, as GPT-2): outside the class."""
+
+    def __init__(self, layer):
+        self.layer, self.d, self.d_out = layer, layer.d, layer.d_out
+
+    def __call__(self, X):
+        Z = _layernorm(X)
+        return X[:, -1] + self.layer(Z)
+
+
+class _TwoLayers:
+    """A second layer over the first layer's outputs at every (causal) position: outside the class."""
+
+    def __init__(self, first, second):
+        self.first, self.second, self.d, self.d_out = first, second, first.d, second.d_out
+
+    def __call__(self, X):
+        return self.second(np.stack([self.first(X[:, : i + 1]) for i in range(X.shape[1])], axis=1))
+
+
+@pytest.mark.parametrize("which", ["pre-ln", "two-layers"])
+def test_other_targets_outside_the_class_are_refused(which):
+    first = random_attention_layer(6, 2, seed=2)
+    if which == "pre-ln":
+        target = _PreLN(first)
+    else:
+        target = _TwoLayers(random_attention_layer(6, 2, residual=True, seed=2), random_attention_layer(6, 2, seed=3))
+    with pytest.raises(OracleInconsistentError, match="not an attention layer: .*no LayerNorm signature"):
+        learn_attention_layer(VectorQueryOracle(target), H=2)
+
+
+def test_a_small_d_for_the_counts_route_names_the_robust_route():
+    oracle = VectorQueryOracle(random_attention_layer(3, 1, seed=0))
+    with pytest.raises(InvalidInputError, match="d \\+ 1 = 4 dimensions: .* without H and H_bound"):
+        learn_attention_layer(oracle, H=1)
+    assert oracle.n_queries == 0
+
+
+def test_unknown_h_uses_the_robust_route():
+    target = random_attention_layer(6, 2, residual=True, seed=2)
+    rec = learn_attention_layer(VectorQueryOracle(target))
+    assert rec.n_heads == 2 and rec.diagnostics["heads_learner"] == "learn_canonical"
+    assert max_rel_prediction_error(target, rec.model, fresh(6)) <= 1e-13
+
+
+def test_a_float32_server_is_refused_for_its_precision_not_as_outside_the_class():
+    layer = random_attention_layer(6, 2, residual=True, seed=2)
+    served = VectorQueryOracle(
+        lambda X: layer(X).astype(np.float32).astype(np.float64), d=6, d_out=6, precision="float32"
+    )
+    with pytest.raises(PrecisionError, match="needs answers exact to float64 rounding"):
+        learn_attention_layer(served, H=2)
+
+
+class _After:
+    """A layer followed by an elementwise GELU or a post-LN with learned gamma, beta (outside the class)."""
+
+    def __init__(self, layer, kind):
+        self.layer, self.kind, self.d, self.d_out = layer, kind, layer.d, layer.d_out
+        self.gamma = np.linspace(0.5, 1.5, layer.d_out)
+        self.beta = np.linspace(-0.2, 0.3, layer.d_out)
+
+    def __call__(self, X):
+        y = self.layer(X)
+        if self.kind == "gelu":
+            return 0.5 * y * (1.0 + erf(y / np.sqrt(2.0)))
+        m = y.mean(axis=1, keepdims=True)
+        return self.gamma * (y - m) / np.sqrt(((y - m) ** 2).mean(axis=1, keepdims=True) + 1e-12) + self.beta
+
+
+@pytest.mark.parametrize(
+    "kind, cause",
+    [("gelu", "no LayerNorm signature .* nonlinearity after the block"), ("post-ln", "post-LN")],
+)
+def test_targets_outside_the_class_are_refused_with_the_cause(kind, cause):
+    target = _After(random_attention_layer(6, 2, residual=True, seed=2), kind)
+    with pytest.raises(OracleInconsistentError, match=cause):
+        learn_attention_layer(VectorQueryOracle(target), H=2)
+
+
+@pytest.mark.parametrize("layernorm", ["post", "pre"])
+def test_layernorm_options_are_not_supported_yet(layernorm):
+    oracle = VectorQueryOracle(random_attention_layer(4, 1, seed=0))
+    with pytest.raises(InvalidInputError, match="not supported yet"):
+        learn_attention_layer(oracle, H=1, layernorm=layernorm)
+    assert oracle.n_queries == 0
+
+
+def test_budget_and_oracle_kind_refused_before_the_first_query():
+    target = random_attention_layer(6, 1, seed=0)
+    oracle = VectorQueryOracle(target, budget=50)
+    with pytest.raises(BudgetExceededError, match="learn_attention_layer needs"):
+        learn_attention_layer(oracle, H=1)
+    assert oracle.n_queries == 0
+    scalar = VectorQueryOracle(target).readout(np.ones(6))
+    with pytest.raises(TypeError, match="VectorQueryOracle"):
+        learn_attention_layer(scalar, H=1)
+    with pytest.raises(InvalidInputError, match="at most one of H and H_bound"):
+        learn_attention_layer(VectorQueryOracle(target), H=1, H_bound=2)
+
+
+# --- a framework's layer: Keras 3 MultiHeadAttention with biases, computed by Keras in float64 ----------
+
+os.environ.setdefault("KERAS_BACKEND", "numpy")
+
+
+@pytest.fixture(scope="module")
+def keras_float64():
+    """Keras with its 64-to-32-bit promotion switched off, so that its own code computes in float64.
+
+    Keras 3 on the numpy and jax backends maps float64 results to float32 (``BIT64_TO_BIT32_DTYPE``
+    in ``keras.src.backend.common.dtypes``, "aligned with JAX's default"): a float64 layer answers
+    in float32 (24 significant bits) unless that rule is lifted.
+    """
+    keras = pytest.importorskip("keras")
+    from keras.src.backend.common import dtypes
+
+    saved = dtypes.BIT64_TO_BIT32_DTYPE["float64"]
+    dtypes.BIT64_TO_BIT32_DTYPE["float64"] = "float64"
+    yield keras
+    dtypes.BIT64_TO_BIT32_DTYPE["float64"] = saved
+
+
+class KerasBlock:
+    """``MultiHeadAttention(query=X, key=value=X, use_bias=True)`` at the last position, float64."""
+
+    def __init__(self, keras, d, heads, key_dim, seed=0):
+        keras.utils.set_random_seed(seed)
+        self.layer = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=key_dim, use_bias=True, dtype="float64")
+        x = np.zeros((1, 2, d))
+        self.layer(x, x)
+        rng = np.random.default_rng(seed)  # Keras initialises biases at 0: give them values
+        self.layer.set_weights([w + 0.5 * rng.standard_normal(w.shape) for w in self.layer.get_weights()])
+        self.d = self.d_out = d
+        self.heads, self.key_dim = heads, key_dim
+
+    def __call__(self, X):
+        # return_attention_scores=True takes Keras's explicit path (einsum, softmax in the layer's dtype);
+        # its fused dot_product_attention always takes the softmax in float32 on the numpy backend
+        out, _ = self.layer(query=X, value=X, key=X, return_attention_scores=True)
+        return np.asarray(out, dtype=np.float64)[:, -1, :]
+
+    def native(self):
+        """The layer's own weights as :meth:`AttentionLayer.from_native` reads them (checking only)."""
+        L, H, dh = self.layer, self.heads, self.key_dim
+
+        def per_head(dense):  # kernel (d, H, d_h) -> (H, d_h, d); bias (H, d_h)
+            return np.asarray(dense.kernel.numpy()).transpose(1, 2, 0), np.asarray(dense.bias.numpy())
+
+        (Q, bq), (K, bk), (V, bv) = (per_head(x) for x in (L._query_dense, L._key_dense, L._value_dense))
+        W_O = np.asarray(L._output_dense.kernel.numpy()).reshape(H * dh, -1).T
+        return AttentionLayer.from_native(Q, bq, K, bk, V, bv, W_O, np.asarray(L._output_dense.bias.numpy()))
+
+
+@pytest.mark.parametrize("heads, key_dim", [(2, 4), (4, 2)], ids=["H2", "H4"])
+def test_keras_multi_head_attention_with_biases_is_recovered(keras_float64, heads, key_dim):
+    block = KerasBlock(keras_float64, 8, heads, key_dim)
+    X = np.random.default_rng(0).standard_normal((6, 5, 8))
+    assert block(X).dtype == np.float64
+    ours = block.native()
+    assert max_rel_prediction_error(block, ours, X) < 1e-13  # from_native is Keras's computation
+    rec = learn_attention_layer(VectorQueryOracle(block), H=heads)
+    assert rec.n_heads == heads and rec.diagnostics["skip"] == "none"
+    ref = ours.canonical()
+    assert rel(rec.model.Ws, ref.Ws) < 1e-12 and rel(rec.model.Ms, ref.Ms) < 1e-12
+    assert max_rel_prediction_error(VectorQueryOracle(block), rec.model, fresh(8)) <= 1e-12
+
+
+class _OffOnOneToken:
+    """The layer, plus ``kappa * rtol * ||o(X)||`` along a fixed unit vector on one-token queries of a
+    token other than 0 and the basis vectors: only the verification asks those, so the learner's
+    estimate is exact and its check sees a disagreement of exactly ``kappa * rtol``."""
+
+    def __init__(self, layer, shift):
+        self.layer, self.d, self.d_out, self.shift = layer, layer.d, layer.d_out, shift
+        self.u = np.ones(layer.d_out) / np.sqrt(layer.d_out)
+
+    def __call__(self, X):
+        y = self.layer(X)
+        if X.shape[1] == 1:
+            x = X[:, 0, :]
+            probe = (np.count_nonzero(x, axis=1) > 1) | ~np.isin(np.abs(x).max(axis=1), (0.0, 1.0))
+            y[probe] += self.shift * np.linalg.norm(y[probe], axis=1, keepdims=True) * self.u
+        return y
+
+
+@pytest.mark.parametrize("kappa, accepted", [(0.5, True), (2.0, False)], ids=["inside", "outside"])
+def test_default_verify_rtol_just_inside_and_outside(kappa, accepted):
+    import inspect
+    import re
+
+    rtol = float(re.search(r"verify_rtol : float, default=([0-9.e+-]+)", inspect.getdoc(learn_attention_layer))[1])
+    target = _OffOnOneToken(random_attention_layer(6, 1, residual=True, seed=4), kappa * rtol)
+    oracle = VectorQueryOracle(target)
+    if accepted:
+        rec = learn_attention_layer(oracle, H=1)
+        assert 0.45 * rtol < rec.diagnostics["verify_max_error"] <= 0.5 * rtol * (1 + 1e-6)
+    else:
+        with pytest.raises(OracleInconsistentError, match="on 32 fresh queries the recovered layer disagrees"):
+            learn_attention_layer(oracle, H=1)
