@@ -391,6 +391,7 @@ def learn_single_head(
     seed = check_int(seed, "seed", minimum=0)
     start = reserve(oracle, d + d * d + verify, "learn_single_head")
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)
+    prec.measure_first(d + d * d + verify)  # the probe scale and the saturation band follow u
     band = saturation_band(prec.value, SATURATION)
 
     # Step 1: v from d length-1 queries.

@@ -41,9 +41,7 @@ from ._streaming import CHUNK_BYTES, answer_rop, chunk_queries
 from ._validation import as_float_array, check_choice, check_int, check_real
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
 from ._learner import (
-    COARSE_FACTOR,
     DEFAULT_VERIFY,
-    FLOAT64_U,
     AnswerPrecision,
     best_relative_scale,
     build,
@@ -940,6 +938,8 @@ def learn_low_rank(
     start = reserve(oracle, planned + verify, "learn_low_rank")
     rng = np.random.default_rng(seed)
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)
+    if method == "sketch":  # its rank cut and saturation band follow u: measure it first
+        prec.measure_first(planned + verify)
 
     v = read_value_vector(oracle)
     if not np.any(v):
@@ -1038,7 +1038,7 @@ def _name_rounding(err, prec, method):
             prec.measure()
         except CompanionError:
             return
-    if prec.u is not None and prec.u > COARSE_FACTOR * FLOAT64_U:
+    if prec.rounding or prec.noise:
         raise PrecisionError(
             f"method={method!r} refused, and {prec.describe()}: it fits the rank-one projections "
             "exactly (as an equality-constrained program or to a residual of 1e-8), which rounded "
