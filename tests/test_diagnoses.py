@@ -490,3 +490,21 @@ def test_counts_route_on_float32_answers_names_the_rounding_with_either_start(st
     target = multihead.random_multi_head(16, 4, seed=0)
     with pytest.raises(PrecisionError, match=r"u=\de-0[78] \(float32\?\).*not a wrong H"):
         multihead.learn_canonical_rational(ValueQueryOracle(_f32_answers(target), d=16), H=4, start=start)
+
+
+@pytest.mark.parametrize("case", ["wrong d", "strings", "nan"])
+def test_a_bad_oracle_gets_an_error_naming_what_it_returned(case):
+    """Before: a raw numpy matmul error (wrong d), a raw ValueError (strings), and NaN explained as
+    overflow, stated as fact."""
+    from companion.errors import OracleInconsistentError
+    from companion.exact import learn_single_head
+    from companion.oracles import ValueQueryOracle
+
+    head = random_single_head(4, seed=0)
+    target, d, match = {
+        "wrong d": (lambda X: X[:, -1] @ head.v, 5, r"raised ValueError \(matmul.* dimension d=5; check that d matches"),
+        "strings": (lambda X: np.array(["a"] * len(X)), 4, r"returned ndarray array\(\['a'.*one real number per query"),
+        "nan": (lambda X: np.full(len(X), np.nan), 4, r"non-finite answer \(nan\).*Either the target has a bug"),
+    }[case]
+    with pytest.raises(OracleInconsistentError, match=match):
+        learn_single_head(ValueQueryOracle(target, d=d))

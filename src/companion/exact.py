@@ -323,7 +323,8 @@ def learn_single_head(
         ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` plus
         re-measurements plus ``verify`` (``n_learning_queries`` leaves out the ``verify``).
         Precision diagnostics: ``precision`` (the ``u`` used), ``precision_source``,
-        ``precision_format``, ``n_precision_queries``, ``floor_W`` and ``floor_v`` (the relative
+        ``precision_format``, ``n_precision_queries``, ``precision_kind`` (what a measurement
+        found: rounding, noise, outside the class), ``floor_W`` and ``floor_v`` (the relative
         errors one rounding ``u`` of every answer causes at the best probe scale: the attainable
         accuracy, see Notes), ``kappa_W`` (``floor_W / u``, the conditioning).
         ``diagnostics`` holds ``probes`` (the probe matrix

@@ -818,7 +818,8 @@ def learn_low_rank(
         ``core_singular_values``, ``rank_detected``, ``rank_used`` (the rank returned) (sketch);
         ``n_verify_queries`` and, with
         ``verify``, ``verify_max_error`` and ``verify_tolerance``; the answers' precision: ``precision``,
-        ``precision_format``, ``precision_source``, ``n_precision_queries``; and (sketch) ``rank_tol_used``,
+        ``precision_format``, ``precision_source``, ``n_precision_queries``, ``precision_kind``; and
+        (sketch) ``rank_tol_used``,
         ``kappa_W``, ``floor_W``, ``floor_v`` (the rank threshold used and the attainable errors).
         ``n_queries`` counts the verification queries;
         ``n_learning_queries`` leaves them out.

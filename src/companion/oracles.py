@@ -246,7 +246,21 @@ class ValueQueryOracle:
             # batch validated above, without a second check and a copy (two passes over the batch).
             raw = np.asarray(self.target._batch(X), dtype=np.float64)
         else:
-            raw = np.asarray(self.target(X.copy()), dtype=np.float64)
+            try:
+                out = self.target(X.copy())
+            except (ValueError, TypeError, IndexError) as exc:
+                raise OracleInconsistentError(
+                    f"the target raised {type(exc).__name__} ({str(exc)[:200]}) on a batch of shape {X.shape}: "
+                    f"the oracle sends tokens of dimension d={self.d}; check that d matches the model's input "
+                    "dimension and that the model accepts a float64 batch (B, N, d)."
+                ) from exc
+            try:
+                raw = np.asarray(out, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise OracleInconsistentError(
+                    f"the target returned {_show(out)} for a batch of {X.shape[0]} queries; a value-query "
+                    f"target returns one real number per query, an array of shape ({X.shape[0]},) of floats."
+                ) from None
         y = raw.reshape(-1)
         if y.shape != (X.shape[0],):
             raise OracleInconsistentError(
