@@ -264,16 +264,17 @@ class AnswerPrecision:
         self.n_queries += m["n_queries"]
         return True
 
-    def measure_first(self, needed) -> bool:
+    def measure_first(self, needed, *, always=False) -> bool:
         """Measure ``u`` before learning, if nobody stated it, it is cheap, and the budget has room.
 
         The decisions that depend on the precision (a probe scale, a saturation band, a rank cut)
         are then taken knowing it. ``needed``: the queries the learner plans (learning and
         verification). The measurement is spent when it costs at most ``MEASURE_SHARE`` (2 %) of
         them (``d + d**2 >= 2400``, d >= 49, for Theorem 4.1's learner) and the budget leaves room;
-        otherwise ``u`` is measured only if a check needs it, after learning.
+        otherwise ``u`` is measured only if a check needs it, after learning. ``always``: whatever
+        it costs (a decision that cannot be taken again, such as the sketch's rank).
         """
-        if self.source is not None or MEASURE_QUERIES > MEASURE_SHARE * needed:
+        if self.source is not None or (not always and MEASURE_QUERIES > MEASURE_SHARE * needed):
             return False
         if getattr(self.oracle, "remaining", np.inf) < needed + MEASURE_QUERIES:
             return False

@@ -940,7 +940,7 @@ def learn_low_rank(
     rng = np.random.default_rng(seed)
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)
     if method == "sketch":  # its rank cut and saturation band follow u: measure it first
-        prec.measure_first(planned + verify)
+        prec.measure_first(planned + verify, always=r is None)  # a detected rank is decided once
 
     v = read_value_vector(oracle)
     if not np.any(v):

@@ -415,6 +415,8 @@ OUTSIDE_FLOAT64 = 1e-11
 #: A quantized computation whose invariance spread is this many times its rounding (granularity or
 #: jitter) breaks the invariances by more than rounding explains: outside the class.
 OUTSIDE_FACTOR = 64.0
+#: The spread and granularity stand for ``u`` unless the family's jitter exceeds them this many times.
+JITTER_RATIO = 16.0
 #: Points and polynomial degree of the one-parameter family of :func:`measure_precision`.
 FAMILY_POINTS, FAMILY_DEGREE, FAMILY_SPAN = 16, 4, 2.0**-5
 
@@ -452,7 +454,8 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
       computation with ``u_spread > OUTSIDE_FLOAT64``, or a quantized one with ``u_spread`` above
       ``OUTSIDE_FACTOR`` times its rounding): the target is not attention (positional encodings,
       a length-dependent term), and ``u`` is the rounding alone, not the spread;
-    * ``"rounding"``: quantized answers; ``u`` the largest of spread, granularity and jitter;
+    * ``"rounding"``: quantized answers; ``u`` the larger of spread and granularity, or the jitter
+      where it is ``JITTER_RATIO`` (16) times both (their rounding hidden from them);
     * ``"float64"``: a smooth float64 computation; ``u`` the larger of spread and granularity.
 
     ``u`` is the rounding unit of the answers, not the error of every answer: thresholds multiply
@@ -531,10 +534,14 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
         u_jitter = _family_jitter(oracle, X[0], rng)
         spent += FAMILY_POINTS
         u_round = max(u_gran, u_jitter)
+        # The jitter is the whole forward error of an answer (many roundings), not the unit u that
+        # thresholds multiply by their size factors: it stands in for u only where the spread and the
+        # granularity miss the rounding by far (a bfloat16 layer read out in float64: both ~0).
+        seen = max(u_spread, u_gran)
         if u_spread > OUTSIDE_FACTOR * u_round:
-            kind, u = "outside", u_round
+            kind, u = "outside", u_gran if u_gran * JITTER_RATIO >= u_jitter else u_jitter
         else:
-            kind, u = "rounding", max(u_round, u_spread)
+            kind, u = "rounding", seen if seen * JITTER_RATIO >= u_jitter else u_jitter
     elif u_spread > OUTSIDE_FLOAT64:
         kind, u = "outside", u_gran
     else:
