@@ -418,7 +418,7 @@ OUTSIDE_FACTOR = 64.0
 #: The spread and granularity stand for ``u`` unless the family's jitter exceeds them this many times.
 JITTER_RATIO = 16.0
 #: Points and polynomial degree of the one-parameter family of :func:`measure_precision`.
-FAMILY_POINTS, FAMILY_DEGREE, FAMILY_SPAN = 16, 4, 2.0**-5
+FAMILY_POINTS, FAMILY_DEGREE, FAMILY_SPAN = 16, 6, 2.0**-7
 
 #: The names :func:`measure_precision` gives to what its answers carry.
 ANSWER_KINDS = ("float64", "rounding", "outside", "noise", "random noise")
@@ -442,8 +442,8 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
       (*quantized*); a float64 computation moves smoothly, by about ``TINY_STEP``; a move above
       ``NOISE_FLOOR`` (``2**-34``) is *deterministic noise* (a hash of the query).
     * **one-parameter family** (only for quantized answers, ``FAMILY_POINTS`` = 16 queries): the
-      answers along ``X (1 + t s Delta)``, ``t`` in [-1, 1], ``s = 2**-5``, whose inputs cross many
-      steps of any short format; the residual of a degree-4 polynomial fit is the rounding's jitter
+      answers along ``X (1 + t s Delta)``, ``t`` in [-1, 1], ``s = 2**-7``, whose inputs cross many
+      steps of any short format; the residual of a degree-6 polynomial fit is the rounding's jitter
       ``u_jitter``, read out through any readout (a float64 readout of a bfloat16 layer hides both
       the spread and the granularity, not the jitter).
 
@@ -531,7 +531,7 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     elif not quantized and u_step > NOISE_FLOOR:
         kind, u = "noise", max(u_step, u_gran)
     elif quantized:
-        u_jitter = _family_jitter(oracle, X[0], rng)
+        u_jitter = _family_jitter(oracle, X[0], rng, scale)
         spent += FAMILY_POINTS
         u_round = max(u_gran, u_jitter)
         # The jitter is the whole forward error of an answer (many roundings), not the unit u that
@@ -566,21 +566,19 @@ def _answers(oracle, X, d) -> np.ndarray:
     return check_answers(oracle(X), len(X), d=d)
 
 
-def _family_jitter(oracle, x, rng) -> float:
+def _family_jitter(oracle, x, rng, scale) -> float:
     """The rounding jitter of answers along ``x (1 + t s Delta)``: the residual of a polynomial fit.
 
     The residual's root mean square (corrected for the fitted coefficients) times ``sqrt(3)`` (a
     rounding error uniform in ``[-u, u]`` has that ratio of bound to deviation), over the answers'
-    scale. The smooth part of a target leaves about ``s**5 / 5!`` (``1e-10``), far below any short
-    format's rounding.
+    ``scale`` (the root-mean-square of the invariance answers: one answer near 0 would inflate a scale
+    of its own). The smooth part of a target leaves about ``s**7 / 7!``, far below any short format's
+    rounding.
     """
     t = np.linspace(-1.0, 1.0, FAMILY_POINTS)
     delta = rng.standard_normal(x.shape)
     F = x[None] * (1.0 + FAMILY_SPAN * t[:, None, None] * delta[None])
     y = _answers(oracle, F, x.shape[1])
-    scale = float(np.sqrt(np.mean(y**2)))
-    if scale == 0:
-        return 0.0
     V = np.polynomial.legendre.legvander(t, FAMILY_DEGREE)
     resid = y - V @ np.linalg.lstsq(V, y, rcond=None)[0]
     dof = FAMILY_POINTS - FAMILY_DEGREE - 1
