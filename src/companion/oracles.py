@@ -481,7 +481,8 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
         :data:`ANSWER_KINDS`), ``u_spread``, ``u_granularity``, ``u_jitter`` (0 if not measured),
         ``u_step`` (the median tiny-step move), ``u_repeat`` (the largest repeat difference),
         ``quantized``, ``bits`` (the largest significant bits seen), ``format``
-        (:func:`nearest_format` of ``u``) and ``n_queries``.
+        (:func:`nearest_format` of ``u``, or of the granularity for rounded answers of at most 24
+        bits: they name their format) and ``n_queries``.
 
     Raises
     ------
@@ -556,7 +557,8 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
         "u_repeat": u_repeat,
         "quantized": quantized,
         "bits": bits,
-        "format": nearest_format(u),
+        # answers in a short format have at most its bits: float16's 11 name it, whatever the spread says
+        "format": nearest_format(u_gran) if kind == "rounding" and 0 < bits <= 24 else nearest_format(u),
         "n_queries": spent,
     }
 
