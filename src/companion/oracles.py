@@ -594,6 +594,15 @@ def check_answers(y, n, *, d=None) -> np.ndarray:
     ------
     OracleInconsistentError
         If the answers are not ``n`` finite real numbers (strings, a vector per query, NaN).
+
+    Examples
+    --------
+    >>> check_answers([0.5, 1.0], 2)
+    array([0.5, 1. ])
+    >>> check_answers(np.ones((2, 3)), 2, d=3)
+    Traceback (most recent call last):
+    ...
+    companion.errors.OracleInconsistentError: the oracle returned an array of shape (2, 3) for 2 queries ...
     """
     try:
         a = np.asarray(y, dtype=np.float64)
