@@ -460,7 +460,7 @@ def verify_outputs(
         If a disagreement exceeds its tolerance: the oracle is not ``what``.
     PrecisionError
         If the median tolerance, or that of a query the model fails at, exceeds ``VERIFY_CEILING``
-        (1 % of the output; ``rtol`` if larger): the answers are too coarse (or too noisy) for the
+        (1 % of the output; ``rtol`` if larger, but never ``VACUOUS_TOLERANCE`` = 1/2): the answers are too coarse (or too noisy) for the
         check to certify anything (``floor``, the estimate's attainable error, goes in the message).
         When the measurement finds the target outside the class (full-precision answers that break
         attention's invariances), a failed check raises :class:`OracleInconsistentError` naming it.
@@ -505,7 +505,7 @@ def verify_outputs(
         raise exc
     # No tolerance above the ceiling: a check that accepts more certifies nothing (a float16 or
     # bfloat16 server, noise at 1e-4), whether for the median query or for the one that fails.
-    ceiling = max(VERIFY_CEILING, float(rtol))
+    ceiling = min(max(VERIFY_CEILING, float(rtol)), VACUOUS_TOLERANCE)
     over = tol > ceiling
     if precision is not None and (float(np.median(tol)) > ceiling or np.any(over & (err > ceiling))):
         k = int(np.argsort(tol)[n // 2]) if float(np.median(tol)) > ceiling else int(np.argmax(np.where(over, err, -1)))
@@ -519,7 +519,8 @@ def verify_outputs(
                 floor=float("nan") if floor is None else floor(precision.value),
             )
         )
-    tol = np.minimum(tol, ceiling)
+    if precision is not None:
+        tol = np.minimum(tol, ceiling)
     i = int(np.argmax(err / tol))
     worst = float(err[i])
     spent = n

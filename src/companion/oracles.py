@@ -466,7 +466,7 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     ----------
     oracle : ValueQueryOracle
         Any value-query oracle; ``3 n + 2 (n // 2)`` of its queries are spent, and 16 more for
-        quantized answers (counted, and budgeted before the first).
+        quantized answers (counted; all ``3 n + 2 (n // 2) + 16`` budgeted before the first).
     n : int, default=8
         Random sequences, ``>= 2``.
     length : int, default=8
@@ -506,7 +506,8 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     d = int(oracle.d)
     k = n // 2
     if hasattr(oracle, "require"):
-        oracle.require(3 * n + 2 * k, learner="measure_precision")
+        # the family's queries too: a measurement refused for its budget is refused before the first query
+        oracle.require(3 * n + 2 * k + FAMILY_POINTS, learner="measure_precision")
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, length, d)) / np.sqrt(d)
     P = X.copy()
