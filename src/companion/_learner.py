@@ -461,7 +461,8 @@ def verify_outputs(
     PrecisionError
         If the median tolerance, or that of a query the model fails at, exceeds ``VERIFY_CEILING``
         (1 % of the output; ``rtol`` if larger, but never ``VACUOUS_TOLERANCE`` = 1/2): the
-        answers are too coarse (or too noisy) for the check to certify anything (``floor``, the estimate's attainable error, goes in the message).
+        answers are too coarse (or too noisy) for the check to certify anything (``floor``, the
+        estimate's attainable error, goes in the message).
         When the measurement finds the target outside the class (full-precision answers that break
         attention's invariances), a failed check raises :class:`OracleInconsistentError` naming it.
     """
