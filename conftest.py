@@ -1,6 +1,10 @@
 """pytest set-up for every path of the suite (tests/, the doctests of src/companion, book/chapters).
 
 * Results go to a temporary folder, never into the committed data/results.
+* The book's build is strict: ``COMPANION_STRICT=1`` (:func:`companion.results.strict`), so that a
+  claim or bound that does not hold stops the chapter in nbval and in every re-execution the suite
+  starts (they inherit the variable), exactly as in ``make book``. The reader's runs of
+  ``tests/test_reader_runs.py`` set it to 0 for their own processes.
 * Hypothesis draws the same examples on every machine and run (``derandomize``, no example
   database): a property test that passes here passes in CI, and one that fails, fails for
   everyone, with the example printed.
@@ -35,6 +39,7 @@ def pytest_configure(config):
         _CREATED.append(tempfile.mkdtemp(prefix="companion-results-"))
         os.environ["COMPANION_RESULTS_DIR"] = _CREATED[-1]
     os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ["COMPANION_STRICT"] = "1"  # the book's build: a false claim fails, as in make book
     if config.pluginmanager.hasplugin("nbval"):
         _compare_by_contract()
 
@@ -55,9 +60,16 @@ def pytest_collection_finish(session):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print the reproducibility report of the re-executions compared (and write it if asked)."""
+    """Print the reproducibility report of the re-executions compared (and write it if asked), and
+    the reader's runs of tests/test_reader_runs.py (seeds and draws that ran, claims that did not hold)."""
     import sys
 
+    readers = next((m for m in list(sys.modules.values())
+                    if (getattr(m, "__file__", None) or "").endswith("test_reader_runs.py")), None)
+    text = readers.summary() if readers else None
+    if text:
+        terminalreporter.write_sep("=", "reader's runs (tests/test_reader_runs.py)")
+        terminalreporter.write_line(text)
     module = next((m for m in list(sys.modules.values())
                    if (getattr(m, "__file__", None) or "").endswith("test_reproducibility.py")), None)
     rep = module.report() if module else None

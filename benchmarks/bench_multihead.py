@@ -314,7 +314,26 @@ def rational_row(d, H, seed=0, repeats=5, timed=True):
 #: by default: the open-ended search takes hours at d = 64). A value ``(H, True)`` is a lower bound
 #: (the search stopped at H <= d, or was not run past it).
 ROBUST_RECORDED = {8: (8, True), 16: (9, False), 32: (10, False), 64: (8, True)}
-ROBUST_SOURCE = "recorded 2026-12-01 (bench_multihead.py docstring)"
+#: Where each recorded value comes from (issue 38): those runs saved no file, so the record names the
+#: commit that wrote the value into this docstring, the library hash of that commit's src/companion
+#: (results.library_hash, computed from the commit), the date, and the search's parameters as the
+#: docstring gives them (1. below). The runs' own commits and library hashes were not recorded.
+_ROBUST_SEARCH = {"learner": "learn_canonical", "learner_parameters": "defaults (scale 4, sequences <= 128 tokens)",
+                  "tol": CANON_TOL, "stop": "H = 1, 2, ... until a run raises or errs by more than tol"}
+_COMMIT_0104 = {"commit": "4a14f8804af3d7e8e09ad5defa1ab0527d457589", "library_hash": "0313ff97c80bf6fb",
+                "committed": "2026-12-01T01:04:18+00:00"}
+_COMMIT_1915 = {"commit": "43ae66954472d5645ecf6af208c1fbab79dba53d", "library_hash": "351235f548bf2518",
+                "committed": "2026-12-01T19:15:46+00:00"}
+ROBUST_PROVENANCE = {
+    8: {"measured": "2026-12-01", **_COMMIT_0104, "parameters": {**_ROBUST_SEARCH, "H": "4 .. 8", "seeds": [0, 1]}},
+    16: {"measured": "2026-12-01T19:09Z", **_COMMIT_1915, "parameters": {**_ROBUST_SEARCH, "H": "1 .. 10",
+                                                                          "seeds": [0, 1]}},
+    32: {"measured": "2026-12-01", **_COMMIT_0104, "parameters": {**_ROBUST_SEARCH, "H": "6 .. 11", "seeds": [0, 1]}},
+    64: {"measured": "2026-12-01", **_COMMIT_0104, "parameters": {**_ROBUST_SEARCH, "H": [4, 6, 8], "seeds": [0]}},
+}
+ROBUST_SOURCE = ("recorded 1 Dec 2026 in the docstring of bench_multihead.py, no run file: written by commit "
+                 "4a14f88 (d = 8, 32, 64; library 0313ff97c80bf6fb) and 43ae669 (d = 16; library "
+                 "351235f548bf2518)")
 COUNTS_H_STOP = 12        # the counts route's search: every H = 1 .. COUNTS_H_STOP, H <= d (seed 0;
                           # not stopped at a failure: the moment start, from MOMENT_FROM = 9 heads,
                           # can recover an H above one the pair start refuses)
@@ -334,6 +353,8 @@ def largest_H_table(counts, robust=None, counts_stop=COUNTS_H_STOP, failed=None)
     for d, (H, lb) in (robust if robust is not None else ROBUST_RECORDED).items():
         robust_rows[str(d)] = {"H": int(H), "lower_bound": bool(lb),
                                "source": "measured" if robust is not None else ROBUST_SOURCE}
+        if robust is None:
+            robust_rows[str(d)]["provenance"] = ROBUST_PROVENANCE[d]
     table = []
     for d in sorted(counts):
         r = robust_rows.get(str(d))

@@ -53,8 +53,15 @@ def test_bench_multihead_largest_H_table_labels_both_routes(benchmarks):
     by_d = {row["d"]: row for row in table.to_dict("records")}
     # the robust route: the docstring's record, with its date, d = 16 included
     assert [by_d[d]["robust route H"] for d in (8, 16, 32, 64)] == [">= 8", "9", "10", ">= 8"]
-    assert by_d[16]["robust source"] == "recorded 2026-12-01 (bench_multihead.py docstring)"
-    assert robust["16"] == {"H": 9, "lower_bound": False, "source": by_d[16]["robust source"]}
+    assert by_d[16]["robust source"] == bench.ROBUST_SOURCE and "43ae669 (d = 16" in bench.ROBUST_SOURCE
+    assert robust["16"] == {"H": 9, "lower_bound": False, "source": by_d[16]["robust source"],
+                            "provenance": bench.ROBUST_PROVENANCE[16]}
+    # each recorded value names the commit that wrote it, that commit's library hash, the date and the search
+    for d, record in bench.ROBUST_PROVENANCE.items():
+        assert set(record) == {"measured", "commit", "library_hash", "committed", "parameters"}, d
+        assert len(record["commit"]) == 40 and len(record["library_hash"]) == 16
+        assert record["commit"][:7] in bench.ROBUST_SOURCE and record["library_hash"] in bench.ROBUST_SOURCE
+        assert record["parameters"]["tol"] == bench.CANON_TOL
     # measured by --search-H: labelled so, and a d the record does not hold is said to be missing
     table, robust = bench.largest_H_table({16: 7, 128: 3}, {16: (11, False)})
     by_d = {row["d"]: row for row in table.to_dict("records")}

@@ -238,3 +238,63 @@ def test_verification_is_as_strict_for_a_head_with_tiny_values(scale):
         assert res.diagnostics["verify_max_error"] < 1e-14
         assert np.linalg.norm(res.W - h.W) <= 1e-14 * np.linalg.norm(h.W)
         assert np.allclose(res.v, scale * h.v, rtol=1e-13, atol=0)
+
+
+# ----------------------------------------------------------------------------- biases (issue 36)
+
+def _biased(d=4, seed=0, offset=None):
+    """A head with biases: a bias-free head on homogeneous tokens (x, 1), asked the token part x."""
+    from companion.attention import SingleHead
+
+    rng = np.random.default_rng(seed)
+    W, v = rng.standard_normal((d + 1, d + 1)), rng.standard_normal(d + 1)
+    if offset is not None:
+        v[-1] = offset
+    head = SingleHead(W, v)
+    return head, (lambda X: head([np.c_[x, np.ones(len(x))] for x in X]))
+
+
+def test_bias_true_learns_a_head_with_biases_from_d_plus_1_squared_queries():
+    head, model = _biased(5, seed=1)
+    rec = learn_single_head(ValueQueryOracle(model, d=5), bias=True)
+    assert rec.W.shape == (6, 6) and rec.v.shape == (6,)
+    assert rec.n_learning_queries == 36 + rec.diagnostics["n_requeries"]
+    np.testing.assert_allclose(rec.W[:5], head.W[:5], rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(rec.W[5], np.zeros(6))          # not identifiable: returned as 0
+    np.testing.assert_allclose(rec.v, head.v, rtol=0, atol=1e-12)
+    assert rec.diagnostics["identifiable"] == "W[:d, :], v"
+
+
+def test_bias_true_follows_a_stated_float32_precision():
+    from companion.oracles import round_to
+
+    head, model = _biased(4, seed=2)
+    oracle = ValueQueryOracle(lambda X: round_to(model(X), "float32"), d=4, precision="float32")
+    rec = learn_single_head(oracle, bias=True)
+    assert rec.diagnostics["precision_format"] == "float32"
+    assert rec.diagnostics["verify_tolerance"] > 1e-6               # the tolerance follows u, not rtol
+    assert np.linalg.norm(rec.W[:4] - head.W[:4]) / np.linalg.norm(head.W[:4]) < 1e-3
+
+
+@pytest.mark.parametrize("offset", [0.1, 1e-3])
+def test_a_bias_free_run_on_a_biased_layer_suggests_bias_true(offset):
+    """Fails before the fix: the message named saturation or verification, never biases."""
+    _, model = _biased(4, seed=3, offset=offset)
+    with pytest.raises(OracleInconsistentError, match=r"single zero token is .*Pass bias=True"):
+        learn_single_head(ValueQueryOracle(model, d=4))
+
+
+def test_no_bias_advice_when_the_zero_token_answers_zero():
+    """Two bias-free heads fail the verification too, but answer 0 at a zero token: no bias advice."""
+    from companion.attention import MultiHead
+
+    a, b = random_single_head(4, seed=1), random_single_head(4, seed=2)
+    two = MultiHead(np.stack([a.W, b.W]), np.stack([a.v, b.v]))
+    with pytest.raises(OracleInconsistentError) as info:
+        learn_single_head(ValueQueryOracle(two))
+    assert "bias" not in str(info.value)
+
+
+def test_bias_must_be_a_bool():
+    with pytest.raises(InvalidInputError, match="bias must be True or False"):
+        learn_single_head(ValueQueryOracle(random_single_head(3, seed=0)), bias="yes")

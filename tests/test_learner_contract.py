@@ -22,11 +22,15 @@ The checks (DESIGN.md, "One contract for every learner"; STYLE.md §5.3):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import inspect
 import math
+import pickle
 import pkgutil
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -445,6 +449,41 @@ def check_documented_diagnostics_keys_present(entry):
     assert not undocumented, f"{entry.id}: present but not in the docstring: {sorted(undocumented)}"
 
 
+def _plain(value):
+    """``value`` with read-only mappings as dicts, recursively (what a saved result reads back)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, companion.Recovery):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def _same_result(a, b):
+    assert type(a) is type(b)
+    for f in dataclasses.fields(a):
+        assert _same(_plain(getattr(a, f.name)), _plain(getattr(b, f.name))), f"field {f.name} differs"
+        if isinstance(getattr(a, f.name), np.ndarray):
+            assert getattr(a, f.name).dtype == getattr(b, f.name).dtype
+
+
+def check_result_pickles_copies_and_saves(entry, tmp_path_factory):
+    rec, _, _, _ = default_run(entry)
+    for again in (pickle.loads(pickle.dumps(rec)), copy.deepcopy(rec), copy.copy(rec)):
+        _same_result(rec, again)
+        assert isinstance(again.diagnostics, MappingProxyType)
+    path = tmp_path_factory.mktemp("saved") / f"{entry.id}.safetensors"
+    assert rec.save(path, parameters={"learner": entry.id}) == path
+    back = companion.load(path)
+    _same_result(rec, back)
+    assert isinstance(back.diagnostics, MappingProxyType)
+    assert back.provenance["parameters"] == {"learner": entry.id}
+    assert back.provenance["library_version"] == companion.__version__
+    assert repr(back) == repr(rec)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]     # no temporary file left
+
+
 CHECKS = [check_n_queries_read_from_the_oracle, check_n_learning_queries_is_the_documented_formula,
           check_budget_one_short_is_refused, check_target_and_oracle_not_mutated,
           check_same_seed_same_result, check_verification_on_by_default,
@@ -456,6 +495,12 @@ CHECKS = [check_n_queries_read_from_the_oracle, check_n_learning_queries_is_the_
 @pytest.mark.parametrize("entry", LEARNERS, ids=IDS)
 def test_learner_contract(entry, check):
     check(entry)
+
+
+@pytest.mark.parametrize("entry", LEARNERS, ids=IDS)
+def test_learner_contract_saved_results(entry, tmp_path_factory):
+    """``check_result_pickles_copies_and_saves``: every result pickles, deep-copies, saves and loads."""
+    check_result_pickles_copies_and_saves(entry, tmp_path_factory)
 
 
 def _public_learners():

@@ -519,7 +519,32 @@ def test_nuclear_size_limit_just_inside_and_outside_without_building():
     assert big["entries"] == 7360 * 96**2 and big["variables"] == 2 * 96**2 + 96 and big["psd_cone"] == 192
     assert 8.6e9 < big["bytes"] < 8.8e9
     with pytest.raises(InvalidInputError, match="d=96 with m=7360"):
-        lowrank.learn_low_rank(ValueQueryOracle(random_single_head(96, rank=8, seed=0)), 8)
+        lowrank.learn_low_rank(ValueQueryOracle(random_single_head(96, rank=8, seed=0)), 8, method="nuclear")
+
+
+def test_auto_method_switches_at_the_nuclear_size_limit():
+    """method='auto' runs nuclear just inside NUCLEAR_MAX_BYTES and the scalable method just outside."""
+    d = 64
+    m_max = int(lowrank.NUCLEAR_MAX_BYTES // (lowrank.NUCLEAR_BYTES_PER_ENTRY * d * d))
+    inside, why_in = lowrank._auto_method(d, 2, m_max)
+    outside, why_out = lowrank._auto_method(d, 2, m_max + 1)
+    assert (inside, outside) == ("nuclear", "rgn")       # n_measurements given: the sketch takes none
+    assert "fits NUCLEAR_MAX_BYTES" in why_in and "above NUCLEAR_MAX_BYTES" in why_out
+    # the default m = 5 r (2d - r): r = 3 fits at d = 64 (2950 < 4096 measurements), r = 8 does not
+    assert lowrank._auto_method(d, 3, None)[0] == "nuclear"
+    assert lowrank._auto_method(d, 8, None)[0] == "sketch"
+    assert lowrank._auto_method(d, None, None)[0] == "sketch"
+
+
+def test_default_method_runs_at_d_64():
+    """Fails before the fix: learn_low_rank(oracle, 8) refused at d = 64 (a 2.5 GB program by the module's estimate)."""
+    target = random_single_head(64, rank=8, seed=0)
+    rec = lowrank.learn_low_rank(ValueQueryOracle(target), 8)
+    assert rec.method == "sketch"
+    assert rec.message.startswith("method='auto' chose 'sketch': the paper's nuclear-norm program would need about 2.5 GB")
+    assert rec.relative_errors(target)["W"] < 1e-8
+    with pytest.raises(InvalidInputError, match="NUCLEAR_MAX_BYTES"):
+        lowrank.learn_low_rank(ValueQueryOracle(target), 8, method="nuclear")   # the paper's, by name
 
 
 def test_noisy_nuclear_size_limit_refused_before_any_query():
@@ -647,3 +672,43 @@ def test_rop_learners_take_values_at_the_ends_of_float64(method, scale):
         rec = learn_low_rank(ValueQueryOracle(SingleHead(W, scale * v)), 2, method=method, seed=0)
     assert np.linalg.norm(rec.W - W) <= 1e-12 * np.linalg.norm(W)
     assert np.allclose(rec.v / scale, v, rtol=1e-13, atol=0)
+
+
+def test_a_layer_with_biases_is_pointed_to_learn_single_head_bias_true():
+    """Fails before the fix: '... stayed saturated ...; the oracle does not behave like a softmax head'."""
+    from companion.attention import SingleHead
+    from companion.errors import OracleInconsistentError
+
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((9, 2)), rng.standard_normal((9, 2))
+    head = SingleHead(3.0 * A @ B.T, rng.standard_normal(9))     # rank 2 in homogeneous coordinates
+    oracle = ValueQueryOracle(lambda X: head([np.c_[x, np.ones(len(x))] for x in X]), d=8)
+    with pytest.raises(OracleInconsistentError, match=r"learn_single_head\(oracle, bias=True\)"):
+        lowrank.learn_low_rank(oracle, 2, method="sketch")
+
+
+@pytest.mark.parametrize("method", ["sketch", "rgn"])
+def test_bias_true_learns_a_low_rank_layer_with_biases(method):
+    from companion.attention import SingleHead
+
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((9, 2)), rng.standard_normal((9, 2))
+    head = SingleHead(3.0 * A @ B.T, rng.standard_normal(9))          # token block of rank 2, plus w
+    oracle = ValueQueryOracle(lambda X: head([np.c_[x, np.ones(len(x))] for x in X]), d=8)
+    rec = lowrank.learn_low_rank(oracle, 2, method=method, bias=True)
+    assert rec.W.shape == (9, 9) and rec.rank == 2 and rec.method == method
+    np.testing.assert_allclose(rec.W[:8], head.W[:8], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(rec.v, head.v, rtol=0, atol=1e-12)
+    assert rec.diagnostics["n_bias_queries"] >= 2 * 8 + 1 and rec.message.startswith("with biases")
+    assert rec.n_queries == oracle.n_queries
+
+
+def test_bias_true_with_too_small_a_rank_is_refused():
+    from companion.attention import SingleHead
+    from companion.errors import OracleInconsistentError
+
+    rng = np.random.default_rng(2)
+    head = SingleHead(rng.standard_normal((7, 7)), rng.standard_normal(7))
+    oracle = ValueQueryOracle(lambda X: head([np.c_[x, np.ones(len(x))] for x in X]), d=6)
+    with pytest.raises(OracleInconsistentError):
+        lowrank.learn_low_rank(oracle, 1, method="sketch", bias=True)

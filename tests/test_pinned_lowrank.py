@@ -59,12 +59,12 @@ def test_learn_low_rank_nuclear_refuses_a_too_big_program_before_the_first_query
     monkeypatch.setattr(lowrank, "NUCLEAR_MAX_BYTES", 128 * m * d * d - 1)
     oracle = _oracle(d, r)
     with pytest.raises(InvalidInputError):
-        lowrank.learn_low_rank(oracle, r, n_measurements=m, verify=0)
+        lowrank.learn_low_rank(oracle, r, n_measurements=m, verify=0, method="nuclear")
     assert oracle.n_queries == 0
     monkeypatch.setattr(lowrank, "NUCLEAR_MAX_BYTES", 128 * m * d * d)  # exactly at the limit
     oracle = _oracle(d, r, budget=0)
     with pytest.raises(BudgetExceededError):  # past the size check, refused only by the budget
-        lowrank.learn_low_rank(oracle, r, n_measurements=m, verify=0)
+        lowrank.learn_low_rank(oracle, r, n_measurements=m, verify=0, method="nuclear")
 
 
 def test_default_measurements_are_ceil_5_and_2_times_r_2d_minus_r():
@@ -382,7 +382,7 @@ def test_learn_low_rank_documented_defaults():
 
     p = inspect.signature(lowrank.learn_low_rank).parameters
     documented = {
-        "method": "nuclear",
+        "method": "auto",
         "oversample": 1,
         "rank_tol": 1e-8,
         "scale": "auto",

@@ -108,29 +108,25 @@ def test_homogeneous_appends_a_one_to_every_token():
     np.testing.assert_array_equal(H[..., 2], np.ones((2, 3)))
 
 
-def test_homogeneous_pairs_tokens():
+def test_biased_pairs_tokens():
+    """The token parts of the homogeneous queries of learn_single_head(bias=True) (exact._biased_pairs)."""
+    from companion import exact
+
     U = np.array([[1.0, 2.0], [3.0, -1.0]])
     c = np.array([0.5, 0.25])
-    X = pt._homogeneous_pairs(U, 1, c, 3)
+    X = exact._biased_pairs(U, 1, c, 2)
     for k in range(2):
-        np.testing.assert_allclose(X[k, 0], np.append(c[k] * (U[k] + np.eye(2)[1]), 1.0), rtol=1e-15)
-        np.testing.assert_allclose(X[k, 1], np.append(c[k] * np.eye(2)[1], 1.0), rtol=1e-15)
-    X = pt._homogeneous_pairs(U, 2, c, 3)  # j = d: [(c u, 1); (0, 1)]
-    np.testing.assert_allclose(X[0], [[0.5, 1.0, 1.0], [0.0, 0.0, 1.0]], rtol=1e-15)
-
-
-def test_cond_1_is_the_1_norm_condition_number():
-    from scipy.linalg import lu_factor
-
-    # ||U||_1 = 11, ||U^-1||_1 = 11 (cond_1 = 121); the inf-norm would give 6 * 6 = 36.
-    U = np.array([[1.0, 0.0, 0.0], [5.0, 1.0, 0.0], [5.0, 0.0, 1.0]])
-    assert pt._cond_1(U, lu_factor(U)) == approx(121.0, rel=1e-12)
-    assert np.linalg.cond(U, 1) == approx(121.0, rel=1e-12)
+        np.testing.assert_allclose(X[k, 0], c[k] * (U[k] + np.eye(2)[1]), rtol=1e-15)
+        np.testing.assert_allclose(X[k, 1], c[k] * np.eye(2)[1], rtol=1e-15)
+    X = exact._biased_pairs(U, 2, c, 2)  # j = d: [(c u, 1); (0, 1)]
+    np.testing.assert_allclose(X[0], [[0.5, 1.0], [0.0, 0.0]], rtol=1e-15)
 
 
 def test_constants_of_the_homogeneous_learner():
-    assert pt._MAX_ROUNDS == 40
-    assert pt._CHUNK_BYTES == 32 * 2**20
+    from companion import exact
+
+    assert exact._MAX_ROUNDS == 40
+    assert exact._BIAS_SHRINK == 0.125
 
 
 def test_learn_homogeneous_head_count_budget_and_diagnostics():

@@ -5,6 +5,7 @@ read-only checkouts and the small refusals."""
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -394,6 +395,14 @@ def test_the_page_of_a_run_shows_its_own_numbers(agg_run):
     for name, text in changed.items():
         assert text in shown, f"{name}: the run's {text!r} is not on the page"
     assert "seed = 3" in " ".join(main.select_one("div.admonition").get_text(" ").split())
+    # references to other chapters show the book's titles and numbers, not raw labels ("Prerequisites:
+    # ch-definitions.", "identity eq-two-token of ch-definitions"), and link to no page of the run's folder
+    text = " ".join(main.get_text(" ").split())
+    assert "Prerequisites: The model and its oracles ." in text
+    assert "through the identity (1.1) of The model and its oracles" in text
+    assert not re.search(r"\b(ch|eq|sec|thm)-[a-z]", text), re.search(r".{40}\b(ch|eq|sec|thm)-[a-z].{40}", text)
+    local = [a["href"] for a in soup.find_all("a", href=True) if not a["href"].startswith(("http", "#", "mailto"))]
+    assert all((page.parent / h.split("#")[0]).exists() for h in local if h.split("#")[0]), local
     imgs = main.find_all("img")
     assert len(imgs) >= 3 and all((page.parent / i["src"]).stat().st_size > 1000 for i in imgs)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -439,7 +448,7 @@ def _interrupt(out, sig, extra=()):
 def test_an_interrupted_run_leaves_the_earlier_pair_and_says_what_it_kept(agg_run, sig, code):
     out, _ = agg_run
     before = {n: (out / n).read_bytes() for n in ("02_exact_learning.ipynb", "02_exact_learning.json")}
-    rc, err = _interrupt(out, sig)
+    rc, err = _interrupt(out, sig, ("--overwrite",))   # without it, the finished run's folder is refused
     assert rc == code, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"companion: stopped by {signal.Signals(sig).name}; "

@@ -24,6 +24,7 @@ import functools
 
 import numpy as np
 
+from . import _progress
 from ._validation import check_int, check_real
 from .attention import SingleHead
 from .errors import MESSAGES, CompanionError, OracleInconsistentError, PrecisionError
@@ -386,6 +387,7 @@ def reserve(oracle, n, learner: str) -> int:
     """
     if hasattr(oracle, "require"):
         oracle.require(int(n), learner=learner)
+    _progress.start(oracle, int(n), learner)  # a bar of the queries asked against n (interactive runs)
     return int(oracle.n_queries)
 
 
@@ -745,6 +747,7 @@ def build(
     given, replaces the clause of :func:`verified_message` (a learner whose count adds up several
     checks, each with its own tolerance, names each one).
     """
+    _progress.finish(oracle)
     diagnostics = dict(diagnostics or {})
     info = dict(verification or {"n_verify_queries": 0})
     if precision is not None:
@@ -810,3 +813,55 @@ def verification_defaults(names=None) -> dict:
         params = inspect.signature(getattr(importlib.import_module(f"companion.{_LEARNERS[name]}"), name)).parameters
         out[name] = (int(params["verify"].default), float(params["verify_rtol"].default))
     return out
+
+
+def suggests_bias(advice):
+    """Decorator of a bias-free single-head learner: when it fails, say so if the model has biases.
+
+    A failure (:class:`~companion.errors.OracleInconsistentError`: weights that stay saturated or
+    a failed verification, in a run with ``verify > 0``) is looked at with one more query, a
+    single zero token: a bias-free head answers exactly 0 there (``0^T v``, in any floating-point
+    format), while a layer with a value or output bias answers the constant offset ``v0`` it adds
+    to every answer. A nonzero answer appends ``advice`` (what to call instead) to the message.
+    """
+
+    def decorate(learner):
+        @functools.wraps(learner)
+        def run(oracle, *args, **kwargs):
+            try:
+                return learner(oracle, *args, **kwargs)
+            except OracleInconsistentError as err:
+                # Internal callers (detection, the Transformer learner) pass verify=0 and count their
+                # queries: no extra query for them, nor for a failure that names its own cause.
+                if kwargs.get("bias") or not kwargs.get("verify", DEFAULT_VERIFY):
+                    raise
+                if "verification failed" not in str(err) and "stayed saturated" not in str(err):
+                    raise
+                offset = zero_token_answer(oracle)
+                if offset is None:
+                    raise
+                exc = OracleInconsistentError(
+                    f"{err} The answer to a single zero token is {offset:.3g}, not 0: the model adds a "
+                    "constant offset to its answers, as a layer with biases does (a bias-free head "
+                    f"answers 0^T v = 0 there). {advice}"
+                )
+                for name in ("max_error", "tolerance"):
+                    if hasattr(err, name):
+                        setattr(exc, name, getattr(err, name))
+                raise exc from err
+
+        return run
+
+    return decorate
+
+
+def zero_token_answer(oracle):
+    """``VQ([0])`` if it is nonzero (one query, if the budget allows), else None."""
+    try:
+        d = int(oracle.d)
+        if getattr(oracle, "remaining", np.inf) < 1:
+            return None
+        y0 = float(oracle(np.zeros((1, d))))
+    except Exception:
+        return None
+    return y0 if y0 != 0.0 else None

@@ -6,7 +6,9 @@
     companion run 02_exact_learning -p d_values "[16, 64]" -p seed 3 -o runs/
     companion run 05_robustness -f params.yaml --timeout 1200
     companion run 02 -p seed 3 --html                # also a page of the run, its numbers in the text
+    companion run 02 -p seed 4 --overwrite --strict  # replace the run in runs/; exit 1 if a claim fails
     companion cite 02_exact_learning sweep_worst_W   # a citation line with provenance
+    companion cite 02_exact_learning                 # every name it published, one a line
     companion compare runs/02_exact_learning.ipynb   # a run's outputs against the committed ones
     companion build                                  # the HTML book (jupyter-book build)
     companion build -o DIR                           # into DIR/_build (a read-only checkout)
@@ -20,7 +22,13 @@ parameter also takes ``1e-3`` inside a list, which YAML 1.1 reads as a string; o
 ``false`` are booleans. Each cell has the book's time limit (600 s) unless ``--timeout`` says
 otherwise. The notebook and its results file are put in place together, only when every cell ran
 (:func:`run_chapter`); a run that fails, times out or is stopped (SIGINT, SIGTERM) says in one line
-what it kept. ``run`` and ``build`` need the ``[book]`` extra and say so in one line without it.
+what it kept. A folder that holds a finished run of the chapter is refused unless ``--overwrite``
+is given. ``run`` and ``build`` need the ``[book]`` extra and say so in one line without it.
+
+``run`` is a reader's run: a claim or bound of the chapter that does not hold for the run's
+parameters is marked in the text and recorded with ``"holds": false``, and the chapter goes on
+(:mod:`companion.results`; unless ``COMPANION_STRICT=1`` is set, as the book's build sets it).
+``run`` ends with a list of those; it exits 0, or 1 with ``--strict``. ``build`` is strict.
 """
 
 from __future__ import annotations
@@ -383,7 +391,9 @@ def _seconds(timeout) -> int:
     return math.ceil(value)
 
 
-def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None) -> Path:
+def run_chapter(
+    chapter: str, parameters: dict, output_dir, *, progress_bar=True, timeout=None, overwrite=False
+) -> Path:
     """Execute a chapter with checked parameters through papermill; publish its notebook and results together.
 
     The executed notebook goes to ``output_dir/<chapter>.ipynb`` and its results JSON, named after
@@ -392,9 +402,14 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     when every cell ran. A run that stops (a cell's error, the time limit, SIGINT or SIGTERM)
     leaves the earlier pair as it was, keeps its partly executed notebook as
     ``output_dir/<chapter>.incomplete.ipynb`` (with the traceback) and discards its partial results.
-    A run that finishes removes what described the run it replaces: an earlier
-    ``<chapter>.incomplete.ipynb`` and the page ``<chapter>_html/`` (``--html`` renders it afresh).
-    Returns the notebook's path.
+    A folder that already holds a finished run of the chapter (its notebook or results file) is
+    refused before anything runs, unless ``overwrite``. A run that finishes removes what described
+    the run it replaces: an earlier ``<chapter>.incomplete.ipynb`` and the page ``<chapter>_html/``
+    (``--html`` renders it afresh). Returns the notebook's path.
+
+    Claims and bounds that do not hold for the run do not stop it (a reader's run, unless
+    ``COMPANION_STRICT=1`` is set in the environment): :func:`companion.results.not_holding` of
+    the results file lists them.
 
     Parameters
     ----------
@@ -409,12 +424,15 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     timeout : float, default=None
         Time limit in seconds for each cell, in (0, inf), rounded up to whole seconds; by default
         the book's (:func:`companion.cli.book_timeout`, 600 s).
+    overwrite : bool, default=False
+        Replace a finished run of the chapter in ``output_dir`` (``companion run --overwrite``).
 
     Raises
     ------
     ParameterError
         Before anything runs: a bad parameter or ``timeout``, a folder that cannot be written (read-only
-        checkout: give another with ``-o``), another run of this chapter into the same folder, or
+        checkout: give another with ``-o``), another run of this chapter into the same folder, a
+        finished run of it there without ``overwrite``, or
         an installation without a Jupyter kernel.
     RunIncomplete
         The run did not finish; the message says why and what was kept.
@@ -431,6 +449,12 @@ def run_chapter(chapter: str, parameters: dict, output_dir, *, progress_bar=True
     out_json = out_nb.with_suffix(".json")
     incomplete = out_dir / f"{path.stem}.incomplete.ipynb"
     with _Lock(out_dir, path.stem):
+        if not overwrite and (out_nb.exists() or out_json.exists()):
+            there = " and ".join(p.name for p in (out_nb, out_json) if p.exists())
+            raise ParameterError(
+                f"{out_dir} already holds a finished run of {path.stem} ({there}); give --overwrite "
+                "to replace it, or another folder for this run with -o DIR."
+            )
         staging = out_dir / f"{path.stem}.running"
         shutil.rmtree(staging, ignore_errors=True)  # a run killed with SIGKILL left it
         staging.mkdir()
@@ -510,8 +534,11 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
     run's outputs are used as they are), with the book's configuration, theme, MathJax served with
     the page (offline) and bibliography. Every ``{glue:text}`` role of the prose is filled from the
     run's glued outputs, the very values its results JSON records; a box at the top states the
-    run's parameters and provenance. Links to the book's other chapters are not resolved (Sphinx
-    leaves their text).
+    run's parameters and provenance, and names the claims and bounds that do not hold for the run.
+    References to the book's other chapters (``{ref}``, ``{eq}``, ``{prf:ref}``) show the titles
+    and numbers the book gives them: the other pages are built alongside from their prose only
+    (:func:`_prose_only`), then left out. Such a reference links to the published book when
+    ``_config.yml`` names it (``html.baseurl``), else it is plain text.
 
     Parameters
     ----------
@@ -538,6 +565,8 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
     import nbformat
     import yaml
 
+    from .results import not_holding
+
     _require(("jupyter_book",), "book", "companion run --html (Jupyter Book)")
     root = _root()
     notebook = Path(notebook).resolve()
@@ -556,7 +585,14 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
                 f"commit {(data.get('commit') or 'unknown')[:12]}, {data.get('created')}"
             )
             note = f"Parameters of this run: {params}. Executed with {prov}; its numbers: `{results_file.name}`."
-        except (OSError, ValueError, KeyError, TypeError):
+            false = not_holding(data)
+            if false:
+                names = ", ".join(f"`{e['name']}`" for e in false)
+                note += (
+                    f"\n\n{len(false)} of the chapter's claims and bounds do not hold for this run: "
+                    f"{names}. The text marks each with *(does not hold for this run)*."
+                )
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             note = "This run's results file was not found next to it; the numbers shown are the notebook's."
         nb.cells.insert(
             0,
@@ -569,6 +605,8 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
         nbformat.write(nb, src / f"{stem}.ipynb")
         for name in ("references.bib", "bibliography.md"):
             shutil.copy2(root / "book" / name, src / name)
+        book_toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+        others = _prose_only(root, book_toc, src, stem)
         config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
         config["title"] = f"{config.get('title', 'The companion')}: a re-run"
         config["execute"] = {**config.get("execute", {}), "execute_notebooks": "off"}
@@ -579,10 +617,7 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
         sphinx = config.setdefault("sphinx", {})
         sphinx["local_extensions"] = {k: str(root / v) for k, v in (sphinx.get("local_extensions") or {}).items()}
         (src / "_config.yml").write_text(yaml.safe_dump(config), encoding="utf-8")
-        (src / "_toc.yml").write_text(
-            yaml.safe_dump({"format": "jb-book", "root": stem, "chapters": [{"file": "bibliography"}]}),
-            encoding="utf-8",
-        )
+        (src / "_toc.yml").write_text(yaml.safe_dump(_flat_toc(book_toc, stem)), encoding="utf-8")
         jb = Path(sys.executable).with_name("jupyter-book")
         log = Path(tmp) / "build.log"
         with open(log, "w", encoding="utf-8") as f:
@@ -604,6 +639,8 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
             raise ParameterError(
                 f"rendering {notebook.name} as HTML failed (jupyter-book exit {code}); the log: {kept}"
             )
+        baseurl = (config.get("html") or {}).get("baseurl") or None
+        _unlink_other_pages(html, stem, others, baseurl)
         staging = out_dir.parent / f".{out_dir.name}.new"
         shutil.rmtree(staging, ignore_errors=True)
         shutil.copytree(html, staging)
@@ -612,8 +649,84 @@ def render_run(notebook, *, results_file=None, out_dir=None) -> Path:
     return out_dir / f"{stem}.html"
 
 
+_ROOT_PAGE = "rerun_index"
+
+
+def _flat_toc(book_toc: dict, stem: str) -> dict:
+    """The book's table of contents with every file by its stem (one flat folder), under a root page
+    of the run: the parts, and so the numbers of chapters, equations and theorems, stay the book's."""
+    parts = [
+        {**part, "chapters": [{"file": Path(c["file"]).name} for c in part.get("chapters", [])]}
+        for part in book_toc.get("parts", [])
+    ]
+    return {"format": "jb-book", "root": _ROOT_PAGE, "parts": parts}
+
+
+def _prose_only(root: Path, book_toc: dict, src: Path, stem: str) -> dict[str, str]:
+    """Write the book's other pages into ``src`` with their prose only; return stem -> published path.
+
+    A chapter keeps its markdown cells (titles, labels, equations, theorems), its glued values
+    replaced by an ellipsis (the run has no values for them); a back-matter page keeps its label
+    and heading lines. Enough for Sphinx to give a reference into them the book's title or
+    number, in seconds (no outputs, no Library reference).
+    """
+    import re
+
+    import nbformat
+
+    glue = re.compile(r"\{glue(?::\w+)?\}`[^`]*`")
+    others: dict[str, str] = {}
+    for part in book_toc.get("parts", []):
+        for entry in part.get("chapters", []):
+            rel = Path(entry["file"])
+            name = rel.name
+            if name in (stem, "bibliography"):
+                continue
+            others[name] = rel.as_posix() + ".html"
+            ipynb, md = root / rel.with_suffix(".ipynb"), root / rel.with_suffix(".md")
+            if ipynb.is_file():
+                nb = nbformat.read(ipynb, as_version=4)
+                nb.cells = [c for c in nb.cells if c.cell_type == "markdown"]
+                for c in nb.cells:
+                    c.source = glue.sub("…", c.source)
+                nbformat.write(nb, src / f"{name}.ipynb")
+            elif md.is_file():
+                lines = md.read_text(encoding="utf-8").splitlines()
+                kept = [line for line in lines if re.match(r"^\([\w-]+\)=\s*$|^#+ ", line)]
+                (src / f"{name}.md").write_text("\n\n".join(kept or [f"# {name}"]) + "\n", encoding="utf-8")
+    (src / f"{_ROOT_PAGE}.md").write_text("# A re-run\n", encoding="utf-8")
+    others[_ROOT_PAGE] = ""
+    return others
+
+
+def _unlink_other_pages(html: Path, stem: str, others: dict[str, str], baseurl) -> None:
+    """In the run's page, turn links to the prose-only pages into links to the published book
+    (``baseurl``) or plain text; remove those pages; point ``index.html`` at the run's page."""
+    import re
+
+    page = html / f"{stem}.html"
+    text = page.read_text(encoding="utf-8")
+    names = "|".join(re.escape(n) for n in others)
+    link = re.compile(rf'<a\b([^>]*?)\bhref="({names})\.html(#[^"]*)?"([^>]*)>(.*?)</a>', re.S)
+
+    def repl(m):
+        published = others[m.group(2)]
+        if baseurl and published:
+            href = f"{baseurl.rstrip('/')}/{published}{m.group(3) or ''}"
+            return f'<a class="reference external" href="{href}">{m.group(5)}</a>'
+        return f'<span class="companion-xref">{m.group(5)}</span>'
+
+    page.write_text(link.sub(repl, text), encoding="utf-8")
+    for name in others:
+        (html / f"{name}.html").unlink(missing_ok=True)
+    (html / "index.html").write_text(
+        f'<!DOCTYPE html><meta http-equiv="Refresh" content="0; url={stem}.html"><a href="{stem}.html">{stem}</a>\n',
+        encoding="utf-8",
+    )
+
+
 def cite(chapter: str, name: str | None, *, results_file=None) -> str:
-    """A one-line citation of one published number, with its precision and provenance.
+    """A one-line citation of one published number, with its precision and provenance; or the list of names.
 
     By default the number is read from ``$COMPANION_RESULTS_DIR`` if set, else from the book's
     committed ``data/results`` (:func:`companion.results.book_results_dir`); ``results_file`` is a
@@ -625,8 +738,13 @@ def cite(chapter: str, name: str | None, *, results_file=None) -> str:
     Raises
     ------
     ParameterError
-        If the chapter has no results file yet (the message says which command writes it), did
-        not publish ``name``, or ``name`` is None (the message lists the names it published).
+        If the chapter has no results file yet (the message says which command writes it), or did
+        not publish ``name`` (the message lists the names it published).
+
+    Notes
+    -----
+    With ``name`` None the return value lists every published name, one a line, with its text and
+    what it is (``companion cite CHAPTER``).
     """
     from .results import book_results_dir
 
@@ -648,9 +766,11 @@ def cite(chapter: str, name: str | None, *, results_file=None) -> str:
         raise ParameterError(f"{path} is not a results file written by companion.results.publish.") from None
     if chapter_of_file != stem:
         raise ParameterError(f"{path} holds the results of {chapter_of_file}, not of {stem}.")
-    if name is None:  # companion cite 01: what can be cited
-        raise ParameterError(
-            f"name the value to cite, companion cite {stem} NAME; {stem} published: {', '.join(sorted(values))}."
+    if name is None:  # companion cite 01: what can be cited, one line each
+        width = max((len(k) for k in values), default=0)
+        lines = [f"  {k:<{width}}  {values[k].get('text')} ({_what_it_is(values[k])})" for k in sorted(values)]
+        return "\n".join(
+            [f"{stem} published {len(values)} values ({path}); cite one with companion cite {stem} NAME:", *lines]
         )
     if name not in values:
         raise ParameterError(f"{stem} published no value {name!r}; it published: {', '.join(sorted(data['values']))}.")
@@ -691,6 +811,9 @@ def _what_it_is(entry) -> str:
     before values had a ``"kind"`` is read by its tolerance (measured if it has one, else exact)."""
     tol = entry.get("tolerance")
     kind = entry.get("kind") or ("measured" if tol else "exact")
+    if entry.get("holds") is False:  # a reader's run: the chapter went on and marked it
+        measured = (entry.get("measured") or {}).get("text")
+        return f"{kind} that does NOT hold for this run" + (f"; measured {measured}" if measured else "")
     if kind == "bound":
         measured = entry.get("measured") or {}
         mtol = measured.get("tolerance")
@@ -747,17 +870,48 @@ def _cmd_run(args):
         typed[name] = text
         given[name] = _parse_value(text)
     try:
-        out = run_chapter(args.chapter, given, args.output_dir, progress_bar=not args.no_progress, timeout=args.timeout)
+        stem = _resolve(args.chapter).stem
+        existed = [p for p in (Path(args.output_dir) / f"{stem}{x}" for x in (".ipynb", ".json")) if p.exists()]
+        out = run_chapter(
+            args.chapter,
+            given,
+            args.output_dir,
+            progress_bar=not args.no_progress,
+            timeout=args.timeout,
+            overwrite=args.overwrite,
+        )
     except RunIncomplete as exc:
         if exc.signal is not None:
             print(f"companion: {exc}", file=sys.stderr)
             return 130 if exc.signal == "SIGINT" else 143
         raise
+    if existed:
+        print(f"replaced the earlier run: {', '.join(str(p) for p in existed)}")
     print(f"executed notebook: {out}")
     print(f"results: {out.with_suffix('.json')}")
     if args.html:
         print(f"page: {render_run(out)}")
-    return 0
+    false = _not_holding_summary(out.with_suffix(".json"))
+    if false is None:
+        return 0
+    print(false)
+    return 1 if args.strict else 0
+
+
+def _not_holding_summary(results_json: Path) -> str | None:
+    """The closing summary of ``companion run``: the claims and bounds that did not hold, or None."""
+    from .results import not_holding
+
+    try:
+        false = not_holding(results_json)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not false:
+        return None
+    lines = [f"{len(false)} claim(s) and bound(s) of the chapter do not hold for this run (marked in the text):"]
+    for e in false:
+        lines.append(f"  {e['name']} ({e['kind']}): {e['text']}")
+    return "\n".join(lines)
 
 
 def _cmd_cite(args):
@@ -946,6 +1100,9 @@ def _cmd_build(args):
     # as `make execute` wrote them, next to the committed notebook outputs they describe.
     env = dict(os.environ)
     env.setdefault("COMPANION_RESULTS_DIR", str(build_dir / "results"))
+    # The book's build is strict: a claim or bound that does not hold stops its chapter, and the
+    # build fails (a reader's run, companion run, marks it and goes on; companion.results.strict).
+    env["COMPANION_STRICT"] = "1"
     code = subprocess.call(cmd, env=env)
     if code == 0:
         lacking = cached_without_figures(cache_dir, notebooks)
@@ -994,6 +1151,14 @@ def main(argv=None) -> int:
     )
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument(
+        "--overwrite", action="store_true", help="replace a finished run of the chapter in the output folder"
+    )
+    run.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 if a claim or bound of the chapter does not hold for this run (the run still completes)",
+    )
+    run.add_argument(
         "--html",
         action="store_true",
         help="also render the run as a page in the book's theme, its numbers filled in (DIR/<chapter>_html/)",
@@ -1001,7 +1166,7 @@ def main(argv=None) -> int:
     run.set_defaults(func=_cmd_run)
     cite_p = sub.add_parser("cite", help="print a citation line for one published number")
     cite_p.add_argument("chapter")
-    cite_p.add_argument("name", nargs="?", help="the published value; without it, the names it published")
+    cite_p.add_argument("name", nargs="?", help="the published value; without it, every name it published, one a line")
     cite_p.add_argument(
         "--results",
         help="results JSON to read, or the folder of a run (default: $COMPANION_RESULTS_DIR, else data/results)",

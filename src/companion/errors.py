@@ -78,7 +78,9 @@ MESSAGES = {
     "needs_exact": (
         "{learner} needs an exact value-query oracle, got {cls} with tau={tau!r}; "
         "the approximate-oracle learners (companion.robust.learn_robust, learn_robust_lstsq, "
-        "learn_low_rank_noisy) cover single heads only."
+        "learn_low_rank_noisy) cover single heads only. Which is most accurate depends on the "
+        "noise: at small noise an exact learner on the noisy model as a black box "
+        "(ValueQueryOracle(model)) can beat them (the book's page 'Your own model' measures it)."
     ),
     "nonfinite_answer": (
         "the oracle's target returned a non-finite answer ({value!r}) for query {index}; "

@@ -39,8 +39,11 @@ from ._learner import (
     reserve,
     saturation_band,
     verify_head,
+    suggests_bias,
+    verify_outputs,
 )
-from .errors import MESSAGES, NotIdentifiableError, OracleInconsistentError
+from .attention import SingleHead
+from .errors import MESSAGES, InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from .numerics.rop import _redraw_small, rop_queries
 from .recovery import Recovery
 
@@ -53,6 +56,7 @@ __all__ = [
     "verify_single_head",
     "remeasure_saturated",
     "check_exact_oracle",
+    "TokenPart",
     "sweep",
     "sweep_point",
     "SATURATION",
@@ -274,8 +278,20 @@ def verify_single_head(oracle, W, v, n, *, rtol=1e-6, scale=1.0, seed=0):
     return info["verify_max_error"]
 
 
+_BIAS_ADVICE = "Pass bias=True to learn it on homogeneous tokens (x, 1)."
+
+
+@suggests_bias(_BIAS_ADVICE)
 def learn_single_head(
-    oracle, *, probes="basis", scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, precision=None
+    oracle,
+    *,
+    probes="basis",
+    scale="auto",
+    verify=DEFAULT_VERIFY,
+    verify_rtol=1e-6,
+    seed=0,
+    precision=None,
+    bias=False,
 ):
     """Recover the merged parameters (W, v) of one attention head from exact value queries.
 
@@ -316,6 +332,14 @@ def learn_single_head(
         (:func:`companion._learner.best_relative_scale`; that column is asked again, ``d``
         re-measurements), and (iii) sets the verification tolerance to ``size(X) * u``
         (:func:`companion._learner.head_check_size`) where that exceeds ``verify_rtol``.
+    bias : bool, default=False
+        ``True``: the model has biases (query, key, value or output; this book's extension). It is
+        learned as a head on homogeneous tokens ``x~ = (x, 1)`` in ``d + 1`` dimensions from
+        ``(d + 1)**2`` queries whose token parts the oracle answers (see Notes), with the same
+        precision handling and verification; ``W`` is then ``(d + 1, d + 1)`` with a zero last row
+        and ``v`` is ``(d + 1,)``, its last entry the constant offset ``v0``. A bias-free run that
+        fails while the oracle answers a single zero token with a nonzero value (a bias-free head
+        answers 0) says so and suggests ``bias=True``.
 
     Returns
     -------
@@ -347,7 +371,9 @@ def learn_single_head(
         beyond that raise when they would pass the budget.
     OracleInconsistentError
         If an attention weight stays saturated after 40 re-measurements, or the verification
-        queries disagree with the recovered head (the oracle is not a single head).
+        queries disagree with the recovered head (the oracle is not a single head); with
+        ``bias=False`` and a nonzero answer to a single zero token, the message suggests
+        ``bias=True``.
 
     Notes
     -----
@@ -364,6 +390,14 @@ def learn_single_head(
     ``||E||_F`` by about ``||U^-1||_F / sqrt(d)``: ``floor_W = ||U^-1||_F ||E||_F /
     (sqrt(d) ||W||_F)``, conditioning times precision. ``v`` is read once: ``floor_v = u``.
 
+    With ``bias=True`` (this book's): scores ``(W_q x_N + b_q)^T (W_k x_i + b_k)`` and values
+    ``w_o^T (W_v x_i + b_v) + b_o`` are those of a bias-free head on ``x~ = (x, 1)``, whose
+    ``W~ = [[W, w], [r^T, s]]``, ``v~ = (v, v0)``. The queries ``[0]`` and ``[e_i]`` give ``v0``
+    and ``v``; ``[(c u, 1); (0, 1)]`` gives ``u^T w`` (``d`` queries); ``[(c (u + e_j), 1);
+    (c e_j, 1)]`` gives ``c^2 u^T W e_j + c u^T w`` (``d^2``): ``(d + 1)^2`` in all, the number of
+    identifiable unknowns. Every logit is a difference ``(x~_i - x~_N)^T W~ x~_N``, so the last
+    row ``(r, s)`` never enters and is returned as 0. A saturated probe is asked again at ``c / 8``.
+
     References
     ----------
     .. [1] Bhattamishra, Shah, Hahn, Kanade, "Provably Learning Attention with Queries", ICML 2026.
@@ -379,6 +413,17 @@ def learn_single_head(
     (20, True)
     >>> rec.n_queries, rec.diagnostics["n_verify_queries"]      # d + d**2, plus 32 to verify
     (52, 32)
+
+    A head with biases, learned on homogeneous tokens (a head in ``d + 1`` dimensions whose
+    oracle sees only the token part):
+
+    >>> from companion.attention import SingleHead
+    >>> rng = np.random.default_rng(0)
+    >>> biased = SingleHead(rng.standard_normal((5, 5)), rng.standard_normal(5))
+    >>> oracle = ValueQueryOracle(lambda X: biased([np.c_[x, np.ones(len(x))] for x in X]), d=4)
+    >>> rec = learn_single_head(oracle, bias=True)
+    >>> rec.n_learning_queries, bool(np.allclose(rec.W[:4], biased.W[:4]))
+    (25, True)
     """
     d = check_exact_oracle(oracle, "learn_single_head")
     check_choice(probes, "probes", ("basis", "gaussian"))
@@ -390,6 +435,20 @@ def learn_single_head(
         c0 = check_real(scale, "scale", minimum=0.0, strict=True)
     verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
+    if not isinstance(bias, (bool, np.bool_)):
+        raise InvalidInputError(f"bias must be True or False; got {bias!r}.")
+    if bias:
+        return _learn_biased(
+            oracle,
+            d,
+            probes=probes,
+            c0=c0,
+            verify=verify,
+            verify_rtol=verify_rtol,
+            seed=seed,
+            precision=precision,
+            learner="learn_single_head",
+        )
     start = reserve(oracle, d + d * d + verify, "learn_single_head")
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)
     prec.measure_first(d + d * d + verify)  # the probe scale and the saturation band follow u
@@ -573,3 +632,190 @@ def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_j
     rows = run_sweep(sweep_point, points, n_jobs=n_jobs, backend=backend, progress=False, name=name)
     keep = ("d", "n_queries", "d_plus_d2", "n_requeries", "rel_error_W", "rel_error_v")
     return [{k: r[k] for k in keep} for r in rows]
+
+
+# --------------------------------------------------------------------------------------------
+# Biases: learning on homogeneous tokens (learn_single_head(oracle, bias=True))
+# --------------------------------------------------------------------------------------------
+
+_BIAS_SHRINK = 0.125  # scale factor of a saturated homogeneous probe per re-measurement round
+
+
+class TokenPart:
+    """An oracle on homogeneous tokens ``(x, 1)``, seen as an oracle on the token part ``x``.
+
+    For a model defined on tokens whose last coordinate is a constant 1 (the MiniLM heads of
+    :mod:`companion.pretrained`): ``TokenPart(oracle)`` answers ``(N, d)`` queries by appending the
+    1, so that ``learn_single_head(TokenPart(oracle), bias=True)`` learns it. Counter, budget,
+    tolerance and precision are the wrapped oracle's.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        With ``oracle.d >= 2``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.attention import SingleHead
+    >>> from companion.oracles import ValueQueryOracle
+    >>> inner = ValueQueryOracle(SingleHead(np.eye(3), np.arange(3.0)))
+    >>> part = TokenPart(inner)
+    >>> part.d, part(np.array([[1.0, 0.0]])), inner.n_queries
+    (2, 2.0, 1)
+    """
+
+    def __init__(self, oracle):
+        if not callable(oracle) or not hasattr(oracle, "d") or not hasattr(oracle, "n_queries"):
+            raise TypeError(f"TokenPart wraps a value-query oracle; got {type(oracle).__name__}.")
+        self.oracle = oracle
+        self.d = check_int(int(oracle.d) - 1, "oracle.d - 1", minimum=1)
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.oracle.n_queries)
+
+    @property
+    def tau(self) -> float:
+        return float(getattr(self.oracle, "tau", 0.0))
+
+    @property
+    def precision(self):
+        return getattr(self.oracle, "precision", None)
+
+    @property
+    def budget(self):
+        return getattr(self.oracle, "budget", None)
+
+    @property
+    def remaining(self):
+        return getattr(self.oracle, "remaining", np.inf)
+
+    def require(self, n, *, learner="the learner"):
+        if hasattr(self.oracle, "require"):
+            self.oracle.require(n, learner=learner)
+
+    @staticmethod
+    def _lift(x):
+        x = np.asarray(x, dtype=np.float64)
+        return np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
+
+    def __call__(self, X):
+        if isinstance(X, (list, tuple)):
+            return self.oracle([self._lift(x) for x in X])
+        return self.oracle(self._lift(X))
+
+    def __repr__(self):
+        return f"TokenPart({self.oracle!r})"
+
+
+def _biased_pairs(U, j, c, d):
+    """Token parts of ``[(c (u_l + e_j), 1); (c e_j, 1)]`` (``j < d``) or ``[(c u_l, 1); (0, 1)]`` (``j = d``)."""
+    k = U.shape[0]
+    c = np.broadcast_to(np.asarray(c, dtype=np.float64), (k,))
+    X = np.zeros((k, 2, d))
+    X[:, 0, :] = U * c[:, None]
+    if j < d:
+        X[:, :, j] += c[:, None]
+    return X
+
+
+def _learn_biased(oracle, d, *, probes, c0, verify, verify_rtol, seed, precision, learner):
+    """``learn_single_head(oracle, bias=True)``: Theorem 4.1 on homogeneous tokens (see its Notes)."""
+    d1 = d + 1
+    start = reserve(oracle, d1 * d1 + verify, learner)
+    prec = AnswerPrecision(oracle, precision, seed=seed + 2)
+    band = saturation_band(prec.value, SATURATION)
+
+    # Step 1: v0 = VQ([0]) and v_i + v0 = VQ([e_i]).
+    X1 = np.zeros((d1, 1, d))
+    X1[1:, 0, :] = np.eye(d)
+    y1 = np.asarray(oracle(X1), dtype=np.float64)
+    v0, v = float(y1[0]), y1[1:] - y1[0]
+    if not np.any(v):
+        raise NotIdentifiableError(MESSAGES["v_zero"] + " (Here the token part v~[:d] is 0.)")
+    U = probe_matrix(v, probes, seed=seed)
+    uv = U @ v
+
+    # Steps 2 and 3: column d is w (second token 0), columns j < d give c^2 u^T W e_j + c u^T w;
+    # a probe whose weight leaves [band, 1 - band] is asked again at c / 8.
+    T = np.empty((d, d1))
+    C = np.full((d, d1), c0)
+    n_requeries = 0
+
+    def invert(y, j, rows, c):
+        vj = v[j] if j < d else 0.0
+        return invert_two_token(np.asarray(y) - v0, vj, uv[rows], c)
+
+    rows = np.arange(d)
+    per_batch = max(1, chunk_queries(d1) // d)
+    order = [d] + list(range(d))
+    for b0 in range(0, d1, per_batch):
+        cols = order[b0 : b0 + per_batch]
+        y = np.asarray(oracle(np.concatenate([_biased_pairs(U, j, c0, d) for j in cols])))
+        for k, j in enumerate(cols):
+            T[:, j], alpha = invert(y[k * d : (k + 1) * d], j, rows, c0)
+            for _ in range(_MAX_ROUNDS):
+                sat = ~((alpha >= band) & (alpha <= 1.0 - band))
+                if not np.any(sat):
+                    break
+                C[sat, j] *= _BIAS_SHRINK
+                T[sat, j], alpha[sat] = invert(oracle(_biased_pairs(U[sat], j, C[sat, j], d)), j, rows[sat], C[sat, j])
+                n_requeries += int(sat.sum())
+            else:
+                raise OracleInconsistentError(
+                    f"column {j}: attention weights stayed saturated after {_MAX_ROUNDS} re-measurements "
+                    "on homogeneous tokens; the oracle does not behave like a softmax head with biases."
+                )
+    lu = lu_factor(U)
+    uw = T[:, d] / C[:, d]  # u_l^T w
+    L = (T[:, :d] - C[:, :d] * uw[:, None]) / C[:, :d] ** 2  # u_l^T W e_j
+    W_full = np.zeros((d1, d1))
+    W_full[:d, :d] = lu_solve(lu, L)
+    W_full[:d, d] = lu_solve(lu, uw)
+    v_full = np.append(v, v0)
+    rcond, _ = lapack.dgecon(lu[0], np.linalg.norm(U, 1), norm="1")
+    diagnostics = {
+        "probes": U,
+        "cond_probes": float(1.0 / rcond) if rcond > 0 else float("inf"),
+        "n_requeries": n_requeries,
+        "max_abs_logit": float(np.max(np.abs(T))),
+        "identifiable": "W[:d, :], v",
+    }
+    kappa_W = probe_floor(U, lu, T[:, :d], C[:, :d], v, uv, W_full[:d, :d])
+    message = (
+        f"recovered the identifiable rows of W~ and v~ from (d + 1)^2 = {d1 * d1} value queries on "
+        "homogeneous tokens (x, 1) (Theorem 4.1 with biases); last row of W~ set to 0"
+        + (f"; {n_requeries} re-measurements" if n_requeries else "")
+    )
+    head = SingleHead(W_full, v_full)
+    base_size = head_check_size(W_full, v_full, kappa_W, 1.0)
+
+    def lift(x):
+        return np.concatenate([x, np.ones((x.shape[0], 1))], axis=1)
+
+    checked = verify_outputs(
+        oracle,
+        lambda X: head([lift(np.asarray(x)) for x in X]),
+        lambda x: float(np.max(np.abs(lift(x) @ v_full))),
+        verify,
+        rtol=verify_rtol,
+        seed=seed + 1,
+        what="a single head on homogeneous inputs (a head with biases)",
+        precision=prec,
+        size=lambda x: base_size(lift(x)),
+        floor=lambda u: kappa_W * u,
+        measure_if_coarse=True,
+    )
+    message = prec.report_floor(diagnostics, message, kappa_W)
+    return build(
+        Recovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        precision=prec,
+        W=W_full,
+        v=v_full,
+    )

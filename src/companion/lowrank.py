@@ -22,6 +22,8 @@ Three ways to turn measurements into ``W``, one entry point :func:`learn_low_ran
   and ``k`` columns) and the stabilised generalised Nystrom formula (Nakatsukasa 2020); exact with
   ``k (2d - k) + d`` queries, ``k = r + 1``, against the floor ``r (2d - r) + d``. With
   ``rank=None`` the cross grows one row and column at a time until the rank shows.
+* ``method="auto"`` (the default, this book's): ``"nuclear"`` where its program fits in
+  ``NUCLEAR_MAX_BYTES``, else the sketch; the result's message states the choice.
 
 Layer: one of the paper's sections (§5), above the shared numerics it uses with
 :mod:`companion.robust`: the Gaussian design and :func:`rop_queries` live in
@@ -50,7 +52,9 @@ from ._learner import (
     measurement_errors,
     reserve,
     saturation_band,
+    suggests_bias,
     verify_head,
+    verify_outputs,
 )
 from .exact import SATURATION, check_exact_oracle, read_value_vector, remeasure_saturated
 from .errors import MESSAGES, CompanionError
@@ -730,11 +734,15 @@ def _sign_normalised_svd(W, r, factors=None):
     return U * flip, s, Vt * flip[:, None], sv
 
 
+@suggests_bias(
+    "The low-rank methods assume no biases: learn_single_head(oracle, bias=True) learns such a layer "
+    "on homogeneous tokens (x, 1)."
+)
 def learn_low_rank(
     oracle,
     rank,
     *,
-    method="nuclear",
+    method="auto",
     n_measurements=None,
     oversample=1,
     rank_tol=1e-8,
@@ -746,6 +754,7 @@ def learn_low_rank(
     verify_rtol=1e-6,
     seed=0,
     precision=None,
+    bias=False,
 ):
     """Recover a head whose merged ``W`` has rank at most ``rank`` from few value queries (§5).
 
@@ -757,7 +766,12 @@ def learn_low_rank(
     rank : int or None
         Upper bound ``r`` on ``rank(W*)``, ``1 <= r <= d``. ``None`` (only with
         ``method="sketch"``) detects the rank: the cross grows until its core is rank-deficient.
-    method : {"nuclear", "rgn", "sketch"}, default="nuclear"
+    method : {"auto", "nuclear", "rgn", "sketch"}, default="auto"
+        ``"auto"`` (this book's default) picks a method that runs at the oracle's size:
+        ``"nuclear"`` (the paper's) where its program fits ``NUCLEAR_MAX_BYTES``, else
+        ``"sketch"`` (else ``"rgn"`` when ``n_measurements`` is given, since the sketch takes no
+        ``m``); ``rank=None`` picks ``"sketch"``. The result's ``method`` and ``message`` say
+        which ran and why. Name a method to run it whatever the size.
         ``"nuclear"``: ``m`` Gaussian ROP measurements and ``min ||W||_* s.t. <a_k b_k^T, W> = t_k``
         through cvxpy with SCS, the program of Theorems 5.1 / 5.2 (an SDP whose size
         :func:`nuclear_program_size` estimates; refused above ``NUCLEAR_MAX_BYTES``, 2 GiB, e.g.
@@ -812,6 +826,18 @@ def learn_low_rank(
         from the answers if the check fails and nobody stated ``u``; a known coarse ``u`` sets
         one probe scale for relative rounding from the cross's first row (``d`` re-measurements).
         Every method: the verification tolerance follows ``u``.
+    bias : bool, default=False
+        ``True``: the model has biases (this book's extension, as in
+        :func:`companion.exact.learn_single_head`). ``v0`` (one query, a zero token), ``v``
+        (``d``) and the score bias ``w`` (``d`` two-token queries ``[c u; 0]``, re-measured at
+        ``c / 8`` when saturated) are read first; the chosen method then runs on the two-token
+        answers with the ``w`` term taken out of each logit (a bias-free head with the same
+        ``W``; it reads ``v`` again, ``d`` more queries), and the result is verified on the
+        model itself, on random sequences. ``W`` and
+        ``v`` are then ``(d + 1, d + 1)`` (zero last row) and ``(d + 1,)`` as with
+        ``learn_single_head(oracle, bias=True)``; ``rank`` bounds the rank of the token block
+        ``W``; ``diagnostics`` adds ``n_bias_queries`` (the ``2d + 1`` queries and their
+        re-measurements) and ``identifiable``.
 
     Returns
     -------
@@ -853,7 +879,9 @@ def learn_low_rank(
         ``max(rank_tol, verify_tolerance)`` relative (see ``rank_tol``). When the sketch's
         check fails after ``rank_tol`` counted singular values above the rounding floor as zero
         (e.g. ``rank_tol=1.0``, which counts every one as zero), the message names ``rank_tol``,
-        the values it cut, and the value to go below, instead of blaming the target.
+        the values it cut, and the value to go below, instead of blaming the target. When the
+        oracle answers a single zero token with a nonzero value (a layer with biases; a bias-free
+        head answers 0), the message says so and names ``learn_single_head(oracle, bias=True)``.
     SolverError
         If ``"rgn"`` ends with a relative residual above ``max(1e3 tol, 1e-8)``: ``m`` was too few
         for this draw (see the phase transition in chapter 4), or ``rank(W*) > rank``.
@@ -902,7 +930,31 @@ def learn_low_rank(
     (True, 3)
     """
     d = check_exact_oracle(oracle, "learn_low_rank")
-    check_choice(method, "method", METHODS)
+    if not isinstance(bias, (bool, np.bool_)):
+        raise InvalidInputError(f"bias must be True or False; got {bias!r}.")
+    if bias:
+        return _learn_low_rank_biased(
+            oracle,
+            rank,
+            dict(
+                method=method,
+                n_measurements=n_measurements,
+                oversample=oversample,
+                rank_tol=rank_tol,
+                scale=scale,
+                solver_eps=solver_eps,
+                max_iter=max_iter,
+                tol=tol,
+                seed=seed,
+                precision=precision,
+            ),
+            verify=verify,
+            verify_rtol=verify_rtol,
+        )
+    check_choice(method, "method", ("auto",) + METHODS)
+    chosen = ""
+    if method == "auto":
+        method, chosen = _auto_method(d, rank, n_measurements)
     if rank is None:
         if method != "sketch":
             raise InvalidInputError(
@@ -989,6 +1041,7 @@ def learn_low_rank(
     diagnostics["singular_values"] = sv
     diagnostics.update(factor_U=U, factor_s=s, factor_Vt=Vt)
     message = f"recovered a rank-{r_out} W and v from {d} + {oracle.n_queries - start - d} value queries: {how}"
+    message = chosen + message
     if diagnostics.get("n_requeries"):
         message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
     kappa_W = diagnostics.pop("kappa_W", 0.0)
@@ -1029,6 +1082,39 @@ def learn_low_rank(
         rank=int(r_out),
         method=method,
         precision=prec,
+    )
+
+
+def _auto_method(d, rank, n_measurements) -> tuple[str, str]:
+    """``method="auto"``: the method :func:`learn_low_rank` runs, and the clause its message opens with.
+
+    ``"nuclear"`` where its program (:func:`nuclear_program_size`, with the default or given
+    ``m``) fits ``NUCLEAR_MAX_BYTES``; else ``"sketch"``, or ``"rgn"`` when ``n_measurements`` is
+    given (the sketch takes none). ``rank`` and ``n_measurements`` are checked by the caller
+    afterwards; a value they refuse picks ``"nuclear"`` here, whose checks then name it.
+    """
+    if rank is None:
+        return "sketch", "method='auto' chose 'sketch' (rank=None: only the sketch detects the rank); "
+    try:
+        r = check_int(rank, "rank", minimum=1, maximum=d)
+        m = (
+            int(math.ceil(DEFAULT_OVERSAMPLING["nuclear"] * r * (2 * d - r)))
+            if n_measurements is None
+            else check_int(n_measurements, "n_measurements", minimum=1)
+        )
+    except InvalidInputError:
+        return "nuclear", ""
+    gb = nuclear_program_size(d, m)["bytes"] / 1e9
+    if gb * 1e9 <= NUCLEAR_MAX_BYTES:
+        return "nuclear", (
+            f"method='auto' chose 'nuclear' (the paper's program, about {gb:.2g} GB, fits "
+            f"NUCLEAR_MAX_BYTES = {NUCLEAR_MAX_BYTES / 1e9:.2g} GB); "
+        )
+    other = "sketch" if n_measurements is None else "rgn"
+    return other, (
+        f"method='auto' chose {other!r}: the paper's nuclear-norm program would need about {gb:.2g} GB "
+        f"at d = {d}, above NUCLEAR_MAX_BYTES = {NUCLEAR_MAX_BYTES / 1e9:.2g} GB (pass method='nuclear' "
+        "and raise that limit to run it); "
     )
 
 
@@ -1457,3 +1543,140 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
             finally:
                 tracemalloc.stop()
     return row
+
+
+# --------------------------------------------------------------------------------------------
+# Biases: learn_low_rank(oracle, rank, bias=True)
+# --------------------------------------------------------------------------------------------
+
+_BIAS_ROUNDS = 40  # re-measurement rounds of the score-bias queries, each at 1/8 of the scale
+
+
+class _Debiased:
+    """A layer with biases, seen through its one- and two-token answers as the bias-free head ``(W, v)``.
+
+    With ``v0``, ``v`` and ``w`` known, a one-token answer ``y = v0 + x^T v`` becomes ``x^T v`` and a
+    two-token answer ``y = v0 + b^T v + sigma(t) (a - b)^T v``, ``t = (a - b)^T (W b + w)``, becomes
+    ``b^T v + sigma(t - (a - b)^T w) (a - b)^T v``: what the bias-free head answers. Counter, budget
+    and precision are the model's oracle's. Longer sequences get the model's answer less ``v0``:
+    the low-rank methods learn from one and two tokens and only measure the answers' rounding on
+    longer ones, which the offset does not change (verification runs on the model itself).
+    """
+
+    def __init__(self, oracle, v0, v, w):
+        self.oracle, self.d = oracle, int(oracle.d)
+        self.v0, self.v, self.w = float(v0), v, w
+        self.tau = 0.0
+        self.precision = getattr(oracle, "precision", None)
+
+    @property
+    def n_queries(self):
+        return int(self.oracle.n_queries)
+
+    @property
+    def remaining(self):
+        return getattr(self.oracle, "remaining", np.inf)
+
+    def require(self, n, *, learner="the learner"):
+        if hasattr(self.oracle, "require"):
+            self.oracle.require(n, learner=learner)
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        single = X.ndim == 2
+        X3 = X[None] if single else X
+        y = np.asarray(self.oracle(X3), dtype=np.float64).reshape(-1) - self.v0
+        if X3.shape[1] == 2:
+            a, b = X3[:, 0, :], X3[:, 1, :]
+            g, bv = (a - b) @ self.v, b @ self.v
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = logit((y - bv) / g) - (a - b) @ self.w
+            y = bv + g / (1.0 + np.exp(-t))
+        return float(y[0]) if single else y
+
+
+def _learn_low_rank_biased(oracle, rank, options, *, verify, verify_rtol):
+    """``learn_low_rank(..., bias=True)``: read ``v0``, ``v``, ``w``, run the method de-biased, verify."""
+    from .exact import probe_matrix
+    from .attention import SingleHead
+
+    d = int(oracle.d)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
+    start = reserve(oracle, 2 * d + 1 + verify, "learn_low_rank")
+    X1 = np.zeros((d + 1, 1, d))
+    X1[1:, 0, :] = np.eye(d)
+    y1 = np.asarray(oracle(X1), dtype=np.float64)
+    v0, v = float(y1[0]), y1[1:] - y1[0]
+    if not np.any(v):
+        raise NotIdentifiableError(MESSAGES["v_zero"] + " (Here the token part v~[:d] is 0.)")
+    U = probe_matrix(v, "basis")
+    uv = U @ v
+    c = np.ones(d)
+    n_re = 0
+
+    def ask(idx):
+        X = np.zeros((len(idx), 2, d))
+        X[:, 0, :] = U[idx] * c[idx, None]
+        alpha = (np.asarray(oracle(X), dtype=np.float64).reshape(-1) - v0) / (c[idx] * uv[idx])
+        return alpha
+
+    alpha = ask(np.arange(d))
+    band = SATURATION
+    for _ in range(_BIAS_ROUNDS):
+        sat = np.flatnonzero(~((alpha >= band) & (alpha <= 1.0 - band)))
+        if sat.size == 0:
+            break
+        c[sat] *= 0.125
+        alpha[sat] = ask(sat)
+        n_re += sat.size
+    else:
+        raise OracleInconsistentError(
+            f"the score bias: attention weights stayed saturated after {_BIAS_ROUNDS} re-measurements; "
+            "the oracle does not behave like a softmax head with biases."
+        )
+    uw = logit(alpha) / c  # u_l^T w
+    w = np.linalg.solve(U, uw)
+    n_bias = int(oracle.n_queries) - start
+    inner = learn_low_rank(_Debiased(oracle, v0, v, w), rank, **options, verify=0)
+    W_full = np.zeros((d + 1, d + 1))
+    W_full[:d, :d], W_full[:d, d] = inner.W, w
+    v_full = np.append(v, v0)
+    head = SingleHead(W_full, v_full)
+
+    def lift(x):
+        return np.concatenate([x, np.ones((x.shape[0], 1))], axis=1)
+
+    prec = AnswerPrecision(oracle, options.get("precision"), seed=int(options.get("seed", 0)) + 2)
+    base_size = head_check_size(W_full, v_full, 0.0, 1.0)
+    checked = verify_outputs(
+        oracle,
+        lambda X: head([lift(np.asarray(x)) for x in X]),
+        lambda x: float(np.max(np.abs(lift(x) @ v_full))),
+        verify,
+        rtol=verify_rtol,
+        seed=int(options.get("seed", 0)) + 1,
+        what=f"a single head with biases and rank(W) <= {inner.rank} (on homogeneous inputs)",
+        precision=prec,
+        size=lambda x: base_size(lift(x)),
+    )
+    diagnostics = {k: val for k, val in inner.diagnostics.items() if not k.startswith(("verify_", "n_verify"))}
+    diagnostics.update(n_bias_queries=n_bias, identifiable="W[:d, :], v")
+    diagnostics["n_requeries"] = int(diagnostics.get("n_requeries", 0)) + n_re
+    message = (
+        f"with biases: v0, v and the score bias w from {n_bias} queries, then "
+        + inner.message
+        + "; last row of W~ set to 0"
+    )
+    return build(
+        LowRankRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=W_full,
+        v=v_full,
+        rank=inner.rank,
+        method=inner.method,
+        precision=prec,
+    )

@@ -12,9 +12,19 @@ heads whose value vectors cancel add nothing. This module holds
 * :func:`detect_multi_head`: the single-head learner of Theorem 4.1 followed by fresh verification
   queries, which flag an oracle that is not one head;
 * random targets: :func:`random_multi_head` (general or with heads in orthogonal subspaces);
-* :func:`learn_orthogonal_heads`: a learner for heads living in mutually orthogonal subspaces (the
-  structural assumption named in §7), which recovers every head up to permutation without knowing
-  ``H`` or the subspaces.
+* the learners, each returning a :class:`MultiHeadRecovery` and verifying it by default:
+
+  - :func:`learn_orthogonal_heads`: heads living in mutually orthogonal subspaces (the structural
+    assumption named in §7), every head recovered up to permutation without knowing ``H`` or the
+    subspaces;
+  - :func:`learn_canonical`: general multi-head targets, recovered in canonical form (this book's
+    construction, with ``H`` given or bounded);
+  - :func:`learn_canonical_rational`: the same canonical form through the counts route, at the
+    follow-up's query count (this book's derivation of its abstract; :func:`rational_plan` and
+    :func:`follow_up_count` give its counts).
+
+  A single head is :func:`companion.exact.learn_single_head`'s; :func:`detect_multi_head` says
+  which of the two an oracle needs.
 
 Layer: one of the paper's sections (§7), above §4 (``exact``: the single-head learner and its
 inversion), the skeleton (``_learner``) and the shared numerics (its isolation queries are

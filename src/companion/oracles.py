@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 
+from . import _progress
 from ._validation import apply_by_length, as_sequences, check_choice, check_int, check_real
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
 
@@ -163,6 +164,11 @@ class ValueQueryOracle:
         :data:`~companion.oracles.FORMATS` (``"float32"``, ``"bfloat16"``, ...) or its relative
         rounding ``u`` as a float in ``(0, 1)``. ``None``: not stated (an exact float64 oracle, or
         a black box whose learner measures it with :func:`measure_precision` when a check needs it).
+    progress : bool, default=None
+        A tqdm bar of the queries a learner asks against those it planned: ``False`` never shows
+        it, ``True`` always; ``None`` shows it when standard error is a terminal (or
+        ``COMPANION_PROGRESS=1``) and the run lasts over two seconds (:mod:`companion._progress`),
+        so never in a chapter's outputs.
 
     Attributes
     ----------
@@ -201,7 +207,7 @@ class ValueQueryOracle:
 
     tau = 0.0
 
-    def __init__(self, target, *, d=None, budget=None, record=False, precision=None):
+    def __init__(self, target, *, d=None, budget=None, record=False, precision=None, progress=None):
         if not callable(target):
             raise InvalidInputError(f"target must be callable on a batch (B, N, d); got {type(target).__name__}.")
         if d is None:
@@ -215,6 +221,7 @@ class ValueQueryOracle:
         self.n_queries = 0
         self.log: list[tuple[np.ndarray, float]] = []
         self.precision = None if precision is None else as_precision(precision)
+        self.progress = None if progress is None else bool(progress)
 
     @property
     def remaining(self):
@@ -282,6 +289,7 @@ class ValueQueryOracle:
             )
         y = apply_by_length(seqs, self._answer)
         self.n_queries += n
+        _progress.advance(self, n)
         if self.record:
             self.log.extend((np.array(x), float(a)) for x, a in zip(seqs, y))
         return float(y[0]) if single else y

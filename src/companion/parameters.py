@@ -318,9 +318,10 @@ def _names(spec_text: str, env: dict) -> list[str]:
 def check(decl: dict, values: dict, *, where: str = "") -> dict:
     """Check ``values`` (name -> value) against the declarations; return them converted.
 
-    Names not declared are refused. Every given value is converted to its default's type
-    (:func:`coerce`), then checked against its constraint; bounds that name other parameters use
-    their given values, or their defaults.
+    Names not declared are refused, with the closest declared name if one is close
+    (``difflib.get_close_matches``: ``seeed`` -> "did you mean seed?"). Every given value is
+    converted to its default's type (:func:`coerce`), then checked against its constraint; bounds
+    that name other parameters use their given values, or their defaults.
 
     Raises
     ------
@@ -334,7 +335,11 @@ def check(decl: dict, values: dict, *, where: str = "") -> dict:
             listing = ", ".join(
                 f"{k} ({_type_name(v['default'], article=False)}, default {v['default']!r})" for k, v in decl.items()
             )
-            raise ParameterError(f"{where}has no parameter {name!r}; its parameters are: {listing}.")
+            import difflib
+
+            close = difflib.get_close_matches(str(name), list(decl), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ParameterError(f"{where}has no parameter {name!r}{hint}; its parameters are: {listing}.")
         info = decl[name]
         try:
             out[name] = coerce(value, info["default"])

@@ -54,15 +54,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.linalg import get_lapack_funcs, lu_factor, lu_solve
 from scipy.special import softmax
 
 from ._validation import as_float_array, check_choice, check_int, check_real
 from .attention import SingleHead, factored_batch
-from .errors import MESSAGES, InvalidInputError, NotIdentifiableError, OracleInconsistentError
-from .exact import SATURATION, check_exact_oracle, invert_two_token, probe_matrix
-from .recovery import Recovery
-from ._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_head
+from .errors import InvalidInputError, OracleInconsistentError
+from .exact import TokenPart, check_exact_oracle, learn_single_head
+from ._learner import DEFAULT_VERIFY
 
 __all__ = [
     "N_LAYERS",
@@ -863,30 +861,16 @@ def load_reference(path=None) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def _homogeneous_pairs(U, j, c, d1):
-    """Queries ``[(c (u_l + e_j), 1); (c e_j, 1)]`` (``j < d``) or ``[(c u_l, 1); (0, 1)]`` (``j = d``)."""
-    k = U.shape[0]
-    c = np.broadcast_to(np.asarray(c, dtype=np.float64), (k,))
-    X = np.zeros((k, 2, d1))
-    X[:, 0, :-1] = U * c[:, None]
-    if j < d1 - 1:
-        X[:, :, j] += c[:, None]
-    X[:, :, -1] = 1.0
-    return X
-
-
-_MAX_ROUNDS = 40  # re-measurement rounds, each at 1/8 of the previous scale
-_CHUNK_BYTES = 32 * 2**20  # size of one batch of two-token queries sent to the oracle
-
-
-def _cond_1(U, lu) -> float:
-    """1-norm condition number estimate of ``U`` from its LU factors (LAPACK ``gecon``)."""
-    rcond, info = get_lapack_funcs("gecon", (lu[0],))(lu[0], np.linalg.norm(U, 1), norm="1")
-    return float(1.0 / rcond) if rcond > 0 else float("inf")
-
-
-def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0):
+def learn_homogeneous_head(
+    oracle, *, probes="basis", scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, precision=None
+):
     """Recover a head from value queries whose tokens all end in 1 (homogeneous coordinates).
+
+    A thin alias of ``learn_single_head(TokenPart(oracle), bias=True)``
+    (:func:`companion.exact.learn_single_head`, :class:`companion.exact.TokenPart`), for an oracle
+    whose tokens carry the 1 themselves, as the MiniLM heads of this module do. A model whose
+    oracle takes the token part only (a layer with biases) is learned by
+    ``learn_single_head(oracle, bias=True)`` directly.
 
     Parameters
     ----------
@@ -911,6 +895,9 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         Largest relative disagreement ``|VQ(X) - f_hat(X)| / max_i |x~_i^T v~|`` the check accepts.
     seed : int, default=0
         Seed of the Gaussian probes (and, plus 1, of the verification queries).
+    precision : None, "measure", str or float, default=None
+        The answers' relative rounding, as in :func:`companion.exact.learn_single_head`: it
+        widens the saturation band and sets the verification tolerance.
 
     Returns
     -------
@@ -920,7 +907,9 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         ``(d + 1)**2`` plus re-measurements plus ``verify`` (``n_learning_queries`` leaves out the
         ``verify``). ``diagnostics``: ``probes`` (d, d), ``cond_probes``, ``n_requeries``,
         ``max_abs_logit``, ``identifiable`` (the string ``"W[:d, :], v"``), ``n_verify_queries``
-        and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``.
+        and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``; the answers'
+        precision: ``precision``, ``precision_source``, ``precision_format``,
+        ``n_precision_queries``, ``kappa_W``, ``floor_W`` and ``floor_v``.
         ``cond_probes`` is LAPACK's 1-norm condition estimate from the LU factors (an SVD of a
         384 x 384 matrix would cost more than the learner).
 
@@ -975,93 +964,15 @@ def learn_homogeneous_head(oracle, *, probes="basis", scale=1.0, verify=DEFAULT_
         raise InvalidInputError(
             f"oracle.d={d1} must be >= 2: a homogeneous head has d >= 1 token coordinates plus the 1."
         )
-    check_choice(probes, "probes", ("basis", "gaussian"))
-    c0 = check_real(scale, "scale", minimum=0.0, strict=True)
-    verify, verify_rtol = check_verify(verify, verify_rtol)
-    seed = check_int(seed, "seed", minimum=0)
-    d = d1 - 1
-    start = reserve(oracle, d1 * d1 + verify, "learn_homogeneous_head")
-
-    # Step 1: v0 and v.
-    X1 = np.zeros((d1, 1, d1))
-    X1[:, 0, -1] = 1.0
-    X1[1:, 0, :d] += np.eye(d)
-    y1 = np.asarray(oracle(X1), dtype=np.float64)
-    v0, v = y1[0], y1[1:] - y1[0]
-    if not np.any(v):
-        raise NotIdentifiableError(MESSAGES["v_zero"] + " (Here the token part v~[:d] is 0.)")
-    U = probe_matrix(v, probes, seed=seed)
-    uv = U @ v
-
-    # Steps 2 and 3: column j = d is w (query token 0), columns j < d give c^2 u^T W e_j + c u^T w,
-    # asked in batches of whole columns; saturated probes are re-asked at c / 8.
-    T = np.empty((d, d1))  # measured logits
-    C = np.full((d, d1), c0)  # final scale of each probe
-    n_requeries = 0
-    rows = np.arange(d)
-
-    def invert(y, j, rows, c):
-        vj = v[j] if j < d else 0.0
-        return invert_two_token(np.asarray(y) - v0, vj, uv[rows], c)
-
-    order = [d] + list(range(d))
-    per_batch = max(1, _CHUNK_BYTES // (16 * d1 * d))
-    for b0 in range(0, d1, per_batch):
-        cols = order[b0 : b0 + per_batch]
-        Xb = np.zeros((len(cols), d, 2, d1))  # the batch's queries, built in place
-        Xb[:, :, 0, :d] = c0 * U
-        for k, j in enumerate(cols):
-            if j < d:
-                Xb[k, :, :, j] += c0
-        Xb[..., -1] = 1.0
-        y = np.asarray(oracle(Xb.reshape(-1, 2, d1)))
-        for k, j in enumerate(cols):
-            T[:, j], alpha = invert(y[k * d : (k + 1) * d], j, rows, c0)
-            for _ in range(_MAX_ROUNDS):
-                sat = ~((alpha >= SATURATION) & (alpha <= 1.0 - SATURATION))
-                if not np.any(sat):
-                    break
-                C[sat, j] *= 0.125
-                ys = oracle(_homogeneous_pairs(U[sat], j, C[sat, j], d1))
-                T[sat, j], alpha[sat] = invert(ys, j, rows[sat], C[sat, j])
-                n_requeries += int(sat.sum())
-            else:
-                raise OracleInconsistentError(
-                    f"column {j}: attention weights stayed saturated after {_MAX_ROUNDS} "
-                    "re-measurements; the oracle does not behave like a softmax head on "
-                    "homogeneous queries."
-                )
-    lu = lu_factor(U)
-    uw = T[:, d] / C[:, d]  # u_l^T w
-    L = (T[:, :d] - C[:, :d] * uw[:, None]) / C[:, :d] ** 2  # u_l^T W e_j
-    W_full = np.zeros((d1, d1))
-    W_full[:d, :d] = lu_solve(lu, L)
-    W_full[:d, d] = lu_solve(lu, uw)
-    v_full = np.append(v, v0)
-    diagnostics = {
-        "probes": U,
-        "cond_probes": _cond_1(U, lu),
-        "n_requeries": n_requeries,
-        "max_abs_logit": float(np.max(np.abs(T))),
-        "identifiable": "W[:d, :], v",
-    }
-    message = (
-        f"recovered the identifiable rows of W~ and v~ from (d + 1)^2 = {d1 * d1} "
-        "homogeneous value queries (Theorem 4.1 in homogeneous coordinates); last row of "
-        "W~ set to 0" + (f"; {n_requeries} re-measurements" if n_requeries else "")
-    )
-    checked = verify_head(
-        oracle,
-        W_full,
-        v_full,
-        verify,
-        rtol=verify_rtol,
-        seed=seed + 1,
-        lift=homogeneous,
-        what="a single head on homogeneous inputs",
-    )
-    return build(
-        Recovery, oracle, start, verification=checked, message=message, diagnostics=diagnostics, W=W_full, v=v_full
+    return learn_single_head(
+        TokenPart(oracle),
+        bias=True,
+        probes=probes,
+        scale=scale,
+        verify=verify,
+        verify_rtol=verify_rtol,
+        seed=seed,
+        precision=precision,
     )
 
 

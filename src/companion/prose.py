@@ -15,6 +15,10 @@ runs. This module finds the sentences that break the rule, so that a test can fa
   always, never, exactly, only, at most, at least, within, N times, fails, succeeds, matches, a
   comparison) about a result of a run (:data:`RESULT_WORDS`: queries, errors, trials, ...) that
   shows no glued value.
+* :func:`unbacked_trends`: a sentence stating a trend, a comparison or a cause (:data:`TREND_WORDS`:
+  grows, falls, converges, amplified, need fewer, follows, more accurate, N-fold, why, because, ...)
+  about a result that shows no *checked* glued value (a claim, or a bound checked against what it
+  bounds) and does not say that it is not measured (issue 38).
 
 Statement boxes (``prf:theorem`` and its kin) quote the paper and are skipped by the verdict check;
 exercise statements are questions and are skipped too. Solutions are prose like any other.
@@ -35,12 +39,17 @@ __all__ = [
     "markdown_cells",
     "hand_typed_numbers",
     "unbacked_verdicts",
+    "unbacked_trends",
+    "source_kinds",
     "library_constants",
     "check_markdown",
     "ALLOWED",
     "VERDICT_WORDS",
     "RESULT_WORDS",
     "REASONING",
+    "TREND_WORDS",
+    "TREND_SUBJECTS",
+    "HEDGES",
 ]
 
 
@@ -132,6 +141,53 @@ REASONING = (
     r"\b(?:[Tt]heorem|paper|proof|proves?|guarantee|with probability|almost surely|must|would|"
     r"could|might|[Ii]f|[Ww]hen(?:ever)?|[Uu]nless|assumes?|needs?|requires?|exercise|therefore|hence|because|since)\b"
 )
+
+#: Words that make a sentence state a trend, a comparison or a cause (issue 38): "grows", "falls",
+#: "converges", "amplified", "need fewer", "follows" (a law), "more accurate", "-fold", "why", "because".
+#: Such a sentence about a run's results (:data:`RESULT_WORDS`, :data:`TREND_SUBJECTS`) must show a
+#: *checked* glued value (a ``results.claim`` or a bound checked against its measured value), or say in
+#: the sentence that it is not measured (:data:`HEDGES`), or have an allowlist entry with its reason.
+TREND_WORDS = (
+    r"\bgrow(?:s|n|ing)?\b",
+    r"\bfall(?:s|ing)?\b(?! (?:outside|inside|within|into|in|on)\b)",
+    r"\brises?\b",
+    r"\bshrinks?\b",
+    r"\b(?:de|in)creas(?:es|ing)\b",
+    r"\bconverg(?:es?|ing)\b",
+    r"\bamplif(?:y|ies|ied)\b",
+    r"\bneeds? (?:fewer|more|less)\b",
+    r"(?<!as )\bfollows\b(?! from| that)",
+    r"\b(?:more|less) accurate\b",
+    r"\b(?:faster|slower|better|worse) than\b",
+    r"-fold\b",
+    r"\bwhy\b",
+    r"\bbecause\b",
+    r"\bcomes? from\b",
+    r"\bdue to\b",
+)
+
+#: Subjects of a trend besides :data:`RESULT_WORDS`: what a chapter measures.
+TREND_SUBJECTS = (
+    r"\bsensitivity\b",
+    r"\bamplification\b",
+    r"\bconditioning\b",
+    r"\bconverges?\b",
+    r"\blength bound\b",
+    r"\bcores?\b",
+    r"\bsingular values?\b",
+    r"\baccurate\b",
+    r"\bfewer\b",
+    r"\brounding\b",
+)
+
+#: A sentence that says itself that what it states is not measured here (a hedge the reader sees).
+HEDGES = (
+    r"\bnot measured\b|\bneither measured\b|\bnot shown here\b|\bheuristic\b|\bconjecture\b|"
+    r"\ban explanation\b|\bnot (?:re-)?run here\b|\bone reading\b|\bby (?:that|its) abstract\b"
+)
+
+#: Reasoning that a trend sentence may state without a run: the paper's statement and hypotheticals.
+TREND_REASONING = r"\b(?:[Tt]heorem|proof|proves?|guarantee|would|could|can|might|[Ii]f|[Uu]nless|must)\b"
 
 _DIRECTIVE = re.compile(r"^(?P<fence>`{3,}|:{3,})\s*\{(?P<name>[\w:-]+)\}(?P<arg>[^\n]*)$", re.M)
 _STATEMENT_BOXES = (
@@ -454,11 +510,122 @@ def unbacked_verdicts(source: str, where: str = "", *, allow=(), values=None) ->
     return findings
 
 
-def check_markdown(path, *, allow_numbers=(), allow_verdicts=(), values=None) -> list[Finding]:
-    """Both checks on every markdown cell of a chapter (or a ``.md`` page); ``values`` as for
-    :func:`unbacked_verdicts`."""
+def source_kinds(path) -> dict:
+    """``{name: {"kind": "claim" | "bound"}}`` for the values a notebook's code cells check, read
+    from its source: each ``results.claim("name", ...)``, and each ``results.publish("name", ...,
+    kind="bound", ...)`` with a literal name. A claim added to a chapter is known before the chapter
+    is re-executed and its results file rewritten."""
+    import ast
+
+    import nbformat
+
+    found: dict = {}
+    nb = nbformat.read(Path(path), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if not (node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                continue
+            name = node.args[0].value
+            kind = {k.arg: k.value for k in node.keywords}.get("kind")
+            if node.func.attr == "claim":
+                found[name] = {"kind": "claim"}
+            elif node.func.attr == "publish" and isinstance(kind, ast.Constant) and kind.value == "bound":
+                found[name] = {"kind": "bound"}
+    return found
+
+
+def check_markdown(path, *, allow_numbers=(), allow_verdicts=(), allow_trends=(), values=None) -> list[Finding]:
+    """The three checks on every markdown cell of a chapter (or a ``.md`` page); ``values`` as for
+    :func:`unbacked_verdicts` and :func:`unbacked_trends`. For a notebook, the claims and bounds its
+    code cells make (:func:`source_kinds`) count as checked for :func:`unbacked_trends` even before
+    its results file is rewritten."""
     out = []
+    trend_values = values
+    if values is not None and Path(path).suffix == ".ipynb":
+        trend_values = {**values, **source_kinds(path)}
     for where, source in markdown_cells(path):
         out += hand_typed_numbers(source, where, allow=allow_numbers)
         out += unbacked_verdicts(source, where, allow=allow_verdicts, values=values)
+        out += unbacked_trends(source, where, allow=allow_trends, values=trend_values)
     return out
+
+
+def _checked(name, values) -> bool:
+    """Whether a glued value was checked when the chapter ran: a claim, or a bound with its measured
+    value (``values`` unknown: any glued value counts)."""
+    if values is None:
+        return True
+    entry = values.get(name)
+    return isinstance(entry, dict) and (entry.get("kind") == "claim" or entry.get("kind") == "bound")
+
+
+def unbacked_trends(source: str, where: str = "", *, allow=(), values=None) -> list[Finding]:
+    """Sentences stating a trend, a comparison or a cause about a run's results without a checked value.
+
+    A sentence with a word of :data:`TREND_WORDS` ("grows", "falls", "converges", "amplified", "need
+    fewer", "follows", "more accurate", "-fold", "why", "because", ...) about a result
+    (:data:`RESULT_WORDS` or :data:`TREND_SUBJECTS`) must show a glued value that was *checked* when
+    the chapter ran: a :func:`companion.results.claim`, or a bound published with the value it bounds
+    (with ``values``, the chapter's published values; without, any glued value). A sentence that
+    states the paper's theorem or a hypothetical (:data:`TREND_REASONING`), or says itself that it is
+    not measured here (:data:`HEDGES`), is not a finding; ``allow``: regular expressions, each an
+    allowlist entry with its reason in the test. Exercise statements are read too (a question may
+    state a trend as a premise); the paper's statement boxes are not.
+
+    Examples
+    --------
+    >>> [f.found for f in unbacked_trends("The error with Gaussian probes grows with $d$.")]
+    ['grows']
+    >>> values = {"g": {"value": 6.6, "text": "6.6", "kind": "measured"}}
+    >>> [f.rule for f in unbacked_trends("The ratio grows to {glue:text}`g`.", values=values)]
+    ['unchecked trend']
+    >>> values["g"] = {"value": True, "text": "grows", "kind": "claim", "holds": True}
+    >>> unbacked_trends("The ratio {glue:text}`g` with $d$.", values=values)
+    []
+    >>> unbacked_trends("The error grows like $1/\\\\eta$ (a heuristic, not measured here).")
+    []
+    """
+    findings = []
+    for kind, block in _blocks(source):
+        if kind == "skip":
+            continue
+        if kind == "statement" and not _is_exercise(source, block):
+            continue
+        text, maths, glued = _clean(block)
+        for sentence in _sentences(text):
+            bare = re.sub(r"\$M\d+\$", " MATH ", sentence)
+            bare = re.sub(r"⟦\w+⟧", " ", bare)
+            if sentence.rstrip().endswith("?"):
+                continue  # a question asks; it states nothing
+            hits = [m for w in TREND_WORDS for m in [re.search(w, bare, re.I)] if m]
+            if not hits:
+                continue
+            word = min(hits, key=lambda m: m.start()).group(0)  # the first in the sentence
+            if not any(re.search(w, bare, re.I) for w in RESULT_WORDS + TREND_SUBJECTS):
+                continue
+            names = [glued[int(j)] for j in re.findall(r"⟦glue(\d+)⟧", sentence)]
+            if any(_checked(n, values) for n in names):
+                continue
+            if re.search(TREND_REASONING, bare) or re.search(HEDGES, bare, re.I):
+                continue
+            shown = _show(sentence, maths, glued)
+            if any(re.search(p, shown) for p in allow):
+                continue
+            findings.append(Finding(where, "unchecked trend", word, shown))
+    return findings
+
+
+def _is_exercise(source: str, block: str) -> bool:
+    """Whether ``block`` (a statement box of ``source``) is an exercise's statement."""
+    for m in _DIRECTIVE.finditer(source):
+        if m.group("name") == "exercise" and block.strip()[:40] in source[m.end() :]:
+            return True
+    return False

@@ -48,6 +48,11 @@ class Recovery:
 
     Subclasses add fields: the one-layer Transformer learner adds ``A`` and ``w_o``.
     The repr lists every field sorted by name, arrays by shape.
+
+    A result pickles and deep-copies (``diagnostics`` travels as a dict and is read-only again
+    after), and :meth:`save` writes it to a file that ``companion.load``
+    (:func:`~companion._saved.load`) reads back without pickle (safetensors plus JSON, with
+    provenance; :mod:`companion._saved` documents the format).
     """
 
     W: np.ndarray
@@ -59,6 +64,55 @@ class Recovery:
     def __post_init__(self):
         object.__setattr__(self, "n_queries", int(self.n_queries))
         object.__setattr__(self, "diagnostics", MappingProxyType(dict(self.diagnostics)))
+
+    def __getstate__(self):
+        from ._saved import plain_state
+
+        return plain_state(self.__dict__)
+
+    def __setstate__(self, state):
+        state = dict(state)
+        state["diagnostics"] = MappingProxyType(dict(state.get("diagnostics", {})))
+        self.__dict__.update(state)
+
+    def save(self, path, *, parameters=None):
+        """Write this result to ``path``: arrays as safetensors, the rest as JSON, with provenance.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The file to write (conventionally ``*.safetensors``); written atomically (a temporary
+            file renamed over it), its folder created if needed.
+        parameters : mapping, default=None
+            JSON-able facts about the run to keep with it (the learner, its options, the target),
+            stored under ``provenance["parameters"]`` beside the library version and git commit.
+
+        Returns
+        -------
+        pathlib.Path
+            The path written.
+
+        Raises
+        ------
+        InvalidInputError
+            If a diagnostic is of a type the format does not hold (not an array, number, string,
+            list, tuple, dict or Recovery), or ``parameters`` is not JSON.
+
+        Examples
+        --------
+        >>> import tempfile, pathlib
+        >>> import companion
+        >>> from companion.attention import random_single_head
+        >>> from companion.exact import learn_single_head
+        >>> from companion.oracles import ValueQueryOracle
+        >>> rec = learn_single_head(ValueQueryOracle(random_single_head(3, seed=0)))
+        >>> path = rec.save(pathlib.Path(tempfile.mkdtemp()) / "head.safetensors")
+        >>> companion.load(path).diagnostics["n_verify_queries"]
+        32
+        """
+        from ._saved import save
+
+        return save(self, path, parameters=parameters)
 
     @property
     def d(self) -> int:

@@ -33,6 +33,25 @@ Each published value says what it is (``"kind"`` in the JSON, quoted by ``compan
 ``"exact"`` (the same on every machine), ``"measured"`` (reproducible to its ``rtol``/``atol``) or
 ``"bound"`` (a constant the chapter states as an upper bound, stored with the ``"measured"`` value
 it bounds). A claim is stored with ``"kind": "claim"``: it was checked when the chapter ran.
+
+**The book's build and a reader's run.** A claim or bound that does not hold is handled by the
+environment variable ``COMPANION_STRICT`` (:data:`STRICT_ENV`, read by :func:`strict`):
+
+* ``COMPANION_STRICT=1`` (strict): :class:`~companion.errors.ClaimError` stops the chapter, its
+  results file is put back, and the book does not build with a false sentence. The book's own
+  build sets it: ``companion build`` (``make book``), ``make execute``, and ``make test`` (the root
+  ``conftest.py``, so nbval and the chapters' re-executions inherit it).
+* unset or ``0`` (a reader's run: ``companion run``, plain papermill, Jupyter): the chapter goes
+  on. The glued text carries a visible mark, e.g. ``1e-07 (does not hold for this run: measured
+  2.25e-07 against 1e-07)``, a line on the cell's stderr says so, and the results file records the
+  entry with ``"holds": false`` (and, for a bound, the measured value). :func:`not_holding` lists
+  such entries; ``companion run`` prints them at the end.
+
+**Values JSON has no number for.** NaN and infinities are legitimate outcomes (no trial of a case
+succeeded, an estimate overflowed). They are glued as formatted (``nan``, ``inf``) and stored as
+``null``, with ``"nonfinite": {"value": "nan"}`` saying which value was what (``"value[2]"``,
+``"value[a]"`` inside a list or dict; ``"measured"`` for a bound's measured value), and the
+chapter's own ``note=`` saying why, if it gave one.
 """
 
 from __future__ import annotations
@@ -58,6 +77,9 @@ __all__ = [
     "publish",
     "claim",
     "KINDS",
+    "STRICT_ENV",
+    "strict",
+    "not_holding",
     "record_parameters",
     "results_dir",
     "results_path",
@@ -76,6 +98,125 @@ __all__ = [
 LIBRARY_DIR = Path(__file__).resolve().parent
 
 _PACKAGES = ("numpy", "scipy", "cvxpy", "matplotlib", "papermill", "jupyter-book", "myst-nb")
+
+#: The environment variable that makes a false claim or bound stop the chapter (see the module's docstring).
+STRICT_ENV = "COMPANION_STRICT"
+
+_STRICT_WORDS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
+
+
+def strict() -> bool:
+    """Whether a claim or bound that does not hold stops the chapter: ``$COMPANION_STRICT``.
+
+    ``1`` (also ``true``, ``yes``, ``on``) is the book's build: :class:`~companion.errors.ClaimError`.
+    Unset, empty or ``0`` (``false``, ``no``, ``off``) is a reader's run: the chapter goes on and
+    marks the sentence.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    InvalidInputError
+        If the variable holds another word.
+
+    Examples
+    --------
+    >>> import os
+    >>> previous = os.environ.get("COMPANION_STRICT")
+    >>> os.environ["COMPANION_STRICT"] = "0"
+    >>> strict()
+    False
+    >>> os.environ["COMPANION_STRICT"] = "1"
+    >>> strict()
+    True
+    >>> if previous is None: del os.environ["COMPANION_STRICT"]
+    ... else: os.environ["COMPANION_STRICT"] = previous
+    """
+    word = os.environ.get(STRICT_ENV, "").strip().lower()
+    if not word:
+        return False
+    if word not in _STRICT_WORDS:
+        raise InvalidInputError(
+            f"{STRICT_ENV}={os.environ[STRICT_ENV]!r} must be 1 (the book's build: a false claim stops "
+            "the chapter) or 0 (a reader's run: it is marked and the chapter goes on)."
+        )
+    return _STRICT_WORDS[word]
+
+
+def _does_not_hold(name: str, message: str) -> None:
+    """Stop the chapter (strict) or say on stderr that ``name`` does not hold (a reader's run)."""
+    import sys
+
+    if strict():
+        raise ClaimError(message)
+    print(f"companion: {name} does not hold for this run (a reader's run goes on): {message}", file=sys.stderr)
+
+
+def _nulls(x, where: str, found: dict):
+    """``x`` (plain values) with every NaN and infinity replaced by None, each recorded in ``found``
+    under its place (``value[2]``, ``value[a]``) as ``"nan"``, ``"inf"`` or ``"-inf"``."""
+    if isinstance(x, float) and not np.isfinite(x):
+        found[where] = "nan" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+        return None
+    if isinstance(x, list):
+        return [_nulls(v, f"{where}[{i}]", found) for i, v in enumerate(x)]
+    if isinstance(x, dict):
+        return {k: _nulls(v, f"{where}[{k}]", found) for k, v in x.items()}
+    return x
+
+
+def _finite(entry: dict, note) -> dict:
+    """``entry`` with NaN and infinities of ``value`` (and of a bound's ``measured`` value) stored
+    as None, recorded under ``"nonfinite"``; with ``note``, the chapter's reason, if given."""
+    found: dict = {}
+    out = dict(entry, value=_nulls(entry["value"], "value", found))
+    if isinstance(entry.get("measured"), dict):
+        out["measured"] = dict(entry["measured"], value=_nulls(entry["measured"]["value"], "measured", found))
+    if found:
+        out["nonfinite"] = found
+    if note is not None:
+        if not isinstance(note, str) or not note.strip():
+            raise InvalidInputError(f"note={note!r} must be a non-empty sentence saying what happened.")
+        out["note"] = note
+    return out
+
+
+def not_holding(results) -> list[dict]:
+    """The claims and bounds of a results file that did not hold for its run (a reader's run).
+
+    Parameters
+    ----------
+    results : dict or path-like
+        A results file (its path) or its content, as :func:`load` returns it.
+
+    Returns
+    -------
+    list of dict
+        One ``{"name", "kind", "text", "measured"}`` per entry recorded with ``"holds": false``,
+        in the file's order; ``measured`` is the measured value's text for a bound, else None.
+
+    Examples
+    --------
+    >>> data = {"values": {"a": {"kind": "claim", "holds": True, "text": "yes"},
+    ...                    "b": {"kind": "bound", "holds": False, "text": "1e-07 (does not hold ...)",
+    ...                          "measured": {"value": 2.25e-07, "text": "2.25e-07"}}}}
+    >>> [(e["name"], e["measured"]) for e in not_holding(data)]
+    [('b', '2.25e-07')]
+    """
+    data = results if isinstance(results, dict) else json.loads(Path(results).read_text(encoding="utf-8"))
+    return [
+        {
+            "name": name,
+            "kind": entry.get("kind"),
+            "text": entry.get("text"),
+            "measured": (entry.get("measured") or {}).get("text") if entry.get("kind") == "bound" else None,
+        }
+        for name, entry in data.get("values", {}).items()
+        if isinstance(entry, dict) and entry.get("holds") is False
+    ]
+
 
 _state: dict = {"chapter": None, "parameters": {}, "seed": None, "failed": False, "before": None, "path": None}
 
@@ -433,7 +574,18 @@ KINDS = ("exact", "measured", "bound")
 
 
 def publish(
-    name, value, *, fmt=None, chapter=None, glue=True, rtol=None, atol=None, kind=None, measured=None, lower=False
+    name,
+    value,
+    *,
+    fmt=None,
+    chapter=None,
+    glue=True,
+    rtol=None,
+    atol=None,
+    kind=None,
+    measured=None,
+    lower=False,
+    note=None,
 ) -> None:
     """Glue one cited number into the chapter and record it, with provenance, in the results JSON.
 
@@ -465,10 +617,18 @@ def publish(
     measured : float, default=None
         For ``kind="bound"`` only, and required there: the measured value the bound bounds, stored
         as ``"measured": {"value": ..., "text": ...}`` (with its tolerance). It must satisfy the
-        bound, ``|measured| <= value`` (``measured >= value`` for a lower bound).
+        bound, ``|measured| <= value`` (``measured >= value`` for a lower bound); a NaN never
+        does. The entry records ``"holds": true`` or ``false``. When it does not hold: in the
+        book's build (``COMPANION_STRICT=1``, :func:`strict`) :class:`~companion.errors.ClaimError`
+        stops the chapter; in a reader's run the chapter goes on and the glued text is marked,
+        ``"1e-07 (does not hold for this run: measured 2.25e-07 against 1e-07)"``.
     lower : bool, default=False
         For ``kind="bound"``: the value is a lower bound ("at least 40 bits"), stored as
         ``"bound": "lower"``; by default an upper bound, ``"bound": "upper"``.
+    note : str, default=None
+        A sentence saying what happened, stored as ``"note"``: why a value is NaN or infinite
+        (stored as ``null`` with ``"nonfinite"``, see the module's docstring), e.g. "no trial of
+        this case recovered the target".
 
     Raises
     ------
@@ -476,10 +636,11 @@ def publish(
         If no chapter is known, the name is not a plain key, the value is not serialisable, a
         tolerance is negative, NaN, or given for a value that is not a real number, ``kind`` is not
         one of :data:`KINDS`, ``"measured"`` comes without a tolerance or ``"exact"`` with one, or
-        ``measured`` is missing for a bound (or given for another kind, or not a finite real).
+        ``measured`` is missing for a bound (or given for another kind, or not a real number), or
+        ``note`` is not a non-empty string.
     ClaimError
-        If ``kind="bound"`` and the measured value breaks the bound: the sentence stating the bound
-        would be false.
+        If ``kind="bound"``, the measured value breaks the bound (the sentence stating it would be
+        false) and the run is the book's build (``COMPANION_STRICT=1``).
 
     Examples
     --------
@@ -503,14 +664,21 @@ def publish(
     text = _format(value, fmt)
     kind, measured_entry = _kind(name, plain, kind, measured, rtol, atol, lower)
     tolerance = _tolerance(plain if measured_entry is None else measured_entry["value"], rtol, atol)
+    holds = None
     if measured_entry is not None:
         if tolerance:
             measured_entry["tolerance"] = tolerance
         tolerance = None  # the bound itself is a constant, exact on every machine
+        holds = measured_entry.pop("holds")
+        if not holds:
+            against = f", below {text}" if lower else f" against {text}"
+            shown = _apart(measured_entry["value"], plain)
+            text = f"{text} (does not hold for this run: measured {shown}{against})"
     entry = {"value": plain, "text": text, "kind": kind}
     entry |= {"tolerance": tolerance} if tolerance else {}
     entry |= {"measured": measured_entry, "bound": "lower" if lower else "upper"} if measured_entry is not None else {}
-    _record(name, text, entry, chapter, glue)
+    entry |= {"holds": holds} if holds is not None else {}
+    _record(name, text, _finite(entry, note), chapter, glue)
 
 
 def _kind(name, plain, kind, measured, rtol, atol, lower=False):
@@ -546,20 +714,28 @@ def _kind(name, plain, kind, measured, rtol, atol, lower=False):
             f"{name!r} has kind='bound' but no measured=: pass the measured value the bound bounds, "
             "so that a citer can quote both."
         )
-    if (
-        isinstance(measured, (bool, np.bool_))
-        or not isinstance(measured, numbers.Real)
-        or not np.isfinite(float(measured))
-    ):
-        raise InvalidInputError(f"measured={measured!r} of the bound {name!r} must be a finite real number.")
+    if isinstance(measured, (bool, np.bool_)) or not isinstance(measured, numbers.Real):
+        raise InvalidInputError(f"measured={measured!r} of the bound {name!r} must be a real number.")
     measured = float(measured)
-    if (measured < plain) if lower else not abs(measured) <= plain:
-        raise ClaimError(
+    holds = bool(measured >= plain) if lower else bool(abs(measured) <= plain)  # NaN: never
+    if not holds:
+        _does_not_hold(
+            name,
             f"the {'lower ' if lower else ''}bound {name!r} = {plain:g} is false: the measured value "
-            f"{measured:.3g} {'is below it' if lower else 'exceeds it in magnitude'}. The sentence that "
-            "states it would be false; fix the bound or the run."
+            f"{_apart(measured, plain)} {'is below it' if lower else 'exceeds it in magnitude'}. The sentence that "
+            "states it would be false; fix the bound or the run (a reader's run, without "
+            f"{STRICT_ENV}=1, goes on and marks it).",
         )
-    return kind, {"value": measured, "text": _format(measured, None)}
+    return kind, {"value": measured, "text": _format(measured, None), "holds": holds}
+
+
+def _apart(measured: float, bound: float) -> str:
+    """``measured`` to 3 significant digits, or to as many more as show it apart from ``bound``
+    (1.0000001e-07 against 1e-07, not 1e-07 against 1e-07)."""
+    for digits in range(3, 18):
+        if f"{measured:.{digits}g}" != f"{bound:.{digits}g}":
+            return f"{measured:.{digits}g}"
+    return f"{measured!r}"
 
 
 def _record(name, text, entry, chapter, glue) -> None:
@@ -592,8 +768,12 @@ def claim(name, holds, *, text, chapter=None, value=None, glue=True, rtol=None, 
     sentence shows, e.g. ``"4,160"`` or ``"10 of 10"``) is glued under ``name``, to be shown in
     prose with ``{glue:text}`name```, and recorded in the results JSON as
     ``{"kind": "claim", "holds": true, "text": ..., "value": ...}`` with the provenance of
-    :func:`publish`. When it is false, :class:`~companion.errors.ClaimError` stops the chapter:
-    its results file is put back as it was, and the book does not build.
+    :func:`publish`. When it is false, in the book's build (``COMPANION_STRICT=1``, :func:`strict`:
+    ``make book``, ``make execute``, ``make test``) :class:`~companion.errors.ClaimError` stops the
+    chapter: its results file is put back as it was, and the book does not build. In a reader's
+    run (the variable unset or ``0``) the chapter goes on: the glued text becomes
+    ``"<text> (does not hold for this run)"``, a line on stderr says so, and the JSON records
+    ``"holds": false``.
 
     Parameters
     ----------
@@ -616,7 +796,8 @@ def claim(name, holds, *, text, chapter=None, value=None, glue=True, rtol=None, 
     Raises
     ------
     ClaimError
-        If ``holds`` is false; the message names the claim, the chapter and the text.
+        If ``holds`` is false in the book's build (``COMPANION_STRICT=1``); the message names the
+        claim, the chapter and the text.
     InvalidInputError
         If ``holds`` is not a Python or NumPy bool, ``text`` is not a string, no chapter is known,
         or the name is not a plain key.
@@ -631,11 +812,21 @@ def claim(name, holds, *, text, chapter=None, value=None, glue=True, rtol=None, 
     >>> claim("count_is_formula", n == d + d * d, text=f"{n:,}", value=n, glue=False)
     >>> load("demo")["values"]["count_is_formula"]
     {'holds': True, 'kind': 'claim', 'text': '20', 'value': 20}
+    >>> strict_before = os.environ.get("COMPANION_STRICT")
+    >>> os.environ["COMPANION_STRICT"] = "1"                       # the book's build
     >>> try:
     ...     claim("count_is_formula", n == d * d, text=f"{n:,}", glue=False)
     ... except ClaimError as exc:
     ...     print(str(exc)[:54])
     claim 'count_is_formula' of chapter demo is false: the
+    >>> os.environ["COMPANION_STRICT"] = "0"                       # a reader's run
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stderr(io.StringIO()):
+    ...     claim("count_is_formula", n == d * d, text=f"{n:,}", value=n, glue=False)
+    >>> load("demo")["values"]["count_is_formula"]
+    {'holds': False, 'kind': 'claim', 'text': '20 (does not hold for this run)', 'value': 20}
+    >>> if strict_before is None: del os.environ["COMPANION_STRICT"]
+    ... else: os.environ["COMPANION_STRICT"] = strict_before
     >>> if previous is None: del os.environ["COMPANION_RESULTS_DIR"]
     ... else: os.environ["COMPANION_RESULTS_DIR"] = previous
     """
@@ -648,17 +839,20 @@ def claim(name, holds, *, text, chapter=None, value=None, glue=True, rtol=None, 
     if not isinstance(text, str):
         raise InvalidInputError(f"claim {name!r}: text={text!r} must be the string the sentence shows.")
     chapter = _chapter(chapter, "claim")
-    if not bool(holds):
-        raise ClaimError(
-            f"claim {name!r} of chapter {chapter} is false: the sentence that shows {text!r} "
-            f"(glue {name!r}) does not hold for this run. Its parameters or the library changed what "
-            "the sentence states: fix the sentence, or the run."
-        )
     plain = _plain(text if value is None else value)
     tolerance = _tolerance(plain, rtol, atol)
-    entry = {"value": plain, "text": text, "kind": "claim", "holds": True}
+    if not bool(holds):
+        _does_not_hold(
+            name,
+            f"claim {name!r} of chapter {chapter} is false: the sentence that shows {text!r} "
+            f"(glue {name!r}) does not hold for this run. Its parameters or the library changed what "
+            "the sentence states: fix the sentence, or the run (a reader's run, without "
+            f"{STRICT_ENV}=1, goes on and marks it).",
+        )
+        text = f"{text} (does not hold for this run)"
+    entry = {"value": plain, "text": text, "kind": "claim", "holds": bool(holds)}
     entry |= {"tolerance": tolerance} if tolerance else {}
-    _record(name, text, entry, chapter, glue)
+    _record(name, text, _finite(entry, None), chapter, glue)
 
 
 def _chapter(chapter, what) -> str:
@@ -783,12 +977,12 @@ def provenance(name, parameters, seed, *, chapter=None) -> dict:
     return _header(chapter, _plain(dict(parameters)), seed)
 
 
-def write_json(path, data) -> Path:
+def write_json(path, data, *, nonfinite="refuse") -> Path:
     """Write ``data`` to ``path`` as indented JSON with sorted keys, atomically.
 
     The file is written next to ``path`` and renamed over it, so a reader never sees half a file
     and a failure leaves the old file as it was. NumPy scalars and arrays are converted to plain
-    values (as :func:`publish` converts them); NaN and infinity are refused.
+    values (as :func:`publish` converts them); NaN and infinity are refused, or stored as null.
 
     Parameters
     ----------
@@ -796,6 +990,10 @@ def write_json(path, data) -> Path:
         The file; its folder is created if missing.
     data : dict
         Numbers, strings, None, and lists or dicts of them.
+    nonfinite : {"refuse", "null"}, default="refuse"
+        ``"null"``: store each NaN or infinity as ``null`` and say where in a top-level
+        ``"nonfinite"`` (``{"rows[3][error]": "nan"}``), as :func:`publish` does (a sweep whose
+        trial found no estimate); ``"refuse"``: raise ``ValueError``.
 
     Returns
     -------
@@ -805,10 +1003,25 @@ def write_json(path, data) -> Path:
     Raises
     ------
     InvalidInputError
-        If a value is of another type.
+        If a value is of another type, or ``nonfinite`` is neither ``"refuse"`` nor ``"null"``.
     ValueError
-        If a value is NaN or infinite (JSON has no such number).
+        If a value is NaN or infinite (JSON has no such number) and ``nonfinite="refuse"``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "sweep.json"
+    >>> _ = write_json(path, {"rows": [{"error": float("nan")}, {"error": 1e-15}]}, nonfinite="null")
+    >>> json.loads(path.read_text())
+    {'nonfinite': {'rows[0][error]': 'nan'}, 'rows': [{'error': None}, {'error': 1e-15}]}
     """
+    if nonfinite not in ("refuse", "null"):
+        raise InvalidInputError(f"nonfinite={nonfinite!r} must be 'refuse' or 'null'.")
     path = Path(path)
-    _write_atomic(path, _plain(data))
+    plain = _plain(data)
+    if nonfinite == "null":
+        found: dict = {}
+        plain = {k: _nulls(v, k, found) for k, v in plain.items()}
+        plain |= {"nonfinite": found} if found else {}
+    _write_atomic(path, plain)
     return path

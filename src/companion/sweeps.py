@@ -143,4 +143,5 @@ def _save(name, grid, rows, chapter, backend, n_jobs):
 
     data = results.provenance(name, {"grid": grid_points(grid)}, None, chapter=chapter)
     data.update(kind="sweep", name=name, backend=backend, n_jobs=n_jobs, rows=rows)
-    results.write_json(results.results_dir() / "sweeps" / f"{name}.json", data)
+    # a trial that found no estimate (NaN, inf) is an outcome, stored as null with where it was
+    results.write_json(results.results_dir() / "sweeps" / f"{name}.json", data, nonfinite="null")

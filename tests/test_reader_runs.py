@@ -1,0 +1,336 @@
+"""A reader's runs of every chapter: other seeds, and parameters drawn from the declared constraints (issue 32, item 4).
+
+Each run is ``companion run CHAPTER`` as a reader types it, a reader's run (``COMPANION_STRICT=0``):
+it must finish (exit 0). A claim or bound of the chapter that does not hold for the run is reported
+in the summary at the end of the session, not failed; a run that stops for any other reason fails
+its test, with the chapter's error.
+
+**Seeds.** Every chapter runs at its defaults on a seed of the rotation: on day ``k`` of the year
+chapter ``i`` (0 for ``01_definitions``) runs seed ``1 + (k + i) % 9``, so that any 5 consecutive
+days run each chapter on 5 different seeds, and 9 days on seeds 1-9 (nbval runs seed 0 every
+time). ``COMPANION_READER_DAY=k`` picks the day; ``COMPANION_READER_SEEDS=0-9`` (or ``1,4,7``) runs
+every chapter on those seeds instead.
+
+**Draws.** Each chapter also runs on parameters drawn by hypothesis from the constraints declared
+in its ``parameters`` cell (:mod:`companion.parameters`), at sizes that keep a run near its
+defaults' time or below: an int at most twice its default (at most 5 above a default of 0; a seed
+in [0, 1000]), a float within a factor 10 of its default, a list a sub-list of its default
+(possibly with one new element up to its largest, unless its elements must divide another
+parameter's), a bound naming an earlier parameter met with its drawn value, a switch that is off by default (a slow
+section) left off. The draw is derandomised per day (hypothesis's ``@seed`` of the day and the
+chapter: the same draw all day, another tomorrow); hypothesis's first example is its simplest
+(every number at its lower end, every list at its shortest). ``COMPANION_READER_DRAWS=n`` makes n
+examples per chapter (default 2: the simplest and one random) and draws for every chapter; without
+it, a third of the chapters are drawn from each day (chapter ``i`` on days ``k`` with
+``(k + i) % 3 == 0``), so that ``make test`` stays a few minutes longer, not more. A draw the chapter refuses (its
+``companion.parameters`` constraint, or a ``ParameterError`` raised in the chapter) is discarded,
+not failed.
+
+The whole matrix, every chapter on seeds 0-9 and 20 draws per chapter (``make reader-runs``)::
+
+    COMPANION_READER_SEEDS=0-9 COMPANION_READER_DRAWS=20 .venv/bin/pytest tests/test_reader_runs.py -m slow
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from companion import cli, parameters
+from companion.errors import ParameterError
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted(p.stem for p in (ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb"))
+ROTATION = range(1, 10)
+
+#: One record per run, printed by the root conftest.py's terminal summary (:func:`summary`).
+RUNS: list[dict] = []
+
+
+def _day() -> int:
+    value = os.environ.get("COMPANION_READER_DAY")
+    return int(value) if value else _dt.date.today().timetuple().tm_yday
+
+
+def _seeds_from(text: str) -> list[int]:
+    """``"0-9"`` -> 0..9, ``"1,4,7"`` -> [1, 4, 7]."""
+    out: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi) + 1)) if hi else [int(lo)]
+    return out
+
+
+def seed_runs(day: int | None = None, seeds: str | None = None) -> list[tuple[str, int]]:
+    """The (chapter, seed) pairs of this session: the rotation of ``day``, or every chapter on ``seeds``."""
+    seeds = os.environ.get("COMPANION_READER_SEEDS") if seeds is None else seeds
+    if seeds:
+        return [(stem, s) for stem in CHAPTERS for s in _seeds_from(seeds)]
+    day = _day() if day is None else day
+    return [(stem, ROTATION[(day + i) % len(ROTATION)]) for i, stem in enumerate(CHAPTERS)]
+
+
+def _draws() -> int:
+    return int(os.environ.get("COMPANION_READER_DRAWS", "2"))
+
+
+def draw_chapters(day: int | None = None) -> list[str]:
+    """The chapters drawn from in this session: all with ``COMPANION_READER_DRAWS`` set, else the
+    day's third of them (chapter ``i`` on the days ``k`` with ``(k + i) % 3 == 0``)."""
+    if os.environ.get("COMPANION_READER_DRAWS"):
+        return list(CHAPTERS)
+    day = _day() if day is None else day
+    return [stem for i, stem in enumerate(CHAPTERS) if (day + i) % 3 == 0]
+
+
+def run_chapter(stem: str, params: dict, out: Path) -> dict:
+    """``companion run`` of ``stem`` with ``params`` as a reader's run; the record of the run.
+
+    ``outcome`` is ``"completed"``, ``"refused"`` (a parameter the chapter refuses) or ``"failed"``
+    (with ``error``); ``not_holding`` lists the claims and bounds that did not hold.
+    """
+    env = dict(os.environ, MPLBACKEND="Agg", OPENBLAS_NUM_THREADS="1", COMPANION_STRICT="0")
+    env.pop("COMPANION_RESULTS_DIR", None)        # the results go next to the run's notebook
+    env.pop("COMPANION_PERTURB_ULPS", None)
+    spec = out / "params.json"
+    out.mkdir(parents=True, exist_ok=True)
+    spec.write_text(json.dumps(params))           # a JSON file is a YAML file of parameters
+    companion = Path(sys.executable).with_name("companion")
+    began = time.monotonic()
+    proc = subprocess.run([str(companion), "run", stem, "-f", str(spec), "-o", str(out / "run"), "--no-progress"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    record = {"chapter": stem, "parameters": params, "seconds": round(time.monotonic() - began, 1),
+              "outcome": "completed", "not_holding": [], "error": None}
+    results_file = out / "run" / f"{stem}.json"
+    if proc.returncode == 0 and results_file.is_file():
+        from companion.results import not_holding
+
+        record["not_holding"] = [e["name"] for e in not_holding(results_file)]
+    elif proc.returncode == 2 and ("ParameterError" in proc.stderr or "companion: error: chapter" in proc.stderr):
+        record.update(outcome="refused", error=proc.stderr.strip().splitlines()[0][:300])
+    else:
+        record.update(outcome="failed", error=(proc.stderr.strip() or proc.stdout.strip())[-2000:])
+    RUNS.append(record)
+    return record
+
+
+# -- seeds -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem, seed", seed_runs(), ids=[f"{c}-seed{s}" for c, s in seed_runs()])
+def test_a_chapter_completes_on_another_seed(stem, seed, tmp_path):
+    record = run_chapter(stem, {"seed": seed}, tmp_path)
+    assert record["outcome"] == "completed", f"{stem} with seed {seed} did not complete:\n{record['error']}"
+
+
+# -- draws -------------------------------------------------------------------------------------------
+
+
+def _parameters_source(stem: str) -> str:
+    import nbformat
+
+    nb = nbformat.read(ROOT / "book" / "chapters" / f"{stem}.ipynb", as_version=4)
+    return next(c.source for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", []))
+
+
+def _interval(spec: list, env: dict):
+    """The first ``in [a, b]`` interval of a parameter (or of its elements), as (low, low open, high,
+    high open); an end that names another parameter is evaluated with the values drawn before it
+    (``env``), and read as infinite if it names one drawn after it."""
+    for clause in spec:
+        inner = clause[1] if clause[0] == "each" else clause
+        if inner[0] == "in" and len(inner[1]) == 1:
+            lo_b, a, b, hi_b = inner[1][0]
+            ends = []
+            for expr, missing in ((a, -math.inf), (b, math.inf)):
+                try:
+                    ends.append(float(parameters._eval(expr, env)))
+                except (ParameterError, TypeError, ValueError, ZeroDivisionError):
+                    ends.append(missing)
+            return ends[0], lo_b == "(", ends[1], hi_b == ")"
+    return -math.inf, False, math.inf, False
+
+
+def _one_of(spec: list):
+    for clause in spec:
+        inner = clause[1] if clause[0] == "each" else clause
+        if inner[0] == "one of":
+            return inner[1]
+    return None
+
+
+def _number(st, name: str, default, spec: list, env: dict, *, top=None):
+    """A strategy for one int or float parameter (or list element) near its default."""
+    low, low_open, high, high_open = _interval(spec, env)
+    if isinstance(default, bool):
+        return st.just(False) if default is False else st.booleans()
+    if isinstance(default, int):
+        if name == "seed":
+            return st.integers(0, 1000)
+        lo = int(math.ceil(low + (1 if low_open and low == math.ceil(low) else 0))) if math.isfinite(low) else 0
+        ceiling = top if top is not None else (2 * default if default > 0 else default + 5)
+        hi = min(int(math.floor(high - (1 if high_open and high == math.floor(high) else 0))), int(ceiling)) \
+            if math.isfinite(high) else int(ceiling)
+        return st.integers(lo, max(lo, hi))
+    base = abs(float(default)) or 1.0
+    lo = max(low, base / 10) if math.isfinite(low) else base / 10
+    hi = min(high, base * 10 if top is None else top) if math.isfinite(high) else (base * 10 if top is None else top)
+    return st.floats(lo, max(lo, hi), exclude_min=low_open and lo == low, exclude_max=high_open and hi == high,
+                     allow_nan=False, allow_infinity=False)
+
+
+def strategy(decl: dict):
+    """A hypothesis strategy of parameter dicts for a chapter's declarations (the module's docstring),
+    drawn in the order of the declarations, so that a bound naming an earlier parameter is met."""
+    from hypothesis import strategies as st
+
+    def field(draw, name, info, env):
+        default, spec = info["default"], info["spec"]
+        choices = _one_of(spec)
+        if isinstance(default, bool):
+            return draw(_number(st, name, default, spec, env))
+        if choices is not None and not isinstance(default, list):
+            return draw(st.sampled_from(choices))
+        if isinstance(default, list):
+            kept = [x for x in default if draw(st.booleans())]
+            scalar = [x for x in default if isinstance(x, (int, float)) and not isinstance(x, bool)]
+            divides = any((c[1] if c[0] == "each" else c)[0] == "divides" for c in spec)
+            if scalar and len(scalar) == len(default) and not divides and draw(st.booleans()):
+                new = draw(_number(st, name, scalar[0], spec, env, top=max(scalar)))
+                if new not in kept:
+                    kept = sorted([*kept, new]) if kept == sorted(kept) else [*kept, new]
+            if not kept and any(c[0] == "non-empty" for c in spec):
+                kept = default[:1]
+            return kept
+        if isinstance(default, (int, float)):
+            return draw(_number(st, name, default, spec, env))
+        return default
+
+    @st.composite
+    def draws(draw):
+        out: dict = {}
+        for name, info in decl.items():
+            out[name] = field(draw, name, info, out)
+        return out
+
+    return draws()
+
+
+_DONE: dict = {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", draw_chapters())
+def test_a_chapter_completes_on_parameters_drawn_from_its_constraints(stem, tmp_path_factory):
+    from hypothesis import HealthCheck, Phase, given, reject, seed, settings
+
+    decl = parameters.declared(_parameters_source(stem))
+    draws = _draws()
+
+    @seed(_day() * 100 + CHAPTERS.index(stem))
+    @settings(max_examples=draws, deadline=None, derandomize=False, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck), print_blob=False)
+    @given(strategy(decl))
+    def runs(params):
+        try:
+            params = cli.check_parameters(stem, params)
+        except ParameterError:
+            reject()                                  # outside the declared constraints: not a reader's run
+        key = json.dumps([stem, params], sort_keys=True)
+        if key not in _DONE:                          # hypothesis replays a failing example: not the chapter
+            _DONE[key] = run_chapter(stem, params, tmp_path_factory.mktemp(stem))
+        record = _DONE[key]
+        if record["outcome"] == "refused":
+            reject()
+        assert record["outcome"] == "completed", (
+            f"{stem} did not complete with parameters {params}:\n{record['error']}")
+
+    runs()
+
+
+# -- the summary -------------------------------------------------------------------------------------
+
+
+def summary() -> str | None:
+    """What ran, for the terminal summary: per run its chapter, parameters, time and outcome, and
+    the claims and bounds that did not hold (reported, not failed)."""
+    if not RUNS:
+        return None
+    seeds = os.environ.get("COMPANION_READER_SEEDS")
+    head = (f"seeds {seeds} on every chapter" if seeds else
+            f"rotation day {_day()}: " + ", ".join(f"{c} seed {s}" for c, s in seed_runs()))
+    lines = [head + f"; {_draws()} draw(s) from the constraints of {', '.join(draw_chapters())}"]
+    for r in RUNS:
+        params = ", ".join(f"{k}={v!r}" for k, v in r["parameters"].items())
+        held = (f"; does not hold: {', '.join(r['not_holding'])}" if r["not_holding"] else
+                "; every claim holds" if r["outcome"] == "completed" else "")
+        lines.append(f"  {r['chapter']} [{params}]: {r['outcome']} in {r['seconds']:.0f} s{held}")
+    false = sum(len(r["not_holding"]) for r in RUNS)
+    lines.append(f"{len(RUNS)} runs: {sum(r['outcome'] == 'completed' for r in RUNS)} completed, "
+                 f"{sum(r['outcome'] == 'refused' for r in RUNS)} refused by the chapter, "
+                 f"{sum(r['outcome'] == 'failed' for r in RUNS)} failed; {false} claim(s) did not hold")
+    return "\n".join(lines)
+
+
+# -- the rotation itself (fast) ----------------------------------------------------------------------
+
+
+def test_the_rotation_gives_every_chapter_5_seeds_in_5_days_and_all_nine_in_9():
+    for start in (1, 100, 365):
+        days = [seed_runs(day=start + k, seeds="") for k in range(5)]
+        for i, stem in enumerate(CHAPTERS):
+            assert len({dict(d)[stem] for d in days}) == 5
+    nine = [seed_runs(day=k, seeds="") for k in range(9)]
+    assert all({dict(d)[stem] for d in nine} == set(ROTATION) for stem in CHAPTERS)
+    assert all(len(d) == len(CHAPTERS) for d in nine)                  # one run per chapter a day
+
+
+def test_the_draws_cover_every_chapter_in_3_days():
+    days = [draw_chapters(day=k) for k in range(40, 43)]
+    assert sorted(sum(days, [])) == sorted(CHAPTERS) and all(2 <= len(d) <= 3 for d in days)
+
+
+def test_the_full_matrix_is_every_chapter_on_seeds_0_to_9():
+    pairs = seed_runs(seeds="0-9")
+    assert len(pairs) == 10 * len(CHAPTERS) and {s for _, s in pairs} == set(range(10))
+    assert _seeds_from("1,4, 7") == [1, 4, 7] and _seeds_from("3") == [3]
+
+
+@pytest.mark.parametrize("stem", CHAPTERS)
+def test_every_draw_is_a_value_the_chapter_declares_or_is_checked(stem):
+    """The strategies stay near the defaults; what they draw is checked like a reader's -p values."""
+    from hypothesis import HealthCheck, given, settings
+
+    decl = parameters.declared(_parameters_source(stem))
+    seen = []
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategy(decl))
+    def draws(params):
+        assert set(params) == set(decl)
+        for name, value in params.items():
+            default = decl[name]["default"]
+            assert type(value) is type(default) or (isinstance(default, float) and isinstance(value, int))
+            if isinstance(default, bool) and default is False:
+                assert value is False                       # a slow section stays off
+            elif isinstance(default, int) and not isinstance(default, bool) and name != "seed":
+                assert value <= max(2 * default, default + 5)
+            elif isinstance(default, list) and default and all(isinstance(x, (int, float)) for x in default):
+                assert len(value) <= len(default) + 1 and all(x <= max(default) for x in value)
+        try:
+            cli.check_parameters(stem, params)
+            seen.append(True)
+        except ParameterError:
+            seen.append(False)
+
+    draws()
+    assert sum(seen) >= len(seen) // 2, f"{stem}: most draws are refused ({seen.count(False)} of {len(seen)})"
