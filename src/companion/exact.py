@@ -725,6 +725,7 @@ def _learn_biased(oracle, d, *, probes, c0, verify, verify_rtol, seed, precision
     d1 = d + 1
     start = reserve(oracle, d1 * d1 + verify, learner)
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)
+    prec.measure_first(d1 * d1 + verify)  # as without bias: the scale and the band follow u
     band = saturation_band(prec.value, SATURATION)
 
     # Step 1: v0 = VQ([0]) and v_i + v0 = VQ([e_i]).
