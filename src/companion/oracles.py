@@ -256,6 +256,8 @@ class ValueQueryOracle:
             try:
                 out = self.target(X.copy())
             except (ValueError, TypeError, IndexError) as exc:
+                if isinstance(exc, InvalidInputError):  # the target's own clear refusal stands
+                    raise
                 raise OracleInconsistentError(
                     f"the target raised {type(exc).__name__} ({str(exc)[:200]}) on a batch of shape {X.shape}: "
                     f"the oracle sends tokens of dimension d={self.d}; check that d matches the model's input "
