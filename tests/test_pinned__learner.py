@@ -172,6 +172,7 @@ def test_precision_diagnostics_values():
         "precision_source": "stated",
         "precision_format": "float32",
         "n_precision_queries": 0,
+        "precision_kind": "rounding",
     }
     d = L.AnswerPrecision(ConstantOracle(2, 0.0)).diagnostics()
     assert d == {
@@ -179,6 +180,7 @@ def test_precision_diagnostics_values():
         "precision_source": "float64 assumed",
         "precision_format": "float64",
         "n_precision_queries": 0,
+        "precision_kind": "rounding",
     }
     diag = {}
     p.report_floor(diag, "", 3.0)
@@ -260,23 +262,24 @@ def test_verify_outputs_tolerance_is_max_of_rtol_and_size_times_u():
     u = 2.0**-10
     prec = L.AnswerPrecision(ConstantOracle(2, 0.0), u)
     info = L.verify_outputs(
-        ConstantOracle(2, 0.0), _zero, _one, 4, rtol=1e-12, seed=0, precision=prec, size=lambda x: 64.0
+        ConstantOracle(2, 0.0), _zero, _one, 4, rtol=1e-12, seed=0, precision=prec, size=lambda x: 8.0
     )
-    assert info["verify_tolerance"] == 64.0 * u
+    assert info["verify_tolerance"] == 8.0 * u
     info = L.verify_outputs(ConstantOracle(2, 0.0), _zero, _one, 4, rtol=0.2, seed=0, precision=prec, size=lambda x: 64.0)
     assert info["verify_tolerance"] == 0.2
 
 
-def test_verify_outputs_median_tolerance_at_one_half_is_vacuous_just_below_is_not():
-    u = 0.25
-    assert L.VACUOUS_TOLERANCE == 0.5
+def test_verify_outputs_median_tolerance_above_the_one_percent_ceiling_is_vacuous_at_it_is_not():
+    u = 2.0**-10
+    assert L.VACUOUS_TOLERANCE == 0.5 and L.VERIFY_CEILING == 0.01
     prec = L.AnswerPrecision(ConstantOracle(2, 0.0), u)
-    with pytest.raises(PrecisionError):
-        L.verify_outputs(ConstantOracle(2, 0.0), _zero, _one, 5, rtol=1e-9, seed=0, precision=prec, size=lambda x: 2.0)
+    above = np.nextafter(L.VERIFY_CEILING / u, np.inf)
+    with pytest.raises(PrecisionError, match="above the ceiling of 1%"):
+        L.verify_outputs(ConstantOracle(2, 0.0), _zero, _one, 5, rtol=1e-9, seed=0, precision=prec, size=lambda x: above)
     info = L.verify_outputs(
-        ConstantOracle(2, 0.0), _zero, _one, 5, rtol=1e-9, seed=0, precision=prec, size=lambda x: np.nextafter(2.0, 0)
+        ConstantOracle(2, 0.0), _zero, _one, 5, rtol=1e-9, seed=0, precision=prec, size=lambda x: L.VERIFY_CEILING / u
     )
-    assert info["verify_tolerance"] < 0.5
+    assert info["verify_tolerance"] <= L.VERIFY_CEILING
 
 
 def test_verify_outputs_with_zero_queries_asks_nothing():
@@ -432,20 +435,21 @@ def test_verification_defaults_read_from_the_signatures():
 # --- AnswerPrecision.measure and names_rounding ------------------------------------------------
 
 
-def test_measure_spends_24_queries_or_16_one_token_and_only_once():
+def test_measure_spends_32_queries_or_16_one_token_and_only_once():
+    """24 for the invariance pairs, 4 repeats and 4 tiny steps (a float64 head is not quantized: no family)."""
     head = random_single_head(3, seed=0)
     oracle = ValueQueryOracle(head)
     p = L.AnswerPrecision(oracle, seed=1)
     assert p.measure() is True
-    assert p.n_queries == 24 == oracle.n_queries and p.source == "measured" and p.format == "float64"
-    assert p.measure() is False and oracle.n_queries == 24
+    assert p.n_queries == 32 == oracle.n_queries and p.source == "measured" and p.format == "float64"
+    assert p.kind == "float64" and p.measure() is False and oracle.n_queries == 32
     from companion.ffn import FeedForward
 
     o2 = ValueQueryOracle(FeedForward(np.eye(3), np.ones(3)))
     q = L.AnswerPrecision(o2)
     q.measure(one_token=True)
     assert q.n_queries == 16 == o2.n_queries
-    assert L.AnswerPrecision(oracle, "measure").n_queries == 24
+    assert L.AnswerPrecision(oracle, "measure").n_queries == 32
 
 
 def _failing(oracle, *, seed=0):
@@ -463,9 +467,9 @@ def test_names_rounding_turns_a_refusal_at_stated_float32_into_a_precision_error
     assert oracle.n_queries == 0  # stated: nothing measured
 
 
-def test_names_rounding_measures_unknown_precision_with_24_or_16_queries():
+def test_names_rounding_measures_unknown_precision_with_32_or_16_queries():
     head = random_single_head(3, seed=0)
-    for one_token, n in ((False, 24), (True, 16)):
+    for one_token, n in ((False, 32), (True, 16)):
         run = L.names_rounding(lambda learner, prec, err: "rounding", one_token=one_token)(_failing)
         oracle = ValueQueryOracle(head)
         with pytest.raises(OracleInconsistentError, match="the body refused"):
@@ -490,7 +494,7 @@ def test_verify_outputs_measures_an_unstated_precision_only_when_the_check_fails
     wrong = head.v * (1 + 1e-3)
     with pytest.raises(OracleInconsistentError):
         L.verify_head(oracle, head.W, wrong, 10, rtol=1e-9, seed=0, precision=prec, size=lambda x: 1.0)
-    assert prec.n_queries == 24 and oracle.n_queries == 10 + 10 + 24
+    assert prec.n_queries == 32 and oracle.n_queries == 10 + 10 + 32
 
 
 def test_verify_outputs_with_lift_draws_in_d_minus_one_dimensions():

@@ -147,9 +147,15 @@ def test_measure_precision_formula_and_queries():
     n, length = 6, 4
     oracle = Recording(head)
     m = O.measure_precision(oracle, n=n, length=length, seed=3)
-    assert m["n_queries"] == 3 * n == oracle.n_queries
-    (X, y1), (P, y2), (R, y3) = oracle.batches
+    # the invariance pairs, n // 2 tiny steps and repeats, and (float32 answers are quantized) the family
+    assert m["n_queries"] == 3 * n + 2 * (n // 2) + O.FAMILY_POINTS == oracle.n_queries
+    (X0, y0), (X1, y1), (P, y2), (R, y3), (T, _), (A, y5), (F, _) = oracle.batches
+    X, y1 = np.concatenate([X0, X1]), np.concatenate([y0, y1])  # the first n // 2 asked alone
     np.testing.assert_allclose(X, np.random.default_rng(3).standard_normal((n, length, 5)) / np.sqrt(5), rtol=1e-15)
+    np.testing.assert_array_equal(A, X[: n // 2])
+    np.testing.assert_array_equal(y5, y1[: n // 2])
+    assert np.allclose(np.abs(T / X[: n // 2] - 1), O.TINY_STEP, rtol=1e-2) and F.shape == (O.FAMILY_POINTS, length, 5)
+    assert m["quantized"] and m["kind"] == "rounding" and m["u_repeat"] == 0
     np.testing.assert_array_equal(P[:, -1], X[:, -1])
     np.testing.assert_array_equal(P[:, :-1], X[:, -2::-1])
     assert R.shape == (n, 2 * length, 5)
@@ -166,11 +172,12 @@ def test_measure_precision_formula_and_queries():
 
 def test_measure_precision_budget_is_3n_before_the_first_query_and_length_at_least_3():
     head = random_single_head(3, seed=0)
-    oracle = Recording(head, budget=3 * 4 - 1)
+    need = 3 * 4 + 2 * 2 + O.FAMILY_POINTS  # float32 answers: quantized, so the family is asked too
+    oracle = Recording(head, budget=need - 1)
     with pytest.raises(BudgetExceededError):
         O.measure_precision(oracle, n=4)
     assert oracle.n_queries == 0
-    assert O.measure_precision(Recording(head, budget=12), n=4)["n_queries"] == 12
+    assert O.measure_precision(Recording(head, budget=need), n=4)["n_queries"] == need
     O.measure_precision(Recording(head), n=2, length=3)
     with pytest.raises(InvalidInputError):
         O.measure_precision(Recording(head), n=2, length=2)

@@ -198,6 +198,13 @@ def rounding_tolerance(u, size) -> float:
     return float(size) * float(u)
 
 
+#: The most queries :func:`companion.oracles.measure_precision` spends with its defaults (24 for the
+#: invariance pairs, 8 for the repeat and the tiny step, 16 for the family of quantized answers).
+MEASURE_QUERIES = 48
+#: Largest share of a learner's planned queries that :meth:`AnswerPrecision.measure_first` spends.
+MEASURE_SHARE = 0.02
+
+
 class AnswerPrecision:
     """The relative rounding ``u`` a learner run assumes of its oracle's answers (private helper).
 
@@ -214,6 +221,9 @@ class AnswerPrecision:
         self.oracle, self.seed = oracle, int(seed)
         self.n_queries, self.format, self.source = 0, None, None
         self.u = None
+        # what the answers carry (companion.oracles.ANSWER_KINDS): "rounding" when stated or read
+        self.kind, self.measurement = "rounding", {}
+        self.after_learning = False  # set by verify_outputs when it measures u after the learner's queries
         if isinstance(precision, str) and precision == "measure":
             self.measure()
         elif precision is not None:
@@ -251,8 +261,35 @@ class AnswerPrecision:
 
         m = (measure_one_token_precision if one_token else measure_precision)(self.oracle, seed=self.seed)
         self.u, self.format, self.source = m["u"], m["format"], "measured"
+        self.kind, self.measurement = m.get("kind", "rounding"), m
         self.n_queries += m["n_queries"]
         return True
+
+    def measure_first(self, needed, *, always=False) -> bool:
+        """Measure ``u`` before learning, if nobody stated it, it is cheap, and the budget has room.
+
+        The decisions that depend on the precision (a probe scale, a saturation band, a rank cut)
+        are then taken knowing it. ``needed``: the queries the learner plans (learning and
+        verification). The measurement is spent when it costs at most ``MEASURE_SHARE`` (2 %) of
+        them (``d + d**2 >= 2400``, d >= 49, for Theorem 4.1's learner) and the budget leaves room;
+        otherwise ``u`` is measured only if a check needs it, after learning. ``always``: whatever
+        it costs (a decision that cannot be taken again, such as the sketch's rank).
+        """
+        if self.source is not None or (not always and MEASURE_QUERIES > MEASURE_SHARE * needed):
+            return False
+        if getattr(self.oracle, "remaining", np.inf) < needed + MEASURE_QUERIES:
+            return False
+        return self.measure()
+
+    @property
+    def rounding(self) -> bool:
+        """The answers' error is rounding coarser than float64's (stated, or measured as such)."""
+        return self.kind == "rounding" and self.u is not None and self.u > COARSE_FACTOR * FLOAT64_U
+
+    @property
+    def noise(self) -> bool:
+        """The measurement found noise (deterministic or random), not rounding."""
+        return self.kind in ("noise", "random noise")
 
     def read(self, answers) -> bool:
         """Read ``u`` off answers already asked, if nobody stated it; True if this changed it.
@@ -284,6 +321,34 @@ class AnswerPrecision:
         # A measured u is a median of spreads that moves with the BLAS kernel (for one float32 head:
         # 6.x e-08 and 9.4e-08 in learn_low_rank's refusal under Haswell and Sandybridge, 7.9e-08 and
         # 6.0e-08 from measure_precision's defaults): one significant digit is the precision it has.
+        m = self.measurement
+        if self.kind == "outside" and m.get("quantized"):
+            return (
+                f"the answers carry rounding of about u={self.u:.0e} ({self.format}?, from their jitter along a "
+                f"family of nearby queries) yet break attention's invariances (reordered and repeated tokens) by "
+                f"{m.get('u_spread', float('nan')):.0e} of the output, far more than that rounding explains: the "
+                "target is outside the class (positional encodings, a length-dependent term, ...), not rounding"
+            )
+        if self.kind == "outside":
+            return (
+                f"the answers are computed to {m.get('bits', 53)} significant bits (smooth under a tiny step of "
+                f"the query, so not rounded to a short format) yet break attention's invariances (reordered and "
+                f"repeated tokens) by {m.get('u_spread', float('nan')):.0e} of the output: the target is outside "
+                "the class (positional encodings, a length-dependent term, ...), not rounding"
+            )
+        if self.kind == "random noise":
+            return (
+                f"the answers carry random noise of about {self.u:.0e} of the output (the same query asked "
+                "twice got different answers), not rounding; the learners here assume a deterministic oracle "
+                "(the paper's AVQ): average repeated queries first, then use an approximate-oracle learner "
+                "(companion.robust) with tau at the noise"
+            )
+        if self.kind == "noise":
+            return (
+                f"the answers carry deterministic noise of about {self.u:.0e} of the output (a step of 2^-44 "
+                "in the query moves them that much), not rounding: use an approximate-oracle learner "
+                "(companion.robust) with tau at the noise"
+            )
         if self.source == "measured":
             return f"the answers {how} u={self.u:.0e} ({self.format}?)"
         return f"the answers {how} u={self.u:.2g} ({self.format})"
@@ -293,10 +358,10 @@ class AnswerPrecision:
         diagnostics.update(kappa_W=kappa_W, floor_W=kappa_W * self.value, floor_v=self.value)
         if self.known:
             message += f"; {self.describe()}, attainable relative error of W about {kappa_W * self.value:.1e}"
-        if self.source == "measured":
+        if self.source == "measured" and self.after_learning:
             message += (
                 "; the precision was measured after learning, so the probe scale was not chosen "
-                "for it: pass precision='measure' (24 queries first) to reach the floor"
+                "for it: pass precision='measure' (measured first) to reach the floor"
             )
         return message
 
@@ -306,6 +371,7 @@ class AnswerPrecision:
             "precision_source": self.source or "float64 assumed",
             "precision_format": self.format or "float64",
             "n_precision_queries": self.n_queries,
+            "precision_kind": self.kind if self.source == "measured" else "rounding",
         }
 
 
@@ -341,6 +407,11 @@ def random_queries(d, n, *, seed, scale=1.0, max_len=VERIFY_MAX_LEN, unit_ball=F
 #: A verification whose median tolerance reaches this fraction of the output scale certifies
 #: nothing (a model off by half its output would pass): it raises PrecisionError instead.
 VACUOUS_TOLERANCE = 0.5
+
+#: The largest tolerance, relative to the output scale, at which a check that follows the answers'
+#: precision may call a model "verified" (1 %): above it the check certifies nothing a user can
+#: rely on, and :class:`~companion.errors.PrecisionError` names the cause instead. (This book's rule.)
+VERIFY_CEILING = 1e-2
 
 
 def verify_outputs(
@@ -390,8 +461,12 @@ def verify_outputs(
     OracleInconsistentError
         If a disagreement exceeds its tolerance: the oracle is not ``what``.
     PrecisionError
-        If the median tolerance reaches ``VACUOUS_TOLERANCE`` (the answers are too coarse for the
-        check to mean anything; ``floor``, the estimate's attainable error, goes in the message).
+        If the median tolerance, or that of a query the model fails at, exceeds ``VERIFY_CEILING``
+        (1 % of the output; ``rtol`` if larger, but never ``VACUOUS_TOLERANCE`` = 1/2): the
+        answers are too coarse (or too noisy) for the check to certify anything (``floor``, the
+        estimate's attainable error, goes in the message).
+        When the measurement finds the target outside the class (full-precision answers that break
+        attention's invariances), a failed check raises :class:`OracleInconsistentError` naming it.
     """
     if n == 0:
         return {"n_verify_queries": 0}
@@ -412,29 +487,48 @@ def verify_outputs(
 
     tol = tolerances()
     if not np.all(err <= tol) and precision is not None and precision.measure():
+        precision.after_learning = True
         tol = tolerances()
     elif measure_if_coarse and precision is not None and not precision.known and size is not None:
         # Passed on rtol alone, with a disagreement far above what float64 rounding explains: the
         # answers are coarser than the float64 assumed (a float32 server: 3e-7 against a floor of
         # 7e-16 at d = 32), so measure u, for the floor and the message to say what they carry.
         if np.any(err > COARSE_FACTOR * sizes * FLOAT64_U) and precision.measure():
+            precision.after_learning = True
             tol = tolerances()
-    if precision is not None and float(np.median(tol)) >= VACUOUS_TOLERANCE:
-        k = int(np.argsort(tol)[n // 2])
+    # A target outside the class is refused once its disagreement exceeds rtol: the tolerance that
+    # follows the answers' rounding may not absorb what breaks the class.
+    if precision is not None and precision.kind == "outside" and not np.all(err <= max(float(rtol), 0.0)):
+        i = int(np.argmax(err))
+        exc = OracleInconsistentError(
+            MESSAGES["verify_failed"].format(n=n, err=float(err[i]), tol=float(rtol), what=what)
+            + f" The measurement of the answers says why: {precision.describe()}."
+        )
+        exc.max_error, exc.tolerance = float(err[i]), float(tol[i])
+        raise exc
+    # No tolerance above the ceiling: a check that accepts more certifies nothing (a float16 or
+    # bfloat16 server, noise at 1e-4), whether for the median query or for the one that fails.
+    ceiling = min(max(VERIFY_CEILING, float(rtol)), VACUOUS_TOLERANCE)
+    over = tol > ceiling
+    if precision is not None and (float(np.median(tol)) > ceiling or np.any(over & (err > ceiling))):
+        k = int(np.argsort(tol)[n // 2]) if float(np.median(tol)) > ceiling else int(np.argmax(np.where(over, err, -1)))
         raise PrecisionError(
             MESSAGES["verify_vacuous"].format(
                 prec=precision.describe(),
                 n=n,
                 tol=tol[k],
                 size=sizes[k],
+                ceiling=ceiling,
                 floor=float("nan") if floor is None else floor(precision.value),
             )
         )
+    if precision is not None:
+        tol = np.minimum(tol, ceiling)
     i = int(np.argmax(err / tol))
     worst = float(err[i])
     spent = n
     if not np.all(err <= tol):
-        if precision is not None and precision.coarse:
+        if precision is not None and (precision.coarse or precision.noise):
             exc = OracleInconsistentError(
                 MESSAGES["verify_failed_rounding"].format(
                     n=n, err=worst, tol=tol[i], prec=precision.describe(), size=sizes[i], u=precision.value, what=what
@@ -515,13 +609,22 @@ def names_rounding(advice, *, one_token=False):
                         prec.measure(one_token=one_token)
                     except CompanionError:  # no budget left to measure: keep the original diagnosis
                         raise err from None
-                if prec.u is not None and prec.u > COARSE_FACTOR * FLOAT64_U:
+                if prec.rounding or prec.noise:
                     raise PrecisionError(advice(learner, prec, err)) from err
+                if prec.kind == "outside":
+                    raise OracleInconsistentError(
+                        f"{err} The measurement of the answers says why: {prec.describe()}."
+                    ) from err
                 raise
 
         return run
 
     return decorate
+
+
+#: The relative float64 rounding :func:`verify_noisy` allows in every answer on top of ``tau``
+#: (``2**-40``, 4096 ulps of 1): the target's, the oracle's and the check's own arithmetic.
+CERTIFY_ROUNDING = 2.0**-40
 
 
 def verify_noisy(
@@ -575,20 +678,26 @@ def verify_noisy(
     n_w = n - n_v
     x = rng.standard_normal((n_v, d))
     x /= np.linalg.norm(x, axis=1)[:, None]
-    err_v = float(np.max(np.abs(np.asarray(oracle(x[:, None, :])) - x @ v))) - tau
+    y_v = np.asarray(oracle(x[:, None, :]), dtype=np.float64)
+    # The float64 arithmetic of the target, the oracle and this check errs too: each answer is taken
+    # as within tau + CERTIFY_ROUNDING * max(1, |y|) of f*, so that tau = 0 certifies nothing from
+    # rounding alone (it did: 2.3e-13 "certified" in W against a true 1.5e-14).
+    margin = CERTIFY_ROUNDING * max(1.0, float(np.max(np.abs(y_v))))
+    err_v = float(np.max(np.abs(y_v - x @ v))) - tau - margin
     err_W, spent = -np.inf, n_v
     if n_w and np.any(v):
         spent = n
         A, B = _gaussian_rop_design(d, n_w, v, rng)
         c = rop_scales(A, B, W_max=W_max)
         y = np.asarray(oracle(rop_queries(A, B, c)), dtype=np.float64)
+        margin = max(margin, CERTIFY_ROUNDING * max(1.0, float(np.max(np.abs(y)))))
         av = A @ v
         alpha = (y / c - B @ v) / av
         from scipy.special import expit, logit
 
         lo = float(expit(-0.5))
         t = logit(np.clip(alpha, lo, 1 - lo)) / c**2
-        delta, _ = rop_error_bound(alpha, tau=max(tau, tau_v), c=c, A=A, B=B, av_hat=av)
+        delta, _ = rop_error_bound(alpha, tau=max(tau, tau_v) + margin, c=c, A=A, B=B, av_hat=av)
         gap = np.abs(t - np.einsum("kd,kd->k", A @ W, B)) - delta
         err_W = float(np.max(gap / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1))))
     info = {
@@ -620,7 +729,8 @@ def verified_message(info) -> str:
         )
     return (
         f"; verified on {n} fresh queries (certified errors at least "
-        f"{info['verify_error_W']:.1e} in W, {info['verify_error_v']:.1e} in v)"
+        f"{info['verify_error_W']:.1e} in W, {info['verify_error_v']:.1e} in v, for answers within the "
+        "oracle's tau)"
     )
 
 

@@ -57,13 +57,14 @@ MESSAGES = {
     "verify_failed_rounding": (
         "verification failed: on {n} fresh random queries the recovered model disagrees with the "
         "oracle by up to {err:.3g} (relative), beyond the tolerance {tol:.3g} = {size:.0f} x "
-        "u={u:.2g} that rounding allows: {prec}. Rounding at that level cannot explain it, so "
+        "u={u:.2g} that rounding allows: {prec}. Errors at that level cannot explain it, so "
         "the oracle is not {what}; nothing was returned. Pass verify=0 to get the unverified "
         "estimate anyway."
     ),
     "verify_vacuous": (
         "cannot verify: {prec}, so a check on {n} fresh queries would have to accept "
-        "disagreements up to {tol:.3g} of the output ({size:.3g} x u) and would certify nothing. "
+        "disagreements up to {tol:.3g} of the output ({size:.3g} x u), above the ceiling of "
+        "{ceiling:.0%} at which a check certifies anything, and would certify nothing. "
         "The estimate's attainable relative error is about {floor:.2g}; pass verify=0 to get it "
         "unverified, or use an approximate-oracle learner (companion.robust) with tau at the "
         "answers' rounding."
@@ -83,8 +84,9 @@ MESSAGES = {
     ),
     "nonfinite_answer": (
         "the oracle's target returned a non-finite answer ({value!r}) for query {index}; "
-        "a value-query oracle must return finite reals. The query's entries or the target's "
-        "parameters overflow float64: scale the query down or check the parameters."
+        "a value-query oracle must return finite reals. Either the target has a bug, or the "
+        "query's entries or the target's parameters overflow its arithmetic (float64, or the "
+        "format it computes in): check the target on that query, or scale the query down."
     ),
 }
 

@@ -347,7 +347,8 @@ def learn_single_head(
         ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` plus
         re-measurements plus ``verify`` (``n_learning_queries`` leaves out the ``verify``).
         Precision diagnostics: ``precision`` (the ``u`` used), ``precision_source``,
-        ``precision_format``, ``n_precision_queries``, ``floor_W`` and ``floor_v`` (the relative
+        ``precision_format``, ``n_precision_queries``, ``precision_kind`` (what a measurement
+        found: rounding, noise, outside the class), ``floor_W`` and ``floor_v`` (the relative
         errors one rounding ``u`` of every answer causes at the best probe scale: the attainable
         accuracy, see Notes), ``kappa_W`` (``floor_W / u``, the conditioning).
         ``diagnostics`` holds ``probes`` (the probe matrix
@@ -450,6 +451,7 @@ def learn_single_head(
         )
     start = reserve(oracle, d + d * d + verify, "learn_single_head")
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)
+    prec.measure_first(d + d * d + verify)  # the probe scale and the saturation band follow u
     band = saturation_band(prec.value, SATURATION)
 
     # Step 1: v from d length-1 queries.
@@ -723,6 +725,7 @@ def _learn_biased(oracle, d, *, probes, c0, verify, verify_rtol, seed, precision
     d1 = d + 1
     start = reserve(oracle, d1 * d1 + verify, learner)
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)
+    prec.measure_first(d1 * d1 + verify)  # as without bias: the scale and the band follow u
     band = saturation_band(prec.value, SATURATION)
 
     # Step 1: v0 = VQ([0]) and v_i + v0 = VQ([e_i]).

@@ -43,9 +43,7 @@ from ._streaming import CHUNK_BYTES, answer_rop, chunk_queries
 from ._validation import as_float_array, check_choice, check_int, check_real
 from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
 from ._learner import (
-    COARSE_FACTOR,
     DEFAULT_VERIFY,
-    FLOAT64_U,
     AnswerPrecision,
     best_relative_scale,
     build,
@@ -631,12 +629,19 @@ def _sketch(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
             )
         detected = None
     else:
-        k = 0
+        # Stop at the second rank-deficient core in a row: a random k x k compression of a rank-r W
+        # (k <= r) is nearly singular by chance with probability about k times its threshold (a
+        # Keras float32 layer at d = 384, rank 96, stopped at a core of 62 whose last singular value
+        # was 1.3e-05 relative, under float32's 2.2e-05); bordered by one more row and column it is
+        # not, while every core past r stays deficient. With float64 answers the threshold (1e-8) makes
+        # such a chance stop negligible, and the first deficient core decides, as before.
+        k, short, confirm = 0, 0, 2 if prec.coarse else 1
         while True:
             grow(k, k + 1)
             k += 1
             s = np.linalg.svd(M[:k, :k], compute_uv=False)
-            if k == d or rank_of(s, k)[0] < k:
+            short = short + 1 if rank_of(s, k)[0] < k else 0
+            if k == d or short == confirm:
                 break
         detected = rank_of(s, k)[0]
     tol_used = max(rank_tol, rank_of(s, k)[1] / s[0]) if s.size and s[0] > 0 else rank_tol
@@ -846,7 +851,8 @@ def learn_low_rank(
         ``core_singular_values``, ``rank_detected``, ``rank_used`` (the rank returned) (sketch);
         ``n_verify_queries`` and, with
         ``verify``, ``verify_max_error`` and ``verify_tolerance``; the answers' precision: ``precision``,
-        ``precision_format``, ``precision_source``, ``n_precision_queries``; and (sketch) ``rank_tol_used``,
+        ``precision_format``, ``precision_source``, ``n_precision_queries``, ``precision_kind``; and
+        (sketch) ``rank_tol_used``,
         ``kappa_W``, ``floor_W``, ``floor_v`` (the rank threshold used and the attainable errors).
         ``n_queries`` counts the verification queries;
         ``n_learning_queries`` leaves them out.
@@ -992,6 +998,8 @@ def learn_low_rank(
     start = reserve(oracle, planned + verify, "learn_low_rank")
     rng = np.random.default_rng(seed)
     prec = AnswerPrecision(oracle, precision, seed=seed + 2)
+    if method == "sketch":  # its rank cut and saturation band follow u: measure it first
+        prec.measure_first(planned + verify, always=r is None)  # a detected rank is decided once
 
     v = read_value_vector(oracle)
     if not np.any(v):
@@ -1124,7 +1132,7 @@ def _name_rounding(err, prec, method):
             prec.measure()
         except CompanionError:
             return
-    if prec.u is not None and prec.u > COARSE_FACTOR * FLOAT64_U:
+    if prec.rounding or prec.noise:
         raise PrecisionError(
             f"method={method!r} refused, and {prec.describe()}: it fits the rank-one projections "
             "exactly (as an equality-constrained program or to a residual of 1e-8), which rounded "

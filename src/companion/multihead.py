@@ -557,6 +557,10 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0, precision=None) -
     if hasattr(oracle, "require"):
         oracle.require(d + d * d + verify, learner="detect_multi_head")
     start = oracle.n_queries
+    if precision is None:  # the check's tolerance follows u: measure it first when cheap (as the learner does)
+        first = AnswerPrecision(oracle, None, seed=seed + 2)
+        if first.measure_first(d + d * d + verify) and first.kind == "rounding":
+            precision = first.u
     try:
         rec = learn_single_head(oracle, verify=0, precision=precision)
     except OracleInconsistentError as exc:
@@ -592,7 +596,8 @@ def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0, precision=None) -
         )
     except OracleInconsistentError as exc:
         single, err = False, getattr(exc, "max_error", float("inf"))
-        msg = f"not a single head: {exc}"
+        why = str(exc).replace("nothing was returned. Pass verify=0 to get the unverified estimate anyway.", "")
+        msg = f"not a single head: {why.rstrip()} The single-head fit that failed the check is in .recovery."
     return Detection(single, float(err), oracle.n_queries - start, rec, msg)
 
 

@@ -71,6 +71,8 @@ __all__ = [
     "round_to",
     "nearest_format",
     "significant_bits",
+    "check_answers",
+    "ANSWER_KINDS",
 ]
 
 #: The environment variable of the perturbation test mode (module docstring).
@@ -334,7 +336,23 @@ class ValueQueryOracle:
             # batch validated above, without a second check and a copy (two passes over the batch).
             raw = np.asarray(self.target._batch(X), dtype=np.float64)
         else:
-            raw = np.asarray(self.target(X.copy()), dtype=np.float64)
+            try:
+                out = self.target(X.copy())
+            except (ValueError, TypeError, IndexError) as exc:
+                if isinstance(exc, InvalidInputError):  # the target's own clear refusal stands
+                    raise
+                raise OracleInconsistentError(
+                    f"the target raised {type(exc).__name__} ({str(exc)[:200]}) on a batch of shape {X.shape}: "
+                    f"the oracle sends tokens of dimension d={self.d}; check that d matches the model's input "
+                    "dimension and that the model accepts a float64 batch (B, N, d)."
+                ) from exc
+            try:
+                raw = np.asarray(out, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise OracleInconsistentError(
+                    f"the target returned {_show(out)} for a batch of {X.shape[0]} queries; a value-query "
+                    f"target returns one real number per query, an array of shape ({X.shape[0]},) of floats."
+                ) from None
         y = raw.reshape(-1)
         if y.shape != (X.shape[0],):
             raise OracleInconsistentError(
@@ -621,36 +639,75 @@ def significant_bits(y) -> int:
     return int(53 - tz.min())
 
 
+#: Relative size of the tiny step of :func:`measure_precision` (``2**-44`` of each token entry): below the
+#: input spacing of every served format (float32's is ``2**-24``), far above float64's (``2**-53``).
+TINY_STEP = 2.0**-44
+#: A tiny step that moves the answer by more than this (relative to the answers' scale) is not smooth:
+#: noise. A smooth float64 target moves by about ``TINY_STEP`` times its logits' size; the perturbation
+#: test mode by a few ulps; noise of 1e-9 by about 1e-9.
+NOISE_FLOOR = 2.0**-34
+#: A float64 computation (inputs not quantized) whose invariance spread exceeds this breaks attention's
+#: invariances: outside the class. Float64 arithmetic and the perturbation test mode stay below 1e-13.
+OUTSIDE_FLOAT64 = 1e-11
+#: A quantized computation whose invariance spread is this many times its rounding (granularity or
+#: jitter) breaks the invariances by more than rounding explains: outside the class.
+OUTSIDE_FACTOR = 64.0
+#: The spread and granularity stand for ``u`` unless the family's jitter exceeds them this many times.
+JITTER_RATIO = 16.0
+#: Points and polynomial degree of the one-parameter family of :func:`measure_precision`.
+FAMILY_POINTS, FAMILY_DEGREE, FAMILY_SPAN = 16, 6, 2.0**-7
+
+#: The names :func:`measure_precision` gives to what its answers carry.
+ANSWER_KINDS = ("float64", "rounding", "outside", "noise", "random noise")
+
+
 def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
-    """Measure the relative rounding of an oracle's answers from ``3 n`` queries, knowing no model.
+    """Measure what an oracle's answers carry (rounding, noise, or a target outside attention).
 
-    Attention has exact invariances that a floating-point evaluation does not keep bit for bit:
+    Four measurements, reconciled into one account (``kind``) before any threshold follows them:
 
-    * **permuting the tokens before the last** leaves ``f(X) = sum_i alpha_i x_i^T v`` unchanged
-      (the softmax and the weighted sum are symmetric in the tokens; the last is the query);
-    * **repeating every token** (``x_1, x_1, ..., x_N, x_N``) leaves it unchanged too (every weight
-      ``e^{s_i}`` appears twice in the numerator and in the denominator).
+    * **invariance spread** ``u_spread`` (``3 n`` queries). Attention has exact invariances that a
+      floating-point evaluation does not keep bit for bit: permuting the tokens before the last,
+      and repeating every token (``x_1, x_1, ..., x_N, x_N``), leave ``f(X) = sum_i alpha_i x_i^T v``
+      unchanged. The median over ``n`` random ``X`` (``length`` tokens ``N(0, I_d / d)``) of the
+      spread (max - min) of the three answers, over the root-mean-square answer.
+    * **granularity** ``u_granularity = 2**-bits``: an answer with ``p`` significant bits has
+      rounding ``2**-p`` (:func:`significant_bits`; no query).
+    * **repeat and tiny step** (``n // 2`` queries each): the first queries asked again, and moved
+      by ``TINY_STEP`` (``2**-44``) of each entry, each as a batch of the same shape as the first
+      ``n // 2`` (asked alone). A repeated query whose answer moves by more than ``NOISE_FLOOR`` is
+      *random noise*. A served format rounds its inputs, so the tiny step leaves its answers bit-identical
+      (*quantized*); a float64 computation moves smoothly, by about ``TINY_STEP``; a move above
+      ``NOISE_FLOOR`` (``2**-34``) is *deterministic noise* (a hash of the query).
+    * **one-parameter family** (only for quantized answers, ``FAMILY_POINTS`` = 16 queries): the
+      answers along ``X (1 + t s Delta)``, ``t`` in [-1, 1], ``s = 2**-7``, whose inputs cross many
+      steps of any short format; the residual of a degree-6 polynomial fit is the rounding's jitter
+      ``u_jitter``, read out through any readout (a float64 readout of a bfloat16 layer hides both
+      the spread and the granularity, not the jitter).
 
-    In exact arithmetic the three answers to ``X``, its reversal before the last token and its
-    doubling agree, so their spread is the rounding of the served computation (its sums are taken
-    in another order and over other lengths). The estimate from the spreads is the median, over
-    ``n`` random ``X`` (``length`` tokens ``N(0, I_d / d)``, the verification queries'
-    distribution), of ``(max - min)`` of the three answers divided by the root-mean-square answer.
-    A served model that rounds its *output* to a short format (bfloat16) hides that spread below
-    its last bit; so the answers' granularity is read too: an answer with ``p`` significant bits
-    has rounding ``2**-p``, and the largest ``p`` over all answers bounds the format's. The
-    measured precision ``u`` is the larger of the two estimates. It measures the rounding unit of
-    the answers, not the error of every answer: thresholds multiply it by a size factor
-    (:func:`companion._learner.rounding_tolerance`), like ``numpy.linalg.matrix_rank``'s
-    ``eps * max(M, N)``.
+    The account (``kind``):
+
+    * ``"random noise"`` or ``"noise"``: ``u`` is the noise's relative size (repeats, or tiny steps);
+    * ``"outside"``: the invariances are broken by more than the rounding explains (a float64
+      computation with ``u_spread > OUTSIDE_FLOAT64``, or a quantized one with ``u_spread`` above
+      ``OUTSIDE_FACTOR`` times its rounding): the target is not attention (positional encodings,
+      a length-dependent term), and ``u`` is the rounding alone, not the spread;
+    * ``"rounding"``: quantized answers; ``u`` the larger of spread and granularity, or the jitter
+      where it is ``JITTER_RATIO`` (16) times both (their rounding hidden from them);
+    * ``"float64"``: a smooth float64 computation; ``u`` its granularity (``2**-53``), not the spread
+      of its sums (4.6e-16 on a MiniLM head made the sketch take its coarse path).
+
+    ``u`` is the rounding unit of the answers, not the error of every answer: thresholds multiply
+    it by a size factor (:func:`companion._learner.rounding_tolerance`), like
+    ``numpy.linalg.matrix_rank``'s ``eps * max(M, N)``. This book's construction.
 
     Parameters
     ----------
     oracle : ValueQueryOracle
-        Any value-query oracle; ``3 n`` of its queries are spent (counted, and budgeted before
-        the first).
+        Any value-query oracle; ``3 n + 2 (n // 2)`` of its queries are spent, and 16 more for
+        quantized answers (counted; all ``3 n + 2 (n // 2) + 16`` budgeted before the first).
     n : int, default=8
-        Random sequences, ``>= 1``.
+        Random sequences, ``>= 2``.
     length : int, default=8
         Their length, ``>= 3`` (two tokens before the last, so that a permutation changes them).
     seed : int, default=0
@@ -659,55 +716,164 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     Returns
     -------
     dict
-        ``u`` (the measured relative rounding), ``u_spread``, ``u_granularity``, ``bits`` (the
-        largest significant bits seen), ``format`` (:func:`nearest_format` of
-        ``u``) and ``n_queries`` (``3 n``).
+        ``u`` (the measured relative size of what the answers carry), ``kind`` (one of
+        :data:`ANSWER_KINDS`), ``u_spread``, ``u_granularity``, ``u_jitter`` (0 if not measured),
+        ``u_step`` (the median tiny-step move), ``u_repeat`` (the largest repeat difference),
+        ``quantized``, ``bits`` (the largest significant bits seen), ``format``
+        (:func:`nearest_format` of ``u``, or of the granularity for rounded answers of at most 24
+        bits: they name their format) and ``n_queries``.
 
     Raises
     ------
     BudgetExceededError
-        If fewer than ``3 n`` queries remain (before the first).
+        If fewer queries remain than the measurement needs (before the first).
 
     Examples
     --------
     >>> from companion.attention import random_single_head
     >>> from companion.served import ServedHead
     >>> m = measure_precision(ValueQueryOracle(ServedHead(random_single_head(16, seed=0))))
-    >>> m["format"], m["n_queries"], bool(1e-8 < m["u"] < 1e-6)
-    ('float32', 24, True)
-    >>> measure_precision(ValueQueryOracle(random_single_head(16, seed=0)))["format"]
-    'float64'
+    >>> m["format"], m["kind"], m["n_queries"], bool(1e-8 < m["u"] < 1e-6)
+    ('float32', 'rounding', 48, True)
+    >>> m = measure_precision(ValueQueryOracle(random_single_head(16, seed=0)))
+    >>> m["format"], m["kind"], m["n_queries"]
+    ('float64', 'float64', 32)
     """
-    n = check_int(n, "n", minimum=1)
+    n = check_int(n, "n", minimum=2)
     length = check_int(length, "length", minimum=3)
     seed = check_int(seed, "seed", minimum=0)
     d = int(oracle.d)
+    k = n // 2
     if hasattr(oracle, "require"):
-        oracle.require(3 * n, learner="measure_precision")
-    X = np.random.default_rng(seed).standard_normal((n, length, d)) / np.sqrt(d)
+        # the family's queries too: a measurement refused for its budget is refused before the first query
+        oracle.require(3 * n + 2 * k + FAMILY_POINTS, learner="measure_precision")
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, length, d)) / np.sqrt(d)
     P = X.copy()
     P[:, :-1] = X[:, -2::-1]  # reversed before the last token
     R = np.repeat(X, 2, axis=1)  # every token twice; x_N stays last
+    T = X[:k] * (1.0 + TINY_STEP * rng.choice([-1.0, 1.0], size=(k, length, d)))
+    # X[:k] is asked as a batch of its own, and so are its repeat and its tiny step: batches of the
+    # same shape take the same arithmetic path (a BLAS blocks a batch of 4 and one of 8 differently,
+    # and a MiniLM head's repeats in another batch differed by 8.6e-16: not noise)
+    y_first = _answers(oracle, X[:k], d)
     Y = np.stack(
-        [
-            np.asarray(oracle(X), dtype=np.float64),
-            np.asarray(oracle(P), dtype=np.float64),
-            np.asarray(oracle(R), dtype=np.float64),
-        ]
+        [np.concatenate([y_first, _answers(oracle, X[k:], d)]), _answers(oracle, P, d), _answers(oracle, R, d)]
     )
+    y_step = _answers(oracle, T, d)
+    y_again = _answers(oracle, X[:k], d)
     rms = float(np.sqrt(np.mean(Y**2)))
-    u_spread = float(np.median(Y.max(axis=0) - Y.min(axis=0)) / rms) if rms > 0 else 0.0
-    bits = significant_bits(Y)
+    scale = rms if rms > 0 else 1.0
+    u_spread = float(np.median(Y.max(axis=0) - Y.min(axis=0)) / scale)
+    u_repeat = float(np.max(np.abs(y_again - y_first)) / scale)
+    steps = np.abs(y_step - y_first) / scale
+    u_step = float(np.median(steps))
+    quantized = bool(np.mean(steps == 0.0) >= 0.5)
+    bits = significant_bits(np.concatenate([Y.ravel(), y_step, y_again]))
     u_gran = 2.0**-bits if bits else 0.0
-    u = max(u_spread, u_gran)
+    u_jitter = 0.0
+    spent = 3 * n + 2 * k
+    if u_repeat > NOISE_FLOOR:  # below it, a nondeterministic float64 sum is not noise worth the name
+        kind, u = "random noise", max(u_repeat, u_step, u_gran)
+    elif not quantized and u_step > NOISE_FLOOR:
+        kind, u = "noise", max(u_step, u_gran)
+    elif quantized:
+        u_jitter = _family_jitter(oracle, X[0], rng, scale)
+        spent += FAMILY_POINTS
+        u_round = max(u_gran, u_jitter)
+        # The jitter is the whole forward error of an answer (many roundings), not the unit u that
+        # thresholds multiply by their size factors: it stands in for u only where the spread and the
+        # granularity miss the rounding by far (a bfloat16 layer read out in float64: both ~0).
+        seen = max(u_spread, u_gran)
+        if u_spread > OUTSIDE_FACTOR * u_round:
+            kind, u = "outside", u_gran if u_gran * JITTER_RATIO >= u_jitter else u_jitter
+        else:
+            kind, u = "rounding", seen if seen * JITTER_RATIO >= u_jitter else u_jitter
+    elif u_spread > OUTSIDE_FLOAT64:
+        kind, u = "outside", u_gran
+    else:  # float64 arithmetic: its spread (a few ulps of a sum) is not a coarser unit
+        kind, u = "float64", u_gran
     return {
         "u": u,
+        "kind": kind,
         "u_spread": u_spread,
         "u_granularity": u_gran,
+        "u_jitter": u_jitter,
+        "u_step": u_step,
+        "u_repeat": u_repeat,
+        "quantized": quantized,
         "bits": bits,
-        "format": nearest_format(u),
-        "n_queries": 3 * n,
+        # answers in a short format have at most its bits: float16's 11 name it, whatever the spread says
+        "format": nearest_format(u_gran) if kind == "rounding" and 0 < bits <= 24 else nearest_format(u),
+        "n_queries": spent,
     }
+
+
+def _answers(oracle, X, d) -> np.ndarray:
+    """The oracle's answers to a batch, checked: one finite real per query (else a clear error)."""
+    return check_answers(oracle(X), len(X), d=d)
+
+
+def _family_jitter(oracle, x, rng, scale) -> float:
+    """The rounding jitter of answers along ``x (1 + t s Delta)``: the residual of a polynomial fit.
+
+    The residual's root mean square (corrected for the fitted coefficients) times ``sqrt(3)`` (a
+    rounding error uniform in ``[-u, u]`` has that ratio of bound to deviation), over the answers'
+    ``scale`` (the root-mean-square of the invariance answers: one answer near 0 would inflate a scale
+    of its own). The smooth part of a target leaves about ``s**7 / 7!``, far below any short format's
+    rounding.
+    """
+    t = np.linspace(-1.0, 1.0, FAMILY_POINTS)
+    delta = rng.standard_normal(x.shape)
+    F = x[None] * (1.0 + FAMILY_SPAN * t[:, None, None] * delta[None])
+    y = _answers(oracle, F, x.shape[1])
+    V = np.polynomial.legendre.legvander(t, FAMILY_DEGREE)
+    resid = y - V @ np.linalg.lstsq(V, y, rcond=None)[0]
+    dof = FAMILY_POINTS - FAMILY_DEGREE - 1
+    return float(np.sqrt(3.0 * np.sum(resid**2) / dof) / scale)
+
+
+def check_answers(y, n, *, d=None) -> np.ndarray:
+    """An oracle's answers to ``n`` queries as a float64 array ``(n,)``, or a clear error naming what came back.
+
+    Raises
+    ------
+    OracleInconsistentError
+        If the answers are not ``n`` finite real numbers (strings, a vector per query, NaN).
+
+    Examples
+    --------
+    >>> check_answers([0.5, 1.0], 2)
+    array([0.5, 1. ])
+    >>> check_answers(np.ones((2, 3)), 2, d=3)
+    Traceback (most recent call last):
+    ...
+    companion.errors.OracleInconsistentError: the oracle returned an array of shape (2, 3) for 2 queries ...
+    """
+    try:
+        a = np.asarray(y, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise OracleInconsistentError(
+            f"the oracle returned {_show(y)} for {n} queries; a value-query oracle returns one real number per "
+            "query (a float, or an array of shape (n,) of floats)."
+        ) from None
+    if a.size != n:
+        raise OracleInconsistentError(
+            f"the oracle returned an array of shape {a.shape} for {n} queries"
+            + (f" of dimension d={d}" if d is not None else "")
+            + f"; a value-query oracle returns one real number per query, shape ({n},). A vector per query "
+            "(a layer's output) needs a readout: wrap it in VectorQueryOracle or dot it with a vector first."
+        )
+    a = a.reshape(n)
+    if not np.all(np.isfinite(a)):
+        i = int(np.flatnonzero(~np.isfinite(a))[0])
+        raise OracleInconsistentError(MESSAGES["nonfinite_answer"].format(value=float(a[i]), index=i))
+    return a
+
+
+def _show(y) -> str:
+    text = repr(y)
+    return f"{type(y).__name__} {text[:60] + '...' if len(text) > 60 else text}"
 
 
 def measure_one_token_precision(oracle, *, n=8, seed=0) -> dict:

@@ -909,7 +909,7 @@ def learn_homogeneous_head(
         ``max_abs_logit``, ``identifiable`` (the string ``"W[:d, :], v"``), ``n_verify_queries``
         and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``; the answers'
         precision: ``precision``, ``precision_source``, ``precision_format``,
-        ``n_precision_queries``, ``kappa_W``, ``floor_W`` and ``floor_v``.
+        ``n_precision_queries``, ``precision_kind``, ``kappa_W``, ``floor_W`` and ``floor_v``.
         ``cond_probes`` is LAPACK's 1-norm condition estimate from the LU factors (an SVD of a
         384 x 384 matrix would cost more than the learner).
 
