@@ -75,6 +75,7 @@ from .errors import ClaimError, InvalidInputError
 
 __all__ = [
     "publish",
+    "round_up",
     "claim",
     "KINDS",
     "STRICT_ENV",
@@ -553,6 +554,44 @@ def _header(chapter, params, seed) -> dict:
         "versions": _versions(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def round_up(x) -> str:
+    """``x`` to one significant digit, rounded up, for a sentence that says "up to" or "within".
+
+    A measured error that moves with the seed is shown as this run's value rounded up, so that
+    "the error is within {glue}" stays true for the run that printed it.
+
+    Parameters
+    ----------
+    x : float
+        A non-negative measured value.
+
+    Returns
+    -------
+    str
+        ``"{:.0e}"`` of the smallest one-digit value at or above ``x`` (a hair of relative slack,
+        1e-12, keeps an exact ``3e-10`` at ``3e-10``); ``"0"`` for 0; ``"nan"``/``"inf"`` as they are.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``x`` is negative.
+
+    Examples
+    --------
+    >>> round_up(2.3e-10), round_up(3e-10), round_up(9.01e-7), round_up(0.0), round_up(float("nan"))
+    ('3e-10', '3e-10', '1e-06', '0', 'nan')
+    """
+    x = float(x)
+    if not np.isfinite(x):
+        return str(x)
+    if x < 0:
+        raise InvalidInputError(f"round_up(x={x!r}): x must be non-negative (a measured error or size).")
+    if x == 0:
+        return "0"
+    e = 10.0 ** np.floor(np.log10(x))
+    return f"{np.ceil(x / e * (1 - 1e-12)) * e:.0e}"
 
 
 def _format(value, fmt) -> str:
