@@ -1166,12 +1166,19 @@ def random_relu_network(d, widths, *, seed, bias_scale=0.5) -> ReLUNetwork:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class ReLUNetworkRecovery(Recovery):
-    """:class:`~companion.recovery.Recovery` of a deep ReLU network: adds ``network``.
+    """:class:`~companion.recovery.Recovery` of a deep ReLU network: adds ``weights`` and ``biases``.
 
-    ``W`` is None; ``v`` is the readout weights ``W_{k+1}`` (m_k,).
+    ``W`` is None; ``v`` is the readout weights ``W_{k+1}`` (m_k,). ``network`` is the
+    :class:`ReLUNetwork` they make (kept as arrays, so that the result saves and loads).
     """
 
-    network: ReLUNetwork = None  # type: ignore[assignment]  # always given
+    weights: tuple = ()  # the network's arrays, so that the result saves and loads as arrays
+    biases: tuple = ()
+
+    @property
+    def network(self) -> ReLUNetwork:
+        """The recovered network, a :class:`ReLUNetwork` of ``weights`` and ``biases``."""
+        return ReLUNetwork(self.weights, self.biases)
 
     @property
     def d(self) -> int:
@@ -1943,5 +1950,6 @@ def learn_relu_network(
         n_queries=oracle.n_queries - start,
         message=f"extracted widths {net.widths} from {n_learning} length-1 queries; {bits:.1f} bits on fresh points",
         diagnostics=diag,
-        network=net,
+        weights=tuple(net.weights),
+        biases=tuple(net.biases),
     )
