@@ -281,6 +281,16 @@ LEARNERS = [
         wrong_oracle=_approx, outside=lambda: _exact(_BiasedReLU()), planned=False,
         not_keys=frozenset()),
     Learner(
+        id="learn_one_layer_biased", learn=transformer.learn_one_layer_biased,
+        target=lambda: transformer.random_biased_one_layer(4, 3, seed=0), oracle=_exact,
+        learning_count=lambda rec, d: (rec.diagnostics["n_queries_ffn"]
+                                       - rec.diagnostics["ffn"]["n_verify_queries"]
+                                       + rec.diagnostics["n_queries_attention"]),
+        # §4.1's bias-free block: every kink passes through 0
+        wrong_oracle=_approx, outside=lambda: _exact(transformer.random_one_layer(3, 2, seed=0)),
+        outside_raises=(NotIdentifiableError,), planned=False,
+        not_keys=frozenset({"r", "R"})),
+    Learner(
         id="learn_multi_head_transformer", learn=transformer.learn_multi_head_transformer,
         target=lambda: transformer.random_multi_head_transformer(6, 2, 4, seed=0), oracle=_exact,
         kwargs={"H": 2},

@@ -1571,7 +1571,8 @@ def learn_one_layer_biased(
         raise NotIdentifiableError(
             f"neuron {i}'s first-layer bias is 0 (|b_1| = {rel_b[i]:.1e} of its (a, b) norm): its kink "
             "passes through h = 0, so no region around 0 is free of kinks, which this book's biased "
-            "reduction reads W in. The FFN was extracted; W is not learned this way."
+            "reduction reads W in. The FFN was extracted; W is not learned this way (a bias-free FFN is "
+            "§4.1's case: use learn_one_layer)."
         )
     active = b1 > 0
     g = A[:, active] @ w_o[active]
