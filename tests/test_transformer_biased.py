@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from companion.errors import (BudgetExceededError, InvalidInputError, NotIdentifiableError,
-                              OracleInconsistentError)
+                              OracleInconsistentError, PrecisionError)
 from companion.oracles import ValueQueryOracle
 from companion.transformer import (BiasedOneLayerTransformer, learn_one_layer_biased,
                                    random_biased_one_layer, random_one_layer)
@@ -100,6 +100,22 @@ def test_budget_is_refused_before_the_first_query():
     with pytest.raises(BudgetExceededError, match=f"needs {need} queries"):
         learn_one_layer_biased(oracle)
     assert oracle.n_queries == 0
+
+
+def test_stated_float32_answers_are_refused_before_the_first_query():
+    oracle = ValueQueryOracle(random_biased_one_layer(10, 8, seed=0), precision="float32")
+    with pytest.raises(PrecisionError, match="float32 or coarser"):
+        learn_one_layer_biased(oracle)
+    assert oracle.n_queries == 0
+
+
+def test_large_biases_need_the_ffn_step_to_search_further():
+    # bias_scale 2, seeds 0-19: with learn_relu_network's default span (3 sqrt(d)) 18 of 20 were
+    # recovered with m given (2 refused: a neuron not met) and 3 of 20 without it (refused: widths
+    # detected short, or a neuron's side not shown); span=30 with m=8 recovered all 20 (W <= 9.2e-13)
+    tf = random_biased_one_layer(10, 8, seed=0, bias_scale=2.0)
+    rec = learn_one_layer_biased(ValueQueryOracle(tf), m=8, span=30.0)
+    assert np.linalg.norm(rec.W - tf.W) / np.linalg.norm(tf.W) < 1e-12
 
 
 def test_a_residual_connection_is_refused():

@@ -1474,6 +1474,10 @@ def learn_one_layer_biased(
         If ``oracle`` is not an exact value-query oracle.
     InvalidInputError
         For a bad option.
+    PrecisionError
+        Before any query, if the oracle states answers rounded to float32 or coarser. (Unstated
+        float32 answers are refused by the FFN step as not piecewise linear, after its kink search
+        spends its query limit.)
     BudgetExceededError
         If the oracle's budget cannot pay the attention step's ``2 (2 d**2 + d)`` queries and the
         check, before the first query.
@@ -1551,6 +1555,12 @@ def learn_one_layer_biased(
     seed = check_int(seed, "seed", minimum=0)
     if "ffn_verify" in ffn_options:
         ffn_options["verify"] = ffn_options.pop("ffn_verify")
+    refuse_stated_rounding(
+        oracle,
+        "learn_one_layer_biased locates the FFN's kinks and reads logits from differences of answers, "
+        "both exact to float64 rounding",
+        what="block",
+    )
     n_att = 2 * (2 * d * d + d)
     start = reserve(oracle, n_att + verify, "learn_one_layer_biased")
 
