@@ -64,6 +64,16 @@ def test_random_blocks_are_recovered_exactly_and_verified(d, m, seed):
     assert np.max(np.abs(rec.model(X) - tf(X))) < 1e-12 * np.max(np.abs(tf(X)))
 
 
+@pytest.mark.parametrize("c", [0.0, 1e-6, 50.0])
+def test_the_scale_of_W_does_not_matter(c):
+    # measured: W = 0 to 3e-21 in Frobenius norm; 1e-6 W and 50 W to 6e-14 and 3e-14 relative
+    tf = random_biased_one_layer(10, 8, seed=0)
+    target = BiasedOneLayerTransformer(c * tf.W, tf.A, tf.b1, tf.w_o, tf.b2)
+    rec = learn_one_layer_biased(ValueQueryOracle(target))
+    err = np.linalg.norm(rec.W - target.W)
+    assert err <= (1e-12 * np.linalg.norm(target.W) if c else 1e-18)
+
+
 def test_every_bias_negative_is_refused_with_the_cause():
     tf = random_biased_one_layer(10, 8, seed=0)
     dead = BiasedOneLayerTransformer(tf.W, tf.A, -np.abs(tf.b1), tf.w_o, tf.b2)
