@@ -341,6 +341,10 @@ def learn_one_layer(
         closer than :func:`~companion.ffn.find_kinks` separates) is the cause, not the target,
         and the message says to pass ``ffn_verify``. These queries count as verification.
 
+    See Also
+    --------
+    learn_one_layer_biased : this book's own reduction for an FFN with biases (OPT-style).
+
     Notes
     -----
     Section 4.1 of Bhattamishra et al. 2026 [1]_ reduces the Transformer to an FFN learner, which
