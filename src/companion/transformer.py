@@ -1342,6 +1342,12 @@ LOGIT_SCALE = 2.0
 #: of a kink from 0 (a ``W`` read as 0, or tiny, would otherwise send the tokens to overflow).
 MAX_SCALE = 1e4
 
+#: A first pass away from 0 shrinks its steps when a ``t`` is this close to 0 or 1 (saturated).
+SATURATED = 1e-6
+
+#: Tries of that first pass, each with steps ``1 / 16`` of the last.
+FAR_TRIES = 8
+
 #: Random candidate directions the second pass scores for each query token.
 FAR_CANDIDATES = 64
 
@@ -1357,24 +1363,36 @@ def _steps(A, b1, x, D):
     return lam.min(axis=1)
 
 
-def _far_tokens(A, b1, w_o, R, margin, seed):
-    """Query tokens ``x_k`` (rows, norm ``R``, orthogonal), each with a basis ``Q_k`` along which its
+def _far_tokens(A, b1, w_o, R, margin, seed, cap=None):
+    """Query tokens ``x_k`` (rows, norm ``R``, linearly independent), each with a basis ``Q_k`` along which its
     region's gradient has equal components, and signed steps ``S[j, k]`` that stay in its region.
 
-    Each ``x_k`` is the best of ``FAR_CANDIDATES`` random unit directions orthogonal to the earlier
-    ones (scored by ``min_j s_jk**2 ||g_k||``, the inverse of the logit's relative error).
+    Each ``x_k`` is the best of ``4 FAR_CANDIDATES`` random directions, half orthogonal to the
+    earlier tokens (scored by ``o min_j s_jk**2 ||g_k||``: ``min_j s_jk**2 ||g_k||`` the inverse of
+    the logit's relative error, ``o >= 1/4`` the fraction of ``x_k`` outside the earlier tokens'
+    span, which keeps ``X`` well conditioned). Steps
+    are at most ``cap`` (default ``R``).
     """
     d = A.shape[0]
+    cap = R if cap is None else cap
     rng = np.random.default_rng([seed, 37])
     X = np.zeros((d, d))
     Qs, S = [], np.zeros((d, d))
     for k in range(d):
-        C = rng.standard_normal((FAR_CANDIDATES, d))
-        if k:
-            C -= (C @ X[:k].T) @ X[:k] / R**2
+        C = rng.standard_normal((2 * FAR_CANDIDATES, d))
+        if k:  # half orthogonal to the earlier tokens, half free (a flat complement has no slope)
+            C[:FAR_CANDIDATES] -= (C[:FAR_CANDIDATES] @ X[:k].T) @ np.linalg.pinv(X[:k].T)
         C *= R / np.linalg.norm(C, axis=1, keepdims=True)
+        C = np.concatenate([C, -C])
+        if k:
+            Qx = np.linalg.qr(X[:k].T)[0]
+            orth = np.linalg.norm(C - (C @ Qx) @ Qx.T, axis=1) / R
+        else:
+            orth = np.ones(len(C))
         best = None
-        for c in np.concatenate([C, -C]):
+        for c, o in zip(C, orth):
+            if o < 0.25:
+                continue
             act = c @ A + b1 > 0
             g = A[:, act] @ w_o[act]
             ng = float(np.linalg.norm(g))
@@ -1382,8 +1400,8 @@ def _far_tokens(A, b1, w_o, R, margin, seed):
                 continue
             Qk = _unit_direction_basis(g)
             up, down = _steps(A, b1, c, Qk.T), _steps(A, b1, c, -Qk.T)
-            step = np.where(up >= down, np.minimum(up * margin, R), -np.minimum(down * margin, R))
-            score = float(np.min(step**2)) * ng
+            step = np.where(up >= down, np.minimum(up * margin, cap), -np.minimum(down * margin, cap))
+            score = float(np.min(step**2)) * ng * o
             if best is None or score > best[0]:
                 best = (score, c, Qk, step)
         if best is None:
@@ -1396,11 +1414,12 @@ def _far_tokens(A, b1, w_o, R, margin, seed):
     return X, Qs, S
 
 
-def _read_W(oracle, X, Qs, S):
+def _read_W(oracle, X, Qs, S, strict=True):
     """``W`` from ``d + 2 d**2`` queries: ``[x_k]``, ``[u_jk]`` and ``[u_jk; x_k]``, ``u_jk = x_k + S[j, k] q_j^(k)``.
 
     On each segment no neuron changes state, so ``t = (TF([u; x]) - TF([x])) / (TF([u]) - TF([x]))``
-    and ``logit(t) = (u - x)^T W x = S[j, k] (Q_k^T W x_k)_j``.
+    and ``logit(t) = (u - x)^T W x = S[j, k] (Q_k^T W x_k)_j``. With ``strict=False``, a ``t``
+    within ``SATURATED`` of 0 or 1 (a saturated softmax) returns None instead.
     """
     d = X.shape[0]
     U = np.stack([X[k][None, :] + S[:, k][:, None] * Qs[k].T for k in range(d)], axis=1)  # U[j, k]
@@ -1410,6 +1429,9 @@ def _read_W(oracle, X, Qs, S):
     y = np.asarray(oracle(pairs), dtype=np.float64).reshape(d, d)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = (y - f_x[None, :]) / (f_u - f_x[None, :])
+    near = (t > -SATURATED) & (t < 1 + SATURATED)  # a saturated t may round just past 0 or 1
+    if not strict and np.all(near) and not np.all((t > SATURATED) & (t < 1 - SATURATED)):
+        return None
     if not np.all((t > 0) & (t < 1)):
         raise OracleInconsistentError(
             "a two-token answer TF([u; x]) is not strictly between TF([x]) and TF([u]), as it is for "
@@ -1447,8 +1469,9 @@ def learn_one_layer_biased(
         The segments ``W`` is read on stay inside this fraction (in ``(0, 1)``) of the region
         around 0 where no neuron of the extracted FFN changes state.
     zero_tol : float, default=1e-10
-        The FFN's gradient at 0, ``A D w_o``, is taken as 0 (W not identifiable this way) if its
-        norm is below ``zero_tol`` times ``sum_{i active} |w_{o,i}|``.
+        A first-layer bias below ``zero_tol`` of its neuron's ``(a_i, b_{1,i})`` norm, or the FFN's
+        gradient at 0, ``A D w_o``, below ``zero_tol`` times ``sum_{i active} |w_{o,i}|``, sends
+        the first pass away from 0 (see Notes).
     verify : int, default=32
         Fresh random queries (lengths 1 to 8, never used for learning) on which the recovered
         block is compared with the oracle; 0 opts out. This is on top of the FFN learner's own
@@ -1469,9 +1492,11 @@ def learn_one_layer_biased(
         :func:`~companion.ffn.learn_relu_network` (each neuron's ``(a_i, b_{1,i})`` of unit norm,
         the scale moved into ``w_o``); ``v = A D w_o``. ``n_queries`` is read from the oracle and
         equals ``diagnostics["n_queries_ffn"] + diagnostics["n_queries_attention"] + verify``:
-        the FFN part including its own checks, the attention part ``2 (2 d**2 + d)`` (two passes), and the whole
-        block's check. ``diagnostics``: ``n_queries_ffn``, ``n_queries_attention``, ``radius``
-        (the first pass's scale ``r``), ``scale`` (the second pass's token norm ``R``), ``min_step``
+        the FFN part including its own checks, the attention part ``2 (2 d**2 + d)`` (two
+        passes; ``d + 2 d**2`` more for each retry of a first pass away from 0), and the whole
+        block's check. ``diagnostics``:
+        ``n_queries_ffn``, ``n_queries_attention``, ``first_pass`` ("around 0" or "far"),
+        ``radius`` (the first pass's step scale ``r``), ``scale`` (the second pass's token norm ``R``), ``min_step``
         (its shortest segment), ``n_active`` (neurons active at 0), ``ffn`` (the FFN
         learner's diagnostics), ``n_verify_queries`` (the FFN's checks and the block's),
         ``verify_max_error`` and ``verify_tolerance`` (the block's check).
@@ -1490,13 +1515,13 @@ def learn_one_layer_biased(
         If the oracle's budget cannot pay the attention step's ``2 (2 d**2 + d)`` queries and the
         check, before the first query.
     NotIdentifiableError
-        If a first-layer bias is 0 (a neuron's kink passes through 0, so no region around 0 is
-        free of kinks); if no neuron is active at 0 (every ``b_{1,i} < 0``: the block is constant
-        near 0 and the segments see no attention); or if the active neurons' readouts cancel,
-        ``A D w_o = 0``. Also :func:`~companion.ffn.learn_relu_network`'s refusals.
+        If no candidate token of a pass lies in a region where the extracted FFN has a slope
+        (``A D_x w_o != 0``): the two-token answers there do not depend on ``W``. Also
+        :func:`~companion.ffn.learn_relu_network`'s refusals (a neuron not met, widths that grow).
     OracleInconsistentError
         If the one-token answers are not a ReLU network with one hidden layer, a two-token answer
-        is not a convex combination of the two one-token answers, or the recovered block
+        is not strictly between the two one-token answers it combines, the answers of a first
+        pass away from 0 stay saturated for ``FAR_TRIES`` step sizes, or the recovered block
         disagrees with the oracle on the fresh queries.
 
     Notes
@@ -1521,16 +1546,22 @@ def learn_one_layer_biased(
     ``margin`` times the largest scale at which all ``d + d**2`` tokens stay in the region.
     Then ``logit(t_{jk}) = r**2 q_j^T W q_k``: ``W = Q M Q^T`` with ``M_{jk} = logit(t_{jk}) / r**2``,
     from ``d + 2 d**2`` queries (``d`` one-token ``[x_k]``, ``d**2`` one-token ``[u_{jk}]`` and
-    ``d**2`` two-token). The conditions are the bias-case analogue of the paper's
-    ``A* w_o* != 0``: every ``b_{1,i} != 0`` and ``A D w_o != 0``.
+    ``d**2`` two-token). Its conditions, every ``b_{1,i} != 0`` and ``A D w_o != 0``, are the
+    bias-case analogue of the paper's ``A* w_o* != 0``. When they fail (a kink through 0, every
+    ``b_{1,i} < 0`` so that ``f`` is flat near 0, a bias-free FFN), the first pass is made as
+    the second below, on tokens of norm ``max(2 max_i |b_{1,i}| / ||a_i||, 1)`` with steps of at
+    most that norm, divided by 16 (up to ``FAR_TRIES`` times) while a ``t`` is within
+    ``SATURATED`` of 0 or 1.
 
     That first pass is exact but for rounding, which it amplifies by about ``1 / r**3`` (the
     logits are ``r**2`` small, the slopes ``r`` small), and ``r`` is set by the smallest
     ``|b_{1,i}|``: 1e-8 relative error in ``W`` at ``r`` of 4e-3. So a second pass reads ``W``
     again with the same identity on segments far from every kink: query tokens ``x_k`` of norm
     ``R = sqrt(LOGIT_SCALE / ||W_0||_2)`` (``W_0`` the first pass's, so that the logits are
-    ``O(1)``; at most ``MAX_SCALE`` times the farthest kink's distance from 0), orthogonal,
-    each the best of ``FAR_CANDIDATES`` random directions for the length
+    ``O(1)``; at most ``MAX_SCALE`` times the farthest kink's distance from 0; and, after a first
+    pass away from 0, at least twice it, with steps at most ``LOGIT_SCALE / (||W_0||_2 R)``),
+    each the best of ``4 FAR_CANDIDATES`` random directions (half orthogonal to the earlier
+    tokens, and none less than 1/4 outside their span) for the length
     of the segments ``[x_k, x_k + s_{jk} q_j^(k)]`` that stay in its linear region (found from the
     extracted FFN, ``margin`` of the way to the first kink, at most ``R``) and the slope
     ``||g_k||`` of that region (``q_j^(k)`` the equal-component basis of its gradient ``g_k``).
@@ -1538,7 +1569,9 @@ def learn_one_layer_biased(
     ``W X^T = [W x_1 ... W x_d]``. Another ``d + 2 d**2`` queries. Measured on random blocks: the
     first pass alone left 1e-12..2e-8 relative error in ``W`` (d = 6..12, m = 4..12, seeds 0-3);
     with the second, 20 draws each of (d, m) = (10, 8) and (16, 16) were all recovered, ``W`` to
-    at most 3.2e-13 and 2.4e-13 (medians 2.4e-14, 8.4e-14).
+    at most 3.3e-14 and 1.7e-13 (medians 1.6e-14, 6.1e-14). With the first pass away from 0, on
+    10 draws of (10, 8) each: every bias negative, ``W`` to at most 1e-13; one bias 0, 1e-13;
+    bias-free, 5e-14; every bias negative and ``30 W``, 3e-12.
 
     References
     ----------
@@ -1586,44 +1619,50 @@ def learn_one_layer_biased(
     w_o, b2 = net.weights[1][:, 0], float(net.biases[1][0])
     scale = np.hypot(np.linalg.norm(A, axis=0), np.abs(b1))
     rel_b = np.abs(b1) / scale
-    if np.min(rel_b) <= zero_tol:
-        i = int(np.argmin(rel_b))
-        raise NotIdentifiableError(
-            f"neuron {i}'s first-layer bias is 0 (|b_1| = {rel_b[i]:.1e} of its (a, b) norm): its kink "
-            "passes through h = 0, so no region around 0 is free of kinks, which this book's biased "
-            "reduction reads W in. The FFN was extracted; W is not learned this way (a bias-free FFN is "
-            "§4.1's case: use learn_one_layer)."
-        )
+    kinks = float(np.max(np.abs(b1) / np.maximum(np.linalg.norm(A, axis=0), _TINY)))
     active = b1 > 0
     g = A[:, active] @ w_o[active]
-    if not np.any(active) or np.linalg.norm(g) <= zero_tol * np.sum(np.abs(w_o[active])):
-        cause = (
-            "every first-layer bias is negative, so no neuron is active near h = 0 and the block is "
-            "the constant b2 there"
-            if not np.any(active)
-            else "the readouts of the neurons active at 0 cancel, A D w_o = 0, so the block is constant near h = 0"
-        )
-        raise NotIdentifiableError(
-            f"{cause}: the two-token answers near 0 do not depend on W (this book's biased reduction "
-            "needs A D w_o != 0, D = diag(b_1 > 0), the analogue of §4.1's A* w_o* != 0). The FFN "
-            "was extracted; W is not learned this way."
-        )
-    Q = _unit_direction_basis(g)
-    P = A.T @ Q  # (m, d): a_i^T q_k
-    ends = np.abs(P[:, :, None] + P[:, None, :]).max(axis=(1, 2))  # max_{j,k} |a_i^T (q_k + q_j)|
-    reach = np.maximum(np.abs(P).max(axis=1), ends)
-    r = margin * float(np.min(np.abs(b1) / np.maximum(reach, _TINY)))
-    # pass 1, around 0: x_k = r q_k, u_jk = r (q_k + q_j), so u_jk - x_k = r q_j
-    W0 = _read_W(oracle, r * Q.T, [Q] * d, np.full((d, d), r))
+    around_0 = bool(
+        np.min(rel_b) > zero_tol and np.any(active) and np.linalg.norm(g) > zero_tol * np.sum(np.abs(w_o[active]))
+    )
+    if around_0:
+        # pass 1, around 0: x_k = r q_k, u_jk = r (q_k + q_j), so u_jk - x_k = r q_j
+        Q = _unit_direction_basis(g)
+        P = A.T @ Q  # (m, d): a_i^T q_k
+        ends = np.abs(P[:, :, None] + P[:, None, :]).max(axis=(1, 2))  # max_{j,k} |a_i^T (q_k + q_j)|
+        reach = np.maximum(np.abs(P).max(axis=1), ends)
+        r = margin * float(np.min(np.abs(b1) / np.maximum(reach, _TINY)))
+        W0 = _read_W(oracle, r * Q.T, [Q] * d, np.full((d, d), r))
+        R_far = MAX_SCALE * kinks
+    else:
+        # 0 is on a kink or in a flat region: pass 1 on tokens of norm R1 beyond the kinks, with
+        # steps shrunk until no softmax saturates
+        R1 = max(2.0 * kinks, 1.0)
+        r, W0 = R1, None
+        for _ in range(FAR_TRIES):
+            X, Qs, S = _far_tokens(A, b1, w_o, R1, margin, seed, cap=r)
+            W0 = _read_W(oracle, X, Qs, S, strict=False)
+            if W0 is not None:
+                break
+            r /= 16.0
+        if W0 is None:
+            raise OracleInconsistentError(
+                f"the two-token answers stayed saturated (t within {SATURATED} of 0 or 1) with steps "
+                f"down to {r * 16.0:.1e}: not a softmax head feeding the extracted FFN."
+            )
+        R_far = MAX_SCALE * R1
     # pass 2, at the scale where the logits are O(1): query tokens R o_k far from every kink
     # (capped: beyond every kink the regions are cones, so a W read as 0 needs no larger tokens)
-    kinks = float(np.max(np.abs(b1) / np.maximum(np.linalg.norm(A, axis=0), _TINY)))
-    R = min(float(np.sqrt(LOGIT_SCALE / max(np.linalg.norm(W0, 2), _TINY))), MAX_SCALE * kinks)
-    X, Qs, S = _far_tokens(A, b1, w_o, R, margin, seed)
+    nW0 = max(float(np.linalg.norm(W0, 2)), _TINY)
+    R = min(float(np.sqrt(LOGIT_SCALE / nW0)), R_far)
+    if not around_0:
+        R = max(R, 2.0 * kinks)  # where neurons are active
+    X, Qs, S = _far_tokens(A, b1, w_o, R, margin, seed, cap=min(R, LOGIT_SCALE / (nW0 * R)))
     W = _read_W(oracle, X, Qs, S)
     diagnostics = {
         "n_queries_ffn": n_ffn,
         "n_queries_attention": oracle.n_queries - start - n_ffn,
+        "first_pass": "around 0" if around_0 else "far",
         "radius": r,
         "scale": R,
         "min_step": float(np.min(np.abs(S))),
