@@ -82,6 +82,17 @@ class _BiasedReLU:
         return np.maximum(X[:, -1, :] @ np.array([1.0, -1.0, 0.5]) + 0.3, 0.0) + 0.1 * X.shape[1]
 
 
+class _LengthTerm:
+    """A biased one-layer Transformer plus ``0.01 (N - 1)``: its one-token answers are the block's."""
+
+    def __init__(self, target):
+        self.target, self.d = target, target.d
+
+    def __call__(self, X):
+        X = np.asarray(X)
+        return self.target(X) + 0.01 * (X.shape[1] - 1)
+
+
 class _Bent:
     """Attention plus a small nonlinearity of the answer: not a sum of heads."""
 
@@ -280,6 +291,14 @@ LEARNERS = [
                                        + rec.diagnostics["n_queries_attention"]),
         wrong_oracle=_approx, outside=lambda: _exact(_BiasedReLU()), planned=False,
         not_keys=frozenset()),
+    Learner(
+        id="learn_one_layer_biased", learn=transformer.learn_one_layer_biased,
+        target=lambda: transformer.random_biased_one_layer(4, 3, seed=0), oracle=_exact,
+        learning_count=lambda rec, d: (rec.diagnostics["n_queries_ffn"]
+                                       - rec.diagnostics["ffn"]["n_verify_queries"]
+                                       + rec.diagnostics["n_queries_attention"]),
+        wrong_oracle=_approx, outside=lambda: _exact(_LengthTerm(transformer.random_biased_one_layer(4, 3, seed=0))),
+        planned=False, not_keys=frozenset({"r", "R", "around 0", "far"})),
     Learner(
         id="learn_multi_head_transformer", learn=transformer.learn_multi_head_transformer,
         target=lambda: transformer.random_multi_head_transformer(6, 2, 4, seed=0), oracle=_exact,
