@@ -50,7 +50,6 @@ ALLOW_VERDICTS = {
     r"This is measured at one \$d\$ only": "says what is not measured",
     r"identifiable only up to such flips": "a derivation in an exercise's solution",
     r"the oracles \(which count every query\)": "what the oracles do (the library's contract)",
-    r'drops "exactly" from its sentence': "quotes the word that v2's abstract drops (intro, issue 38 item 19)",
 }
 
 
