@@ -292,6 +292,16 @@ def test_sweep_point_counts_and_entry_scale():
     assert row["rel_error_W"] < 1e-9
 
 
+def test_sweep_point_counts_learning_queries_apart_from_the_precision_measurement():
+    """At d = 64 the learner measures the answers' precision first: the sweep's count (chapter 02's
+    'exactly d + d^2 queries') is the learning count, the measurement a column of its own."""
+    row = exact.sweep_point(64, seed=0)
+    assert row["n_queries"] == 64 + 64 * 64 + row["n_requeries"]
+    assert row["n_precision_queries"] > 0
+    small = exact.sweep_point(8, seed=0)
+    assert small["n_precision_queries"] == 0 and small["n_queries"] == 72 + small["n_requeries"]
+
+
 def test_verification_queries_have_scale_sqrt_of_the_median_probe_scale_and_seed_plus_one():
     d, verify, seed = 3, 6, 2
     target = random_single_head(d, W_norm=200.0, seed=2)  # most probes re-measured: median c < 1

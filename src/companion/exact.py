@@ -576,7 +576,10 @@ def sweep_point(d, *, seed, probes="basis", entry_scale=None, scale="auto") -> d
     Returns
     -------
     dict
-        ``n_queries``, ``d_plus_d2``, ``n_requeries``, ``rel_error_W``, ``rel_error_v``.
+        ``n_queries`` (the learning queries: d + d**2 plus the re-asked probes, without the
+        queries that measure the answers' precision, ``n_precision_queries``, asked first at
+        d >= 49), ``d_plus_d2``, ``n_requeries``, ``n_precision_queries``, ``rel_error_W``,
+        ``rel_error_v``.
     """
     from .attention import random_single_head
     from .oracles import ValueQueryOracle
@@ -588,9 +591,10 @@ def sweep_point(d, *, seed, probes="basis", entry_scale=None, scale="auto") -> d
     rec = learn_single_head(ValueQueryOracle(target), probes=probes, scale=scale, verify=0, seed=seed)
     err = rec.relative_errors(target)
     return {
-        "n_queries": rec.n_queries,
+        "n_queries": rec.n_learning_queries,
         "d_plus_d2": d + d * d,
         "n_requeries": rec.diagnostics["n_requeries"],
+        "n_precision_queries": rec.diagnostics["n_precision_queries"],
         "rel_error_W": err["W"],
         "rel_error_v": err["v"],
     }
@@ -618,7 +622,8 @@ def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_j
     Returns
     -------
     list of dict
-        Keys ``d``, ``n_queries``, ``d_plus_d2``, ``n_requeries``, ``rel_error_W``, ``rel_error_v``.
+        Keys ``d``, ``n_queries``, ``d_plus_d2``, ``n_requeries``, ``n_precision_queries``,
+        ``rel_error_W``, ``rel_error_v`` (as :func:`sweep_point`).
 
     Examples
     --------
@@ -630,7 +635,7 @@ def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_j
 
     points = [{"d": d, "seed": seed, "probes": probes, "entry_scale": entry_scale, "scale": scale} for d in d_values]
     rows = run_sweep(sweep_point, points, n_jobs=n_jobs, backend=backend, progress=False, name=name)
-    keep = ("d", "n_queries", "d_plus_d2", "n_requeries", "rel_error_W", "rel_error_v")
+    keep = ("d", "n_queries", "d_plus_d2", "n_requeries", "n_precision_queries", "rel_error_W", "rel_error_v")
     return [{k: r[k] for k in keep} for r in rows]
 
 
