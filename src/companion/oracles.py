@@ -652,6 +652,11 @@ OUTSIDE_FLOAT64 = 1e-11
 #: A quantized computation whose invariance spread is this many times its rounding (granularity or
 #: jitter) breaks the invariances by more than rounding explains: outside the class.
 OUTSIDE_FACTOR = 64.0
+#: A tiny step that moves the answer by at most this (relative to the answers' scale) leaves it unmoved:
+#: a served format rounds the stepped inputs to the same values, and float64 post-processing of its
+#: output (a readout, the perturbation test mode's few ulps) moves it by a few ulps at most. A smooth
+#: float64 target moves by about ``TINY_STEP`` times its logits' size, far above it.
+UNMOVED = 32 * float(np.finfo(np.float64).eps)
 #: The spread and granularity stand for ``u`` unless the family's jitter exceeds them this many times.
 JITTER_RATIO = 16.0
 #: Points and polynomial degree of the one-parameter family of :func:`measure_precision`.
@@ -768,7 +773,7 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     u_repeat = float(np.max(np.abs(y_again - y_first)) / scale)
     steps = np.abs(y_step - y_first) / scale
     u_step = float(np.median(steps))
-    quantized = bool(np.mean(steps == 0.0) >= 0.5)
+    quantized = bool(np.mean(steps <= UNMOVED) >= 0.5)
     bits = significant_bits(np.concatenate([Y.ravel(), y_step, y_again]))
     u_gran = 2.0**-bits if bits else 0.0
     u_jitter = 0.0
