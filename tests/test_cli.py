@@ -95,7 +95,7 @@ def test_papermill_dropping_a_parameter_line_is_an_error(tmp_path, monkeypatch):
 def test_a_failing_chapter_gives_one_clear_line_and_keeps_the_results_file(capfd, tmp_path):
     (tmp_path / "02_exact_learning.json").write_text("{}")
     code = cli.main(["run", "02", "-p", "d", "3", "-p", "d_values", "[2, 3]", "-p", "entry_scale", "1e308",
-                     "-o", str(tmp_path), "--no-progress"])
+                     "-o", str(tmp_path), "--no-progress", "--overwrite"])
     err = capfd.readouterr().err          # the chapter's own process and kernel included
     assert code == 2
     assert "the chapter stopped at cell" in err and "Traceback" not in err

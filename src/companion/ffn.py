@@ -1041,7 +1041,7 @@ class ReLUNetwork:
     Parameters
     ----------
     weights : sequence of k + 1 array-likes
-        ``W_l`` of shape (m_{l-1}, m_l) with ``m_0 = d``; the last, the readout, of shape (m_k,)
+        ``W_l`` of shape ``(m_{l-1}, m_l)`` with ``m_0 = d``; the last, the readout, of shape (m_k,)
         or (m_k, 1).
     biases : sequence of k + 1 array-likes
         ``b_l`` of shape (m_l,); the last a scalar (or shape (1,)).

@@ -587,13 +587,13 @@ def learn_attention_layer(
     The heads' learner works in ``d + 1`` dimensions, so its count is at most
     ``4 H (d + 1)^2 - 2 H + 1`` less its ``d + 1`` free one-token queries. Measured (seed
     ``d + H`` of :func:`random_attention_layer`, 2026-12-03, one BLAS thread): learning queries
-    313, 627, 927 at ``d = 8``, ``H = 1, 2, 3`` (4Hd^2 - 2H + 1: 255, 509, 763; in ``d + 1``
+    313, 627, 927 at ``d = 8``, ``H = 1, 2, 3`` (``4Hd^2 - 2H + 1``: 255, 509, 763; in ``d + 1``
     dimensions 323, 645, 967), 2,215 and 3,297 at ``d = 16``, ``H = 2, 3`` (2,045 and 3,067;
     2,309 and 3,463), against information floors of 18 to 100 queries; fresh-query relative errors
     6e-16 to 3.4e-15 (4e-11 to 1.1e-9 without the polish), in 0.1 to 3.4 s.
     Above ``POLISH_MAX_UNKNOWNS`` (the dense Jacobian's memory) no polish is made and the result
     has the heads' fits' accuracy: measured at ``d = 24``, ``H = 3`` (6,993 learning queries
-    against 4Hd^2 - 2H + 1 = 6,907) it verifies at 9.3e-9, and at ``d = 32``, ``H = 4`` the
+    against ``4Hd^2 - 2H + 1`` = 6,907) it verifies at 9.3e-9, and at ``d = 32``, ``H = 4`` the
     check refuses it at 6.8e-8 (> ``verify_rtol``): a polish that scales (per head, or with the
     output maps projected out) is left to do.
     A token of the heads' learner whose last coordinate ``t_N`` is near 0 is sent to the layer
