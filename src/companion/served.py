@@ -28,7 +28,16 @@ from .attention import SingleHead
 from .errors import InvalidInputError
 from .oracles import FORMATS, nearest_format, round_to, unit_roundoff
 
-__all__ = ["FORMATS", "unit_roundoff", "round_to", "nearest_format", "ServedHead", "SERVED_LEARNERS", "served_accuracy"]
+__all__ = [
+    "FORMATS",
+    "unit_roundoff",
+    "round_to",
+    "nearest_format",
+    "ServedHead",
+    "ServedSum",
+    "SERVED_LEARNERS",
+    "served_accuracy",
+]
 
 
 class ServedHead:
@@ -118,6 +127,51 @@ class ServedHead:
 
     def __repr__(self):
         return f"ServedHead(d={self.d}, fmt={self.fmt!r})"
+
+
+class ServedSum:
+    """Several served heads answered as the sum of their answers: a multi-head target served in one format.
+
+    Each head computes in its own format (see :class:`ServedHead`); the answers are added in float64.
+    ``fmt`` is the heads' common format, so that an oracle's perturbation test mode sees the queries
+    as the heads receive them.
+
+    Parameters
+    ----------
+    heads : sequence of ServedHead
+        At least one, all of one ``d`` and one ``fmt``.
+
+    Raises
+    ------
+    InvalidInputError
+        If ``heads`` is empty or its heads differ in ``d`` or ``fmt``.
+
+    Examples
+    --------
+    >>> from companion.attention import random_single_head
+    >>> heads = [ServedHead(random_single_head(4, seed=k)) for k in range(2)]
+    >>> both = ServedSum(heads)
+    >>> X = np.ones((3, 4))
+    >>> both.fmt, both.d, bool(both(X) == heads[0](X) + heads[1](X))
+    ('float32', 4, True)
+    """
+
+    def __init__(self, heads):
+        heads = list(heads)
+        if not heads or not all(isinstance(h, ServedHead) for h in heads):
+            raise InvalidInputError(f"ServedSum takes one or more ServedHead; got {heads!r}.")
+        if len({h.d for h in heads}) != 1 or len({h.fmt for h in heads}) != 1:
+            raise InvalidInputError(
+                f"the heads of a ServedSum share d and fmt; got d={[h.d for h in heads]}, fmt={[h.fmt for h in heads]}."
+            )
+        self.heads, self.d, self.fmt = heads, heads[0].d, heads[0].fmt
+        self.precision = unit_roundoff(self.fmt)
+
+    def __call__(self, X):
+        return sum(h(X) for h in self.heads)
+
+    def __repr__(self):
+        return f"ServedSum({len(self.heads)} heads, d={self.d}, fmt={self.fmt!r})"
 
 
 #: The learners :func:`served_accuracy` runs: the exact ones (with the floor of their diagnostics)
