@@ -20,6 +20,7 @@ Layer: below every learner, which all import it; it imports no learner, only the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -389,6 +390,122 @@ def reserve(oracle, n, learner: str) -> int:
         oracle.require(int(n), learner=learner)
     _progress.start(oracle, int(n), learner)  # a bar of the queries asked against n (interactive runs)
     return int(oracle.n_queries)
+
+
+class QueryCount:
+    """The queries a learner asks, per named stage, read from the oracle's counter (never subtracted by hand).
+
+    ``count = QueryCount(oracle)`` notes the counter; ``with count.stage("ffn"): ...`` adds the
+    queries asked inside the block to the stage ``"ffn"`` (a stage may be entered several times);
+    ``count["ffn"]`` reads a stage (0 if never entered) and ``count.total`` everything since the
+    start, stages or not.
+
+    Examples
+    --------
+    >>> from companion.attention import SingleHead
+    >>> from companion.oracles import ValueQueryOracle
+    >>> oracle = ValueQueryOracle(SingleHead(np.eye(2), np.ones(2)))
+    >>> count = QueryCount(oracle)
+    >>> with count.stage("v"):
+    ...     _ = oracle(np.ones((3, 1, 2)))
+    >>> _ = oracle(np.ones((1, 2)))
+    >>> count["v"], count["W"], count.total
+    (3, 0, 4)
+    """
+
+    def __init__(self, oracle):
+        self.oracle = oracle
+        self.start = int(oracle.n_queries)
+        self.stages: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        before = int(self.oracle.n_queries)
+        try:
+            yield self
+        finally:
+            self.stages[name] = self.stages.get(name, 0) + int(self.oracle.n_queries) - before
+
+    def __getitem__(self, name: str) -> int:
+        return int(self.stages.get(name, 0))
+
+    @property
+    def total(self) -> int:
+        return int(self.oracle.n_queries) - self.start
+
+
+def resolve_heads(H, H_bound, *, exactly_one=True, default=None) -> tuple:
+    """The shared rule of the ``H`` / ``H_bound`` options: ``(H, H_bound, H_plan)``, checked.
+
+    ``H`` is the number of heads when known, ``H_bound`` a known bound on it. With
+    ``exactly_one`` (the canonical learners) exactly one must be given; otherwise at most one, and
+    ``H_plan`` is ``default`` when neither is. ``H_plan`` is the number of heads the learner plans
+    its queries for (``H``, else ``H_bound``, else ``default``).
+
+    Raises
+    ------
+    InvalidInputError
+        If the rule is broken, or a given value is not an integer ``>= 1``.
+    """
+    from .errors import InvalidInputError
+
+    if exactly_one and (H is None) == (H_bound is None):
+        raise InvalidInputError(
+            "give exactly one of H (the number of heads) and H_bound (a bound on it); got "
+            f"H={H!r}, H_bound={H_bound!r}."
+        )
+    if H is not None and H_bound is not None:
+        raise InvalidInputError(f"give at most one of H and H_bound; got H={H!r}, H_bound={H_bound!r}.")
+    H = None if H is None else check_int(H, "H", minimum=1)
+    H_bound = None if H_bound is None else check_int(H_bound, "H_bound", minimum=1)
+    plan = H if H is not None else (H_bound if H_bound is not None else default)
+    return H, H_bound, plan
+
+
+class OracleView:
+    """An oracle seen through a change of its queries or answers (private base of the book's views).
+
+    A subclass defines ``__call__`` (and, if the dimension changes, passes ``d``); the counter,
+    budget, ``remaining``, ``require``, ``tau`` and ``precision`` are the wrapped oracle's, so a
+    learner run on the view is counted and budgeted as on the oracle. Used by
+    :class:`companion.exact.TokenPart` and the de-biased view of ``learn_low_rank(bias=True)``.
+    """
+
+    def __init__(self, oracle, *, d=None):
+        if not callable(oracle) or not hasattr(oracle, "d") or not hasattr(oracle, "n_queries"):
+            raise TypeError(f"{type(self).__name__} wraps a value-query oracle; got {type(oracle).__name__}.")
+        self.oracle = oracle
+        self.d = int(oracle.d) if d is None else int(d)
+
+    @property
+    def n_queries(self) -> int:
+        return int(self.oracle.n_queries)
+
+    @property
+    def tau(self) -> float:
+        return float(getattr(self.oracle, "tau", 0.0))
+
+    @property
+    def precision(self):
+        return getattr(self.oracle, "precision", None)
+
+    @property
+    def budget(self):
+        return getattr(self.oracle, "budget", None)
+
+    @property
+    def remaining(self):
+        return getattr(self.oracle, "remaining", np.inf)
+
+    def require(self, n, *, learner="the learner"):
+        if hasattr(self.oracle, "require"):
+            self.oracle.require(n, learner=learner)
+
+    def __call__(self, X):  # pragma: no cover - every view defines it
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.oracle!r})"
 
 
 def random_queries(d, n, *, seed, scale=1.0, max_len=VERIFY_MAX_LEN, unit_ball=False):

@@ -32,6 +32,7 @@ from ._learner import (
     BEST_LOGIT,
     DEFAULT_VERIFY,
     AnswerPrecision,
+    OracleView,
     best_relative_scale,
     build,
     check_verify,
@@ -646,7 +647,7 @@ def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_j
 _BIAS_SHRINK = 0.125  # scale factor of a saturated homogeneous probe per re-measurement round
 
 
-class TokenPart:
+class TokenPart(OracleView):
     """An oracle on homogeneous tokens ``(x, 1)``, seen as an oracle on the token part ``x``.
 
     For a model defined on tokens whose last coordinate is a constant 1 (the MiniLM heads of
@@ -671,34 +672,8 @@ class TokenPart:
     """
 
     def __init__(self, oracle):
-        if not callable(oracle) or not hasattr(oracle, "d") or not hasattr(oracle, "n_queries"):
-            raise TypeError(f"TokenPart wraps a value-query oracle; got {type(oracle).__name__}.")
-        self.oracle = oracle
-        self.d = check_int(int(oracle.d) - 1, "oracle.d - 1", minimum=1)
-
-    @property
-    def n_queries(self) -> int:
-        return int(self.oracle.n_queries)
-
-    @property
-    def tau(self) -> float:
-        return float(getattr(self.oracle, "tau", 0.0))
-
-    @property
-    def precision(self):
-        return getattr(self.oracle, "precision", None)
-
-    @property
-    def budget(self):
-        return getattr(self.oracle, "budget", None)
-
-    @property
-    def remaining(self):
-        return getattr(self.oracle, "remaining", np.inf)
-
-    def require(self, n, *, learner="the learner"):
-        if hasattr(self.oracle, "require"):
-            self.oracle.require(n, learner=learner)
+        super().__init__(oracle)
+        self.d = check_int(self.d - 1, "oracle.d - 1", minimum=1)
 
     @staticmethod
     def _lift(x):
@@ -709,9 +684,6 @@ class TokenPart:
         if isinstance(X, (list, tuple)):
             return self.oracle([self._lift(x) for x in X])
         return self.oracle(self._lift(X))
-
-    def __repr__(self):
-        return f"TokenPart({self.oracle!r})"
 
 
 def _biased_pairs(U, j, c, d):

@@ -45,6 +45,7 @@ from .errors import InvalidInputError, NotIdentifiableError, OracleInconsistentE
 from ._learner import (
     DEFAULT_VERIFY,
     AnswerPrecision,
+    OracleView,
     best_relative_scale,
     build,
     check_verify,
@@ -1552,7 +1553,7 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
 _BIAS_ROUNDS = 40  # re-measurement rounds of the score-bias queries, each at 1/8 of the scale
 
 
-class _Debiased:
+class _Debiased(OracleView):
     """A layer with biases, seen through its one- and two-token answers as the bias-free head ``(W, v)``.
 
     With ``v0``, ``v`` and ``w`` known, a one-token answer ``y = v0 + x^T v`` becomes ``x^T v`` and a
@@ -1564,22 +1565,12 @@ class _Debiased:
     """
 
     def __init__(self, oracle, v0, v, w):
-        self.oracle, self.d = oracle, int(oracle.d)
+        super().__init__(oracle)
         self.v0, self.v, self.w = float(v0), v, w
-        self.tau = 0.0
-        self.precision = getattr(oracle, "precision", None)
 
     @property
-    def n_queries(self):
-        return int(self.oracle.n_queries)
-
-    @property
-    def remaining(self):
-        return getattr(self.oracle, "remaining", np.inf)
-
-    def require(self, n, *, learner="the learner"):
-        if hasattr(self.oracle, "require"):
-            self.oracle.require(n, learner=learner)
+    def tau(self) -> float:
+        return 0.0
 
     def __call__(self, X):
         X = np.asarray(X, dtype=np.float64)
