@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # nbval re-executes every chapter and compares its outputs with the committed ones by the
-# reproducibility contract (tests/conftest.py replaces nbval's string comparison with companion.nbcompare).
+# reproducibility contract (tests/conftest.py replaces nbval's string comparison with companion.book.nbcompare).
 NBVAL  := --nbval --nbval-current-env
 
 .PHONY: all venv book book-release pdf publish release test test-fast bench execute clean browser lint repro-report reader-runs
@@ -64,9 +64,9 @@ publish: book
 	$(VENV)/bin/ghp-import -n -p -f _build/html
 
 # A citable release: release/companion-<version>.tar.gz with the HTML, the PDF, data/results, the
-# executed notebooks, CITATION.cff, .zenodo.json and SHA256SUMS (src/companion/release.py).
+# executed notebooks, CITATION.cff, .zenodo.json and SHA256SUMS (src/companion/book/release.py).
 release: book pdf
-	$(PY) -m companion.release
+	$(PY) -m companion.book.release
 
 # The whole suite: unit, property and doctests, every chapter under nbval, every chapter again with the
 # oracles' answers perturbed by 4 ulps and under two of the OpenBLAS kernel types and thread counts

@@ -1,7 +1,7 @@
 """pytest set-up for every path of the suite (tests/, the doctests of src/companion, book/chapters).
 
 * Results go to a temporary folder, never into the committed data/results.
-* The book's build is strict: ``COMPANION_STRICT=1`` (:func:`companion.results.strict`), so that a
+* The book's build is strict: ``COMPANION_STRICT=1`` (:func:`companion.book.results.strict`), so that a
   claim or bound that does not hold stops the chapter in nbval and in every re-execution the suite
   starts (they inherit the variable), exactly as in ``make book``. The reader's runs of
   ``tests/test_reader_runs.py`` set it to 0 for their own processes.
@@ -9,7 +9,7 @@
   database): a property test that passes here passes in CI, and one that fails, fails for
   everyone, with the example printed.
 * nbval compares every chapter's outputs by the reproducibility contract
-  (:mod:`companion.nbcompare`): exact for exact values, a stated tolerance for imprecise ones
+  (:mod:`companion.book.nbcompare`): exact for exact values, a stated tolerance for imprecise ones
   (rounding level, a published value's ``rtol``/``atol``, or the cell's
   ``metadata["companion"]["tolerance"]``), never by masking a number. This holds for
   ``make test`` and for nbval run alone: ``pytest --nbval --nbval-current-env book/chapters``.
@@ -99,7 +99,7 @@ def pytest_unconfigure(config):
 
 def _glue_tolerances(stem: str) -> dict:
     """Tolerances of the chapter's published values: the run's own results JSON over the committed one."""
-    from companion import nbcompare
+    from companion.book import nbcompare
 
     committed = nbcompare.glue_tolerances(ROOT / "data" / "results" / f"{stem}.json")
     fresh = nbcompare.glue_tolerances(Path(os.environ["COMPANION_RESULTS_DIR"]) / f"{stem}.json")
@@ -107,17 +107,17 @@ def _glue_tolerances(stem: str) -> dict:
 
 
 def _compare_by_contract():
-    """Replace nbval's string comparison of a cell's outputs by :func:`companion.nbcompare.compare_outputs`."""
+    """Replace nbval's string comparison of a cell's outputs by :func:`companion.book.nbcompare.compare_outputs`."""
     from nbval.plugin import IPyNbCell
 
-    from companion import nbcompare
+    from companion.book import nbcompare
 
     def compare_outputs(self, test, ref, skip_compare=None):
         stem = Path(str(self.parent.fspath)).stem
         diffs = nbcompare.compare_outputs(ref, test, rules=nbcompare.cell_rules(self.cell),
                                           glue=_glue_tolerances(stem))
         self.comparison_traceback = [
-            "outputs differ beyond the reproducibility contract (companion.nbcompare):", *diffs]
+            "outputs differ beyond the reproducibility contract (companion.book.nbcompare):", *diffs]
         return not diffs
 
     IPyNbCell.compare_outputs = compare_outputs

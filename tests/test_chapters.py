@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companion import cli, parameters
+from companion.book import cli, parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -31,7 +31,7 @@ def test_kernelspec_is_python3(path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_every_parameter_declares_its_constraint(path):
-    """Each parameter line ends in '; must be SPEC' (companion.parameters); defaults and test parameters pass."""
+    """Each parameter line ends in '; must be SPEC' (companion.book.parameters); defaults and test parameters pass."""
     declared = cli.chapter_parameters(path.stem)
     missing = [name for name, info in declared.items() if not info["spec"]]
     assert not missing, f"{path.stem}: no '; must be ...' constraint for {', '.join(missing)} (see README, Developing)"

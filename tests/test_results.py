@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from companion import results
+from companion.book import results
 from companion.errors import ClaimError, InvalidInputError
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from companion.errors import InvalidInputError
 from companion.exact import sweep, sweep_point
-from companion.sweeps import grid_points, run_sweep
+from companion.book.sweeps import grid_points, run_sweep
 
 
 def square(x, offset=0):
@@ -58,3 +58,13 @@ def test_dask_local_cluster_with_two_workers():
                          progress=False)
     assert [r["n_queries"] for r in rows] == [12, 30, 72]
     assert max(r["rel_error_W"] for r in rows) < 1e-12
+
+
+def test_a_named_sweep_without_the_books_writer_is_refused(monkeypatch):
+    from companion import _sweep
+
+    monkeypatch.setattr(_sweep, "_SAVER", [])
+    assert _sweep.run_sweep(square, {"x": [2]}, backend="sequential", progress=False) == [
+        {"x": 2, "y": 4}]
+    with pytest.raises(InvalidInputError, match=r"import companion.book.sweeps first"):
+        _sweep.run_sweep(square, {"x": [2]}, backend="sequential", progress=False, name="s")

@@ -1,11 +1,15 @@
-"""One runner for every parameter sweep: joblib locally, a dask cluster when one machine is not enough.
+"""The sweep runner the learners share: a function over a parameter grid, through joblib.
 
 A sweep evaluates a function on every point of a parameter grid and collects one row (a dict) per
 point. :func:`run_sweep` runs the points through :class:`joblib.Parallel`, so the same call scales
 from one process to all local cores (``n_jobs=-1``) to a ``dask.distributed`` cluster (joblib's
-``"dask"`` backend), shows a progress bar (tqdm), and can save the rows with their provenance to
-``<results dir>/sweeps/<name>.json``, written atomically. Rows come back in grid order whatever
-the backend, so a sweep's result depends only on its grid and seeds.
+``"dask"`` backend) and shows a progress bar (tqdm). Rows come back in grid order whatever the
+backend, so a sweep's result depends only on its grid and seeds.
+
+Saving the rows with their provenance (``name=``) is the book's part: :mod:`companion.book.sweeps`
+registers the writer when it is imported (it saves to ``<results dir>/sweeps/<name>.json``). This
+module imports nothing from :mod:`companion.book`, so that the science does not depend on the
+book's machinery (``tests/test_architecture.py``).
 
 On a cluster::
 
@@ -25,7 +29,7 @@ from typing import Callable, Iterable, Mapping
 from ._validation import check_choice, check_int
 from .errors import InvalidInputError
 
-__all__ = ["grid_points", "run_sweep", "BACKENDS"]
+__all__ = ["grid_points", "run_sweep", "register_saver", "BACKENDS"]
 
 #: joblib backends accepted by :func:`run_sweep`.
 BACKENDS = ("sequential", "loky", "threading", "dask")
@@ -89,7 +93,8 @@ def run_sweep(
     progress : bool, default=True
         Show a tqdm progress bar (to stderr).
     name : str, default=None
-        If given, save the rows with provenance to ``<results dir>/sweeps/<name>.json`` (atomic).
+        If given, hand the rows to the registered writer: :mod:`companion.book.sweeps` saves them
+        with provenance to ``<results dir>/sweeps/<name>.json`` (atomic).
     chapter : str, default=None
         The chapter the sweep belongs to, recorded in the saved file.
 
@@ -101,7 +106,8 @@ def run_sweep(
     Raises
     ------
     InvalidInputError
-        For a bad grid, an unknown backend, or ``fn`` returning something that is not a mapping.
+        For a bad grid, an unknown backend, or ``fn`` returning something that is not a mapping;
+        for ``name`` given while no writer is registered (import :mod:`companion.book.sweeps`).
 
     Examples
     --------
@@ -138,10 +144,32 @@ def run_sweep(
     return rows
 
 
-def _save(name, grid, rows, chapter, backend, n_jobs):
-    from . import results
+#: The writer of named sweeps, ``saver(name, grid, rows, chapter, backend, n_jobs)``; set by
+#: :mod:`companion.book.sweeps` when it is imported.
+_SAVER: list[Callable] = []
 
-    data = results.provenance(name, {"grid": grid_points(grid)}, None, chapter=chapter)
-    data.update(kind="sweep", name=name, backend=backend, n_jobs=n_jobs, rows=rows)
-    # a trial that found no estimate (NaN, inf) is an outcome, stored as null with where it was
-    results.write_json(results.results_dir() / "sweeps" / f"{name}.json", data, nonfinite="null")
+
+def register_saver(saver: Callable) -> None:
+    """Set the writer that :func:`run_sweep` calls for a named sweep (the book's, by default).
+
+    Parameters
+    ----------
+    saver : callable
+        Called as ``saver(name, grid, rows, chapter, backend, n_jobs)``; it replaces any earlier one.
+
+    Examples
+    --------
+    >>> import companion.book.sweeps  # registers the book's writer
+    >>> _SAVER[0].__module__
+    'companion.book.sweeps'
+    """
+    _SAVER[:] = [saver]
+
+
+def _save(name, grid, rows, chapter, backend, n_jobs):
+    if not _SAVER:
+        raise InvalidInputError(
+            f"run_sweep(name={name!r}) saves the rows with the book's writer, which is not loaded; "
+            "import companion.book.sweeps first, or leave out name= and keep the returned rows."
+        )
+    _SAVER[0](name, grid, rows, chapter, backend, n_jobs)

@@ -1,6 +1,6 @@
 """A citable release of the book: one archive with its checksums and its Zenodo metadata.
 
-``make release`` (``python -m companion.release``) writes ``release/companion-<version>.tar.gz``
+``make release`` (``python -m companion.book.release``) writes ``release/companion-<version>.tar.gz``
 holding, under ``companion-<version>/``:
 
 - ``html/``: the built book (``_build/html``, from ``make book``);
@@ -31,7 +31,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from .errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["zenodo_metadata", "release_info", "write_release", "main"]
 
@@ -78,7 +78,7 @@ def zenodo_metadata(citation="CITATION.cff") -> dict:
 
     Examples
     --------
-    >>> meta = zenodo_metadata(Path(__file__).parents[2] / "CITATION.cff")
+    >>> meta = zenodo_metadata(Path(__file__).parents[3] / "CITATION.cff")
     >>> meta["upload_type"], meta["related_identifiers"][0]["identifier"]
     ('software', 'arXiv:2601.16873')
     """
@@ -214,7 +214,7 @@ def write_release(root=None, *, build=None, out=None) -> Path:
     if not committed.is_file() or json.loads(committed.read_text(encoding="utf-8")) != meta:
         raise ParameterError(
             f"{committed} is missing or not derived from CITATION.cff: run "
-            "'python -m companion.release --zenodo' and commit it"
+            "'python -m companion.book.release --zenodo' and commit it"
         )
     name = f"companion-{meta['version']}"
     entries = [(arc, path.read_bytes()) for arc, path in _members(root, build)]
@@ -244,13 +244,13 @@ def write_release(root=None, *, build=None, out=None) -> Path:
 
 
 def main(argv=None) -> int:
-    """``python -m companion.release [--zenodo]``: write the archive, or (``--zenodo``) ``.zenodo.json``."""
+    """``python -m companion.book.release [--zenodo]``: write the archive, or (``--zenodo``) ``.zenodo.json``."""
     import argparse
     import sys
 
     from .results import repo_root
 
-    parser = argparse.ArgumentParser(prog="python -m companion.release", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m companion.book.release", description=__doc__.split("\n\n")[0])
     parser.add_argument("--zenodo", action="store_true", help="(re)write .zenodo.json from CITATION.cff and stop")
     args = parser.parse_args(argv)
     try:

@@ -1,8 +1,8 @@
 """Read a chapter's prose for numbers typed by hand and verdicts that no check backs.
 
 The book's rule (DESIGN.md, "Claims are code"): a number the prose cites is published with
-:func:`companion.results.publish` and shown through ``{glue:text}`name```; a verdict ("every trial
-succeeds", "exactly d + d² queries") is a :func:`companion.results.claim`, checked when the chapter
+:func:`companion.book.results.publish` and shown through ``{glue:text}`name```; a verdict ("every trial
+succeeds", "exactly d + d² queries") is a :func:`companion.book.results.claim`, checked when the chapter
 runs. This module finds the sentences that break the rule, so that a test can fail on them:
 
 * :func:`hand_typed_numbers`: a digit in the prose outside maths, glue roles, citations,
@@ -573,7 +573,7 @@ def unbacked_trends(source: str, where: str = "", *, allow=(), values=None) -> l
     A sentence with a word of :data:`TREND_WORDS` ("grows", "falls", "converges", "amplified", "need
     fewer", "follows", "more accurate", "-fold", "why", "because", ...) about a result
     (:data:`RESULT_WORDS` or :data:`TREND_SUBJECTS`) must show a glued value that was *checked* when
-    the chapter ran: a :func:`companion.results.claim`, or a bound published with the value it bounds
+    the chapter ran: a :func:`companion.book.results.claim`, or a bound published with the value it bounds
     (with ``values``, the chapter's published values; without, any glued value). A sentence that
     states the paper's theorem or a hypothetical (:data:`TREND_REASONING`), or says itself that it is
     not measured here (:data:`HEDGES`), is not a finding; ``allow``: regular expressions, each an

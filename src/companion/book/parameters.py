@@ -38,7 +38,7 @@ parameter's line; they are joined with single spaces. Papermill reads only the f
 
 :func:`check` refuses a bad value with one line naming the parameter, what it must be, and its
 default. ``companion run`` calls it before execution; a chapter calls it through
-:func:`companion.results.record_parameters` in the cell after its parameters (plain papermill).
+:func:`companion.book.results.record_parameters` in the cell after its parameters (plain papermill).
 
 Examples
 --------
@@ -59,7 +59,7 @@ import math
 import operator
 import re
 
-from .errors import ParameterError
+from ..errors import ParameterError
 
 __all__ = ["declared", "check", "parse_spec", "coerce"]
 

@@ -70,8 +70,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._validation import check_int
-from .errors import ClaimError, InvalidInputError
+from .._validation import check_int
+from ..errors import ClaimError, InvalidInputError
 
 __all__ = [
     "publish",
@@ -96,7 +96,7 @@ __all__ = [
 ]
 
 #: The library's source folder, hashed into every results file.
-LIBRARY_DIR = Path(__file__).resolve().parent
+LIBRARY_DIR = Path(__file__).resolve().parents[1]  # src/companion, the whole library
 
 _PACKAGES = ("numpy", "scipy", "cvxpy", "matplotlib", "papermill", "jupyter-book", "myst-nb")
 
@@ -445,7 +445,7 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
         If the chapter name is not a plain file stem or a parameter is not serialisable.
     ParameterError
         If a value breaks the constraint declared next to it in the chapter's ``parameters`` cell
-        (:mod:`companion.parameters`), or the call misses a declared parameter; raised before
+        (:mod:`companion.book.parameters`), or the call misses a declared parameter; raised before
         anything is written. This is the check of plain papermill runs.
 
     Notes
@@ -502,7 +502,7 @@ def _declarations(chapter: str) -> dict | None:
 
 def _check_declared(chapter: str, values: dict) -> None:
     from . import parameters
-    from .errors import ParameterError
+    from ..errors import ParameterError
 
     decl = _declarations(chapter)
     if decl is None:
