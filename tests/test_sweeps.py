@@ -68,3 +68,18 @@ def test_a_named_sweep_without_the_books_writer_is_refused(monkeypatch):
         {"x": 2, "y": 4}]
     with pytest.raises(InvalidInputError, match=r"import companion.book.sweeps first"):
         _sweep.run_sweep(square, {"x": [2]}, backend="sequential", progress=False, name="s")
+
+
+@pytest.mark.parametrize("old", ["cli", "results", "nbcompare", "prose", "parameters", "plotting",
+                                 "release", "sweeps"])
+def test_the_old_paths_warn_and_forward(old):
+    import importlib
+
+    shim = importlib.import_module(f"companion.{old}")
+    new = importlib.import_module(f"companion.book.{old}")
+    name = new.__all__[0]
+    with pytest.warns(DeprecationWarning, match=rf"use companion\.book\.{old}\.{name} "):
+        assert getattr(shim, name) is getattr(new, name)
+    assert name in dir(shim)
+    with pytest.raises(AttributeError):
+        shim.no_such_name
