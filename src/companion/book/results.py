@@ -75,6 +75,7 @@ from ..errors import ClaimError, InvalidInputError
 
 __all__ = [
     "publish",
+    "publish_below",
     "round_up",
     "claim",
     "KINDS",
@@ -418,8 +419,13 @@ def _path(chapter: str) -> Path:
     return results_dir() / f"{chapter}.json"
 
 
-def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
+def record_parameters(chapter: str, namespace=None, /, *, seed=None, glue=True, **parameters) -> None:
     """Start a chapter's results file, recording its parameters; earlier values are discarded.
+
+    A chapter calls ``results.record_parameters("05_robustness", globals())``: the names declared
+    in its ``parameters`` cell are read from that cell, and their values from ``namespace`` (after
+    papermill's injected values, if any), so that no list names every parameter again. Keywords
+    (``seed=0, d=8, ...``) give the values directly instead.
 
     The file is chosen once here, by :func:`results_path` (``$COMPANION_RESULTS_DIR``, next to the
     executed notebook, or a new file in ``runs/``), and every later :func:`publish` of the chapter
@@ -432,8 +438,11 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     ----------
     chapter : str
         The chapter's file stem, e.g. ``"02_exact_learning"``.
-    seed : int
-        The chapter's random seed.
+    namespace : mapping, default=None
+        The chapter's variables (``globals()``): every parameter declared in its ``parameters``
+        cell, ``seed`` included, is read from it. Not with ``seed`` or other keywords.
+    seed : int, default=None
+        The chapter's random seed (required without ``namespace``).
     glue : bool, default=True
         Glue the parameters with ``myst_nb.glue`` (turn off outside notebooks).
     **parameters
@@ -442,9 +451,11 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     Raises
     ------
     InvalidInputError
-        If the chapter name is not a plain file stem or a parameter is not serialisable.
+        If the chapter name is not a plain file stem or a parameter is not serialisable; if
+        ``namespace`` is given with keyword values, or neither it nor ``seed`` is given.
     ParameterError
-        If a value breaks the constraint declared next to it in the chapter's ``parameters`` cell
+        If ``namespace`` is given but the chapter's ``parameters`` cell is not found, or lacks a
+        declared name. If a value breaks the constraint declared next to it in the chapter's ``parameters`` cell
         (:mod:`companion.book.parameters`), or the call misses a declared parameter; raised before
         anything is written. This is the check of plain papermill runs.
 
@@ -457,6 +468,15 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
     """
     chapter = _check_name(chapter, "chapter")
     _state.update(path=None, failed=False)  # a refused call has no run to undo
+    if namespace is not None:
+        if seed is not None or parameters:
+            raise InvalidInputError(
+                "record_parameters(chapter, globals()) reads every parameter from the namespace; "
+                "leave out the keywords, or pass them all as keywords without the namespace."
+            )
+        seed, parameters = _from_namespace(chapter, namespace)
+    elif seed is None:
+        raise InvalidInputError("record_parameters needs the chapter's namespace (globals()) or seed=...")
     _check_declared(chapter, {"seed": seed, **parameters})
     seed = check_int(seed, "seed", minimum=0)
     params = _plain(dict(parameters))
@@ -472,9 +492,30 @@ def record_parameters(chapter: str, *, seed, glue=True, **parameters) -> None:
             _glue(_check_name(name, "parameter name"), _format(value, None), display=False)
 
 
-def _declarations(chapter: str) -> dict | None:
+def _from_namespace(chapter: str, namespace) -> tuple:
+    """``(seed, {name: value})`` of the parameters declared for ``chapter``, read from ``namespace``."""
+    from ..errors import ParameterError
+
+    decl = _declarations(chapter, outside_ipython=True)
+    if decl is None:
+        raise ParameterError(
+            f"record_parameters({chapter!r}, globals()) cannot find the chapter's parameters cell (run "
+            "it in the chapter's notebook, or from the repository); pass the parameters as keywords."
+        )
+    missing = [n for n in decl if n not in namespace]
+    if missing:
+        raise ParameterError(
+            f"record_parameters({chapter!r}, globals()): {', '.join(missing)}, declared in the "
+            "chapter's parameters cell, is not defined; run the parameters cell first."
+        )
+    values = {n: namespace[n] for n in decl}
+    return values.pop("seed", None), values
+
+
+def _declarations(chapter: str, *, outside_ipython: bool = False) -> dict | None:
     """The chapter's declared parameters: from the executed ``parameters`` cell (the latest input
-    with a ``seed = ...`` line and a ``; must be`` constraint), else from its notebook file."""
+    with a ``seed = ...`` line and a ``; must be`` constraint), else from its notebook file.
+    Outside IPython (a script or a test), None unless ``outside_ipython``: then the file's."""
     from . import parameters
 
     try:
@@ -483,9 +524,10 @@ def _declarations(chapter: str) -> dict | None:
         shell = get_ipython()
     except ImportError:
         shell = None
-    if shell is None:  # a script or a test, not a notebook: nothing declared to check against
+    if shell is None and not outside_ipython:  # a script or a test: nothing declared to check against
         return None
-    for source in reversed(shell.history_manager.input_hist_raw):
+    history = shell.history_manager.input_hist_raw if shell is not None else []
+    for source in reversed(history):
         if "must be" in source and re.search(r"^seed\s*=", source, re.M):
             return parameters.declared(source)
     root = repo_root()
@@ -718,6 +760,41 @@ def publish(
     entry |= {"measured": measured_entry, "bound": "lower" if lower else "upper"} if measured_entry is not None else {}
     entry |= {"holds": holds} if holds is not None else {}
     _record(name, text, _finite(entry, note), chapter, glue)
+
+
+def publish_below(name, value, bound, *, chapter=None, glue=True) -> None:
+    """Publish a rounding-level number as the bound "below <bound>", with the value it bounds.
+
+    The prose shows ``below 1e-14``; the results JSON records the bound and the measured value,
+    and the call refuses a value that breaks the bound (as ``publish(..., kind="bound")``).
+
+    Parameters
+    ----------
+    name : str
+        Glue key, as for :func:`publish`.
+    value : float
+        The measured number (an error at rounding level), at most ``bound``.
+    bound : float
+        The bound the prose states, shown with one significant digit.
+    chapter : str, default=None
+    glue : bool, default=True
+        As for :func:`publish`.
+
+    Raises
+    ------
+    ClaimError
+        If ``value`` exceeds ``bound`` (a ``DoesNotHold`` warning instead in a reader's run).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> os.environ["COMPANION_RESULTS_DIR"] = tempfile.mkdtemp()
+    >>> publish_below("gap", 3e-16, 1e-14, chapter="99_demo", glue=False)
+    >>> load("99_demo")["values"]["gap"]["text"]
+    'below 1e-14'
+    >>> del os.environ["COMPANION_RESULTS_DIR"]
+    """
+    publish(name, bound, fmt="below {:.0e}", chapter=chapter, glue=glue, kind="bound", measured=value, atol=bound)
 
 
 def _kind(name, plain, kind, measured, rtol, atol, lower=False):
