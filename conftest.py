@@ -17,6 +17,7 @@
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,12 @@ else:
     _hypothesis_settings.load_profile("companion")
 
 
+#: When this pytest session started (time.monotonic), for the time summary.
+_STARTED: list[float] = []
+
+
 def pytest_configure(config):
+    _STARTED.append(time.monotonic())
     # Set before any kernel starts, so that notebooks run by nbval and papermill inherit it.
     if "COMPANION_RESULTS_DIR" not in os.environ:
         _CREATED.append(tempfile.mkdtemp(prefix="companion-results-"))
@@ -59,10 +65,59 @@ def pytest_collection_finish(session):
         items[0].module.start(items)
 
 
+#: Parts of the suite, for the time summary at the end: (label, test-id prefix), first match wins.
+TIME_PARTS = (
+    ("nbval: every chapter re-executed and compared", "book/chapters/"),
+    ("re-executions under other kernels and perturbed answers (waiting)", "tests/test_reproducibility.py"),
+    ("reader's runs (daily rotation)", "tests/test_reader_runs.py"),
+    ("chapters on non-default parameters, papermill, make book after an edit", "tests/test_chapters.py"),
+    ("the book built (HTML, LaTeX) and its pages", "tests/test_book.py"),
+    ("browser (headless Chromium)", "tests/test_browser.py"),
+    ("companion run, --html, interrupted runs, pip install -e", "tests/test_rerun.py"),
+    ("diagnoses sweep", "tests/test_diagnoses.py"),
+    ("doctests of the library", "src/companion/"),
+)
+
+
+def time_by_part(reports) -> list[tuple[str, float, int]]:
+    """``(part, seconds, tests)`` of the test reports, the parts of :data:`TIME_PARTS` and one line
+    per other test file, slowest first; seconds add setup, call and teardown."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, set] = {}
+    for rep in reports:
+        path = rep.nodeid.split("::")[0]
+        part = next((label for label, prefix in TIME_PARTS if path.startswith(prefix)), path)
+        seconds[part] = seconds.get(part, 0.0) + getattr(rep, "duration", 0.0)
+        tests.setdefault(part, set()).add(rep.nodeid)
+    return sorted(((p, t, len(tests[p])) for p, t in seconds.items()), key=lambda row: -row[1])
+
+
+def _write_time_summary(terminalreporter) -> None:
+    # every phase's report (a session fixture's setup, e.g. the book's build, is a passed setup: key "")
+    reports = [r for group in terminalreporter.stats.values() for r in group
+               if hasattr(r, "nodeid") and hasattr(r, "duration") and hasattr(r, "when")]
+    rows = time_by_part(reports)
+    if not rows:
+        return
+    wall = time.monotonic() - _STARTED[0] if _STARTED else float("nan")
+    terminalreporter.write_sep("=", "where the time went (test durations by part; --durations lists tests)")
+    for part, seconds, n in rows[:12]:
+        terminalreporter.write_line(f"{seconds:8.0f} s  {n:4d} tests  {part}")
+    rest = rows[12:]
+    if rest:
+        terminalreporter.write_line(f"{sum(r[1] for r in rest):8.0f} s  {sum(r[2] for r in rest):4d} tests  "
+                                    f"{len(rest)} other files")
+    terminalreporter.write_line(f"{sum(r[1] for r in rows):8.0f} s  in the tests, {wall:.0f} s of wall time for "
+                                "the whole pytest session (background re-executions overlap the tests)")
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Print the reproducibility report of the re-executions compared (and write it if asked), and
-    the reader's runs of tests/test_reader_runs.py (seeds and draws that ran, claims that did not hold)."""
+    """Print the reproducibility report of the re-executions compared (and write it if asked), the
+    reader's runs of tests/test_reader_runs.py (seeds and draws that ran, claims that did not hold),
+    and where the time went (:func:`time_by_part`)."""
     import sys
+
+    _write_time_summary(terminalreporter)
 
     readers = next((m for m in list(sys.modules.values())
                     if (getattr(m, "__file__", None) or "").endswith("test_reader_runs.py")), None)
