@@ -13,4 +13,9 @@
 Nothing in the science (``exact``, ``lowrank``, ``multihead``, ...) imports this package
 (``tests/test_architecture.py``). The old paths (``companion.results``, ...) still work: they
 warn (``DeprecationWarning``) and forward here.
+
+Importing this package registers the writer of named sweeps (:func:`companion.book.sweeps.save_rows`),
+which the science's sweep helpers call for ``name=...`` (``exact.sweep``, ``lowrank.phase_transition``).
 """
+
+from . import sweeps as _sweeps  # noqa: F401  (registers the writer of named sweeps)
