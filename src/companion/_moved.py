@@ -7,8 +7,8 @@ import warnings
 from typing import Any, Callable
 
 
-def forward(old: str, new: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for the module ``old``, which moved to ``new``.
+def forward(old: str, new: str) -> Callable[[str], Any]:
+    """``__getattr__`` for the module ``old``, which moved to ``new``.
 
     Parameters
     ----------
@@ -19,14 +19,16 @@ def forward(old: str, new: str) -> tuple[Callable[[str], Any], Callable[[], list
 
     Returns
     -------
-    tuple of callable
-        Assign them to the old module's ``__getattr__`` and ``__dir__``: every attribute read
-        warns with a ``DeprecationWarning`` naming ``new`` and returns ``new``'s attribute.
+    callable
+        Assign it to the old module's ``__getattr__``: every attribute read warns with a
+        ``DeprecationWarning`` naming ``new`` and returns ``new``'s attribute. The old module
+        defines no ``__dir__`` listing ``new``'s names: tools that read every listed name (pytest's
+        doctest collection) would warn for each.
 
     Examples
     --------
     >>> import warnings
-    >>> getattr_, dir_ = forward("old.json", "json")
+    >>> getattr_ = forward("old.json", "json")
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
     ...     dumps = getattr_("dumps")
@@ -42,7 +44,4 @@ def forward(old: str, new: str) -> tuple[Callable[[str], Any], Callable[[], list
         warnings.warn(f"{old} is deprecated: use {new}.{name} (import {new})", DeprecationWarning, stacklevel=2)
         return value
 
-    def __dir__() -> list[str]:
-        return sorted(dir(importlib.import_module(new)))
-
-    return __getattr__, __dir__
+    return __getattr__

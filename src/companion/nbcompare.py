@@ -7,4 +7,4 @@ returns the one of :mod:`companion.book.nbcompare`.
 
 from ._moved import forward
 
-__getattr__, __dir__ = forward(__name__, "companion.book.nbcompare")
+__getattr__ = forward(__name__, "companion.book.nbcompare")

@@ -7,4 +7,4 @@ returns the one of :mod:`companion.book.parameters`.
 
 from ._moved import forward
 
-__getattr__, __dir__ = forward(__name__, "companion.book.parameters")
+__getattr__ = forward(__name__, "companion.book.parameters")
