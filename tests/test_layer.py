@@ -12,6 +12,9 @@ from companion.errors import BudgetExceededError, InvalidInputError, OracleIncon
 from companion.exact import learn_single_head
 from companion.layer import (
     AttentionLayer,
+    MiniLMBlock,
+    load_block_reference,
+    minilm_block,
     information_floor,
     layer_norm,
     learn_attention_layer,
@@ -344,8 +347,12 @@ def test_a_float32_server_is_refused_for_its_precision_not_as_outside_the_class(
     served = VectorQueryOracle(
         lambda X: layer(X).astype(np.float32).astype(np.float64), d=6, d_out=6, precision="float32"
     )
-    with pytest.raises(PrecisionError, match="needs answers exact to float64 rounding"):
+    with pytest.raises(PrecisionError, match="needs answers exact to float64 rounding, and the oracle states"):
         learn_attention_layer(served, H=2)
+    assert served.n_queries == 0  # refused before the first query
+    unstated = VectorQueryOracle(lambda X: layer(X).astype(np.float32).astype(np.float64), d=6, d_out=6)
+    with pytest.raises(PrecisionError, match="answers so far are float32 numbers"):
+        learn_attention_layer(unstated, H=2)
 
 
 class _After:
@@ -450,6 +457,13 @@ class KerasBlock:
         (Q, bq), (K, bk), (V, bv) = (per_head(x) for x in (L._query_dense, L._key_dense, L._value_dense))
         W_O = np.asarray(L._output_dense.kernel.numpy()).reshape(H * dh, -1).T
         return AttentionLayer.from_native(Q, bq, K, bk, V, bv, W_O, np.asarray(L._output_dense.bias.numpy()))
+
+
+def test_keras_with_8_heads_at_d_8_is_refused_by_the_heads_learner(keras_float64):
+    """Where it stops: the heads' learner (learn_canonical_rational) does not resolve 8 heads in d + 1 = 9 dims."""
+    block = KerasBlock(keras_float64, 8, 8, 2)
+    with pytest.raises(OracleInconsistentError, match="heads' learner on a random readout refused .* H = 8 at d = 8"):
+        learn_attention_layer(VectorQueryOracle(block), H=8)
 
 
 @pytest.mark.parametrize("heads, key_dim", [(2, 4), (4, 2)], ids=["H2", "H4"])
@@ -573,3 +587,63 @@ def test_a_post_ln_with_a_small_eps_is_refused_for_the_precision_it_costs():
 def test_layernorm_post_on_a_layer_without_one_is_refused():
     with pytest.raises(OracleInconsistentError, match="layernorm='post', but the one-token answers are affine"):
         learn_attention_layer(VectorQueryOracle(random_attention_layer(6, 1, seed=0)), H=1, layernorm="post")
+
+
+@pytest.fixture(scope="module")
+def keras32():
+    return pytest.importorskip("keras")
+
+
+class KerasBlock32:
+    """Keras ``MultiHeadAttention(use_bias=True)`` as served: float32 weights and arithmetic."""
+
+    def __init__(self, keras, d, heads, key_dim, seed=0):
+        keras.utils.set_random_seed(seed)
+        self.layer = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=key_dim, use_bias=True)
+        x = np.zeros((1, 2, d), dtype=np.float32)
+        self.layer(x, x)
+        rng = np.random.default_rng(seed)
+        self.layer.set_weights([w + 0.5 * rng.standard_normal(w.shape) for w in self.layer.get_weights()])
+        self.d = self.d_out = d
+
+    def __call__(self, X):
+        X = X.astype(np.float32)
+        return np.asarray(self.layer(query=X, value=X, key=X), dtype=np.float64)[:, -1, :]
+
+
+@pytest.mark.parametrize("heads", [2, 4, 8])
+def test_keras_float32_is_refused_for_its_precision(keras32, heads):
+    """Where the learner stops: a layer served in float32 (issue 35's 10x-float32 target is not met)."""
+    block = KerasBlock32(keras32, 8, heads, 2)
+    assert block(np.ones((1, 3, 8))).dtype == np.float64
+    oracle = VectorQueryOracle(block)
+    with pytest.raises(PrecisionError, match="answers so far are float32 numbers"):
+        learn_attention_layer(oracle, H=heads)
+    stated = VectorQueryOracle(block, precision="float32")
+    with pytest.raises(PrecisionError, match="oracle states a precision u=6.0e-08"):
+        learn_attention_layer(stated, H=heads)
+    assert stated.n_queries == 0
+
+
+# --- MiniLM layer 0's whole block (residual, post-LN), against transformers ---------------------------
+
+
+def test_minilm_block_is_what_transformers_computes():
+    ref = load_block_reference()
+    assert ref["eps"] == 1e-12 and ref["gamma"].dtype == np.float32 and ref["meta"]["transformers"] == "5.24.0"
+    block, served = minilm_block(), MiniLMBlock("float32")
+    assert (block.n_heads, block.d, block.layernorm, block.residual) == (12, 384, "post", True)
+    for group in ref["groups"].values():
+        X, want = group["x"].astype(np.float64), group["f64_block"]
+        assert np.max(np.abs(block(X) - want)) <= 1e-14 * np.max(np.abs(want))  # measured 1.4e-15
+        want32 = group["f32_block"].astype(np.float64)
+        # float32 arithmetic in another order than PyTorch's: measured within 3.2 float32 epsilons
+        assert np.max(np.abs(served(X) - want32)) <= 16 * 2.0**-23 * np.max(np.abs(want32))
+
+
+def test_minilm_block_learning_stops_at_its_layernorm():
+    """eps = 1e-12 against the block's variance (about 7e-3 at tokens of norm 1): 1 - |z|^2/384 near 1e-10."""
+    oracle = VectorQueryOracle(minilm_block())
+    with pytest.raises(PrecisionError, match=r"1 - \|z\|\^2/d_out = eps / \(var \+ eps\) = [0-9.]+e-11"):
+        learn_attention_layer(oracle, H=12)
+    assert oracle.n_queries == 20 + 385 + 12 * 384 + 8  # probes and the least squares' queries, then refused

@@ -25,7 +25,8 @@ sign (:func:`post_ln_symmetry`); a pre-LN's ``gamma`` and ``beta`` fold into the
 (:func:`pre_ln_symmetry`).
 
 The package: ``_model`` (the layer, its symmetries), ``_norm`` (a post-LN read off one-token
-answers), ``_fit`` (heads' reduction, least squares, polish), ``_learn`` (the learner).
+answers), ``_fit`` (heads' reduction, least squares, polish), ``_learn`` (the learner),
+``_minilm`` (MiniLM layer 0's whole block, :func:`minilm_block`, :class:`MiniLMBlock`).
 """
 
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS
@@ -38,6 +39,7 @@ from ._model import (
     pre_ln_symmetry,
     random_attention_layer,
 )
+from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
 from ._norm import MIN_GAP
 
 __all__ = [
@@ -52,4 +54,8 @@ __all__ = [
     "LSTSQ_GATE",
     "POLISH_MAX_UNKNOWNS",
     "MIN_GAP",
+    "minilm_block",
+    "MiniLMBlock",
+    "load_block_reference",
+    "BLOCK_FILE",
 ]

@@ -9,7 +9,7 @@ import numpy as np
 from .._learner import DEFAULT_VERIFY, QueryCount, build, random_queries, reserve, resolve_heads
 from .._validation import check_choice, check_int, check_real
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
-from ..oracles import VectorQueryOracle
+from ..oracles import VectorQueryOracle, unit_roundoff
 from ..recovery import Recovery
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, group_by_length, polish
 from ._model import AttentionLayer, centre, information_floor
@@ -146,6 +146,8 @@ def _options(oracle, H, H_bound, residual, layernorm, polish_, verify, verify_rt
             "learn_attention_layer; pre_ln_symmetry shows what of it is identifiable. It learns layers without "
             "LayerNorm or with a post-LN."
         )
+    if oracle.precision is not None and oracle.precision > unit_roundoff("float64"):
+        raise PrecisionError(_coarse_message(f"the oracle states a precision u={oracle.precision:.1e}"))
     if not isinstance(polish_, (bool, np.bool_)):
         raise InvalidInputError(f"polish must be True or False; got {polish_!r}.")
     d, d_out = int(oracle.d), int(oracle.d_out)
@@ -189,8 +191,19 @@ def _plan(oracle, o: _Options) -> dict:
     return plan
 
 
+def _coarse_message(why: str) -> str:
+    return (
+        f"learn_attention_layer needs answers exact to float64 rounding, and {why}: the heads' fits of logistic "
+        "sums on a readout do not resolve the heads at float32's rounding (measured: learn_canonical refuses H = 2, "
+        "4, 8 at d = 8; learn_canonical_rational resolves H = 2 only with tol=1e-3, to 2e-3). A layer served in "
+        "float32 is not learned; nothing was returned."
+    )
+
+
 def _find_layernorm(Yp, Yall, o: _Options, precision):
     """``None`` (one-token answers affine: no LayerNorm) or the post-LN read off the answers; refusals."""
+    if np.array_equal(Yall, Yall.astype(np.float32)):
+        raise PrecisionError(_coarse_message(f"all {len(Yall)} answers so far are float32 numbers (served in float32)"))
     bent = curvature(Yp)
     ratio = hyperplane_ratio(Yall)
     straight = max(STRAIGHT, 64 * (precision or 0.0))  # a stated precision (float32) rounds the answers
@@ -253,7 +266,10 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
             f"says: {exc}"
         ) from None
     except OracleInconsistentError as exc:
-        raise _refusal(f"the heads' learner on a random readout refused: {exc}") from None
+        raise _refusal(
+            f"the heads' learner on a random readout refused (the target has more heads than it resolves at this d "
+            f"and H, e.g. H = 8 at d = 8 or 16, or is not a sum of heads): {exc}"
+        ) from None
     Ws = np.array(heads.Ws, dtype=np.float64)
     Ws[:, -1, :] = 0.0  # the last row is not identifiable (and the lifting makes it 0)
     Dinv = np.append(np.full(inner.d, 1.0 / rho), 1.0)

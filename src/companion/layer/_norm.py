@@ -94,7 +94,7 @@ def gap_message(gap: float, limit: float = MIN_GAP) -> str:
         f"the post-LN's eps is too small against the variance of x_N + o(X) on these queries: "
         f"1 - |z|^2/d_out = eps / (var + eps) = {gap:.1e} (below {limit:.0e}), so the answers fix the direction of the "
         f"centred block output but its norm only to about {2.0**-53 / max(gap, 1e-300):.1e} (relative). "
-        "learn_attention_layer needs that norm (BERT's eps = 1e-12 gives about 1e-12 here); nothing was returned."
+        "learn_attention_layer needs that norm (MiniLM's block, eps = 1e-12, gives about 1e-10); nothing was returned."
     )
 
 
