@@ -647,3 +647,11 @@ def test_minilm_block_learning_stops_at_its_layernorm():
     with pytest.raises(PrecisionError, match=r"1 - \|z\|\^2/d_out = eps / \(var \+ eps\) = [0-9.]+e-11"):
         learn_attention_layer(oracle, H=12)
     assert oracle.n_queries == 20 + 385 + 12 * 384 + 8  # probes and the least squares' queries, then refused
+
+
+def test_a_faint_head_behind_a_post_ln_is_refused_and_another_seed_recovers_it():
+    target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-2, seed=1)
+    with pytest.raises(OracleInconsistentError, match="Behind a post-LN .* too faint .* try seed=1"):
+        learn_attention_layer(VectorQueryOracle(target), H=2)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2, seed=1)
+    assert rec.diagnostics["verify_max_error"] < 1e-11

@@ -31,9 +31,10 @@ PROBE_POINTS = 5
 #: ``2**-53 / 1e-10 = 1e-6``, and learn_attention_layer refuses (this book's threshold).
 MIN_GAP = 1e-10
 
-#: A stage that fails behind a post-LN whose answers came with a gap below this is refused for the precision the
-#: LayerNorm's inversion lost (PrecisionError), not as a target outside the class.
-LOW_GAP = 1e-4
+#: A stage that fails behind a post-LN whose answers came with a gap below this (a relative error of the
+#: de-normalised answers above about ``2**-53 / 1e-7 = 1e-9``) is refused for the precision the LayerNorm's
+#: inversion lost (PrecisionError), not as a target outside the class.
+LOW_GAP = 1e-7
 
 
 def probe_lines(d, rng) -> np.ndarray:
