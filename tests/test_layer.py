@@ -300,16 +300,12 @@ class _TwoLayers:
 @pytest.mark.parametrize(
     "which, cause",
     [
-        ("pre-ln", "affine along the all-ones direction only: the signature of a pre-LN"),
         ("two-layers", "the least squares for the output maps misfit|the heads' learner .* refused|disagrees"),
         ("masked", "the least squares for the output maps misfit|the heads' learner .* refused|disagrees"),
     ],
 )
 def test_other_targets_outside_the_class_are_refused(which, cause):
-    first = random_attention_layer(6, 2, seed=2)
-    if which == "pre-ln":
-        target = _PreLN(first)
-    elif which == "masked":
+    if which == "masked":
         target = _Windowed(random_attention_layer(6, 2, residual=True, seed=2), window=3)
     else:
         target = _TwoLayers(random_attention_layer(6, 2, residual=True, seed=2), random_attention_layer(6, 2, seed=3))
@@ -386,24 +382,46 @@ def test_berts_eps_is_refused_for_the_norm_it_hides():
         learn_attention_layer(VectorQueryOracle(target), H=2, layernorm="none")
 
 
-def test_pre_ln_option_is_refused_before_any_query():
-    oracle = VectorQueryOracle(random_attention_layer(4, 1, seed=0))
-    with pytest.raises(InvalidInputError, match="layernorm='pre'.* not learned"):
+def test_pre_ln_options_check_what_is_found():
+    pre = _PreLN(random_attention_layer(6, 2, seed=2))
+    with pytest.raises(OracleInconsistentError, match="signature of a pre-LN .* and layernorm='none'"):
+        learn_attention_layer(VectorQueryOracle(pre), H=2, layernorm="none")
+    with pytest.raises(
+        OracleInconsistentError, match="layernorm='pre', but .* affine .* no LayerNorm before its heads"
+    ):
+        learn_attention_layer(VectorQueryOracle(random_attention_layer(6, 2, seed=2)), H=2, layernorm="pre")
+    oracle = VectorQueryOracle(random_attention_layer(2, 1, seed=0))
+    with pytest.raises(InvalidInputError, match="layernorm='pre' needs d >= 3"):
         learn_attention_layer(oracle, H=1, layernorm="pre")
     assert oracle.n_queries == 0
 
 
-def test_budget_and_oracle_kind_refused_before_the_first_query():
-    target = random_attention_layer(6, 1, seed=0)
-    oracle = VectorQueryOracle(target, budget=50)
-    with pytest.raises(BudgetExceededError, match="learn_attention_layer needs"):
-        learn_attention_layer(oracle, H=1)
-    assert oracle.n_queries == 0
-    scalar = VectorQueryOracle(target).readout(np.ones(6))
-    with pytest.raises(TypeError, match="VectorQueryOracle"):
-        learn_attention_layer(scalar, H=1)
-    with pytest.raises(InvalidInputError, match="at most one of H and H_bound"):
-        learn_attention_layer(VectorQueryOracle(target), H=1, H_bound=2)
+@pytest.mark.parametrize(
+    "d, H, residual, eps",
+    [(6, 2, True, 1e-5), (6, 1, True, 1e-12), (8, 2, False, 1e-3)],
+    ids=["d6-H2-residual-1e-5", "d6-H1-residual-1e-12", "d8-H2-1e-3"],
+)
+def test_a_pre_ln_block_is_recovered(d, H, residual, eps):
+    target = random_attention_layer(d, H, residual=residual, layernorm="pre", eps=eps, seed=0)
+    oracle = VectorQueryOracle(target)
+    rec = learn_attention_layer(oracle, H=H)
+    est, ref = rec.model, target.canonical()
+    assert rec.diagnostics["layernorm"] == "pre" and rec.n_heads == H and est.residual == residual
+    assert est.eps == pytest.approx(eps, rel=1e-12)  # the eps fit: measured exact
+    assert np.all(est.gamma == 1.0) and np.all(est.beta == 0.0)  # folded into the heads (pre_ln_symmetry)
+    assert rel(est.Ws, ref.Ws) < 1e-12 and rel(est.Ms, ref.Ms) < 1e-12 and rel(est.b_O, ref.b_O) < 1e-12
+    assert max_rel_prediction_error(target, est, fresh(d)) < 1e-12
+    assert rec.n_queries == oracle.n_queries
+    parts = ("n_probe_queries", "n_lstsq_queries", "n_head_queries", "n_polish_queries")
+    assert rec.n_learning_queries == sum(rec.diagnostics[k] for k in parts)
+
+
+def test_gpt_style_pre_ln_with_unit_gamma_is_learned():
+    """``_PreLN``: x_N + o(LN(X)) with gamma = 1, beta = 0 and eps = 1e-12, built outside AttentionLayer."""
+    target = _PreLN(random_attention_layer(6, 2, seed=2))
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+    assert rec.model.layernorm == "pre" and rec.model.residual and rec.model.eps == pytest.approx(1e-12, rel=1e-9)
+    assert max_rel_prediction_error(VectorQueryOracle(target), rec.model, fresh(6)) < 1e-12
 
 
 # --- a framework's layer: Keras 3 MultiHeadAttention with biases, computed by Keras in float64 ----------

@@ -22,10 +22,11 @@ is moved into ``b_O``; heads with equal ``W~`` are merged (their ``M`` summed) a
 ``M_h = 0`` dropped, as for a sum of scalar heads (:func:`companion.multihead.canonical_form`).
 A post-LN hides the all-ones direction of ``u`` and, without an identity skip, its scale and
 sign (:func:`post_ln_symmetry`); a pre-LN's ``gamma`` and ``beta`` fold into the heads
-(:func:`pre_ln_symmetry`).
+(:func:`pre_ln_symmetry`). The learner reads either LayerNorm off one-token answers and learns the rest.
 
 The package: ``_model`` (the layer, its symmetries), ``_norm`` (a post-LN read off one-token
-answers), ``_fit`` (heads' reduction, least squares, polish), ``_learn`` (the learner),
+answers), ``_preln`` (a pre-LN's eps, skip and normalised tokens), ``_fit`` (heads' reduction, least
+squares, polish), ``_learn`` (the learner),
 ``_minilm`` (MiniLM layer 0's whole block, :func:`minilm_block`, :class:`MiniLMBlock`).
 """
 

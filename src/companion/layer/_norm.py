@@ -50,11 +50,12 @@ def probe_lines(d, rng) -> np.ndarray:
 
 
 def curvature(Y: np.ndarray) -> np.ndarray:
-    """Per probe line, ``max_k ||y_k - 2 y_(k+1) + y_(k+2)|| / max_k ||y_k - y_0||``: about eps on an affine map."""
+    """Per probe line, ``max_k ||y_k - 2 y_(k+1) + y_(k+2)||`` over the largest spread ``max_k ||y_k - y_0||`` of
+    the lines: about eps on an affine map (also on a line whose answers are constant)."""
     L = Y.reshape(4, PROBE_POINTS, -1)
     second = np.linalg.norm(L[:, :-2] - 2 * L[:, 1:-1] + L[:, 2:], axis=2).max(axis=1)
-    spread = np.linalg.norm(L - L[:, :1], axis=2).max(axis=1)
-    return second / np.maximum(spread, np.finfo(float).tiny)
+    spread = np.linalg.norm(L - L[:, :1], axis=2).max()
+    return second / max(float(spread), np.finfo(float).tiny)
 
 
 def hyperplane_ratio(Y: np.ndarray) -> float:
