@@ -1141,7 +1141,7 @@ def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, 
     :func:`~companion.multihead.learn_canonical_rational` rests on pairs: for a token ``x~ = (x, 1)``
     and a direction ``delta~ = (delta, 0)``, the ``2 H = 24`` queries of ``n`` copies of
     ``x~ + delta~`` then ``m`` copies of ``x~`` (``n + m <= 25``,
-    :func:`companion._rational.ratio_design`) sample ``G(r) = sum_h gamma_h r / (r + p_h)`` with
+    :func:`companion.numerics.rational.ratio_design`) sample ``G(r) = sum_h gamma_h r / (r + p_h)`` with
     ``gamma_h = delta~^T v~_h`` and ``log p_h = -delta~^T W~_h x~``, which a type-(12, 12) rational
     interpolation inverts. Its joint row fit starts from the pairs whose own interpolation resolves
     every head. This asks ``25 n_pairs`` queries of the full layer (:class:`BertAttentionTarget`,
@@ -1187,7 +1187,7 @@ def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, 
     """
     import time
 
-    from ._rational import interpolate_pairs, logistic_jacobian, ratio_design
+    from .numerics.rational import interpolate_pairs, logistic_jacobian, ratio_design
     from .multihead import fit_logistic_sum
     from .oracles import ValueQueryOracle
 
