@@ -26,6 +26,8 @@ heads whose value vectors cancel add nothing. This module holds
   A single head is :func:`companion.exact.learn_single_head`'s; :func:`detect_multi_head` says
   which of the two an oracle needs.
 
+* :data:`WEAK_CENTRE`: the moment start's smallest amplitude ratio at a centre before it draws a
+  second one (chapter 06 cites it);
 * research-only diagnostics of the counts route (no learner calls them): :func:`counts_conditioning`,
   :func:`counts_start_coverage`, :func:`counts_information`, :func:`counts_length_bounds`,
   :func:`multiscale_pair_starts`, :func:`probe_hessian`, :func:`count_pairs`, :func:`fit_logistic_sum`.
@@ -79,6 +81,7 @@ from ._identifiability import (
 )
 from ._orthogonal import learn_orthogonal_heads
 from ._route import MOMENT_FROM, follow_up_count, moment_plan, rational_plan
+from ._star import WEAK_CENTRE
 
 __all__ = [
     # Proposition 7.1: constructions, the canonical form, comparison, random targets
@@ -104,6 +107,7 @@ __all__ = [
     "rational_plan",
     "moment_plan",
     "MOMENT_FROM",
+    "WEAK_CENTRE",
     # research-only diagnostics of the counts route
     "counts_conditioning",
     "counts_start_coverage",
@@ -119,6 +123,6 @@ __all__ = [
 # it (companion._saved), the book's constants scan (companion.prose) and the docs read it.
 for _name in __all__:
     _obj = globals()[_name]
-    if hasattr(_obj, "__module__") and not isinstance(_obj, int):
+    if callable(_obj):  # functions and classes; not the constants
         _obj.__module__ = __name__
 del _name, _obj
