@@ -78,7 +78,6 @@ TESTS = {
                      "tests/test_exact.py", "src/companion/numerics/rop.py"],
     "numerics/rgn": ["tests/test_rgn.py", "tests/test_lowrank.py", "tests/test_robust.py", "tests/test_verify.py",
                      "src/companion/numerics/rgn.py"],
-    "pretrained": ["tests/test_pretrained.py", "src/companion/pretrained.py"],
     "membership": ["tests/test_membership.py", "src/companion/membership.py"],
 }
 # companion.multihead is a package (issue 34): each of its modules runs the multihead tests, its pinned
@@ -90,6 +89,10 @@ for _module in MULTIHEAD:
     TESTS[_module] = ["tests/test_pinned_multihead.py", "tests/test_multihead.py", "tests/test_multihead_stages.py",
                       "tests/test_verify.py", f"src/companion/{_module}.py", "tests/test_served.py"]
 TESTS["multihead/_rowstart"] = list(TESTS["numerics/rational"])  # the counts route's row start: the same tests
+# companion.pretrained is a package too (issue 34): each module runs the pretrained tests.
+PRETRAINED = ("pretrained/_weights", "pretrained/_bert", "pretrained/_learn", "pretrained/_fetch")
+for _module in PRETRAINED:
+    TESTS[_module] = ["tests/test_pinned_pretrained.py", "tests/test_pretrained.py", f"src/companion/{_module}.py"]
 THRESHOLDS = "tests/test_thresholds.py"
 for _module, _tests in TESTS.items():
     # A module's pinned formulas and thresholds (tests/test_pinned_<module>.py, "/" -> "_"), when
@@ -99,7 +102,7 @@ for _module, _tests in TESTS.items():
         _tests.insert(0, _pinned)
     _tests.insert(0, THRESHOLDS)
 for _module in ("exact", "lowrank", "robust", "_learner", *MULTIHEAD, "ffn", "transformer", "numerics/rop",
-                "numerics/rgn", "pretrained", "membership"):
+                "numerics/rgn", *PRETRAINED, "membership"):
     TESTS[_module].append(CONTRACT)
 
 # (id, module, what the mutant does, original text, mutated text)
@@ -270,7 +273,7 @@ MUTANTS = [
      'rank_tol=1e-8, scale="auto", solver_eps=1e-9', 'rank_tol=1e-7, scale="auto", solver_eps=1e-9'),
     ("h22-exact-verify-rtol", "exact", "learn_single_head verify_rtol 1e-6 -> 1e-5",
      'scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-6,', 'scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-5,'),
-    ("h22-homogeneous-verify-rtol", "pretrained", "learn_homogeneous_head verify_rtol 1e-6 -> 1e-5",
+    ("h22-homogeneous-verify-rtol", "pretrained/_learn", "learn_homogeneous_head verify_rtol 1e-6 -> 1e-5",
      "scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-6,", "scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-5,"),
     ("h22-transformer-verify-rtol", "transformer", "learn_one_layer verify_rtol 1e-6 -> 1e-5",
      "verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, **ffn_options):",
@@ -294,7 +297,7 @@ class Mutant(NamedTuple):
 
 # The learner modules whose thresholds the inventory covers (issue 22 item 4).
 INVENTORY_MODULES = ("exact", "ffn", "transformer", "lowrank", "robust", "membership", *MULTIHEAD,
-                     "pretrained", "_learner", "numerics/rgn", "numerics/rop", "oracles")
+                     *PRETRAINED, "_learner", "numerics/rgn", "numerics/rop", "oracles")
 # Functions left out: the rational route (its own engineer, issue 21) and its helpers (the pair start's
 # stages were closures of learn_canonical_rational before issue 34).
 SKIP_FUNCTIONS = {"multihead/_counts": {"learn_canonical_rational", "check_options", "choose_start"},
@@ -308,7 +311,7 @@ SKIP_FUNCTIONS = {"multihead/_counts": {"learn_canonical_rational", "check_optio
 # Module constants that are not thresholds: facts of a model file or of IEEE formats (bit widths),
 # seeds, paths, the rational route's; and memory-block sizes, which change no result (the tests
 # assert that chunked and one-pass products agree), only speed.
-SKIP_CONSTANTS = {"pretrained": {"N_LAYERS", "N_HEADS", "D_MODEL", "D_HEAD", "DATA_FILE"},
+SKIP_CONSTANTS = {"pretrained/_weights": {"N_LAYERS", "N_HEADS", "D_MODEL", "D_HEAD", "DATA_FILE"},
                   "oracles": {"PERTURB_SEED", "FORMATS"}, "multihead/_pairstart": {"START_TOL"},
                   "numerics/rgn": {"_CHUNK_BYTES", "_CG_CHUNK_BYTES"}, "numerics/rop": {"_DRAW_CHUNK_BYTES"}}
 # Parameters that are not numeric thresholds: wall-clock limits of a solver (a tenfold change only

@@ -299,7 +299,6 @@ SIZE_ALLOWLIST: dict[str, tuple[set[str], bool]] = {
     "layer.py": ({"learn_attention_layer"}, False),
     "lowrank.py": ({"learn_low_rank"}, True),
     "oracles.py": (set(), True),
-    "pretrained.py": (set(), True),
     "robust.py": ({"learn_low_rank_noisy"}, True),
     "transformer.py": ({"learn_multi_head_transformer"}, True),
 }
