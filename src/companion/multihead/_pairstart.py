@@ -1,6 +1,22 @@
 """The counts route's pair start (private): each pair's own terms, matched into a row's start.
 
-Part of :func:`companion.multihead.learn_canonical_rational` (``start="pairs"``).
+:func:`companion.multihead.learn_canonical_rational` with ``start="pairs"`` is :func:`learn_pairs`,
+whose named stages are functions over three frozen records (:class:`PairDesign`: what is asked and
+fitted with; :class:`RowStart`: a row's start; :class:`RowFit`: a row's fitted terms):
+
+1. :func:`make_design` -- directions, tokens, the ``d`` length-1 answers;
+2. :func:`ask_row_pairs` -- every row's pairs; :func:`pair_fits` -- each pair's own terms
+   (with only ``H_bound``, :func:`choose_terms` counts them on row 0);
+3. :func:`batch_starts` -- every row's labels (:func:`label_rows`) and start
+   (:func:`start_rows`), then their joint fits, batched;
+4. :func:`fit_rows` -- the rows the batch left, through :data:`ROW_STRATEGIES` (the joint fit, the
+   repaired start, the shared-amplitude start), with new directions while spare rows remain;
+5. :func:`link_rows` -- every row's heads permuted onto row 0's;
+6. the result (:func:`companion.multihead._route.rational_result`).
+
+The matching helpers above the stages (:func:`match_terms`, :func:`fit_start_rows`,
+:func:`count_terms`, :func:`agreeing`, :func:`apart`, :func:`repair_start`) are the pieces the
+stages share with the diagnostics.
 """
 
 from __future__ import annotations
