@@ -342,3 +342,31 @@ def test_canonical_invisible_floor_is_looser_than_the_counts_routes():
     target = MultiHead(np.stack([np.eye(4), np.eye(4)]), np.stack([np.ones(4), -np.ones(4)]))  # values cancel
     with pytest.raises(NotIdentifiableError, match="heads' values cancel"):
         learn_canonical(ValueQueryOracle(target), H=1, verify=0)
+
+
+def test_canonical_ask_row_terms_asks_more_tokens_only_while_too_few_resolve():
+    target, oracle, rng, design, P, Xs = _canonical_design()
+    S = design.n.size
+    before = oracle.n_queries
+    G, c, L, Xs2 = _canonical.ask_row_terms(oracle, design, rng, P[0], Xs, 2)
+    assert Xs2.shape[0] == Xs.shape[0] == G.shape[0] == 12        # 12 tokens resolve d + 2 = 8: none added
+    assert oracle.n_queries - before == 12 * S
+    assert int(np.all(np.isfinite(L), axis=1).sum()) >= 8 and c.size == 2
+    few = Xs[:4]                                                   # 4 tokens cannot resolve d + 2 = 8
+    G, c, L, Xs3 = _canonical.ask_row_terms(oracle, design, rng, P[0], few, 2)
+    assert Xs3.shape[0] > 4 and G.shape[0] == Xs3.shape[0] and Xs3.shape[0] % 3 == 1   # ceil(d / 2) = 3 at a time
+    assert np.array_equal(Xs3[:4], few)
+
+
+def test_canonical_result_names_the_learner_when_the_verification_fails():
+    target = random_multi_head(6, 2, seed=0)
+    oracle = ValueQueryOracle(target)
+    count = _canonical.QueryCount(oracle)
+    wrong = MultiHead(target.Ws[:1], target.vs[:1])                # one of the two heads
+    opts = _canonical.check_options(2, scale=4.0, max_len=128, n_points=None, oversample=2.0,
+                                    max_tokens_factor=8.0, row_retries=2, tol=1e-9, verify=8,
+                                    verify_rtol=1e-6, seed=0)
+    with pytest.raises(OracleInconsistentError, match="learn_canonical: the recovered 1-head canonical form fails"):
+        _canonical.canonical_result(oracle, count, wrong, {"max_len": 5}, opts)
+    rec = _canonical.canonical_result(ValueQueryOracle(target), count, target, {"max_len": 5}, opts)
+    assert rec.n_heads == 2 and rec.diagnostics["n_verify_queries"] == 8
