@@ -24,7 +24,7 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    oracle seconds are each the least of a few runs (see rational_row).
    Measured 2026-12-02, 13:50-14:00 UTC (`--canonical-only`, OPENBLAS_NUM_THREADS=1, the SkylakeX
    kernel of an Intel Xeon with AVX-512; a quiet machine), after the rows' joint fits were made to
-   end at rounding level and the rows that stall were given a damped second fit (companion._star):
+   end at rounding level and the rows that stall were given a damped second fit (companion.multihead._star):
      d  H  queries  / count  longest  learner s  oracle s  ratio  CPU ratio  ratio to best block  error
      8  2      416    0.817        5    0.00278  0.000404   6.88       7.07                 7.08  5.3e-14
     16  4    3,576    0.875        9     0.0175   0.00697   2.51       2.54                 2.53  8.0e-14
@@ -69,7 +69,7 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
     64 12  refused (row 0: only 1 of 117 pairs resolved all 12 heads on their own)
    every other run recovered the canonical form to <= 2e-11 relative. Largest H to 1e-8 (seed 0):
    6 at d = 8 (K = d + 1 tokens per row fit in the count there), 7 at d = 16 and 32, 8 at d = 64
-   (the search's cap; with the shared-amplitude start of companion._rowstart; H = 9 at d = 64 refused
+   (the search's cap; with the shared-amplitude start of companion.multihead._rowstart; H = 9 at d = 64 refused
    in a separate run). Why (d = 64, 4 rows): a head's start row is a
    least-squares fit over the tokens at which a pair's own fit resolved it, so it needs more than
    d of the K ~ 1.85 d tokens; the fewest per head is 1.8 d at H = 4, 1.5 d at H = 6, 1.3 d at
@@ -93,7 +93,7 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    one interleaved in one process, least of 15 or 5 runs): d = 32, H = 2: 11.3 -> 7.5 ms; d = 64,
    H = 2: 62 -> 38 ms; d = 32, H = 4: 30 -> 28 ms; d = 64, H = 4: 350 -> 230 ms (main's run under
    load). What changed: the Loewner null vectors by Householder reflections vectorized over the
-   pairs (companion._rational._null_vectors, no LAPACK call per pair: 0.4-0.55 of numpy.linalg.qr's
+   pairs (companion.numerics.rational._null_vectors, no LAPACK call per pair: 0.4-0.55 of numpy.linalg.qr's
    time at H = 2-4), the two poles at H <= 2 by the quadratic formula on the barycentric numerator
    (_numerator_roots; at H = 3, 4 the deflated block assembled without forming M), the interpolant's
    misfit from its own logistic terms (interpolate_pairs(misfit=True)), the start rows re-solving

@@ -68,9 +68,7 @@ TESTS = {
     "book/cli": ["tests/test_cli.py", "tests/test_verify.py", "src/companion/book/cli.py"],
     "robust": ["tests/test_robust.py", "tests/test_verify.py", "src/companion/robust.py"],
     "_learner": ["tests/test_verify.py", "tests/test_exact.py", "src/companion/_learner.py"],
-    "multihead": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/multihead.py",
-                  "tests/test_served.py"],  # the served float32 oracles: learn_canonical's rounding rule
-    "_rational": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/_rational.py"],
+    "numerics/rational": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/numerics/rational.py"],
     "ffn": ["tests/test_ffn.py", "tests/test_verify.py", "src/companion/ffn.py"],
     "transformer": ["tests/test_transformer.py", "tests/test_verify.py",
                     "src/companion/transformer.py"],
@@ -80,10 +78,21 @@ TESTS = {
                      "tests/test_exact.py", "src/companion/numerics/rop.py"],
     "numerics/rgn": ["tests/test_rgn.py", "tests/test_lowrank.py", "tests/test_robust.py", "tests/test_verify.py",
                      "src/companion/numerics/rgn.py"],
-    "pretrained": ["tests/test_pretrained.py", "src/companion/pretrained.py"],
     "membership": ["tests/test_membership.py", "src/companion/membership.py"],
 }
-TESTS["_rowstart"] = list(TESTS["_rational"])  # the counts route's row start: the same tests
+# companion.multihead is a package (issue 34): each of its modules runs the multihead tests, its pinned
+# constants (tests/test_pinned_multihead.py), the stage tests and the served float32 oracles
+# (tests/test_served.py: the canonical learners' rounding rule).
+MULTIHEAD = tuple(f"multihead/{m}" for m in ("_common", "_identifiability", "_detection", "_orthogonal", "_canonical",
+                                              "_route", "_pairstart", "_moments", "_counts", "_diagnostics"))
+for _module in MULTIHEAD:
+    TESTS[_module] = ["tests/test_pinned_multihead.py", "tests/test_multihead.py", "tests/test_multihead_stages.py",
+                      "tests/test_verify.py", f"src/companion/{_module}.py", "tests/test_served.py"]
+TESTS["multihead/_rowstart"] = list(TESTS["numerics/rational"])  # the counts route's row start: the same tests
+# companion.pretrained is a package too (issue 34): each module runs the pretrained tests.
+PRETRAINED = ("pretrained/_weights", "pretrained/_bert", "pretrained/_learn", "pretrained/_fetch")
+for _module in PRETRAINED:
+    TESTS[_module] = ["tests/test_pinned_pretrained.py", "tests/test_pretrained.py", f"src/companion/{_module}.py"]
 THRESHOLDS = "tests/test_thresholds.py"
 for _module, _tests in TESTS.items():
     # A module's pinned formulas and thresholds (tests/test_pinned_<module>.py, "/" -> "_"), when
@@ -92,8 +101,8 @@ for _module, _tests in TESTS.items():
     if (ROOT / _pinned).exists():
         _tests.insert(0, _pinned)
     _tests.insert(0, THRESHOLDS)
-for _module in ("exact", "lowrank", "robust", "_learner", "multihead", "ffn", "transformer", "numerics/rop",
-                "numerics/rgn", "pretrained", "membership"):
+for _module in ("exact", "lowrank", "robust", "_learner", *MULTIHEAD, "ffn", "transformer", "numerics/rop",
+                "numerics/rgn", *PRETRAINED, "membership"):
     TESTS[_module].append(CONTRACT)
 
 # (id, module, what the mutant does, original text, mutated text)
@@ -180,14 +189,14 @@ MUTANTS = [
      "NOISY_OVERSAMPLING = 3.0", "NOISY_OVERSAMPLING = 2.0"),
     ("robust-posterior", "robust", "posterior bound forgets the sqrt(d)",
      "np.sqrt(d * np.sum(v_hat**-2.0))", "np.sqrt(np.sum(v_hat**-2.0))"),
-    ("multihead-band", "multihead", "re-measurement band 0.05 -> 0.01",
-     "_BAND = 0.05", "_BAND = 0.01"),
-    ("multihead-verify-rtol", "multihead", "orthogonal-heads verify_rtol 1e-5 -> 1e-1",
+    ("multihead-band", "multihead/_common", "re-measurement band 0.05 -> 0.01",
+     "BAND = 0.05", "BAND = 0.01"),
+    ("multihead-verify-rtol", "multihead/_orthogonal", "orthogonal-heads verify_rtol 1e-5 -> 1e-1",
      "verify=DEFAULT_VERIFY, verify_rtol=1e-5,", "verify=DEFAULT_VERIFY, verify_rtol=1e-1,"),
-    ("multihead-tol", "multihead", "Hessian eigenvalue threshold tol 1e-6 -> 1e-2",
+    ("multihead-tol", "multihead/_orthogonal", "Hessian eigenvalue threshold tol 1e-6 -> 1e-2",
      "def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6,",
      "def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-2,"),
-    ("multihead-verify-scale", "multihead", "verify_model floor 1e-12 -> 1",
+    ("multihead-verify-scale", "multihead/_common", "verify_model floor 1e-12 -> 1",
      "lambda x: max(1e-12, float(np.max(np.abs(x @ vs.T).sum(axis=1)))), n,",
      "lambda x: max(1.0, float(np.max(np.abs(x @ vs.T).sum(axis=1)))), n,"),
     ("ffn-signs-rtol", "ffn", "sign residual tolerance 1e-7 -> 1e-3",
@@ -218,9 +227,9 @@ MUTANTS = [
      "b_max = (1.0 - a) / probe_norm if b_max is None", "b_max = 1.0 / probe_norm if b_max is None"),
     ("robust-rop-scales", "numerics/rop", "ROP scale sqrt(x / (W ||a|| ||b||)) -> x / sqrt(...)",
      "np.sqrt(logit_max / (W_max * na * nb))", "logit_max / np.sqrt(W_max * na * nb)"),
-    ("multihead-richardson", "multihead", "Richardson weights (4, -1)/3 -> (2, -1)",
+    ("multihead-richardson", "multihead/_orthogonal", "Richardson weights (4, -1)/3 -> (2, -1)",
      "q = (4 * D1 - D2) / 3 * 2", "q = (2 * D1 - D2) * 2"),
-    ("multihead-canonical-atol", "multihead", "canonical_form atol 1e-9 -> 1e-3",
+    ("multihead-canonical-atol", "multihead/_identifiability", "canonical_form atol 1e-9 -> 1e-3",
      "def canonical_form(model, *, atol=1e-9)", "def canonical_form(model, *, atol=1e-3)"),
     ("transformer-v-mismatch", "transformer", "v_mismatch: max -> mean",
      '"v_mismatch": float(np.max(np.abs(head.v - b))),', '"v_mismatch": float(np.mean(np.abs(head.v - b))),'),
@@ -243,14 +252,14 @@ MUTANTS = [
      "FIT_SLACK = 1.0 + 1e-6", "FIT_SLACK = 1.0 + 1e-5"),
     ("h22-robust-fit-unweighted", "robust", "fit ratio without the weights in the residual",
      "ratio = float(np.sum(w * res**2) / max(", "ratio = float(np.sum(res**2) / max("),
-    ("h22-multihead-detect-rtol", "multihead", "detect_multi_head rtol 1e-6 -> 1e-5",
+    ("h22-multihead-detect-rtol", "multihead/_detection", "detect_multi_head rtol 1e-6 -> 1e-5",
      "def detect_multi_head(oracle, *, verify=64, rtol=1e-6, seed=0)",
      "def detect_multi_head(oracle, *, verify=64, rtol=1e-5, seed=0)"),
-    ("h22-multihead-canonical-tol", "multihead", "learn_canonical fit tol 1e-9 -> 1e-8",
+    ("h22-multihead-canonical-tol", "multihead/_canonical", "learn_canonical fit tol 1e-9 -> 1e-8",
      "row_retries=2, tol=1e-9, verify=64, verify_rtol=1e-6,", "row_retries=2, tol=1e-8, verify=64, verify_rtol=1e-6,"),
-    ("h22-multihead-canonical-rtol", "multihead", "learn_canonical verify_rtol 1e-6 -> 1e-5",
+    ("h22-multihead-canonical-rtol", "multihead/_canonical", "learn_canonical verify_rtol 1e-6 -> 1e-5",
      "row_retries=2, tol=1e-9, verify=64, verify_rtol=1e-6,", "row_retries=2, tol=1e-9, verify=64, verify_rtol=1e-5,"),
-    ("h22-multihead-redraw-cond", "multihead", "row redraw accepts cond < 100 d",
+    ("h22-multihead-redraw-cond", "multihead/_common", "row redraw accepts cond < 100 d",
      "if np.linalg.cond(Pn) < 10 * d:", "if np.linalg.cond(Pn) < 100 * d:"),
     ("h22-membership-slack", "membership", "label verification slack 2 -> 20",
      "verify_slack=2.0, seed=0):", "verify_slack=20.0, seed=0):"),
@@ -264,12 +273,12 @@ MUTANTS = [
      'rank_tol=1e-8, scale="auto", solver_eps=1e-9', 'rank_tol=1e-7, scale="auto", solver_eps=1e-9'),
     ("h22-exact-verify-rtol", "exact", "learn_single_head verify_rtol 1e-6 -> 1e-5",
      'scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-6,', 'scale="auto", verify=DEFAULT_VERIFY, verify_rtol=1e-5,'),
-    ("h22-homogeneous-verify-rtol", "pretrained", "learn_homogeneous_head verify_rtol 1e-6 -> 1e-5",
+    ("h22-homogeneous-verify-rtol", "pretrained/_learn", "learn_homogeneous_head verify_rtol 1e-6 -> 1e-5",
      "scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-6,", "scale=1.0, verify=DEFAULT_VERIFY, verify_rtol=1e-5,"),
     ("h22-transformer-verify-rtol", "transformer", "learn_one_layer verify_rtol 1e-6 -> 1e-5",
      "verify=DEFAULT_VERIFY, verify_rtol=1e-6, seed=0, **ffn_options):",
      "verify=DEFAULT_VERIFY, verify_rtol=1e-5, seed=0, **ffn_options):"),
-    ("h22-orthogonal-step", "multihead", "Hessian probe step 1e-3 -> 1e-2",
+    ("h22-orthogonal-step", "multihead/_orthogonal", "Hessian probe step 1e-3 -> 1e-2",
      "def learn_orthogonal_heads(oracle, *, step=1e-3", "def learn_orthogonal_heads(oracle, *, step=1e-2"),
 ]
 
@@ -287,16 +296,23 @@ class Mutant(NamedTuple):
 
 
 # The learner modules whose thresholds the inventory covers (issue 22 item 4).
-INVENTORY_MODULES = ("exact", "ffn", "transformer", "lowrank", "robust", "membership", "multihead",
-                     "pretrained", "_learner", "numerics/rgn", "numerics/rop", "oracles")
-# Functions left out: the rational route (its own engineer, issue 21) and its helpers.
-SKIP_FUNCTIONS = {"multihead": {"learn_canonical_rational", "_start_rows", "_ask_pairs", "rational_plan",
-                                "follow_up_count", "counts_conditioning"}}
+INVENTORY_MODULES = ("exact", "ffn", "transformer", "lowrank", "robust", "membership", *MULTIHEAD,
+                     *PRETRAINED, "_learner", "numerics/rgn", "numerics/rop", "oracles")
+# Functions left out: the rational route (its own engineer, issue 21) and its helpers (the pair start's
+# stages were closures of learn_canonical_rational before issue 34).
+SKIP_FUNCTIONS = {"multihead/_counts": {"learn_canonical_rational", "check_options", "choose_start"},
+                  "multihead/_pairstart": {"fit_start_rows", "make_design", "ask_row_pairs", "pair_fits",
+                                           "check_visible", "choose_terms", "label_rows", "label_row", "start_rows",
+                                           "start_row", "batch_starts", "_joint_fit", "_repaired_fit",
+                                           "_shared_amplitude_fit", "finish_row", "learn_row", "fit_rows",
+                                           "link_rows", "learn_pairs"},
+                  "multihead/_route": {"ask_pairs", "rational_plan", "follow_up_count"},
+                  "multihead/_diagnostics": {"counts_conditioning"}}
 # Module constants that are not thresholds: facts of a model file or of IEEE formats (bit widths),
 # seeds, paths, the rational route's; and memory-block sizes, which change no result (the tests
 # assert that chunked and one-pass products agree), only speed.
-SKIP_CONSTANTS = {"pretrained": {"N_LAYERS", "N_HEADS", "D_MODEL", "D_HEAD", "DATA_FILE"},
-                  "oracles": {"PERTURB_SEED", "FORMATS"}, "multihead": {"_START_TOL"},
+SKIP_CONSTANTS = {"pretrained/_weights": {"N_LAYERS", "N_HEADS", "D_MODEL", "D_HEAD", "DATA_FILE"},
+                  "oracles": {"PERTURB_SEED", "FORMATS"}, "multihead/_pairstart": {"START_TOL"},
                   "numerics/rgn": {"_CHUNK_BYTES", "_CG_CHUNK_BYTES"}, "numerics/rop": {"_DRAW_CHUNK_BYTES"}}
 # Parameters that are not numeric thresholds: wall-clock limits of a solver (a tenfold change only
 # moves when a MILP gives up, which no fast test can time honestly), seeds.

@@ -87,7 +87,7 @@ What it says:
   give is a solver: its samples are no longer one rational function of r, so the Loewner interpolation
   does not apply, and Levenberg-Marquardt from 10 random starts per pair, amplitudes given, reached the
   global minimum at 0 of 39 pairs at H = 12, with either design (measured once, 2026-12-01).
-  Prototyped since (benchmarks/multiscale_pairs.py, companion._multiscale; d = 64, rows 0 and 1, all
+  Prototyped since (benchmarks/multiscale_pairs.py, companion.multihead._multiscale; d = 64, rows 0 and 1, all
   117 pairs): the column above takes sigma from the c = 1 answers, and the answers round more at a
   larger c (c x^T v is subtracted after rounding); with each scale's own rounding a perfect per-pair
   solver gives 53 % / 56 % of pairs within 1e-2 at H = 12 and 84 % / 66 % at H = 10, and every head
@@ -116,7 +116,7 @@ import pandas as pd
 
 from companion.multihead import counts_information, counts_length_bounds
 
-START_ACCURACY = 1e-2   # companion._information.START_ACCURACY, as the table's column names it
+START_ACCURACY = 1e-2   # companion.multihead._information.START_ACCURACY, as the table's column names it
 
 
 

@@ -460,7 +460,7 @@ def test_counts_route_well_conditioned_threshold_both_sides(monkeypatch, thresho
     refusal names H, just below it float64 (the H = 12, d = 64 refusal measures 0.3)."""
     from companion import multihead
 
-    monkeypatch.setattr(multihead, "_WELL_CONDITIONED", threshold)
+    monkeypatch.setattr(multihead._pairstart, "WELL_CONDITIONED", threshold)
     target = multihead.random_multi_head(6, 3, seed=0)
     with pytest.raises(OracleInconsistentError) as info:
         multihead.learn_canonical_rational(ValueQueryOracle(target), H=2)

@@ -1,11 +1,11 @@
-"""Tests of companion._information: the Cramer-Rao bounds behind benchmarks/why_H_stops.py."""
+"""Tests of companion.multihead._information: the Cramer-Rao bounds behind benchmarks/why_H_stops.py."""
 
 import numpy as np
 import pytest
 from scipy.special import expit
 
-from companion import _information as inf
-from companion._rational import fit_rows_joint, polish_pairs, ratio_design
+from companion.multihead import _information as inf
+from companion.numerics.rational import fit_rows_joint, polish_pairs, ratio_design
 from companion.errors import InvalidInputError
 from companion.multihead import random_multi_head
 from companion.oracles import ValueQueryOracle

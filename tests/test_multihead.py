@@ -255,10 +255,10 @@ def test_grow_subspace_stops_at_the_dimensions_left():
     v = target.vs.sum(axis=0)
     B = np.linalg.svd(target.Ws[0])[0][:, :3]
     q = B @ np.ones(3)
-    Z, _, K, _ = mh._grow_subspace(oracle, q, v, 1e-6, 3)
+    Z, _, K, _ = mh._orthogonal._grow_subspace(oracle, q, v, 1e-6, 3)
     assert Z.shape == (6, 3) and K.shape == (6, 3)
     with pytest.raises(OracleInconsistentError, match="span more than d=6 dimensions"):
-        mh._grow_subspace(oracle, q, v, 1e-6, 2)
+        mh._orthogonal._grow_subspace(oracle, q, v, 1e-6, 2)
 
 
 # ---------------------------------------------------------------- general heads: canonical form
@@ -342,7 +342,7 @@ def test_learn_canonical_input_checks():
 
 
 def test_rational_fit_recovers_logistic_terms():
-    from companion._rational import count_pairs, fit_free, fit_shifts, logistic_sum
+    from companion.numerics.rational import count_pairs, fit_free, fit_shifts, logistic_sum
 
     n, m = count_pairs(20, 64)
     assert np.all(n + m <= 64) and np.all(np.diff(n / m) > 0)
@@ -411,7 +411,7 @@ def test_counts_identity_is_the_rational_function_of_the_derivation():
 
 
 def test_ratio_design_and_plan_bounds():
-    from companion._rational import ratio_design
+    from companion.numerics.rational import ratio_design
 
     for H in (1, 2, 5, 12, 16):
         n, m = ratio_design(H)
@@ -437,7 +437,7 @@ def _plan_ok(d, H):
 
 
 def test_interpolate_pairs_recovers_poles_and_residues():
-    from companion._rational import interpolate_pairs, polish_pairs, ratio_design
+    from companion.numerics.rational import interpolate_pairs, polish_pairs, ratio_design
 
     n, m = ratio_design(3)
     r = n / m
@@ -465,7 +465,7 @@ def test_barycentric_poles_deflated_equal_the_full_eigenvalue_problem():
     the barycentric numerator by the quadratic formula) has the zeros of the barycentric
     denominator, as the full (H + 1) x (H + 1) eigenvalue problem does: known real poles to 1e-10, a complex pair conjugate (not taken as real),
     a double pole split by rounding (1e-7) and taken as real, random weights alike."""
-    from companion._rational import _barycentric_poles, _negative_real, ratio_design
+    from companion.numerics.rational import _barycentric_poles, _negative_real, ratio_design
 
     for H in (1, 2, 3, 4):
         n, m = ratio_design(H)
@@ -492,7 +492,7 @@ def test_lstsq_mgs_equals_lapack_least_squares_and_takes_the_minimum_norm_where_
     """_lstsq_mgs (modified Gram-Schmidt with the right-hand side carried along, vectorized over the
     pairs) gives numpy.linalg.lstsq's amplitudes to 1e-12 relative; a pair with a zero column (a term
     flat at 0 over the samples) gets the minimum-norm solution, as the batched QR's pinv fallback did."""
-    from companion._rational import _lstsq_mgs
+    from companion.numerics.rational import _lstsq_mgs
 
     rng = np.random.default_rng(0)
     Z, G = rng.random((40, 8, 4)), rng.standard_normal((40, 8))
@@ -509,8 +509,8 @@ def test_interpolate_pairs_small_H_switch_just_inside_and_outside(monkeypatch):
     that _rowstart.ACCEPT was calibrated on (the reference below is that code)."""
     from scipy.special import expit
 
-    from companion import _rational
-    from companion._rational import _negative_real, interpolate_pairs, ratio_design
+    from companion.numerics import rational as _rational
+    from companion.numerics.rational import _negative_real, interpolate_pairs, ratio_design
 
     assert _rational._SMALL_H == 4
     svd_calls = []
@@ -543,7 +543,7 @@ def test_interpolate_pairs_small_H_switch_just_inside_and_outside(monkeypatch):
 
 
 def _row_problem(n_rows, K, d, H, seed=0):
-    from companion._rational import ratio_design
+    from companion.numerics.rational import ratio_design
 
     rng = np.random.default_rng(seed)
     n, m = ratio_design(H)
@@ -556,7 +556,7 @@ def _row_problem(n_rows, K, d, H, seed=0):
 
 
 def test_fit_rows_joint_batched_equals_the_truth_from_a_start_one_percent_off():
-    from companion._rational import fit_rows_joint
+    from companion.numerics.rational import fit_rows_joint
 
     s, G, X, gamma, R = _row_problem(5, 30, 6, 3)
     rng = np.random.default_rng(1)
@@ -573,7 +573,7 @@ def test_normal_layout_assembles_the_gauss_newton_matrix():
     """_normal_layout's index map builds J^T J of the joint fit (unknowns gamma, then R row by row)
     from the distinct head pairs h <= g and the upper triangles of their d x d blocks alone; a
     random J_R (blocks not symmetric) would not be rebuilt."""
-    from companion._rational import _normal_layout
+    from companion.numerics.rational import _normal_layout
 
     H, d, K, S = 3, 4, 10, 6
     rng = np.random.default_rng(0)
@@ -597,7 +597,7 @@ def test_normal_layout_assembles_the_gauss_newton_matrix():
 
 def test_fit_rows_joint_converges_like_gauss_newton():
     """From 1 % off, the normal-matrix steps converge quadratically: at rounding level in 4 steps."""
-    from companion._rational import fit_rows_joint
+    from companion.numerics.rational import fit_rows_joint
 
     s, G, X, gamma, R = _row_problem(6, 40, 8, 3, seed=2)
     rng = np.random.default_rng(3)
@@ -623,23 +623,23 @@ def test_start_helpers_batched_over_rows_equal_each_row_alone():
     sh = rng.standard_normal((N, K, H))
     fit = rng.random((N, K)) > 0.2
     gs = np.sort(gam, axis=2)
-    agree = mh._agreeing(gs, fit)
-    use, L = mh._match_terms(gam, sh, fit, gamma0)
+    agree = mh._pairstart.agreeing(gs, fit)
+    use, L = mh._pairstart.match_terms(gam, sh, fit, gamma0)
     for i in range(N):
         alone = np.zeros(K, bool)
-        alone[fit[i]] = mh._agreeing(gs[i][fit[i]])
+        alone[fit[i]] = mh._pairstart.agreeing(gs[i][fit[i]])
         assert np.array_equal(agree[i], alone)
-        u1, L1 = mh._match_terms(gam[i], sh[i], fit[i], gamma0[i])
+        u1, L1 = mh._pairstart.match_terms(gam[i], sh[i], fit[i], gamma0[i])
         assert np.array_equal(use[i], u1) and np.array_equal(L[i], L1)
-    assert np.array_equal(mh._apart(gamma0), np.array([mh._apart(g) for g in gamma0]))
+    assert np.array_equal(mh._pairstart.apart(gamma0), np.array([mh._pairstart.apart(g) for g in gamma0]))
     R_true = rng.standard_normal((N, H, d))
     Lr = np.einsum("kd,nhd->nkh", X, R_true) + 1e-3 * rng.standard_normal((N, K, H))
     Lr[1, :6, 0] += 2.0  # outliers: row 1 trims for more passes than the others
     Lr[3, :, 2] = 9.0  # outside the window: row 3's head 2 falls back to every resolved token
     resolved = rng.random((N, K, H)) > 0.1
-    R = mh._start_rows(X, Lr, 1.0, resolved)
+    R = mh._pairstart.fit_start_rows(X, Lr, 1.0, resolved)
     for i in range(N):  # to rounding: one matrix product serves all rows' normal equations
-        assert np.max(np.abs(R[i] - mh._start_rows(X, Lr[i], 1.0, resolved[i]))) <= 1e-12 * np.max(np.abs(R[i]))
+        assert np.max(np.abs(R[i] - mh._pairstart.fit_start_rows(X, Lr[i], 1.0, resolved[i]))) <= 1e-12 * np.max(np.abs(R[i]))
 
 
 def _agreeing_reference(gs, fit):
@@ -665,10 +665,10 @@ def test_agreeing_by_interval_comparisons_equals_the_differences_and_keeps_the_f
         gs = np.sort(gs, axis=2)
         gs[:, 5] = np.nan
         fit = rng.random((N, K)) > 0.15
-        got = mh._agreeing(gs, fit)
+        got = mh._pairstart.agreeing(gs, fit)
         assert np.array_equal(got, _agreeing_reference(gs, fit)) and not got[:, 5].any()
     tie = np.array([[[1.0], [1.0], [2.0], [2.0]]])  # two groups of two: pair 0's
-    assert mh._agreeing(tie, np.ones((1, 4), bool)).tolist() == [[True, True, False, False]]
+    assert mh._pairstart.agreeing(tie, np.ones((1, 4), bool)).tolist() == [[True, True, False, False]]
 
 
 def test_canonical_form_orders_heads_as_lexsort_of_W_then_v():
@@ -679,7 +679,7 @@ def test_canonical_form_orders_heads_as_lexsort_of_W_then_v():
     Ws[:, 0, 0] = [0.5, 0.5, -0.0, 0.0, 0.5, -1.0]  # ties in the first entry, and -0 == 0
     Ws[1, 0, 1] = Ws[0, 0, 1]  # and in the second
     vs = rng.standard_normal((6, 3))
-    c = mh.canonical_form(mh.MultiHead(Ws, vs), atol=0.0)
+    c = mh.canonical_form(MultiHead(Ws, vs), atol=0.0)
     keys = np.concatenate([Ws.reshape(6, -1), vs], axis=1)
     order = np.lexsort(keys.T[::-1])
     assert np.array_equal(c.Ws, Ws[order]) and np.array_equal(c.vs, vs[order])
@@ -687,7 +687,7 @@ def test_canonical_form_orders_heads_as_lexsort_of_W_then_v():
 
 def test_fit_row_joint_far_off_start_returns_without_the_minpack_fallback(monkeypatch):
     """A start far off (not near convergence) used to run MINPACK for seconds before failing."""
-    import companion._rational as rat
+    import companion.numerics.rational as rat
 
     s, G, X, gamma, R = _row_problem(1, 30, 6, 3)
     called = []
@@ -743,7 +743,7 @@ def test_row_joint_fit_at_twelve_heads_converges_from_one_percent_not_from_ten()
     10 % it stays at a misfit far above the route's tol = 1e-9 (counts_start_coverage's docstring)."""
     from scipy.special import expit
 
-    from companion._rational import fit_row_joint, ratio_design
+    from companion.numerics.rational import fit_row_joint, ratio_design
 
     d, H = 32, 12
     target = mh.random_multi_head(d, H, seed=0)
@@ -781,23 +781,23 @@ def test_rational_match_tol_just_inside_and_outside():
     """_match_terms takes a pair's term as head h when its amplitude is within _MATCH_TOL = 1e-3 of
     the row's largest from gamma0[h], within a third of the gap to the nearest other head, and h is
     its nearest head (mutually)."""
-    tol = mh._MATCH_TOL
+    tol = mh._pairstart.MATCH_TOL
     assert tol == 1e-3
     gamma0 = np.array([-2.0, 0.5, 1.0])            # largest |gamma0| = 2: tolerance 2e-3
     sh = np.array([[0.1, 0.2, 0.3]])
     for off, taken in [(0.9 * tol * 2, True), (1.1 * tol * 2, False)]:
-        use, L = mh._match_terms(gamma0[None] + off, sh, np.array([True]), gamma0)
+        use, L = mh._pairstart.match_terms(gamma0[None] + off, sh, np.array([True]), gamma0)
         assert use.tolist() == [[taken] * 3]
         assert np.array_equal(L, np.where(use, sh, 0.0))
     # a pair that does not fit is never used
-    assert not mh._match_terms(gamma0[None], sh, np.array([False]), gamma0)[0].any()
+    assert not mh._pairstart.match_terms(gamma0[None], sh, np.array([False]), gamma0)[0].any()
     # two heads 3e-3 apart: a term 0.9e-3 from one (inside a third of the gap) is taken, 1.1e-3 not
     close = np.array([-2.0, 0.5, 0.503])
     for off, taken in [(0.9e-3, True), (1.1e-3, False)]:
-        use = mh._match_terms(np.array([[-2.0, 0.5 + off, 9.0]]), sh, np.array([True]), close)[0]
+        use = mh._pairstart.match_terms(np.array([[-2.0, 0.5 + off, 9.0]]), sh, np.array([True]), close)[0]
         assert use[0, 1] == taken and use[0, 0] and not use[0, 2]
     # one term nearest to two heads is taken only for the head it is nearest to
-    use, L = mh._match_terms(np.array([[-2.0, 0.5004, 7.0]]), sh, np.array([True]), np.array([-2.0, 0.5, 0.5012]))
+    use, L = mh._pairstart.match_terms(np.array([[-2.0, 0.5004, 7.0]]), sh, np.array([True]), np.array([-2.0, 0.5, 0.5012]))
     assert use[0].tolist() == [True, True, False] and L[0, 1] == 0.2
 
 
@@ -826,16 +826,16 @@ def test_rational_repair_and_shared_start_never_silently_wrong_on_any_kernel(mon
     factor (or the repair off too) the learner either recovers it exactly or refuses so. The
     factor's two sides are tested where rounding cannot move them, on a synthetic row:
     test_repair_start_factor_just_inside_and_outside."""
-    from companion import _rowstart
+    from companion.multihead import _rowstart
 
     target = mh.random_multi_head(d, 7, seed=0)
     outcome = _recovers_or_names_the_joint_fit(target, 7)
     assert outcome == default or default is None
     monkeypatch.setattr(_rowstart, "shared_amplitude_start", lambda *args, **kwargs: None)
     for factor in (0.3, 30.0):
-        monkeypatch.setattr(mh, "_REPAIR_FACTOR", factor)
+        monkeypatch.setattr(mh._pairstart, "REPAIR_FACTOR", factor)
         _recovers_or_names_the_joint_fit(target, 7)
-    monkeypatch.setattr(mh, "_repair_start", lambda *args, **kwargs: None)
+    monkeypatch.setattr(mh._pairstart, "repair_start", lambda *args, **kwargs: None)
     _recovers_or_names_the_joint_fit(target, 7)
 
 
@@ -875,20 +875,20 @@ def test_learn_canonical_rational_counts_the_heads_below_the_bound(d, H, H_bound
 def test_count_terms_fractions_just_inside_and_outside():
     # row 0 of d = 6, H = 2, seed 1 (the transformer's heads): 2 of 7 pairs fit with 1 term, all with 2
     two_of_seven = np.array([[1e-7, 1e-7, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3], [1e-12] * 7, [np.inf] * 7])
-    assert mh._count_terms(two_of_seven) == 2  # 2/7 < 0.5 of the best fraction 1.0
-    assert mh._count_terms(two_of_seven[:1]) == 1  # alone, 2/7 >= 0.25
+    assert mh._pairstart.count_terms(two_of_seven) == 2  # 2/7 < 0.5 of the best fraction 1.0
+    assert mh._pairstart.count_terms(two_of_seven[:1]) == 1  # alone, 2/7 >= 0.25
     # a quarter of the pairs: 3 of 12 fit, 2 of 12 do not
-    assert mh._count_terms(np.array([[1e-7] * 3 + [1e-3] * 9])) == 1
-    assert mh._count_terms(np.array([[1e-7] * 2 + [1e-3] * 10])) is None
+    assert mh._pairstart.count_terms(np.array([[1e-7] * 3 + [1e-3] * 9])) == 1
+    assert mh._pairstart.count_terms(np.array([[1e-7] * 2 + [1e-3] * 10])) is None
     # half of the best: 6 of 12 is enough against 12 of 12, 5 of 12 is not
-    assert mh._count_terms(np.array([[1e-7] * 6 + [1e-3] * 6, [1e-12] * 12])) == 1
-    assert mh._count_terms(np.array([[1e-7] * 5 + [1e-3] * 7, [1e-12] * 12])) == 2
+    assert mh._pairstart.count_terms(np.array([[1e-7] * 6 + [1e-3] * 6, [1e-12] * 12])) == 1
+    assert mh._pairstart.count_terms(np.array([[1e-7] * 5 + [1e-3] * 7, [1e-12] * 12])) == 2
 
 
 def test_count_terms_start_tol_just_inside_and_outside():
     # _START_TOL = 1e-6: a misfit of 3e-7 relative resolves a pair, 3e-6 does not
     misfit = np.array([[3e-6] * 8, [3e-7] * 8, [1e-15] * 8])
-    assert mh._count_terms(misfit) == 2  # 1e-5 would take 1 term, 1e-7 three
+    assert mh._pairstart.count_terms(misfit) == 2  # 1e-5 would take 1 term, 1e-7 three
 
 
 def test_learn_canonical_rational_refuses_where_float64_cannot_separate_the_heads():
@@ -945,24 +945,24 @@ def test_detect_multi_head_rtol_just_inside_and_outside():
 
 def test_rational_rough_threshold_just_inside_and_outside():
     # 1e-10 relative: a misfit of 3e-11 is not rough, 3e-10 is
-    assert mh._rough(np.array([3e-11, 3e-10]), 1.0).tolist() == [False, True]
+    assert mh._pairstart.is_rough(np.array([3e-11, 3e-10]), 1.0).tolist() == [False, True]
 
 
 def test_rational_agreement_just_inside_and_outside():
     # 1e-2 relative to a pair's largest amplitude (here 2, so 0.02): the first four pairs differ by
     # 0.01 (agree at 1e-2, not at 1e-3), the last three by 0.1 from them (agree only at 1e-1)
     gs = np.array([[1.0, 2.0], [1.0, 2.01], [1.0, 1.99], [1.01, 2.0], [1.0, 2.1], [1.0, 2.1], [1.0, 2.1]])
-    assert mh._agreeing(gs).tolist() == [True] * 4 + [False] * 3
+    assert mh._pairstart.agreeing(gs).tolist() == [True] * 4 + [False] * 3
 
 
 def test_rational_apart_rule_just_inside_and_outside():
     # 2e-2 relative to the largest |amplitude| (1.0): gaps 0.03 are apart, 0.01 are not
     gamma0 = np.array([1.0, 0.5, 0.53, -0.3, -0.31])
-    assert mh._apart(gamma0).tolist() == [True, True, True, False, False]
+    assert mh._pairstart.apart(gamma0).tolist() == [True, True, True, False, False]
 
 
 def test_rational_real_pole_tolerance_just_inside_and_outside():
-    from companion._rational import _negative_real
+    from companion.numerics.rational import _negative_real
 
     # |Im| <= 1e-6 |lam| and Re < 0: 3e-7 is real, 3e-6 is not
     lam = np.array([-1 + 3e-7j, -1 + 3e-6j, 2 + 0j, -1 + 0j])
@@ -972,7 +972,7 @@ def test_rational_real_pole_tolerance_just_inside_and_outside():
 def test_counts_start_coverage_shift_tolerance_just_inside_and_outside():
     # a head is resolved where its fitted shift is within 1e-2 of the true one: 3e-3 is, 3e-2 is not
     L = np.array([[0.5], [-0.7]])
-    hit = mh._resolved_heads(np.array([[0.8], [0.8]]), L + np.array([[3e-3], [3e-2]]), np.array([0.8]), L)
+    hit = mh._diagnostics._resolved_heads(np.array([[0.8], [0.8]]), L + np.array([[3e-3], [3e-2]]), np.array([0.8]), L)
     assert hit[:, 0].tolist() == [True, False]
 
 
@@ -986,7 +986,7 @@ def test_start_rows_window_margin_just_inside_and_outside():
     X = np.vstack([X, [[np.cos(t), np.sin(t)] for t in np.linspace(0, 3, 10)]])
     L = X @ R_true.T
     L[5:, 0] = np.array([1, -1] * 5) * (window + 10)
-    assert np.max(np.abs(mh._start_rows(X, L, window) - R_true)) <= 1e-9  # 0.54 with either mutant
+    assert np.max(np.abs(mh._pairstart.fit_start_rows(X, L, window) - R_true)) <= 1e-9  # 0.54 with either mutant
 
 
 def test_start_rows_median_trim_just_inside_and_outside():
@@ -1002,7 +1002,7 @@ def test_start_rows_median_trim_just_inside_and_outside():
     L[:12, 0] += e
     L[12:24, 0] -= e
     L[24, 0] += 30 * e
-    assert np.max(np.abs(mh._start_rows(X, L, 10.0) - R_true)) <= 1e-9  # 1.2e-3 and 8e-4 mutated
+    assert np.max(np.abs(mh._pairstart.fit_start_rows(X, L, 10.0) - R_true)) <= 1e-9  # 1.2e-3 and 8e-4 mutated
 
 
 def test_repair_start_factor_just_inside_and_outside():
@@ -1012,7 +1012,7 @@ def test_repair_start_factor_just_inside_and_outside():
     <= d, and head 0 is not refitted."""
     from scipy.special import expit
 
-    from companion._rational import ratio_design
+    from companion.numerics.rational import ratio_design
 
     n, m = ratio_design(2)
     s = np.log(n / m)
@@ -1025,7 +1025,7 @@ def test_repair_start_factor_just_inside_and_outside():
     G += np.r_[[1e-8] * 3, [1e-6] * 15, [1e-5] * 6][:, None] * (-1.0) ** np.arange(s.size)
     R0 = R_true.copy()
     R0[0] *= 1.5
-    R = mh._repair_start(s, G, X, gamma, R0, float(np.max(np.abs(s))))
+    R = mh._pairstart.repair_start(s, G, X, gamma, R0, float(np.max(np.abs(s))))
     assert R is not None and np.max(np.abs(R - R_true)) <= 1e-5
 
 
@@ -1033,7 +1033,7 @@ def _synthetic_row(d, H, seed=0):
     """One row of the counts route with known heads: (s, G, X, gamma, R, L) for direction delta."""
     from scipy.special import expit
 
-    from companion._rational import ratio_design
+    from companion.numerics.rational import ratio_design
 
     target = mh.random_multi_head(d, H, seed=seed)
     n, m = ratio_design(H)
@@ -1048,13 +1048,13 @@ def _synthetic_row(d, H, seed=0):
 
 
 def test_shared_amplitude_shifts_recover_every_accepted_pair_to_rounding():
-    """The identity of companion._rowstart: a row's pairs share the amplitudes gamma_h, so with them
+    """The identity of companion.multihead._rowstart: a row's pairs share the amplitudes gamma_h, so with them
     fixed each pair's shifts are fitted on their own (d = 32, H = 6; amplitudes off by 1e-10
     relative, as the learner's are). The accepted pairs' shifts of the visible heads (amplitude at
     least a tenth of the largest, shift within the window + 2) are the true R_h^T x_k to 1e-5, and
     the start's rows to 1e-5 relative; the row's joint fit from it is exact to 1e-10."""
-    from companion._rational import fit_row_joint
-    from companion._rowstart import shared_amplitude_shifts, shared_amplitude_start
+    from companion.numerics.rational import fit_row_joint
+    from companion.multihead._rowstart import shared_amplitude_shifts, shared_amplitude_start
 
     s, G, X, gamma, R, L = _synthetic_row(32, 6)
     gamma0 = gamma * (1 + 1e-10 * np.random.default_rng(1).standard_normal(gamma.size))
@@ -1068,9 +1068,9 @@ def test_shared_amplitude_shifts_recover_every_accepted_pair_to_rounding():
 
 
 def test_trimmed_rows_needs_more_than_d_tokens_and_drops_outliers():
-    """companion._rowstart.trimmed_rows: None at d tokens for a head, a fit at d + 1 (just inside);
+    """companion.multihead._rowstart.trimmed_rows: None at d tokens for a head, a fit at d + 1 (just inside);
     with 10 of 80 shifts corrupted by about 1 it returns the exact rows."""
-    from companion._rowstart import trimmed_rows
+    from companion.multihead._rowstart import trimmed_rows
 
     rng = np.random.default_rng(0)
     d, K = 20, 80
@@ -1115,14 +1115,14 @@ def test_learn_canonical_rational_eight_heads_at_d64_through_the_shared_start():
 
 
 def test_shared_start_accept_just_inside_and_outside():
-    """companion._rowstart.ACCEPT = 1e-9 (a pair's fixed-amplitude misfit, relative): on a row of
+    """companion.multihead._rowstart.ACCEPT = 1e-9 (a pair's fixed-amplitude misfit, relative): on a row of
     d = 64, H = 8 (amplitudes off by 1e-10) no accepted shift of a visible head is off by 1e-2 (the
     worst accepted, 3e-4 to 2e-3 over the kernels Haswell, SkylakeX, Sandybridge, Nehalem and
     Prescott, are ill-conditioned fits, not spurious minima, which are off by 0.1 or more). Where
     the spurious minima begin moves with the kernel: their smallest misfit is 2.7e-9 under Haswell,
     8e-8 under SkylakeX and 3e-7 to 7e-7 under the others; at 1e3 times ACCEPT some are accepted
     under every one of them."""
-    from companion import _rowstart
+    from companion.multihead import _rowstart
 
     assert _rowstart.ACCEPT == 1e-9
     s, G, X, gamma, R, L = _synthetic_row(64, 8)
@@ -1140,7 +1140,7 @@ def test_fit_rows_joint_stops_only_where_a_step_no_longer_halves_the_cost():
     further step from the returned rows gains less than a factor 2. Stopping at 100 eps (before
     2026-12-02) left the heads of d = 64, H = 12 rows, whose Jacobians have condition numbers of
     about 2e6, 3 to 200 times less accurate than this."""
-    from companion._rational import _parts_rows, fit_rows_joint
+    from companion.numerics.rational import _parts_rows, fit_rows_joint
 
     s, G, X, gamma, R = _row_problem(8, 40, 8, 4, seed=5)
     rng = np.random.default_rng(6)

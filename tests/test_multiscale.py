@@ -1,11 +1,11 @@
-"""The multi-scale design's prototype pieces (companion._multiscale; benchmarks/multiscale_pairs.py)."""
+"""The multi-scale design's prototype pieces (companion.multihead._multiscale; benchmarks/multiscale_pairs.py)."""
 
 import numpy as np
 import pytest
 from scipy.special import expit
 
-from companion import _information as inf
-from companion import _multiscale as ms
+from companion.multihead import _information as inf
+from companion.multihead import _multiscale as ms
 from companion.errors import InvalidInputError
 from companion.multihead import random_multi_head
 from companion.oracles import ValueQueryOracle

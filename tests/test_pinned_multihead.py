@@ -135,14 +135,14 @@ def test_match_terms_takes_a_term_within_match_tol_and_a_third_of_the_gap():
     gamma0 = np.array([1.0, 1.0024])  # gap 0.0024: a third is 0.0008; _MATCH_TOL * top = 1.0024e-3
     for off, used in [(0.0007, True), (0.0009, False)]:
         gam = np.array([[1.0 + off, 1.0024]])
-        use, L = mh._match_terms(gam, np.array([[0.3, 0.7]]), np.array([True]), gamma0)
+        use, L = mh._pairstart.match_terms(gam, np.array([[0.3, 0.7]]), np.array([True]), gamma0)
         assert use.tolist() == [[used, True]]
         assert L[0, 1] == 0.7 and L[0, 0] == (0.3 if used else 0.0)
     gamma0 = np.array([1.0, 2.0])  # far apart: _MATCH_TOL = 1e-3 of the largest (2e-3) binds
     for off, used in [(1.9e-3, True), (2.1e-3, False)]:
-        use, _ = mh._match_terms(np.array([[1.0 + off, 2.0]]), np.zeros((1, 2)), np.array([True]), gamma0)
+        use, _ = mh._pairstart.match_terms(np.array([[1.0 + off, 2.0]]), np.zeros((1, 2)), np.array([True]), gamma0)
         assert use[0, 0] == used
-    use, _ = mh._match_terms(np.array([[1.0, 2.0]]), np.zeros((1, 2)), np.array([False]), gamma0)
+    use, _ = mh._pairstart.match_terms(np.array([[1.0, 2.0]]), np.zeros((1, 2)), np.array([False]), gamma0)
     assert not use.any()  # a pair whose fit misfits is not used
 
 
@@ -242,7 +242,7 @@ def test_detect_multi_head_budget_is_d_plus_d2_plus_verify_before_any_query():
 def test_hessian_queries_are_w_plus_t_x0_then_t_x0_at_t_s_and_2s():
     d, s = 3, 1e-3
     x0 = np.array([0.6, 0.0, 0.8])
-    Wdir, iu, X = mh._hessian_queries(d, x0, s)
+    Wdir, iu, X = mh._orthogonal._hessian_queries(d, x0, s)
     n = d * (d + 1) // 2
     assert X.shape == (2 * n, 2, d) and Wdir.shape == (n, d)
     for k, (i, j) in enumerate(zip(*iu)):
@@ -338,7 +338,7 @@ def test_learn_canonical_rational_budget_is_the_plan_plus_verify_and_outputs_fol
 def test_learn_canonical_budget_formula_and_diagnostics():
     d, H, verify = 4, 2, 6
     n_points = 4 * H + 4
-    from companion._rational import count_pairs
+    from companion.numerics.rational import count_pairs
 
     n, m = count_pairs(n_points, 128)
     n_x = math.ceil(2.0 * d)
@@ -363,7 +363,7 @@ def test_learn_canonical_budget_formula_and_diagnostics():
 
 
 def test_learn_canonical_n_points_default_is_4H_plus_4_with_H_8_when_unknown():
-    from companion._rational import count_pairs
+    from companion.numerics.rational import count_pairs
 
     d = 4
     target = mh.random_multi_head(d, 1, seed=2)
@@ -381,37 +381,37 @@ def test_learn_canonical_n_points_default_is_4H_plus_4_with_H_8_when_unknown():
 
 
 def test_counts_route_constants():
-    assert mh._START_TOL == 1e-6
-    assert mh._MATCH_TOL == 1e-3
-    assert mh._WELL_CONDITIONED == 1e-4
-    assert mh._REPAIR_FACTOR == 3.0
+    assert mh._pairstart.START_TOL == 1e-6
+    assert mh._pairstart.MATCH_TOL == 1e-3
+    assert mh._pairstart.WELL_CONDITIONED == 1e-4
+    assert mh._pairstart.REPAIR_FACTOR == 3.0
 
 
 def test_count_terms_smallest_h_resolving_a_quarter_and_half_the_best():
     t = 1e-6  # resolved: misfit <= _START_TOL (equality counts)
     # h = 1 resolves 1/4 (= 0.25 >= quarter, but < half of h = 2's 3/4); h = 2 resolves 3/4
     misfit = np.array([[t, 1, 1, 1], [t, t, t, 1], [t, t, t, t]])
-    assert mh._count_terms(misfit) == 2
+    assert mh._pairstart.count_terms(misfit) == 2
     # h = 1 at 2/4 = half of h = 2's 4/4: the smallest such h
-    assert mh._count_terms(np.array([[t, t, 1, 1], [t, t, t, t]])) == 1
+    assert mh._pairstart.count_terms(np.array([[t, t, 1, 1], [t, t, t, t]])) == 1
     # below a quarter nowhere resolved enough
-    assert mh._count_terms(np.array([[1.0] * 5, [t, 1, 1, 1, 1]])) is None
-    assert mh._count_terms(np.array([[np.nextafter(t, 1)] * 4, [t, 1, 1, 1]])) == 2
+    assert mh._pairstart.count_terms(np.array([[1.0] * 5, [t, 1, 1, 1, 1]])) is None
+    assert mh._pairstart.count_terms(np.array([[np.nextafter(t, 1)] * 4, [t, 1, 1, 1]])) == 2
 
 
 def test_rough_is_a_misfit_above_1e_10_of_the_scale():
-    assert mh._rough(np.array([2e-10, float(np.nextafter(2e-10, 1))]), np.array([2.0, 2.0])).tolist() == [False, True]
+    assert mh._pairstart.is_rough(np.array([2e-10, float(np.nextafter(2e-10, 1))]), np.array([2.0, 2.0])).tolist() == [False, True]
 
 
 def test_apart_heads_farther_than_2e_2_of_the_largest_amplitude():
     g = np.array([50.0, 10.0, 11.0, 12.5])  # largest 50: a gap must exceed 2e-2 * 50 = 1 (exactly 1: not apart)
-    assert mh._apart(g).tolist() == [True, False, False, True]
+    assert mh._pairstart.apart(g).tolist() == [True, False, False, True]
 
 
 def test_agreeing_pairs_within_1e_2_of_a_pairs_largest_amplitude():
     gs = np.array([[1.0, 2.0], [1.0, 2.0 + 0.019], [1.0 + 0.021, 2.0], [5.0, 6.0]])
-    assert mh._agreeing(gs).tolist() == [True, True, False, False]
-    assert mh._agreeing(gs, fit=np.array([False, True, True, True])).tolist() == [False, True, False, False]
+    assert mh._pairstart.agreeing(gs).tolist() == [True, True, False, False]
+    assert mh._pairstart.agreeing(gs, fit=np.array([False, True, True, True])).tolist() == [False, True, False, False]
 
 
 @pytest.mark.parametrize("orthogonal", [True, False])
@@ -434,7 +434,7 @@ def test_ask_pairs_calls_the_oracle_in_blocks_of_at_most_ASK_BLOCK_queries_in_or
     from companion.oracles import ValueQueryOracle
 
     rng = np.random.default_rng(0)
-    K, d = 2 * mh._ASK_BLOCK + 3, 3
+    K, d = 2 * mh._route.ASK_BLOCK + 3, 3
     U, X = rng.standard_normal((K, d)), rng.standard_normal((K, d))
     n, m = np.array([1, 2]), np.array([2, 1])
     target = random_single_head(d, seed=0)
@@ -446,8 +446,8 @@ def test_ask_pairs_calls_the_oracle_in_blocks_of_at_most_ASK_BLOCK_queries_in_or
             return super().__call__(Q)
 
     spy = Spy(target)
-    out = mh._ask_pairs(spy, U, X, n, m)
-    assert sizes == [mh._ASK_BLOCK, mh._ASK_BLOCK, 3] * 2 and spy.n_queries == 2 * K
+    out = mh._route.ask_pairs(spy, U, X, n, m)
+    assert sizes == [mh._route.ASK_BLOCK, mh._route.ASK_BLOCK, 3] * 2 and spy.n_queries == 2 * K
     for t in range(2):
         Q = np.concatenate([np.repeat(U[:, None], n[t], axis=1), np.repeat(X[:, None], m[t], axis=1)], axis=1)
         assert np.array_equal(out[:, t], ValueQueryOracle(target)(Q))

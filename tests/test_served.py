@@ -284,7 +284,7 @@ def test_canonical_rounding_diagnosis_threshold_just_inside_and_outside(factor, 
     from companion._learner import FLOAT64_U
     from companion.errors import OracleInconsistentError, PrecisionError
 
-    assert multihead._COARSE_FACTOR == 2.0**10
+    assert multihead._common.COARSE_FACTOR == 2.0**10  # the one factor of _learner.names_rounding
     _, served = _float32_two_heads()
     oracle = ValueQueryOracle(served, d=6, precision=factor * FLOAT64_U)
     with pytest.raises(PrecisionError if blamed else OracleInconsistentError) as info:

@@ -1,4 +1,4 @@
-"""The counts route's moment start (companion._star, learn_canonical_rational(start="moments"))."""
+"""The counts route's moment start (companion.multihead._star, learn_canonical_rational(start="moments"))."""
 
 import math
 
@@ -7,8 +7,8 @@ import pytest
 from scipy.special import expit
 
 from companion import multihead
-from companion._rational import ratio_design
-from companion._star import (
+from companion.numerics.rational import ratio_design
+from companion.multihead._star import (
     head_subspace,
     jennrich,
     power_sums,
@@ -166,8 +166,9 @@ def test_start_is_checked_and_auto_switches_at_moment_from(monkeypatch):
     with pytest.raises(InvalidInputError, match="start must be"):
         learn_canonical_rational(oracle, H=2, start="pair")
     calls = []
-    monkeypatch.setattr(multihead, "_learn_canonical_moments", lambda *a, **k: calls.append(a[2]) or "moments")
-    monkeypatch.setattr(multihead, "rational_plan", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("pairs")))
+    # the starts are a table (start= -> route(oracle, d, opts)): replace both routes by spies
+    monkeypatch.setitem(multihead._counts.STARTS, "moments", lambda o, d, opts: calls.append(opts.H_plan) or "moments")
+    monkeypatch.setitem(multihead._counts.STARTS, "pairs", lambda *a: (_ for _ in ()).throw(RuntimeError("pairs")))
     assert learn_canonical_rational(oracle, H=MOMENT_FROM, start="auto") == "moments"
     with pytest.raises(RuntimeError, match="pairs"):
         learn_canonical_rational(oracle, H=MOMENT_FROM - 1, start="auto")
@@ -179,7 +180,7 @@ def test_track_rows_retries_damped_then_continues_with_capped_intermediate_fits(
     RETRY_DAMPING; if it misfits still, it is tracked over HOMOTOPY_STEPS fits: the intermediate ones
     (data no model fits, which never reach rounding level) capped at STEP_ITERS damped steps and
     stopped at STEP_STALL, the last at 120 steps."""
-    import companion._star as star
+    import companion.multihead._star as star
 
     assert (star.FIRST_ITERS, star.RETRY_DAMPING, star.HOMOTOPY_STEPS) == (15, 1e-6, 2)
     assert (star.STEP_ITERS, star.STEP_STALL) == (15, 0.5)
@@ -206,7 +207,7 @@ def test_track_rows_retries_damped_then_continues_with_capped_intermediate_fits(
 def test_track_rows_retry_alone_learns_a_row_without_continuation(monkeypatch):
     """A row the first fit leaves and the damped retry learns is not tracked (``tracked`` counts
     the continuation's rows only)."""
-    import companion._star as star
+    import companion.multihead._star as star
 
     real, calls = star.fit_rows_joint, []
 
@@ -228,7 +229,7 @@ def test_track_rows_skips_the_serial_fits_when_more_rows_misfit_than_max_serial(
     """The serial fit (MINPACK fallback, minutes per row at H (d + 1) ~ 400 unknowns) is tried on
     the rows still misfitting after the continuation only if there are at most max_serial of them:
     d = 32, H = 12 used to spend more than ten minutes on the serial fits of rows it refused anyway."""
-    import companion._star as star
+    import companion.multihead._star as star
 
     real = star.fit_rows_joint
 

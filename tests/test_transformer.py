@@ -303,7 +303,7 @@ def test_region_anchors_need_independent_patterns():
 def test_coarse_factor_is_the_canonical_learners():
     from companion import transformer
 
-    assert transformer._COARSE_FACTOR == multihead._COARSE_FACTOR
+    assert transformer._COARSE_FACTOR == multihead._common.COARSE_FACTOR
 
 
 def test_multi_head_transformer_verification_miss_within_the_heads_error_names_conditioning(

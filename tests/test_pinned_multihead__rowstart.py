@@ -1,4 +1,4 @@
-"""Pinned documented constants and acceptance rule of ``companion._rowstart`` (light: it is being
+"""Pinned documented constants and acceptance rule of ``companion.multihead._rowstart`` (light: it is being
 rewritten this round). ``ACCEPT``, the rule ``misfit <= accept * max |G|``, the strictness of
 :func:`trimmed_rows` (a head needs more than ``d`` tokens), and exact recovery on exact data."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from companion import _rowstart as rs
-from companion._rational import ratio_design
+from companion.multihead import _rowstart as rs
+from companion.numerics.rational import ratio_design
 
 
 def sig(x):

@@ -1,7 +1,9 @@
 """Fitting ``g(s) = sum_h c_h sigma(s + l_h)``: the one-dimensional problem behind learn_canonical.
 
-Private helpers of :func:`companion.multihead.learn_canonical` (this book's construction, not the
-paper's). A query of ``n`` copies of a token ``u`` followed by ``m`` copies of the query token
+Shared numerics (it imports nothing from ``companion``): the fits behind both canonical-form
+learners of :mod:`companion.multihead` and the layer probe of :mod:`companion.pretrained` (this
+book's construction, not the paper's; the module was ``companion._rational`` before issue 34, and its
+underscored names stay private). A query of ``n`` copies of a token ``u`` followed by ``m`` copies of the query token
 ``x`` gives every head the weight ``r E_h / (r E_h + 1)`` on the copies, with ``r = n / m`` and
 ``E_h = exp((u - x)^T W_h x)``, so the answer minus ``x^T sum_h v_h`` is
 

@@ -15,7 +15,7 @@ pair's free fit of amplitudes and shifts (:func:`companion.multihead.counts_cond
 :func:`shared_amplitude_start`
 
 1. fits every pair freely (the interpolation with every pole taken real,
-   :func:`companion._rational.interpolate_pairs` with ``realise``, then Levenberg-Marquardt), and
+   :func:`companion.numerics.rational.interpolate_pairs` with ``realise``, then Levenberg-Marquardt), and
    assigns its terms to the row's heads by amplitude (the optimal one-to-one assignment);
 2. refits every pair's shifts with the row's amplitudes fixed and takes those of the pairs that
    then fit to :data:`ACCEPT` (inside the window);
@@ -37,7 +37,7 @@ minima): this start does not reach H = 12. Given the true amplitudes (``benchmar
 d = 64, rows 0 and 1 of the learner's design) its largest start error per head is 1.5e-7 at H = 6,
 1.5e-8 at H = 7 and 0.13 at H = 8, and it refuses from H = 9: the shared amplitudes are not the only
 missing piece (a pair's fixed-amplitude fit is not convex), while the row's joint fit has a Cramer-Rao
-bound of about 1e-11 relative at every H up to 12 (:mod:`companion._information`).
+bound of about 1e-11 relative at every H up to 12 (:mod:`companion.multihead._information`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from ._rational import interpolate_pairs, polish_pairs
+from ..numerics.rational import interpolate_pairs, polish_pairs
 
 #: Relative misfit (to the row's largest answer) at which a pair's fixed-amplitude fit gives its
 #: shifts to the start (the amplitudes, shared by the pairs that resolved all heads, are off by

@@ -7,7 +7,7 @@ copies of ``c x`` answers, minus ``c x^T sum_h v_h``,
     G(s, c) = sum_h gamma_h sigma(s + c l_h),   s = log(n / m),   gamma_h = delta^T v_h,   l_h = delta^T W_h x,
 
 so the token's scale ``c`` scales every shift and leaves the amplitudes alone; a pair's ``2 H`` queries
-are split over the scales ``c = 0.5, 1, 2, 4`` (:func:`companion._information.multiscale_counts`: the
+are split over the scales ``c = 0.5, 1, 2, 4`` (:func:`companion.multihead._information.multiscale_counts`: the
 count and the longest query of the route's design). The samples at one scale are no longer enough for
 an interpolation (``H / 2`` of them for ``2 H`` unknowns), so a per-pair solver must be global over all
 scales. What this module tries (batched over pairs):
@@ -24,7 +24,7 @@ Marquardt bring 7.6 % (H = 10) and 0 % (H = 12) of the pairs back to 1e-6 (from 
 1e-2 change of the shifts changes the answers by about 1e-9 relative (the misfit there is 1e-11): the
 valley is flat, and a local method finishes only from about 1e-3. Yet the information is there: a
 perfect per-pair solver (the Cramer-Rao bound with each scale's measured rounding,
-:func:`companion._information.pair_bound`) would give each head within 1e-2 at 1.47 d / 1.44 d tokens at
+:func:`companion.multihead._information.pair_bound`) would give each head within 1e-2 at 1.47 d / 1.44 d tokens at
 H = 12 (rows 0 / 1; a head's start row needs more than d, the route's design gives 0.55 d / 0.70 d) and
 1.7 d / 1.5 d at H = 10. And 2 H samples for 2 H unknowns, with no interpolation identity behind them,
 need not have one solution: at H = 2 two term sets (amplitudes 1, 0.5 at shifts -0.5, 0.5; and 0.60,
@@ -54,9 +54,9 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 from scipy.special import expit
 
+from ..numerics.rational import interpolate_pairs, polish_pairs
+from ..oracles import ValueQueryOracle
 from ._information import extended_counts_answers, multiscale_counts, pair_bound
-from ._rational import interpolate_pairs, polish_pairs
-from .oracles import ValueQueryOracle
 
 __all__ = [
     "alias",
@@ -254,7 +254,7 @@ def coordinate_pairs(s, c, G, H, *, grid=None, sweeps=30, seed=0):
 # The table of benchmarks/multiscale_pairs.py (companion.multihead.multiscale_pair_starts)
 # --------------------------------------------------------------------------------------------
 
-#: A shift's accuracy (log r units) that a start needs (as companion._information.START_ACCURACY).
+#: A shift's accuracy (log r units) that a start needs (as companion.multihead._information.START_ACCURACY).
 START_ACCURACY = 1e-2
 #: Moves of the true shifts from which the local fits are started (amplitudes free / held).
 BASIN_RHOS = (1e-3, 1e-2, 0.1)

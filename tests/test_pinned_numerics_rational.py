@@ -1,4 +1,4 @@
-"""Pinned documented behaviour of ``companion._rational`` (the one-dimensional fits of learn_canonical).
+"""Pinned documented behaviour of ``companion.numerics.rational`` (the one-dimensional fits of learn_canonical).
 
 Formulas (the logistic sum, its Jacobian, the rounding sensitivity ``eps scale / sigma_min(J)``),
 the count designs and their bounds, the real-negative pole rule at its edge, and each fit's
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from companion import _rational as rat
+from companion.numerics import rational as rat
 
 
 def approx(expected, rel=1e-6, abs=0.0):

@@ -67,7 +67,7 @@ import numpy as np
 from numpy.polynomial import polynomial as npoly
 from scipy.special import expit
 
-from ._rational import fit_row_joint, fit_rows_joint
+from ..numerics.rational import fit_row_joint, fit_rows_joint
 
 #: Step of the central differences of step 1, relative to the base token's norm: their error is
 #: ``O(eta^2)`` and their rounding ``O(eps_64 / eta)``; 1e-4 balances both near 1e-8 (measured
@@ -294,7 +294,7 @@ def track_rows(s, G, X, gamma0, R0, G0, *, tol, XX=None, steps=HOMOTOPY_STEPS, m
         Largest relative misfit accepted.
     max_serial : int, optional
         The rows still misfitting after the continuation get the serial fit of
-        :func:`~companion._rational.fit_row_joint` (with its MINPACK fallback, up to minutes per row
+        :func:`~companion.numerics.rational.fit_row_joint` (with its MINPACK fallback, up to minutes per row
         at ``H (d + 1) ~ 400`` unknowns) only if there are at most this many (the caller's spare
         rows: with more, it refuses anyway). None: always.
 

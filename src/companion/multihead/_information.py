@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
-from ._rational import count_pairs, fit_rows_joint, ratio_design
+from ..errors import InvalidInputError
+from ..numerics.rational import count_pairs, fit_rows_joint, ratio_design
 from ._rowstart import shared_amplitude_start
-from .errors import InvalidInputError
 
 #: The extended-precision type of :func:`extended_counts_answers` (numpy's ``longdouble``: 80-bit on
 #: x86-64 Linux, 64-bit mantissa; no wider than float64 on some platforms, where it refuses).
@@ -217,7 +217,7 @@ def extended_counts_answers(model, U, X, n, m):
 def loewner_condition(r, G, H):
     """Condition number ``sigma_1 / sigma_H`` of each pair's Loewner matrix, batched over pairs.
 
-    The matrix is :func:`companion._rational.interpolate_pairs`'s (support points ``0, r_1, r_3,
+    The matrix is :func:`companion.numerics.rational.interpolate_pairs`'s (support points ``0, r_1, r_3,
     ...``, test points ``r_2, r_4, ...``; shape (H, H + 1)); its null vector is the interpolant, so
     a change of the answers by ``eps`` relative moves it by about this number times ``eps``.
 
