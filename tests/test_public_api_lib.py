@@ -28,7 +28,9 @@ PUBLIC = {
     ],
     "transformer": [
         "BiasedOneLayerTransformer", "BiasedTransformerRecovery", "MultiHeadTransformer",
-        "MultiHeadTransformerRecovery", "ReusedAnswers", "ServedMultiHeadTransformer", "TransformerRecovery",
+        "MultiHeadTransformerRecovery", "ReusedAnswers",
+        "ScaledAntisymmetrised",  # added by issue 34 (chapter 03's inline view, moved here)
+        "ServedMultiHeadTransformer", "TransformerRecovery",
         "evaluate", "evaluate_multi_head", "learn_multi_head_transformer", "learn_one_layer",
         "learn_one_layer_biased", "output_precision", "random_biased_one_layer", "random_multi_head_transformer",
         "random_one_layer", "region_anchors",

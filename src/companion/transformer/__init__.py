@@ -43,6 +43,7 @@ from ._multi_head import (
 )
 from ._one_layer import (
     ReusedAnswers,
+    ScaledAntisymmetrised,
     TransformerRecovery,
     evaluate,
     learn_one_layer,
@@ -62,6 +63,7 @@ __all__ = [
     "output_precision",
     "evaluate",
     "ReusedAnswers",
+    "ScaledAntisymmetrised",
     "MultiHeadTransformer",
     "MultiHeadTransformerRecovery",
     "random_multi_head_transformer",

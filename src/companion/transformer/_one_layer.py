@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._learner import (
+    OracleView,
     COARSE_FACTOR,
     DEFAULT_VERIFY,
     FLOAT64_U,
@@ -21,6 +22,7 @@ from .._learner import (
     verify_outputs,
 )
 from .._validation import (
+    as_sequences,
     check_int,
     check_real,
 )
@@ -34,7 +36,7 @@ from ..recovery import Recovery
 TINY = np.finfo(float).tiny
 
 
-class ReusedAnswers:
+class ReusedAnswers(OracleView):
     """Pass-through oracle that answers the one-token queries ``[+-e_j^T]`` once and then from memory.
 
     The FFN learner asks ``[e_j^T]`` and ``[-e_j^T]`` for the linear part ``A w_o``; the head
@@ -65,19 +67,9 @@ class ReusedAnswers:
     """
 
     def __init__(self, oracle):
-        self.oracle = oracle
-        self.d = int(oracle.d)
-        self.tau = float(getattr(oracle, "tau", 0.0))
+        super().__init__(oracle)  # d, tau, n_queries, remaining, precision: the oracle's own
         self.n_reused = 0
         self._known = {}  # (j, sign) -> answer to [sign * e_j^T]
-
-    @property
-    def n_queries(self) -> int:
-        return int(self.oracle.n_queries)
-
-    @property
-    def remaining(self):
-        return getattr(self.oracle, "remaining", np.inf)
 
     def require(self, n, *, learner="the learner"):
         """Pass the budget check on, less the answers that may be reused."""
@@ -109,6 +101,93 @@ class ReusedAnswers:
                 y[i] = self._known[k]
         self.n_reused += len(keys) - len(ask)
         return y
+
+
+class ScaledAntisymmetrised(OracleView):
+    """The antisymmetrised oracle at a query scale ``c``: ``(VQ(cX) - VQ(-cX)) / c``.
+
+    Two underlying queries per sequence, ``cX`` and ``-cX``. For a one-layer Transformer
+    ``TF(X) = w_o^T ReLU(alpha(X, W)^T X A + b_1) + b_2`` the scores of ``cX`` are those of ``X``
+    under ``c^2 W``, and ``b_2`` cancels. When no pre-activation changes sign between ``cX`` and
+    ``-cX`` (``c |(alpha^T X A)_j| < |b_{1,j}|`` for every unit ``j``, true for ``c`` small enough),
+    ``ReLU(c z + b) - ReLU(-c z + b)`` is ``2 c z`` for ``b > 0`` and ``0`` for ``b < 0``, so the view
+    answers the single head ``f_{c^2 W, 2 A D w_o}`` with ``D = diag(b_1 > 0)``, to which
+    :func:`~companion.exact.learn_single_head` applies (its ``W`` divided by ``c^2`` is ``W``).
+    Without biases (``b_1 = 0``, any ``c > 0``) ``ReLU(z) - ReLU(-z) = z`` and the view is the head
+    ``f_{c^2 W, A w_o}``: :class:`~companion.oracles.AntisymmetrisedOracle` rescaled. This book's
+    reduction for biased FFNs (chapter 3), not the paper's.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        The underlying oracle; it counts (and budgets) two queries per sequence.
+    c : float
+        The query scale, ``c > 0``.
+
+    Attributes
+    ----------
+    d : int
+        Input dimension (the oracle's).
+    c : float
+        The query scale.
+    n_queries : int
+        The underlying oracle's counter (two per sequence answered here).
+    tau : float
+        Tolerance of the answers: ``2 * oracle.tau / c``.
+    remaining : int or float
+        Sequences this view can still answer (half the underlying budget left).
+
+    Raises
+    ------
+    TypeError
+        If ``oracle`` is not a value-query oracle (callable, with ``d`` and ``n_queries``).
+    InvalidInputError
+        If ``c`` is not a finite number ``> 0``.
+    BudgetExceededError
+        When the underlying budget cannot answer ``2 B`` queries for a batch of ``B``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from companion.attention import OneLayerTransformer, SingleHead
+    >>> from companion.oracles import ValueQueryOracle
+    >>> tf = OneLayerTransformer(np.eye(2), np.array([[1.0, -2.0], [0.5, 1.0]]), np.array([1.0, 1.0]))
+    >>> view = ScaledAntisymmetrised(ValueQueryOracle(tf), 0.5)
+    >>> X = np.array([[1.0, 2.0], [-1.0, 0.5]])
+    >>> bool(np.isclose(view(X), SingleHead(0.25 * tf.W, tf.A @ tf.w_o)(X))), view.n_queries
+    (True, 2)
+    """
+
+    def __init__(self, oracle, c):
+        super().__init__(oracle)
+        self.c = check_real(c, "c", minimum=0.0, strict=True)
+
+    @property
+    def tau(self) -> float:
+        return 2.0 * float(getattr(self.oracle, "tau", 0.0)) / self.c
+
+    @property
+    def remaining(self):
+        left = getattr(self.oracle, "remaining", np.inf)
+        return left if left == np.inf else left // 2  # inf // 2 would be nan
+
+    def require(self, n, *, learner="the learner"):
+        """Raise :class:`~companion.errors.BudgetExceededError` now if ``2 n`` underlying queries do not fit."""
+        if hasattr(self.oracle, "require"):
+            self.oracle.require(2 * n, learner=learner)
+
+    def __call__(self, X):
+        """Answer ``(VQ(cX) - VQ(-cX)) / c`` for ``(N, d)`` (float), ``(B, N, d)`` or a list (``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        c = self.c
+        both = (
+            np.concatenate([c * seqs, -c * seqs])
+            if isinstance(seqs, np.ndarray)
+            else ([c * x for x in seqs] + [-c * x for x in seqs])
+        )
+        y = np.asarray(self.oracle(both), dtype=np.float64)
+        out = (y[: len(seqs)] - y[len(seqs) :]) / c
+        return float(out[0]) if single else out
 
 
 @dataclass(frozen=True, eq=False, repr=False)
