@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from companion.attention import OneLayerTransformer, SingleHead, random_single_head
-from companion.errors import BudgetExceededError, InvalidInputError
+from companion.errors import BudgetExceededError, InvalidInputError, OracleInconsistentError
 from companion.exact import learn_single_head
 from companion.oracles import ApproxValueQueryOracle, ValueQueryOracle
 from companion.transformer import BiasedOneLayerTransformer, ScaledAntisymmetrised
@@ -67,3 +67,71 @@ def test_learn_single_head_on_the_scaled_view_recovers_W_as_chapter_3_does():
     rec = learn_single_head(ScaledAntisymmetrised(oracle, c), scale=1.0, verify=0)
     assert rec.n_queries == 2 * (tf.d + tf.d**2) == oracle.n_queries
     assert np.linalg.norm(rec.W / c**2 - tf.W) < 1e-3 * np.linalg.norm(tf.W)
+
+
+# --- learn_low_rank: plan, method table, stages ---------------------------------------------
+
+from companion.errors import NotIdentifiableError  # noqa: E402
+from companion.lowrank import _learn as lr  # noqa: E402
+from companion._learner import AnswerPrecision, QueryCount  # noqa: E402
+
+_LR = dict(method="auto", n_measurements=None, oversample=1, rank_tol=1e-8, scale="auto", solver_eps=1e-9,
+           max_iter=50, tol=1e-13, verify=32, verify_rtol=1e-6, seed=0, precision=None)
+
+
+def test_low_rank_plan_counts_the_queries_of_each_method():
+    d, r = 10, 2
+    nuclear = lr._plan(d, r, **_LR)                              # auto: the program fits at d = 10
+    assert (nuclear.method, nuclear.m, nuclear.planned) == ("nuclear", 5 * r * (2 * d - r), d + 180)
+    assert nuclear.chosen.startswith("method='auto' chose 'nuclear'")
+    rgn = lr._plan(d, r, **dict(_LR, method="rgn"))
+    assert (rgn.m, rgn.planned, rgn.chosen) == (72, d + 72, "")   # 2 r (2d - r)
+    sketch = lr._plan(d, r, **dict(_LR, method="sketch"))
+    assert (sketch.m, sketch.planned) == (None, d + 3 * (2 * d - 3))   # k = r + 1
+    assert lr._plan(d, None, **_LR).method == "sketch"
+
+
+def test_low_rank_plan_refuses_before_any_query():
+    with pytest.raises(NotIdentifiableError, match="n_measurements=35 cannot determine"):
+        lr._plan(10, 2, **dict(_LR, method="rgn", n_measurements=35))   # r (2d - r) = 36
+    assert lr._plan(10, 2, **dict(_LR, method="rgn", n_measurements=36)).m == 36
+    with pytest.raises(InvalidInputError, match="not used by method='sketch'"):
+        lr._plan(10, 2, **dict(_LR, method="sketch", n_measurements=40))
+    with pytest.raises(InvalidInputError, match="rank=None"):
+        lr._plan(10, None, **dict(_LR, method="rgn"))
+
+
+def test_low_rank_method_table_names_every_method():
+    from companion.lowrank import METHODS
+
+    assert sorted(lr._METHOD_STAGES) == sorted(METHODS)
+
+
+@pytest.mark.parametrize("method", ["nuclear", "rgn", "sketch"])
+def test_low_rank_method_stage_returns_the_rank_r_W_and_counts_its_queries(method):
+    d, r = 8, 2
+    target = random_single_head(d, rank=r, seed=3)
+    oracle = ValueQueryOracle(target)
+    plan = lr._plan(d, r, **dict(_LR, method=method))
+    count = QueryCount(oracle)
+    fit = lr._METHOD_STAGES[method](oracle, target.v.copy(), plan, np.random.default_rng(0),
+                                    AnswerPrecision(oracle), count)
+    assert fit.rank == r and fit.W.shape == (d, d)
+    assert np.linalg.norm(fit.W - target.W) < 1e-6 * np.linalg.norm(target.W)
+    assert count.total == plan.planned - d + fit.diagnostics.get("n_requeries", 0)   # v was not read here
+    assert fit.diagnostics["n_measurements"] == plan.planned - d
+
+
+def test_low_rank_verify_stage_names_rank_tol_when_it_cut_real_singular_values():
+    d = 6
+    target = random_single_head(d, rank=2, seed=1)
+    oracle = ValueQueryOracle(target)
+    plan = lr._plan(d, 2, **dict(_LR, method="sketch", rank_tol=0.9))
+    wrong = np.outer(target.W[:, 0], target.W[0])            # a rank-1 W: fails the check
+    diagnostics = {"rank_tol_cut": np.array([0.5]), "cross_size": 3}
+    with pytest.raises(OracleInconsistentError, match="rank_tol=0.9 counted 1 singular value"):
+        lr._verify_low_rank(oracle, wrong, target.v, plan, AnswerPrecision(oracle), 0.0, 1, diagnostics)
+    # 32 checks, then 32 queries measuring the answers' precision (float64: not the cause)
+    assert oracle.n_queries == 64 and "rank_tol_cut" not in diagnostics
+    checked = lr._verify_low_rank(oracle, target.W, target.v, plan, AnswerPrecision(oracle), 0.0, 2, {})
+    assert checked["n_verify_queries"] == 32 and checked["verify_max_error"] < 1e-12

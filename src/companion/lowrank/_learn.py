@@ -10,6 +10,7 @@ import numpy as np
 from scipy.special import logit
 
 from .._learner import (
+    QueryCount,
     DEFAULT_VERIFY,
     AnswerPrecision,
     OracleView,
@@ -301,25 +302,116 @@ def learn_low_rank(
     d = check_exact_oracle(oracle, "learn_low_rank")
     if not isinstance(bias, (bool, np.bool_)):
         raise InvalidInputError(f"bias must be True or False; got {bias!r}.")
+    options = dict(
+        method=method,
+        n_measurements=n_measurements,
+        oversample=oversample,
+        rank_tol=rank_tol,
+        scale=scale,
+        solver_eps=solver_eps,
+        max_iter=max_iter,
+        tol=tol,
+        seed=seed,
+        precision=precision,
+    )
     if bias:
-        return _learn_low_rank_biased(
-            oracle,
-            rank,
-            dict(
-                method=method,
-                n_measurements=n_measurements,
-                oversample=oversample,
-                rank_tol=rank_tol,
-                scale=scale,
-                solver_eps=solver_eps,
-                max_iter=max_iter,
-                tol=tol,
-                seed=seed,
-                precision=precision,
-            ),
-            verify=verify,
-            verify_rtol=verify_rtol,
-        )
+        return _learn_low_rank_biased(oracle, rank, options, verify=verify, verify_rtol=verify_rtol)
+    plan = _plan(d, rank, verify=verify, verify_rtol=verify_rtol, **options)
+    start = reserve(oracle, plan.planned + plan.verify, "learn_low_rank")
+    count = QueryCount(oracle)
+    prec = AnswerPrecision(oracle, precision, seed=plan.seed + 2)
+    if plan.method == "sketch":  # its rank cut and saturation band follow u: measure it first
+        prec.measure_first(plan.planned + plan.verify, always=plan.r is None)  # a detected rank is decided once
+    with count.stage("v"):
+        v = read_value_vector(oracle)
+    if not np.any(v):
+        raise NotIdentifiableError(MESSAGES["v_zero"])
+    fit = _METHOD_STAGES[plan.method](oracle, v, plan, np.random.default_rng(plan.seed), prec, count)
+    diagnostics = dict(fit.diagnostics)
+    U, s, Vt, sv = _sign_normalised_svd(fit.W, max(fit.rank, 0), factors=diagnostics.pop("factors", None))
+    diagnostics.update(singular_values=sv, factor_U=U, factor_s=s, factor_Vt=Vt)
+    message = plan.chosen + f"recovered a rank-{fit.rank} W and v from {d} + {count.total - d} value queries: {fit.how}"
+    if diagnostics.get("n_requeries"):
+        message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
+    kappa_W = diagnostics.pop("kappa_W", 0.0)
+    checked = _verify_low_rank(oracle, fit.W, v, plan, prec, kappa_W, fit.rank, diagnostics)
+    if plan.method == "nuclear" and plan.verify:
+        _check_nuclear_rank(sv, plan.r, d, plan.m, plan.rank_tol, checked)
+    if plan.method == "sketch":
+        message = prec.report_floor(diagnostics, message, kappa_W)
+    return build(
+        LowRankRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message,
+        diagnostics=diagnostics,
+        W=fit.W,
+        v=v,
+        rank=int(fit.rank),
+        method=plan.method,
+        precision=prec,
+    )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The checked options of one :func:`learn_low_rank` run, and the queries it plans.
+
+    ``method`` is the method that runs (``"auto"`` resolved; ``chosen`` opens the message when it
+    was), ``r`` the rank bound (None: detect it, sketch only), ``m`` the Gaussian measurements
+    (None for the sketch) and ``planned`` the learning queries (``d + m``, or ``d + k (2d - k)``).
+    """
+
+    method: str
+    chosen: str
+    r: int | None
+    m: int | None
+    planned: int
+    oversample: int
+    rank_tol: float
+    scale: str | float
+    solver_eps: float
+    max_iter: int
+    tol: float
+    verify: int
+    verify_rtol: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """What a method's stage hands on: ``W`` (d, d), its rank, its diagnostics, and how it was measured."""
+
+    W: np.ndarray
+    rank: int
+    diagnostics: dict
+    how: str
+
+
+def _plan(
+    d,
+    rank,
+    *,
+    method,
+    n_measurements,
+    oversample,
+    rank_tol,
+    scale,
+    solver_eps,
+    max_iter,
+    tol,
+    verify,
+    verify_rtol,
+    seed,
+    precision,
+) -> _Plan:
+    """Stage 1 of :func:`learn_low_rank`: check every option, resolve ``"auto"``, count the queries.
+
+    Raises before any query: :class:`InvalidInputError` for a bad option (or a nuclear program over
+    ``NUCLEAR_MAX_BYTES``), :class:`NotIdentifiableError` for fewer measurements than degrees of
+    freedom. ``precision`` is checked by :class:`~companion._learner.AnswerPrecision`.
+    """
     check_choice(method, "method", ("auto",) + METHODS)
     chosen = ""
     if method == "auto":
@@ -344,6 +436,18 @@ def learn_low_rank(
     tol = check_real(tol, "tol", minimum=0.0, strict=True)
     verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
+    m, planned = _plan_queries(d, r, method, n_measurements, oversample)
+    return _Plan(
+        method, chosen, r, m, planned, oversample, rank_tol, scale, solver_eps, max_iter, tol, verify, verify_rtol, seed
+    )
+
+
+def _plan_queries(d, r, method, n_measurements, oversample) -> tuple:
+    """``(m, planned)``: the Gaussian measurements (None for the sketch) and the learning queries.
+
+    Raises :class:`InvalidInputError` for ``n_measurements`` with the sketch or a nuclear program
+    over the memory limit, :class:`NotIdentifiableError` for ``m < r (2d - r)``.
+    """
     if method == "sketch":
         if n_measurements is not None:
             raise InvalidInputError(
@@ -351,109 +455,113 @@ def learn_low_rank(
                 "k = rank + oversample rows and columns fixes d + k(2d - k) queries; use "
                 "oversample instead."
             )
-        planned = d + (min(d, r + oversample) * (2 * d - min(d, r + oversample)) if r else 0)
+        k = min(d, r + oversample) if r else 0
+        return None, d + k * (2 * d - k)
+    dof = r * (2 * d - r)
+    if n_measurements is None:
+        m = int(math.ceil(DEFAULT_OVERSAMPLING[method] * dof))
     else:
-        dof = r * (2 * d - r)
-        if n_measurements is None:
-            m = int(math.ceil(DEFAULT_OVERSAMPLING[method] * dof))
-        else:
-            m = check_int(n_measurements, "n_measurements", minimum=1)
-        if m < dof:
-            k = min(d, r + 1)
-            raise NotIdentifiableError(
-                LOWRANK_MESSAGES["too_few"].format(m=m, r=r, d=d, dof=dof, sketch=d + k * (2 * d - k))
-            )
-        planned = d + m
-        if method == "nuclear":
-            check_nuclear_size(d, m, r, "learn_low_rank")
-    start = reserve(oracle, planned + verify, "learn_low_rank")
-    rng = np.random.default_rng(seed)
-    prec = AnswerPrecision(oracle, precision, seed=seed + 2)
-    if method == "sketch":  # its rank cut and saturation band follow u: measure it first
-        prec.measure_first(planned + verify, always=r is None)  # a detected rank is decided once
-
-    v = read_value_vector(oracle)
-    if not np.any(v):
-        raise NotIdentifiableError(MESSAGES["v_zero"])
-
-    diagnostics = {}
-    if method == "sketch":
-        W, info = sketch_cross(oracle, v, r, oversample=oversample, rank_tol=rank_tol, scale=scale, rng=rng, prec=prec)
-        diagnostics.update(info)
-        diagnostics["n_measurements"] = oracle.n_queries - start - d - info["n_requeries"] - prec.n_queries
-        r_out = info["rank_used"]
-        how = f"a cross of {info['cross_size']} rows and columns" + (
-            f", rank {info['rank_detected']} detected" if r is None else ""
+        m = check_int(n_measurements, "n_measurements", minimum=1)
+    if m < dof:
+        k = min(d, r + 1)
+        raise NotIdentifiableError(
+            LOWRANK_MESSAGES["too_few"].format(m=m, r=r, d=d, dof=dof, sketch=d + k * (2 * d - k))
         )
-    else:
+    if method == "nuclear":
+        check_nuclear_size(d, m, r, "learn_low_rank")
+    return m, d + m
+
+
+def _sketch_stage(oracle, v, plan, rng, prec, count) -> _Fit:
+    """The sketch's stage: the cross of :func:`~._sketch.sketch_cross`; counts its measurements.
+
+    ``n_measurements`` is the stage's queries less its re-measurements and any precision queries
+    the stage spent (:meth:`AnswerPrecision.measure` after a failed rank check).
+    """
+    before = prec.n_queries
+    with count.stage("sketch"):
+        W, info = sketch_cross(
+            oracle, v, plan.r, oversample=plan.oversample, rank_tol=plan.rank_tol, scale=plan.scale, rng=rng, prec=prec
+        )
+    info = dict(info, n_measurements=count["sketch"] - info["n_requeries"] - (prec.n_queries - before))
+    how = f"a cross of {info['cross_size']} rows and columns" + (
+        f", rank {info['rank_detected']} detected" if plan.r is None else ""
+    )
+    return _Fit(W, int(info["rank_used"]), info, how)
+
+
+def _gaussian_stage(solve):
+    """A Gaussian-ROP method's stage: measure ``m`` rank-one projections, then ``solve`` them."""
+
+    def stage(oracle, v, plan, rng, prec, count) -> _Fit:
+        d, m = len(v), plan.m
         # rgn solves in float32: its design is drawn in float32 (the same draws, rounded), which
         # the solver uses as it is, with no float64 copy (half the memory and its page faults)
-        A, B = gaussian_rop_design(d, m, v, rng, dtype=np.float32 if method == "rgn" else np.float64)
-        t, info = measure_bilinear(oracle, A, B, v, scale=scale)
-        diagnostics.update(n_measurements=m, n_requeries=info["n_requeries"], max_abs_logit=info["max_abs_logit"])
+        A, B = gaussian_rop_design(d, m, v, rng, dtype=np.float32 if plan.method == "rgn" else np.float64)
+        with count.stage("measure"):
+            t, info = measure_bilinear(oracle, A, B, v, scale=plan.scale)
+        diagnostics = dict(n_measurements=m, n_requeries=info["n_requeries"], max_abs_logit=info["max_abs_logit"])
         try:
-            if method == "nuclear":
-                W, sinfo = solve_nuclear(A, B, t, eps=solver_eps)
-            else:
-                W, sinfo = solve_rgn(A, B, t, r, max_iter=max_iter, tol=tol)
-                if sinfo["residual"] > max(1e3 * tol, 1e-8):
-                    raise SolverError(
-                        LOWRANK_MESSAGES["rgn_failed"].format(
-                            it=sinfo["iterations"], res=sinfo["residual"], m=m, C=m / dof, r=r
-                        )
-                    )
+            W, sinfo = solve(A, B, t, plan)
         except SolverError as err:
-            _name_rounding(err, prec, method)
+            _name_rounding(err, prec, plan.method)
             raise
         diagnostics.update(sinfo)
-        r_out = r
-        how = f"{m} Gaussian rank-one projections ({method})"
-    U, s, Vt, sv = _sign_normalised_svd(W, max(r_out, 0), factors=diagnostics.pop("factors", None))
-    diagnostics["singular_values"] = sv
-    diagnostics.update(factor_U=U, factor_s=s, factor_Vt=Vt)
-    message = f"recovered a rank-{r_out} W and v from {d} + {oracle.n_queries - start - d} value queries: {how}"
-    message = chosen + message
-    if diagnostics.get("n_requeries"):
-        message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
-    kappa_W = diagnostics.pop("kappa_W", 0.0)
+        return _Fit(W, plan.r, diagnostics, f"{m} Gaussian rank-one projections ({plan.method})")
+
+    return stage
+
+
+def _solve_nuclear_stage(A, B, t, plan):
+    """``"nuclear"``: the convex program of Theorems 5.1 / 5.2 (cvxpy, SCS at ``solver_eps``)."""
+    return solve_nuclear(A, B, t, eps=plan.solver_eps)
+
+
+def _solve_rgn_stage(A, B, t, plan):
+    """``"rgn"``: Riemannian Gauss-Newton; :class:`SolverError` above the residual ``max(1e3 tol, 1e-8)``."""
+    W, sinfo = solve_rgn(A, B, t, plan.r, max_iter=plan.max_iter, tol=plan.tol)
+    if sinfo["residual"] > max(1e3 * plan.tol, 1e-8):
+        dof = plan.r * (2 * A.shape[1] - plan.r)
+        raise SolverError(
+            LOWRANK_MESSAGES["rgn_failed"].format(
+                it=sinfo["iterations"], res=sinfo["residual"], m=plan.m, C=plan.m / dof, r=plan.r
+            )
+        )
+    return W, sinfo
+
+
+#: ``method=`` of :func:`learn_low_rank` -> its stage ``(oracle, v, plan, rng, prec, count) -> _Fit``.
+_METHOD_STAGES = {
+    "nuclear": _gaussian_stage(_solve_nuclear_stage),
+    "rgn": _gaussian_stage(_solve_rgn_stage),
+    "sketch": _sketch_stage,
+}
+
+
+def _verify_low_rank(oracle, W, v, plan, prec, kappa_W, r_out, diagnostics):
+    """The final stage: :func:`verify_head` on fresh queries; a sketch whose ``rank_tol`` cut real
+    singular values is refused with a message naming ``rank_tol`` (:func:`_rank_tol_cut`)."""
     cut = diagnostics.pop("rank_tol_cut", None)
     try:
-        checked = verify_head(
+        return verify_head(
             oracle,
             W,
             v,
-            verify,
-            rtol=verify_rtol,
-            seed=seed + 1,
-            what=f"a single head with rank(W*) <= {r_out} recovered by {method!r}",
+            plan.verify,
+            rtol=plan.verify_rtol,
+            seed=plan.seed + 1,
+            what=f"a single head with rank(W*) <= {r_out} recovered by {plan.method!r}",
             precision=prec,
             size=head_check_size(W, v, kappa_W, 1.0),
             floor=lambda u: kappa_W * u,
-            measure_if_coarse=method == "sketch",
+            measure_if_coarse=plan.method == "sketch",
         )
     except OracleInconsistentError as err:
         if cut is not None and cut.size:
-            exc = OracleInconsistentError(_rank_tol_cut(err, cut, rank_tol, r_out, diagnostics, verify))
+            exc = OracleInconsistentError(_rank_tol_cut(err, cut, plan.rank_tol, r_out, diagnostics, plan.verify))
             exc.max_error, exc.tolerance = err.max_error, err.tolerance
             raise exc from err
         raise
-    if method == "nuclear" and verify:
-        _check_nuclear_rank(sv, r, d, m, rank_tol, checked)
-    if method == "sketch":
-        message = prec.report_floor(diagnostics, message, kappa_W)
-    return build(
-        LowRankRecovery,
-        oracle,
-        start,
-        verification=checked,
-        message=message,
-        diagnostics=diagnostics,
-        W=W,
-        v=v,
-        rank=int(r_out),
-        method=method,
-        precision=prec,
-    )
 
 
 def _auto_method(d, rank, n_measurements) -> tuple[str, str]:
@@ -612,6 +720,7 @@ def _learn_low_rank_biased(oracle, rank, options, *, verify, verify_rtol):
     d = int(oracle.d)
     verify, verify_rtol = check_verify(verify, verify_rtol)
     start = reserve(oracle, 2 * d + 1 + verify, "learn_low_rank")
+    count = QueryCount(oracle)
     X1 = np.zeros((d + 1, 1, d))
     X1[1:, 0, :] = np.eye(d)
     y1 = np.asarray(oracle(X1), dtype=np.float64)
@@ -645,7 +754,7 @@ def _learn_low_rank_biased(oracle, rank, options, *, verify, verify_rtol):
         )
     uw = logit(alpha) / c  # u_l^T w
     w = np.linalg.solve(U, uw)
-    n_bias = int(oracle.n_queries) - start
+    n_bias = count.total  # v0, v and the score bias w, with their re-measurements
     inner = learn_low_rank(_Debiased(oracle, v0, v, w), rank, **options, verify=0)
     W_full = np.zeros((d + 1, d + 1))
     W_full[:d, :d], W_full[:d, d] = inner.W, w
