@@ -135,3 +135,49 @@ def test_low_rank_verify_stage_names_rank_tol_when_it_cut_real_singular_values()
     assert oracle.n_queries == 64 and "rank_tol_cut" not in diagnostics
     checked = lr._verify_low_rank(oracle, target.W, target.v, plan, AnswerPrecision(oracle), 0.0, 2, {})
     assert checked["n_verify_queries"] == 32 and checked["verify_max_error"] < 1e-12
+
+
+# --- learn_low_rank_noisy: plan, measurements, solver table, certificates ---------------------
+
+from companion.robust import _noisy as nz  # noqa: E402
+from companion.robust import random_margin_head  # noqa: E402
+
+_NZ = dict(W_max=4.0, tau=None, n_measurements=None, method="rgn", logit_max=0.5, solver_eps=1e-7, max_iter=30,
+           verify=32, verify_rtol=0.1, seed=0)
+
+
+def test_noisy_plan_sizes_m_and_takes_tau_from_the_oracle():
+    plan = nz._plan_noisy(10, 1e-6, 2, **_NZ)
+    assert (plan.m, plan.tau, plan.r) == (3 * 2 * 18, 1e-6, 2)          # NOISY_OVERSAMPLING r (2d - r)
+    assert nz._plan_noisy(10, 1e-6, 2, **dict(_NZ, tau=0.0)).tau == 0.0
+    assert nz._plan_noisy(10, 0.0, 2, **dict(_NZ, n_measurements=36)).m == 36
+    with pytest.raises(NotIdentifiableError, match="n_measurements=35 cannot determine"):
+        nz._plan_noisy(10, 0.0, 2, **dict(_NZ, n_measurements=35))
+
+
+def test_noisy_measurements_bound_every_t_within_delta():
+    head = random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
+    oracle = ApproxValueQueryOracle(head, 1e-6)
+    plan = nz._plan_noisy(10, 1e-6, 2, **_NZ)
+    rops = nz._measure_noisy(oracle, head.v.copy(), plan, np.random.default_rng(0))
+    assert oracle.n_queries == plan.m and rops.A.shape == (plan.m, 10)
+    truth = np.einsum("kd,de,ke->k", rops.A, head.W, rops.B)
+    assert np.all(np.abs(rops.t - truth) <= rops.delta) and rops.n_clipped == 0
+    assert rops.w.max() == 1.0 and np.all(rops.w > 0)
+    assert rops.diagnostics(plan)["max_abs_logit"] <= 0.5 + 1e-9          # Lemma 6.1's window
+
+
+@pytest.mark.parametrize("method", ["rgn", "nuclear"])
+def test_noisy_solver_table_fits_and_certifies(method):
+    head = random_margin_head(6, W_max=4.0, mu=0.1, rank=1, seed=1)
+    oracle = ApproxValueQueryOracle(head, 1e-7)
+    plan = nz._plan_noisy(6, 1e-7, 1, **dict(_NZ, method=method))
+    rops = nz._measure_noisy(oracle, head.v.copy(), plan, np.random.default_rng(0))
+    W, info, fit, factors, how = nz._NOISY_SOLVERS[method](rops, plan)
+    assert np.linalg.norm(W - head.W) < 1e-3 * np.linalg.norm(head.W)
+    np.testing.assert_allclose(fit, np.einsum("kd,de,ke->k", rops.A, W, rops.B), rtol=1e-6, atol=1e-12)
+    assert (factors is None) == (method == "nuclear") and how
+    clause = nz._certify_noisy(rops, plan, W, fit, factors, info)
+    assert clause == "" and info["fit_ratio"] <= nz.FIT_SLACK
+    assert info["excess_norm_W"] <= np.linalg.norm(W - head.W)            # a lower bound on the error
+    assert sorted(nz._NOISY_SOLVERS) == sorted(nz.NOISY_METHODS)

@@ -6,7 +6,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import expit, logit
 
-from .._learner import DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
+from .._learner import QueryCount, DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
 from .._validation import check_int, check_real
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError
 from ..recovery import Recovery
@@ -317,6 +317,7 @@ def learn_robust_lstsq(
     else:
         b0 = check_real(scale, "scale", minimum=0.0, strict=True, maximum=b_cap)
     start = reserve(oracle, n_queries_lstsq(d, R) + verify, "learn_robust_lstsq")
+    count = QueryCount(oracle)
     factors = 1.0 - 0.3 * np.arange(R) / R
     c = factors  # scales of the length-1 queries
     bs = b0 * factors  # probe scales
@@ -364,7 +365,7 @@ def learn_robust_lstsq(
         Us, sv, Vt = np.linalg.svd(W_hat)
         W_hat = (Us[:, :rank] * sv[:rank]) @ Vt[:rank]
     message = (
-        f"recovered W and v from {oracle.n_queries - start} approximate value queries "
+        f"recovered W and v from {count.total} approximate value queries "
         f"(margin-free probes, b = {b0:.3g}, {R} scales, {R + K} for the pivot row)"
     )
     # The guarantee of the Notes, with the observed denominators |u_i^T v_hat| row by row.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.special import expit, logit
 
@@ -23,9 +25,6 @@ from ..numerics.rop import gaussian_rop_design, rop_error_bound, rop_scales
 from ._theorem import (
     check_oracle,
 )
-
-# Beyond the paper: noisy low-rank recovery from rank-one projections
-# --------------------------------------------------------------------------------------------
 
 #: Solvers of :func:`learn_low_rank_noisy`.
 NOISY_METHODS = ("rgn", "nuclear")
@@ -493,6 +492,101 @@ def learn_low_rank_noisy(
     (True, 2)
     """
     d, oracle_tau = check_oracle(oracle, "learn_low_rank_noisy")
+    plan = _plan_noisy(
+        d,
+        oracle_tau,
+        rank,
+        W_max=W_max,
+        tau=tau,
+        n_measurements=n_measurements,
+        method=method,
+        logit_max=logit_max,
+        solver_eps=solver_eps,
+        max_iter=max_iter,
+        verify=verify,
+        verify_rtol=verify_rtol,
+        seed=seed,
+    )
+    start = reserve(oracle, d + plan.m + plan.verify, "learn_low_rank_noisy")
+    v_hat = read_value_vector(oracle)
+    if not np.any(v_hat):
+        raise NotIdentifiableError("every v_hat_i is 0: f is (within tau) identically 0 and W is not identifiable.")
+    rops = _measure_noisy(oracle, v_hat, plan, np.random.default_rng(plan.seed))
+    W, info, fit, factors, how = _NOISY_SOLVERS[plan.method](rops, plan)
+    undetermined = _certify_noisy(rops, plan, W, fit, factors, info)
+    diagnostics = dict(rops.diagnostics(plan), **info)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # at most 1 for W*: a larger value certifies W != W*
+        diagnostics["max_violation"] = float(np.max(np.abs(fit - rops.t) / rops.delta))
+    diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: plan.r + 1]
+    message = (
+        f"recovered a rank-{plan.r} W and v from {d} + {plan.m} approximate value queries "
+        f"(tau={plan.tau:.3g}): {plan.m} Gaussian rank-one projections, {how}"
+    )
+    if rops.n_clipped:
+        message += f"; {rops.n_clipped} weights clipped to Lemma 6.1's window"
+    if not diagnostics.get("converged", True):
+        message += f"; Gauss-Newton stopped at max_iter={plan.max_iter} before its stopping rule"
+    checked = verify_noisy(
+        oracle,
+        W,
+        v_hat,
+        plan.verify,
+        tau=plan.tau,
+        W_max=plan.W_max,
+        allowed_v=np.sqrt(d) * plan.tau,
+        rtol=plan.verify_rtol,
+        seed=plan.seed + 1,
+        what=f"a single head within tau with ||W*||_F <= W_max and rank <= {plan.r}",
+    )
+    return build(
+        LowRankRecovery,
+        oracle,
+        start,
+        verification=checked,
+        message=message + undetermined,
+        diagnostics=diagnostics,
+        W=W,
+        v=v_hat,
+        rank=plan.r,
+        method=plan.method,
+    )
+
+
+@dataclass(frozen=True)
+class _NoisyPlan:
+    """The checked options of one :func:`learn_low_rank_noisy` run; ``m`` measurements planned."""
+
+    r: int
+    m: int
+    W_max: float
+    tau: float
+    method: str
+    logit_max: float
+    solver_eps: float
+    max_iter: int
+    verify: int
+    verify_rtol: float
+    seed: int
+
+
+def _plan_noisy(
+    d,
+    oracle_tau,
+    rank,
+    *,
+    W_max,
+    tau,
+    n_measurements,
+    method,
+    logit_max,
+    solver_eps,
+    max_iter,
+    verify,
+    verify_rtol,
+    seed,
+) -> _NoisyPlan:
+    """Stage 1 of :func:`learn_low_rank_noisy`: check every option and size ``m``; raises before any query."""
     r = check_int(rank, "rank", minimum=1, maximum=d)
     W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
     tau = oracle_tau if tau is None else check_real(tau, "tau", minimum=0.0)
@@ -515,111 +609,113 @@ def learn_low_rank_noisy(
         )
     if method == "nuclear":
         check_nuclear_size(d, m, r, "learn_low_rank_noisy")
-    start = reserve(oracle, d + m + verify, "learn_low_rank_noisy")
-    rng = np.random.default_rng(seed)
+    return _NoisyPlan(r, m, W_max, tau, method, logit_max, solver_eps, max_iter, verify, verify_rtol, seed)
 
-    v_hat = read_value_vector(oracle)
-    if not np.any(v_hat):
-        raise NotIdentifiableError("every v_hat_i is 0: f is (within tau) identically 0 and W is not identifiable.")
+
+@dataclass(frozen=True)
+class _NoisyROP:
+    """The noisy rank-one projections: design ``A``, ``B`` (m, d), scales ``c``, measured ``t`` with
+    bounds ``delta`` (all (m,)), the weights ``w`` of the fit, and the clipped count."""
+
+    A: np.ndarray
+    B: np.ndarray
+    c: np.ndarray
+    t: np.ndarray
+    delta: np.ndarray
+    w: np.ndarray
+    n_clipped: int
+
+    def diagnostics(self, plan) -> dict:
+        return {
+            "tau": plan.tau,
+            "n_measurements": plan.m,
+            "scales": self.c,
+            "delta": self.delta,
+            "n_clipped": self.n_clipped,
+            "max_abs_logit": float(np.max(np.abs(self.t * self.c**2))),
+        }
+
+
+def _measure_noisy(oracle, v_hat, plan, rng) -> _NoisyROP:
+    """Stage 2: ``m`` Gaussian rank-one projections at the scales of :func:`rop_scales`, each weight
+    clipped to Lemma 6.1's window, inverted, and bounded (:func:`rop_error_bound`)."""
+    d, m = len(v_hat), plan.m
     A, B = gaussian_rop_design(d, m, v_hat, rng)
-    c = rop_scales(A, B, W_max=W_max, logit_max=logit_max)
+    c = rop_scales(A, B, W_max=plan.W_max, logit_max=plan.logit_max)
     y = answer_rop(oracle, A, B, c)  # in bounded chunks: no (m, 2, d) array
     av, bv = A @ v_hat, B @ v_hat
     alpha_hat = (y / c - bv) / av
-    lo = float(expit(-logit_max))
+    lo = float(expit(-plan.logit_max))
     n_clipped = int(np.sum((alpha_hat < lo) | (alpha_hat > 1 - lo)))
     t = logit(np.clip(alpha_hat, lo, 1 - lo)) / c**2
-    delta, _ = rop_error_bound(alpha_hat, tau=tau, c=c, A=A, B=B, av_hat=av, logit_max=logit_max)
+    delta, _ = rop_error_bound(alpha_hat, tau=plan.tau, c=c, A=A, B=B, av_hat=av, logit_max=plan.logit_max)
+    w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if plan.tau > 0 else np.ones(m)
+    return _NoisyROP(A, B, c, t, delta, w / np.max(w), n_clipped)
 
-    diagnostics = {
-        "tau": tau,
-        "n_measurements": m,
-        "scales": c,
-        "delta": delta,
-        "n_clipped": n_clipped,
-        "max_abs_logit": float(np.max(np.abs(t * c**2))),
-    }
-    undetermined = ""  # the message's clause when W is not certified to verify_rtol
-    w = 1.0 / np.maximum(delta, np.finfo(float).tiny) if tau > 0 else np.ones(m)
-    w = w / np.max(w)
-    if method == "nuclear":
-        W, info = _noisy_nuclear(A, B, t, delta, eps=solver_eps, tau=tau, W_max=W_max)
-        fit = rop_apply(A, B, W)
-        how = "noise-aware nuclear-norm program (SCS)"
+
+def _fit_nuclear(rops, plan):
+    """``"nuclear"``: the noise-aware nuclear-norm program (SCS); ``(W, info, fit, None, how)``."""
+    W, info = _noisy_nuclear(rops.A, rops.B, rops.t, rops.delta, eps=plan.solver_eps, tau=plan.tau, W_max=plan.W_max)
+    return W, info, rop_apply(rops.A, rops.B, W), None, "noise-aware nuclear-norm program (SCS)"
+
+
+def _fit_rgn(rops, plan):
+    """``"rgn"``: weighted rank-``r`` least squares by Riemannian Gauss-Newton; ``(W, info, fit, factors, how)``.
+
+    Two runs: from the solution of the problem with the milder weights ``sqrt(w)``, whose landscape
+    has fewer spurious minima, and, unless that fit is certified (``fit_ratio <= 1``: consistent with
+    the answers, as ``W*`` is), from the spectral start; the better is kept. Many (m x 2dr)
+    least-squares solves: one BLAS thread is faster, and on a busy machine several threads
+    spin-wait (measured 6 times slower on 2 shared cores).
+    """
+    A, B, t, w, r, max_iter = rops.A, rops.B, rops.t, rops.w, plan.r, plan.max_iter
+    with _one_blas_thread():
+        low = single_precision(A, B, r)
+        spectral = spectral_start(A, B, t, r)
+        start_run = {"rtol": START_RUN_RTOL, "inner_rtol": START_RUN_INNER_RTOL, "low": low}
+        _, info_half = solve_weighted_rgn(A, B, t, np.sqrt(w), r, max_iter=max_iter, start=spectral, **start_run)
+        Uh, sh, Vh = factor_svd(*info_half["factors"])
+        half = (Uh[:, :r], sh[:r], Vh[:, :r])
+        W, info = solve_weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=half, low=low)
+        info["start"] = "sqrt-weighted"
+        if plan.tau == 0 or _fit_ratio(rop_apply_factors(A, B, *info["factors"]) - t, rops.delta, w) > (
+            SKIP_SECOND_START_FIT
+        ):
+            W1, info1 = solve_weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=spectral, low=low)
+            if info1["residual"] < info["residual"]:
+                W, info = W1, dict(info1, start="spectral")
+    factors = info.pop("factors")
+    fit = rop_apply_factors(A, B, *factors)  # O(m d r): W = F G never applied
+    info["converged"] = info["stop"] != "max_iter"
+    return W, info, fit, factors, f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
+
+
+#: ``method=`` of :func:`learn_low_rank_noisy` -> its solver ``(rops, plan) -> (W, info, fit, factors, how)``.
+_NOISY_SOLVERS = {"nuclear": _fit_nuclear, "rgn": _fit_rgn}
+
+
+def _certify_noisy(rops, plan, W, fit, factors, info) -> str:
+    """Stage 4: the checks that need no query; adds ``fit_ratio``, ``ambiguity_W``, ``excess_norm_W``
+    to ``info`` (``tau > 0``) and returns the message's clause when ``W`` is not determined.
+
+    With ``verify``: the norm bound (both methods) and the rank of the nuclear solution; the fit
+    ratio of ``"rgn"`` and the determination are refused only with ``verify > 0``.
+    """
+    A, B, t, delta, w = rops.A, rops.B, rops.t, rops.delta, rops.w
+    r, W_max, rtol, refuse = plan.r, plan.W_max, plan.verify_rtol, plan.verify > 0
+    if plan.verify:
+        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=rtol)
+        if plan.method == "nuclear":
+            _check_nuclear_rank(W, r, tau=plan.tau, rtol=rtol)
+    if plan.tau == 0:
+        return ""
+    if plan.method == "nuclear":
+        info["fit_ratio"] = _fit_ratio(fit - t, delta, w)
+        info["ambiguity_W"] = _nuclear_ambiguity(A, B, t, delta, w, W, r, W_max=W_max, max_iter=plan.max_iter)
     else:
-        # Two runs: from the solution of the problem with the milder weights sqrt(w), whose
-        # landscape has fewer spurious minima, and, unless that fit is certified (fit_ratio <= 1:
-        # consistent with the answers, as W* is), from the spectral start; the better is kept.
-        # Many (m x 2dr) least-squares solves: one BLAS thread is faster, and on a busy
-        # machine several threads spin-wait (measured 6 times slower on 2 shared cores).
-        with _one_blas_thread():
-            low = single_precision(A, B, r)
-            spectral = spectral_start(A, B, t, r)
-            start_run = {"rtol": START_RUN_RTOL, "inner_rtol": START_RUN_INNER_RTOL, "low": low}
-            _, info_half = solve_weighted_rgn(A, B, t, np.sqrt(w), r, max_iter=max_iter, start=spectral, **start_run)
-            Uh, sh, Vh = factor_svd(*info_half["factors"])
-            W, info = solve_weighted_rgn(
-                A, B, t, w, r, max_iter=max_iter, start=(Uh[:, :r], sh[:r], Vh[:, :r]), low=low
-            )
-            info["start"] = "sqrt-weighted"
-            if tau == 0 or _fit_ratio(rop_apply_factors(A, B, *info["factors"]) - t, delta, w) > SKIP_SECOND_START_FIT:
-                W1, info1 = solve_weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=spectral, low=low)
-                if info1["residual"] < info["residual"]:
-                    W, info = W1, dict(info1, start="spectral")
-        factors = info.pop("factors")
-        fit = rop_apply_factors(A, B, *factors)  # O(m d r): W = F G never applied
-        how = f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
-        info["converged"] = info["stop"] != "max_iter"
-    if verify:
-        _check_norm_bound(W, fit, t, delta, W_max=W_max, rtol=verify_rtol)
-        if method == "nuclear":
-            _check_nuclear_rank(W, r, tau=tau, rtol=verify_rtol)
-    if tau > 0:
-        if method == "nuclear":
-            info["fit_ratio"] = _fit_ratio(fit - t, delta, w)
-            info["ambiguity_W"] = _nuclear_ambiguity(A, B, t, delta, w, W, r, W_max=W_max, max_iter=max_iter)
-        else:
-            info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=tau, W_max=W_max, refuse=verify > 0)
-            info["ambiguity_W"] = _ambiguity(A, B, fit - t, delta, factors, W_max=W_max)
-        info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
-        undetermined = _check_determined(
-            info, W, W_max=W_max, rtol=verify_rtol, r=r, m=m, tau=tau, max_iter=max_iter, refuse=verify > 0
-        )
-    diagnostics.update(info)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # at most 1 for W*: a larger value certifies W != W*
-        diagnostics["max_violation"] = float(np.max(np.abs(fit - t) / delta))
-    diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: r + 1]
-    message = (
-        f"recovered a rank-{r} W and v from {d} + {m} approximate value queries "
-        f"(tau={tau:.3g}): {m} Gaussian rank-one projections, {how}"
-    )
-    if n_clipped:
-        message += f"; {n_clipped} weights clipped to Lemma 6.1's window"
-    if not diagnostics.get("converged", True):
-        message += f"; Gauss-Newton stopped at max_iter={max_iter} before its stopping rule"
-    message += undetermined
-    checked = verify_noisy(
-        oracle,
-        W,
-        v_hat,
-        verify,
-        tau=tau,
-        W_max=W_max,
-        allowed_v=np.sqrt(d) * tau,
-        rtol=verify_rtol,
-        seed=seed + 1,
-        what=f"a single head within tau with ||W*||_F <= W_max and rank <= {r}",
-    )
-    return build(
-        LowRankRecovery,
-        oracle,
-        start,
-        verification=checked,
-        message=message,
-        diagnostics=diagnostics,
-        W=W,
-        v=v_hat,
-        rank=r,
-        method=method,
+        info["fit_ratio"] = _check_fit(fit - t, delta, w, r=r, tau=plan.tau, W_max=W_max, refuse=refuse)
+        info["ambiguity_W"] = _ambiguity(A, B, fit - t, delta, factors, W_max=W_max)
+    info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
+    return _check_determined(
+        info, W, W_max=W_max, rtol=rtol, r=r, m=plan.m, tau=plan.tau, max_iter=plan.max_iter, refuse=refuse
     )
