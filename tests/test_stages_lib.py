@@ -181,3 +181,55 @@ def test_noisy_solver_table_fits_and_certifies(method):
     assert clause == "" and info["fit_ratio"] <= nz.FIT_SLACK
     assert info["excess_norm_W"] <= np.linalg.norm(W - head.W)            # a lower bound on the error
     assert sorted(nz._NOISY_SOLVERS) == sorted(nz.NOISY_METHODS)
+
+
+# --- learn_multi_head_transformer: plan, heads, regions, pattern slack, verification ---------
+
+from companion.oracles import AntisymmetrisedOracle  # noqa: E402
+from companion.transformer import _multi_head as mh  # noqa: E402
+from companion.transformer import random_multi_head_transformer  # noqa: E402
+
+
+def _mht_plan(tf, **kw):
+    args = dict(H=2, H_bound=None, route="rational", margin=100.0, verify=32, verify_rtol=1e-6, seed=0)
+    args.update(kw)
+    return mh._plan_mht(ValueQueryOracle(tf), tf.d, **args)
+
+
+def test_mht_plan_applies_the_shared_H_rule_and_sizes_the_heads_step():
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    plan = _mht_plan(tf)
+    assert (plan.H, plan.H_bound, plan.H_plan) == (2, None, 2)
+    assert _mht_plan(tf, route="robust").n_heads_plan == 2 * (6 + 36)     # antisymmetrised d + d^2
+    assert _mht_plan(tf, H=None, H_bound=3).H_plan == 3
+    with pytest.raises(InvalidInputError, match="give exactly one of H"):
+        _mht_plan(tf, H=None)
+    with pytest.raises(InvalidInputError, match="route='robust' needs H"):
+        _mht_plan(tf, H=None, H_bound=2, route="robust")
+
+
+def test_mht_heads_and_regions_stages_recover_Ws_and_Bs_on_the_true_ffn():
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    oracle = ValueQueryOracle(tf)
+    plan = _mht_plan(tf)
+    heads = mh._heads_stage(AntisymmetrisedOracle(oracle), plan)
+    assert heads.Ws.shape == (2, 6, 6)
+    A, w = tf.Bs.sum(axis=0), tf.w_o
+    before = oracle.n_queries
+    regions = mh._regions_stage(oracle, A, w, tf.Ws, plan)
+    assert oracle.n_queries - before == 2 * 6 * 4                        # H d queries in each of k regions
+    np.testing.assert_allclose(regions.Bs, tf.Bs, rtol=0, atol=1e-8 * np.abs(tf.Bs).max())
+    assert mh._pattern_slack(regions, A, tf.Ws, plan.margin) > 1.0
+    model = mh.MultiHeadTransformer(tf.Ws, regions.Bs, w)
+    checked = mh._verify_mht(oracle, model, plan, heads, regions.cond, 2)
+    assert checked["n_verify_queries"] == 32 and checked["verify_max_error"] < 1e-8
+
+
+def test_mht_pattern_slack_refuses_value_matrices_that_cross_a_kink():
+    tf = random_multi_head_transformer(6, 2, 4, seed=0)
+    plan = _mht_plan(tf)
+    A, w = tf.Bs.sum(axis=0), tf.w_o
+    regions = mh._regions_stage(ValueQueryOracle(tf), A, w, tf.Ws, plan)
+    wrong = mh._Regions(1e4 * regions.Bs, regions.S, regions.mus, regions.cond, regions.queries)
+    with pytest.raises(OracleInconsistentError, match="crossed a kink"):
+        mh._pattern_slack(wrong, A, tf.Ws, plan.margin)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._learner import (
+    QueryCount,
+    resolve_heads,
     DEFAULT_VERIFY,
     build,
     check_verify,
@@ -423,152 +425,54 @@ def learn_multi_head_transformer(
     >>> bool(np.max(np.abs(rec.model(X) - tf(X))) < 1e-8 * np.max(np.abs(tf(X))))
     True
     """
-    from ..multihead import learn_canonical, learn_canonical_rational, rational_plan
-
     d = check_exact_oracle(oracle, "learn_multi_head_transformer")
-    if (H is None) == (H_bound is None):
-        raise InvalidInputError(
-            "give exactly one of H (the number of heads) and H_bound (a bound on it); got "
-            f"H={H!r}, H_bound={H_bound!r}."
-        )
-    refuse_stated_rounding(
-        oracle,
-        "the FFN step locates kinks and the head step fits logistic sums from answers exact to float64 rounding",
-    )
-    route = check_choice(route, "route", ("rational", "robust"))
-    if route == "robust" and H is None:
-        raise InvalidInputError("route='robust' needs H (learn_canonical takes no bound); got H=None.")
-    H_plan = check_int(H if H is not None else H_bound, "H" if H is not None else "H_bound", minimum=1)
-    margin = check_real(margin, "margin", minimum=1.0, maximum=1e6)
-    verify, verify_rtol = check_verify(verify, verify_rtol)
-    seed = check_int(seed, "seed", minimum=0)
+    plan = _plan_mht(oracle, d, H, H_bound, route, margin, verify, verify_rtol, seed)
     if "ffn_verify" in ffn_options:
         ffn_options["verify"] = ffn_options.pop("ffn_verify")
-    plan = 2 * rational_plan(d, H_plan)["n_queries"] if route == "rational" else 2 * (d + d * d)
-    start = reserve(oracle, plan + H_plan * d + verify, "learn_multi_head_transformer")
+    start = reserve(oracle, plan.n_heads_plan + plan.H_plan * d + plan.verify, "learn_multi_head_transformer")
     base, oracle = oracle, ReusedAnswers(oracle)
-
-    # 1. The FFN from one-token queries.
-    ffn = learn_ffn(oracle, signs=signs, milp_time_limit=milp_time_limit, seed=seed, **ffn_options)
-    n_ffn = oracle.n_queries - start
-    A, w = ffn.A, ffn.w_o
-    k = A.shape[1]
+    count = QueryCount(oracle)
+    with count.stage("ffn"):  # 1. the FFN from one-token queries
+        ffn = learn_ffn(oracle, signs=signs, milp_time_limit=milp_time_limit, seed=plan.seed, **ffn_options)
+    A, w, k = ffn.A, ffn.w_o, ffn.A.shape[1]
     if no_linear_part(ffn, d, ZERO_TOL):
         raise NotIdentifiableError(
             "A w_o = 0: the antisymmetrised oracle VQ(X) - VQ(-X) = sum_h alpha(X, W_h)^T X B_h w_o "
             "is identically 0, so it reveals no head (the FFN part was extracted)."
         )
-    reserve(base, plan - 2 * d + H_plan * d * k + verify, "learn_multi_head_transformer")
-
-    # 2. The heads from the antisymmetrised oracle.
-    anti = AntisymmetrisedOracle(oracle)
-    try:
-        if route == "rational":
-            heads = learn_canonical_rational(anti, H=H, H_bound=H_bound, verify=0, seed=seed)
-        else:
-            heads = learn_canonical(anti, H=H, verify=0, seed=seed)
-    except OracleInconsistentError as err:
-        given = f"H={H}" if H is not None else f"H_bound={H_bound}"
-        other = (
-            " The counts route also refuses where float64 cannot separate the heads (its "
-            "conditioning grows with H): try route='robust'."
-            if route == "rational"
-            else ""
-        )
-        raise OracleInconsistentError(
-            f"the heads' step on VQ(X) - VQ(-X) refused with {given}: a target with more distinct "
-            f"heads (W_h with B_h w_o != 0) than that is refused this way too.{other} "
-            f"(It said: {err})"
-        ) from err
-    n_heads_q = oracle.n_queries - start - n_ffn
+    reserve(base, plan.n_heads_plan - 2 * d + plan.H_plan * d * k + plan.verify, "learn_multi_head_transformer")
+    with count.stage("heads"):  # 2. the heads from the antisymmetrised oracle
+        heads = _heads_stage(AntisymmetrisedOracle(oracle), plan)
     Ws = heads.Ws
     Hh = Ws.shape[0]
-
-    # 3. H d queries in each of k activation regions, linear in the u_h^S.
-    S, M, mus = region_anchors(A, seed=seed + 2)
-    rng = np.random.default_rng([seed, 3])
-    N = Hh + 1
-    U = np.empty((Hh * d, k))
-    cond, regions = 0.0, []
-    for p in range(k):
-        R = np.sqrt(margin / mus[p])
-        D = rng.standard_normal((Hh * d, N, d)) / (np.sqrt(d) * R)
-        X = R * S[p] + D
-        on = M[p] > 0
-        y = np.asarray(oracle(X), dtype=np.float64) - R * (S[p] @ A[:, on]) @ w[on]
-        # sum_h alpha(X, W_h)^T Delta: the weights of X (Delta's would differ) pool Delta
-        Phi = np.concatenate([np.einsum("bn,bnd->bd", attention_weights(X, W), D) for W in Ws], axis=1)
-        cond = max(cond, float(np.linalg.cond(Phi)))
-        U[:, p] = np.linalg.solve(Phi, y)
-        regions.append((R, X))
-    n_regions = oracle.n_queries - start - n_ffn - n_heads_q
-    C = np.linalg.solve(M, U.T).T.reshape(Hh, d, k)  # U = C M^T
-    Bs = C / w
-    # Every region query must sit on its region's side of every kink, by the recovered model.
-    slack = np.inf
-    for p, (R, X) in enumerate(regions):
-        z0 = R * (S[p] @ A)
-        move = np.einsum("hbd,hdm->bm", _pooled(X, Ws), Bs) - z0
-        slack = min(slack, float(np.min(np.abs(z0) / np.maximum(np.max(np.abs(move), axis=0), TINY))))
-    if not slack > 1.0:
-        raise OracleInconsistentError(
-            f"a region query crossed a kink by the recovered model (pattern_slack={slack:.3g} <= 1): "
-            f"either the value matrices are larger than margin={margin:g} allows for (raise margin), or "
-            "the region fits missed a head, as one with B_h w_o = 0 (invisible to VQ(X) - VQ(-X)) is "
-            "missed, or the oracle is not a multi-head Transformer with a bias-free ReLU FFN."
-        )
+    with count.stage("regions"):  # 3. H d queries in each of k activation regions
+        regions = _regions_stage(oracle, A, w, Ws, plan)
+    Bs = regions.Bs
+    slack = _pattern_slack(regions, A, Ws, plan.margin)
+    model = MultiHeadTransformer(Ws, Bs, w)
+    checked = _verify_mht(oracle, model, plan, heads, regions.cond, Hh)
+    clause = checks_clause(ffn, checked, ffn_options)
+    checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
     diagnostics = {
-        "n_queries_ffn": n_ffn,
-        "n_queries_heads": n_heads_q,
-        "n_queries_regions": n_regions,
+        "n_queries_ffn": count["ffn"],
+        "n_queries_heads": count["heads"],
+        "n_queries_regions": count["regions"],
         "n_reused": oracle.n_reused,
         "n_heads": Hh,
         "n_neurons": k,
-        "max_len": int(max(N, heads.diagnostics.get("max_len", 2))),
-        "region_margins": mus,
-        "region_condition": cond,
+        "max_len": int(max(Hh + 1, heads.diagnostics.get("max_len", 2))),
+        "region_margins": regions.mus,
+        "region_condition": regions.cond,
         "value_mismatch": float(np.max(np.abs(np.einsum("hdk,k->hd", Bs, w) - heads.vs))),
         "sum_mismatch": float(np.max(np.abs(Bs.sum(axis=0) - A))),
         "pattern_slack": slack,
         "ffn": dict(ffn.diagnostics),
         "heads": dict(heads.diagnostics),
     }
-    model = MultiHeadTransformer(Ws, Bs, w)
-    absw = np.abs(w)
-    try:
-        checked = verify_outputs(
-            oracle,
-            model,
-            lambda x: float(absw @ np.max(np.sum(np.abs(x @ Bs), axis=0), axis=0)),
-            verify,
-            rtol=verify_rtol,
-            seed=seed + 1,
-            what=(
-                "a one-layer Transformer w_o^T ReLU(sum_h alpha(X, W_h)^T X B_h) with every head "
-                "visible (B_h w_o != 0), no two neurons' directions sum_h B_h e_j parallel (the FFN "
-                "step merges them), and no bias, residual or LayerNorm"
-            ),
-        )
-    except OracleInconsistentError as err:
-        # The heads' own inconsistency, carried through the region solves (condition number
-        # region_condition), bounds what the heads' step alone can cost, to first order.
-        link = float(heads.diagnostics.get("max_link_error", 0.0))
-        found = getattr(err, "max_error", np.inf)
-        if found <= link * cond:
-            raise OracleInconsistentError(
-                f"verification failed by {found:.3g} (verify_rtol={verify_rtol:g}), within what the "
-                f"heads' step's own inconsistency (max_link_error={link:.2g}) can cause through the "
-                f"region solves (region_condition={cond:.2g}, product {link * cond:.2g}): float64 "
-                f"conditioning of the {route} route at H={Hh}, not the model, is the likelier cause; "
-                "use route='robust', or a larger verify_rtol."
-            ) from err
-        raise
-    clause = checks_clause(ffn, checked, ffn_options)
-    checked["n_verify_queries"] += int(ffn.diagnostics["n_verify_queries"])
     message = (
-        f"FFN: {k} neurons from {n_ffn} one-token queries; heads: {Hh} from the antisymmetrised oracle "
-        f"({route} route, {n_heads_q} queries, {oracle.n_reused} answers reused); value matrices: "
-        f"{n_regions} queries in {k} activation regions (H d k = {Hh * d * k})"
+        f"FFN: {k} neurons from {count['ffn']} one-token queries; heads: {Hh} from the antisymmetrised oracle "
+        f"({plan.route} route, {count['heads']} queries, {oracle.n_reused} answers reused); value matrices: "
+        f"{count['regions']} queries in {k} activation regions (H d k = {Hh * d * k})"
     )
     return build(
         MultiHeadTransformerRecovery,
@@ -584,6 +488,160 @@ def learn_multi_head_transformer(
         Bs=Bs,
         w_o=w,
     )
+
+
+@dataclass(frozen=True)
+class _MHTPlan:
+    """The checked options of one :func:`learn_multi_head_transformer` run.
+
+    ``H``, ``H_bound`` as given (checked), ``H_plan`` the heads the queries are planned for, and
+    ``n_heads_plan`` the FFN's and heads' queries (twice the heads learner's, antisymmetrised).
+    """
+
+    H: int | None
+    H_bound: int | None
+    H_plan: int
+    route: str
+    margin: float
+    verify: int
+    verify_rtol: float
+    seed: int
+    n_heads_plan: int
+
+
+def _plan_mht(oracle, d, H, H_bound, route, margin, verify, verify_rtol, seed) -> _MHTPlan:
+    """Stage 1: the shared ``H`` / ``H_bound`` rule (:func:`~companion._learner.resolve_heads`), a
+    stated float32 (or coarser) rounding refused, the route and the other options; before any query."""
+    from ..multihead import rational_plan
+
+    H, H_bound, H_plan = resolve_heads(H, H_bound)
+    refuse_stated_rounding(
+        oracle,
+        "the FFN step locates kinks and the head step fits logistic sums from answers exact to float64 rounding",
+    )
+    route = check_choice(route, "route", ("rational", "robust"))
+    if route == "robust" and H is None:
+        raise InvalidInputError("route='robust' needs H (learn_canonical takes no bound); got H=None.")
+    margin = check_real(margin, "margin", minimum=1.0, maximum=1e6)
+    verify, verify_rtol = check_verify(verify, verify_rtol)
+    seed = check_int(seed, "seed", minimum=0)
+    n = 2 * rational_plan(d, H_plan)["n_queries"] if route == "rational" else 2 * (d + d * d)
+    return _MHTPlan(H, H_bound, H_plan, route, margin, verify, verify_rtol, seed, n)
+
+
+def _heads_stage(anti, plan):
+    """Stage 2: the canonical form of the heads on ``anti`` = VQ(X) - VQ(-X), by the plan's route
+    (:func:`~companion.multihead.learn_canonical_rational` or, ``"robust"``,
+    :func:`~companion.multihead.learn_canonical`); a refusal says which ``H`` it was given."""
+    from ..multihead import learn_canonical, learn_canonical_rational  # per call: tests replace them
+
+    try:
+        if plan.route == "rational":
+            return learn_canonical_rational(anti, H=plan.H, H_bound=plan.H_bound, verify=0, seed=plan.seed)
+        return learn_canonical(anti, H=plan.H, verify=0, seed=plan.seed)
+    except OracleInconsistentError as err:
+        given = f"H={plan.H}" if plan.H is not None else f"H_bound={plan.H_bound}"
+        other = (
+            " The counts route also refuses where float64 cannot separate the heads (its "
+            "conditioning grows with H): try route='robust'."
+            if plan.route == "rational"
+            else ""
+        )
+        raise OracleInconsistentError(
+            f"the heads' step on VQ(X) - VQ(-X) refused with {given}: a target with more distinct "
+            f"heads (W_h with B_h w_o != 0) than that is refused this way too.{other} "
+            f"(It said: {err})"
+        ) from err
+
+
+@dataclass(frozen=True)
+class _Regions:
+    """The value matrices' stage: ``Bs`` (H, d, k), the anchors ``S`` (k, d) with patterns ``M``, the
+    margins ``mus`` (k,), the largest condition number ``cond`` of a region's solve, and each
+    region's radius and queries ``queries = [(R, X), ...]``."""
+
+    Bs: np.ndarray
+    S: np.ndarray
+    mus: np.ndarray
+    cond: float
+    queries: list
+
+
+def _regions_stage(oracle, A, w, Ws, plan) -> _Regions:
+    """Stage 3: ``H d`` queries near the anchor of each of the ``k`` activation regions
+    (:func:`region_anchors`), where the model is linear in the ``u_h^S``; ``Bs`` from ``U = C M^T``."""
+    Hh, d, k = Ws.shape[0], A.shape[0], A.shape[1]
+    S, M, mus = region_anchors(A, seed=plan.seed + 2)
+    rng = np.random.default_rng([plan.seed, 3])
+    N = Hh + 1
+    U = np.empty((Hh * d, k))
+    cond, queries = 0.0, []
+    for p in range(k):
+        R = np.sqrt(plan.margin / mus[p])
+        D = rng.standard_normal((Hh * d, N, d)) / (np.sqrt(d) * R)
+        X = R * S[p] + D
+        on = M[p] > 0
+        y = np.asarray(oracle(X), dtype=np.float64) - R * (S[p] @ A[:, on]) @ w[on]
+        # sum_h alpha(X, W_h)^T Delta: the weights of X (Delta's would differ) pool Delta
+        Phi = np.concatenate([np.einsum("bn,bnd->bd", attention_weights(X, W), D) for W in Ws], axis=1)
+        cond = max(cond, float(np.linalg.cond(Phi)))
+        U[:, p] = np.linalg.solve(Phi, y)
+        queries.append((R, X))
+    C = np.linalg.solve(M, U.T).T.reshape(Hh, d, k)  # U = C M^T
+    return _Regions(C / w, S, mus, cond, queries)
+
+
+def _pattern_slack(regions, A, Ws, margin) -> float:
+    """Stage 4: every region query must sit on its region's side of every kink, by the recovered
+    model; returns the smallest slack (> 1) or raises :class:`OracleInconsistentError`."""
+    slack = np.inf
+    for p, (R, X) in enumerate(regions.queries):
+        z0 = R * (regions.S[p] @ A)
+        move = np.einsum("hbd,hdm->bm", _pooled(X, Ws), regions.Bs) - z0
+        slack = min(slack, float(np.min(np.abs(z0) / np.maximum(np.max(np.abs(move), axis=0), TINY))))
+    if not slack > 1.0:
+        raise OracleInconsistentError(
+            f"a region query crossed a kink by the recovered model (pattern_slack={slack:.3g} <= 1): "
+            f"either the value matrices are larger than margin={margin:g} allows for (raise margin), or "
+            "the region fits missed a head, as one with B_h w_o = 0 (invisible to VQ(X) - VQ(-X)) is "
+            "missed, or the oracle is not a multi-head Transformer with a bias-free ReLU FFN."
+        )
+    return slack
+
+
+def _verify_mht(oracle, model, plan, heads, cond, Hh) -> dict:
+    """Stage 5: :func:`verify_outputs` on fresh queries; a miss within what the heads' own
+    inconsistency can cause through the region solves (``max_link_error * region_condition``) is
+    put down to the route's float64 conditioning, with that advice."""
+    Bs, absw = model.Bs, np.abs(model.w_o)
+    try:
+        return verify_outputs(
+            oracle,
+            model,
+            lambda x: float(absw @ np.max(np.sum(np.abs(x @ Bs), axis=0), axis=0)),
+            plan.verify,
+            rtol=plan.verify_rtol,
+            seed=plan.seed + 1,
+            what=(
+                "a one-layer Transformer w_o^T ReLU(sum_h alpha(X, W_h)^T X B_h) with every head "
+                "visible (B_h w_o != 0), no two neurons' directions sum_h B_h e_j parallel (the FFN "
+                "step merges them), and no bias, residual or LayerNorm"
+            ),
+        )
+    except OracleInconsistentError as err:
+        # The heads' own inconsistency, carried through the region solves (condition number
+        # region_condition), bounds what the heads' step alone can cost, to first order.
+        link = float(heads.diagnostics.get("max_link_error", 0.0))
+        found = getattr(err, "max_error", np.inf)
+        if found <= link * cond:
+            raise OracleInconsistentError(
+                f"verification failed by {found:.3g} (verify_rtol={plan.verify_rtol:g}), within what the "
+                f"heads' step's own inconsistency (max_link_error={link:.2g}) can cause through the "
+                f"region solves (region_condition={cond:.2g}, product {link * cond:.2g}): float64 "
+                f"conditioning of the {plan.route} route at H={Hh}, not the model, is the likelier cause; "
+                "use route='robust', or a larger verify_rtol."
+            ) from err
+        raise
 
 
 class ServedMultiHeadTransformer(SequenceModel):
