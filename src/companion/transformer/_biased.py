@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._learner import (
+    QueryCount,
     DEFAULT_VERIFY,
     build,
     check_verify,
@@ -482,9 +483,10 @@ def learn_one_layer_biased(
     )
     n_att = 2 * (2 * d * d + d)
     start = reserve(oracle, n_att + verify, "learn_one_layer_biased")
-
-    net_rec = learn_relu_network(oracle, widths=None if m is None else (m,), seed=seed, **ffn_options)
-    n_ffn = oracle.n_queries - start
+    count = QueryCount(oracle)
+    with count.stage("ffn"):
+        net_rec = learn_relu_network(oracle, widths=None if m is None else (m,), seed=seed, **ffn_options)
+    n_ffn = count["ffn"]
     net = net_rec.network
     if len(net.widths) != 1:
         raise OracleInconsistentError(
@@ -537,7 +539,7 @@ def learn_one_layer_biased(
     W = _read_W(oracle, X, Qs, S)
     diagnostics = {
         "n_queries_ffn": n_ffn,
-        "n_queries_attention": oracle.n_queries - start - n_ffn,
+        "n_queries_attention": count.total - n_ffn,  # both passes of the head's queries
         "first_pass": "around 0" if around_0 else "far",
         "radius": r,
         "scale": R,

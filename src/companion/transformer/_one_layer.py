@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._learner import (
+    QueryCount,
     OracleView,
     COARSE_FACTOR,
     DEFAULT_VERIFY,
@@ -418,9 +419,10 @@ def learn_one_layer(
         ffn_options["verify"] = ffn_options.pop("ffn_verify")
     start = reserve(oracle, 0, "learn_one_layer")
     oracle = ReusedAnswers(oracle)
-
-    ffn = learn_ffn(oracle, signs=signs, milp_time_limit=milp_time_limit, seed=seed, **ffn_options)
-    n_ffn = oracle.n_queries - start
+    count = QueryCount(oracle)
+    with count.stage("ffn"):
+        ffn = learn_ffn(oracle, signs=signs, milp_time_limit=milp_time_limit, seed=seed, **ffn_options)
+    n_ffn = count["ffn"]
     b = ffn.v
     if no_linear_part(ffn, d, zero_tol):
         raise NotIdentifiableError(
@@ -430,12 +432,13 @@ def learn_one_layer(
         )
     anti = AntisymmetrisedOracle(oracle)
     try:
-        head = learn_single_head(anti, verify=0)  # the whole model is verified below
+        with count.stage("attention"):
+            head = learn_single_head(anti, verify=0)  # the whole model is verified below
     except NotIdentifiableError as exc:
         raise NotIdentifiableError(
             f"the antisymmetrised oracle read A w_o = 0, so W is not identifiable from it (§4.1). ({exc})"
         ) from None
-    n_att = oracle.n_queries - start - n_ffn
+    n_att = count["attention"]
     diagnostics = {
         "n_queries_ffn": n_ffn,
         "n_queries_attention": n_att,
