@@ -233,3 +233,39 @@ def test_mht_pattern_slack_refuses_value_matrices_that_cross_a_kink():
     wrong = mh._Regions(1e4 * regions.Bs, regions.S, regions.mus, regions.cond, regions.queries)
     with pytest.raises(OracleInconsistentError, match="crossed a kink"):
         mh._pattern_slack(wrong, A, tf.Ws, plan.margin)
+
+
+# --- learn_single_head: the column stage and the relative scale ------------------------------
+
+from companion import exact as ex  # noqa: E402
+from companion.exact import SATURATION, probe_matrix  # noqa: E402
+
+
+def test_single_head_column_stage_reads_every_logit_with_d_squared_queries():
+    d = 5
+    target = random_single_head(d, seed=0)
+    oracle = ValueQueryOracle(target)
+    U = probe_matrix(target.v, "basis")
+    T, C, n_re = ex._measure_columns(oracle, U, target.v, U @ target.v, 1.0, auto=True, band=SATURATION)
+    assert oracle.n_queries == d * d + n_re and n_re == 0
+    np.testing.assert_allclose(T / C**2, U @ target.W, rtol=1e-12, atol=1e-13)   # L = U W
+    assert np.all(C == 1.0)
+
+
+def test_single_head_column_stage_refuses_a_weight_outside_0_1_at_a_fixed_scale():
+    d = 3
+    target = SingleHead(400.0 * np.eye(d), np.ones(d))          # logits 400: the weight rounds to 1
+    oracle = ValueQueryOracle(target)
+    U = probe_matrix(target.v, "basis")
+    with pytest.raises(OracleInconsistentError, match='outside \\(0, 1\\).*use scale="auto"'):
+        ex._measure_columns(oracle, U, target.v, U @ target.v, 1.0, auto=False, band=SATURATION)
+
+
+def test_single_head_relative_scale_is_a_power_of_two_near_the_best_logit():
+    d = 4
+    target = random_single_head(d, seed=1)
+    oracle = ValueQueryOracle(target)
+    U = probe_matrix(target.v, "basis")
+    c, n = ex._relative_scale(oracle, U, target.v, U @ target.v, 1.0, SATURATION)
+    assert n == oracle.n_queries == d                          # the first column, no re-measurement
+    assert np.log2(c) == int(np.log2(c))
