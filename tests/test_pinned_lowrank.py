@@ -180,7 +180,7 @@ def test_measure_bilinear_refuses_a_zero_a_transpose_v_before_any_query():
     ],
 )
 def test_numerical_rank_counts_singular_values_strictly_above_max_rank_tol_s1_and_1e_12(s, rank_tol, expected):
-    assert lowrank._measure.NOISE_FLOOR == 1e-12
+    assert lowrank._sketch._NOISE_FLOOR == 1e-12
     assert lowrank._sketch._numerical_rank(np.array(s), rank_tol) == expected
 
 

@@ -29,7 +29,6 @@ METHODS = ("nuclear", "rgn", "sketch")
 #: SolverError (never returns a wrong W silently) on the draws it cannot fit below.
 DEFAULT_OVERSAMPLING = {"nuclear": 5.0, "rgn": 2.0}
 
-NOISE_FLOOR = 1e-12  # singular values of the sketch core below this are rounding noise
 
 #: Memory cvxpy and SCS take per entry of the nuclear-norm program's measurement operator
 #: (``m d^2`` entries: row ``k`` is ``vec(a_k b_k^T)``). Measured (this book, cvxpy 1.x, peak RSS of

@@ -21,13 +21,15 @@ from ..exact import SATURATION
 from ..numerics.rop import at_unit_max
 from ._measure import (
     LOWRANK_MESSAGES,
-    NOISE_FLOOR,
     measure_bilinear,
 )
 
 # ---------------------------------------------------------------------------------------------
 # Query-optimal sketch
 # ---------------------------------------------------------------------------------------------
+
+
+_NOISE_FLOOR = 1e-12  # singular values of the sketch core below this are rounding noise
 
 
 def _haar(d, rng):
@@ -89,7 +91,7 @@ def _numerical_rank(s, rank_tol):
     vectors are unit vectors, so a measurement is a logit of order ``||W||``, inverted by
     ``sigma^{-1}`` to about 1e-15 absolute.
     """
-    return int(np.sum(s > max(rank_tol * s[0], NOISE_FLOOR))) if s.size else 0
+    return int(np.sum(s > max(rank_tol * s[0], _NOISE_FLOOR))) if s.size else 0
 
 
 def _cross_indices(d, k0, k1, n=None):
@@ -191,7 +193,7 @@ def sketch_cross(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
 
     def rank_of(s, k):
         noise = core_level(k) if prec.coarse else 0.0
-        return int(np.sum(s > max(rank_tol * s[0], NOISE_FLOOR, noise))) if s.size else 0, noise
+        return int(np.sum(s > max(rank_tol * s[0], _NOISE_FLOOR, noise))) if s.size else 0, noise
 
     if rank is not None:
         k = min(d, rank + oversample)
@@ -235,7 +237,7 @@ def sketch_cross(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
     tol_used = max(rank_tol, rank_of(s, k)[1] / s[0]) if s.size and s[0] > 0 else rank_tol
     # Singular values that count as zero only because of rank_tol (above every other floor): if the
     # check then fails, rank_tol is the cause, not the target (see _rank_tol_cut).
-    floor = max(NOISE_FLOOR, rank_of(s, k)[1]) if s.size else NOISE_FLOOR
+    floor = max(_NOISE_FLOOR, rank_of(s, k)[1]) if s.size else _NOISE_FLOOR
     cut = s[(s > floor) & (s <= rank_tol * s[0])] if s.size else s
     if k == d:
         rho = rank_of(s, k)[0]
@@ -245,7 +247,7 @@ def sketch_cross(oracle, v, rank, *, oversample, rank_tol, scale, rng, prec):
         F, G, s, rho = _nystrom_factors(M[:, :k], M[:k, :], k, rank, tol_used)
         factors = (L.T @ F, G @ RT)
         W = factors[0] @ factors[1]
-        amp = 1.0 + float(np.linalg.norm(F, 2) * np.linalg.norm(G, 2)) / max(float(s[0]), NOISE_FLOOR)
+        amp = 1.0 + float(np.linalg.norm(F, 2) * np.linalg.norm(G, 2)) / max(float(s[0]), _NOISE_FLOOR)
     nW = float(np.linalg.norm(W))
     measured = ~np.isnan(M)
     kappa = amp * float(np.linalg.norm(E_best[measured])) / nW if nW > 0 else 0.0
