@@ -48,6 +48,7 @@ import numpy as np
 from . import _progress
 from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
 from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
+from ._learner import OracleView, QueryCount
 from ._precision import (
     ANSWER_KINDS,
     FORMATS,
@@ -758,7 +759,7 @@ class ApproxValueQueryOracle(ValueQueryOracle):
         )
 
 
-class AntisymmetrisedOracle:
+class AntisymmetrisedOracle(OracleView):
     """The antisymmetrised oracle of §4.1: ṼQ(X) = VQ(X) - VQ(-X), two underlying queries per sequence.
 
     For a one-layer Transformer TF(X) = w_o^T ReLU(alpha(X, W)^T X A) the scores
@@ -813,13 +814,12 @@ class AntisymmetrisedOracle:
                 f"oracle must be a value-query oracle (callable, with d and n_queries); got "
                 f"{type(oracle).__name__}. Wrap the model in ValueQueryOracle first."
             )
-        self.oracle = oracle
-        self.d = int(oracle.d)
-        self._start = int(oracle.n_queries)
+        super().__init__(oracle)  # d, precision, budget: the oracle's
+        self._spent = QueryCount(oracle)
 
     @property
     def n_queries(self) -> int:
-        return int(self.oracle.n_queries) - self._start
+        return self._spent.total
 
     @property
     def tau(self) -> float:
