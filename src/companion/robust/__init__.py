@@ -40,6 +40,7 @@ The package (private modules; this ``__init__`` re-exports the public names, so
 
 from __future__ import annotations
 
+from ..attention import SingleHead  # noqa: F401  (read as robust.SingleHead by chapter 05, as before the split)
 from ..numerics.rop import rop_error_bound, rop_scales
 from ._lstsq import best_scale, entry_error_bound, learn_robust_lstsq, lstsq_error_bound, n_queries_lstsq
 from ._noisy import NOISY_METHODS, learn_low_rank_noisy

@@ -26,6 +26,7 @@ The package (private modules; this ``__init__`` re-exports the public names, so
 from __future__ import annotations
 
 from .._learner import COARSE_FACTOR
+from ..attention import OneLayerTransformer  # noqa: F401  (importable here, as before the split)
 from ._biased import (
     BiasedOneLayerTransformer,
     BiasedTransformerRecovery,
