@@ -558,12 +558,15 @@ def test_learner_contract_saved_results(entry, tmp_path_factory):
 def _public_learners():
     found = set()
     for info in pkgutil.iter_modules(companion.__path__):
-        if info.name.startswith("_") or info.ispkg:
+        if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"companion.{info.name}")
         for name, obj in vars(module).items():
+            # a module's own learners, or a package's (issue 34: lowrank/, robust/, transformer/
+            # re-export the learners of their private modules)
+            home = getattr(obj, "__module__", "")
             if (name.startswith("learn_") and inspect.isfunction(obj)
-                    and obj.__module__ == module.__name__):
+                    and (home == module.__name__ or (info.ispkg and home.startswith(module.__name__ + ".")))):
                 found.add(name)
     return found
 
