@@ -73,6 +73,7 @@ from ._precision import (  # noqa: F401
     JITTER_RATIO,
     NOISE_FLOOR,
     OUTSIDE_FACTOR,
+    OUTSIDE_FLOAT64,
     TINY_STEP,
 )
 

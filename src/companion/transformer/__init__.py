@@ -54,6 +54,7 @@ from ._one_layer import (
 
 # Public names outside __all__: DESIGN.md's ZERO_TOL, and the blame budget the tests pin.
 from ._one_layer import FFN_BLAME_QUERIES, ZERO_TOL  # noqa: F401
+from ._biased import BIASED_MARGIN, FAR_CANDIDATES, FAR_TRIES, LOGIT_SCALE, MAX_SCALE, SATURATED  # noqa: F401
 
 _COARSE_FACTOR = COARSE_FACTOR  # the canonical-form learners' factor too (companion._learner.names_rounding)
 
@@ -77,3 +78,12 @@ __all__ = [
     "BiasedTransformerRecovery",
     "learn_one_layer_biased",
 ]
+
+# The public classes and learners report the package as their module, whatever private file
+# defines them: saved results name "companion.<package>:<Class>" as before the split, and tools that
+# look for a module's own learners (``fn.__module__ == module.__name__``) find them here.
+for _name in __all__:
+    _obj = globals()[_name]
+    if (isinstance(_obj, type) or _name.startswith("learn_")) and _obj.__module__.startswith(__name__ + "."):
+        _obj.__module__ = __name__
+del _name, _obj
