@@ -849,3 +849,12 @@ class AntisymmetrisedOracle(OracleView):
 
     def __repr__(self):
         return f"AntisymmetrisedOracle(d={self.d}, n_queries={self.n_queries}, oracle={self.oracle!r})"
+
+
+# The answers' precision lives in the private sibling _precision; its public names report this module
+# (the API page documents them here, as before the split).
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "") == "companion._precision":
+        _obj.__module__ = __name__
+del _name, _obj

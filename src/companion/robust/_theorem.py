@@ -139,6 +139,7 @@ def lemma_6_1_bound(alpha_hat, alpha_star):
     Examples
     --------
     >>> import numpy as np
+    >>> from scipy.special import logit
     >>> a_hat, a_star = 0.9, 0.6
     >>> lhs = abs(clipped_logit(a_hat) - logit(a_star))
     >>> bool(lhs <= lemma_6_1_bound(a_hat, a_star) <= 5 * abs(a_hat - a_star))

@@ -79,11 +79,11 @@ __all__ = [
     "learn_one_layer_biased",
 ]
 
-# The public classes and learners report the package as their module, whatever private file
-# defines them: saved results name "companion.<package>:<Class>" as before the split, and tools that
-# look for a module's own learners (``fn.__module__ == module.__name__``) find them here.
+# The public names report the package as their module, whatever private file defines them: saved
+# results name "companion.<package>:<Class>" as before the split, the API page (autodoc of this
+# package) documents them, and tools that look for a module's own learners find them here.
 for _name in __all__:
     _obj = globals()[_name]
-    if (isinstance(_obj, type) or _name.startswith("learn_")) and _obj.__module__.startswith(__name__ + "."):
+    if getattr(_obj, "__module__", "").startswith(__name__ + "."):
         _obj.__module__ = __name__
 del _name, _obj

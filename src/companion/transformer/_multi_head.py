@@ -220,6 +220,7 @@ def region_anchors(A, *, n_candidates=None, seed=0):
 
     Examples
     --------
+    >>> import numpy as np
     >>> S, M, margins = region_anchors(np.eye(3))
     >>> M.shape, round(float(abs(np.linalg.det(M))), 6) > 0
     ((3, 3), True)
