@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # nbval re-executes every chapter and compares its outputs with the committed ones by the
-# reproducibility contract (tests/conftest.py replaces nbval's string comparison with companion.nbcompare).
+# reproducibility contract (tests/conftest.py replaces nbval's string comparison with companion.book.nbcompare).
 NBVAL  := --nbval --nbval-current-env
 
 .PHONY: all venv book book-release pdf publish release test test-fast bench execute clean browser lint repro-report reader-runs
@@ -64,9 +64,9 @@ publish: book
 	$(VENV)/bin/ghp-import -n -p -f _build/html
 
 # A citable release: release/companion-<version>.tar.gz with the HTML, the PDF, data/results, the
-# executed notebooks, CITATION.cff, .zenodo.json and SHA256SUMS (src/companion/release.py).
+# executed notebooks, CITATION.cff, .zenodo.json and SHA256SUMS (src/companion/book/release.py).
 release: book pdf
-	$(PY) -m companion.release
+	$(PY) -m companion.book.release
 
 # The whole suite: unit, property and doctests, every chapter under nbval, every chapter again with the
 # oracles' answers perturbed by 4 ulps and under two of the OpenBLAS kernel types and thread counts
@@ -74,8 +74,19 @@ release: book pdf
 # runs with non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
 # The serial suite runs with one BLAS thread (unless OPENBLAS_NUM_THREADS is set): the re-executions
 # take the other cores, and OpenBLAS threads sharing a core ran a test 3.5x slower (tests/test_reproducibility.py).
-test: $(PYCHECK) $(STAMP) browser lint
-	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(PY) -m pytest tests src/companion book/chapters $(NBVAL)
+# At the end it prints where the time went: the 15 slowest tests (--durations), the time by part of the
+# suite (conftest.py), and the total of lint, browser set-up and pytest, each apart (test-clock notes the
+# start; prerequisites run left to right).
+test: $(PYCHECK) $(STAMP) test-clock browser lint
+	@t1=$$(date +%s); \
+	OPENBLAS_NUM_THREADS=$${OPENBLAS_NUM_THREADS:-1} $(PY) -m pytest tests src/companion book/chapters $(NBVAL) --durations=15; \
+	rc=$$?; t0=$$(cat $(VENV)/.test-clock); t2=$$(date +%s); \
+	echo "make test: $$((t2 - t0)) s in all ($$((t1 - t0)) s lint and browser set-up, $$((t2 - t1)) s pytest), exit $$rc"; \
+	exit $$rc
+
+.PHONY: test-clock
+test-clock:
+	@date +%s > $(VENV)/.test-clock
 
 # A reader's runs, the whole matrix (make test runs a daily rotation of it): every chapter on seeds 0-9 at its
 # defaults and on 20 parameter sets drawn from its declared constraints, each as `companion run` (COMPANION_STRICT=0);

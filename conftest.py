@@ -1,7 +1,7 @@
 """pytest set-up for every path of the suite (tests/, the doctests of src/companion, book/chapters).
 
 * Results go to a temporary folder, never into the committed data/results.
-* The book's build is strict: ``COMPANION_STRICT=1`` (:func:`companion.results.strict`), so that a
+* The book's build is strict: ``COMPANION_STRICT=1`` (:func:`companion.book.results.strict`), so that a
   claim or bound that does not hold stops the chapter in nbval and in every re-execution the suite
   starts (they inherit the variable), exactly as in ``make book``. The reader's runs of
   ``tests/test_reader_runs.py`` set it to 0 for their own processes.
@@ -9,7 +9,7 @@
   database): a property test that passes here passes in CI, and one that fails, fails for
   everyone, with the example printed.
 * nbval compares every chapter's outputs by the reproducibility contract
-  (:mod:`companion.nbcompare`): exact for exact values, a stated tolerance for imprecise ones
+  (:mod:`companion.book.nbcompare`): exact for exact values, a stated tolerance for imprecise ones
   (rounding level, a published value's ``rtol``/``atol``, or the cell's
   ``metadata["companion"]["tolerance"]``), never by masking a number. This holds for
   ``make test`` and for nbval run alone: ``pytest --nbval --nbval-current-env book/chapters``.
@@ -17,6 +17,7 @@
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,12 @@ else:
     _hypothesis_settings.load_profile("companion")
 
 
+#: When this pytest session started (time.monotonic), for the time summary.
+_STARTED: list[float] = []
+
+
 def pytest_configure(config):
+    _STARTED.append(time.monotonic())
     # Set before any kernel starts, so that notebooks run by nbval and papermill inherit it.
     if "COMPANION_RESULTS_DIR" not in os.environ:
         _CREATED.append(tempfile.mkdtemp(prefix="companion-results-"))
@@ -59,10 +65,59 @@ def pytest_collection_finish(session):
         items[0].module.start(items)
 
 
+#: Parts of the suite, for the time summary at the end: (label, test-id prefix), first match wins.
+TIME_PARTS = (
+    ("nbval: every chapter re-executed and compared", "book/chapters/"),
+    ("re-executions under other kernels and perturbed answers (waiting)", "tests/test_reproducibility.py"),
+    ("reader's runs (daily rotation)", "tests/test_reader_runs.py"),
+    ("chapters on non-default parameters, papermill, make book after an edit", "tests/test_chapters.py"),
+    ("the book built (HTML, LaTeX) and its pages", "tests/test_book.py"),
+    ("browser (headless Chromium)", "tests/test_browser.py"),
+    ("companion run, --html, interrupted runs, pip install -e", "tests/test_rerun.py"),
+    ("diagnoses sweep", "tests/test_diagnoses.py"),
+    ("doctests of the library", "src/companion/"),
+)
+
+
+def time_by_part(reports) -> list[tuple[str, float, int]]:
+    """``(part, seconds, tests)`` of the test reports, the parts of :data:`TIME_PARTS` and one line
+    per other test file, slowest first; seconds add setup, call and teardown."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, set] = {}
+    for rep in reports:
+        path = rep.nodeid.split("::")[0]
+        part = next((label for label, prefix in TIME_PARTS if path.startswith(prefix)), path)
+        seconds[part] = seconds.get(part, 0.0) + getattr(rep, "duration", 0.0)
+        tests.setdefault(part, set()).add(rep.nodeid)
+    return sorted(((p, t, len(tests[p])) for p, t in seconds.items()), key=lambda row: -row[1])
+
+
+def _write_time_summary(terminalreporter) -> None:
+    # every phase's report (a session fixture's setup, e.g. the book's build, is a passed setup: key "")
+    reports = [r for group in terminalreporter.stats.values() for r in group
+               if hasattr(r, "nodeid") and hasattr(r, "duration") and hasattr(r, "when")]
+    rows = time_by_part(reports)
+    if not rows:
+        return
+    wall = time.monotonic() - _STARTED[0] if _STARTED else float("nan")
+    terminalreporter.write_sep("=", "where the time went (test durations by part; --durations lists tests)")
+    for part, seconds, n in rows[:12]:
+        terminalreporter.write_line(f"{seconds:8.0f} s  {n:4d} tests  {part}")
+    rest = rows[12:]
+    if rest:
+        terminalreporter.write_line(f"{sum(r[1] for r in rest):8.0f} s  {sum(r[2] for r in rest):4d} tests  "
+                                    f"{len(rest)} other files")
+    terminalreporter.write_line(f"{sum(r[1] for r in rows):8.0f} s  in the tests, {wall:.0f} s of wall time for "
+                                "the whole pytest session (background re-executions overlap the tests)")
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Print the reproducibility report of the re-executions compared (and write it if asked), and
-    the reader's runs of tests/test_reader_runs.py (seeds and draws that ran, claims that did not hold)."""
+    """Print the reproducibility report of the re-executions compared (and write it if asked), the
+    reader's runs of tests/test_reader_runs.py (seeds and draws that ran, claims that did not hold),
+    and where the time went (:func:`time_by_part`)."""
     import sys
+
+    _write_time_summary(terminalreporter)
 
     readers = next((m for m in list(sys.modules.values())
                     if (getattr(m, "__file__", None) or "").endswith("test_reader_runs.py")), None)
@@ -99,7 +154,7 @@ def pytest_unconfigure(config):
 
 def _glue_tolerances(stem: str) -> dict:
     """Tolerances of the chapter's published values: the run's own results JSON over the committed one."""
-    from companion import nbcompare
+    from companion.book import nbcompare
 
     committed = nbcompare.glue_tolerances(ROOT / "data" / "results" / f"{stem}.json")
     fresh = nbcompare.glue_tolerances(Path(os.environ["COMPANION_RESULTS_DIR"]) / f"{stem}.json")
@@ -107,17 +162,17 @@ def _glue_tolerances(stem: str) -> dict:
 
 
 def _compare_by_contract():
-    """Replace nbval's string comparison of a cell's outputs by :func:`companion.nbcompare.compare_outputs`."""
+    """Replace nbval's string comparison of a cell's outputs by :func:`companion.book.nbcompare.compare_outputs`."""
     from nbval.plugin import IPyNbCell
 
-    from companion import nbcompare
+    from companion.book import nbcompare
 
     def compare_outputs(self, test, ref, skip_compare=None):
         stem = Path(str(self.parent.fspath)).stem
         diffs = nbcompare.compare_outputs(ref, test, rules=nbcompare.cell_rules(self.cell),
                                           glue=_glue_tolerances(stem))
         self.comparison_traceback = [
-            "outputs differ beyond the reproducibility contract (companion.nbcompare):", *diffs]
+            "outputs differ beyond the reproducibility contract (companion.book.nbcompare):", *diffs]
         return not diffs
 
     IPyNbCell.compare_outputs = compare_outputs

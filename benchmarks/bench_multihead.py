@@ -375,7 +375,7 @@ def save(rows, largest, why, robust=None, failed=None, seeds=()):
     ``seeds``: d = 64, H = 12's outcome and error on SEEDS_AT_12. Chapter 06 reads it."""
     from pathlib import Path
 
-    from companion import results
+    from companion.book import results
 
     root = results.repo_root(Path(__file__).resolve().parent)
     path = (root if root is not None else Path.cwd()) / "data" / "results" / "bench_multihead.json"

@@ -63,7 +63,8 @@ MINILM_OUT = Path(__file__).resolve().parent / "results" / "minilm_noisy_lowrank
 
 def minilm():
     """Noisy low-rank recovery of real MiniLM heads behind 16-bit oracles (chapter 5, minilm_noisy)."""
-    from companion import pretrained, results
+    from companion import pretrained
+    from companion.book import results
     from companion.errors import PrecisionError
     from companion.robust import learn_low_rank_noisy
 

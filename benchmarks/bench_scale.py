@@ -25,7 +25,7 @@ shared, and spin-waiting BLAS threads make timings erratic. Timings vary with th
 load; the ratios are measured side by side in one process.
 
 The rows are saved, with provenance (library hash, commit, versions, time), to
-``data/results/bench_scale.json`` through the atomic writer of ``companion.results``; a run over a
+``data/results/bench_scale.json`` through the atomic writer of ``companion.book.results``; a run over a
 subset of sizes updates those rows and keeps the others. Chapter 04 reads the file.
 """
 
@@ -165,7 +165,7 @@ HEADER = (f"{'row':<22} {'queries':>10} {'q/floor':>7} {'error':>8} {'learn s':>
 
 def save(rows, params):
     """Merge ``rows`` into data/results/bench_scale.json (atomic write, with provenance)."""
-    from companion import results
+    from companion.book import results
 
     root = results.repo_root(Path(__file__).resolve().parent)
     path = (root if root is not None else Path.cwd()) / "data" / "results" / "bench_scale.json"

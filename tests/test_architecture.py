@@ -175,6 +175,64 @@ def test_the_learner_skeleton_imports_no_learner():
                    for t in graph[numerics]), graph[numerics]
 
 
+
+#: The old paths of the book's machinery: deprecation shims that forward to companion.book (issue 34).
+BOOK_SHIMS = {f"companion.{m}" for m in ("cli", "results", "nbcompare", "prose", "parameters",
+                                          "plotting", "release", "sweeps")}
+
+
+def book_importers(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``{module: the companion.book modules it imports}`` for every module outside the book; an
+    old path (a shim) counts as the book, so that the science cannot import it through the shims."""
+    out = {}
+    for m, targets in graph.items():
+        if m == "companion.book" or m.startswith("companion.book.") or m in BOOK_SHIMS:
+            continue
+        book = {t for t in targets if t == "companion.book" or t.startswith("companion.book.") or t in BOOK_SHIMS}
+        if book:
+            out[m] = book
+    return out
+
+
+def test_nothing_outside_the_book_imports_it():
+    graph, _ = import_graph()
+    assert "companion.book.results" in graph and "companion.book.cli" in graph
+    assert book_importers(graph) == {}
+
+
+def test_the_old_book_paths_are_shims_that_only_forward():
+    modules = _modules()
+    for shim in sorted(BOOK_SHIMS):
+        tree = ast.parse(modules[shim].read_text(encoding="utf-8"))
+        imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        assert [(n.module, n.level) for n in imports] == [("_moved", 1)], shim
+        assert f'"companion.book.{shim.rsplit(".", 1)[1]}"' in modules[shim].read_text(), shim
+
+
+def test_numerics_imports_nothing_above_it():
+    graph, _ = import_graph()
+    numerics = {m for m in graph if m == "companion.numerics" or m.startswith("companion.numerics.")}
+    assert len(numerics) >= 3                           # the package and its modules are read
+    above = {m: {t for t in graph[m] if t not in numerics} for m in numerics}
+    assert {m: t for m, t in above.items() if t} == {}
+
+
+def test_the_book_rules_catch_an_importer_on_a_small_tree(tmp_path):
+    src = _tree(tmp_path, {
+        "book/results.py": "X = 1\n",
+        "results.py": "def __getattr__(name):\n    from .book import results\n    return results\n",
+        "exact.py": "from .book.results import X\n",
+        "robust.py": "def f():\n    from .results import X\n    return X\n",
+        "numerics/rop.py": "from .. import exact\n",
+        "lowrank.py": "from .numerics import rop\n",
+    })
+    graph, _ = import_graph(src)
+    assert book_importers(graph) == {"companion.exact": {"companion.book.results"},
+                                     "companion.robust": {"companion.results"}}
+    numerics = {m for m in graph if m.startswith("companion.numerics")}
+    assert {m: graph[m] - numerics for m in numerics if graph[m] - numerics} == {
+        "companion.numerics.rop": {"companion.exact"}}
+
 # --- the checker itself, on small trees: it finds what it must --------------------------------
 
 def _tree(tmp_path, files):
@@ -292,9 +350,7 @@ MAX_MODULE_LINES = 1200
 SIZE_ALLOWLIST = {
     "multihead.py": "3,013 lines, learn_canonical_rational 314 code lines (house-mh: multihead/ package)",
     "pretrained.py": "1,234 lines (house-mh: data and fetching apart from its learner)",
-    "cli.py": "1,207 lines (house-book: moving to companion/book/)",
     "ffn.py": "1,955 lines, learn_relu_network 160 code lines (ffn-peers)",
-    "layer.py": "learn_attention_layer 204 code lines (layer)",
 }
 
 

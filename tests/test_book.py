@@ -330,7 +330,7 @@ def test_companion_build_updates_references_to_a_renumbered_equation(tmp_path):
     assert set(links) == {after}, f"chapter 02 still links eq-two-token as {sorted(set(links))}, now ({after})"
 
 
-# -- 7. glue only through companion.results --------------------------------------------------------
+# -- 7. glue only through companion.book.results --------------------------------------------------------
 
 def _direct_glue_calls(source: str):
     """Lines of Python ``source`` that call myst-nb's ``glue`` or import it (any alias)."""
@@ -362,7 +362,7 @@ def test_chapters_glue_only_through_results(path):
         if cell.cell_type == "code":
             code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
             assert not _direct_glue_calls(code), (f"{path.stem}, cell {k}: glue called directly; publish the "
-                                                  "number with companion.results.publish(name, value, fmt=...)")
+                                                  "number with companion.book.results.publish(name, value, fmt=...)")
 
 
 def test_the_glue_check_finds_direct_calls():
@@ -438,7 +438,7 @@ def test_status_page_has_a_row_per_chapter_with_its_library_hash(book_html):
     the one in the chapter's results file and is flagged when it is not this library's."""
     from bs4 import BeautifulSoup
 
-    from companion import results
+    from companion.book import results
 
     soup = BeautifulSoup((book_html / "book" / "status.html").read_text(encoding="utf-8"), "html.parser")
     rows = [[c.get_text(" ", strip=True) for c in tr.select("td")] for tr in soup.select("table.execution-status tbody tr")]

@@ -13,7 +13,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from companion import multihead, oracles, plotting, results, verification_defaults
+from companion import multihead, oracles, verification_defaults
+from companion.book import plotting, results
 from companion.errors import ClaimError
 
 CHAPTER = Path(__file__).resolve().parents[1] / "book" / "chapters" / "06_multi_head.ipynb"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companion import cli, parameters
+from companion.book import cli, parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb"))
@@ -31,7 +31,7 @@ def test_kernelspec_is_python3(path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_every_parameter_declares_its_constraint(path):
-    """Each parameter line ends in '; must be SPEC' (companion.parameters); defaults and test parameters pass."""
+    """Each parameter line ends in '; must be SPEC' (companion.book.parameters); defaults and test parameters pass."""
     declared = cli.chapter_parameters(path.stem)
     missing = [name for name, info in declared.items() if not info["spec"]]
     assert not missing, f"{path.stem}: no '; must be ...' constraint for {', '.join(missing)} (see README, Developing)"
@@ -41,15 +41,74 @@ def test_every_parameter_declares_its_constraint(path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_the_cell_after_the_parameters_checks_and_records_every_parameter(path):
-    """Plain papermill runs are checked by results.record_parameters in the next cell, which needs every name."""
+    """Plain papermill runs are checked by results.record_parameters in the next cell: it reads
+    every declared name from the parameters cell and its value from the chapter's globals(), so no
+    list names the parameters again (issue 34)."""
     cells = json.loads(path.read_text())["cells"]
     k = next(i for i, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", []))
     source = "".join(cells[k + 1]["source"])
-    assert "results.record_parameters(" in source
-    call = source[source.index("results.record_parameters("):]
-    for name in cli.chapter_parameters(path.stem):
-        if name != "seed":
-            assert re.search(rf"\b{name}={name}\b", call), f"{path.stem}: {name} is not passed to record_parameters"
+    assert f'results.record_parameters("{path.stem}", globals())' in source
+
+
+OLD_PATHS = re.compile(r"from companion import [^\n]*\b(cli|results|nbcompare|prose|parameters|plotting|release|sweeps)\b"
+                       r"|\bcompanion\.(cli|results|nbcompare|prose|parameters|plotting|release|sweeps)\b")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapters_use_the_books_new_paths(path):
+    """``companion.results`` and the other old paths warn (DeprecationWarning): a chapter that used
+    them would show the warning in its committed outputs."""
+    old = [f"cell {k}: {m.group(0)}" for k, c in enumerate(json.loads(path.read_text())["cells"])
+           if c["cell_type"] == "code" for m in OLD_PATHS.finditer("".join(c["source"]))]
+    assert old == [], f"{path.stem} uses the old paths: {old}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_the_parameters_cell_hides_its_input_behind_a_named_toggle(path):
+    """myst-nb's ``hide-input`` tag shows the cell's input behind a toggle labelled by
+    ``mystnb.code_prompt_show``; papermill and ``companion run`` still find the ``parameters`` tag."""
+    nb = json.loads(path.read_text())
+    (cell,) = [c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert "hide-input" in cell["metadata"]["tags"]
+    assert cell["metadata"]["mystnb"]["code_prompt_show"] == "Show the parameters"
+    assert cli.chapter_parameters(path.stem)["seed"]["default"] == 0
+
+
+#: What a reader sees of code before a chapter's first section of content (issue 34: 15 lines).
+OPENING_CODE_LINES = 15
+HIDDEN = {"hide-input", "remove-input", "remove-cell"}
+
+
+def visible_code_before_content(cells) -> int:
+    """Non-blank code lines a reader sees between a chapter's opening (the first markdown cell:
+    title, statement, overview) and the next markdown cell. A cell whose input is hidden
+    (``hide-input``, ``remove-input``, ``remove-cell``) shows a toggle, not its code: it counts 0."""
+    first = next(i for i, c in enumerate(cells) if c["cell_type"] == "markdown")
+    n = 0
+    for c in cells[first + 1:]:
+        if c["cell_type"] == "markdown":
+            break
+        if c["cell_type"] == "code" and not HIDDEN & set(c["metadata"].get("tags", [])):
+            n += sum(1 for line in "".join(c["source"]).splitlines() if line.strip())
+    return n
+
+
+def test_opening_code_counts_what_a_reader_sees():
+    md = {"cell_type": "markdown", "metadata": {}, "source": "# T"}
+    hidden = {"cell_type": "code", "metadata": {"tags": ["parameters", "hide-input"]},
+              "source": "seed = 0\n" * 30}
+    shown = {"cell_type": "code", "metadata": {}, "source": "import numpy as np\n\nx = 1\n"}
+    later = {"cell_type": "code", "metadata": {}, "source": "y = 2\n" * 40}
+    assert visible_code_before_content([md, hidden, shown, md, later]) == 2
+    assert visible_code_before_content([md, dict(hidden, metadata={}), shown, md]) == 32
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_a_chapter_opens_within_15_lines_of_code(path):
+    n = visible_code_before_content(json.loads(path.read_text())["cells"])
+    assert n <= OPENING_CODE_LINES, (
+        f"{path.stem}: a reader sees {n} lines of code before the first section; at most "
+        f"{OPENING_CODE_LINES} (hide setup with the hide-input tag, or move it to the library)")
 
 
 CODE_WIDTH = 88   # book/chapters/ruff.toml's line-length: a code cell this wide fits the page
@@ -182,3 +241,17 @@ def test_book_builds_with_warnings_as_errors(book_html):
         if "{glue" in source:
             assert 'class="pasted-text"' in page, f"{path.stem}: glued values not rendered"
             assert not re.search(r'<span class="pasted-text">\s*</span>', page), f"{path.stem}: an empty glued value"
+
+
+PRIVATE = re.compile(r"\bcompanion(?:\.[a-z]\w*)*\._[A-Za-z]\w*")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_chapter_names_a_private_module(path):
+    """Prose and code send readers to public names only (issue 34): no ``companion._star``,
+    ``companion._learner.best_relative_scale``, ... (code is also checked by test_architecture)."""
+    assert PRIVATE.findall("companion._star.X companion.numerics._y companion.book.results") == [
+        "companion._star", "companion.numerics._y"]
+    found = [f"cell {k}: {m}" for k, c in enumerate(json.loads(path.read_text())["cells"])
+             for m in PRIVATE.findall("".join(c["source"]))]
+    assert found == [], f"{path.stem} names private modules: {found}"

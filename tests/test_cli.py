@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from companion import cli, results
+from companion.book import cli, results
 from companion.errors import ParameterError
 
 
@@ -253,7 +253,7 @@ def test_an_exception_without_a_message_is_named_by_the_line_that_raised_it(tmp_
     with "AssertionError: " and nothing; the line names the statement that raised it."""
     import nbformat
 
-    def fake_run(cmd, env):  # what companion._execute leaves when a cell's bare assert fails
+    def fake_run(cmd, env):  # what companion.book._execute leaves when a cell's bare assert fails
         spec = json.loads(open(cmd[-1], encoding="utf-8").read())
         nb = nbformat.read(spec["input"], as_version=4)
         code = [c for c in nb.cells if c.cell_type == "code"]
@@ -371,7 +371,7 @@ def test_compare_a_run_with_the_committed_chapter(tmp_path, capsys):
     said first."""
     import shutil
 
-    from companion import results as res
+    from companion.book import results as res
 
     run = tmp_path / "01_definitions.ipynb"
     shutil.copy(cli.chapters()["01_definitions"], run)

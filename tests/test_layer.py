@@ -10,7 +10,18 @@ from scipy.special import erf
 
 from companion.errors import BudgetExceededError, InvalidInputError, OracleInconsistentError, PrecisionError
 from companion.exact import learn_single_head
-from companion.layer import AttentionLayer, information_floor, learn_attention_layer, random_attention_layer
+from companion.layer import (
+    AttentionLayer,
+    MiniLMBlock,
+    load_block_reference,
+    minilm_block,
+    information_floor,
+    layer_norm,
+    learn_attention_layer,
+    post_ln_symmetry,
+    pre_ln_symmetry,
+    random_attention_layer,
+)
 from companion.multihead import follow_up_count, rational_plan
 from companion.oracles import PERTURB_ENV, ValueQueryOracle, VectorQueryOracle
 
@@ -205,7 +216,8 @@ def test_exact_recovery_of_random_layers(d, H, residual):
     diag = rec.diagnostics
     assert rec.n_queries == oracle.n_queries
     assert rec.n_learning_queries == diag["n_learn_queries"]
-    assert rec.n_learning_queries == diag["n_lstsq_queries"] + diag["n_head_queries"] + diag["n_polish_queries"]
+    parts = ("n_probe_queries", "n_lstsq_queries", "n_head_queries", "n_polish_queries")
+    assert rec.n_learning_queries == sum(diag[k] for k in parts) and diag["n_probe_queries"] == 20
     assert diag["n_lstsq_queries"] == (d + 1) + H * d + 8
     assert diag["n_polish_queries"] == 2 * information_floor(d, H, d) - (H * d + 8)
     assert diag["n_head_queries"] <= rational_plan(d + 1, H)["n_queries"] - (d + 1)
@@ -285,15 +297,31 @@ class _TwoLayers:
         return self.second(np.stack([self.first(X[:, : i + 1]) for i in range(X.shape[1])], axis=1))
 
 
-@pytest.mark.parametrize("which", ["pre-ln", "two-layers"])
-def test_other_targets_outside_the_class_are_refused(which):
-    first = random_attention_layer(6, 2, seed=2)
-    if which == "pre-ln":
-        target = _PreLN(first)
+@pytest.mark.parametrize(
+    "which, cause",
+    [
+        ("two-layers", "the least squares for the output maps misfit|the heads' learner .* refused|disagrees"),
+        ("masked", "the least squares for the output maps misfit|the heads' learner .* refused|disagrees"),
+    ],
+)
+def test_other_targets_outside_the_class_are_refused(which, cause):
+    if which == "masked":
+        target = _Windowed(random_attention_layer(6, 2, residual=True, seed=2), window=3)
     else:
         target = _TwoLayers(random_attention_layer(6, 2, residual=True, seed=2), random_attention_layer(6, 2, seed=3))
-    with pytest.raises(OracleInconsistentError, match="not an attention layer: .*no LayerNorm signature"):
-        learn_attention_layer(VectorQueryOracle(target), H=2)
+    oracle = VectorQueryOracle(target)
+    with pytest.raises(OracleInconsistentError, match=f"not an attention layer .*({cause})"):
+        learn_attention_layer(oracle, H=2)
+
+
+class _Windowed:
+    """A layer whose heads see only the last ``window`` tokens (a sliding-window mask): outside the class."""
+
+    def __init__(self, layer, window):
+        self.layer, self.window, self.d, self.d_out = layer, window, layer.d, layer.d_out
+
+    def __call__(self, X):
+        return self.layer(X[:, -self.window :])
 
 
 def test_a_small_d_for_the_counts_route_names_the_robust_route():
@@ -315,8 +343,12 @@ def test_a_float32_server_is_refused_for_its_precision_not_as_outside_the_class(
     served = VectorQueryOracle(
         lambda X: layer(X).astype(np.float32).astype(np.float64), d=6, d_out=6, precision="float32"
     )
-    with pytest.raises(PrecisionError, match="needs answers exact to float64 rounding"):
+    with pytest.raises(PrecisionError, match="needs answers exact to float64 rounding, and the oracle states"):
         learn_attention_layer(served, H=2)
+    assert served.n_queries == 0  # refused before the first query
+    unstated = VectorQueryOracle(lambda X: layer(X).astype(np.float32).astype(np.float64), d=6, d_out=6)
+    with pytest.raises(PrecisionError, match="answers so far are float32 numbers"):
+        learn_attention_layer(unstated, H=2)
 
 
 class _After:
@@ -335,35 +367,61 @@ class _After:
         return self.gamma * (y - m) / np.sqrt(((y - m) ** 2).mean(axis=1, keepdims=True) + 1e-12) + self.beta
 
 
-@pytest.mark.parametrize(
-    "kind, cause",
-    [("gelu", "no LayerNorm signature .* nonlinearity after the block"), ("post-ln", "post-LN")],
-)
-def test_targets_outside_the_class_are_refused_with_the_cause(kind, cause):
-    target = _After(random_attention_layer(6, 2, residual=True, seed=2), kind)
-    with pytest.raises(OracleInconsistentError, match=cause):
+def test_a_gelu_after_the_block_is_refused_with_the_cause():
+    target = _After(random_attention_layer(6, 2, residual=True, seed=2), "gelu")
+    with pytest.raises(OracleInconsistentError, match="not affine in the token .* no LayerNorm signature .* GELU"):
         learn_attention_layer(VectorQueryOracle(target), H=2)
 
 
-@pytest.mark.parametrize("layernorm", ["post", "pre"])
-def test_layernorm_options_are_not_supported_yet(layernorm):
-    oracle = VectorQueryOracle(random_attention_layer(4, 1, seed=0))
-    with pytest.raises(InvalidInputError, match="not supported yet"):
-        learn_attention_layer(oracle, H=1, layernorm=layernorm)
+def test_berts_eps_is_refused_for_the_norm_it_hides():
+    """``_After`` is a post-LN with eps = 1e-12 (BERT's): the answers fix P u only up to its norm."""
+    target = _After(random_attention_layer(6, 2, residual=True, seed=2), "post-ln")
+    with pytest.raises(PrecisionError, match="post-LN's eps is too small"):
+        learn_attention_layer(VectorQueryOracle(target), H=2)
+    with pytest.raises(OracleInconsistentError, match="a post-LN, and layernorm='none'"):
+        learn_attention_layer(VectorQueryOracle(target), H=2, layernorm="none")
+
+
+def test_pre_ln_options_check_what_is_found():
+    pre = _PreLN(random_attention_layer(6, 2, seed=2))
+    with pytest.raises(OracleInconsistentError, match="signature of a pre-LN .* and layernorm='none'"):
+        learn_attention_layer(VectorQueryOracle(pre), H=2, layernorm="none")
+    with pytest.raises(
+        OracleInconsistentError, match="layernorm='pre', but .* affine .* no LayerNorm before its heads"
+    ):
+        learn_attention_layer(VectorQueryOracle(random_attention_layer(6, 2, seed=2)), H=2, layernorm="pre")
+    oracle = VectorQueryOracle(random_attention_layer(2, 1, seed=0))
+    with pytest.raises(InvalidInputError, match="layernorm='pre' needs d >= 3"):
+        learn_attention_layer(oracle, H=1, layernorm="pre")
     assert oracle.n_queries == 0
 
 
-def test_budget_and_oracle_kind_refused_before_the_first_query():
-    target = random_attention_layer(6, 1, seed=0)
-    oracle = VectorQueryOracle(target, budget=50)
-    with pytest.raises(BudgetExceededError, match="learn_attention_layer needs"):
-        learn_attention_layer(oracle, H=1)
-    assert oracle.n_queries == 0
-    scalar = VectorQueryOracle(target).readout(np.ones(6))
-    with pytest.raises(TypeError, match="VectorQueryOracle"):
-        learn_attention_layer(scalar, H=1)
-    with pytest.raises(InvalidInputError, match="at most one of H and H_bound"):
-        learn_attention_layer(VectorQueryOracle(target), H=1, H_bound=2)
+@pytest.mark.parametrize(
+    "d, H, residual, eps",
+    [(6, 2, True, 1e-5), (6, 1, True, 1e-12), (8, 2, False, 1e-3)],
+    ids=["d6-H2-residual-1e-5", "d6-H1-residual-1e-12", "d8-H2-1e-3"],
+)
+def test_a_pre_ln_block_is_recovered(d, H, residual, eps):
+    target = random_attention_layer(d, H, residual=residual, layernorm="pre", eps=eps, seed=0)
+    oracle = VectorQueryOracle(target)
+    rec = learn_attention_layer(oracle, H=H)
+    est, ref = rec.model, target.canonical()
+    assert rec.diagnostics["layernorm"] == "pre" and rec.n_heads == H and est.residual == residual
+    assert est.eps == pytest.approx(eps, rel=1e-12)  # the eps fit: measured exact
+    assert np.all(est.gamma == 1.0) and np.all(est.beta == 0.0)  # folded into the heads (pre_ln_symmetry)
+    assert rel(est.Ws, ref.Ws) < 1e-12 and rel(est.Ms, ref.Ms) < 1e-12 and rel(est.b_O, ref.b_O) < 1e-12
+    assert max_rel_prediction_error(target, est, fresh(d)) < 1e-12
+    assert rec.n_queries == oracle.n_queries
+    parts = ("n_probe_queries", "n_lstsq_queries", "n_head_queries", "n_polish_queries")
+    assert rec.n_learning_queries == sum(rec.diagnostics[k] for k in parts)
+
+
+def test_gpt_style_pre_ln_with_unit_gamma_is_learned():
+    """``_PreLN``: x_N + o(LN(X)) with gamma = 1, beta = 0 and eps = 1e-12, built outside AttentionLayer."""
+    target = _PreLN(random_attention_layer(6, 2, seed=2))
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+    assert rec.model.layernorm == "pre" and rec.model.residual and rec.model.eps == pytest.approx(1e-12, rel=1e-9)
+    assert max_rel_prediction_error(VectorQueryOracle(target), rec.model, fresh(6)) < 1e-12
 
 
 # --- a framework's layer: Keras 3 MultiHeadAttention with biases, computed by Keras in float64 ----------
@@ -419,6 +477,13 @@ class KerasBlock:
         return AttentionLayer.from_native(Q, bq, K, bk, V, bv, W_O, np.asarray(L._output_dense.bias.numpy()))
 
 
+def test_keras_with_8_heads_at_d_8_is_refused_by_the_heads_learner(keras_float64):
+    """Where it stops: the heads' learner (learn_canonical_rational) does not resolve 8 heads in d + 1 = 9 dims."""
+    block = KerasBlock(keras_float64, 8, 8, 2)
+    with pytest.raises(OracleInconsistentError, match="heads' learner on a random readout refused .* H = 8 at d = 8"):
+        learn_attention_layer(VectorQueryOracle(block), H=8)
+
+
 @pytest.mark.parametrize("heads, key_dim", [(2, 4), (4, 2)], ids=["H2", "H4"])
 def test_keras_multi_head_attention_with_biases_is_recovered(keras_float64, heads, key_dim):
     block = KerasBlock(keras_float64, 8, heads, key_dim)
@@ -435,16 +500,18 @@ def test_keras_multi_head_attention_with_biases_is_recovered(keras_float64, head
 
 class _OffOnOneToken:
     """The layer, plus ``kappa * rtol * ||o(X)||`` along a fixed unit vector on one-token queries of a
-    token other than 0 and the basis vectors: only the verification asks those, so the learner's
-    estimate is exact and its check sees a disagreement of exactly ``kappa * rtol``."""
+    token other than 0 and the basis vectors, after the learner's probes: only the verification asks
+    those, so the learner's estimate is exact and its check sees a disagreement of exactly ``kappa * rtol``."""
 
     def __init__(self, layer, shift):
         self.layer, self.d, self.d_out, self.shift = layer, layer.d, layer.d_out, shift
         self.u = np.ones(layer.d_out) / np.sqrt(layer.d_out)
+        self.calls = 0
 
     def __call__(self, X):
         y = self.layer(X)
-        if X.shape[1] == 1:
+        self.calls += 1
+        if X.shape[1] == 1 and self.calls > 1:  # the first call is the learner's probe lines
             x = X[:, 0, :]
             probe = (np.count_nonzero(x, axis=1) > 1) | ~np.isin(np.abs(x).max(axis=1), (0.0, 1.0))
             y[probe] += self.shift * np.linalg.norm(y[probe], axis=1, keepdims=True) * self.u
@@ -465,3 +532,144 @@ def test_default_verify_rtol_just_inside_and_outside(kappa, accepted):
     else:
         with pytest.raises(OracleInconsistentError, match="on 32 fresh queries the recovered layer disagrees"):
             learn_attention_layer(oracle, H=1)
+
+
+# --- LayerNorm: what is identifiable, and the post-LN learned ---------------------------------------------
+
+
+@pytest.mark.parametrize("residual", [True, False], ids=["residual", "no-skip"])
+def test_post_ln_symmetry_gives_other_parameters_with_the_same_outputs(residual):
+    layer = random_attention_layer(5, 2, residual=residual, layernorm="post", seed=1)
+    X = fresh(5)
+    for scale in (1.0, 2.5, -0.5):
+        other = post_ln_symmetry(layer, scale=scale, seed=3)
+        assert max_rel_prediction_error(layer, other, X) < 1e-13
+        assert rel(other.Ms, layer.Ms) > 0.1 and (other.eps == layer.eps * scale**2)
+        assert np.array_equal(other.gamma, np.sign(scale) * layer.gamma)
+        # the canonical form is what the outputs determine: both parameter sets give the same one
+        a, b = layer.canonical(), other.canonical()
+        assert rel(a.Ms, b.Ms) < 1e-12 and rel(a.b_O, b.b_O) < 1e-12 and rel(a.gamma, b.gamma) < 1e-15
+        if residual and scale == 1.0:  # the shift along 1 keeps a residual block one
+            assert other.residual
+    if residual:  # the identity skip fixes the scale and the sign: eps is identifiable
+        assert layer.canonical().residual and layer.canonical().eps == pytest.approx(layer.eps, rel=1e-12)
+        assert post_ln_symmetry(layer, scale=2.0).canonical().eps == pytest.approx(layer.eps, rel=1e-12)
+    else:  # no skip: the scale is free, and the canonical form sets eps = 1
+        assert layer.canonical().eps == pytest.approx(1.0, rel=1e-12)
+
+
+def test_pre_ln_symmetry_folds_gamma_and_beta_into_the_heads():
+    layer = random_attention_layer(5, 2, residual=True, layernorm="pre", seed=1)
+    other = pre_ln_symmetry(layer, seed=2)
+    X = fresh(5)
+    assert max_rel_prediction_error(layer, other, X) < 1e-12
+    assert np.all(other.gamma == 1.0) and np.all(other.beta == 0.0) and rel(other.Ws, layer.Ws) > 0.1
+    a, b = layer.canonical(), other.canonical()
+    assert rel(a.Ws, b.Ws) < 1e-12 and rel(a.Ms, b.Ms) < 1e-12 and a.eps == b.eps == layer.eps
+    assert max_rel_prediction_error(layer, a, X) < 1e-12
+
+
+def test_layer_norm_is_torchs_with_the_biased_variance():
+    u = np.array([[1.0, 2.0, 4.0]])
+    m, v = 7.0 / 3.0, np.mean((u - 7.0 / 3.0) ** 2)
+    out = layer_norm(u, np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.5, 0.0]), 1e-5)
+    assert np.allclose(out, np.array([1.0, 2.0, 3.0]) * (u - m) / np.sqrt(v + 1e-5) + [0.0, 0.5, 0.0], rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "d, H, residual, eps",
+    [(6, 2, True, 1e-3), (8, 1, False, 1e-3), (8, 2, True, 1e-2)],
+    ids=["d6-H2-residual-1e-3", "d8-H1-1e-3", "d8-H2-residual-1e-2"],
+)
+def test_a_post_ln_block_is_recovered(d, H, residual, eps):
+    target = random_attention_layer(d, H, residual=residual, layernorm="post", eps=eps, seed=d + H)
+    oracle = VectorQueryOracle(target)
+    rec = learn_attention_layer(oracle, H=H)
+    est, ref = rec.model, target.canonical()
+    assert rec.diagnostics["layernorm"] == "post" and rec.n_heads == H and est.residual == residual
+    assert rel(est.gamma, ref.gamma) < 1e-13 and rel(est.beta, ref.beta) < 1e-12
+    assert est.eps == pytest.approx(eps if residual else 1.0, rel=1e-10)
+    assert rel(est.Ws, ref.Ws) < 1e-10 and rel(est.Ms, ref.Ms) < 1e-10 and rel(est.b_O, ref.b_O) < 1e-10
+    assert max_rel_prediction_error(target, est, fresh(d)) < 1e-11
+    assert rec.diagnostics["polished"] and rec.diagnostics["verify_max_error"] < 1e-11
+    assert rec.n_queries == oracle.n_queries
+
+
+def test_a_post_ln_with_a_small_eps_is_refused_for_the_precision_it_costs():
+    """eps = 1e-5 (PyTorch's default): the heads' queries reach 1 - |z|^2/d_out near 1e-8, refused, not wrong."""
+    target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-5, seed=10)
+    with pytest.raises(PrecisionError, match="post-LN's eps is too small .* 1 - \\|z\\|\\^2/d_out"):
+        learn_attention_layer(VectorQueryOracle(target), H=2)
+
+
+def test_layernorm_post_on_a_layer_without_one_is_refused():
+    with pytest.raises(OracleInconsistentError, match="layernorm='post', but the one-token answers are affine"):
+        learn_attention_layer(VectorQueryOracle(random_attention_layer(6, 1, seed=0)), H=1, layernorm="post")
+
+
+@pytest.fixture(scope="module")
+def keras32():
+    return pytest.importorskip("keras")
+
+
+class KerasBlock32:
+    """Keras ``MultiHeadAttention(use_bias=True)`` as served: float32 weights and arithmetic."""
+
+    def __init__(self, keras, d, heads, key_dim, seed=0):
+        keras.utils.set_random_seed(seed)
+        self.layer = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=key_dim, use_bias=True)
+        x = np.zeros((1, 2, d), dtype=np.float32)
+        self.layer(x, x)
+        rng = np.random.default_rng(seed)
+        self.layer.set_weights([w + 0.5 * rng.standard_normal(w.shape) for w in self.layer.get_weights()])
+        self.d = self.d_out = d
+
+    def __call__(self, X):
+        X = X.astype(np.float32)
+        return np.asarray(self.layer(query=X, value=X, key=X), dtype=np.float64)[:, -1, :]
+
+
+@pytest.mark.parametrize("heads", [2, 4, 8])
+def test_keras_float32_is_refused_for_its_precision(keras32, heads):
+    """Where the learner stops: a layer served in float32 (issue 35's 10x-float32 target is not met)."""
+    block = KerasBlock32(keras32, 8, heads, 2)
+    assert block(np.ones((1, 3, 8))).dtype == np.float64
+    oracle = VectorQueryOracle(block)
+    with pytest.raises(PrecisionError, match="answers so far are float32 numbers"):
+        learn_attention_layer(oracle, H=heads)
+    stated = VectorQueryOracle(block, precision="float32")
+    with pytest.raises(PrecisionError, match="oracle states a precision u=6.0e-08"):
+        learn_attention_layer(stated, H=heads)
+    assert stated.n_queries == 0
+
+
+# --- MiniLM layer 0's whole block (residual, post-LN), against transformers ---------------------------
+
+
+def test_minilm_block_is_what_transformers_computes():
+    ref = load_block_reference()
+    assert ref["eps"] == 1e-12 and ref["gamma"].dtype == np.float32 and ref["meta"]["transformers"] == "5.24.0"
+    block, served = minilm_block(), MiniLMBlock("float32")
+    assert (block.n_heads, block.d, block.layernorm, block.residual) == (12, 384, "post", True)
+    for group in ref["groups"].values():
+        X, want = group["x"].astype(np.float64), group["f64_block"]
+        assert np.max(np.abs(block(X) - want)) <= 1e-14 * np.max(np.abs(want))  # measured 1.4e-15
+        want32 = group["f32_block"].astype(np.float64)
+        # float32 arithmetic in another order than PyTorch's: measured within 3.2 float32 epsilons
+        assert np.max(np.abs(served(X) - want32)) <= 16 * 2.0**-23 * np.max(np.abs(want32))
+
+
+def test_minilm_block_learning_stops_at_its_layernorm():
+    """eps = 1e-12 against the block's variance (about 7e-3 at tokens of norm 1): 1 - |z|^2/384 near 1e-10."""
+    oracle = VectorQueryOracle(minilm_block())
+    with pytest.raises(PrecisionError, match=r"1 - \|z\|\^2/d_out = eps / \(var \+ eps\) = [0-9.]+e-11"):
+        learn_attention_layer(oracle, H=12)
+    assert oracle.n_queries == 20 + 385 + 12 * 384 + 8  # probes and the least squares' queries, then refused
+
+
+def test_a_faint_head_behind_a_post_ln_is_refused_and_another_seed_recovers_it():
+    target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-2, seed=1)
+    with pytest.raises(OracleInconsistentError, match="Behind a post-LN .* too faint .* try seed=1"):
+        learn_attention_layer(VectorQueryOracle(target), H=2)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2, seed=1)
+    assert rec.diagnostics["verify_max_error"] < 1e-11

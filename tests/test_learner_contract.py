@@ -329,8 +329,8 @@ LEARNERS = [
     Learner(
         id="learn_attention_layer", learn=layer.learn_attention_layer, kwargs={"H": 2},
         target=lambda: layer.random_attention_layer(6, 2, residual=True, seed=2), oracle=_vector,
-        learning_count=lambda rec, d: (rec.diagnostics["n_lstsq_queries"] + rec.diagnostics["n_head_queries"]
-                                       + rec.diagnostics["n_polish_queries"]),
+        learning_count=lambda rec, d: (rec.diagnostics["n_probe_queries"] + rec.diagnostics["n_lstsq_queries"]
+                                       + rec.diagnostics["n_head_queries"] + rec.diagnostics["n_polish_queries"]),
         # a scalar oracle of the same layer: the learner needs the output vector
         wrong_oracle=lambda target: VectorQueryOracle(target).readout(np.ones(target.d_out)),
         outside=lambda: _vector(_Gelu(layer.random_attention_layer(6, 2, residual=True, seed=2))),

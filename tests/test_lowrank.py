@@ -331,6 +331,7 @@ def test_degrees_of_freedom():
 def test_phase_transition_runs_through_the_sweep_runner(results_tmp):
     import json
 
+    import companion.book  # noqa: F401  (the book's writer saves a named sweep)
     from companion.lowrank import phase_transition, recovery_trial
 
     rates = phase_transition([(6, 1)], [1.0, 3.0], method="rgn", n_trials=3, seed=1, name="pt_small")

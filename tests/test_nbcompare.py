@@ -1,12 +1,12 @@
-"""The reproducibility contract's comparison (companion.nbcompare), and that nbval uses it."""
+"""The reproducibility contract's comparison (companion.book.nbcompare), and that nbval uses it."""
 
 import json
 import types
 
 import pytest
 
-from companion import nbcompare
-from companion.nbcompare import compare_text
+from companion.book import nbcompare
+from companion.book.nbcompare import compare_text
 
 
 @pytest.mark.parametrize("ref, test", [
@@ -79,7 +79,7 @@ def test_compare_outputs_uses_published_tolerances_and_skips_images():
 
 
 def test_glue_tolerances_come_from_the_results_file(results_tmp):
-    from companion import results
+    from companion.book import results
 
     results.record_parameters("99_demo", seed=0, glue=False)
     results.publish("bits", 49.5, atol=3.0, glue=False)
@@ -130,7 +130,7 @@ def nbformat_cell(metadata):
 
 
 def test_stats_count_how_each_number_was_compared_and_how_far_it_moved():
-    from companion import nbcompare
+    from companion.book import nbcompare
 
     def nb(text, tolerance=None):
         meta = {"companion": {"tolerance": tolerance}} if tolerance else {}

@@ -81,7 +81,7 @@ def test_every_glue_key_in_the_prose_is_published(path):
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_papermill_sees_every_parameter(path):
     """papermill's parser silently drops a line it cannot read (e.g. an '=' inside a comment)."""
-    from companion.cli import chapter_parameters
+    from companion.book.cli import chapter_parameters
 
     nb = json.loads(path.read_text())
     cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))

@@ -1,8 +1,8 @@
-"""The constraint grammar of a chapter's parameters cell (companion.parameters)."""
+"""The constraint grammar of a chapter's parameters cell (companion.book.parameters)."""
 
 import pytest
 
-from companion import parameters
+from companion.book import parameters
 from companion.errors import ParameterError
 
 CELL = """seed = 0                 # seed; must be in [0, inf)

@@ -109,14 +109,14 @@ def test_committed_outputs_are_never_made_perturbed(tmp_path):
     made = subprocess.run(["make", "-s", "-C", str(ROOT), "execute", "NB=book/chapters/01_definitions.ipynb"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert made.returncode == 2 and PERTURB_ENV in made.stdout + made.stderr, made
-    built = subprocess.run([sys.executable, "-m", "companion.cli", "build"], env=env, cwd=tmp_path,
+    built = subprocess.run([sys.executable, "-m", "companion.book.cli", "build"], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)
     assert built.returncode == 2 and f"{PERTURB_ENV}=4 is set" in built.stderr, built
 
 
 def _table_notebook(errors, fmt):
     """A one-cell notebook whose output is the table a chapter prints of solver outputs."""
-    from companion import plotting
+    from companion.book import plotting
 
     html = plotting.table([{"instance": k, "error W": e} for k, e in enumerate(errors)], {"error W": fmt})._repr_html_()
     return {"cells": [{"cell_type": "code", "execution_count": 1, "metadata": {}, "source": "",
@@ -129,7 +129,8 @@ def test_perturbation_run_fails_a_solver_output_printed_with_one_digit_too_many(
     compared as a committed and a re-run notebook: at the chapter's 3 digits they match; the digits
     the perturbation leaves are found, and one digit more fails. Found by the perturbation alone,
     on any machine: the kernels of the machine at hand need not move these digits."""
-    from companion import nbcompare, robust
+    from companion import robust
+    from companion.book import nbcompare
 
     def errors():
         out = []

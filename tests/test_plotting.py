@@ -1,9 +1,9 @@
-"""companion.plotting: figures whose labels a reader can read."""
+"""companion.book.plotting: figures whose labels a reader can read."""
 
 import numpy as np
 import pytest
 
-from companion import plotting
+from companion.book import plotting
 
 
 def _visible_tick_labels(ax, axis="x"):

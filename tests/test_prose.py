@@ -1,6 +1,6 @@
 """No number typed by hand, no verdict unchecked: the prose of every chapter (issue 19, part 1).
 
-Every markdown cell of every chapter and the landing page is read by :mod:`companion.prose`. A
+Every markdown cell of every chapter and the landing page is read by :mod:`companion.book.prose`. A
 digit outside maths, glue roles, citations, cross-references, code and headings' section numbers,
 a library constant typed inside inline maths, a number in a sentence that states a default, a
 verdict sentence that shows no glued value, and a verdict glued as a bare yes/no (not a
@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from companion import prose
+from companion.book import prose
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from companion import cli, results
+from companion.book import _render, cli, results
 from companion.errors import ClaimError, InvalidInputError, ParameterError
 
 
@@ -362,7 +362,7 @@ def test_the_books_build_and_make_execute_set_strict(tmp_path, monkeypatch):
 
 def test_a_saved_sweep_with_a_trial_that_found_nothing_is_stored_not_refused(results_tmp):
     """A sweep row with a NaN error (no estimate) made run_sweep(..., name=...) raise ValueError."""
-    from companion.sweeps import run_sweep
+    from companion.book.sweeps import run_sweep
 
     def trial(d, seed):
         return {"error": float("nan") if d == 3 else 1e-15, "ok": d != 3}
@@ -403,7 +403,7 @@ def test_html_references_to_other_chapters_become_plain_titles_without_a_publish
     html = _page(tmp_path)
     others = {"01_definitions": "book/chapters/01_definitions.html", "reproducibility": "book/reproducibility.html",
               "rerun_index": ""}
-    cli._unlink_other_pages(html, "02_exact_learning", others, None)
+    _render._unlink_other_pages(html, "02_exact_learning", others, None)
     page = (html / "02_exact_learning.html").read_text()
     assert ('Prerequisites: <span class="companion-xref"><span class="std std-ref">The model and its oracles</span>'
             '</span>; identity <span class="companion-xref">(1.1)</span>') in page
@@ -415,7 +415,7 @@ def test_html_references_to_other_chapters_become_plain_titles_without_a_publish
 def test_html_references_link_to_the_published_book_when_it_is_named(tmp_path):
     html = _page(tmp_path)
     others = {"01_definitions": "book/chapters/01_definitions.html", "rerun_index": ""}
-    cli._unlink_other_pages(html, "02_exact_learning", others, "https://example.org/companion/")
+    _render._unlink_other_pages(html, "02_exact_learning", others, "https://example.org/companion/")
     page = (html / "02_exact_learning.html").read_text()
     assert ('<a class="reference external" href="https://example.org/companion/book/chapters/01_definitions.html'
             '#equation-eq-two-token">(1.1)</a>') in page
@@ -425,7 +425,7 @@ def test_the_flat_toc_keeps_the_books_parts_and_numbering():
     import yaml
 
     book = yaml.safe_load((Path(__file__).resolve().parents[1] / "_toc.yml").read_text())
-    flat = cli._flat_toc(book, "02_exact_learning")
+    flat = _render._flat_toc(book, "02_exact_learning")
     assert flat["root"] == "rerun_index"
     assert [p.get("numbered") for p in flat["parts"]] == [p.get("numbered") for p in book["parts"]]
     assert flat["parts"][0]["chapters"][:2] == [{"file": "01_definitions"}, {"file": "02_exact_learning"}]

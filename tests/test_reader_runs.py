@@ -12,7 +12,7 @@ time). ``COMPANION_READER_DAY=k`` picks the day; ``COMPANION_READER_SEEDS=0-9`` 
 every chapter on those seeds instead.
 
 **Draws.** Each chapter also runs on parameters drawn by hypothesis from the constraints declared
-in its ``parameters`` cell (:mod:`companion.parameters`), at sizes that keep a run near its
+in its ``parameters`` cell (:mod:`companion.book.parameters`), at sizes that keep a run near its
 defaults' time or below: an int at most twice its default (at most 5 above a default of 0; a seed
 in [0, 1000]), a float within a factor 10 of its default, a list a sub-list of its default
 (possibly with one new element up to its largest, unless its elements must divide another
@@ -23,7 +23,7 @@ chapter: the same draw all day, another tomorrow); hypothesis's first example is
 examples per chapter (default 2: the simplest and one random) and draws for every chapter; without
 it, a third of the chapters are drawn from each day (chapter ``i`` on days ``k`` with
 ``(k + i) % 3 == 0``), so that ``make test`` stays a few minutes longer, not more. A draw the chapter refuses (its
-``companion.parameters`` constraint, or a ``ParameterError`` raised in the chapter) is discarded,
+``companion.book.parameters`` constraint, or a ``ParameterError`` raised in the chapter) is discarded,
 not failed.
 
 The whole matrix, every chapter on seeds 0-9 and 20 draws per chapter (``make reader-runs``)::
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pytest
 
-from companion import cli, parameters
+from companion.book import cli, parameters
 from companion.errors import ParameterError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def run_chapter(stem: str, params: dict, out: Path) -> dict:
               "outcome": "completed", "not_holding": [], "error": None}
     results_file = out / "run" / f"{stem}.json"
     if proc.returncode == 0 and results_file.is_file():
-        from companion.results import not_holding
+        from companion.book.results import not_holding
 
         record["not_holding"] = [e["name"] for e in not_holding(results_file)]
     elif proc.returncode == 2 and ("ParameterError" in proc.stderr or "companion: error: chapter" in proc.stderr):

@@ -1,4 +1,4 @@
-"""make release (companion.release): the archive, its checksums and the Zenodo metadata."""
+"""make release (companion.book.release): the archive, its checksums and the Zenodo metadata."""
 
 import hashlib
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from companion import release
+from companion.book import release
 from companion.errors import ParameterError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +17,7 @@ def test_committed_zenodo_json_is_derived_from_citation_cff():
     """Zenodo's GitHub integration reads .zenodo.json: it must say what CITATION.cff says."""
     meta = release.zenodo_metadata(ROOT / "CITATION.cff")
     assert json.loads((ROOT / ".zenodo.json").read_text()) == meta, \
-        "run 'python -m companion.release --zenodo' after editing CITATION.cff"
+        "run 'python -m companion.book.release --zenodo' after editing CITATION.cff"
     import yaml
 
     cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
@@ -87,7 +87,7 @@ def test_release_info_names_the_version_and_doi(tmp_path):
 
 
 def test_cite_names_the_release_and_its_doi(monkeypatch):
-    from companion import cli
+    from companion.book import cli
 
     version = json.loads((ROOT / ".zenodo.json").read_text())["version"]
     line = cli.cite("02", "sweep_worst_W", results_file=ROOT / "data" / "results" / "02_exact_learning.json")

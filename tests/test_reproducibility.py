@@ -3,7 +3,7 @@
 nbval checks the committed outputs with this machine's arithmetic. Here every chapter is executed
 again, in background processes started as soon as the suite is collected (so that they share the
 machine with the serial rest of ``make test``), and its outputs are compared with the committed
-ones by the same rule as nbval's (:mod:`companion.nbcompare`):
+ones by the same rule as nbval's (:mod:`companion.book.nbcompare`):
 
 1. **Perturbed answers** (machine-independent): every chapter once with
    ``COMPANION_PERTURB_ULPS=4`` (:data:`PERTURB_ULPS`), the oracles' test mode that multiplies each
@@ -58,7 +58,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from companion import nbcompare
+from companion.book import nbcompare
 from companion.oracles import PERTURB_ENV, PERTURB_PATTERN_ENV, PERTURB_PATTERNS
 
 ROOT = Path(__file__).resolve().parents[1]

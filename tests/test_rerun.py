@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from companion import cli, nbcompare, parameters, plotting, results
+from companion.book import cli, nbcompare, parameters, plotting, results
 from companion.errors import InvalidInputError, ParameterError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -159,7 +159,7 @@ def test_runs_without_a_results_folder_never_replace_each_other(monkeypatch, tmp
 
 
 def test_a_runs_kernel_talks_over_ipc_in_its_private_folder(tmp_path):
-    """`companion run`'s kernel (companion._execute) binds IPC sockets in the run's private folder, not
+    """`companion run`'s kernel (companion.book._execute) binds IPC sockets in the run's private folder, not
     TCP ports: concurrent runs (the reproducibility suite runs two beside nbval) cannot race for the
     same port. A CI run failed that race with papermill's default TCP kernel ("Kernel died before
     replying to kernel_info"), so the suite re-executes chapters through `companion run`."""
@@ -176,7 +176,7 @@ def test_a_runs_kernel_talks_over_ipc_in_its_private_folder(tmp_path):
             "runtime": str(private)}
     (private / "spec.json").write_text(json.dumps(spec))
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(private))
-    proc = subprocess.run([sys.executable, "-m", "companion._execute", str(private / "spec.json")], env=env,
+    proc = subprocess.run([sys.executable, "-m", "companion.book._execute", str(private / "spec.json")], env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((private / "status.json").read_text()) == {"ok": True}

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from companion import results
+from companion.book import results
 from companion.errors import ClaimError, InvalidInputError
 
 
@@ -351,3 +351,31 @@ def test_write_json_is_atomic_plain_and_refuses_nan(tmp_path, monkeypatch):
     with pytest.raises(InvalidInputError, match="chapter"):
         results.provenance("ok", {}, None, chapter="")
 
+
+
+def test_record_parameters_reads_the_declared_names_from_the_namespace(results_tmp):
+    from companion.book import cli
+
+    declared = {n: p["default"] for n, p in cli.chapter_parameters("01_definitions").items()}
+    namespace = declared | {"d": 7, "np": object()}         # the defaults, one changed
+    results.record_parameters("01_definitions", namespace, glue=False)
+    data = results.load("01_definitions")
+    assert data["seed"] == declared["seed"] == 0
+    assert sorted(data["parameters"]) == sorted(n for n in declared if n != "seed")
+    assert data["parameters"]["d"] == 7 and "np" not in data["parameters"]
+
+
+def test_record_parameters_with_a_namespace_refuses_what_it_cannot_read(results_tmp):
+    from companion.book import cli
+    from companion.errors import ParameterError
+
+    namespace = {n: p["default"] for n, p in cli.chapter_parameters("01_definitions").items()}
+    del namespace["tau"]
+    with pytest.raises(ParameterError, match=r"tau, declared in the chapter's parameters cell, is not"):
+        results.record_parameters("01_definitions", namespace, glue=False)
+    with pytest.raises(ParameterError, match=r"cannot find the chapter's parameters cell"):
+        results.record_parameters("99_no_such_chapter", {"seed": 0}, glue=False)
+    with pytest.raises(InvalidInputError, match=r"leave out the keywords"):
+        results.record_parameters("01_definitions", namespace, seed=0, glue=False)
+    with pytest.raises(InvalidInputError, match=r"globals\(\)\) or seed="):
+        results.record_parameters("01_definitions", glue=False)

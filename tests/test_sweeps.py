@@ -6,7 +6,7 @@ import pytest
 
 from companion.errors import InvalidInputError
 from companion.exact import sweep, sweep_point
-from companion.sweeps import grid_points, run_sweep
+from companion.book.sweeps import grid_points, run_sweep
 
 
 def square(x, offset=0):
@@ -58,3 +58,27 @@ def test_dask_local_cluster_with_two_workers():
                          progress=False)
     assert [r["n_queries"] for r in rows] == [12, 30, 72]
     assert max(r["rel_error_W"] for r in rows) < 1e-12
+
+
+def test_a_named_sweep_without_the_books_writer_is_refused(monkeypatch):
+    from companion import _sweep
+
+    monkeypatch.setattr(_sweep, "_SAVER", [])
+    assert _sweep.run_sweep(square, {"x": [2]}, backend="sequential", progress=False) == [
+        {"x": 2, "y": 4}]
+    with pytest.raises(InvalidInputError, match=r"import companion.book.sweeps first"):
+        _sweep.run_sweep(square, {"x": [2]}, backend="sequential", progress=False, name="s")
+
+
+@pytest.mark.parametrize("old", ["cli", "results", "nbcompare", "prose", "parameters", "plotting",
+                                 "release", "sweeps"])
+def test_the_old_paths_warn_and_forward(old):
+    import importlib
+
+    shim = importlib.import_module(f"companion.{old}")
+    new = importlib.import_module(f"companion.book.{old}")
+    name = new.__all__[0]
+    with pytest.warns(DeprecationWarning, match=rf"use companion\.book\.{old}\.{name} "):
+        assert getattr(shim, name) is getattr(new, name)
+    with pytest.raises(AttributeError):
+        shim.no_such_name

@@ -483,7 +483,7 @@ def test_learn_orthogonal_heads_verify_rtol_just_inside_and_outside(kappa, accep
 
 
 def test_verification_defaults_of_the_noisy_multi_head_and_homogeneous_learners():
-    """The documented defaults the chapters' prose reads (companion.prose): learn_robust_lstsq and
+    """The documented defaults the chapters' prose reads (companion.book.prose): learn_robust_lstsq and
     learn_low_rank_noisy verify at rtol 0.1, learn_multi_head_transformer, learn_canonical and
     learn_homogeneous_head at 1e-6, with 32 fresh queries (learn_canonical: 64)."""
     from companion import verification_defaults

@@ -7,7 +7,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from companion import _learner, cli, results
+from companion import _learner
+from companion.book import cli, results
 from companion.attention import MultiHead, OneLayerTransformer, SingleHead, random_single_head
 from companion.errors import OracleInconsistentError, PrecisionError, SolverError
 from companion.exact import learn_single_head, verify_single_head

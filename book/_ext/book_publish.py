@@ -103,7 +103,7 @@ def _timings(path: Path):
 
 def status_rows(app):
     """One dict per chapter: chapter, executed (UTC), method, runtime (s), library hash, current, passed."""
-    from companion import results
+    from companion.book import results
 
     folder = Path(os.environ["COMPANION_RESULTS_DIR"]) if os.environ.get("COMPANION_RESULTS_DIR") else None
     current = results.library_hash()

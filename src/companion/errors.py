@@ -127,7 +127,7 @@ class ParameterError(CompanionError, ValueError):
 
 
 class ClaimError(CompanionError, AssertionError):
-    """A claim a chapter's prose states is false for this run (:func:`companion.results.claim`).
+    """A claim a chapter's prose states is false for this run (:func:`companion.book.results.claim`).
 
     Raised when the chapter executes, so that the chapter stops, its results file stays as it was,
     and the book does not build with a sentence its own output contradicts. The message names the

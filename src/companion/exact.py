@@ -654,7 +654,7 @@ def sweep(d_values, *, seed, probes="basis", entry_scale=None, scale="auto", n_j
     >>> [(r["d"], r["n_queries"]) for r in rows], max(r["rel_error_W"] for r in rows) < 1e-12
     ([(2, 6), (3, 12)], True)
     """
-    from .sweeps import run_sweep
+    from ._sweep import run_sweep
 
     points = [{"d": d, "seed": seed, "probes": probes, "entry_scale": entry_scale, "scale": scale} for d in d_values]
     rows = run_sweep(sweep_point, points, n_jobs=n_jobs, backend=backend, progress=False, name=name)

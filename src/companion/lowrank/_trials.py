@@ -149,7 +149,7 @@ def phase_transition(
     >>> rates[(6, 1)][-1]
     1.0
     """
-    from ..sweeps import run_sweep
+    from .._sweep import run_sweep
 
     n_trials = check_int(n_trials, "n_trials", minimum=1)
     seed = check_int(seed, "seed", minimum=0)

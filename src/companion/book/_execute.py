@@ -1,6 +1,6 @@
-"""The process that executes one chapter for ``companion run`` (private; see :func:`companion.cli.run_chapter`).
+"""The process that executes one chapter for ``companion run`` (private; see :func:`companion.book.cli.run_chapter`).
 
-``python -m companion._execute SPEC.json`` reads what to run from ``SPEC.json`` (input and output
+``python -m companion.book._execute SPEC.json`` reads what to run from ``SPEC.json`` (input and output
 notebook, parameters, working folder, time limit per cell, progress bar), executes it with
 papermill into the staging folder the spec names, and writes ``{"ok": true}`` or the error
 (``ename``, ``evalue``, ``exec_count``, ``timeout``) to the spec's ``status`` file. It prints no

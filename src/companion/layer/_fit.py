@@ -1,0 +1,161 @@
+"""The stages of learn_attention_layer on a layer without LayerNorm: heads, output maps, polish (this book's own)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.linalg import solve
+
+from ..errors import InvalidInputError
+from ..oracles import ValueQueryOracle, unit_roundoff
+from ._model import softmax
+
+__all__ = [
+    "LSTSQ_GATE",
+    "POLISH_MAX_UNKNOWNS",
+    "LiftedReadout",
+    "features",
+    "fit_outputs",
+    "polish",
+    "group_by_length",
+]
+
+#: Largest relative residual of the output maps' least squares before the polish; above it the target is refused.
+LSTSQ_GATE = 1e-6
+
+#: Largest number of unknowns (heads' key rows plus output maps) the joint Gauss-Newton polish takes on:
+#: its dense Jacobian has about twice as many rows, 2 * 2000**2 * 8 bytes = 64 MB at the cap.
+POLISH_MAX_UNKNOWNS = 2000
+
+
+class LiftedReadout(ValueQueryOracle):
+    """A scalar readout of a layer seen as a bias-free sum of heads in ``D = d + 1`` dimensions.
+
+    A learner's token ``y = (z, t)`` in ``R^(d+1)`` is sent to the layer as
+    ``x'_N = z_N / t_N`` for the last token and ``x'_i = x'_N + t_N (z_i - z_N)`` for the others,
+    and the answer is ``(c^T o(X') - g(x'_N)) / t_N``, ``g`` the (affine) answer to the one-token
+    query. Then every score difference is ``(y_i - y_N)^T W_L y_N`` with ``W_L = W~`` with its
+    last row zeroed, and the answer is ``sum_h alpha_h^T (Y - 1 y_N^T) v_h`` with
+    ``v_h = (M_h[:, :d]^T c, 0)``: a bias-free sum of heads minus ``y_N^T sum_h v_h``, a term
+    the canonical learners remove with their one-token answers, which here are 0 and cost no
+    query. This book's own reduction.
+    """
+
+    def __init__(self, vector, c, g, g0):
+        # an exact vector oracle states no precision: its answers are float64's, so the heads' learner
+        # is told so (it would otherwise measure the precision of a target outside the class, too)
+        u = vector.precision if vector.precision is not None else unit_roundoff("float64")
+        super().__init__(self._lifted, d=vector.d + 1, precision=u)
+        self.vector, self.c, self.g, self.g0 = vector, c, g, g0
+
+    @property
+    def remaining(self):
+        return self.vector.remaining
+
+    def _lifted(self, Y: np.ndarray) -> np.ndarray:
+        if Y.shape[1] == 1:
+            return np.zeros(Y.shape[0])
+        z, t = Y[:, :, :-1], Y[:, :, -1]
+        tN = t[:, -1]
+        if np.any(tN == 0.0):
+            raise InvalidInputError("a lifted query's last token has homogeneous coordinate 0; it has no layer input.")
+        xN = z[:, -1, :] / tN[:, None]
+        X = xN[:, None, :] + tN[:, None, None] * (z - z[:, -1:, :])
+        y = self.vector(X) @ self.c
+        return (y - (xN @ self.g + self.g0)) / tN
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        return self._lifted(X)
+
+
+def features(Ws, X: np.ndarray) -> np.ndarray:
+    """Rows ``[alpha_1^T X, ..., alpha_H^T X, x_N, 1]`` of the layer's linear least squares, ``(B, (H+1) d + 1)``."""
+    B, N, d = X.shape
+    Xt = np.concatenate([X, np.ones((B, N, 1))], axis=2)
+    cols = []
+    for W in Ws:
+        alpha = softmax(np.einsum("bnk,bk->bn", Xt, Xt[:, -1, :] @ W.T))
+        cols.append(np.einsum("bn,bnk->bk", alpha, X))
+    cols += [X[:, -1, :], np.ones((B, 1))]
+    return np.concatenate(cols, axis=1)
+
+
+def group_by_length(Xs, Y):
+    """``([(B_n, n, d) batches by increasing length n], [their answers])`` of a list of sequences."""
+    lengths = sorted({x.shape[0] for x in Xs})
+    idx = [[i for i, x in enumerate(Xs) if x.shape[0] == n] for n in lengths]
+    return [np.stack([Xs[i] for i in ix]) for ix in idx], [Y[ix] for ix in idx]
+
+
+def fit_outputs(Ws, batches, answers):
+    """One least-squares problem for ``Theta = [M_1 .. M_H, S, b_O]`` over all outputs at once.
+
+    Returns ``(Theta of shape ((H + 1) d + 1, d_out), relative residual, rank, condition)``.
+    """
+    Phi = np.concatenate([features(Ws, X) for X in batches])
+    Y = np.concatenate(answers)
+    colscale = np.maximum(np.linalg.norm(Phi, axis=0), np.finfo(float).tiny)
+    Theta, _, rank, sv = np.linalg.lstsq(Phi / colscale, Y, rcond=None)
+    Theta = Theta / colscale[:, None]
+    resid = float(np.linalg.norm(Phi @ Theta - Y) / max(np.linalg.norm(Y), np.finfo(float).tiny))
+    cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else float("inf")
+    full = rank == Phi.shape[1]
+    return Theta, resid, full, cond
+
+
+def _residual_and_jacobian(Ws, Theta, Xs, Ys, jac):
+    H, d = Ws.shape[0], Ws.shape[1] - 1
+    d_out, p = Theta.shape[1], Theta.shape[0]
+    rs, Js = [], []
+    for X, Y in zip(Xs, Ys):
+        B = X.shape[0]
+        Xt = np.concatenate([X, np.ones(X.shape[:2] + (1,))], axis=2)
+        feats, JW = [], []
+        for h in range(H):
+            alpha = softmax(np.einsum("bnk,bk->bn", Xt, Xt[:, -1, :] @ Ws[h].T))
+            xbar = np.einsum("bn,bnk->bk", alpha, Xt)
+            feats.append(xbar[:, :d])
+            if jac:
+                C = np.einsum("bn,bnk,bna->bka", alpha, Xt[:, :, :d] - xbar[:, None, :d], Xt[:, :, :d])
+                G = np.einsum("ko,bka->boa", Theta[h * d : (h + 1) * d], C)
+                JW.append(np.einsum("boa,bc->boac", G, Xt[:, -1, :]).reshape(B, d_out, d * (d + 1)))
+        phi = np.concatenate(feats + [X[:, -1, :], np.ones((B, 1))], axis=1)
+        rs.append((Y - phi @ Theta).reshape(-1))
+        if jac:
+            JT = np.einsum("bj,oq->bojq", phi, np.eye(d_out)).reshape(B, d_out, p * d_out)
+            Js.append(np.concatenate(JW + [JT], axis=2).reshape(B * d_out, -1))
+    return np.concatenate(rs), (np.concatenate(Js) if jac else None)
+
+
+def polish(Ws, Theta, Xs, Ys, iters=4):
+    """Gauss-Newton on every parameter at once over the batches ``Xs`` (list of (B, N, d)), answers ``Ys``.
+
+    The unknowns are the identifiable rows ``W~_h[:d, :]`` and ``Theta`` ((H + 1) d + 1, d_out); the
+    Jacobian of ``o`` in ``W~_h[a, b]`` is ``M_h sum_j alpha_j (x~_j - xbar) x~_j[a] x~_N[b]``. Returns
+    ``(Ws, Theta, relative residual before, after)``; a step that does not lower the residual is not taken.
+    """
+    H, d = Ws.shape[0], Ws.shape[1] - 1
+    p, d_out = Theta.shape
+    scale = max(float(np.linalg.norm(np.concatenate([Y.reshape(-1) for Y in Ys]))), np.finfo(float).tiny)
+    r, J = _residual_and_jacobian(Ws, Theta, Xs, Ys, True)
+    first = best = float(np.linalg.norm(r)) / scale
+    for it in range(iters):
+        # the scaled normal equations: the step corrects an estimate already near 1e-10, and the
+        # residual is evaluated exactly, so their squared condition costs nothing that matters
+        colscale = np.maximum(np.linalg.norm(J, axis=0), np.finfo(float).tiny)
+        Js = J / colscale
+        try:
+            step = solve(Js.T @ Js, Js.T @ r, assume_a="pos") / colscale
+        except (np.linalg.LinAlgError, ValueError):
+            step = np.linalg.lstsq(Js, r, rcond=None)[0] / colscale
+        W_new = Ws.copy()
+        W_new[:, :d, :] += step[: H * d * (d + 1)].reshape(H, d, d + 1)
+        T_new = Theta + step[H * d * (d + 1) :].reshape(p, d_out)
+        r_new, _ = _residual_and_jacobian(W_new, T_new, Xs, Ys, False)
+        res = float(np.linalg.norm(r_new)) / scale
+        if not res < best:
+            break
+        Ws, Theta, r, gain, best = W_new, T_new, r_new, best / res, res
+        if gain < 4.0 or it == iters - 1:  # at the rounding floor: another step gains nothing
+            break
+        J = _residual_and_jacobian(Ws, Theta, Xs, Ys, True)[1]
+    return Ws, Theta, first, best

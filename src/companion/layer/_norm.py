@@ -1,0 +1,194 @@
+"""A post-LN read off one-token answers, and the oracle seen before its LayerNorm (this book's own)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import OracleInconsistentError, PrecisionError
+from ..oracles import VectorQueryOracle
+
+__all__ = [
+    "MIN_GAP",
+    "LOW_GAP",
+    "PROBE_POINTS",
+    "PostLN",
+    "Denormalised",
+    "Scaled",
+    "probe_lines",
+    "curvature",
+    "hyperplane_ratio",
+    "estimate_post_ln",
+    "gap_message",
+]
+
+#: Points per probe line (the token ``x0 + t e`` at ``t = -2 .. 2``).
+PROBE_POINTS = 5
+
+#: Smallest ``1 - |z|^2 / d_out`` (``z`` the normalised vector) at which the answers still carry the norm of
+#: ``P u``: ``eps / (var(u) + eps)``. Below it the norm comes back with a relative error above about
+#: ``2**-53 / 1e-10 = 1e-6``, and learn_attention_layer refuses (this book's threshold).
+MIN_GAP = 1e-10
+
+#: A stage that fails behind a post-LN whose answers came with a gap below this (a relative error of the
+#: de-normalised answers above about ``2**-53 / 1e-7 = 1e-9``) is refused for the precision the LayerNorm's
+#: inversion lost (PrecisionError), not as a target outside the class.
+LOW_GAP = 1e-7
+
+
+def probe_lines(d, rng) -> np.ndarray:
+    """One-token probes on 4 lines ``x0 + t e``, ``t = -2 .. 2``: 3 random directions and the all-ones one.
+
+    Returns an array of shape ``(4 * PROBE_POINTS, 1, d)``, line by line.
+    """
+    t = np.arange(PROBE_POINTS) - (PROBE_POINTS - 1) / 2
+    x0 = 0.5 * rng.standard_normal((4, d)) / np.sqrt(d)
+    e = 0.5 * rng.standard_normal((4, d)) / np.sqrt(d)
+    e[3] = 0.5 / np.sqrt(d)
+    return (x0[:, None, :] + t[None, :, None] * e[:, None, :]).reshape(-1, 1, d)
+
+
+def curvature(Y: np.ndarray) -> np.ndarray:
+    """Per probe line, ``max_k ||y_k - 2 y_(k+1) + y_(k+2)||`` over the largest spread ``max_k ||y_k - y_0||`` of
+    the lines: about eps on an affine map (also on a line whose answers are constant)."""
+    L = Y.reshape(4, PROBE_POINTS, -1)
+    second = np.linalg.norm(L[:, :-2] - 2 * L[:, 1:-1] + L[:, 2:], axis=2).max(axis=1)
+    spread = np.linalg.norm(L - L[:, :1], axis=2).max()
+    return second / max(float(spread), np.finfo(float).tiny)
+
+
+def hyperplane_ratio(Y: np.ndarray) -> float:
+    """``sigma_min / sigma_max`` of the centred answers ``(n, d_out)``: about eps on an affine hyperplane."""
+    if Y.shape[0] <= Y.shape[1] or Y.shape[1] < 2:
+        return float("nan")
+    s = np.linalg.svd(Y - Y.mean(axis=0), compute_uv=False)
+    return float(s[-1] / s[0]) if s[0] > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class PostLN:
+    """``y = gamma * z + beta`` with ``z = P u / sqrt(|P u|^2 / d_out + eps)``, read off the answers.
+
+    ``denormalise`` returns ``P u / sqrt(eps)`` (the scale in which ``eps = 1``): ``z / sqrt(1 - |z|^2 / d_out)``.
+    """
+
+    gamma: np.ndarray
+    beta: np.ndarray
+    smallest_gap: list = field(default_factory=lambda: [1.0])  # the smallest 1 - |z|^2 / d_out seen
+
+    def gaps(self, Y: np.ndarray) -> np.ndarray:
+        z = (Y - self.beta) / self.gamma
+        return 1.0 - (z * z).mean(axis=1)
+
+    def denormalise(self, Y: np.ndarray) -> np.ndarray:
+        z = (Y - self.beta) / self.gamma
+        gap = 1.0 - (z * z).mean(axis=1)
+        if gap.size:
+            self.smallest_gap[0] = min(self.smallest_gap[0], float(np.min(gap)))
+        if not np.all(gap >= MIN_GAP):
+            raise PrecisionError(gap_message(float(np.min(gap))))
+        return z / np.sqrt(gap)[:, None]
+
+
+def gap_message(gap: float, limit: float = MIN_GAP) -> str:
+    return (
+        f"the post-LN's eps is too small against the variance of x_N + o(X) on these queries: "
+        f"1 - |z|^2/d_out = eps / (var + eps) = {gap:.1e} (below {limit:.0e}), so the answers fix the direction of the "
+        f"centred block output but its norm only to about {2.0**-53 / max(gap, 1e-300):.1e} (relative). "
+        "learn_attention_layer needs that norm (MiniLM's block, eps = 1e-12, gives about 1e-10); nothing was returned."
+    )
+
+
+class Denormalised(VectorQueryOracle):
+    """The vector oracle seen before its post-LN: answers ``P u(X) / sqrt(eps)``, counted by the oracle."""
+
+    def __init__(self, vector, norm: PostLN):
+        super().__init__(
+            lambda X: norm.denormalise(vector(X)), d=vector.d, d_out=vector.d_out, precision=vector.precision
+        )
+        self.vector = vector
+
+    @property
+    def remaining(self):
+        return self.vector.remaining
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        return self.target(X)  # the vector oracle has checked its answers
+
+
+class Scaled(VectorQueryOracle):
+    """A vector oracle asked at its tokens times ``rho``, counted by the oracle."""
+
+    def __init__(self, vector, rho):
+        super().__init__(lambda X: vector(rho * X), d=vector.d, d_out=vector.d_out, precision=vector.precision)
+        self.vector = vector
+
+    @property
+    def remaining(self):
+        return self.vector.remaining
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        return self.target(X)
+
+
+def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
+    """``gamma`` and ``beta`` of a post-LN from one-token answers on probe lines (this book's own).
+
+    1. The answers lie on the hyperplane ``sum_i (y_i - beta_i) / gamma_i = 0``: its normal ``n`` is
+       ``1 / gamma`` up to a factor ``kappa``.
+    2. On a line ``x0 + t e`` the block is affine, ``P u = p + t q``, so the answers lie on an affine
+       2-plane through ``beta``: ``beta`` is where the lines' planes meet.
+    3. With ``zeta = (y - beta) n`` and ``z = kappa zeta``, ``P u / sqrt(eps) = z m`` with
+       ``m = (1 - kappa^2 |zeta|^2 / d_out)^(-1/2)`` is affine in ``t``: the second differences of
+       ``zeta_k m_k`` vanish, which gives the ``m_k`` of a line up to a factor ``mu``; then
+       ``1 / (mu^2 m_k^2) + kappa^2 |zeta_k|^2 / d_out = 1`` is linear in ``(1 / mu^2, kappa^2)``.
+
+    The sign of ``gamma`` is a symmetry (:func:`post_ln_symmetry`); it is chosen with ``sum(gamma) > 0``.
+
+    Raises
+    ------
+    OracleInconsistentError
+        If the answers do not fit (a ``kappa^2 <= 0``, a line's ``m_k`` of mixed signs).
+    PrecisionError
+        If ``eps`` is too small to read the norm of ``P u`` (:data:`MIN_GAP`).
+    """
+    d_out = Y_all.shape[1]
+    _, _, Vt = np.linalg.svd(Y_all - Y_all.mean(axis=0), full_matrices=False)
+    n = Vt[-1]
+    lines = Y_lines.reshape(4, PROBE_POINTS, d_out)
+    lhs, rhs = np.zeros((d_out, d_out)), np.zeros(d_out)
+    for L in lines:
+        c = L.mean(axis=0)
+        D = np.linalg.svd(L - c, full_matrices=False)[2][:2]
+        Pi = np.eye(d_out) - D.T @ D
+        lhs += Pi
+        rhs += Pi @ c
+    beta = np.linalg.solve(lhs, rhs)
+    rows, ms, norms = [], [], []
+    for li, L in enumerate(lines):
+        zeta = (L - beta) * n
+        R = np.zeros((PROBE_POINTS - 2, d_out, PROBE_POINTS))
+        for k in range(PROBE_POINTS - 2):
+            R[k, :, k], R[k, :, k + 1], R[k, :, k + 2] = zeta[k], -2 * zeta[k + 1], zeta[k + 2]
+        m = np.linalg.svd(R.reshape(-1, PROBE_POINTS))[2][-1]
+        if not (np.all(m > 0) or np.all(m < 0)):
+            raise OracleInconsistentError(f"probe line {li}: the post-LN's scale factors change sign ({m})")
+        for k in range(PROBE_POINTS):
+            row = np.zeros(5)
+            row[li], row[4] = 1.0 / m[k] ** 2, (zeta[k] @ zeta[k]) / d_out
+            rows.append(row)
+        ms.append(m)
+        norms.append(zeta)
+    sol = np.linalg.lstsq(np.array(rows), np.ones(len(rows)), rcond=None)[0]
+    kappa2 = sol[4]
+    if not kappa2 > 0:
+        raise OracleInconsistentError(f"the post-LN fit gives kappa^2 = {kappa2:.3g} <= 0")
+    gamma = 1.0 / (np.sqrt(kappa2) * n)
+    if np.sum(gamma) < 0:
+        gamma = -gamma
+    norm = PostLN(gamma, beta)
+    gap = float(np.min(norm.gaps(Y_all)))
+    if not gap >= MIN_GAP:
+        raise PrecisionError(gap_message(gap))
+    return norm
