@@ -14,8 +14,11 @@ Each row runs in its own subprocess with one BLAS thread and reports:
 * peak RSS of the subprocess (MB), the relative error of W, and the 1-minute load average of the
   machine (``os.getloadavg``) when the row ended.
 
-Targets (issue 22): ``noisy`` at d = 384, r = 32 within 60 s and 2 GB; ``rgn`` at d = 1024, r = 32
-within 3 times the oracle's own time. The seconds and the ratio are judged on CPU time, so a busy
+Targets (issue 22, and issue 34 for ``rgn``): ``noisy`` at d = 384, r = 32 within 60 s and 2 GB;
+``rgn`` at d = 1024, r = 32 within 10 times the oracle's own time, a guard over its measured floor of
+about 9 times (the table below), which stands as the documented limit of RGN on Gaussian rank-one
+projections; for exact answers the sketch is the scalable route (1.85 times the oracle's own time at
+this size, ``bench_scale.py``; the docstring of ``learn_low_rank`` says so). The seconds and the ratio are judged on CPU time, so a busy
 machine (2 shared cores) does not decide them: at a load of 8 a row's wall time was 3 times its
 CPU time. A row that does not finish within ``--timeout`` seconds (wall) is printed as such: a
 target that is not met is reported, never hidden. The verdicts go through
@@ -41,7 +44,7 @@ noisy 384:32 after     23.4    1.79        13.1   918      1.3e-01    5.9
 noisy 384:32 after     21.1    1.67        12.6   918      1.3e-01    3.5
 =====================  ======  ==========  =====  =======  =========  =====
 
-The rgn 1024:32 row misses 3x, and cannot meet it with this solver: its conjugate-gradient
+The rgn 1024:32 row missed the former target of 3x, and cannot meet it with this solver: its conjugate-gradient
 iterations alone (at least 87 at ``m = 2 n``, each 1/14 of the oracle) cost 6.3 oracle-times, and
 the design, the spectral start and the oracle 2.2 more (the accounting is in the docstring of
 ``companion.numerics.rgn``).
@@ -59,7 +62,8 @@ import time
 from _targets import Targets  # benchmarks/_targets.py: printed targets decide the exit code
 
 #: (method, d, r) -> (largest learner seconds, largest peak MB, largest ratio to the oracle).
-TARGETS = {("noisy", 384, 32): (60.0, 2048.0, None), ("rgn", 1024, 32): (None, None, 3.0)}
+#: rgn at 1024:32: 10x, a guard over the measured floor of about 9x (issue 34 item 5; it was 3x).
+TARGETS = {("noisy", 384, 32): (60.0, 2048.0, None), ("rgn", 1024, 32): (None, None, 10.0)}
 
 DEFAULT_ROWS = "noisy:96:8,noisy:192:16,noisy:384:32,rgn:256:8,rgn:1024:32"
 

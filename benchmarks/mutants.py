@@ -105,6 +105,57 @@ for _module in ("exact", "lowrank", "robust", "_learner", *MULTIHEAD, "ffn", "tr
                 "numerics/rgn", *PRETRAINED, "membership"):
     TESTS[_module].append(CONTRACT)
 
+# Modules split into a package of the same name (issue 34: ``lowrank/``, ``robust/``, ``transformer/``,
+# ``multihead/``) or into private siblings (``oracles`` -> ``_precision``): a mutant of the old module
+# is looked for in every file of the package (or the module and its siblings), and "lowrank/_learn"
+# names one file of a package (the inventory's line-based mutants) with the package's tests.
+SPLIT_SIBLINGS = {"oracles": ("_precision",)}
+
+
+def module_sources(module: str, root: Path = ROOT) -> list[Path]:
+    """The files that hold what was ``src/companion/<module>.py``: itself (and its split-off
+    siblings), or every file of the package ``src/companion/<module>/``."""
+    base = root / "src" / "companion"
+    if (base / f"{module}.py").exists():
+        return [base / f"{module}.py"] + [base / f"{s}.py" for s in SPLIT_SIBLINGS.get(module, ())
+                                           if (base / f"{s}.py").exists()]
+    return sorted((base / module).glob("*.py"))
+
+
+def tests_for(module: str) -> list[str]:
+    """The tests run for a mutant of ``module`` (a key of ``TESTS``, one file of a split package,
+    e.g. ``"lowrank/_learn"``, or a split-off sibling such as ``"_precision"``)."""
+    if module in TESTS:
+        return TESTS[module]
+    top = module.split("/")[0]
+    if top in TESTS:
+        return TESTS[top]
+    for owner, siblings in SPLIT_SIBLINGS.items():
+        if module in siblings:
+            return TESTS[owner]
+    raise KeyError(module)
+
+
+def _doctest_paths(tests: list[str]) -> list[str]:
+    """A module's doctests as pytest paths: the package folder for a module that became one, and
+    its split-off siblings."""
+    out = []
+    for t in tests:
+        path = ROOT / t
+        if t.startswith("src/companion/") and t.endswith(".py") and not path.exists() and path.with_suffix("").is_dir():
+            out.append(t[:-3])
+            continue
+        out.append(t)
+        name = Path(t).stem
+        if t.startswith("src/companion/") and name in SPLIT_SIBLINGS:
+            out += [f"src/companion/{s}.py" for s in SPLIT_SIBLINGS[name]]
+    return out
+
+
+for _module in TESTS:
+    TESTS[_module] = _doctest_paths(TESTS[_module])
+
+
 # (id, module, what the mutant does, original text, mutated text)
 MUTANTS = [
     ("exact-saturation", "exact", "saturation band 1e-3 -> 1e-2",
@@ -388,15 +439,18 @@ def inventory(root: Path = ROOT):
     The rational route (``SKIP_FUNCTIONS``) belongs to issue 21's engineer and is left out.
     """
     out = []
-    for module in INVENTORY_MODULES:
-        src = (root / "src" / "companion" / f"{module}.py").read_text()
+    files = [(m, f) for m in INVENTORY_MODULES for f in module_sources(m, root)]
+    for top, path in files:
+        rel = path.relative_to(root / "src" / "companion").with_suffix("").as_posix()
+        module = top if rel == top else rel  # "lowrank/_learn", "_precision": one file each
+        src = path.read_text()
         tree = ast.parse(src)
         lines = [ln.encode() for ln in src.splitlines(keepends=True)]
-        skip_f = SKIP_FUNCTIONS.get(module, set())
+        skip_f = SKIP_FUNCTIONS.get(top, set())
         for node in tree.body:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 name = node.targets[0].id
-                if name.lstrip("_").isupper() and name not in SKIP_CONSTANTS.get(module, set()):
+                if name.lstrip("_").isupper() and name not in SKIP_CONSTANTS.get(top, set()):
                     for leaf in _const_leaves(node.value):
                         if any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in ast.walk(leaf)):
                             continue  # a path, not a number
@@ -448,7 +502,13 @@ def inventory(root: Path = ROOT):
     unique = {}
     for row in out:
         unique.setdefault((row[0], row[5], row[6]), row)
-    return sorted(unique.values(), key=lambda r: (INVENTORY_MODULES.index(r[0]), r[5], r[6]))
+    def rank(module):  # the inventory module it came from: itself, its package, or its sibling's owner
+        if module in INVENTORY_MODULES:
+            return INVENTORY_MODULES.index(module)
+        owner = next((o for o, sib in SPLIT_SIBLINGS.items() if module in sib), module.rsplit("/", 1)[0])
+        return INVENTORY_MODULES.index(owner)
+
+    return sorted(unique.values(), key=lambda r: (rank(r[0]), r[0], r[5], r[6]))
 
 
 def generated_mutants(root: Path = ROOT) -> list[Mutant]:
@@ -472,9 +532,11 @@ def load_file(path: Path) -> list[Mutant]:
         missing = {"id", "module", "what", "old", "new"} - set(entry)
         if missing:
             raise SystemExit(f"error: {path}: mutant #{i + 1} lacks {sorted(missing)}")
-        if entry["module"] not in TESTS:
+        try:
+            tests_for(entry["module"])
+        except KeyError:
             raise SystemExit(f"error: {path}: mutant {entry['id']!r} has module={entry['module']!r}; "
-                             f"known modules: {sorted(TESTS)}")
+                             f"known modules: {sorted(TESTS)}") from None
         muts.append(Mutant(entry["id"], entry["module"], entry["what"], entry["old"], entry["new"],
                            entry.get("line")))
     ids = [m.id for m in muts]
@@ -513,17 +575,23 @@ def _copy_repo(dest: Path) -> None:
 
 def run_mutant(copy: Path, mutant: Mutant, timeout: float) -> tuple[str, float, str]:
     module = mutant.module
-    path = copy / "src" / "companion" / f"{module}.py"
+    files = module_sources(module, copy)
+    if mutant.line is None:  # the file of the module (or of its package) that holds ``old``
+        counts = [f.read_text().count(mutant.old) for f in files]
+        path = files[counts.index(1)] if sum(counts) == 1 else files[0]
+    else:
+        path = files[0]
     text = path.read_text()
     mutated = apply_mutant(text, mutant)
     if mutated is None:
-        where = f"on line {mutant.line}" if mutant.line else f"{text.count(mutant.old)} times"
+        found = sum(f.read_text().count(mutant.old) for f in files)
+        where = f"on line {mutant.line}" if mutant.line else f"{found} times"
         return "n/a", 0.0, f"original text not found exactly once ({where})"
     path.write_text(mutated)
     env = dict(os.environ, PYTHONPATH=str(copy / "src"), PYTHONDONTWRITEBYTECODE="1",
                COMPANION_RESULTS_DIR=str(copy / "_results"))
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow", "-p", "no:cacheprovider",
-           *TESTS[module]]
+           *tests_for(module)]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)

@@ -424,7 +424,7 @@ def test_noisy_nuclear_says_when_the_answers_do_not_determine_W(tau, outcome):
 
 
 def test_ambiguity_from_another_point_reduces_to_the_step_length_at_zero_offset():
-    from companion.robust import _ambiguity
+    from companion.robust._noisy import _ambiguity
 
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((40, 6)), rng.standard_normal((40, 6))

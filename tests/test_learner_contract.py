@@ -231,7 +231,7 @@ LEARNERS = [
         learn=robust.learn_low_rank_noisy, args=(2,), kwargs={"W_max": 4.0},
         target=lambda: robust.random_margin_head(8, W_max=4.0, mu=0.1, rank=2, seed=0),
         oracle=_noisy(1e-7),
-        learning_count=lambda rec, d: d + math.ceil(robust.NOISY_OVERSAMPLING * 2 * (2 * d - 2)),
+        learning_count=lambda rec, d: d + math.ceil(robust._noisy.NOISY_OVERSAMPLING * 2 * (2 * d - 2)),
         wrong_oracle=_labels,
         outside=lambda: _noisy(1e-7)(robust.random_margin_head(8, W_max=4.0, mu=0.1, seed=1)),
         outside_raises=(OracleInconsistentError, SolverError),
@@ -562,8 +562,11 @@ def _public_learners():
             continue
         module = importlib.import_module(f"companion.{info.name}")
         for name, obj in vars(module).items():
+            # a module's own learners, or a package's (issue 34: lowrank/, robust/, transformer/
+            # re-export the learners of their private modules)
+            home = getattr(obj, "__module__", "")
             if (name.startswith("learn_") and inspect.isfunction(obj)
-                    and obj.__module__ == module.__name__):
+                    and (home == module.__name__ or (info.ispkg and home.startswith(module.__name__ + ".")))):
                 found.add(name)
     return found
 

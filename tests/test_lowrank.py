@@ -103,7 +103,7 @@ def test_nuclear_norm_problem_constraints_hold_at_the_truth():
     W = np.outer([1.0, 2.0, 0.0], [0.5, -1.0, 1.0])
     A, B = rop._gaussian_rop_design(3, 10, np.ones(3), np.random.default_rng(1))
     t = np.einsum("kd,de,ke->k", A, W, B)
-    problem, Wvar = lowrank._nuclear_norm_problem(A, B, t)
+    problem, Wvar = lowrank._nuclear._nuclear_norm_problem(A, B, t)
     Wvar.value = W
     assert all(np.max(c.violation()) < 1e-12 for c in problem.constraints)
     assert np.isclose(problem.objective.value, np.linalg.norm(W, "nuc"))
@@ -113,7 +113,7 @@ def test_solve_nuclear_recovers_rank_one():
     rng = np.random.default_rng(2)
     W = np.outer(rng.standard_normal(8), rng.standard_normal(8))
     A, B = rop._gaussian_rop_design(8, 3 * degrees_of_freedom(8, 1), np.ones(8), rng)
-    What, info = lowrank._solve_nuclear(A, B, np.einsum("kd,de,ke->k", A, W, B), eps=1e-9)
+    What, info = lowrank._nuclear.solve_nuclear(A, B, np.einsum("kd,de,ke->k", A, W, B), eps=1e-9)
     assert info["status"] == "optimal" and info["solver"] == "SCS"
     assert rel_err(What, W) < 1e-6
 
@@ -123,7 +123,7 @@ def test_solve_nuclear_non_optimal_raises_solver_error():
     rng = np.random.default_rng(2)
     A, B = rop._gaussian_rop_design(3, 20, np.ones(3), rng)
     with pytest.raises(SolverError, match="SCS stopped with status 'infeasible"):
-        lowrank._solve_nuclear(A, B, rng.standard_normal(20), eps=1e-9)
+        lowrank._nuclear.solve_nuclear(A, B, rng.standard_normal(20), eps=1e-9)
 
 
 # --- Riemannian Gauss-Newton -------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_retract_is_truncated_svd():
 
 def test_sketch_bases_are_orthogonal_with_equal_value_projections():
     v = np.array([3.0, 0.0, -1.0, 2.0])
-    L, R = lowrank._sketch_bases(v, np.random.default_rng(0))
+    L, R = lowrank._sketch._sketch_bases(v, np.random.default_rng(0))
     assert np.allclose(L @ L.T, np.eye(4)) and np.allclose(R @ R.T, np.eye(4))
     assert np.allclose(L @ v, np.linalg.norm(v) / 2)
 
@@ -165,7 +165,7 @@ def test_sketch_bases_are_orthogonal_with_equal_value_projections():
 @pytest.mark.parametrize("n", [None, 1, 2, 3, 100])
 def test_cross_indices_cover_the_cross_once(n):
     d, k = 7, 3
-    i, j, seg = lowrank._cross_indices(d, 0, k, n)
+    i, j, seg = lowrank._sketch._cross_indices(d, 0, k, n)
     assert i.size == k * (2 * d - k)
     mask = np.zeros((d, d), int)
     np.add.at(mask, (i, j), 1)
@@ -173,7 +173,7 @@ def test_cross_indices_cover_the_cross_once(n):
     expected[:k, :] = 1
     expected[:, :k] = 1
     assert np.array_equal(mask, expected)
-    i2, j2, _ = lowrank._cross_indices(d, 1, 3, n)
+    i2, j2, _ = lowrank._sketch._cross_indices(d, 1, 3, n)
     assert i2.size == k * (2 * d - k) - (2 * d - 1)
     if n is not None:
         # every run is a piece of one row or one column, at most n long
@@ -355,7 +355,7 @@ def test_phase_transition_draws_an_independent_head_per_trial(monkeypatch):
         seen.append((d, r, ratio, seed))
         return {"m": 1, "n_queries": 1, "rel_error_W": 0.0, "exact": ratio > 1.5}
 
-    monkeypatch.setattr(lowrank, "recovery_trial", fake_trial)
+    monkeypatch.setattr(lowrank._trials, "recovery_trial", fake_trial)  # the module that calls it
     rates = lowrank.phase_transition([(6, 1), (8, 2)], [1.0, 2.0], method="rgn", n_trials=3, seed=0)
     assert rates == {(6, 1): [0.0, 1.0], (8, 2): [0.0, 1.0]}
     seeds = [s for *_, s in seen]
@@ -476,8 +476,8 @@ def test_factored_svd_of_the_sketch_matches_the_dense_svd():
     rng = np.random.default_rng(0)
     F, G = rng.standard_normal((30, 4)), rng.standard_normal((4, 30))
     W = F @ G
-    U1, s1, V1, sv1 = lowrank._sign_normalised_svd(W, 4)
-    U2, s2, V2, sv2 = lowrank._sign_normalised_svd(W, 4, factors=(F, G))
+    U1, s1, V1, sv1 = lowrank._learn._sign_normalised_svd(W, 4)
+    U2, s2, V2, sv2 = lowrank._learn._sign_normalised_svd(W, 4, factors=(F, G))
     np.testing.assert_allclose(s1, s2, rtol=1e-13)
     np.testing.assert_allclose(U1, U2, atol=1e-12)
     np.testing.assert_allclose(V1, V2, atol=1e-12)
@@ -550,14 +550,14 @@ def test_auto_method_switches_at_the_nuclear_size_limit():
     """method='auto' runs nuclear just inside NUCLEAR_MAX_BYTES and the scalable method just outside."""
     d = 64
     m_max = int(lowrank.NUCLEAR_MAX_BYTES // (lowrank.NUCLEAR_BYTES_PER_ENTRY * d * d))
-    inside, why_in = lowrank._auto_method(d, 2, m_max)
-    outside, why_out = lowrank._auto_method(d, 2, m_max + 1)
+    inside, why_in = lowrank._learn._auto_method(d, 2, m_max)
+    outside, why_out = lowrank._learn._auto_method(d, 2, m_max + 1)
     assert (inside, outside) == ("nuclear", "rgn")       # n_measurements given: the sketch takes none
     assert "fits NUCLEAR_MAX_BYTES" in why_in and "above NUCLEAR_MAX_BYTES" in why_out
     # the default m = 5 r (2d - r): r = 3 fits at d = 64 (2950 < 4096 measurements), r = 8 does not
-    assert lowrank._auto_method(d, 3, None)[0] == "nuclear"
-    assert lowrank._auto_method(d, 8, None)[0] == "sketch"
-    assert lowrank._auto_method(d, None, None)[0] == "sketch"
+    assert lowrank._learn._auto_method(d, 3, None)[0] == "nuclear"
+    assert lowrank._learn._auto_method(d, 8, None)[0] == "sketch"
+    assert lowrank._learn._auto_method(d, None, None)[0] == "sketch"
 
 
 def test_default_method_runs_at_d_64():

@@ -27,7 +27,7 @@ def test_every_generated_mutant_applies_and_changes_one_constant(mutants):
         out = mutants.apply_mutant(text, m)
         assert out is not None and out != text, m.id
         compile(m.new, m.id, "eval")                        # the replacement is an expression
-        assert m.module in mutants.TESTS
+        assert mutants.tests_for(m.module)          # a module, one file of a split package, or a sibling
 
 
 def test_tenfold_renders_literals_and_expressions(mutants):
@@ -51,3 +51,14 @@ def test_a_toml_file_of_mutants(mutants, tmp_path):
     path.write_text('[[mutant]]\nid = "x"\nmodule = "nowhere"\nwhat = "w"\nold = "a"\nnew = "b"\n')
     with pytest.raises(SystemExit, match="module='nowhere'"):
         mutants.load_file(path)
+
+
+def test_a_mutant_of_a_module_split_into_a_package_is_found_in_its_files(mutants):
+    # issue 34: lowrank.py became lowrank/; a held-out mutant written against lowrank.py still applies
+    files = mutants.module_sources("lowrank")
+    assert [f.name for f in files][:2] == ["__init__.py", "_learn.py"] and len(files) >= 5
+    assert [f.name for f in mutants.module_sources("oracles")] == ["oracles.py", "_precision.py"]
+    assert mutants.tests_for("lowrank/_learn") == mutants.TESTS["lowrank"]
+    assert mutants.tests_for("_precision") == mutants.TESTS["oracles"]
+    assert "src/companion/lowrank" in mutants.TESTS["lowrank"]            # its doctests, as a folder
+    assert "src/companion/_precision.py" in mutants.TESTS["oracles"]

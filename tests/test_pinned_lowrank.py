@@ -134,7 +134,7 @@ def test_verification_is_on_by_default_with_32_queries():
 
 def test_invert_rop_solves_y_equals_c_bv_plus_sigma_t_av():
     y, av, bv, c = np.array([0.6, -0.2]), np.array([1.5, -2.0]), np.array([0.3, 0.1]), 0.5
-    t, alpha = lowrank._invert_rop(y, av, bv, c)
+    t, alpha = lowrank._measure.invert_rop(y, av, bv, c)
     a_ref = (y / c - bv) / av
     np.testing.assert_allclose(alpha, a_ref, rtol=1e-15)
     np.testing.assert_allclose(t, np.log(a_ref / (1 - a_ref)), rtol=1e-13)
@@ -180,19 +180,19 @@ def test_measure_bilinear_refuses_a_zero_a_transpose_v_before_any_query():
     ],
 )
 def test_numerical_rank_counts_singular_values_strictly_above_max_rank_tol_s1_and_1e_12(s, rank_tol, expected):
-    assert lowrank._NOISE_FLOOR == 1e-12
-    assert lowrank._numerical_rank(np.array(s), rank_tol) == expected
+    assert lowrank._sketch._NOISE_FLOOR == 1e-12
+    assert lowrank._sketch._numerical_rank(np.array(s), rank_tol) == expected
 
 
 def test_nystrom_factors_reproduce_a_rank_r_matrix_from_its_cross():
     rng = np.random.default_rng(3)
     d, r, k = 8, 2, 3
     M = rng.standard_normal((d, r)) @ rng.standard_normal((r, d))
-    F, G, s, rho = lowrank._nystrom_factors(M[:, :k], M[:k, :], k, None, 1e-10)
+    F, G, s, rho = lowrank._sketch._nystrom_factors(M[:, :k], M[:k, :], k, None, 1e-10)
     assert rho == r
     np.testing.assert_allclose(s, np.linalg.svd(M[:k, :k], compute_uv=False), rtol=1e-12)
     np.testing.assert_allclose(F @ G, M, rtol=1e-9, atol=1e-10)
-    F1, G1, _, rho1 = lowrank._nystrom_factors(M[:, :k], M[:k, :], k, 1, 1e-10)
+    F1, G1, _, rho1 = lowrank._sketch._nystrom_factors(M[:, :k], M[:k, :], k, 1, 1e-10)
     assert rho1 == 1 and F1.shape == (d, 1) and G1.shape == (1, d)
     # rank 1 of the core's pseudo-inverse: M_cols V_1 s_1^-1 U_1^T M_rows.
     Uc, sc, Vct = np.linalg.svd(M[:k, :k])
@@ -202,7 +202,7 @@ def test_nystrom_factors_reproduce_a_rank_r_matrix_from_its_cross():
 
 def test_sketch_bases_are_orthogonal_with_every_l_transpose_v_equal_to_norm_v_over_sqrt_d():
     v = np.array([3.0, -1.0, 0.5, 2.0, 0.0])
-    L, RT = lowrank._sketch_bases(v, np.random.default_rng(7))
+    L, RT = lowrank._sketch._sketch_bases(v, np.random.default_rng(7))
     np.testing.assert_allclose(L @ L.T, np.eye(5), atol=1e-13)
     np.testing.assert_allclose(L @ v, np.full(5, np.linalg.norm(v) / np.sqrt(5)), rtol=1e-12)
     assert sorted(map(tuple, RT)) == sorted(map(tuple, L))  # the rows of L, permuted
@@ -211,14 +211,14 @@ def test_sketch_bases_are_orthogonal_with_every_l_transpose_v_equal_to_norm_v_ov
 def test_haar_is_q_of_qr_with_the_sign_of_diag_r():
     G = np.random.default_rng(9).standard_normal((4, 4))
     Q, R = np.linalg.qr(G)
-    np.testing.assert_allclose(lowrank._haar(4, np.random.default_rng(9)), Q * np.sign(np.diag(R)), rtol=1e-14)
+    np.testing.assert_allclose(lowrank._sketch._haar(4, np.random.default_rng(9)), Q * np.sign(np.diag(R)), rtol=1e-14)
 
 
 def test_cross_indices_cover_the_first_rows_and_columns_exactly_once():
     d, k0, k1 = 7, 1, 3
     want = {(i, j) for i in range(d) for j in range(d) if (k0 <= i < k1 or k0 <= j < k1) and i >= k0 and j >= k0}
     for n in (None, 2, 5):
-        i, j, _ = lowrank._cross_indices(d, k0, k1, n)
+        i, j, _ = lowrank._sketch._cross_indices(d, k0, k1, n)
         got = list(zip(i.tolist(), j.tolist()))
         assert len(got) == len(set(got)) == len(want)
         assert set(got) == want
@@ -229,7 +229,7 @@ def test_sign_normalised_svd_top_r_with_largest_entry_of_each_left_vector_positi
     F, G = rng.standard_normal((6, 2)), rng.standard_normal((2, 6))
     W = F @ G
     for factors in (None, (F, G)):
-        U, s, Vt, sv = lowrank._sign_normalised_svd(W, 2, factors=factors)
+        U, s, Vt, sv = lowrank._learn._sign_normalised_svd(W, 2, factors=factors)
         np.testing.assert_allclose((U * s) @ Vt, W, rtol=1e-11, atol=1e-12)
         assert np.all(U[np.argmax(np.abs(U), axis=0), [0, 1]] > 0)
         ref = np.linalg.svd(W, compute_uv=False)
@@ -256,15 +256,15 @@ def test_nuclear_rank_check_refuses_above_max_rank_tol_verify_tolerance(s2, rank
     checked = {"verify_tolerance": verify_tol, "n_verify_queries": 32}
     if refused:
         with pytest.raises(OracleInconsistentError):
-            lowrank._check_nuclear_rank(sv, 1, 4, 40, rank_tol, checked)
+            lowrank._learn._check_nuclear_rank(sv, 1, 4, 40, rank_tol, checked)
     else:
-        assert lowrank._check_nuclear_rank(sv, 1, 4, 40, rank_tol, checked) is None
+        assert lowrank._learn._check_nuclear_rank(sv, 1, 4, 40, rank_tol, checked) is None
 
 
 def test_nuclear_rank_check_skips_when_no_r_plus_1_th_value_or_W_zero():
     checked = {"verify_tolerance": 1e-6, "n_verify_queries": 32}
-    assert lowrank._check_nuclear_rank(np.array([1.0]), 1, 1, 10, 1e-8, checked) is None
-    assert lowrank._check_nuclear_rank(np.array([0.0, 0.0]), 1, 2, 10, 1e-8, checked) is None
+    assert lowrank._learn._check_nuclear_rank(np.array([1.0]), 1, 1, 10, 1e-8, checked) is None
+    assert lowrank._learn._check_nuclear_rank(np.array([0.0, 0.0]), 1, 2, 10, 1e-8, checked) is None
 
 
 # --- the phase transition's helpers ---------------------------------------------------------
@@ -296,7 +296,7 @@ def test_rgn_failure_threshold_has_the_absolute_floor_1e_8(monkeypatch):
     # tol = 1e-13: max(1e3 tol, 1e-8) = 1e-8; a final residual exactly 1e-8 is accepted, above refused.
     from companion.errors import SolverError
 
-    real = lowrank._rgn
+    real = lowrank._learn.solve_rgn
 
     def fake(res):
         def run(A, B, t, r, **kw):
@@ -306,9 +306,9 @@ def test_rgn_failure_threshold_has_the_absolute_floor_1e_8(monkeypatch):
         return run
 
     d, r = 5, 1
-    monkeypatch.setattr(lowrank, "_rgn", fake(1e-8))
+    monkeypatch.setattr(lowrank._learn, "solve_rgn", fake(1e-8))
     lowrank.learn_low_rank(_oracle(d, r), r, method="rgn", verify=0)
-    monkeypatch.setattr(lowrank, "_rgn", fake(1.01e-8))
+    monkeypatch.setattr(lowrank._learn, "solve_rgn", fake(1.01e-8))
     with pytest.raises(SolverError):
         lowrank.learn_low_rank(_oracle(d, r), r, method="rgn", verify=0)
 
@@ -371,9 +371,9 @@ def test_nuclear_rank_message_says_determined_from_m_equal_d_squared():
     checked = {"verify_tolerance": 1e-6, "n_verify_queries": 32}
     sv = np.array([1.0, 0.5])
     with pytest.raises(OracleInconsistentError) as at:
-        lowrank._check_nuclear_rank(sv, 1, 4, 16, 1e-8, checked)
+        lowrank._learn._check_nuclear_rank(sv, 1, 4, 16, 1e-8, checked)
     with pytest.raises(OracleInconsistentError) as below:
-        lowrank._check_nuclear_rank(sv, 1, 4, 15, 1e-8, checked)
+        lowrank._learn._check_nuclear_rank(sv, 1, 4, 15, 1e-8, checked)
     assert "one feasible point" in str(at.value) and "one feasible point" not in str(below.value)
 
 

@@ -45,11 +45,11 @@ def test_lemma_6_1_constants():
     assert robust.TAU_CLIP == approx(1 / (1 + math.exp(0.5)), rel=1e-15)
     assert robust.LIPSCHITZ_6_1 == approx(1 / (sig(0.5) * sig(-0.5)), rel=1e-14)
     assert 4.25 < robust.LIPSCHITZ_6_1 < 5
-    assert robust.THEOREM_6_2_CONSTANT == 80.0
+    assert robust._theorem.THEOREM_6_2_CONSTANT == 80.0
 
 
 def test_margin_rounding_is_4_d_eps_mu():
-    assert robust.margin_rounding(7, 0.3) == approx(4 * 7 * EPS * 0.3, rel=1e-15)
+    assert robust._theorem.margin_rounding(7, 0.3) == approx(4 * 7 * EPS * 0.3, rel=1e-15)
 
 
 def test_clipped_logit_clips_to_tau_clip_and_one_minus_it():
@@ -127,12 +127,12 @@ def test_robust_queries_tokens_are_b_u_plus_a_e_j_then_a_e_j():
 
 
 def test_column_blocks_hold_32_mib_of_queries_and_cover_every_column():
-    assert robust._CHUNK_BYTES == 32 * 2**20
+    assert robust._theorem._CHUNK_BYTES == 32 * 2**20
     d = 1000  # 16 d^2 = 16 MB: 2 columns per block
-    blocks = robust._column_blocks(d)
+    blocks = robust._theorem.column_blocks(d)
     assert [len(b) for b in blocks[:-1]] == [2] * (len(blocks) - 1)
     assert [j for b in blocks for j in b] == list(range(d))
-    assert [len(b) for b in robust._column_blocks(2000)][:3] == [1, 1, 1]  # max(1, .)
+    assert [len(b) for b in robust._theorem.column_blocks(2000)][:3] == [1, 1, 1]  # max(1, .)
 
 
 # --- learn_robust -------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def test_n_queries_lstsq_is_R_d_plus_d2_plus_R_ceil_sqrt_d_minus_1_d():
 
 
 def test_lstsq_scales_step_down_by_0_3_and_pivot_scales_interleave():
-    c, bs = robust._lstsq_scales(4.0, 5, 4, 0.3)
+    c, bs = robust._lstsq._lstsq_scales(4.0, 5, 4, 0.3)
     np.testing.assert_allclose(c, [1.0, 0.925, 0.85, 0.775], rtol=1e-15)
     K = 4 * (3 - 1)
     piv = 0.3 * (1 - 0.3 * (np.arange(K) + 1 / 3) / K)
@@ -262,14 +262,14 @@ def _lstsq_logit_ref(b, tau, delta_v, denom, W_max, a=0.5):
 
 
 def test_lstsq_logit_error_formula():
-    got = robust._lstsq_logit_error(np.array([0.2, 0.35]), 1e-5, 3e-5, 0.4, 4.0)
+    got = robust._lstsq._lstsq_logit_error(np.array([0.2, 0.35]), 1e-5, 3e-5, 0.4, 4.0)
     np.testing.assert_allclose(got, [_lstsq_logit_ref(b, 1e-5, 3e-5, 0.4, 4.0) for b in (0.2, 0.35)], rtol=1e-13)
 
 
 @pytest.mark.parametrize("R", [1, 3])
 def test_lstsq_error_bound_formula_and_rank_doubling(R):
     tau, v_inf, W_max, d = 1e-6, 0.3, 4.0, 6
-    c, bs = robust._lstsq_scales(W_max, d, R, "best")
+    c, bs = robust._lstsq._lstsq_scales(W_max, d, R, "best")
     delta_v = tau * np.sum(c) / np.sum(c * c)
     eps = max(_lstsq_logit_ref(b, tau, delta_v, v_inf - delta_v, W_max) for b in bs)
     eW, ev = robust.lstsq_error_bound(tau, v_inf=v_inf, W_max=W_max, d=d, repeats=R)
@@ -346,13 +346,13 @@ def test_learn_robust_lstsq_refuses_when_every_v_hat_is_within_the_read_out_erro
 
 
 def test_noisy_learner_constants():
-    assert robust.NOISY_OVERSAMPLING == 3.0
-    assert robust.FIT_SLACK == 1.0 + 1e-6
-    assert robust.SKIP_SECOND_START_FIT == 1.0
-    assert robust.START_RUN_RTOL == 1e-4
-    assert robust.START_RUN_INNER_RTOL == 0.3
-    assert robust.UNDETERMINED_RATIO == 1.0
-    assert robust.AMBIGUITY_SLACK == 1e-9
+    assert robust._noisy.NOISY_OVERSAMPLING == 3.0
+    assert robust._noisy.FIT_SLACK == 1.0 + 1e-6
+    assert robust._noisy.SKIP_SECOND_START_FIT == 1.0
+    assert robust._noisy.START_RUN_RTOL == 1e-4
+    assert robust._noisy.START_RUN_INNER_RTOL == 0.3
+    assert robust._noisy.UNDETERMINED_RATIO == 1.0
+    assert robust._noisy.AMBIGUITY_SLACK == 1e-9
 
 
 def _low_rank_head(d=6, r=1, seed=4):
@@ -429,22 +429,22 @@ def test_noisy_diagnostics_recomputed_from_the_design_the_answers_and_W():
 
 def test_fit_ratio_weights_residuals_and_bounds_alike_unsquared():
     res, delta, w = np.array([1.0, 2.0]), np.array([2.0, 1.0]), np.array([0.5, 1.0])
-    assert robust._fit_ratio(res, delta, w) == approx((0.5 * 1 + 1 * 4) / (0.5 * 4 + 1 * 1), rel=1e-15)
+    assert robust._noisy._fit_ratio(res, delta, w) == approx((0.5 * 1 + 1 * 4) / (0.5 * 4 + 1 * 1), rel=1e-15)
 
 
 def test_check_fit_refuses_only_above_fit_slack(monkeypatch):
-    monkeypatch.setattr(robust, "FIT_SLACK", 4.0)
+    monkeypatch.setattr(robust._noisy, "FIT_SLACK", 4.0)
     kw = dict(r=1, tau=1e-3, W_max=2.0)
     one = np.ones(1)
-    assert robust._check_fit(np.array([2.0]), one, one, **kw) == 4.0  # exactly FIT_SLACK: accepted
+    assert robust._noisy._check_fit(np.array([2.0]), one, one, **kw) == 4.0  # exactly FIT_SLACK: accepted
     with pytest.raises(OracleInconsistentError):
-        robust._check_fit(np.array([float(np.nextafter(2.0, 3))]), one, one, **kw)
-    assert robust._check_fit(np.array([3.0]), one, one, refuse=False, **kw) == 9.0
+        robust._noisy._check_fit(np.array([float(np.nextafter(2.0, 3))]), one, one, **kw)
+    assert robust._noisy._check_fit(np.array([3.0]), one, one, refuse=False, **kw) == 9.0
 
 
 def test_interval_is_the_set_of_s_meeting_every_bound():
     res, delta, g = np.array([0.1, -0.2, 0.0, 0.3]), np.array([0.5, 0.4, 1.0, 0.3]), np.array([1.0, -2.0, 0.0, 0.5])
-    lo, hi = robust._interval(res, delta, g)
+    lo, hi = robust._noisy._interval(res, delta, g)
     s = np.linspace(-3, 3, 60001)
     ok = np.all(np.abs(res[:, None] + s[None, :] * g[:, None]) <= delta[:, None] + 1e-12, axis=0)
     assert lo == approx(s[ok].min(), abs=2e-4) and hi == approx(s[ok].max(), abs=2e-4)
@@ -460,13 +460,13 @@ def test_ambiguity_with_loose_bounds_is_the_W_max_sphere_and_with_tight_ones_min
     u, v = u / np.linalg.norm(u), v / np.linalg.norm(v)
     factors = (2.0 * u[:, None], v[None, :])  # W_0 = 2 u v^T, ||W_0||_F = 2
     res = np.zeros(m)
-    loose = robust._ambiguity(A, B, res, np.full(m, 1e300), factors, W_max=3.0)
+    loose = robust._noisy._ambiguity(A, B, res, np.full(m, 1e300), factors, W_max=3.0)
     assert loose == approx(2.0 + 3.0, rel=1e-12)  # s from -(2 + 3) to 3 - 2
     delta = rng.uniform(1e-4, 2e-4, m)
     g = np.einsum("ki,i,kj,j->k", A, u, B, v)  # <a_k b_k^T, u v^T>
-    tight = robust._ambiguity(A, B, res, delta, factors, W_max=3.0)
+    tight = robust._noisy._ambiguity(A, B, res, delta, factors, W_max=3.0)
     assert tight == approx(np.min(delta / np.abs(g)), rel=1e-10)
-    assert robust._ambiguity(A, B, res, delta, (np.zeros((d, 1)), np.zeros((1, d))), W_max=3.0) == 0.0
+    assert robust._noisy._ambiguity(A, B, res, delta, (np.zeros((d, 1)), np.zeros((1, d))), W_max=3.0) == 0.0
 
 
 def _info(excess, ambiguity):
@@ -479,26 +479,26 @@ def test_check_determined_thresholds_at_equality():
     size = min(5.0, 4.0)
     allowed = 0.1 * size * (1 + 1e-9) + 1e-12
     undet = 1.0 * size * (1 + 1e-9)
-    assert robust._check_determined(_info(allowed, 0.0), W, **kw) == ""
+    assert robust._noisy._check_determined(_info(allowed, 0.0), W, **kw) == ""
     with pytest.raises(PrecisionError):
-        robust._check_determined(_info(float(np.nextafter(allowed, 1)), 0.0), W, **kw)
-    assert robust._check_determined(_info(0.0, allowed), W, **kw) == ""
-    clause = robust._check_determined(_info(0.0, float(np.nextafter(allowed, 1))), W, **kw)
+        robust._noisy._check_determined(_info(float(np.nextafter(allowed, 1)), 0.0), W, **kw)
+    assert robust._noisy._check_determined(_info(0.0, allowed), W, **kw) == ""
+    clause = robust._noisy._check_determined(_info(0.0, float(np.nextafter(allowed, 1))), W, **kw)
     assert "not certified" in clause
-    assert "not certified" in robust._check_determined(_info(0.0, float(np.nextafter(undet, 0))), W, **kw)
+    assert "not certified" in robust._noisy._check_determined(_info(0.0, float(np.nextafter(undet, 0))), W, **kw)
     with pytest.raises(PrecisionError):
-        robust._check_determined(_info(0.0, undet), W, **kw)  # reaching UNDETERMINED_RATIO refuses
-    assert "not determined" in robust._check_determined(_info(0.0, undet), W, refuse=False, **kw)
+        robust._noisy._check_determined(_info(0.0, undet), W, **kw)  # reaching UNDETERMINED_RATIO refuses
+    assert "not determined" in robust._noisy._check_determined(_info(0.0, undet), W, refuse=False, **kw)
     # size = min(||W||_F, W_max): with W_max = 10 the size is ||W||_F = 5
     kw10 = dict(kw, W_max=10.0)
-    assert robust._check_determined(_info(0.1 * 5.0 * (1 + 1e-9) + 1e-12, 0.0), W, **kw10) == ""
+    assert robust._noisy._check_determined(_info(0.1 * 5.0 * (1 + 1e-9) + 1e-12, 0.0), W, **kw10) == ""
 
 
 def test_noisy_nuclear_rank_check_at_rtol_exactly():
-    robust._check_nuclear_rank(np.diag([1.0, 0.1, 0.0]), 1, tau=1e-3, rtol=0.1)
+    robust._noisy._check_nuclear_rank(np.diag([1.0, 0.1, 0.0]), 1, tau=1e-3, rtol=0.1)
     with pytest.raises(OracleInconsistentError):
-        robust._check_nuclear_rank(np.diag([1.0, float(np.nextafter(0.1, 1)), 0.0]), 1, tau=1e-3, rtol=0.1)
-    robust._check_nuclear_rank(np.diag([1.0, 0.5]), 2, tau=1e-3, rtol=0.1)  # no (r + 1)-th value
+        robust._noisy._check_nuclear_rank(np.diag([1.0, float(np.nextafter(0.1, 1)), 0.0]), 1, tau=1e-3, rtol=0.1)
+    robust._noisy._check_nuclear_rank(np.diag([1.0, 0.5]), 2, tau=1e-3, rtol=0.1)  # no (r + 1)-th value
 
 
 def test_norm_bound_check_starts_above_1_plus_rtol_W_max():
@@ -512,14 +512,14 @@ def test_norm_bound_check_starts_above_1_plus_rtol_W_max():
         fit = np.einsum("kd,de,ke->k", A, W, B)
         if refused:
             with pytest.raises(OracleInconsistentError, match="pin its scale"):
-                robust._check_norm_bound(W, fit, fit.copy(), delta, W_max=2.0, rtol=0.1)
+                robust._noisy._check_norm_bound(W, fit, fit.copy(), delta, W_max=2.0, rtol=0.1)
         else:
-            assert robust._check_norm_bound(W, fit, fit.copy(), delta, W_max=2.0, rtol=0.1) is None
+            assert robust._noisy._check_norm_bound(W, fit, fit.copy(), delta, W_max=2.0, rtol=0.1) is None
     # a wide interval (the answers leave the scale open): no refusal
     W = np.zeros((d, d))
     W[0, 0] = 3.0
     fit = np.einsum("kd,de,ke->k", A, W, B)
-    assert robust._check_norm_bound(W, fit, fit.copy(), np.full(m, 1e3), W_max=2.0, rtol=0.1) is None
+    assert robust._noisy._check_norm_bound(W, fit, fit.copy(), np.full(m, 1e3), W_max=2.0, rtol=0.1) is None
 
 
 def test_learn_robust_lstsq_refuses_a_W_hat_above_W_max_plus_its_bound():
@@ -546,7 +546,7 @@ def test_ambiguity_with_an_offset_measures_the_distance_from_W_hat():
     factors = (2.0 * u[:, None], v[None, :])  # W_0 = 2 u v^T
     D = np.outer(u, v)
     offset = 0.1 * rng.standard_normal((d, d))  # W_0 - W_hat
-    got = robust._ambiguity(A, B, np.zeros(m), np.full(m, 1e300), factors, W_max=3.0, offset=offset)
+    got = robust._noisy._ambiguity(A, B, np.zeros(m), np.full(m, 1e300), factors, W_max=3.0, offset=offset)
     # s in [-(2 + 3), 3 - 2] along D (||W_0 + s D||_F <= 3); the distance is ||offset + s D||_F
     ref = max(np.linalg.norm(offset + x * D) for x in (-5.0, 1.0))
     assert got == approx(ref, rel=1e-12)
@@ -577,9 +577,9 @@ def test_norm_bound_refuses_only_a_pinned_scale_all_above_1_plus_rtol_W_max(nW, 
     W, fit, delta, kw = _norm_bound_case(nW, c)
     if refused:
         with pytest.raises(OracleInconsistentError, match="pin its scale"):
-            robust._check_norm_bound(W, fit, fit.copy(), delta, **kw)
+            robust._noisy._check_norm_bound(W, fit, fit.copy(), delta, **kw)
     else:
-        assert robust._check_norm_bound(W, fit, fit.copy(), delta, **kw) is None
+        assert robust._noisy._check_norm_bound(W, fit, fit.copy(), delta, **kw) is None
 
 
 def test_noisy_learner_at_tau_0_reports_no_certification_keys():

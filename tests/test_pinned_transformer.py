@@ -428,16 +428,16 @@ def test_blame_unchecked_ffn_spends_16_precision_and_16_check_queries_when_32_re
     err = OracleInconsistentError("check failed")
     oracle = ValueQueryOracle(tf, budget=2 * T.FFN_BLAME_QUERIES)
     with pytest.raises(PrecisionError, match="on 16 fresh ones"):
-        T._blame_unchecked_ffn(oracle, wrong, err, seed=0)
+        T._one_layer._blame_unchecked_ffn(oracle, wrong, err, seed=0)
     assert T.FFN_BLAME_QUERIES == 16 and oracle.n_queries == 32
     short = ValueQueryOracle(tf, budget=2 * T.FFN_BLAME_QUERIES - 1)
-    assert T._blame_unchecked_ffn(short, wrong, err, seed=0) is None and short.n_queries == 0
+    assert T._one_layer._blame_unchecked_ffn(short, wrong, err, seed=0) is None and short.n_queries == 0
 
 
 def test_blame_unchecked_ffn_returns_when_the_ffn_part_agrees():
     tf = T.random_one_layer(3, 2, seed=0)
     oracle = ValueQueryOracle(tf, precision="float64")  # stated: no precision queries
-    assert T._blame_unchecked_ffn(oracle, _ffn_rec(tf.A, tf.w_o), OracleInconsistentError("x"), seed=0) is None
+    assert T._one_layer._blame_unchecked_ffn(oracle, _ffn_rec(tf.A, tf.w_o), OracleInconsistentError("x"), seed=0) is None
     assert oracle.n_queries == 16
 
 

@@ -2,7 +2,7 @@
 
 Each tolerance of ``companion.numerics.rgn`` and ``learn_low_rank_noisy``'s second-start rule is
 tested just inside and just outside: the CGLS stopping test, ``_STALL_FLOOR``, the weighted run's
-``rtol`` (converged) rule and ``robust.SKIP_SECOND_START_FIT``.
+``rtol`` (converged) rule and ``robust._noisy.SKIP_SECOND_START_FIT``.
 """
 
 import numpy as np
@@ -111,21 +111,21 @@ def test_weighted_rgn_converged_rule_just_inside_and_outside():
 def test_noisy_second_start_runs_only_when_the_first_fit_is_not_certified(monkeypatch):
     head = robust.random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
     calls = []
-    real = robust._weighted_rgn
+    real = robust._noisy.solve_weighted_rgn
 
     def spy(*args, **kw):
         W, info = real(*args, **kw)
         calls.append(info)
         return W, info
 
-    monkeypatch.setattr(robust, "_weighted_rgn", spy)
+    monkeypatch.setattr(robust._noisy, "solve_weighted_rgn", spy)
     rec = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-4), 2, W_max=4.0, verify=0)
     assert len(calls) == 2 and rec.diagnostics["start"] == "sqrt-weighted"
     ratio = rec.diagnostics["fit_ratio"]
     assert 0 < ratio < 1
     for threshold, runs in [(ratio * (1 + 1e-6), 2), (ratio * (1 - 1e-6), 3)]:
         calls.clear()
-        monkeypatch.setattr(robust, "SKIP_SECOND_START_FIT", threshold)
+        monkeypatch.setattr(robust._noisy, "SKIP_SECOND_START_FIT", threshold)
         again = robust.learn_low_rank_noisy(ApproxValueQueryOracle(head, 1e-4), 2, W_max=4.0, verify=0)
         assert len(calls) == runs, threshold
         assert np.linalg.norm(again.W - rec.W) <= 1e-4 * np.linalg.norm(rec.W)   # one minimiser
@@ -150,7 +150,7 @@ def test_noisy_start_run_tolerances_change_only_the_start(monkeypatch):
     # steps); a tenfold change of either changes that run's work, and tightening either leaves the
     # W returned as it is (loosening START_RUN_INNER_RTOL tenfold, to 3, leaves the start unsolved)
     head = robust.random_margin_head(100, W_max=4.0, mu=0.05, rank=5, seed=0)
-    real = robust._weighted_rgn
+    real = robust._noisy.solve_weighted_rgn
     calls = []
 
     def spy(*args, **kw):
@@ -158,7 +158,7 @@ def test_noisy_start_run_tolerances_change_only_the_start(monkeypatch):
         calls.append((kw, info))
         return W, info
 
-    monkeypatch.setattr(robust, "_weighted_rgn", spy)
+    monkeypatch.setattr(robust._noisy, "solve_weighted_rgn", spy)
 
     def run():
         calls.clear()
@@ -166,15 +166,15 @@ def test_noisy_start_run_tolerances_change_only_the_start(monkeypatch):
         return rec, calls[0]
 
     rec, (kw, info) = run()
-    assert kw["rtol"] == robust.START_RUN_RTOL and kw["inner_rtol"] == robust.START_RUN_INNER_RTOL
+    assert kw["rtol"] == robust._noisy.START_RUN_RTOL and kw["inner_rtol"] == robust._noisy.START_RUN_INNER_RTOL
     assert "rtol" not in calls[1][0] and "inner_rtol" not in calls[1][0]        # the kept run: defaults
     work = (info["iterations"], info["lsqr_iterations"])
     for name in ("START_RUN_RTOL", "START_RUN_INNER_RTOL"):
         for factor in (10.0, 0.1):
-            monkeypatch.setattr(robust, name, getattr(robust, name) * factor)
+            monkeypatch.setattr(robust._noisy, name, getattr(robust._noisy, name) * factor)
             other, (_, info2) = run()
             monkeypatch.undo()
-            monkeypatch.setattr(robust, "_weighted_rgn", spy)
+            monkeypatch.setattr(robust._noisy, "solve_weighted_rgn", spy)
             assert (info2["iterations"], info2["lsqr_iterations"]) != work, (name, factor)
             if factor < 1:
                 assert np.linalg.norm(other.W - rec.W) <= 1e-4 * np.linalg.norm(rec.W), name

@@ -371,10 +371,10 @@ def test_fit_slack_1e_6_from_both_sides(excess, ok):
     delta, w = np.array([1.0, 2.0]), np.array([1.0, 0.5])
     res = delta * np.sqrt(1.0 + excess)
     if ok:
-        assert robust._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0) == pytest.approx(1 + excess, rel=1e-12)
+        assert robust._noisy._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0) == pytest.approx(1 + excess, rel=1e-12)
     else:
         with pytest.raises(OracleInconsistentError):
-            robust._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0)
+            robust._noisy._check_fit(res, delta, w, r=1, tau=1e-3, W_max=2.0)
 
 
 @pytest.mark.parametrize("name, inside, outside", [("scale", 50.0, 101.0), ("tol", 5e-3, 2e-2)])
@@ -394,7 +394,7 @@ def test_learn_canonical_parameter_ranges(name, inside, outside):
 
 def test_learn_robust_lstsq_scales_step_down_by_0_3():
     """The R = 4 repeats use probe and length-1 scales b0 (1 - 0.3 k / R), k = 0..3: the schedule
-    lstsq_error_bound assumes (robust._lstsq_scales)."""
+    lstsq_error_bound assumes (robust._lstsq._lstsq_scales)."""
     from companion.oracles import ApproxValueQueryOracle
 
     head = robust.random_margin_head(4, W_max=3.0, mu=0.2, seed=2)
@@ -403,7 +403,7 @@ def test_learn_robust_lstsq_scales_step_down_by_0_3():
     np.testing.assert_allclose(rec.diagnostics["v_scales"], factors, rtol=1e-15)
     b = np.asarray(rec.diagnostics["scales"])
     np.testing.assert_allclose(b / b[0], factors, rtol=1e-15)
-    c, bs = robust._lstsq_scales(3.0, 4, 4, "best")
+    c, bs = robust._lstsq._lstsq_scales(3.0, 4, 4, "best")
     np.testing.assert_allclose(bs[:4], b, rtol=1e-15)
 
 
@@ -697,7 +697,7 @@ def test_verify_noisy_absolute_floor_1e_12(part, size, ok):
 def test_learn_robust_lstsq_pivot_row_scales_step_down_by_0_3():
     """At d = 4, R = 4 the pivot row gets K = R (ceil(sqrt d) - 1) = 4 extra passes at
     b0 (1 - 0.3 (k + 1/3) / K): 0.975, 0.9, 0.825, 0.75 of b0, between the main passes'
-    1, 0.925, 0.85, 0.775 (robust._lstsq_scales, which lstsq_error_bound assumes, says the same).
+    1, 0.925, 0.85, 0.775 (robust._lstsq._lstsq_scales, which lstsq_error_bound assumes, says the same).
     Read off the queries [b u_i + a e_j; a e_j] the oracle saw: ||x_0 - x_1|| = b ||u_i||, with
     ||u_p|| = 1 for the pivot row and sqrt(2) for the others."""
     from companion.oracles import ApproxValueQueryOracle
@@ -710,7 +710,7 @@ def test_learn_robust_lstsq_pivot_row_scales_step_down_by_0_3():
     main = np.array([1.0, 0.925, 0.85, 0.775])
     pivot = np.array([0.975, 0.9, 0.825, 0.75])
     np.testing.assert_allclose(seen, np.sort(np.concatenate([main, pivot, np.sqrt(2) * main])), rtol=1e-12)
-    np.testing.assert_allclose(robust._lstsq_scales(3.0, 4, 4, "best")[1][4:] / b0, pivot, rtol=1e-12)
+    np.testing.assert_allclose(robust._lstsq._lstsq_scales(3.0, 4, 4, "best")[1][4:] / b0, pivot, rtol=1e-12)
 
 
 @pytest.mark.parametrize("logit_max, ok", [(4.5, True), (6.0, False)])

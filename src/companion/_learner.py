@@ -217,7 +217,7 @@ class AnswerPrecision:
     """
 
     def __init__(self, oracle, precision=None, *, seed=0):
-        from .oracles import as_precision, stated_precision
+        from ._precision import as_precision, stated_precision
 
         self.oracle, self.seed = oracle, int(seed)
         self.n_queries, self.format, self.source = 0, None, None
@@ -232,7 +232,7 @@ class AnswerPrecision:
         elif stated_precision(oracle) is not None:
             self.u, self.source = stated_precision(oracle), "stated"
         if self.u is not None and self.format is None:
-            from .oracles import nearest_format
+            from ._precision import nearest_format
 
             self.format = nearest_format(self.u)
 
@@ -258,7 +258,7 @@ class AnswerPrecision:
         """
         if self.source is not None:
             return False
-        from .oracles import measure_one_token_precision, measure_precision
+        from ._precision import measure_one_token_precision, measure_precision
 
         m = (measure_one_token_precision if one_token else measure_precision)(self.oracle, seed=self.seed)
         self.u, self.format, self.source = m["u"], m["format"], "measured"
@@ -302,7 +302,7 @@ class AnswerPrecision:
         """
         if self.source is not None:
             return False
-        from .oracles import nearest_format, significant_bits
+        from ._precision import nearest_format, significant_bits
 
         bits = significant_bits(answers)
         if not bits:
@@ -468,7 +468,12 @@ class OracleView:
     A subclass defines ``__call__`` (and, if the dimension changes, passes ``d``); the counter,
     budget, ``remaining``, ``require``, ``tau`` and ``precision`` are the wrapped oracle's, so a
     learner run on the view is counted and budgeted as on the oracle. Used by
-    :class:`companion.exact.TokenPart` and the de-biased view of ``learn_low_rank(bias=True)``.
+    :class:`companion.exact.TokenPart`, the de-biased view of ``learn_low_rank(bias=True)``,
+    :class:`companion.oracles.AntisymmetrisedOracle` (which counts its own queries and halves the
+    budget), :class:`companion.transformer.ReusedAnswers` and
+    :class:`companion.transformer.ScaledAntisymmetrised`. Not by the scalar readout of
+    :meth:`companion.oracles.VectorQueryOracle.readout`, which is a :class:`ValueQueryOracle` of its
+    own (its own counter, log and input checks, as documented there).
     """
 
     def __init__(self, oracle, *, d=None):
@@ -684,7 +689,7 @@ def refuse_stated_rounding(oracle, why, *, what="model"):
     exact to float64 rounding. ``why`` says which step needs them; ``what`` names the target in
     the advice ("serve the model in float64").
     """
-    from .oracles import stated_precision
+    from ._precision import stated_precision
 
     u = stated_precision(oracle)
     if u is not None and u > COARSE_FACTOR * FLOAT64_U:

@@ -465,48 +465,9 @@ def learn_single_head(
     uv = U @ v
     n_requeries = 0
     if auto and prec.coarse:
-        # One probe scale for relative rounding, from the first column at c = 1 (asked again below).
-        t0, a0 = invert_two_token(oracle(column_queries(U, 0, c0)), v[0], uv, c0)
-        c_first = np.full(d, c0)
-        n_requeries += d + remeasure_saturated(
-            lambda idx, c: invert_two_token(oracle(column_queries(U[idx], 0, c)), v[0], uv[idx], c),
-            t0,
-            a0,
-            c_first,
-            band=band,
-        )
-        c0 = best_relative_scale(t0 / c_first**2)
-    T = np.empty((d, d))  # T[l, j] = measured logit c^2 u_l^T W e_j
-    C = np.full((d, d), c0)  # C[l, j] = final scale c of that probe
-    # One buffer of whole columns, reused: its first tokens hold c u_l, and only entry j of the
-    # two tokens changes from column to column, so the queries cost O(d) to build per column.
-    # The values are bit-for-bit those of column_queries(U, j, c0).
-    cols_per_batch = max(1, chunk_queries(d) // d)
-    Xbuf = np.zeros((min(cols_per_batch, d), d, 2, d))
-    Xbuf[:, :, 0, :] = U * c0
-    for j0 in range(0, d, cols_per_batch):
-        cols = range(j0, min(d, j0 + cols_per_batch))
-        for k, j in enumerate(cols):
-            Xbuf[k, :, 0, j] = (U[:, j] + 1.0) * c0
-            Xbuf[k, :, 1, j] = c0
-        y = oracle(Xbuf[: len(cols)].reshape(len(cols) * d, 2, d)).reshape(len(cols), d)
-        for k, j in enumerate(cols):
-            Xbuf[k, :, 0, j] = U[:, j] * c0
-            Xbuf[k, :, 1, j] = 0.0
-        for k, j in enumerate(cols):
-            T[:, j], alpha = invert_two_token(y[k], v[j], uv, c0)
-            if auto:
-
-                def measure(idx, c, j=j):
-                    return invert_two_token(oracle(column_queries(U[idx], j, c)), v[j], uv[idx], c)
-
-                n_requeries += remeasure_saturated(measure, T[:, j], alpha, C[:, j], band=band)
-    if not np.all(np.isfinite(T)):
-        l, j = np.argwhere(~np.isfinite(T))[0]
-        advice = "the oracle is not a single head" if auto else 'use scale="auto"'
-        raise OracleInconsistentError(
-            f"the attention weight for probe {l}, column {j} is outside (0, 1), so sigma^-1 is undefined; {advice}."
-        )
+        c0, n_requeries = _relative_scale(oracle, U, v, uv, c0, band)
+    T, C, n_re = _measure_columns(oracle, U, v, uv, c0, auto=auto, band=band)
+    n_requeries += n_re
     L = T / C**2  # L[l, j] = u_l^T W e_j
     lu = lu_factor(U)
     W = lu_solve(lu, L)
@@ -550,6 +511,67 @@ def learn_single_head(
         W=W,
         v=v,
     )
+
+
+def _relative_scale(oracle, U, v, uv, c0, band):
+    """One probe scale for answers with relative rounding (a known coarse ``u``), from the first
+    column at ``c0`` (asked again by :func:`_measure_columns`): ``(c, queries spent)``, ``c`` from
+    :func:`~companion._learner.best_relative_scale` (``d`` queries and the re-measurements)."""
+    d = U.shape[0]
+    t0, a0 = invert_two_token(oracle(column_queries(U, 0, c0)), v[0], uv, c0)
+    c_first = np.full(d, c0)
+    n = d + remeasure_saturated(
+        lambda idx, c: invert_two_token(oracle(column_queries(U[idx], 0, c)), v[0], uv[idx], c),
+        t0,
+        a0,
+        c_first,
+        band=band,
+    )
+    return best_relative_scale(t0 / c_first**2), n
+
+
+def _measure_columns(oracle, U, v, uv, c0, *, auto, band):
+    """Step 2 of Theorem 4.1, column by column in batches of whole columns: ``(T, C, n_requeries)``.
+
+    ``T[l, j]`` is the measured logit ``c^2 u_l^T W e_j`` and ``C[l, j]`` its final scale ``c``;
+    with ``auto`` a saturated probe is asked again at a smaller scale
+    (:func:`remeasure_saturated`). Raises :class:`OracleInconsistentError` if a weight is outside
+    ``(0, 1)`` (``sigma^{-1}`` undefined).
+    """
+    d = U.shape[0]
+    T = np.empty((d, d))  # T[l, j] = measured logit c^2 u_l^T W e_j
+    C = np.full((d, d), c0)  # C[l, j] = final scale c of that probe
+    n_requeries = 0
+    # One buffer of whole columns, reused: its first tokens hold c u_l, and only entry j of the
+    # two tokens changes from column to column, so the queries cost O(d) to build per column.
+    # The values are bit-for-bit those of column_queries(U, j, c0).
+    cols_per_batch = max(1, chunk_queries(d) // d)
+    Xbuf = np.zeros((min(cols_per_batch, d), d, 2, d))
+    Xbuf[:, :, 0, :] = U * c0
+    for j0 in range(0, d, cols_per_batch):
+        cols = range(j0, min(d, j0 + cols_per_batch))
+        for k, j in enumerate(cols):
+            Xbuf[k, :, 0, j] = (U[:, j] + 1.0) * c0
+            Xbuf[k, :, 1, j] = c0
+        y = oracle(Xbuf[: len(cols)].reshape(len(cols) * d, 2, d)).reshape(len(cols), d)
+        for k, j in enumerate(cols):
+            Xbuf[k, :, 0, j] = U[:, j] * c0
+            Xbuf[k, :, 1, j] = 0.0
+        for k, j in enumerate(cols):
+            T[:, j], alpha = invert_two_token(y[k], v[j], uv, c0)
+            if auto:
+
+                def measure(idx, c, j=j):
+                    return invert_two_token(oracle(column_queries(U[idx], j, c)), v[j], uv[idx], c)
+
+                n_requeries += remeasure_saturated(measure, T[:, j], alpha, C[:, j], band=band)
+    if not np.all(np.isfinite(T)):
+        l, j = np.argwhere(~np.isfinite(T))[0]
+        advice = "the oracle is not a single head" if auto else 'use scale="auto"'
+        raise OracleInconsistentError(
+            f"the attention weight for probe {l}, column {j} is outside (0, 1), so sigma^-1 is undefined; {advice}."
+        )
+    return T, C, n_requeries
 
 
 def probe_floor(U, lu, T, C, v, uv, W) -> float:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit
 
+from ._learner import QueryCount
 from ._validation import check_int, check_real
 from .errors import NotIdentifiableError, OracleInconsistentError, InvalidInputError
 from .oracles import ValueQueryOracle
@@ -248,7 +249,7 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
     seed = check_int(seed, "seed", minimum=0)
     verify_slack = check_real(verify_slack, "verify_slack", minimum=0.0)
     oracle.require(membership_query_count(d, bits) + verify, learner="learn_membership")
-    start = oracle.n_queries
+    count = QueryCount(oracle)
     E = np.eye(d)
 
     # Step 1: support and signs of v.
@@ -276,36 +277,37 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
     r = np.zeros(d)
     r[p] = s[p]
     r[rest] = s[rest] * 0.5 * (lo + hi)
-    n_v = oracle.n_queries - start
+    n_v = count.total  # steps 1-3: every query so far
 
     # Step 4: every logit u_l^T W x_j by bisection in [-S, S].
-    from .exact import probe_matrix
+    with count.stage("W"):
+        from .exact import probe_matrix
 
-    U = probe_matrix(r, "basis")
-    norms = np.linalg.norm(U, axis=1)
-    L, J = np.meshgrid(np.arange(d), np.arange(d), indexing="ij")
-    Up, Xq = U[L.ravel()], U[J.ravel()]
-    S = norms[L.ravel()] * norms[J.ravel()] * W_max
-    lo, hi = -S.copy(), S.copy()
-    went_up, went_down = np.zeros(S.size, bool), np.zeros(S.size, bool)
-    for _ in range(bits):
-        mid = 0.5 * (lo + hi)
-        above = compare_logits(oracle, Up, Xq, r, mid)
-        went_up |= above
-        went_down |= ~above
-        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-    stuck = ~went_down | ~went_up
-    if bits >= 2 and np.any(stuck):
-        k = int(np.flatnonzero(stuck)[0])
-        raise OracleInconsistentError(
-            f"the bisection of logit {k} ended at the edge of [-S, S] with S={S[k]:.3g}: "
-            f"|u^T W x| exceeds ||u|| ||x|| W_max, so W_max={W_max:g} is too small (or the oracle "
-            "is not a single head). Pass a larger W_max."
-        )
-    T = (0.5 * (lo + hi)).reshape(d, d)
-    Uinv = np.linalg.inv(U)
-    W = Uinv @ T @ Uinv.T
-    n_W = oracle.n_queries - start - n_v
+        U = probe_matrix(r, "basis")
+        norms = np.linalg.norm(U, axis=1)
+        L, J = np.meshgrid(np.arange(d), np.arange(d), indexing="ij")
+        Up, Xq = U[L.ravel()], U[J.ravel()]
+        S = norms[L.ravel()] * norms[J.ravel()] * W_max
+        lo, hi = -S.copy(), S.copy()
+        went_up, went_down = np.zeros(S.size, bool), np.zeros(S.size, bool)
+        for _ in range(bits):
+            mid = 0.5 * (lo + hi)
+            above = compare_logits(oracle, Up, Xq, r, mid)
+            went_up |= above
+            went_down |= ~above
+            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+        stuck = ~went_down | ~went_up
+        if bits >= 2 and np.any(stuck):
+            k = int(np.flatnonzero(stuck)[0])
+            raise OracleInconsistentError(
+                f"the bisection of logit {k} ended at the edge of [-S, S] with S={S[k]:.3g}: "
+                f"|u^T W x| exceeds ||u|| ||x|| W_max, so W_max={W_max:g} is too small (or the oracle "
+                "is not a single head). Pass a larger W_max."
+            )
+        T = (0.5 * (lo + hi)).reshape(d, d)
+        Uinv = np.linalg.inv(U)
+        W = Uinv @ T @ Uinv.T
+    n_W = count["W"]
 
     diagnostics = {
         "bits": bits,
@@ -322,7 +324,7 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
         E_W = float(np.linalg.norm(Uinv, 2) ** 2 * np.linalg.norm(diagnostics["logit_halfwidth"]))
         diagnostics["n_verify_disagreements"] = _verify_labels(oracle, W, r, verify, E_W, bits, verify_slack, seed)
         message += f"; verified on {verify} fresh queries"
-    return Recovery(W=W, v=r, n_queries=oracle.n_queries - start, message=message, diagnostics=diagnostics)
+    return Recovery(W=W, v=r, n_queries=count.total, message=message, diagnostics=diagnostics)
 
 
 def _verify_labels(oracle, W, v, n, E_W, bits, slack, seed):

@@ -5,21 +5,21 @@ Given measurements ``t_k ~ a_k^T W b_k`` (rows ``a_k``, ``b_k`` of ``A``, ``B``)
 measurement least-squares problem in the tangent space at the iterate (:func:`_tangent_step`) and
 retracts to rank ``r`` by a truncated SVD (:func:`_retract`).
 
-* :func:`_rgn` -- exact measurements, stopping at a relative residual ``tol`` (``companion.lowrank``,
+* :func:`solve_rgn` -- exact measurements, stopping at a relative residual ``tol`` (``companion.lowrank``,
   ``method="rgn"``);
-* :func:`_weighted_rgn` -- noisy measurements weighted by ``w_k``, keeping the iterate with the
+* :func:`solve_weighted_rgn` -- noisy measurements weighted by ``w_k``, keeping the iterate with the
   smallest residual (``companion.robust.learn_low_rank_noisy``);
-* :func:`_spectral_start`, :func:`_rop_apply` (the measurement operator; :func:`_rop_apply_factors`
-  at ``W = F G``), :func:`_tangent_step`, :func:`_retract`, :func:`_factor_svd` -- their steps.
+* :func:`spectral_start`, :func:`rop_apply` (the measurement operator; :func:`rop_apply_factors`
+  at ``W = F G``), :func:`_tangent_step`, :func:`_retract`, :func:`factor_svd` -- their steps.
 
 Cost. The iterate is kept as factors ``U S V^T``; with ``alpha_k = U^T a_k`` and ``beta_k = V^T b_k``
 (``A U`` and ``B V``, computed once per Gauss-Newton step) the fitted measurements are
 ``sum_j s_j alpha_kj beta_kj`` and the tangent-space operator and its adjoint are products of the
 ``(m, d)`` design with ``(d, r)`` or ``(m, r)`` matrices: ``O(m d r)`` work per application, BLAS
 level 3, and no ``(m, d)`` temporary. Only the spectral start touches ``d x d`` (``O(m d^2)``, once,
-in row chunks of :data:`_CHUNK_BYTES`; in float32 for :func:`_rgn`'s matrix-free runs).
+in row chunks of :data:`_CHUNK_BYTES`; in float32 for :func:`solve_rgn`'s matrix-free runs).
 
-What bounds :func:`_rgn`'s time (``benchmarks/bench_noisy_scale.py``, CPU time, one BLAS thread;
+What bounds :func:`solve_rgn`'s time (``benchmarks/bench_noisy_scale.py``, CPU time, one BLAS thread;
 ``d = 1024``, ``r = 32``, ``n = r (2d - r) = 64,512``, ``m = 2 n``). Each conjugate-gradient iteration
 applies the tangent normal operator once: four ``(m, d) x (d, r)`` float32 products, ``4 m d r``
 multiply-adds, ``4 r / d`` (an eighth) of the oracle's ``m d^2`` float64 ones (its scores
@@ -50,16 +50,16 @@ import numpy as np
 from .rop import design_product, row_chunks
 
 #: Rows of the design handled at once where a product would otherwise build an ``(m, d)``
-#: temporary (the spectral start, :func:`_rop_apply`): at most this many bytes per chunk.
+#: temporary (the spectral start, :func:`rop_apply`): at most this many bytes per chunk.
 _CHUNK_BYTES = 4 * 2**20
 
 
-#: :func:`_rgn` also stops when an iteration brings less than 2-fold progress at a relative
+#: :func:`solve_rgn` also stops when an iteration brings less than 2-fold progress at a relative
 #: residual already below this many times ``tol``: the residual has reached the measurements'
 #: float64 rounding (``learn_low_rank`` accepts up to ``1e3 tol``).
 _STALL_FLOOR = 1e3
 
-#: :func:`_rgn`'s matrix-free tangent solves stop at the first CGLS iteration that lowers the
+#: :func:`solve_rgn`'s matrix-free tangent solves stop at the first CGLS iteration that lowers the
 #: squared tangent least-squares residual by less than this fraction: at the measurements'
 #: rounding, the step has nothing left to fit (it saves the final Gauss-Newton iteration's solve).
 _STAGNATION = 1e-2
@@ -68,10 +68,10 @@ _STAGNATION = 1e-2
 #: pass: small enough to stay in a core's cache between the forward and the adjoint product.
 _CG_CHUNK_BYTES = 2**20
 
-#: Smallest forcing of :func:`_rgn`'s tangent solves (their float32 CGLS reaches about this).
+#: Smallest forcing of :func:`solve_rgn`'s tangent solves (their float32 CGLS reaches about this).
 _FORCING_MIN = 1e-4
 
-#: Largest forcing of :func:`_rgn`'s tangent solves (its default ``forcing``): the forcing is the
+#: Largest forcing of :func:`solve_rgn`'s tangent solves (its default ``forcing``): the forcing is the
 #: relative residual itself, ``max(_FORCING_MIN, rel)``, capped here so that a start with
 #: ``rel >= 1`` still gets a step. Far from the solution a Gauss-Newton step gains less than its
 #: inner solve's accuracy, so a tight solve there is wasted (``d = 384``, ``r = 12``: 92 inner
@@ -79,18 +79,18 @@ _FORCING_MIN = 1e-4
 #: ``r = 4``: 99 instead of 117; at ``d = 30``, ``r = 3`` it loses, 113 against 105).
 _FORCING = 0.5
 
-#: :func:`_rgn` measures its fit in float32 (relative error about ``1e-7``) while the previous
+#: :func:`solve_rgn` measures its fit in float32 (relative error about ``1e-7``) while the previous
 #: relative residual exceeds this: the residual is then known to ``1e-4`` of itself, as closely as
 #: the tangent solves' smallest forcing asks. A float32 residual at or below it is measured again
 #: in float64, as is every residual the run stops on.
 _COARSE_FIT = 1e-3
 
-#: Largest ``(m, 2 d r)`` tangent design solved directly by :func:`_weighted_rgn`.
+#: Largest ``(m, 2 d r)`` tangent design solved directly by :func:`solve_weighted_rgn`.
 _DIRECT_MAX_WEIGHTED = 2_000_000
 
 
-def _single_precision(A, B, r):
-    """float32 copies of ``A``, ``B`` for the matrix-free tangent solves of :func:`_weighted_rgn`,
+def single_precision(A, B, r):
+    """float32 copies of ``A``, ``B`` for the matrix-free tangent solves of :func:`solve_weighted_rgn`,
     or ``None`` where its tangent problems are solved directly (at most
     :data:`_DIRECT_MAX_WEIGHTED` entries)."""
     m, d = A.shape
@@ -104,12 +104,12 @@ def _chunks(m, d):
     return row_chunks(m, d, _CHUNK_BYTES)
 
 
-def _spectral_start(A, B, t, r, low=None):
+def spectral_start(A, B, t, r, low=None):
     """Top-``r`` SVD of ``(d^2 / m) sum_k t_k a_k b_k^T``, whose expectation is ``W`` when
     ``a, b ~ N(0, I / d)``. Returns ``U`` (d, r), ``s`` (r,), ``V`` (d, r).
 
     The ``d x d`` sum is accumulated over row chunks (no ``(m, d)`` temporary), from the float32
-    copies ``low = (A, B)`` when given (:func:`_rgn`'s matrix-free solves: an ``O(m d^2)`` product,
+    copies ``low = (A, B)`` when given (:func:`solve_rgn`'s matrix-free solves: an ``O(m d^2)`` product,
     as costly as the oracle's own answers at ``d = 1024``, 1.7 times faster in float32; the start
     moves by float32's rounding, far below its own distance to ``W``), else in float64."""
     m, d = A.shape
@@ -123,7 +123,7 @@ def _spectral_start(A, B, t, r, low=None):
     return U[:, :r], s[:r], Vt[:r].T
 
 
-def _rop_apply(A, B, W):
+def rop_apply(A, B, W):
     """The measurement operator: ``(a_k^T W b_k)_k``, shape (m,), in row chunks."""
     m, d = A.shape
     out = np.empty(m)
@@ -145,12 +145,12 @@ def _factor_products(A, B, U, s, V, low=None):
     return alpha, beta, np.einsum("kr,kr->k", alpha * s, beta)
 
 
-def _rop_apply_factors(A, B, F, G):
+def rop_apply_factors(A, B, F, G):
     """The measurement operator at ``W = F G`` ((d, k) and (k, d)): ``O(m d k)``, never forming ``W``."""
     return np.einsum("kr,kr->k", A @ F, B @ G.T)
 
 
-def _factor_svd(F, G):
+def factor_svd(F, G):
     """Thin SVD ``U, s, V`` of ``F G`` ((d, k) and (k, d)) through two thin QRs, ``O(d k^2)``."""
     Qf, Rf = np.linalg.qr(F)
     Qg, Rg = np.linalg.qr(G.T)
@@ -280,7 +280,7 @@ def _retract(U, s, V, X, Y, r):
     return Qa @ Us[:, :r], ss[:r], Qb @ Vst[:r].T
 
 
-def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=_FORCING):
+def solve_rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=_FORCING):
     """Riemannian Gauss-Newton for ``t_k = a_k^T W b_k`` over the rank-``r`` matrices.
 
     From the spectral start, each iteration solves the measurement least-squares problem in the
@@ -319,7 +319,7 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=_FORCING):
     low = None
     if m * 2 * d * r > direct_max:  # a float32 design (exact in float32) is its own float32 copy
         low = (A, B) if A.dtype == np.float32 else (A.astype(np.float32), B.astype(np.float32))
-    U, s, V = _spectral_start(A, B, t, r, low=low)
+    U, s, V = spectral_start(A, B, t, r, low=low)
     An, Bn = (A, B) if low is None else low  # row norms, for the equilibration only
     na2 = np.einsum("kd,kd->k", An, An).astype(np.float64)
     nb2 = np.einsum("kd,kd->k", Bn, Bn).astype(np.float64)
@@ -361,9 +361,9 @@ def _rgn(A, B, t, r, *, max_iter, tol, direct_max=200_000, forcing=_FORCING):
     return (U * s) @ V.T, info
 
 
-def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3, inner_rtol=1e-1, low=None):
+def solve_weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3, inner_rtol=1e-1, low=None):
     """Rank-``r`` weighted least squares ``min sum_k w_k^2 (<a_k b_k^T, W> - t_k)^2`` by
-    Riemannian Gauss-Newton (the steps of :func:`_rgn`) from the spectral start.
+    Riemannian Gauss-Newton (the steps of :func:`solve_rgn`) from the spectral start.
 
     The start is ``start`` (factors ``U, s, V``) or the unweighted spectral one
     (``E[(d^2/m) sum t_k a_k b_k^T] = W`` for the Gaussian design); the steps use the weighted rows
@@ -373,7 +373,7 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
     by less than a relative ``rtol`` (converged), or when ``patience`` iterations in a row fail to
     lower it by ``rtol`` (stalled), and returns the iterate with the smallest residual. The tangent
     problems are solved inexactly, to a relative normal-equation residual ``inner_rtol`` (inexact
-    Gauss-Newton, as in :func:`_rgn`; the final fit is the same to the stopping rule's accuracy,
+    Gauss-Newton, as in :func:`solve_rgn`; the final fit is the same to the stopping rule's accuracy,
     measured at ``d = 96`` with half the inner iterations of solves to 1e-3 and a twentieth of
     those to 1e-12, the previous setting), in float32 when matrix-free
     (``low``: float32 copies of ``A``, ``B``; made here if not given).
@@ -388,7 +388,7 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
         (``(U S, V^T)``, whose product is the returned ``W``).
     """
     m, d = A.shape
-    U, s, V = _spectral_start(A, B, t, r) if start is None else start
+    U, s, V = spectral_start(A, B, t, r) if start is None else start
     tw = t * w
     tnorm = np.linalg.norm(tw)
     history, best, stalled, total = [], (np.inf, None), 0, 0
@@ -407,7 +407,7 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
             )
             break
         if low is None:
-            low = _single_precision(A, B, r)
+            low = single_precision(A, B, r)
         rows = {"alpha": w[:, None] * alpha, "beta": w[:, None] * beta, "low": low}
         X, Y, its = _tangent_step(A, B, res, U, V, direct_max=_DIRECT_MAX_WEIGHTED, rtol=inner_rtol, **rows)
         total += its
@@ -423,3 +423,13 @@ def _weighted_rgn(A, B, t, w, r, *, max_iter, start=None, rtol=1e-6, patience=3,
     info = {"iterations": it, "stop": stop, "residual": best[0], "residuals": history, "lsqr_iterations": total}
     info["factors"] = (Ub * sb, Vb.T)
     return (Ub * sb) @ Vb.T, info
+
+
+# The former private names, kept for code and tests that import them.
+_rgn = solve_rgn
+_weighted_rgn = solve_weighted_rgn
+_factor_svd = factor_svd
+_rop_apply = rop_apply
+_rop_apply_factors = rop_apply_factors
+_single_precision = single_precision
+_spectral_start = spectral_start

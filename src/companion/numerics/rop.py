@@ -4,7 +4,7 @@ One two-token value query ``c [(a + b)^T; b^T]`` measures the rank-one projectio
 ``<a b^T, W> = a^T W b`` of Cai & Zhang (2015) through the two-token identity: its answer is
 ``c (b^T v + sigma(c^2 a^T W b) a^T v)``. This module holds what every ROP learner shares:
 
-* :func:`_gaussian_rop_design` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``,
+* :func:`gaussian_rop_design` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``,
   with :func:`_redraw_small` (also Theorem 4.1's Gaussian probes) redrawing a small ``a^T v``;
 * :func:`rop_queries` -- the queries themselves (``companion._streaming.answer_rop`` builds the
   same values chunk by chunk; Theorem 4.1's, Theorem 6.2's and the orthogonal-heads learner's
@@ -74,7 +74,7 @@ def rop_queries(A, B, c=1.0) -> np.ndarray:
     return X
 
 
-def _gaussian_rop_design(d, m, v, rng, dtype=np.float64):
+def gaussian_rop_design(d, m, v, rng, dtype=np.float64):
     """Gaussian ROP vectors ``a_k, b_k ~ N(0, I_d / d)`` (rows of ``A``, ``B``), shape (m, d) each.
 
     A left vector with ``|a^T v| < 1e-3 ||v|| / sqrt(d)`` (probability 8e-4) is redrawn: it would
@@ -105,7 +105,7 @@ def _gaussian_rop_design(d, m, v, rng, dtype=np.float64):
     return _redraw_small(A, v, _SMALL_AV, rng), B
 
 
-#: Rows of a float32 design drawn at once by :func:`_gaussian_rop_design` (float64 bytes).
+#: Rows of a float32 design drawn at once by :func:`gaussian_rop_design` (float64 bytes).
 _DRAW_CHUNK_BYTES = 4 * 2**20
 
 
@@ -123,7 +123,7 @@ def design_product(A, M) -> np.ndarray:
     Parameters
     ----------
     A : ndarray of shape (m, d), float64 or float32
-        Left or right vectors as rows (a float32 design of ``_gaussian_rop_design``).
+        Left or right vectors as rows (a float32 design of ``gaussian_rop_design``).
     M : ndarray of shape (d,) or (d, k)
         float64.
 
@@ -152,13 +152,13 @@ def design_product(A, M) -> np.ndarray:
     return out
 
 
-def _at_unit_max(v):
+def at_unit_max(v):
     """``v`` divided by its largest ``|entry|`` (``v`` itself if it is zero): the same direction, with
     a norm in ``[1, sqrt(d)]``, for rules that depend on ``v``'s direction only (``||v||`` overflows
     at ``v`` scaled by 1e300 and underflows at 1e-300).
 
     >>> import numpy as np
-    >>> _at_unit_max(np.array([1e300, -2e300])).tolist(), _at_unit_max(np.zeros(2)).tolist()
+    >>> at_unit_max(np.array([1e300, -2e300])).tolist(), at_unit_max(np.zeros(2)).tolist()
     ([0.5, -1.0], [0.0, 0.0])
     """
     vmax = float(np.max(np.abs(v), initial=0.0))
@@ -174,7 +174,7 @@ def _redraw_small(A, v, floor, rng):
     until none is left below the floor. Returns ``A``.
     """
     d = A.shape[1]
-    v = _at_unit_max(v)  # the rule depends on v's direction only
+    v = at_unit_max(v)  # the rule depends on v's direction only
     cut = floor * np.linalg.norm(v) / math.sqrt(d)
     bad = np.abs(design_product(A, v)) < cut
     while np.any(bad):
@@ -274,3 +274,8 @@ def rop_error_bound(alpha_hat, *, tau, c, A, B, av_hat, logit_max=0.5):
     slope_den = np.minimum(p_lo * (1 - p_lo), p_hi * (1 - p_hi))
     delta_logit = np.minimum(d_alpha / slope_den, 2 * x)
     return delta_logit / c**2, d_alpha
+
+
+# The former private names, kept for code and tests that import them.
+_gaussian_rop_design = gaussian_rop_design
+_at_unit_max = at_unit_max
