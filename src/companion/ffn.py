@@ -1459,6 +1459,76 @@ def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7):
     return np.stack(etas, axis=1), [cl[2] for cl in chosen]
 
 
+def _sharpen(f, layers, etas, d, rng, scale, span, *, extra=4, delta=1e-3):
+    """Each neuron's ``(w, b)`` refit on ``m_prev + extra`` critical points placed on its plane.
+
+    The coarse plane (from the gradient jumps) predicts where a random line inside ``R_{l-1}``
+    crosses it. Three answers on each side, ``delta`` apart, give the two linear pieces; where they
+    meet is the critical point to float64 (Carlini et al.'s intersection of lines). A side that is not
+    linear (another kink is near) drops that line. The plane through the points is the singular
+    vector of ``[h_{l-1}(x_i), 1]`` of the smallest singular value. Six queries a point.
+    """
+    m_prev = etas.shape[0] - 1
+    need = m_prev + extra
+    offs = delta * np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0])
+    out = []
+    for j in range(etas.shape[1]):
+        eta = etas[:, j]
+        pts: list = []
+        for _attempt in range(4):
+            bases = _active_points(layers, d, 2 * (need - len(pts)), rng)
+            if bases.shape[0] == 0:
+                break
+            Q = rng.standard_normal(bases.shape)
+            Q /= np.linalg.norm(Q, axis=1, keepdims=True)
+            H0, J0, _ = _prefix(layers, bases)
+            z0 = H0 @ eta[:-1] + eta[-1]
+            dz = np.einsum("nmd,nd->nm", J0, Q) @ eta[:-1]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t_star = -z0 / dz
+            ok = np.isfinite(t_star) & (np.abs(t_star) < span)
+            rows = []
+            for i in np.flatnonzero(ok):
+                lo, hi = _segment(layers, bases[i], Q[i], span, d)
+                if lo + 4 * delta < t_star[i] < hi - 4 * delta:
+                    rows.append(i)
+            rows = rows[: need - len(pts)]
+            if not rows:
+                continue
+            T = t_star[rows][:, None] + offs[None, :]
+            Xq = bases[rows][:, None, :] + T[:, :, None] * Q[rows][:, None, :]
+            y = f(Xq.reshape(-1, d)).reshape(len(rows), 6)
+            for r, i in enumerate(rows):
+                t, v = T[r], y[r]
+                sl, sr = (v[2] - v[0]) / (t[2] - t[0]), (v[5] - v[3]) / (t[5] - t[3])
+                tol = 64 * _EPS * (scale + np.max(np.abs(v)))
+                lin_l = abs(v[0] + sl * (t[1] - t[0]) - v[1]) <= tol
+                lin_r = abs(v[3] + sr * (t[4] - t[3]) - v[4]) <= tol
+                if not (lin_l and lin_r) or abs(sl - sr) <= 1e-6 * max(abs(sl), abs(sr), scale):
+                    continue
+                tc = (v[3] - sr * t[3] - v[0] + sl * t[0]) / (sl - sr)
+                if abs(tc - t_star[i]) < delta:
+                    pts.append(bases[i] + tc * Q[i])
+            if len(pts) >= need:
+                break
+        if len(pts) < m_prev + 1:
+            out.append(eta)
+            continue
+        H, _, _ = _prefix(layers, np.asarray(pts))
+        P = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+        Pn = P / np.linalg.norm(P, axis=1, keepdims=True)
+        # A point of another plane met near the predicted crossing is far off the coarse plane: drop it.
+        Pn = Pn[np.abs(Pn @ eta) <= 1e-6]
+        if Pn.shape[0] < m_prev + 1:
+            out.append(eta)
+            continue
+        v = np.linalg.svd(Pn)[2][-1]
+        v = v if v @ eta >= 0 else -v
+        # Keep the refit only if it is the same plane (the coarse one is good to about 2^-35).
+        out.append(v if np.max(np.abs(v - eta)) <= 1e-6 else eta)
+    return np.stack(out, axis=1)
+
+
 def _flat_neurons(layers, kinks, cand, members, rtol=1e-6):
     """Which candidate planes are neurons of the layer being read, not pieces of the next one.
 
@@ -1680,6 +1750,7 @@ def learn_relu_network(
     verify=256,
     verify_rtol=2.0**-30,
     seed=0,
+    sharpen=True,
 ):
     """Extract a ReLU network with biases and ``k >= 1`` hidden layers from one-token value queries.
 
@@ -1835,7 +1906,12 @@ def learn_relu_network(
     for layer in range(depth):
         before = oracle.n_queries
         prev = layers[-1][0].shape[1] if layers else d
-        lines = n_lines if n_lines is not None else max(12, 3 * prev)
+        if n_lines is not None:
+            lines = n_lines
+        elif not layers and widths is not None:
+            lines = 3  # every line crosses every plane of layer 1: two lines confirm it, a third for spare
+        else:
+            lines = max(12, 3 * prev)
         bases = _active_points(layers, d, lines, rng)
         inside = bases.shape[0] > 0  # R_{l-1} is not empty
         if widths is not None and len(layers) >= 2 and layer == depth - 1:
@@ -1855,6 +1931,7 @@ def learn_relu_network(
         n_batches = 0
         target_width = None if widths is None else widths[layer]
         etas, members = np.zeros((prev + 1, 0)), []
+        signs = None
         while n_batches < max_batches:
             # Batches of lines until the given width is confirmed (or, detecting, until a batch
             # confirms no new neuron); a hyperplane crossing a small part of R_{l-1} needs more lines.
@@ -1892,7 +1969,14 @@ def learn_relu_network(
                 good = _flat_neurons(layers, kinks, cand, cand_members)[:target_width]
             etas, members = cand[:, good], [cand_members[j] for j in good]
             if target_width is None or len(good) >= target_width:
-                break
+                try:
+                    signs = _signs(layers, etas, members, kinks) if etas.shape[1] <= prev else None
+                except NotIdentifiableError:
+                    if n_batches >= max_batches:
+                        raise
+                    signs = None  # a neuron whose sign no kink showed yet: another batch of lines
+                else:
+                    break
             bases = _active_points(layers, d, lines, rng)
         diag["n_kinks"].append(len(kinks))
         diag["n_lines"].append(int(lines * n_batches))
@@ -1915,7 +1999,10 @@ def learn_relu_network(
                 f"layer {len(layers) + 1} has {etas.shape[1]} neurons, more than the {prev} before it: "
                 "learn_relu_network handles networks whose widths do not grow."
             )
-        signs = _signs(layers, etas, members, kinks)
+        if signs is None:
+            signs = _signs(layers, etas, members, kinks)
+        if sharpen:
+            etas = _sharpen(f, layers, etas, d, rng, scale, span)
         layers.append((etas[:-1] * signs[None, :], etas[-1] * signs))
         diag["n_layer_queries"].append(oracle.n_queries - before)
     Xa, ya = np.concatenate(answered_x), np.concatenate(answered_y)
