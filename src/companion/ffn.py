@@ -1475,11 +1475,19 @@ def _sharpen(f, layers, etas, d, rng, scale, span, *, extra=4, delta=1e-3):
     for j in range(etas.shape[1]):
         eta = etas[:, j]
         pts: list = []
-        for _attempt in range(4):
-            bases = _active_points(layers, d, 2 * (need - len(pts)), rng)
-            if bases.shape[0] == 0:
+        for _attempt in range(8):
+            # Segments between points of R_{l-1} (convex) on either side of the plane cross it inside.
+            pool = _active_points(layers, d, 20 * need, rng)
+            if pool.shape[0] == 0:
                 break
-            Q = rng.standard_normal(bases.shape)
+            side = _prefix(layers, pool)[0] @ eta[:-1] + eta[-1] > 0
+            pos, neg = pool[side], pool[~side]
+            k = 2 * (need - len(pts))
+            if pos.shape[0] and neg.shape[0]:
+                bases = pos[rng.integers(pos.shape[0], size=k)]
+                Q = neg[rng.integers(neg.shape[0], size=k)] - bases
+            else:
+                bases, Q = pool[:k], rng.standard_normal((min(k, pool.shape[0]), d))
             Q /= np.linalg.norm(Q, axis=1, keepdims=True)
             H0, J0, _ = _prefix(layers, bases)
             z0 = H0 @ eta[:-1] + eta[-1]
