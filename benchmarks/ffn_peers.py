@@ -35,7 +35,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "data" / "results" / "ffn_peers.json"
 DRIVER = Path(__file__).resolve().parent / "_peer_carlini_driver.py"
+DETI_DRIVER = Path(__file__).resolve().parent / "_peer_deti_driver.py"
 CARLINI_REPO = "google-research/cryptanalytic-model-extraction"
+DETI_REPO = "Crypto-TII/deti"
+METHODS = ("carlini2020", "deti2024", "ours")
+RECOVERS = {
+    "carlini2020": "whole model (signatures, signs, readout)",
+    "deti2024": "signs of each hidden layer only, given the signatures (white box, as its code and paper do)",
+    "ours": "whole model (signatures, signs, readout)",
+}
 N_FRESH = 10_000
 
 # name, who made it, architecture d-m_1-...-1, seed (theirs: train_models.py's seed; ours: the draw's)
@@ -93,12 +101,22 @@ def peer_versions(python):
     return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
+def deti_versions(python):
+    code = (
+        "import sys, json, numpy, tensorflow, keras; print(json.dumps({'python': sys.version.split()[0], "
+        "'numpy': numpy.__version__, 'tensorflow': tensorflow.__version__, 'keras': keras.__version__}))"
+    )
+    env = dict(_env(), TF_CPP_MIN_LOG_LEVEL="3")
+    return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
+                                     env=env).stdout.strip().splitlines()[-1])
+
+
 def git_head(checkout):
     return subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 
 def git_diff(checkout):
-    return subprocess.run(["git", "-C", str(checkout), "diff"], capture_output=True, text=True).stdout
+    return subprocess.run(["git", "-C", str(checkout), "diff", "--", "*.py"], capture_output=True, text=True).stdout
 
 
 def load_network(path):
@@ -135,7 +153,8 @@ def make_network(name, source, arch, seed, args):
 
 
 def _env():
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2", TF_NUM_INTEROP_THREADS="1",
+               TF_NUM_INTRAOP_THREADS="1")
     env.pop("PYTHONPATH", None)
     return env
 
@@ -163,6 +182,35 @@ def run_carlini(name, arch, seed, args):
     rec = json.loads(out.read_text())
     return {"status": "ok", "n_queries": rec["n_queries"], "seconds": rec["seconds"], "wall_seconds": wall,
             "weights": rec["weights"], "biases": rec["biases"]}
+
+
+def run_deti(name, arch, seed, args):
+    out = Path(args.runs) / f"deti-on-{name}.json"
+    log = Path(args.runs) / f"deti-on-{name}.log"
+    npy = Path(args.checkout) / "models" / f"{seed}_{arch}.npy"
+    cmd = [args.deti_venv + "/bin/python", str(DETI_DRIVER), args.deti_parent, str(npy), str(out)]
+    out.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.cap, env=_env())
+        log.write_text(proc.stdout + proc.stderr)
+    except subprocess.TimeoutExpired:
+        return {"status": "timeout", "reason": f"not finished within the cap of {args.cap} s", "wall_seconds": args.cap}
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not out.exists():
+        return {"status": "failed", "reason": _tail(proc.stderr or proc.stdout), "wall_seconds": wall}
+    layers = json.loads(out.read_text())["layers"]
+    done = [x for x in layers if x["status"] == "ok"]
+    refused = [x for x in layers if x["status"] != "ok"]
+    return {
+        "status": "ok" if not refused else ("partial" if done else "refused"),
+        "reason": "; ".join(f"layer {x['layer']}: {x['reason']}" for x in refused),
+        "n_queries": sum(x["n_queries"] for x in layers),
+        "seconds": sum(x["seconds"] for x in layers),
+        "wall_seconds": wall,
+        "signs_correct": f"{sum(x['n_correct'] for x in done)}/{sum(x['n_neurons'] for x in done)}",
+        "layers": layers,
+    }
 
 
 def run_ours(name, args):
@@ -231,7 +279,9 @@ def main(argv=None) -> int:
     p.add_argument("--runs", default="/tmp/peers/runs")
     p.add_argument("--cap", type=int, default=900, help="wall-time cap of each run, seconds")
     p.add_argument("--only", nargs="*", default=None)
-    p.add_argument("--methods", nargs="*", default=["carlini2020", "ours"], choices=["carlini2020", "ours"])
+    p.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--deti-venv", default="/tmp/peers/venv-deti")
+    p.add_argument("--deti-parent", default="/tmp/peers/deti-parent", help="folder holding the deti checkout")
     p.add_argument("--ours", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -249,12 +299,20 @@ def main(argv=None) -> int:
         networks[name] = {"made_by": source, "architecture": arch, "seed": seed,
                           "n_parameters": target.n_parameters, "depth": len(target.widths)}
         for method in args.methods:
-            res = run_carlini(name, arch, seed, args) if method == "carlini2020" else run_ours(name, args)
+            if method == "carlini2020":
+                res = run_carlini(name, arch, seed, args)
+            elif method == "deti2024":
+                res = run_deti(name, arch, seed, args)
+            else:
+                res = run_ours(name, args)
             row = {"network": name, "method": method, "status": res["status"], "reason": res.get("reason", ""),
                    "n_queries": res.get("n_queries"), "n_learning_queries": res.get("n_learning_queries"),
                    "seconds": res.get("seconds"), "wall_seconds": res["wall_seconds"],
-                   "recovers": "whole model (signatures, signs, readout)", "bits": None}
-            if res["status"] == "ok":
+                   "recovers": RECOVERS[method], "bits": None}
+            if method == "deti2024":
+                row["signs_correct"] = res.get("signs_correct")
+                row["layers"] = res.get("layers")
+            elif res["status"] == "ok":
                 row["bits"] = fresh_bits(target, res, seed)
             rows[(name, method)] = row
             print(f"{name:>24} {method:>12} {row['status']:>8} {row['n_queries']!s:>8} "
@@ -270,7 +328,10 @@ def main(argv=None) -> int:
         "cap_seconds": args.cap,
         "peers": {"carlini2020": {"repository": CARLINI_REPO, "commit": git_head(args.checkout),
                                   "versions": peer_versions(args.peers_venv + "/bin/python"),
-                                  "repairs": REPAIRS, "diff": git_diff(args.checkout)}},
+                                  "repairs": REPAIRS, "diff": git_diff(args.checkout)},
+                  "deti2024": {"repository": DETI_REPO, "commit": git_head(Path(args.deti_parent) / "deti"),
+                               "versions": deti_versions(args.deti_venv + "/bin/python"), "repairs": [],
+                               "diff": git_diff(Path(args.deti_parent) / "deti")}},
         "ours": {"python": platform.python_version(), "numpy": np.__version__,
                  "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                                           text=True).stdout.strip()},

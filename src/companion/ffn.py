@@ -772,11 +772,12 @@ def _merge_neurons(U, c, quality, tol=1e-6):
 #: a refusal at float32 or coarser answers names the rounding, not a target outside the bias-free
 #: ReLU class (companion._learner.names_rounding, measured on one-token queries).
 def _rounding_advice(learner, prec, err):
+    cls = "ReLU networks" if learner == "learn_relu_network" else "the bias-free ReLU class"
     return (
         f"{learner} refused, and {prec.describe()}: its kink search intersects lines through "
         "answers exact to float64 rounding, and rounding at this level bends every piece (the "
         "search then finds kinks everywhere), so this refusal is the answers' rounding, not a "
-        "target outside the bias-free ReLU class. No FFN learner here works from answers this "
+        f"target outside {cls}. No FFN learner here works from answers this "
         f"coarse; ask a float64 server. (The search said: {err})"
     )
 
@@ -1874,6 +1875,11 @@ def learn_relu_network(
     from .exact import check_exact_oracle
 
     d = check_exact_oracle(oracle, "learn_relu_network")
+    refuse_stated_rounding(
+        oracle,
+        "the kink search intersects lines through answers exact to float64 rounding (rounded answers bend every piece)",
+        what="network",
+    )
     if widths is not None:
         widths = [check_int(m, "widths[i]", minimum=1) for m in widths]
         if not widths:
@@ -1907,6 +1913,18 @@ def learn_relu_network(
     X_check = rng.standard_normal((verify, d))
     y_probe = f(rng.standard_normal((4, d)))  # the scale of the answers
     scale = max(float(np.max(np.abs(y_probe))), 1e-300)
+    # Answers at random points from a float64 server need all 53 bits; float32's have 24. Refuse
+    # coarse answers now (4 queries), not after the kink search has spent ~1e5 on them.
+    prec = AnswerPrecision(oracle, seed=seed + 7)
+    if prec.read(y_probe) and prec.u > COARSE_FACTOR * FLOAT64_U:
+        raise PrecisionError(
+            _rounding_advice(
+                "learn_relu_network",
+                prec,
+                f"not run: the {y_probe.size} answers at random points carry at most "
+                f"{round(-np.log2(prec.u))} significant bits",
+            )
+        )
 
     layers: list = []
     diag = {"n_probe_queries": oracle.n_queries - start, "n_kinks": [], "n_lines": [], "n_layer_queries": []}
