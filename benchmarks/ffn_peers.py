@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -159,11 +160,30 @@ def _env():
     return env
 
 
+def _children_cpu():
+    """CPU seconds of the waited-for subprocesses so far (user + system, their pool workers too)."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
 def _tail(text, n=3):
     lines = [s for s in text.strip().splitlines() if s.strip()]
     return " | ".join(lines[-n:])[-400:]
 
 
+def _timed(run):
+    """``run()``'s result with ``cpu_seconds``: the subprocess's CPU time, the fair clock on a shared machine."""
+
+    def wrapped(*a):
+        cpu0 = _children_cpu()
+        res = run(*a)
+        res["cpu_seconds"] = _children_cpu() - cpu0
+        return res
+
+    return wrapped
+
+
+@_timed
 def run_carlini(name, arch, seed, args):
     out = Path(args.runs) / f"carlini-on-{name}.json"
     log = Path(args.runs) / f"carlini-on-{name}.log"
@@ -184,6 +204,7 @@ def run_carlini(name, arch, seed, args):
             "weights": rec["weights"], "biases": rec["biases"]}
 
 
+@_timed
 def run_deti(name, arch, seed, args):
     out = Path(args.runs) / f"deti-on-{name}.json"
     log = Path(args.runs) / f"deti-on-{name}.log"
@@ -213,6 +234,7 @@ def run_deti(name, arch, seed, args):
     }
 
 
+@_timed
 def run_ours(name, args):
     out = Path(args.runs) / f"ours-on-{name}.json"
     out.unlink(missing_ok=True)
@@ -263,6 +285,28 @@ def fresh_bits(target, rec, seed):
     return min(bits_of_precision(got.forward(X), target.forward(X)), 53.0)
 
 
+def markdown_table(record):
+    """The record as a markdown table: one line per network and method."""
+
+    def fmt(x, spec):
+        return "" if x is None else format(x, spec)
+
+    lines = [
+        "| network | parameters | method | status | queries | bits | seconds | recovers / reason |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in record["rows"]:
+        net = record["networks"][r["network"]]
+        what = r.get("signs_correct") and f"signs right: {r['signs_correct']}" or ""
+        if r["status"] != "ok":
+            what = (what + "; " if what else "") + r["reason"][:160].replace("|", "/")
+        lines.append(
+            f"| {r['network']} | {net['n_parameters']:,} | {r['method']} | {r['status']} | "
+            f"{fmt(r['n_queries'], ',')} | {fmt(r['bits'], '.1f')} | {fmt(r['seconds'], '.1f')} | {what} |"
+        )
+    return "\n".join(lines)
+
+
 def write_atomic(path, obj):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -282,15 +326,26 @@ def main(argv=None) -> int:
     p.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--deti-venv", default="/tmp/peers/venv-deti")
     p.add_argument("--deti-parent", default="/tmp/peers/deti-parent", help="folder holding the deti checkout")
+    p.add_argument("--results", default=str(RESULTS), help="the record to update (default: data/results/ffn_peers.json)")
+    p.add_argument("--merge", nargs="*", default=[], help="records of other runs whose rows and networks to take in")
+    p.add_argument("--table", action="store_true", help="print the record's table (markdown) and exit")
     p.add_argument("--ours", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.ours:
         ours_child(args.ours, args.out, args.checkout)
         return 0
+    if args.table:
+        print(markdown_table(json.loads(Path(args.results).read_text())))
+        return 0
     Path(args.runs).mkdir(parents=True, exist_ok=True)
-    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results = Path(args.results)
+    old = json.loads(results.read_text()) if results.exists() else {}
     rows = {(r["network"], r["method"]): r for r in old.get("rows", [])}
+    for other in args.merge:
+        rec = json.loads(Path(other).read_text())
+        rows.update({(r["network"], r["method"]): r for r in rec.get("rows", [])})
+        old.setdefault("networks", {}).update(rec.get("networks", {}))
     networks = {}
     for name, source, arch, seed in NETWORKS:
         if args.only and name not in args.only:
@@ -308,6 +363,7 @@ def main(argv=None) -> int:
             row = {"network": name, "method": method, "status": res["status"], "reason": res.get("reason", ""),
                    "n_queries": res.get("n_queries"), "n_learning_queries": res.get("n_learning_queries"),
                    "seconds": res.get("seconds"), "wall_seconds": res["wall_seconds"],
+                   "cpu_seconds": res.get("cpu_seconds"),
                    "recovers": RECOVERS[method], "bits": None}
             if method == "deti2024":
                 row["signs_correct"] = res.get("signs_correct")
@@ -326,6 +382,9 @@ def main(argv=None) -> int:
         "measured": time.strftime("%Y-%m-%d", time.gmtime()),
         "bits": f"-log2(max |f_hat - f| / max |f|) on {N_FRESH} fresh N(0, I_d) inputs, capped at 53",
         "cap_seconds": args.cap,
+        "seconds": "seconds: the method's extraction, wall clock, as its code times it; cpu_seconds: the whole "
+                   "subprocess's CPU time (imports included; the fair clock on this shared 2-core machine, where "
+                   "other work ran beside these runs); the cap is on wall time",
         "peers": {"carlini2020": {"repository": CARLINI_REPO, "commit": git_head(args.checkout),
                                   "versions": peer_versions(args.peers_venv + "/bin/python"),
                                   "repairs": REPAIRS, "diff": git_diff(args.checkout)},
@@ -339,8 +398,8 @@ def main(argv=None) -> int:
         "rows": [rows[k] for k in sorted(rows, key=lambda k: ([n[0] for n in NETWORKS].index(k[0]), k[1]))
                  if k[0] in all_networks],
     }
-    write_atomic(RESULTS, record)
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    write_atomic(results, record)
+    print(f"wrote {results}")
     return 0
 
 
