@@ -184,8 +184,10 @@ def _run_capped(cmd, args, **kw):
 
 
 def _tail(text, n=3):
-    lines = [s for s in text.strip().splitlines() if s.strip()]
-    return " | ".join(lines[-n:])[-400:]
+    """The error a failed run ended on (the last line naming an exception), else its last lines."""
+    lines = [s.strip() for s in text.strip().splitlines() if s.strip()]
+    errors = [s for s in lines if s.split(":")[0].endswith(("Error", "Exception", "Failure"))]
+    return errors[-1][:400] if errors else " | ".join(lines[-n:])[-400:]
 
 
 def _timed(run):
@@ -375,6 +377,11 @@ def main(argv=None) -> int:
         rec = json.loads(Path(other).read_text())
         rows.update({(r["network"], r["method"]): r for r in rec.get("rows", [])})
         old.setdefault("networks", {}).update(rec.get("networks", {}))
+    for (name, method), row in rows.items():
+        # A failed run's reason, read again from its log with the current rule.
+        log = Path(args.runs) / f"{'carlini' if method == 'carlini2020' else 'deti'}-on-{name}.log"
+        if row["status"] == "failed" and method != "ours" and log.exists():
+            row["reason"] = _tail(log.read_text(errors="replace"))
     networks = {}
     for name, source, arch, seed in NETWORKS:
         if args.only and name not in args.only:
