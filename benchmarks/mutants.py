@@ -22,7 +22,7 @@ Three sources of mutants (one per run):
 
       [[mutant]]
       id = "h23-ffn-merge-tol"          # unique, shown in the table
-      module = "ffn"                    # src/companion/<module>.py; "numerics/rgn" for a subpackage
+      module = "ffn/bias_free"          # src/companion/<module>.py; "numerics/rgn" for a subpackage
       what = "neuron merge tolerance 1e-6 -> 1e-5"
       old = "_merge_neurons(U, c, quality, tol=1e-6)"   # must occur exactly once in the module
       new = "_merge_neurons(U, c, quality, tol=1e-5)"
@@ -69,7 +69,12 @@ TESTS = {
     "robust": ["tests/test_robust.py", "tests/test_verify.py", "src/companion/robust.py"],
     "_learner": ["tests/test_verify.py", "tests/test_exact.py", "src/companion/_learner.py"],
     "numerics/rational": ["tests/test_multihead.py", "tests/test_verify.py", "src/companion/numerics/rational.py"],
-    "ffn": ["tests/test_ffn.py", "tests/test_verify.py", "src/companion/ffn.py"],
+    # companion.ffn is a package: a mutant names the module file it changes.
+    "ffn/bias_free": ["tests/test_pinned_ffn.py", "tests/test_ffn.py", "tests/test_verify.py",
+                      "src/companion/ffn/bias_free.py"],
+    "ffn/_kinks": ["tests/test_pinned_ffn.py", "tests/test_ffn.py", "tests/test_verify.py",
+                   "src/companion/ffn/_kinks.py"],
+    "ffn/deep": ["tests/test_relu_network.py", "tests/test_verify.py", "src/companion/ffn/deep.py"],
     "transformer": ["tests/test_transformer.py", "tests/test_verify.py",
                     "src/companion/transformer.py"],
     # The shared numerics below the learners: the tests of both learners that use them.
@@ -101,7 +106,8 @@ for _module, _tests in TESTS.items():
     if (ROOT / _pinned).exists():
         _tests.insert(0, _pinned)
     _tests.insert(0, THRESHOLDS)
-for _module in ("exact", "lowrank", "robust", "_learner", *MULTIHEAD, "ffn", "transformer", "numerics/rop",
+for _module in ("exact", "lowrank", "robust", "_learner", *MULTIHEAD, "ffn/bias_free", "ffn/_kinks", "ffn/deep",
+                "transformer", "numerics/rop",
                 "numerics/rgn", *PRETRAINED, "membership"):
     TESTS[_module].append(CONTRACT)
 
@@ -250,10 +256,10 @@ MUTANTS = [
     ("multihead-verify-scale", "multihead/_common", "verify_model floor 1e-12 -> 1",
      "lambda x: max(1e-12, float(np.max(np.abs(x @ vs.T).sum(axis=1)))), n,",
      "lambda x: max(1.0, float(np.max(np.abs(x @ vs.T).sum(axis=1)))), n,"),
-    ("ffn-signs-rtol", "ffn", "sign residual tolerance 1e-7 -> 1e-3",
+    ("ffn-signs-rtol", "ffn/bias_free", "sign residual tolerance 1e-7 -> 1e-3",
      'def resolve_signs(U, c, b, *, method="auto", time_limit=10.0, rtol=1e-7):',
      'def resolve_signs(U, c, b, *, method="auto", time_limit=10.0, rtol=1e-3):'),
-    ("ffn-verify-rtol", "ffn", "FFN check 1e-9 -> 1e-3",
+    ("ffn-verify-rtol", "ffn/bias_free", "FFN check 1e-9 -> 1e-3",
      "verify=64, verify_rtol=1e-9, seed=0):", "verify=64, verify_rtol=1e-3, seed=0):"),
     ("transformer-zero-tol", "transformer", "A w_o = 0 test 1e-10 -> 1e-1",
      "zero_tol=1e-10,", "zero_tol=1e-1,"),
@@ -288,11 +294,11 @@ MUTANTS = [
      "lengths = rng.integers(1, max_len + 1, size=n)", "lengths = rng.integers(2, max_len + 1, size=n)"),
     # Held out, issue 22: written after tests/test_learner_contract.py, the fit-ratio and nuclear-size
     # tests, without writing a test for any of them first (thresholds of ffn, robust, multihead first).
-    ("h22-ffn-merge-tol", "ffn", "neuron merge tolerance 1e-6 -> 1e-5",
+    ("h22-ffn-merge-tol", "ffn/bias_free", "neuron merge tolerance 1e-6 -> 1e-5",
      "_merge_neurons(U, c, quality, tol=1e-6)", "_merge_neurons(U, c, quality, tol=1e-5)"),
-    ("h22-ffn-canonical-tol", "ffn", "learn_ffn canonical_form tol 1e-12 -> 1e-11",
+    ("h22-ffn-canonical-tol", "ffn/bias_free", "learn_ffn canonical_form tol 1e-12 -> 1e-11",
      "canonical_form(A_hat, w_hat, tol=1e-12)", "canonical_form(A_hat, w_hat, tol=1e-11)"),
-    ("h22-ffn-accept-10x", "ffn", "plane accepted at 10 verify_rtol",
+    ("h22-ffn-accept-10x", "ffn/bias_free", "plane accepted at 10 verify_rtol",
      "if rel <= verify_rtol:", "if rel <= 10 * verify_rtol:"),
     ("h22-robust-verify-rtol", "robust", "learn_robust verify_rtol 0.1 -> 1.0",
      "def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, seed=0):",
@@ -347,7 +353,7 @@ class Mutant(NamedTuple):
 
 
 # The learner modules whose thresholds the inventory covers (issue 22 item 4).
-INVENTORY_MODULES = ("exact", "ffn", "transformer", "lowrank", "robust", "membership", *MULTIHEAD,
+INVENTORY_MODULES = ("exact", "ffn/bias_free", "ffn/_kinks", "ffn/deep", "transformer", "lowrank", "robust", "membership", *MULTIHEAD,
                      *PRETRAINED, "_learner", "numerics/rgn", "numerics/rop", "oracles")
 # Functions left out: the rational route (its own engineer, issue 21) and its helpers (the pair start's
 # stages were closures of learn_canonical_rational before issue 34).

@@ -41,12 +41,12 @@ def test_tenfold_renders_literals_and_expressions(mutants):
 def test_a_toml_file_of_mutants(mutants, tmp_path):
     path = tmp_path / "held_out.toml"
     path.write_text(
-        '[[mutant]]\nid = "x-ffn"\nmodule = "ffn"\nwhat = "merge tolerance 1e-6 -> 1e-5"\n'
+        '[[mutant]]\nid = "x-ffn"\nmodule = "ffn/bias_free"\nwhat = "merge tolerance 1e-6 -> 1e-5"\n'
         "old = '_merge_neurons(U, c, quality)'\nnew = '_merge_neurons(U, c, quality, tol=1e-5)'\n"
     )
     (m,) = mutants.load_file(path)
-    assert (m.id, m.module, m.line) == ("x-ffn", "ffn", None)
-    text = (ROOT / "src" / "companion" / "ffn.py").read_text()
+    assert (m.id, m.module, m.line) == ("x-ffn", "ffn/bias_free", None)
+    text = (ROOT / "src" / "companion" / "ffn" / "bias_free.py").read_text()
     assert "tol=1e-5" in mutants.apply_mutant(text, m)
     path.write_text('[[mutant]]\nid = "x"\nmodule = "nowhere"\nwhat = "w"\nold = "a"\nnew = "b"\n')
     with pytest.raises(SystemExit, match="module='nowhere'"):

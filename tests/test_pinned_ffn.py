@@ -161,17 +161,17 @@ def test_merge_neurons_at_exactly_one_minus_tol_drops_the_worse_and_below_keeps_
     x = 1.0 - 2.0**-10
     U = np.array([[1.0, x], [0.0, 0.5]])  # u_0^T u_1 = 1 - 2^-10 exactly
     c, quality = np.array([1.0, 2.0]), np.array([1.0, 5.0])
-    U_m, c_m, q_m = ffn._merge_neurons(U, c, quality, tol=2.0**-10)
+    U_m, c_m, q_m = ffn.bias_free._merge_neurons(U, c, quality, tol=2.0**-10)
     assert c_m.tolist() == [2.0] and q_m.tolist() == [5.0]  # the better quality kept
-    assert ffn._merge_neurons(U, c, quality, tol=2.0**-11)[1].size == 2
+    assert ffn.bias_free._merge_neurons(U, c, quality, tol=2.0**-11)[1].size == 2
     U_neg = U * np.array([1.0, -1.0])  # |u^T u|: the opposite direction is the same hyperplane
-    assert ffn._merge_neurons(U_neg, c, quality, tol=2.0**-10)[1].size == 1
+    assert ffn.bias_free._merge_neurons(U_neg, c, quality, tol=2.0**-10)[1].size == 1
 
 
 def test_merge_neurons_default_tolerance_is_1e_6():
     for gap, n in ((2e-6, 2), (0.5e-6, 1)):
         U = np.array([[1.0, 1.0 - gap], [0.0, 0.0]])
-        assert ffn._merge_neurons(U, np.ones(2), np.ones(2))[1].size == n
+        assert ffn.bias_free._merge_neurons(U, np.ones(2), np.ones(2))[1].size == n
 
 
 # --- _assemble: the equivalent network of width m + 2 -----------------------------------------
@@ -186,7 +186,7 @@ def test_assemble_without_signs_adds_two_neurons_of_weight_half_the_residual_nor
     s_true = np.array([-1.0, 1.0])
     extra = np.array([0.2, -0.1, 0.4])
     b = U @ (s_true * c) + extra  # a linear part no sign vector fits
-    A, w = ffn._assemble(U, c, None, b)
+    A, w = ffn.bias_free._assemble(U, c, None, b)
     assert A.shape == (d, m + 2)
     s = np.sign(np.linalg.lstsq(U * c, b, rcond=None)[0])
     r = b - (U * c) @ s
@@ -287,7 +287,7 @@ class Counting:
 def test_gradients_retry_a_step_across_a_kink_with_an_eight_times_smaller_step():
     f = Counting(lambda x: _relu(x[:, 0]))  # d = 1, kink at 0
     Y = np.array([[-0.01]])
-    G, fy, n_retries = ffn._gradients(f, Y, np.array([0.05]), 1.0)
+    G, fy, n_retries = ffn.bias_free._gradients(f, Y, np.array([0.05]), 1.0)
     assert n_retries == 1
     assert G[0, 0] == 0.0 and fy[0] == 0.0
     steps = [float(b[0, 0] - Y[0, 0]) for b in f.batches[1:]]
@@ -297,7 +297,7 @@ def test_gradients_retry_a_step_across_a_kink_with_an_eight_times_smaller_step()
 def test_gradients_of_a_biased_function_refused_after_exactly_12_reductions():
     f = Counting(lambda x: _relu(x[:, 0]) + 0.1)
     with pytest.raises(OracleInconsistentError, match="after 12 step reductions"):
-        ffn._gradients(f, np.array([[0.5]]), np.array([0.01]), 1.0)
+        ffn.bias_free._gradients(f, np.array([[0.5]]), np.array([0.01]), 1.0)
     assert len(f.batches) == 1 + 12
 
 
@@ -305,7 +305,7 @@ def test_gradients_are_exact_forward_differences_on_one_piece():
     rng = np.random.default_rng(4)
     a, w = rng.standard_normal(3), 1.7
     Y = np.abs(rng.standard_normal((4, 3))) * np.sign(a)  # a^T y > 0 on every point
-    G, fy, n = ffn._gradients(lambda x: w * _relu(x @ a), Y, np.full(4, 1e-3), 1.0)
+    G, fy, n = ffn.bias_free._gradients(lambda x: w * _relu(x @ a), Y, np.full(4, 1e-3), 1.0)
     assert n == 0
     np.testing.assert_allclose(G, np.tile(w * a, (4, 1)), rtol=1e-9)
 
@@ -315,7 +315,7 @@ def test_line_neurons_query_count_is_the_kink_search_plus_d_plus_one_per_piece()
     f = Counting(lambda x: net.forward(x))
     rng = np.random.default_rng(0)
     P, _ = np.linalg.qr(rng.standard_normal((3, 2)))
-    U, c, angles, gap, n, n_retries = ffn._line_neurons(f, P[:, 0], P[:, 1], 1.0, span=1.1)
+    U, c, angles, gap, n, n_retries = ffn.bias_free._line_neurons(f, P[:, 0], P[:, 1], 1.0, span=1.1)
     asked = sum(len(b) for b in f.batches)
     k = U.shape[1] + 1  # pieces between the kinks
     g = Counting(lambda ts: net.forward(P[:, 0][None, :] + ts[:, None] * P[:, 1][None, :]))
@@ -330,7 +330,7 @@ def test_refine_asks_four_points_on_d_minus_one_lines_per_neuron():
     U = net.A / np.linalg.norm(net.A, axis=0)
     c = net.w_o * np.linalg.norm(net.A, axis=0)
     f = Counting(lambda x: net.forward(x))
-    U_new, c_new, n = ffn._refine(f, U, c, net.A @ net.w_o, np.random.default_rng(0))
+    U_new, c_new, n = ffn.bias_free._refine(f, U, c, net.A @ net.w_o, np.random.default_rng(0))
     assert n == 4 * 3 * (4 - 1) == sum(len(b) for b in f.batches)
     np.testing.assert_allclose(np.abs(np.sum(U_new * U, axis=0)), 1.0, atol=1e-10)
     np.testing.assert_allclose(np.abs(c_new), np.abs(c), rtol=1e-8)
@@ -392,7 +392,7 @@ def test_gradients_euler_tolerance_is_64_eps_scale_y_1_plus_sqrt_d_y_over_h():
     tol_small_step = 64 * eps * scale * y * (1 + y / (h / 8))
     for bias, retries in ((0.3 * tol, 0), (3 * tol, 1)):
         assert 3 * tol < tol_small_step
-        _, _, n = ffn._gradients(lambda x, b=bias: _relu(x[:, 0]) + b, np.array([[y]]), np.array([h]), scale)
+        _, _, n = ffn.bias_free._gradients(lambda x, b=bias: _relu(x[:, 0]) + b, np.array([[y]]), np.array([h]), scale)
         assert n == retries
 
 
@@ -426,7 +426,7 @@ def _refine_case(c2):
 def test_refine_accepts_a_crossing_inside_half_the_window_and_moves_the_normal_by_it():
     f, u, Z, t = _refine_case(1.0)
     assert abs(t) < 0.5
-    U_new, _, n = ffn._refine(f, u[:, None], np.ones(1), np.zeros(2), np.random.default_rng(0))
+    U_new, _, n = ffn.bias_free._refine(f, u[:, None], np.ones(1), np.zeros(2), np.random.default_rng(0))
     expected = u - Z * t
     np.testing.assert_allclose(U_new[:, 0], expected / np.linalg.norm(expected), rtol=1e-12)
     assert n == 4
@@ -436,7 +436,7 @@ def test_refine_refuses_a_crossing_between_half_the_window_and_its_edge():
     f, u, Z, t = _refine_case(-0.2)
     assert 0.5 < abs(t) < 1.0
     with pytest.raises(OracleInconsistentError, match="re-measuring neuron 0"):
-        ffn._refine(f, u[:, None], np.ones(1), np.zeros(2), np.random.default_rng(0))
+        ffn.bias_free._refine(f, u[:, None], np.ones(1), np.zeros(2), np.random.default_rng(0))
 
 
 # --- the answers' significant bits, read off the 2d + verify first answers ------------------------
@@ -503,7 +503,7 @@ def test_one_kink_returns_where_the_side_lines_meet():
     def g(t):
         return 2.0 * abs(t - 0.3) + 0.5 * t
 
-    t = ffn._one_kink((0.0, -1.5, 0.0), (1.0, 2.5, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
+    t = ffn._kinks._one_kink((0.0, -1.5, 0.0), (1.0, 2.5, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
     assert t == pytest.approx(0.3, abs=1e-14)
 
 
@@ -514,7 +514,7 @@ def test_one_kink_refuses_two_kinks_closer_than_one_explains():
         return max(t - 0.3, 0.0) + max(t - 0.31, 0.0)
 
     with pytest.raises(PrecisionError, match="that one kink does not explain"):
-        ffn._one_kink((0.0, 0.0, 0.0), (1.0, 2.0, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
+        ffn._kinks._one_kink((0.0, 0.0, 0.0), (1.0, 2.0, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
 
 
 def test_one_kink_refuses_a_crossing_outside_its_interval():
@@ -524,7 +524,7 @@ def test_one_kink_refuses_a_crossing_outside_its_interval():
         return t  # slopes 0.5 and 0.4 given: the lines 0.5 t and 0.6 + 0.4 t meet at t = 6 > xb = 1
 
     with pytest.raises(PrecisionError):
-        ffn._one_kink((0.0, 0.5, 0.0), (1.0, 0.4, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
+        ffn._kinks._one_kink((0.0, 0.5, 0.0), (1.0, 0.4, 0.0), [], g, 1024 * np.finfo(float).eps, 1.0)
 
 
 # Written after held-out round 5 (benchmarks/mutants_heldout_round5_after.md): its two ffn survivors.
@@ -568,7 +568,7 @@ def test_hidden_kinks_anchor_is_replaced_only_by_a_slope_twice_as_well_measured(
     g = _kink_at(0.15)
     if replaced:
         with pytest.raises(PrecisionError, match="one kink does not explain"):
-            ffn._hidden_kinks(leaves, g, 1e-3, 1.0, narrow=0.2)
+            ffn._kinks._hidden_kinks(leaves, g, 1e-3, 1.0, narrow=0.2)
     else:
-        found = ffn._hidden_kinks(leaves, g, 1e-3, 1.0, narrow=0.2)
+        found = ffn._kinks._hidden_kinks(leaves, g, 1e-3, 1.0, narrow=0.2)
         assert len(found) == 1 and abs(found[0] - 0.15) < 1e-15

@@ -749,7 +749,7 @@ def test_ffn_refine_lines_reach_max_rho_1_when_no_other_hyperplane_is_near():
         seen.append(P)
         return 0.5 * np.abs(P @ U) @ c
 
-    U_new, _, n = ffn._refine(f, U, c, np.zeros(d), np.random.default_rng(0))
+    U_new, _, n = ffn.bias_free._refine(f, U, c, np.zeros(d), np.random.default_rng(0))
     assert n == 4 * (d - 1)
     t = np.abs(np.concatenate(seen) @ U[:, 0])
     np.testing.assert_allclose(np.unique(np.round(t, 12)), [0.5, 1.0])
@@ -1021,7 +1021,7 @@ def test_ffn_gradient_euler_check_64_eps(k, retries):
     def f(X):
         return np.maximum(np.atleast_2d(X) @ A, 0.0) @ w + c
 
-    G, fy, n_retries = ffn._gradients(f, y, np.array([h]), 1.0)
+    G, fy, n_retries = ffn.bias_free._gradients(f, y, np.array([h]), 1.0)
     assert n_retries == retries
     np.testing.assert_allclose(G[0], (A * (y[0] @ A > 0)) @ w, rtol=1e-9)
     assert abs(float(G[0] @ y[0] - fy[0]) + c) <= 0.1 * c     # the residual is c, up to rounding
@@ -1041,7 +1041,7 @@ def test_ffn_refine_refuses_a_crossing_outside_the_inner_half_of_its_window():
 
     for seed in range(4):                                     # both signs of the basis vector z
         with pytest.raises(OracleInconsistentError, match="no single kink near its hyperplane"):
-            ffn._refine(f, np.array([[1.0], [0.0]]), np.array([1.0]), A @ w, np.random.default_rng(seed))
+            ffn.bias_free._refine(f, np.array([[1.0], [0.0]]), np.array([1.0]), A @ w, np.random.default_rng(seed))
 
 
 def test_ffn_refine_refuses_a_single_kink_in_the_outer_quarter_of_its_window():
@@ -1064,7 +1064,7 @@ def test_ffn_refine_refuses_a_single_kink_in_the_outer_quarter_of_its_window():
             return 1.3 * np.maximum(np.atleast_2d(X) @ a, 0.0)
 
         with pytest.raises(OracleInconsistentError, match="no single kink near its hyperplane"):
-            ffn._refine(f, u[:, None], np.array([1.3]), 1.3 * a, np.random.default_rng(k + 1000))
+            ffn.bias_free._refine(f, u[:, None], np.array([1.3]), 1.3 * a, np.random.default_rng(k + 1000))
 
 
 def test_lstsq_bound_doubles_with_rank_truncation():
@@ -1157,12 +1157,12 @@ def test_ffn_refine_edge_margin_1e_6(gap, accepted):
     for seed in range(2):
         rng = np.random.default_rng(seed)
         if accepted:
-            U, c, n = ffn._refine(f, u[:, None], np.array([1.3]), 1.3 * a, rng)
+            U, c, n = ffn.bias_free._refine(f, u[:, None], np.array([1.3]), 1.3 * a, rng)
             assert n == 4 and abs(float(U[:, 0] @ a)) > 1 - 1e-12
             np.testing.assert_allclose(c, [1.3], rtol=1e-9)
         else:
             with pytest.raises(OracleInconsistentError, match="no single kink near its hyperplane"):
-                ffn._refine(f, u[:, None], np.array([1.3]), 1.3 * a, rng)
+                ffn.bias_free._refine(f, u[:, None], np.array([1.3]), 1.3 * a, rng)
 
 
 # ----------------------------------------------------------------------------- held-out round 4

@@ -1,0 +1,1129 @@
+"""ReLU networks with biases and ``k >= 1`` hidden layers: the model and its extraction (issue 37).
+
+``h_0 = x``, ``h_l = ReLU(W_l^T h_{l-1} + b_l)``, ``f(x) = W_{k+1}^T h_k + b_{k+1}``; extracted layer
+by layer from critical points along lines (Carlini, Jagielski & Mironov 2020), in this book's own
+implementation (see :func:`learn_relu_network`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linprog
+
+from .._learner import COARSE_FACTOR, FLOAT64_U, AnswerPrecision, QueryCount, refuse_stated_rounding
+from .._validation import as_float_array, as_sequences, check_int, check_real
+from ..errors import (
+    InvalidInputError,
+    NotIdentifiableError,
+    OracleInconsistentError,
+    PrecisionError,
+)
+from ..recovery import Recovery
+from ._kinks import EPS as _EPS
+from ._kinks import bits_of_precision, find_kinks
+from .bias_free import rounding_advice
+
+
+@dataclass(frozen=True, eq=False)
+class ReLUNetwork:
+    """A ReLU network with biases, ``k >= 1`` hidden layers and one output.
+
+    ``h_0 = x``, ``h_l = ReLU(W_l^T h_{l-1} + b_l)`` for ``l = 1..k``, ``f(x) = W_{k+1}^T h_k + b_{k+1}``.
+
+    Parameters
+    ----------
+    weights : sequence of k + 1 array-likes
+        ``W_l`` of shape ``(m_{l-1}, m_l)`` with ``m_0 = d``; the last, the readout, of shape (m_k,)
+        or (m_k, 1).
+    biases : sequence of k + 1 array-likes
+        ``b_l`` of shape (m_l,); the last a scalar (or shape (1,)).
+
+    Attributes
+    ----------
+    d : int
+        Input dimension.
+    widths : tuple of int
+        ``(m_1, ..., m_k)``.
+
+    Raises
+    ------
+    InvalidInputError
+        If there is no hidden layer, the shapes disagree, or an entry is NaN or inf; when called,
+        if a query is not of length 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> net = ReLUNetwork([np.array([[1.0, -1.0]]), np.array([1.0, 1.0])], [np.array([0.0, 0.0]), 0.5])
+    >>> net.forward(np.array([[2.0], [-3.0]]))   # |x| + 1/2
+    array([2.5, 3.5])
+    """
+
+    weights: Any  # a sequence; stored as a tuple of read-only arrays
+    biases: Any
+
+    def __post_init__(self):
+        weights, biases = list(self.weights), list(self.biases)
+        if len(weights) < 2 or len(weights) != len(biases):
+            raise InvalidInputError(
+                f"a ReLUNetwork needs k + 1 >= 2 weight matrices and as many biases; got {len(weights)} "
+                f"weights and {len(biases)} biases."
+            )
+        Ws, bs = [], []
+        prev = None
+        for i, (W, b) in enumerate(zip(weights, biases)):
+            last = i == len(weights) - 1
+            W = np.asarray(W, dtype=np.float64)
+            if last and W.ndim == 1:
+                W = W[:, None]
+            W = as_float_array(W, f"weights[{i}]", ndim=2, shape=(prev, 1) if last else (prev, None))
+            b = np.atleast_1d(np.asarray(b, dtype=np.float64))
+            b = as_float_array(b, f"biases[{i}]", ndim=1, shape=(W.shape[1],))
+            if W.shape[0] == 0 or W.shape[1] == 0:
+                raise InvalidInputError(f"weights[{i}] has an empty dimension: shape {W.shape}.")
+            prev = W.shape[1]
+            for a in (W, b):
+                a.flags.writeable = False
+            Ws.append(W)
+            bs.append(b)
+        object.__setattr__(self, "weights", tuple(Ws))
+        object.__setattr__(self, "biases", tuple(bs))
+
+    @property
+    def d(self) -> int:
+        return self.weights[0].shape[0]
+
+    @property
+    def widths(self) -> tuple:
+        return tuple(W.shape[1] for W in self.weights[:-1])
+
+    @property
+    def n_parameters(self) -> int:
+        return int(sum(W.size + b.size for W, b in zip(self.weights, self.biases)))
+
+    def forward(self, x) -> np.ndarray:
+        """Evaluate on points ``x`` of shape (B, d); returns (B,)."""
+        h = as_float_array(x, "x", ndim=2, shape=(None, self.d))
+        for W, b in zip(self.weights[:-1], self.biases[:-1]):
+            h = np.maximum(h @ W + b, 0.0)
+        return (h @ self.weights[-1] + self.biases[-1])[:, 0]
+
+    def __call__(self, X):
+        """Evaluate on length-1 sequences ``(1, d)`` (float), ``(B, 1, d)`` or a list (``(B,)``)."""
+        seqs, single = as_sequences(X, self.d)
+        lengths = {s.shape[0] for s in seqs} if isinstance(seqs, list) else {seqs.shape[1]}
+        if lengths != {1}:
+            raise InvalidInputError(f"a ReLUNetwork reads one token; got sequences of lengths {sorted(lengths)}.")
+        out = self.forward(np.concatenate([s.reshape(-1, self.d) for s in seqs]))
+        return float(out[0]) if single else out
+
+    def __repr__(self):
+        return f"ReLUNetwork(d={self.d}, widths={self.widths})"
+
+
+def random_relu_network(d, widths, *, seed, bias_scale=0.5) -> ReLUNetwork:
+    """A random network: weights ``N(0, 1/fan_in)``, biases ``N(0, bias_scale^2)``.
+
+    Parameters
+    ----------
+    d : int
+        Input dimension, ``>= 1``.
+    widths : sequence of int
+        Hidden widths ``(m_1, ..., m_k)``, ``k >= 1``.
+    seed : int
+        Seed of ``numpy.random.default_rng``.
+    bias_scale : float, default=0.5
+        Standard deviation of every bias (the readout's too).
+
+    Returns
+    -------
+    ReLUNetwork
+
+    Examples
+    --------
+    >>> random_relu_network(10, (8, 8), seed=0).widths
+    (8, 8)
+    """
+    d = check_int(d, "d", minimum=1)
+    widths = [check_int(m, "widths[i]", minimum=1) for m in widths]
+    if not widths:
+        raise InvalidInputError("widths must list at least one hidden layer.")
+    bias_scale = check_real(bias_scale, "bias_scale", minimum=0.0)
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    sizes = [d, *widths, 1]
+    weights = [rng.standard_normal((a, b)) / np.sqrt(a) for a, b in zip(sizes[:-1], sizes[1:])]
+    biases = [bias_scale * rng.standard_normal(b) for b in sizes[1:]]
+    return ReLUNetwork(weights, biases)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ReLUNetworkRecovery(Recovery):
+    """:class:`~companion.recovery.Recovery` of a deep ReLU network: adds ``weights`` and ``biases``.
+
+    ``W`` is None; ``v`` is the readout weights ``W_{k+1}`` (m_k,). ``network`` is the
+    :class:`ReLUNetwork` they make (kept as arrays, so that the result saves and loads).
+    """
+
+    weights: tuple = ()  # the network's arrays, so that the result saves and loads as arrays
+    biases: tuple = ()
+
+    @property
+    def network(self) -> ReLUNetwork:
+        """The recovered network, a :class:`ReLUNetwork` of ``weights`` and ``biases``."""
+        return ReLUNetwork(self.weights, self.biases)
+
+    @property
+    def d(self) -> int:
+        return self.network.d
+
+
+# --------------------------------------------------------------------------------------------
+# The known prefix of the network
+
+
+def _prefix(layers, X):
+    """Activations ``h`` (n, m) and Jacobians ``dh/dx`` (n, m, d) of the recovered layers at ``X`` (n, d)."""
+    n, d = X.shape
+    H = X
+    J = np.broadcast_to(np.eye(d), (n, d, d))
+    patterns = []
+    for W, b in layers:
+        Z = H @ W + b
+        act = Z > 0
+        patterns.append(act)
+        H = np.where(act, Z, 0.0)
+        J = act[:, :, None] * np.einsum("im,nid->nmd", W, J)
+    return H, J, patterns
+
+
+def _all_active_map(layers, d):
+    """The affine map ``x -> (z_1, ..., z_l)`` of every recovered neuron's pre-activation where all are active."""
+    A, c = np.eye(d), np.zeros(d)  # h = A^T x + c
+    maps = []
+    for W, b in layers:
+        A, c = A @ W, c @ W + b
+        maps.append((A, c))
+    if not maps:
+        return np.zeros((d, 0)), np.zeros(0)
+    return np.concatenate([M for M, _ in maps], axis=1), np.concatenate([v for _, v in maps])
+
+
+def _active_points(layers, d, n, rng, *, box=30.0):
+    """``n`` random inputs at which every neuron of the recovered layers is active (no query).
+
+    Each coordinate of ``h_1`` on its own log-uniform scale, kept where the later layers are all
+    active (points near every face and corner of the region, where a plane may cross it only);
+    if too few are kept, the rest by hit-and-run from the point of largest margin
+    (:func:`scipy.optimize.linprog`). An empty array if no input activates them all.
+    """
+    if not layers:
+        return rng.standard_normal((n, d))
+    W1, b1 = layers[0]
+    pinv = np.linalg.pinv(W1.T)  # (d, m1): W1^T (pinv y) = y
+    out: list = []
+    for _ in range(20):
+        Y = np.exp(rng.uniform(np.log(1e-3), np.log(1e1), (20 * n, W1.shape[1])))
+        X = (Y - b1) @ pinv.T
+        _, _, pats = _prefix(layers, X)
+        ok = np.all(np.concatenate(pats, axis=1), axis=1)
+        out.extend(X[ok][: n - len(out)])
+        if len(out) >= n:
+            return np.asarray(out).reshape(-1, d)
+    M, c = _all_active_map(layers, d)
+    norms = np.linalg.norm(M, axis=0)
+    # max t subject to (M^T x + c) / |M_i| >= t and |x_j| <= box - t: a point with room on every side
+    eye = np.eye(d)
+    res = linprog(
+        np.concatenate([np.zeros(d), [-1.0]]),
+        A_ub=np.block([[-(M / norms).T, np.ones((M.shape[1], 1))], [eye, np.ones((d, 1))], [-eye, np.ones((d, 1))]]),
+        b_ub=np.concatenate([c / norms, np.full(2 * d, box)]),
+        bounds=[(None, None)] * d + [(None, 1.0)],
+    )
+    if res.x is None or res.x[-1] <= 0:
+        return np.asarray(out).reshape(-1, d)
+    x = res.x[:d]
+    step = 0
+    while len(out) < n:
+        u = rng.standard_normal(d)
+        z0, dz = x @ M + c, u @ M
+        with np.errstate(divide="ignore"):
+            t = -z0 / dz
+        pos, neg = u > 0, u < 0
+        lo = max(
+            float(np.max(t[dz > 0], initial=-np.inf)),
+            float(np.max((-box - x[pos]) / u[pos], initial=-np.inf)),
+            float(np.max((box - x[neg]) / u[neg], initial=-np.inf)),
+        )
+        hi = min(
+            float(np.min(t[dz < 0], initial=np.inf)),
+            float(np.min((box - x[pos]) / u[pos], initial=np.inf)),
+            float(np.min((-box - x[neg]) / u[neg], initial=np.inf)),
+        )
+        x = x + rng.uniform(lo, hi) * u
+        step += 1
+        if step >= 10 and step % 3 == 0:
+            out.append(x.copy())
+    return np.asarray(out).reshape(-1, d)
+
+
+# --------------------------------------------------------------------------------------------
+# Gradients and critical points
+
+
+def _gradients_sym(f, X, h, scale, *, max_halvings=10):
+    """Gradients of ``f`` at ``X`` (n, d) by symmetric differences, each checked for linearity.
+
+    ``2 d + 1`` queries a point; a point whose forward and backward differences disagree (a step
+    crossed a kink) is re-measured with an 8 times smaller step.
+    """
+    n, d = X.shape
+    G = np.empty((n, d))
+    f0 = f(X)
+    steps = np.broadcast_to(np.asarray(h, dtype=np.float64), (n,)).copy()
+    todo = np.arange(n)
+    E = np.eye(d)
+    for _ in range(max_halvings):
+        if todo.size == 0:
+            break
+        P = np.concatenate(
+            [X[todo, None, :] + steps[todo, None, None] * E, X[todo, None, :] - steps[todo, None, None] * E], axis=1
+        )
+        fp = f(P.reshape(-1, d)).reshape(todo.size, 2 * d)
+        fw, bw = fp[:, :d], fp[:, d:]
+        curv = np.abs(fw + bw - 2.0 * f0[todo, None])
+        tol = 64 * _EPS * (scale + np.abs(f0[todo, None]) + np.abs(fw) + np.abs(bw))
+        G[todo] = (fw - bw) / (2.0 * steps[todo, None])
+        bad = np.any(curv > tol, axis=1)
+        steps[todo[bad]] /= 8.0
+        todo = todo[bad]
+    if todo.size:
+        raise OracleInconsistentError(
+            f"{todo.size} gradient(s) stayed curved after {max_halvings} step reductions: the function "
+            "is not piecewise linear (not a ReLU network)."
+        )
+    return G, f0
+
+
+@dataclass
+class _Kink:
+    x: np.ndarray  # the critical point (d,)
+    jump: np.ndarray  # gradient after minus gradient before, along the line (d,)
+    sides: tuple  # (x_before, x_after)
+    grads: tuple  # (grad_before, grad_after)
+    line: int
+
+
+def _line_kinks(f, x0, q, lo, hi, scale, line_id, *, step, keep=None):
+    """The critical points of ``f`` on ``x0 + t q``, ``lo <= t <= hi``, with the gradients beside each.
+
+    ``keep(before, after)`` (no query) selects the kinks whose gradients are measured.
+    """
+
+    def g(ts):
+        return f(x0[None, :] + ts[:, None] * q[None, :])
+
+    ts, _ = find_kinks(g, lo, hi, scale=scale)
+    if ts.size == 0:
+        return []
+    edges = np.concatenate([[lo], ts, [hi]])
+    gaps = np.minimum(np.diff(edges)[:-1], np.diff(edges)[1:])
+    delta = 0.25 * gaps
+    before = x0[None, :] + (ts - delta)[:, None] * q[None, :]
+    after = x0[None, :] + (ts + delta)[:, None] * q[None, :]
+    if keep is not None:
+        sel = keep(before, after)
+        ts, delta, before, after = ts[sel], delta[sel], before[sel], after[sel]
+        if ts.size == 0:
+            return []
+    hs = np.minimum(0.25 * delta, step)
+    G, _ = _gradients_sym(f, np.concatenate([before, after]), np.concatenate([hs, hs]), scale)
+    k = ts.size
+    return [
+        _Kink(x0 + t * q, G[k + i] - G[i], (before[i], after[i]), (G[i], G[k + i]), line_id) for i, t in enumerate(ts)
+    ]
+
+
+def _readable(layers):
+    """``keep(before, after)`` for :func:`_line_kinks`: the kinks of a later layer (the recovered
+    layers' pattern is the same on both sides) where the last recovered layer is all active and
+    the Jacobian of ``h`` has full rank, so that the jump gives the whole normal."""
+
+    def keep(before, after):
+        if not layers:
+            return np.ones(before.shape[0], dtype=bool)
+        _, J, pb = _prefix(layers, before)
+        _, _, pa = _prefix(layers, after)
+        same = np.all(np.concatenate(pb, axis=1) == np.concatenate(pa, axis=1), axis=1)
+        full = np.all(pb[-1], axis=1)
+        ok = same & full
+        for i in np.flatnonzero(ok):
+            sv = np.linalg.svd(J[i], compute_uv=False)
+            ok[i] = sv[-1] > 1e-8 * sv[0]
+        return ok
+
+    return keep
+
+
+def _readable_points(layers, d, n, rng):
+    """Up to ``n`` random inputs where the last recovered layer is all active with a full-rank
+    Jacobian (earlier layers in any pattern): the bases of the lines that leave ``R_{l-1}``."""
+    keep = _readable(layers)
+    out = []
+    for scale in (1.0, 2.0, 0.5, 4.0, 1.0, 2.0):
+        X = scale * rng.standard_normal((40 * n, d))
+        out.extend(X[keep(X, X)][: n - len(out)])
+        if len(out) >= n:
+            break
+    return np.asarray(out).reshape(-1, d)
+
+
+def _segment(layers, x0, q, span, d):
+    """The part of ``x0 + t q``, ``|t| <= span``, on which every recovered neuron stays active."""
+    M, c = _all_active_map(layers, d)
+    lo, hi = -span, span
+    if M.shape[1]:
+        z0 = x0 @ M + c
+        dz = q @ M
+        with np.errstate(divide="ignore"):
+            t = -z0 / dz
+        lo = max(lo, float(np.max(t[dz > 0], initial=-np.inf)))
+        hi = min(hi, float(np.min(t[dz < 0], initial=np.inf)))
+    pad = 1e-6 * (hi - lo)
+    return lo + pad, hi - pad
+
+
+# --------------------------------------------------------------------------------------------
+# One layer
+
+
+def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7):
+    """Normals ``(w, b)`` (unit norm, up to sign) of the next layer, from the kinks found inside the
+    region where the recovered layers are all active; returns ``(eta (m_prev + 1, k), members)``."""
+    X = np.stack([k.x for k in kinks])
+    H, _, _ = _prefix(layers, X)
+    _, J, _ = _prefix(layers, np.stack([k.sides[0] for k in kinks]))
+    clusters: list = []  # [sum of aligned etas, lines, members, reference eta]
+    for i, kink in enumerate(kinks):
+        Ji = J[i]  # (m_prev, d), the same on both sides (see _readable)
+        w, res, rank, sv = np.linalg.lstsq(Ji.T, kink.jump, rcond=None)
+        if rank < Ji.shape[0] or sv[-1] < 1e-8 * sv[0]:
+            continue
+        if np.linalg.norm(Ji.T @ w - kink.jump) > 1e-6 * np.linalg.norm(kink.jump):
+            continue  # not in the span of the known layer's gradients
+        b = -float(w @ H[i])
+        eta = np.concatenate([w, [b]])
+        eta /= np.linalg.norm(eta)
+        for cl in clusters:
+            ref = cl[3]
+            sgn = 1.0 if eta @ ref >= 0 else -1.0
+            if np.max(np.abs(sgn * eta - ref)) <= tol:
+                cl[0] += sgn * eta
+                cl[1].add(kink.line)
+                cl[2].append(i)
+                break
+        else:
+            clusters.append([eta.copy(), {kink.line}, [i], eta])
+    clusters = [cl for cl in clusters if len(cl[1]) >= min_lines]
+    clusters.sort(key=lambda cl: -len(cl[1]))
+    P_all = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+    if width is None:
+        chosen = clusters
+    else:
+        chosen = clusters[:width]
+        if len(chosen) < width:
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1}: found {len(chosen)} of the {width} neurons (hyperplanes met on at "
+                f"least {min_lines} lines and split by others); a neuron whose hyperplane misses the region "
+                "where all earlier layers are active cannot be seen by this learner. Raise n_lines or max_batches."
+            )
+    if not chosen:
+        return np.zeros((0 if not layers else layers[-1][0].shape[1] + 1, 0)), []
+    etas = []
+    for cl in chosen:
+        eta0 = cl[0] / np.linalg.norm(cl[0])
+        # The critical points lie on the hyperplane to float64 (find_kinks intersects lines): the
+        # smallest correction orthogonal to eta0 that puts them on it refines the gradients' eta0.
+        P = P_all[cl[2]]
+        B = np.linalg.svd(eta0[:, None], full_matrices=True)[0][:, 1:]
+        c = np.linalg.lstsq(P @ B, -(P @ eta0), rcond=None)[0]
+        eta = eta0 + B @ c
+        etas.append(eta / np.linalg.norm(eta))
+    return np.stack(etas, axis=1), [cl[2] for cl in chosen]
+
+
+def _sharpen(f, layers, etas, d, rng, scale, span, *, extra=4, delta=1e-3):
+    """Each neuron's ``(w, b)`` refit on ``m_prev + extra`` critical points placed on its plane.
+
+    The coarse plane (from the gradient jumps) predicts where a random line inside ``R_{l-1}``
+    crosses it. Three answers on each side, ``delta`` apart, give the two linear pieces; where they
+    meet is the critical point to float64 (Carlini et al.'s intersection of lines). A side that is not
+    linear (another kink is near) drops that line. The plane through the points is the singular
+    vector of ``[h_{l-1}(x_i), 1]`` of the smallest singular value. Six queries a point.
+    """
+    m_prev = etas.shape[0] - 1
+    need = m_prev + extra
+    offs = delta * np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0])
+    out = []
+    for j in range(etas.shape[1]):
+        eta = etas[:, j]
+        pts: list = []
+        for _attempt in range(8):
+            # Segments between points of R_{l-1} (convex) on either side of the plane cross it inside.
+            pool = _active_points(layers, d, 20 * need, rng)
+            if pool.shape[0] == 0:
+                break
+            side = _prefix(layers, pool)[0] @ eta[:-1] + eta[-1] > 0
+            pos, neg = pool[side], pool[~side]
+            k = 2 * (need - len(pts))
+            if pos.shape[0] and neg.shape[0]:
+                bases = pos[rng.integers(pos.shape[0], size=k)]
+                Q = neg[rng.integers(neg.shape[0], size=k)] - bases
+            else:
+                bases, Q = pool[:k], rng.standard_normal((min(k, pool.shape[0]), d))
+            Q /= np.linalg.norm(Q, axis=1, keepdims=True)
+            H0, J0, _ = _prefix(layers, bases)
+            z0 = H0 @ eta[:-1] + eta[-1]
+            dz = np.einsum("nmd,nd->nm", J0, Q) @ eta[:-1]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t_star = -z0 / dz
+            ok = np.isfinite(t_star) & (np.abs(t_star) < span)
+            rows = []
+            for i in np.flatnonzero(ok):
+                lo, hi = _segment(layers, bases[i], Q[i], span, d)
+                if lo + 4 * delta < t_star[i] < hi - 4 * delta:
+                    rows.append(i)
+            rows = rows[: need - len(pts)]
+            if not rows:
+                continue
+            T = t_star[rows][:, None] + offs[None, :]
+            Xq = bases[rows][:, None, :] + T[:, :, None] * Q[rows][:, None, :]
+            y = f(Xq.reshape(-1, d)).reshape(len(rows), 6)
+            for r, i in enumerate(rows):
+                t, v = T[r], y[r]
+                sl, sr = (v[2] - v[0]) / (t[2] - t[0]), (v[5] - v[3]) / (t[5] - t[3])
+                tol = 64 * _EPS * (scale + np.max(np.abs(v)))
+                lin_l = abs(v[0] + sl * (t[1] - t[0]) - v[1]) <= tol
+                lin_r = abs(v[3] + sr * (t[4] - t[3]) - v[4]) <= tol
+                if not (lin_l and lin_r) or abs(sl - sr) <= 1e-6 * max(abs(sl), abs(sr), scale):
+                    continue
+                tc = (v[3] - sr * t[3] - v[0] + sl * t[0]) / (sl - sr)
+                if abs(tc - t_star[i]) < delta:
+                    pts.append(bases[i] + tc * Q[i])
+            if len(pts) >= need:
+                break
+        if len(pts) < m_prev + 1:
+            out.append(eta)
+            continue
+        H, _, _ = _prefix(layers, np.asarray(pts))
+        P = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+        Pn = P / np.linalg.norm(P, axis=1, keepdims=True)
+        # A point of another plane met near the predicted crossing is far off the coarse plane: drop it.
+        Pn = Pn[np.abs(Pn @ eta) <= 1e-6]
+        if Pn.shape[0] < m_prev + 1:
+            out.append(eta)
+            continue
+        v = np.linalg.svd(Pn)[2][-1]
+        v = v if v @ eta >= 0 else -v
+        # Keep the refit only if it is the same plane (the coarse one is good to about 2^-35).
+        out.append(v if np.max(np.abs(v - eta)) <= 1e-6 else eta)
+    return np.stack(out, axis=1)
+
+
+def _flat_neurons(layers, kinks, cand, members, rtol=1e-6):
+    """Which candidate planes are neurons of the layer being read, not pieces of the next one.
+
+    Inside ``R_{l-1}`` a neuron ``k`` of layer ``l + 1`` bends where a neuron of layer ``l`` turns;
+    its piece is flat within one cell of layer ``l``'s arrangement, and repeats on the lines through
+    that cell. There its gradient jump is the same vector at every kink when layer ``l + 1`` is the
+    last hidden one (the readout weighs it, whatever the pattern). A neuron ``a`` of layer ``l``
+    jumps by ``(df/dh_a) grad z_a``, whose size changes with the pattern of the layers after it.
+    So a candidate whose jumps differ in size by more than ``rtol`` is a neuron of layer ``l``; one
+    whose kinks two such neurons' planes separate spans two cells, and is one too (this book's own
+    test; Carlini et al. 2020 filter by repetition alone). Returns the indices, in the given order.
+    """
+    X = np.stack([k.x for k in kinks])
+    H, _, _ = _prefix(layers, X)
+    P = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+    sure = []
+    for j, idx in enumerate(members):
+        size = np.array([np.linalg.norm(kinks[i].jump) for i in idx])
+        if size.max() > (1.0 + rtol) * size.min():
+            sure.append(j)
+    good = list(sure)
+    for j, idx in enumerate(members):
+        if j in sure:
+            continue
+        side = P[idx] @ cand[:, sure]
+        margin = 1e-9 * np.max(np.abs(P[idx]), axis=1, keepdims=True)
+        if np.any((side.min(axis=0) < -margin.max()) & (side.max(axis=0) > margin.max())):
+            good.append(j)
+    return sorted(good)
+
+
+def _last_layer_partial(f, layers, width, d, rng, scale, span, lines, max_batches, tol=1e-6):
+    """The last hidden layer from kinks anywhere: normals on the active part of the layer before.
+
+    At a kink of a neuron of the last layer, with ``S`` the active neurons of the layer before, the
+    jump is ``kappa J_S^T w_S``: it gives ``w_S / b`` (``b = -w_S^T h_S(x*)``), free of the jump's
+    scale and sign. Kinks of one neuron agree where their ``S`` overlap, and are merged into its
+    whole ``w / b`` (Carlini et al. 2020's unification of partial signatures). The signs, and the
+    readout, come from one least-squares fit of the answers on ``ReLU(z_k)``, ``z_k`` and 1 (``z_k
+    = (w_k / b_k)^T h + 1``): ``ReLU(-z) = ReLU(z) - z``, so neuron ``k`` is on where ``z_k > 0``
+    if its coefficient on ``z_k`` is 0, and where ``z_k < 0`` if it is minus that on ``ReLU(z_k)``
+    (this book's reading of the last layer's signs). Returns ``(eta (m + 1, width), kinks)``.
+    """
+    m = layers[-1][0].shape[1]
+
+    def keep(before, after):
+        _, J, pb = _prefix(layers, before)
+        _, _, pa = _prefix(layers, after)
+        same = np.all(np.concatenate(pb, axis=1) == np.concatenate(pa, axis=1), axis=1)
+        ok = same & (pb[-1].sum(axis=1) >= 2)
+        for i in np.flatnonzero(ok):
+            S = pb[-1][i]
+            sv = np.linalg.svd(J[i][S], compute_uv=False)
+            ok[i] = sv[-1] > 1e-8 * sv[0]
+        return ok
+
+    kinks: list = []
+    clusters: list = []
+    full: list = []
+    seen = (-1, -1)
+    want = np.zeros(m, dtype=bool)  # neurons of the layer before missing from a neuron's normal
+    for batch in range(max_batches):
+        pool = rng.standard_normal((400 * lines, d)) * rng.choice([1.0, 2.0, 3.0], (400 * lines, 1))
+        if want.any():
+            # Lines through points where the missing neurons are active (no query to find them).
+            _, _, pp = _prefix(layers, pool)
+            hit = pp[-1][:, want].any(axis=1)
+            pool = np.concatenate([pool[hit], pool[~hit]])
+        for li in range(2 * lines):
+            x0 = pool[li]
+            q = rng.standard_normal(d)
+            q /= np.linalg.norm(q)
+            kinks.extend(_line_kinks(f, x0, q, -span, span, scale, 2 * batch * lines + li, step=1e-3, keep=keep))
+        clusters = []
+        for i, kink in enumerate(kinks):
+            H, J, pats = _prefix(layers, kink.sides[0][None])
+            S = pats[-1][0]
+            Hx, _, _ = _prefix(layers, kink.x[None])
+            wS, *_ = np.linalg.lstsq(J[0][S].T, kink.jump, rcond=None)
+            if np.linalg.norm(J[0][S].T @ wS - kink.jump) > 1e-6 * np.linalg.norm(kink.jump):
+                continue
+            b = -float(wS @ Hx[0][S])
+            if abs(b) <= 1e-9 * np.linalg.norm(wS):
+                continue
+            v = np.full(m, np.nan)
+            v[S] = wS / b
+            clusters.append([v, {kink.line}, [i]])
+        # Merge partial normals that agree on their shared coordinates (at least one): one pass,
+        # each into the first merged normal it agrees with (fragments with no shared coordinate stay apart).
+        merged: list = []
+        for v, ls, idx in sorted(clusters, key=lambda cl: -int((~np.isnan(cl[0])).sum())):
+            for cl in merged:
+                both = ~np.isnan(v) & ~np.isnan(cl[0])
+                if not both.any():
+                    continue
+                ref = max(float(np.max(np.abs(v[both]))), float(np.max(np.abs(cl[0][both]))))
+                if np.max(np.abs(v[both] - cl[0][both])) <= tol * ref:
+                    cl[0] = np.where(np.isnan(cl[0]), v, cl[0])
+                    cl[1] |= ls
+                    cl[2] += idx
+                    break
+            else:
+                merged.append([v.copy(), set(ls), list(idx)])
+        clusters = merged
+        clusters.sort(key=lambda cl: -len(cl[1]))
+        full = [cl for cl in clusters if len(cl[1]) >= 2]
+        complete = sum(not np.any(np.isnan(cl[0])) for cl in full)
+        want = np.zeros(m, dtype=bool)
+        for cl in full:
+            want |= np.isnan(cl[0])
+        if complete >= width or (batch >= 1 and (len(full), complete) == seen and not want.any()):
+            break
+        seen = (len(full), complete)
+    if not full:
+        raise NotIdentifiableError(
+            f"layer {len(layers) + 1} (the last): no neuron met on two lines after {max_batches} batches of "
+            f"{lines} lines. Raise n_lines or max_batches."
+        )
+    X = np.stack([k.x for k in kinks])
+    H, _, _ = _prefix(layers, X)
+    P_all = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+    etas = []
+    # A neuron that is never crossed is dead where the lines went (common in random deep networks):
+    # left out. A weight from a neuron of the layer before that was never active at a kink is 0:
+    # the verification decides (diagnostics count both).
+    for cl in full[:width]:
+        eta0 = np.concatenate([np.nan_to_num(cl[0], nan=0.0), [1.0]])
+        eta0 /= np.linalg.norm(eta0)
+        P = P_all[cl[2]]
+        B = np.linalg.svd(eta0[:, None], full_matrices=True)[0][:, 1:]
+        c = np.linalg.lstsq(P @ B, -(P @ eta0), rcond=None)[0]
+        eta = eta0 + B @ c
+        etas.append(eta / np.linalg.norm(eta))
+    missing = np.zeros(m, dtype=bool)
+    for cl in full[:width]:
+        missing |= np.isnan(cl[0])
+    return np.stack(etas, axis=1), missing, len(kinks), 2 * lines * (batch + 1)
+
+
+def _last_signs(layers, etas, X, y, missing, rng, max_points=4000):
+    """Signs of the last layer: of the ``2^k`` sign vectors, the one whose least-squares readout
+    fits the answers best, on points where no neuron of the layer before with a missing weight is
+    active (a wrong sign leaves a residual the size of that neuron's contribution)."""
+    H, _, pats = _prefix(layers, X)
+    clean = ~pats[-1][:, missing].any(axis=1)
+    H, y = H[clean], y[clean]
+    if H.shape[0] > max_points:
+        pick = rng.choice(H.shape[0], max_points, replace=False)
+        H, y = H[pick], y[pick]
+    Z = H @ etas[:-1] + etas[-1]
+    k = etas.shape[1]
+    best, best_res = None, np.inf
+    for code in range(2**k):
+        sg = np.array([1.0 if (code >> j) & 1 == 0 else -1.0 for j in range(k)])
+        F = np.concatenate([np.maximum(Z * sg, 0.0), np.ones((Z.shape[0], 1))], axis=1)
+        coef = np.linalg.lstsq(F, y, rcond=None)[0]
+        res = float(np.max(np.abs(F @ coef - y)))
+        if res < best_res:
+            best, best_res = sg, res
+    return best
+
+
+def _signs(layers, etas, members, kinks):
+    """Which side of its hyperplane each new neuron is active on.
+
+    At a kink of neuron ``j``, the gradients beside it are combinations of the new neurons' gradients
+    (independent when the widths do not grow); neuron ``j``'s coefficient vanishes on the side where it is
+    off, and is the jump on the side where it is on (Carlini et al. 2020's contractive sign test)."""
+    Wn, bn = etas[:-1], etas[-1]
+    signs = np.zeros(etas.shape[1])
+    for j, idx in enumerate(members):
+        votes = []
+        for i in idx:
+            kink = kinks[i]
+            sides = np.stack(kink.sides)
+            H, J, _ = _prefix(layers, sides)
+            coef = []
+            for s in range(2):
+                M = J[s].T @ Wn  # (d, m_new): gradients of the new pre-activations
+                gam = np.linalg.lstsq(M, kink.grads[s], rcond=None)[0]
+                coef.append(abs(gam[j]) * np.linalg.norm(M[:, j]))
+            big, small = max(coef), min(coef)
+            if big == 0.0 or small > 1e-6 * big:
+                continue
+            on = int(np.argmax(coef))
+            z = float(H[on] @ Wn[:, j] + bn[j])
+            votes.append(1.0 if z > 0 else -1.0)
+        if not votes:
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1}, neuron {j}: no kink of it showed the side on which it is active "
+                "(its coefficient did not vanish on either side); its sign is not determined here."
+            )
+        if min(votes) != max(votes):
+            raise OracleInconsistentError(
+                f"layer {len(layers) + 1}, neuron {j}: its kinks disagree on the side where it is active; the "
+                "oracle is not a ReLU network of this form."
+            )
+        signs[j] = votes[0]
+    return signs
+
+
+def _readout(layers, X, y):
+    """Least-squares readout ``(w, b)`` of the recovered layers on answered points, and its relative residual."""
+    H, _, _ = _prefix(layers, X)
+    F = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
+    coef = np.linalg.lstsq(F, y, rcond=None)[0]
+    res = float(np.max(np.abs(F @ coef - y))) / max(float(np.max(np.abs(y))), np.finfo(float).tiny)
+    return coef[:-1], float(coef[-1]), res
+
+
+def learn_relu_network(
+    oracle,
+    *,
+    widths=None,
+    n_lines=None,
+    max_batches=6,
+    span=None,
+    max_layers=8,
+    verify=256,
+    verify_rtol=2.0**-30,
+    seed=0,
+    sharpen=True,
+):
+    """Extract a ReLU network with biases and ``k >= 1`` hidden layers from one-token value queries.
+
+    Parameters
+    ----------
+    oracle : ValueQueryOracle
+        Exact oracle whose answers on one-token queries ``[x^T]`` are a :class:`ReLUNetwork`'s
+        ``f(x)`` (float64).
+    widths : sequence of int, optional
+        The hidden widths ``(m_1, ..., m_k)``. If None, they are detected: a layer's neurons are
+        the hyperplanes met on at least two lines, and the depth ends when a readout of the
+        recovered layers fits every answer so far. Detection is measured to work at depth 1 only:
+        at depth 2 a deeper neuron's piece repeats across lines and the learner refuses (the
+        verification fails); pass ``widths`` for deeper networks.
+    n_lines : int, optional
+        Random lines searched for critical points per layer; default ``max(12, 3 m)`` with
+        ``m`` the previous layer's width (``d`` for the first).
+    max_batches : int, default=6
+        Batches of ``n_lines`` lines per layer at most: another is searched while the neurons met
+        on two lines grow in number (or fall short of the given width).
+    span : float, optional
+        Half-length of each line; default ``3 sqrt(d)`` (inputs are of the scale ``N(0, I_d)``).
+    max_layers : int, default=8
+        Deepest network tried when ``widths`` is None.
+    verify : int, default=256
+        Fresh points ``N(0, I_d)`` (never used for learning) on which the recovered network is
+        compared with the oracle; ``0`` opts out.
+    verify_rtol : float, default=2**-30
+        Largest accepted worst-case relative error ``max |f_hat - f| / max |f|`` on them.
+    seed : int, default=0
+        Seed of ``numpy.random.default_rng`` for the lines and the verification points.
+
+    Returns
+    -------
+    ReLUNetworkRecovery
+        ``network``: a :class:`ReLUNetwork` equal to the target up to the symmetries of ReLU
+        networks (per-neuron positive rescaling, permutations; each hidden neuron's ``(w, b)`` has
+        unit norm); ``v`` its readout; ``W`` None. ``diagnostics``: ``widths``, ``n_probe_queries``
+        (4, the answers' scale), ``n_kinks`` (per layer), ``n_lines`` (per layer),
+        ``n_layer_queries`` (per layer, kink search and gradients; ``n_learning_queries`` is
+        ``n_probe_queries`` plus their sum), ``n_readout_points``, ``readout_residual``, ``n_verify_queries``,
+        ``verify_rel_error`` and ``verify_bits`` (``-log2`` of it: the field's bits of precision).
+
+    Raises
+    ------
+    TypeError
+        If ``oracle`` is not an exact value-query oracle.
+    InvalidInputError
+        For a bad option, or ``widths`` that grow (``m_1 > d`` or ``m_l > m_{l-1}``).
+    NotIdentifiableError
+        If a detected layer is wider than the one before it (outside the class), a neuron was
+        not met inside the region where all earlier layers are active, or its sign was not shown.
+    OracleInconsistentError
+        If the answers are not piecewise linear, disagree on a neuron's sign, or the recovered
+        network disagrees with the oracle on the fresh points by more than ``verify_rtol``.
+    PrecisionError
+        If two critical points along a line are closer than float64 resolves.
+
+    Notes
+    -----
+    The method of Carlini, Jagielski & Mironov 2020 [1]_ (critical points along lines, layer-by-layer
+    signature recovery), in this book's own implementation and with this book's simplification:
+    layer ``l`` is read only inside the region ``R_{l-1}`` where every neuron of layers ``1..l-1``
+    is active, which the recovered layers locate without a query. There ``h_{l-1}`` is an affine
+    map of ``x`` of full rank (the widths do not grow), so
+
+    * every kink on a line inside ``R_{l-1}`` belongs to layer ``l`` or deeper; its gradient jump
+      is ``kappa A^T w`` with ``A`` the known Jacobian of ``h_{l-1}``, which gives ``w`` up to
+      scale, and ``b = -w^T h_{l-1}(x*)`` at the critical point ``x*``;
+    * layer-``l`` neurons are flat in ``h_{l-1}``: the same unit ``(w, b)`` comes back from many
+      lines; deeper neurons bend, and repeat only within one cell;
+    * signs: beside a kink of neuron ``j`` the gradient of ``f`` is a combination of the layer's
+      gradients ``A^T w_i``; ``j``'s coefficient is zero on the side where ``j`` is off (the
+      contractive sign test; Canales-Martinez et al. 2024 [2]_ treat the general case);
+    * the readout is a least-squares fit of the answers already spent on ``h_k``.
+
+    Beyond that simplification, this book's own steps for depth 3 (measured, not proved):
+
+    * inside ``R_{l-1}`` a neuron of layer ``l + 1`` is flat within one cell of layer ``l``'s
+      arrangement and repeats on the lines through it. When layer ``l + 1`` is the last, its
+      jump is the same vector at every kink (the readout weighs it), while a neuron of layer
+      ``l`` jumps by ``df/dh`` times its gradient, whose size changes with the later pattern: a
+      plane whose jumps change in size, or whose kinks such a plane separates, is kept;
+    * the last layer of a network of depth 3 or more is read anywhere (``R_{k-1}`` is often thin
+      and its neurons miss it): at a kink the active part ``S`` of layer ``k - 1`` gives
+      ``w_S / b``; kinks that agree on their shared coordinates are merged (Carlini et al.'s
+      unification); a neuron never crossed is left out (dead where the lines went), a weight never
+      seen is 0; its signs are the sign vector whose least-squares readout fits the answers best.
+      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-5 this recovers seed 0 (36.4 bits,
+      widths (8, 8, 5): three neurons of layer 3 are dead) and refuses the other five (the
+      verification fails: a neuron or a weight was not seen).
+
+    A neuron whose hyperplane misses ``R_{l-1}`` is not found (rare for random networks; the
+    learner refuses, naming the layer). Queries: ``n_lines`` kink searches per layer plus
+    ``2 (2 d + 1)`` for the gradients beside each kink; counted, not bounded.
+
+    References
+    ----------
+    .. [1] N. Carlini, M. Jagielski, I. Mironov, "Cryptanalytic extraction of neural network
+       models", CRYPTO 2020.
+    .. [2] I. A. Canales-Martinez, J. Chavez-Saab, A. Hambitzer, F. Rodriguez-Henriquez,
+       N. Satpute, A. Shamir, "Polynomial time cryptanalytic extraction of neural network models",
+       EUROCRYPT 2024.
+
+    Examples
+    --------
+    >>> from companion.oracles import ValueQueryOracle
+    >>> net = random_relu_network(10, (8, 8), seed=0)
+    >>> rec = learn_relu_network(ValueQueryOracle(net), widths=(8, 8))
+    >>> rec.network.widths, rec.diagnostics["verify_bits"] > 35
+    ((8, 8), True)
+    """
+    opts = _relu_options(oracle, widths, n_lines, span, max_layers, max_batches, verify, verify_rtol, seed)
+    d, widths = opts.d, opts.widths
+    rng = np.random.default_rng(opts.seed)
+    count = QueryCount(oracle)
+    answers = _Answers(oracle)
+    X_check = rng.standard_normal((opts.verify, d))
+    with count.stage("probe"):
+        scale = _probe_scale(answers, oracle, rng, opts.seed)
+    layers: list = []
+    diag: dict = {"n_kinks": [], "n_lines": [], "n_layer_queries": []}
+    depth = len(widths) if widths is not None else opts.max_layers
+    for layer in range(depth):
+        with count.stage(f"layer {layer + 1}"):
+            if widths is not None and len(layers) >= 2 and layer == depth - 1:
+                new, n_kinks, n_lines_used = _read_last_layer(answers, layers, widths[layer], d, rng, scale, opts)
+            else:
+                new, n_kinks, n_lines_used = _read_layer(answers, layers, layer, depth, d, rng, scale, opts, sharpen)
+        diag["n_kinks"].append(n_kinks)
+        diag["n_lines"].append(n_lines_used)
+        diag["n_layer_queries"].append(count[f"layer {layer + 1}"])
+        if new is None:
+            break  # widths detected: no new hyperplane where every recovered neuron is active (verified below)
+        layers.append(new)
+    Xa, ya = answers.all()
+    w_out, b_out, res = _readout(layers, Xa, ya)
+    net = ReLUNetwork([W for W, _ in layers] + [w_out], [b for _, b in layers] + [b_out])
+    n_learning = count.total
+    with count.stage("verify"):
+        rel, bits = _verify_network(oracle, net, X_check)
+    diag.update(
+        n_probe_queries=count["probe"],
+        widths=list(net.widths),
+        n_readout_points=int(Xa.shape[0]),
+        readout_residual=res,
+        n_verify_queries=count["verify"],
+        verify_rel_error=rel,
+        verify_bits=bits,
+    )
+    if opts.verify and not rel <= opts.verify_rtol:
+        raise OracleInconsistentError(
+            f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
+            f"verify_rtol={opts.verify_rtol:.3g} on {opts.verify} fresh points: the target is not a ReLU network "
+            "whose widths do not grow, or a neuron was missed. Raise n_lines or pass another seed."
+        )
+    return ReLUNetworkRecovery(
+        W=None,
+        v=net.weights[-1][:, 0].copy(),
+        n_queries=count.total,
+        message=f"extracted widths {net.widths} from {n_learning} length-1 queries; {bits:.1f} bits on fresh points",
+        diagnostics=diag,
+        weights=tuple(net.weights),
+        biases=tuple(net.biases),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The stages of learn_relu_network
+
+
+@dataclass(frozen=True)
+class _Options:
+    d: int
+    widths: list | None
+    n_lines: int | None
+    span: float
+    max_layers: int
+    max_batches: int
+    verify: int
+    verify_rtol: float
+    seed: int
+
+
+def _relu_options(oracle, widths, n_lines, span, max_layers, max_batches, verify, verify_rtol, seed) -> _Options:
+    """Check every option before any query (and refuse an oracle that states float32 answers)."""
+    from ..exact import check_exact_oracle
+
+    d = check_exact_oracle(oracle, "learn_relu_network")
+    refuse_stated_rounding(
+        oracle,
+        "the kink search intersects lines through answers exact to float64 rounding (rounded answers bend every piece)",
+        what="network",
+    )
+    if widths is not None:
+        widths = [check_int(m, "widths[i]", minimum=1) for m in widths]
+        if not widths:
+            raise InvalidInputError("widths must list at least one hidden layer, or be None to detect them.")
+        for prev, m in zip([d, *widths[:-1]], widths):
+            if m > prev:
+                raise InvalidInputError(
+                    f"widths={tuple(widths)} grow ({m} > {prev}); learn_relu_network handles networks whose "
+                    "widths do not grow (d >= m_1 >= m_2 >= ...)."
+                )
+    return _Options(
+        d=d,
+        widths=widths,
+        n_lines=None if n_lines is None else check_int(n_lines, "n_lines", minimum=2),
+        span=3.0 * np.sqrt(d) if span is None else check_real(span, "span", minimum=0.0, strict=True),
+        max_layers=check_int(max_layers, "max_layers", minimum=1),
+        max_batches=check_int(max_batches, "max_batches", minimum=1),
+        verify=check_int(verify, "verify", minimum=0),
+        verify_rtol=check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True),
+        seed=check_int(seed, "seed", minimum=0),
+    )
+
+
+class _Answers:
+    """One-token queries ``f(x)`` for points ``x`` (n, d), every answer kept for the readout."""
+
+    def __init__(self, oracle):
+        self.oracle, self.xs, self.ys = oracle, [], []
+
+    def __call__(self, x):
+        x = np.asarray(x, dtype=np.float64)
+        y = np.asarray(self.oracle(x[:, None, :]), dtype=np.float64)
+        self.xs.append(x)
+        self.ys.append(y)
+        return y
+
+    def all(self):
+        return np.concatenate(self.xs), np.concatenate(self.ys)
+
+
+def _probe_scale(f, oracle, rng, seed) -> float:
+    """The answers' scale from 4 random points; refuse answers coarser than float64 there."""
+    y_probe = f(rng.standard_normal((4, oracle.d)))
+    # Answers at random points from a float64 server need all 53 bits; float32's have 24. Refuse
+    # coarse answers now (4 queries), not after the kink search has spent ~1e5 on them.
+    prec = AnswerPrecision(oracle, seed=seed + 7)
+    if prec.read(y_probe) and prec.u > COARSE_FACTOR * FLOAT64_U:
+        raise PrecisionError(
+            rounding_advice(
+                "learn_relu_network",
+                prec,
+                f"not run: the {y_probe.size} answers at random points carry at most "
+                f"{round(-np.log2(prec.u))} significant bits",
+            )
+        )
+    return max(float(np.max(np.abs(y_probe))), 1e-300)
+
+
+def _lines_per_batch(opts, layers, prev) -> int:
+    if opts.n_lines is not None:
+        return opts.n_lines
+    if not layers and opts.widths is not None:
+        return 3  # every line crosses every plane of layer 1: two lines confirm it, a third for spare
+    return max(12, 3 * prev)
+
+
+def _read_last_layer(f, layers, width, d, rng, scale, opts):
+    """The last layer of a network of depth >= 3, read anywhere from partial normals (R_{l-1} is thin)."""
+    lines = _lines_per_batch(opts, layers, layers[-1][0].shape[1])
+    _active_points(layers, d, lines, rng)  # drawn and unused, so that a seed gives the runs measured before
+    etas, missing, n_k, n_l = _last_layer_partial(f, layers, width, d, rng, scale, opts.span, lines, opts.max_batches)
+    Xa, ya = f.all()
+    signs = _last_signs(layers, etas, Xa, ya, missing, rng)
+    return (etas[:-1] * signs[None, :], etas[-1] * signs), n_k, n_l
+
+
+def _search_lines(f, layers, bases, lines, n_batches, inside, d, rng, scale, span):
+    """One batch of kink searches: lines through ``R_{l-1}``, and (after the first batch, or if it is
+    empty) lines where only the last recovered layer is all active."""
+    kinks: list = []
+    ends = _active_points(layers, d, lines, rng) if layers else bases[::-1]
+    for li, x0 in enumerate(bases):
+        # Inside R_{l-1} (convex), the line through two of its random points crosses it far.
+        q = rng.standard_normal(d) if not layers or li >= ends.shape[0] else ends[li] - x0
+        q /= np.linalg.norm(q)
+        lo, hi = _segment(layers, x0, q, span, d)
+        if hi - lo <= 1e-9 * span:
+            continue
+        kinks.extend(_line_kinks(f, x0, q, lo, hi, scale, li + lines * n_batches, step=1e-3))
+    if layers and (n_batches > 1 or not inside):
+        # Lines that leave R_{l-1}: where the last recovered layer is all active, the earlier
+        # ones need only keep the Jacobian's rank (R_{l-1} may be small or empty).
+        keep = _readable(layers)
+        for li, x0 in enumerate(_readable_points(layers, d, lines, rng)):
+            q = rng.standard_normal(d)
+            q /= np.linalg.norm(q)
+            line_id = 10**6 + li + lines * n_batches
+            kinks.extend(_line_kinks(f, x0, q, -0.5 * span, 0.5 * span, scale, line_id, step=1e-3, keep=keep))
+    return kinks
+
+
+def _choose_planes(layers, kinks, target_width, last, d):
+    """The candidate planes that are this layer's neurons: ``(etas, members)``."""
+    cand, cand_members = _layer_neurons(layers, kinks, None, d, min_lines=2)
+    if target_width is None:
+        # Detected (depth 1 measured): planes met on at least half as many lines as the most-met.
+        most = max((len({kinks[i].line for i in m}) for m in cand_members), default=0)
+        good = [j for j, m in enumerate(cand_members) if len({kinks[i].line for i in m}) >= 0.5 * most]
+    elif not layers or last:
+        # Layer 1: every line crosses every plane of it. The last layer: no deeper neuron.
+        good = list(range(min(cand.shape[1], target_width)))
+    else:
+        good = _flat_neurons(layers, kinks, cand, cand_members)[:target_width]
+    return cand[:, good], [cand_members[j] for j in good]
+
+
+def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
+    """Layer ``l``'s neurons ``(W, b)`` (or None when detecting and none is left), kinks and lines."""
+    prev = layers[-1][0].shape[1] if layers else d
+    lines = _lines_per_batch(opts, layers, prev)
+    bases = _active_points(layers, d, lines, rng)
+    inside = bases.shape[0] > 0  # R_{l-1} is not empty
+    kinks: list = []
+    n_batches = 0
+    target_width = None if opts.widths is None else opts.widths[layer]
+    etas, members, signs = np.zeros((prev + 1, 0)), [], None
+    while n_batches < opts.max_batches:
+        # Batches of lines until the given width is confirmed (or, detecting, until a batch
+        # confirms no new neuron); a hyperplane crossing a small part of R_{l-1} needs more lines.
+        n_batches += 1
+        kinks.extend(_search_lines(f, layers, bases, lines, n_batches, inside, d, rng, scale, opts.span))
+        if not kinks:
+            bases = _active_points(layers, d, lines, rng)
+            continue
+        etas, members = _choose_planes(layers, kinks, target_width, layer == depth - 1, d)
+        if target_width is None or etas.shape[1] >= target_width:
+            try:
+                signs = _signs(layers, etas, members, kinks) if etas.shape[1] <= prev else None
+            except NotIdentifiableError:
+                if n_batches >= opts.max_batches:
+                    raise
+                signs = None  # a neuron whose sign no kink showed yet: another batch of lines
+            else:
+                break
+        bases = _active_points(layers, d, lines, rng)
+    n_lines_used = int(lines * n_batches)
+    if target_width is not None and etas.shape[1] < target_width:
+        raise NotIdentifiableError(
+            f"layer {len(layers) + 1}: confirmed {etas.shape[1]} of the {target_width} neurons on "
+            f"{n_lines_used} lines; a neuron whose hyperplane misses the region where all earlier "
+            "layers are active cannot be seen by this learner. Raise n_lines or max_batches."
+        )
+    if etas.shape[1] == 0 and opts.widths is None and layers:
+        return None, len(kinks), n_lines_used
+    if etas.shape[1] == 0:
+        raise NotIdentifiableError(
+            f"layer {len(layers) + 1}: no hyperplane confirmed; the function has no critical point on "
+            f"{n_lines_used} lines, or its neurons miss the region where earlier layers are all active."
+        )
+    if etas.shape[1] > prev:
+        raise NotIdentifiableError(
+            f"layer {len(layers) + 1} has {etas.shape[1]} neurons, more than the {prev} before it: "
+            "learn_relu_network handles networks whose widths do not grow."
+        )
+    if signs is None:
+        signs = _signs(layers, etas, members, kinks)
+    if sharpen:
+        etas = _sharpen(f, layers, etas, d, rng, scale, opts.span)
+    return (etas[:-1] * signs[None, :], etas[-1] * signs), len(kinks), n_lines_used
+
+
+def _verify_network(oracle, net, X_check):
+    """Worst-case relative error and bits of ``net`` against the oracle on fresh points (counted)."""
+    if not X_check.shape[0]:
+        return float("nan"), float("nan")
+    y_check = np.asarray(oracle(X_check[:, None, :]), dtype=np.float64)
+    y_hat = net.forward(X_check)
+    ref = max(float(np.max(np.abs(y_check))), np.finfo(float).tiny)
+    return float(np.max(np.abs(y_hat - y_check))) / ref, bits_of_precision(y_hat, y_check)
