@@ -82,8 +82,8 @@ def pytest_collection_finish(session):
 TIME_PARTS = (
     ("nbval: every chapter re-executed and compared", "book/chapters/"),
     ("re-executions under other kernels and perturbed answers (waiting)", "tests/test_reproducibility.py"),
-    ("reader's runs (daily rotation)", "tests/test_reader_runs.py"),
-    ("chapters on non-default parameters, papermill, make book after an edit", "tests/test_chapters.py"),
+    ("reader's runs (daily rotation; waiting for the background pool)", "tests/test_reader_runs.py"),
+    ("chapters on test parameters (waiting), papermill, make book after an edit", "tests/test_chapters.py"),
     ("the book built (HTML, LaTeX) and its pages", "tests/test_book.py"),
     ("browser (headless Chromium)", "tests/test_browser.py"),
     ("companion run, --html, interrupted runs, pip install -e", "tests/test_rerun.py"),
