@@ -72,8 +72,10 @@ release: book pdf
 # oracles' answers perturbed by 4 ulps and under two of the OpenBLAS kernel types and thread counts
 # this CPU runs (tests/test_reproducibility.py, which prints the reproducibility report), papermill
 # runs with non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
-# The serial suite runs with one BLAS thread (unless OPENBLAS_NUM_THREADS is set): the re-executions
-# take the other cores, and OpenBLAS threads sharing a core ran a test 3.5x slower (tests/test_reproducibility.py).
+# The serial suite runs with one BLAS thread (unless OPENBLAS_NUM_THREADS is set): the chapter runs that are
+# subprocesses of their own (the re-executions, the runs on test parameters, the reader's runs) are jobs of
+# the background pool of conftest.py on the other cores, and OpenBLAS threads sharing a core ran a test 3.5x
+# slower (tests/test_reproducibility.py).
 # At the end it prints where the time went: the 15 slowest tests (--durations), the time by part of the
 # suite (conftest.py), and the total of lint, browser set-up and pytest, each apart (test-clock notes the
 # start; prerequisites run left to right).

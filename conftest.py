@@ -15,8 +15,12 @@
   ``make test`` and for nbval run alone: ``pytest --nbval --nbval-current-env book/chapters``.
 """
 
+import concurrent.futures
+import json
 import os
+import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -51,26 +55,35 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The chapters' re-executions last (tests/test_reproducibility.py): their tests wait for the
-    background runs, which then had the whole serial suite to overlap with."""
-    last = [i for i in items if getattr(i, "originalname", "") == "test_chapter_reproduces"]
+    """The tests that wait for a background job (they request the ``background`` fixture) last: their
+    jobs then had the whole serial suite to overlap with (see the background pool below)."""
+    last = [i for i in items if "background" in getattr(i, "fixturenames", ())]
     if last:
-        items[:] = [i for i in items if getattr(i, "originalname", "") != "test_chapter_reproduces"] + last
+        items[:] = [i for i in items if "background" not in getattr(i, "fixturenames", ())] + last
 
 
 def pytest_collection_finish(session):
-    """Start the re-executions under other BLAS kernels now, in the background (tests/test_reproducibility.py)."""
-    items = [i for i in session.items if getattr(i, "originalname", "") == "test_chapter_reproduces"]
-    if items and not session.config.option.collectonly:
-        items[0].module.start(items)
+    """Submit the background jobs of the selected tests now (each test module's ``background_jobs``)."""
+    if session.config.option.collectonly or _POOL:
+        return
+    by_module: dict = {}
+    for item in session.items:
+        if "background" in getattr(item, "fixturenames", ()) and hasattr(item.module, "background_jobs"):
+            by_module.setdefault(item.module, []).append(item)
+    pool = Background(os.cpu_count() or 2)
+    _POOL.append(pool)
+    for module, items in by_module.items():
+        for job in module.background_jobs(items):
+            pool.submit(**job)
+    pool.start()
 
 
 #: Parts of the suite, for the time summary at the end: (label, test-id prefix), first match wins.
 TIME_PARTS = (
     ("nbval: every chapter re-executed and compared", "book/chapters/"),
     ("re-executions under other kernels and perturbed answers (waiting)", "tests/test_reproducibility.py"),
-    ("reader's runs (daily rotation)", "tests/test_reader_runs.py"),
-    ("chapters on non-default parameters, papermill, make book after an edit", "tests/test_chapters.py"),
+    ("reader's runs (daily rotation; waiting for the background pool)", "tests/test_reader_runs.py"),
+    ("chapters on test parameters (waiting), papermill, make book after an edit", "tests/test_chapters.py"),
     ("the book built (HTML, LaTeX) and its pages", "tests/test_book.py"),
     ("browser (headless Chromium)", "tests/test_browser.py"),
     ("companion run, --html, interrupted runs, pip install -e", "tests/test_rerun.py"),
@@ -109,6 +122,37 @@ def _write_time_summary(terminalreporter) -> None:
                                     f"{len(rest)} other files")
     terminalreporter.write_line(f"{sum(r[1] for r in rows):8.0f} s  in the tests, {wall:.0f} s of wall time for "
                                 "the whole pytest session (background re-executions overlap the tests)")
+    for line in background_summary(_POOL[0] if _POOL else None, wall):
+        terminalreporter.write_line(line)
+
+
+def background_summary(pool, wall: float) -> list[str]:
+    """Lines on the background jobs (wall and CPU seconds by kind, when the serial suite ended) and on
+    the CPU time of the whole session (this process and the subprocesses it waited for), from which
+    the serial suite's CPU time follows: what a quiet machine would take, whatever else ran beside."""
+    import resource
+
+    if pool is None or not pool.records:
+        return []
+    lines = ["background jobs (wall s / CPU s; they run beside the serial suite, then on every core):"]
+    kinds: dict = {}
+    for r in pool.records:
+        k = kinds.setdefault((r["kind"], r["threads"]), [0, 0.0, 0.0])
+        k[0] += 1
+        k[1] += r["wall"]
+        k[2] += r["cpu"]
+    for (kind, threads), (n, w, cpu) in sorted(kinds.items(), key=lambda kv: -kv[1][2]):
+        lines.append(f"{w:8.0f} s {cpu:6.0f} s CPU  {n:3d} jobs  {kind} ({threads} BLAS thread{'s' * (threads > 1)})")
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # this process and the children it waited for, less what the background jobs' processes reported
+    serial = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime - sum(r["reaped"] for r in pool.records)
+    ended = f"{pool.serial_ended:.0f}" if pool.serial_ended is not None else "never"
+    lines.append(f"serial suite ended at {ended} s, the last background job at "
+                 f"{max(r['ended'] for r in pool.records):.0f} s of {wall:.0f} s; CPU: background jobs "
+                 f"{sum(r['cpu'] for r in pool.records):.0f} s, the serial suite at least {serial:.0f} s "
+                 "(this process and the subprocesses it waited for)")
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -142,14 +186,227 @@ def pytest_terminal_summary(terminalreporter):
 
 def pytest_unconfigure(config):
     import shutil
-    import sys
 
-    for module in list(sys.modules.values()):
-        if getattr(module, "__file__", None) and module.__file__.endswith("test_reproducibility.py"):
-            module.stop()
+    for pool in _POOL:
+        pool.stop()
 
     for folder in _CREATED:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- the background pool ---------------------------------------------------------------------------
+# Chapter runs that are subprocesses of their own (`companion run`) and independent of the rest of
+# the suite run in threads of this process, started when collection ends, so that they use the cores
+# the serial suite leaves idle. A test module takes part by defining ``background_jobs(items)`` for
+# its tests that request the ``background`` fixture (conftest.py moves those tests to the end: they
+# wait for their job and assert on its result). Each job is a dict: ``key``, ``fn`` (called as
+# ``fn(run, out)``: ``run`` is :func:`run_measured`, ``out`` a fresh folder deleted at the end),
+# ``chapter`` (the chapter it runs, for its expected time), ``threads`` (its BLAS threads) and ``kind``
+# (a label for the time summary).
+#
+# Scheduling: no core runs two BLAS threads (OpenBLAS threads sharing a core spin and wait for each
+# other: a multi-head test ran 3.5x slower with 2 BLAS threads beside two busy processes, measured
+# 2026-12-02). While the serial suite runs (it has one core), 1-thread jobs take the other
+# ``os.cpu_count() - 1`` cores; once it is done (the first waiting test), every core is the pool's:
+# a job starts when its threads fit on the idle cores, 1-thread jobs first (the longest first, so the
+# last to start are short), then the multi-thread jobs on an empty machine.
+
+
+def run_measured(cmd, *, timeout, capture_output=True, text=True, **kw) -> subprocess.CompletedProcess:
+    """:func:`subprocess.run` with the output captured as text, also measuring CPU time.
+
+    Returns the completed process with ``cpu``: user + system seconds of the process and its
+    descendants (the chapter's kernel), the larger of what ``os.wait4`` reports (the process and the
+    children it waited for) and the sum of each descendant's own time read from ``/proc`` every
+    :data:`_SAMPLE` seconds (a kernel is not always waited for; the last interval of each is missed).
+    Raises :class:`subprocess.TimeoutExpired` after killing the process, as :func:`subprocess.run` does.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, **kw)
+        deadline, seen = time.monotonic() + timeout, {}
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                os.wait4(proc.pid, 0)
+                proc.returncode = -9
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            _sample_tree(proc.pid, seen)
+            time.sleep(_SAMPLE)
+        proc.returncode = os.waitstatus_to_exitcode(status)   # reaped here: Popen must not wait again
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode("utf-8", "replace"),
+                                           err.read().decode("utf-8", "replace"))
+    done.reaped = usage.ru_utime + usage.ru_stime
+    done.cpu = max(done.reaped, sum(seen.values()))
+    return done
+
+
+#: Seconds between two readings of a background job's processes in /proc.
+_SAMPLE = 1.0
+
+
+def _sample_tree(root: int, seen: dict) -> None:
+    """Note in ``seen`` (pid -> seconds) the user + system time of ``root`` and of its descendants."""
+    parent, cpu = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid = int(stat.parent.name)
+            parent[pid], cpu[pid] = int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in tree} - tree
+        tree |= more
+        grew = bool(more)
+    for pid in tree & cpu.keys():
+        seen[pid] = max(seen.get(pid, 0.0), cpu[pid])
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def chapter_seconds(stem: str) -> float:
+    """Expected seconds of one run of chapter ``stem``: the mean of its re-executions in the committed
+    data/results/reproducibility.json, else its notebook's size at 20 kB a second."""
+    try:
+        seconds = json.loads((ROOT / "data" / "results" / "reproducibility.json").read_text())[
+            "chapters"][stem]["seconds"]
+        return sum(seconds.values()) / len(seconds)
+    except (OSError, KeyError, ValueError, ZeroDivisionError):
+        path = ROOT / "book" / "chapters" / f"{stem}.ipynb"
+        return path.stat().st_size / 20e3 if path.is_file() else 0.0
+
+
+class Background:
+    """The pool of background jobs (see above): :meth:`submit`, then :meth:`start`; :meth:`serial_done`
+    when the serial suite ends; :meth:`stop` at the end."""
+
+    def __init__(self, cores: int):
+        self.cores = max(1, cores)
+        self.cond = threading.Condition()
+        self.queue: list = []
+        self.busy = 0
+        self.serial = True
+        self.closed = False
+        self.futures: dict = {}
+        #: One record per finished job: kind, key, threads, began and ended (seconds since the session
+        #: started), wall and CPU seconds of its subprocesses.
+        self.records: list[dict] = []
+        self.serial_ended: float | None = None
+        self.base = Path(tempfile.mkdtemp(prefix="companion-background-"))
+        self.workers: list = []
+
+    def submit(self, key, fn, *, chapter: str, threads: int = 1, kind: str = "", scale: float = 1.0):
+        if key in self.futures:
+            raise ValueError(f"two background jobs with the key {key!r}")
+        future = concurrent.futures.Future()
+        self.futures[key] = future
+        self.queue.append({"key": key, "fn": fn, "threads": threads, "kind": kind, "future": future,
+                           "weight": scale * chapter_seconds(chapter)})
+        return future
+
+    def start(self) -> None:
+        self.queue.sort(key=lambda job: -job["weight"])     # stable: equal weights keep their order
+        for _ in range(min(self.cores, len(self.queue))):
+            worker = threading.Thread(target=self._work, daemon=True)
+            worker.start()
+            self.workers.append(worker)
+
+    def serial_done(self) -> None:
+        with self.cond:
+            if self.serial:
+                self.serial = False
+                self.serial_ended = _clock()
+                self.cond.notify_all()
+
+    def _pick(self):
+        """The next job that fits on the idle cores (called with the lock held), or None."""
+        idle = self.cores - self.busy - (1 if self.serial else 0)
+        ones = [job for job in self.queue if job["threads"] == 1]
+        if ones and (idle >= 1 or (self.busy == 0 and self.serial)):   # one core: the pool runs one job
+            return ones[0]
+        if not self.serial and (not ones or self.busy == 0):
+            many = [job for job in self.queue if job["threads"] > 1]
+            if many and (self.busy == 0 or self.busy + many[0]["threads"] <= self.cores):
+                return many[0]
+        return None
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                while not self.closed and self.queue and (job := self._pick()) is None:
+                    self.cond.wait()
+                if self.closed or not self.queue:
+                    return
+                self.queue.remove(job)
+                self.busy += job["threads"]
+            try:
+                self._run(job)
+            finally:
+                with self.cond:
+                    self.busy -= job["threads"]
+                    self.cond.notify_all()
+
+    def _run(self, job) -> None:
+        if not job["future"].set_running_or_notify_cancel():
+            return
+        out = Path(tempfile.mkdtemp(dir=self.base))
+        record = {"kind": job["kind"], "key": job["key"], "threads": job["threads"], "began": _clock(),
+                  "cpu": 0.0, "reaped": 0.0}
+
+        def run(cmd, **kw):
+            done = run_measured(cmd, **kw)
+            record["cpu"] += done.cpu
+            record["reaped"] += done.reaped
+            return done
+
+        try:
+            result = job["fn"](run, out)
+        except BaseException as exc:   # the waiting test re-raises it
+            job["future"].set_exception(exc)
+        else:
+            job["future"].set_result(result)
+        finally:
+            record["ended"] = _clock()
+            record["wall"] = record["ended"] - record["began"]
+            self.records.append(record)
+
+    def stop(self) -> None:
+        """Cancel the jobs not started, wait for the running ones, delete their folders."""
+        import shutil
+
+        with self.cond:
+            self.closed = True
+            for job in self.queue:
+                job["future"].cancel()
+            self.queue.clear()
+            self.cond.notify_all()
+        for worker in self.workers:
+            worker.join()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _clock() -> float:
+    return time.monotonic() - (_STARTED[0] if _STARTED else 0.0)
+
+
+_POOL: list[Background] = []
+
+
+@pytest.fixture(scope="session")
+def background():
+    """``{key: Future}`` of the background jobs; requesting it means the serial suite is done (the
+    tests that request it run last), so the pool may take every core."""
+    if not _POOL:
+        pytest.skip("no background pool (collect-only)")
+    _POOL[0].serial_done()
+    return _POOL[0].futures
 
 
 def _glue_tolerances(stem: str) -> dict:

@@ -40,7 +40,10 @@ def _build_book(tmp_path_factory, builder="html"):
 
     import yaml
 
-    out = tmp_path_factory.mktemp(f"book-{builder}")
+    # one folder for every builder: the second build reuses the first one's Sphinx environment (the
+    # pages read once, _build/.doctrees), as `make html latexpdf` does
+    out = tmp_path_factory.getbasetemp() / "book"
+    out.mkdir(exist_ok=True)
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     # The chapters render their committed outputs (excluded from execution); the reproducibility page,
     # a MyST notebook gluing data/results/reproducibility.json, has none and is executed.

@@ -124,18 +124,41 @@ def test_no_code_line_is_wider_than_the_page(path):
     assert not long, f"{path.stem}: {len(long)} code lines over {CODE_WIDTH}:\n" + "\n".join(long[:10])
 
 
+def _run_with_test_parameters(path: Path, run, out: Path):
+    """``companion run`` of the chapter on its test parameters into ``out`` (a background job, in the
+    suite's environment: strict, one BLAS thread); the finished process."""
+    params = json.loads(path.read_text())["metadata"]["companion"]["test_parameters"]
+    (out / "params.json").write_text(json.dumps(params))       # a JSON file is a YAML file of parameters
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    env.pop("COMPANION_RESULTS_DIR", None)                       # the results go next to the run's notebook
+    companion = Path(os.sys.executable).with_name("companion")
+    return run([str(companion), "run", path.stem, "-f", str(out / "params.json"), "-o", str(out / "run"),
+                "--no-progress"], env=env, capture_output=True, text=True, timeout=3600)
+
+
+def background_jobs(items):
+    """The runs on test parameters, for the background pool of conftest.py (they overlap the serial suite)."""
+    for item in items:
+        if getattr(item, "originalname", "") == "test_chapter_runs_with_non_default_parameters":
+            path = item.callspec.params["path"]
+            yield {"key": ("test parameters", path.stem), "chapter": path.stem, "kind": "chapters on test parameters",
+                   "fn": lambda run, out, path=path: (_run_with_test_parameters(path, run, out), out / "run")}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_chapter_runs_with_non_default_parameters(path, tmp_path):
+def test_chapter_runs_with_non_default_parameters(path, background):
     nb = json.loads(path.read_text())
     params = nb["metadata"]["companion"]["test_parameters"]
     defaults = cli.chapter_parameters(path.stem)
     assert any(params[k] != defaults[k]["default"] for k in params), "test parameters equal the defaults"
-    out = cli.run_chapter(path.stem, params, tmp_path, progress_bar=False)
+    proc, run_dir = background[("test parameters", path.stem)].result()
+    assert proc.returncode == 0, f"{path.stem} on {params} stopped:\n{proc.stderr[-3000:]}"
+    out = run_dir / f"{path.stem}.ipynb"
     executed = json.loads(out.read_text())
     errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
-    data = json.loads((tmp_path / f"{path.stem}.json").read_text())
+    data = json.loads((run_dir / f"{path.stem}.json").read_text())
     recorded = {"seed": data["seed"], **data["parameters"]}
     for k, v in params.items():
         assert recorded[k] == v, f"parameter {k} was not used: recorded {recorded[k]!r}"

@@ -91,7 +91,7 @@ def draw_chapters(day: int | None = None) -> list[str]:
     return [stem for i, stem in enumerate(CHAPTERS) if (day + i) % 3 == 0]
 
 
-def run_chapter(stem: str, params: dict, out: Path) -> dict:
+def run_chapter(stem: str, params: dict, out: Path, run=subprocess.run) -> dict:
     """``companion run`` of ``stem`` with ``params`` as a reader's run; the record of the run.
 
     ``outcome`` is ``"completed"``, ``"refused"`` (a parameter the chapter refuses) or ``"failed"``
@@ -105,8 +105,8 @@ def run_chapter(stem: str, params: dict, out: Path) -> dict:
     spec.write_text(json.dumps(params))           # a JSON file is a YAML file of parameters
     companion = Path(sys.executable).with_name("companion")
     began = time.monotonic()
-    proc = subprocess.run([str(companion), "run", stem, "-f", str(spec), "-o", str(out / "run"), "--no-progress"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    proc = run([str(companion), "run", stem, "-f", str(spec), "-o", str(out / "run"), "--no-progress"],
+               env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
     record = {"chapter": stem, "parameters": params, "seconds": round(time.monotonic() - began, 1),
               "outcome": "completed", "not_holding": [], "error": None}
     results_file = out / "run" / f"{stem}.json"
@@ -127,8 +127,8 @@ def run_chapter(stem: str, params: dict, out: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stem, seed", seed_runs(), ids=[f"{c}-seed{s}" for c, s in seed_runs()])
-def test_a_chapter_completes_on_another_seed(stem, seed, tmp_path):
-    record = run_chapter(stem, {"seed": seed}, tmp_path)
+def test_a_chapter_completes_on_another_seed(stem, seed, background):
+    record = background[("reader", stem, seed)].result()
     assert record["outcome"] == "completed", f"{stem} with seed {seed} did not complete:\n{record['error']}"
 
 
@@ -228,18 +228,60 @@ def strategy(decl: dict):
 _DONE: dict = {}
 
 
+def _given_draws(stem: str):
+    """The day's hypothesis draws of ``stem``'s parameters, as a decorator of a test of one draw."""
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+
+    def decorate(test):
+        return seed(_day() * 100 + CHAPTERS.index(stem))(
+            settings(max_examples=_draws(), deadline=None, derandomize=False, database=None, phases=[Phase.generate],
+                     suppress_health_check=list(HealthCheck), print_blob=False)(
+                given(strategy(parameters.declared(_parameters_source(stem))))(test)))
+
+    return decorate
+
+
+def background_jobs(items):
+    """The runs of the selected tests, for the background pool of conftest.py (they overlap the serial
+    suite): the seeds' runs, and the draws that hypothesis makes first (the same seed, so the same
+    draws, as long as the chapter refuses none of them; a draw after a refusal runs in its test)."""
+    for item in items:
+        name, params = getattr(item, "originalname", ""), getattr(item, "callspec", None)
+        if name == "test_a_chapter_completes_on_another_seed":
+            stem, seed = params.params["stem"], params.params["seed"]
+            yield {"key": ("reader", stem, seed), "chapter": stem, "kind": "reader's runs, seeds",
+                   "fn": lambda run, out, stem=stem, seed=seed: run_chapter(stem, {"seed": seed}, out, run)}
+        elif name == "test_a_chapter_completes_on_parameters_drawn_from_its_constraints":
+            stem = params.params["stem"]
+            for key, drawn in _planned_draws(stem).items():
+                yield {"key": ("draw", key), "chapter": stem, "kind": "reader's runs, draws",
+                       "fn": lambda run, out, stem=stem, drawn=drawn: run_chapter(stem, drawn, out, run)}
+
+
+def _planned_draws(stem: str) -> dict:
+    """``{key: parameters}`` of the draws the test of ``stem`` makes first (none refused)."""
+    from hypothesis import reject
+
+    planned: dict = {}
+
+    @_given_draws(stem)
+    def plan(drawn):
+        try:
+            drawn = cli.check_parameters(stem, drawn)
+        except ParameterError:
+            reject()
+        planned.setdefault(json.dumps([stem, drawn], sort_keys=True), drawn)
+
+    plan()
+    return planned
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stem", draw_chapters())
-def test_a_chapter_completes_on_parameters_drawn_from_its_constraints(stem, tmp_path_factory):
-    from hypothesis import HealthCheck, Phase, given, reject, seed, settings
+def test_a_chapter_completes_on_parameters_drawn_from_its_constraints(stem, tmp_path_factory, background):
+    from hypothesis import reject
 
-    decl = parameters.declared(_parameters_source(stem))
-    draws = _draws()
-
-    @seed(_day() * 100 + CHAPTERS.index(stem))
-    @settings(max_examples=draws, deadline=None, derandomize=False, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck), print_blob=False)
-    @given(strategy(decl))
+    @_given_draws(stem)
     def runs(params):
         try:
             params = cli.check_parameters(stem, params)
@@ -247,7 +289,8 @@ def test_a_chapter_completes_on_parameters_drawn_from_its_constraints(stem, tmp_
             reject()                                  # outside the declared constraints: not a reader's run
         key = json.dumps([stem, params], sort_keys=True)
         if key not in _DONE:                          # hypothesis replays a failing example: not the chapter
-            _DONE[key] = run_chapter(stem, params, tmp_path_factory.mktemp(stem))
+            job = background.get(("draw", key))       # drawn at collection and run in the background
+            _DONE[key] = job.result() if job else run_chapter(stem, params, tmp_path_factory.mktemp(stem))
         record = _DONE[key]
         if record["outcome"] == "refused":
             reject()

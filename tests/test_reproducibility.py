@@ -27,14 +27,16 @@ ones by the same rule as nbval's (:mod:`companion.book.nbcompare`):
    chapter does not have on any machine, covers every chapter. A kernel-specific defect is found by
    the configuration that meets it; the perturbation finds the kind, wherever the suite runs.
 
-Each execution is one ``companion run`` process (papermill, its kernel on IPC sockets of its own),
-slowest chapters first, scheduled so that no core runs two BLAS threads (:func:`start`): OpenBLAS
-threads that share a core spin and wait for each other, and a multi-head test ran 3.5x slower with
-2 BLAS threads than with 1 beside two busy processes (21 s against 74 s, measured 2026-12-02).
-While the serial rest of the suite runs (``make test`` gives it one BLAS thread), the 1-thread runs
-(the perturbation's, with one thread too, and the kernels') use ``os.cpu_count() - 1`` workers; the
-2-thread runs wait until the suite reaches this file's tests (``conftest.py`` puts them last) and
-the 1-thread runs are done, then use ``os.cpu_count() // 2`` workers. At the end (``conftest.py``) a report is printed: per chapter, how many numbers
+Each execution is one ``companion run`` process (papermill, its kernel on IPC sockets of its own), a
+job of the background pool of ``conftest.py``, with the suite's other independent chapter runs
+(tests/test_chapters.py, tests/test_reader_runs.py): submitted as soon as the suite is collected, the
+slowest first, scheduled so that no core runs two BLAS threads: OpenBLAS threads that share a core
+spin and wait for each other, and a multi-head test ran 3.5x slower with 2 BLAS threads than with 1
+beside two busy processes (21 s against 74 s, measured 2026-12-02). While the serial rest of the
+suite runs (``make test`` gives it one BLAS thread), the 1-thread runs (the perturbation's, with one
+thread too, and the kernels') take the other cores; the 2-thread runs wait until the serial suite is
+done (``conftest.py`` puts the tests that wait for a job last) and the 1-thread runs have started,
+then take two idle cores each. At the end (``conftest.py``) a report is printed: per chapter, how many numbers
 were compared exactly, how many to a stated tolerance and how many at rounding level, and the
 largest relative move under the perturbation and under the kernels. With
 ``COMPANION_REPRO_REPORT=path.json`` it is also written there (``make repro-report`` writes the
@@ -43,7 +45,6 @@ Kernel runs are skipped, with the reason, off x86-64 or without OpenBLAS; the pe
 everywhere.
 """
 
-import concurrent.futures
 import itertools
 import json
 import os
@@ -51,7 +52,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -155,7 +155,7 @@ def _config_id(config) -> str:
     return f"perturb{config[1]}ulps-{config[2]}" if config[0] == "perturb" else f"{config[0]}-{config[1]}thread"
 
 
-def _execute(path: Path, config, out_dir: Path) -> Path:
+def _execute(path: Path, config, run, out_dir: Path) -> Path:
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0")
     env.pop("COMPANION_RESULTS_DIR", None)  # companion run publishes next to the notebook, in out_dir
     env.pop(PERTURB_ENV, None)
@@ -173,8 +173,8 @@ def _execute(path: Path, config, out_dir: Path) -> Path:
     # that race died before replying to kernel_info, and failed a CI run)
     companion = Path(sys.executable).with_name("companion")
     began = time.monotonic()
-    proc = subprocess.run([str(companion), "run", path.stem, "-o", str(out_dir), "--no-progress", "--timeout", "600"],
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = run([str(companion), "run", path.stem, "-o", str(out_dir), "--no-progress", "--timeout", "600"],
+               env=env, capture_output=True, text=True, timeout=900)
     SECONDS[(path.stem, _config_id(config))] = time.monotonic() - began
     assert proc.returncode == 0, f"{path.stem} failed under {_config_id(config)}:\n{proc.stderr[-3000:]}"
     return out_dir / path.name
@@ -185,69 +185,24 @@ def _threads(config) -> int:
     return 1 if config[0] == "perturb" else config[1]
 
 
-def _execute_last(path: Path, config, out_dir: Path, first: list):
-    """:func:`_execute` once the suite has reached this file's tests and the ``first`` runs are done."""
-    _LAST.wait()
-    for job in first:   # not concurrent.futures.wait: it never returns for a future cancelled by shutdown
-        try:
-            job.exception()
-        except concurrent.futures.CancelledError:
-            pass
-    if _CANCELLED.is_set():
-        return None
-    return _execute(path, config, out_dir)
-
-
-_JOBS: dict = {}
-_POOL: list = []
-#: Opened when the suite reaches this file's tests (the ``reexecuted`` fixture), or at the end.
-_LAST = threading.Event()
-_CANCELLED = threading.Event()
 #: (chapter stem, configuration id) -> nbcompare.summarize(...) of every compared run.
 REPORT: dict = {}
 #: (chapter stem, configuration id) -> wall seconds of its ``companion run``.
 SECONDS: dict = {}
 
 
-def start(items) -> None:
-    """Submit the re-executions of the selected tests at once (called by conftest.py when collection ends).
-
-    The 1-thread runs start now, in ``os.cpu_count() - 1`` workers (one core is the suite's); the
-    others wait for :data:`_LAST` and for the 1-thread runs, then run in ``os.cpu_count() // 2``
-    workers: no core runs two BLAS threads.
-    """
-    if _POOL:
-        return
-    cores = os.cpu_count() or 2
-    selected = {(item.callspec.params["path"], item.callspec.params["config"]) for item in items}
-    base = Path(tempfile.mkdtemp(prefix="companion-repro-"))
-    first = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, cores - 1))
-    last = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, cores // max(THREADS)))
-    _POOL.extend([(first, base), (last, base)])
-    # the slowest chapters first, so that the pool stays busy to the end
-    runs = [run for run in sorted(RUNS, key=lambda run: -run[0].stat().st_size) if run in selected]
-    firsts = []
-    for path, config in sorted(runs, key=lambda run: _threads(run[1]) > 1):
-        out_dir = base / _config_id(config) / path.stem
-        out_dir.mkdir(parents=True)
-        if _threads(config) == 1:
-            job = first.submit(_execute, path, config, out_dir)
-            firsts.append(job)
-        else:
-            job = last.submit(_execute_last, path, config, out_dir, list(firsts))
-        _JOBS[(path.stem, config)] = job
-
-
-def stop() -> None:
-    """Cancel what has not started, wait for the rest, delete the outputs (conftest.py, at the end)."""
-    import shutil
-
-    _CANCELLED.set()
-    _LAST.set()
-    for pool, base in _POOL:
-        pool.shutdown(wait=True, cancel_futures=True)
-        shutil.rmtree(base, ignore_errors=True)
-    _POOL.clear()
+def background_jobs(items):
+    """The re-executions of the selected tests, for the background pool (conftest.py, when collection
+    ends): one job per run, with its BLAS threads (the pool runs no two BLAS threads on a core)."""
+    for item in items:
+        if getattr(item, "originalname", "") != "test_chapter_reproduces":
+            continue
+        path, config = item.callspec.params["path"], item.callspec.params["config"]
+        if config[0] != "perturb" and CONFIGS is None:
+            continue
+        kind = "re-executions, perturbed answers" if config[0] == "perturb" else "re-executions, other kernels"
+        yield {"key": ("reproduces", path.stem, config), "chapter": path.stem, "threads": _threads(config),
+               "kind": kind, "fn": lambda run, out, path=path, config=config: _execute(path, config, run, out)}
 
 
 def compare(path: Path, out: Path):
@@ -336,17 +291,11 @@ def write_report(rep: dict, path) -> None:
     os.replace(tmp, path)
 
 
-@pytest.fixture(scope="session")
-def reexecuted():
-    _LAST.set()     # the suite's serial part is done (these tests run last): the 2-thread runs may start
-    return _JOBS
-
-
 @pytest.mark.parametrize("path, config", RUNS, ids=[f"{p.stem}-{_config_id(c)}" for p, c in RUNS])
-def test_chapter_reproduces(path, config, reexecuted):
+def test_chapter_reproduces(path, config, background):
     if config[0] != "perturb" and CONFIGS is None:
         pytest.skip(NBVAL_CONFIG)
-    out = reexecuted[(path.stem, config)].result()
+    out = background[("reproduces", path.stem, config)].result()
     diffs, summary = compare(path, out)
     REPORT[(path.stem, _config_id(config))] = summary
     what = (f"with the oracles' answers perturbed by {config[1]} ulps, pattern {config[2]} ({PERTURB_ENV}, "
