@@ -162,7 +162,7 @@ def test_feedforward_reads_one_token_only():
 
 def test_merge_neurons_threshold_just_inside_and_outside():
     """Two kinks on one hyperplane are one neuron when |u_i^T u_j| > 1 - 1e-6, two below."""
-    from companion.ffn import _merge_neurons
+    from companion.ffn.bias_free import _merge_neurons
 
     def pair(cos):
         u = np.array([1.0, 0.0, 0.0])
