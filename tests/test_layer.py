@@ -738,3 +738,10 @@ def test_a_precision_refusal_after_a_failed_stage_says_the_precision_is_inferred
     with pytest.raises(PrecisionError, match="inferred from the gap, not measured") as info:
         learn_attention_layer(VectorQueryOracle(target), H=2)
     assert info.value.smallest_gap == pytest.approx(2.13e-8, rel=1e-2) and info.value.smallest_gap < LOW_GAP
+
+
+def test_a_pre_ln_block_too_small_for_its_heads_stage_is_refused_without_a_verdict():
+    """d = 5, H = 2 pre-LN: the heads live in d - 1 = 4 coordinates, too few for two heads; an input error."""
+    target = random_attention_layer(5, 2, residual=True, layernorm="pre", eps=1e-3, seed=0)
+    with pytest.raises(InvalidInputError, match="out of reach .* d - 1 = 4 .*not a verdict on the target"):
+        learn_attention_layer(VectorQueryOracle(target), H=2)

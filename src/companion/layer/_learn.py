@@ -398,8 +398,11 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
     try:
         with count.stage("heads"):
             Ws, learner = _learn_heads(inner, Y1, o, rho=PRE_HEADS_SCALE)
-    except InvalidInputError as exc:
-        raise _refusal(f"{exc}") from None
+    except InvalidInputError as exc:  # the block is in the class, but this size is out of the route's reach
+        raise InvalidInputError(
+            f"this pre-LN block is out of reach of learn_attention_layer's heads' stage on its d - 1 = {dv} "
+            f"normalised coordinates (not a verdict on the target): {exc}"
+        ) from None
     with count.stage("polish"):
         Ws, Theta, fit = _outputs(
             inner, Ws, [X1] + batches, [Y1] + answers, plan["polish"], o, rng, gate=LSTSQ_GATE_POST
