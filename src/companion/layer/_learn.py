@@ -488,7 +488,7 @@ def learn_attention_layer(
         ``layernorm``, ``gamma``, ``beta``, ``eps``; ``layer`` (and ``model``) builds the
         :class:`AttentionLayer`. ``n_queries`` is read from the vector oracle. ``diagnostics``:
         ``n_heads``, ``skip`` (``"identity"``, ``"none"``, ``"matrix"``, or behind a post-LN
-        ``"multiple of identity"``, with ``skip_normalisation``), ``skip_error``,
+        ``"multiple of identity"``), ``skip_normalisation`` (the normalisation stated, else None), ``skip_error``,
         ``layernorm``, ``n_probe_queries``, ``n_lstsq_queries``, ``n_head_queries``,
         ``n_polish_queries``, ``n_learn_queries``, ``kim_count`` (``4 H d^2 - 2 H + 1`` of the
         scalar route), ``heads_route_count`` (``4 H (d + 1)^2 - 2 H + 1``, the scalar route in the heads'
@@ -644,8 +644,7 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
         **fit,
     }
     skip_text = "c I, normalised to I (eps assumes c = 1)" if kind == "multiple of identity" else kind
-    if kind == "multiple of identity":
-        diagnostics["skip_normalisation"] = SKIP_NORMALISATION
+    diagnostics["skip_normalisation"] = SKIP_NORMALISATION if kind == "multiple of identity" else None
     message = (
         f"found {H_found} heads, skip {skip_text}, layernorm {layer.layernorm}, from {n_learn} vector queries "
         f"(the heads' scalar route in d + 1 dimensions, 4H(d+1)^2 - 2H + 1 = {diagnostics['heads_route_count']} "
