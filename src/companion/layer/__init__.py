@@ -20,8 +20,9 @@ row of ``W~_h`` adds to every score a term of the query token alone, which the s
 it is set to 0; the last column of ``M_h`` adds a constant (the attention weights sum to 1), so it
 is moved into ``b_O``; heads with equal ``W~`` are merged (their ``M`` summed) and heads with
 ``M_h = 0`` dropped, as for a sum of scalar heads (:func:`companion.multihead.canonical_form`).
-A post-LN hides the all-ones direction of ``u`` and, without an identity skip, its scale and
-sign (:func:`post_ln_symmetry`); a pre-LN's ``gamma`` and ``beta`` fold into the heads
+A post-LN hides the all-ones direction of ``u`` and its scale and sign (:func:`post_ln_symmetry`):
+a skip ``c I`` is seen only up to ``c``, which the learner fixes to 1 (``SKIP_NORMALISATION``);
+a pre-LN's ``gamma`` and ``beta`` fold into the heads
 (:func:`pre_ln_symmetry`). The learner reads either LayerNorm off one-token answers and learns the rest.
 
 The package: ``_model`` (the layer, its symmetries), ``_norm`` (a post-LN read off one-token
@@ -31,9 +32,10 @@ squares, polish), ``_learn`` (the learner),
 """
 
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS
-from ._learn import LayerRecovery, learn_attention_layer
+from ._learn import HEADS_UNRESOLVED, SKIP_NORMALISATION, LayerRecovery, learn_attention_layer
 from ._model import (
     AttentionLayer,
+    identifiable_parameters,
     information_floor,
     layer_norm,
     post_ln_symmetry,
@@ -41,7 +43,7 @@ from ._model import (
     random_attention_layer,
 )
 from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
-from ._norm import MIN_GAP
+from ._norm import LOW_GAP, MIN_GAP
 
 __all__ = [
     "AttentionLayer",
@@ -49,12 +51,16 @@ __all__ = [
     "learn_attention_layer",
     "random_attention_layer",
     "information_floor",
+    "identifiable_parameters",
+    "HEADS_UNRESOLVED",
+    "SKIP_NORMALISATION",
     "layer_norm",
     "post_ln_symmetry",
     "pre_ln_symmetry",
     "LSTSQ_GATE",
     "POLISH_MAX_UNKNOWNS",
     "MIN_GAP",
+    "LOW_GAP",
     "minilm_block",
     "MiniLMBlock",
     "load_block_reference",

@@ -127,7 +127,9 @@ def _residual_and_jacobian(Ws, Theta, Xs, Ys, jac):
 
 
 def polish(Ws, Theta, Xs, Ys, iters=4):
-    """Gauss-Newton on every parameter at once over the batches ``Xs`` (list of (B, N, d)), answers ``Ys``.
+    """Gauss-Newton on the heads' rows and the output maps jointly over the batches ``Xs`` (list of (B, N, d)).
+
+    ``Ys`` are the answers. Not refined: a post-LN's ``gamma``, ``beta``, a pre-LN's ``eps``.
 
     The unknowns are the identifiable rows ``W~_h[:d, :]`` and ``Theta`` ((H + 1) d + 1, d_out); the
     Jacobian of ``o`` in ``W~_h[a, b]`` is ``M_h sum_j alpha_j (x~_j - xbar) x~_j[a] x~_N[b]``. Returns

@@ -16,10 +16,10 @@ from ._model import AttentionLayer, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._norm import (
     LOW_GAP,
+    inferred_gap_message,
     PROBE_POINTS,
     Denormalised,
     Scaled,
-    gap_message,
     curvature,
     estimate_post_ln,
     hyperplane_ratio,
@@ -47,6 +47,20 @@ LSTSQ_GATE_POST = 1e-2
 #: Behind a pre-LN the heads' learner asks its normalised tokens scaled by this factor (they must have a mean
 #: square below 1, and its lifted tokens reach norms of about 200).
 PRE_HEADS_SCALE = 0.03
+
+#: The headline of a refusal by the heads' learner: an in-class target (more heads than it resolves at this size,
+#: a head too faint in the readout) ends there as well as a target outside the class, so it states neither verdict.
+HEADS_UNRESOLVED = (
+    "the heads' learner could not resolve the readout's heads: more heads than it resolves at this size, "
+    "or not an attention layer"
+)
+
+#: The normalisation behind a post-LN: the skip is seen only up to a multiple of I (plus 1 s^T), fixed to 1.
+SKIP_NORMALISATION = (
+    "behind a post-LN the skip is known only up to a multiple c I (plus 1 s^T): (S, eps) and (c S, c^2 eps) give "
+    "the same outputs; the learner fixes c = 1 (a normalisation, not a finding), so eps is right only if the "
+    "skip is I; residual=True cannot check this"
+)
 
 #: Skip matrices within this fraction of their size of the identity (or of 0) are the identity (or none).
 SKIP_RTOL = 1e-8
@@ -280,9 +294,9 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
             f"says: {exc}"
         ) from None
     except OracleInconsistentError as exc:
-        raise _refusal(
-            f"the heads' learner on a random readout refused (the target has more heads than it resolves at this d "
-            f"and H, e.g. H = 8 at d = 8 or 16, or is not a sum of heads): {exc}"
+        raise OracleInconsistentError(
+            f"{HEADS_UNRESOLVED}: the heads' learner on a random readout refused (e.g. H = 8 at d = 8 or 16, H = 3 "
+            f"behind a LayerNorm; or the target is not a sum of heads). Nothing was returned. It says: {exc}"
         ) from None
     Ws = np.array(heads.Ws, dtype=np.float64)
     Ws[:, -1, :] = 0.0  # the last row is not identifiable (and the lifting makes it 0)
@@ -358,6 +372,8 @@ def _assemble(Ws, Theta, norm, o: _Options, d: int):
         ref = None if d_out != d else np.sign(np.trace(S)) * np.linalg.norm(S) / np.sqrt(d - 1) * P
         ln = {"layernorm": "post", "gamma": norm.gamma, "beta": norm.beta, "eps": 1.0}
     kind, err = _name_skip(S, ref, float(np.linalg.norm(Theta)), o)
+    if norm is not None and kind == "identity":
+        kind = "multiple of identity"  # normalised to I (SKIP_NORMALISATION): not a finding
     S = None if kind == "none" else (np.eye(d) if kind == "identity" and norm is None else S)
     layer = AttentionLayer(Ws, Ms, b, skip=S, **ln).canonical(atol=SKIP_RTOL if norm is not None else 1e-9)
     return layer, kind, err
@@ -382,8 +398,11 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
     try:
         with count.stage("heads"):
             Ws, learner = _learn_heads(inner, Y1, o, rho=PRE_HEADS_SCALE)
-    except InvalidInputError as exc:
-        raise _refusal(f"{exc}") from None
+    except InvalidInputError as exc:  # the block is in the class, but this size is out of the route's reach
+        raise InvalidInputError(
+            f"this pre-LN block is out of reach of learn_attention_layer's heads' stage on its d - 1 = {dv} "
+            f"normalised coordinates (not a verdict on the target): {exc}"
+        ) from None
     with count.stage("polish"):
         Ws, Theta, fit = _outputs(
             inner, Ws, [X1] + batches, [Y1] + answers, plan["polish"], o, rng, gate=LSTSQ_GATE_POST
@@ -450,7 +469,8 @@ def learn_attention_layer(
         affine hyperplane) or before its heads (one-token answers affine along the all-ones direction
         only), and learns it; ``"post"`` / ``"pre"`` require that one, ``"none"`` refuses both.
     polish : bool, default=True
-        Refine every parameter jointly by Gauss-Newton on the least squares' queries and about
+        Refine the heads' identifiable rows ``W~_h[:d, :]`` and ``Theta = [M, S, b_O]`` jointly by Gauss-Newton
+        (not a post-LN's ``gamma``, ``beta`` or a pre-LN's ``eps``) on the least squares' queries and about
         ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2000
         unknowns).
     verify : int, default=32
@@ -467,10 +487,13 @@ def learn_attention_layer(
         The canonical form (:meth:`AttentionLayer.canonical`): ``Ws``, ``Ms``, ``b_O``, ``skip``,
         ``layernorm``, ``gamma``, ``beta``, ``eps``; ``layer`` (and ``model``) builds the
         :class:`AttentionLayer`. ``n_queries`` is read from the vector oracle. ``diagnostics``:
-        ``n_heads``, ``skip`` (``"identity"``, ``"none"`` or ``"matrix"``), ``skip_error``,
+        ``n_heads``, ``skip`` (``"identity"``, ``"none"``, ``"matrix"``, or behind a post-LN
+        ``"multiple of identity"``), ``skip_normalisation`` (the normalisation stated, else None), ``skip_error``,
         ``layernorm``, ``n_probe_queries``, ``n_lstsq_queries``, ``n_head_queries``,
         ``n_polish_queries``, ``n_learn_queries``, ``kim_count`` (``4 H d^2 - 2 H + 1`` of the
-        scalar route), ``information_floor``, ``lstsq_residual``, ``lstsq_cond``, ``heads_learner``,
+        scalar route), ``heads_route_count`` (``4 H (d + 1)^2 - 2 H + 1``, the scalar route in the heads'
+        stage's ``d + 1`` dimensions), ``information_floor`` (a dimension count, :func:`information_floor`),
+        ``lstsq_residual``, ``lstsq_cond``, ``heads_learner``,
         ``polished``, ``polish_residual_before``, ``polish_residual``, ``n_verify_queries``,
         ``verify_max_error``, ``verify_tolerance``.
 
@@ -506,10 +529,12 @@ def learn_attention_layer(
        :func:`companion.multihead.learn_canonical_rational` applies unchanged.
     4. With the ``W~_h`` known, ``o(X)`` is linear in ``Theta = [M_1, ..., M_H, S, b_O]``: one
        least-squares problem over all ``d_out`` outputs; a relative residual above ``LSTSQ_GATE``
-       = 1e-6 is refused. A joint Gauss-Newton polish of every parameter on fresh queries (about
+       = 1e-6 is refused. A joint Gauss-Newton polish of ``W~_h[:d, :]`` and ``Theta`` on fresh queries (about
        twice the information floor in all) takes the result to float64's rounding.
     5. With a post-LN the skip found is ``c P``: ``c = 1 / sqrt(eps)`` for a residual block, which
-       fixes ``eps``; without an identity skip ``eps`` is not identifiable and set to 1.
+       fixes ``eps`` under the normalisation that the skip's multiple of ``I`` is 1 (``SKIP_NORMALISATION``:
+       ``diagnostics["skip"]`` is then ``"multiple of identity"``); without an identity skip ``eps`` is not
+       identifiable and set to 1.
     6. A pre-LN (``S x_N + o(LN(X))``): ``eps`` by variable projection from one-token answers
        ``t v`` (``t`` from 1e-8 to 10), ``S`` from one-token lines in units of ``sqrt(eps)``; then
        the layer is asked on chosen normalised tokens ``n`` (``x = n sqrt(eps / (1 - |n|^2 / d))``
@@ -575,11 +600,15 @@ def learn_attention_layer(
         layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d)
         verification = _verify(oracle, layer, o)
     except OracleInconsistentError as exc:
-        if norm is not None and norm.smallest_gap[0] < LOW_GAP:  # the LayerNorm's inversion cost the digits
-            raise PrecisionError(f"{gap_message(norm.smallest_gap[0], LOW_GAP)} (Then: {exc})") from None
+        if norm is not None and norm.smallest_gap[0] < LOW_GAP:  # the LayerNorm's inversion may cost the digits
+            err = PrecisionError(inferred_gap_message(norm.smallest_gap[0], exc))
+            err.smallest_gap = norm.smallest_gap[0]  # for a caller that reports it
+            raise err from None
         if norm is not None:
             raise OracleInconsistentError(
-                f"{exc} Behind a post-LN the heads' learner asks tokens scaled by HEADS_SCALE = {HEADS_SCALE} "
+                f"could not learn this post-LN block (a head too faint in the readout, more heads than the heads' "
+                f"learner resolves, or not an attention layer): {exc} Behind a post-LN the heads' learner asks "
+                f"tokens scaled by HEADS_SCALE = {HEADS_SCALE} "
                 "(to keep the LayerNorm's input variance small), which can leave a head too faint in its readout: "
                 "measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) end here, and "
                 "another seed (another readout) recovers 2 of those 3: try seed=1."
@@ -604,14 +633,22 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
         "n_learn_queries": n_learn,
         "heads_learner": learner,
         "kim_count": _kim(d, H_found),
+        "heads_route_count": _kim(d + 1, H_found),
         "information_floor": information_floor(
-            d, max(1, H_found), oracle.d_out, skip=layer.skip is not None, layernorm=layer.layernorm
+            d,
+            max(1, H_found),
+            oracle.d_out,
+            skip={"none": "none", "matrix": "matrix"}.get(kind, "identity"),
+            layernorm=layer.layernorm,
         ),
         **fit,
     }
+    skip_text = "c I, normalised to I (eps assumes c = 1)" if kind == "multiple of identity" else kind
+    diagnostics["skip_normalisation"] = SKIP_NORMALISATION if kind == "multiple of identity" else None
     message = (
-        f"found {H_found} heads, skip {kind}, layernorm {layer.layernorm}, from {n_learn} vector queries (scalar "
-        f"route 4Hd^2 - 2H + 1 = {diagnostics['kim_count']}; information floor {diagnostics['information_floor']})"
+        f"found {H_found} heads, skip {skip_text}, layernorm {layer.layernorm}, from {n_learn} vector queries "
+        f"(the heads' scalar route in d + 1 dimensions, 4H(d+1)^2 - 2H + 1 = {diagnostics['heads_route_count']} "
+        f"scalar queries; dimension count {diagnostics['information_floor']} vector queries)"
     )
     fields = {k: getattr(layer, k) for k in ("Ws", "Ms", "b_O", "skip", "layernorm", "gamma", "beta", "eps")}
     W = layer.Ws.sum(axis=0) if H_found else np.zeros((d + 1, d + 1))

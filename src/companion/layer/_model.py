@@ -11,6 +11,7 @@ __all__ = [
     "AttentionLayer",
     "random_attention_layer",
     "information_floor",
+    "identifiable_parameters",
     "layer_norm",
     "post_ln_symmetry",
     "pre_ln_symmetry",
@@ -532,22 +533,79 @@ def random_attention_layer(
     return AttentionLayer.from_native(Q, bq, K, bk, V, bv, W_O, b_O, residual=residual, layernorm=layernorm, **ln)
 
 
-def information_floor(d, H, d_out, *, skip=True, layernorm=None) -> int:
-    """The fewest vector queries the canonical layer's unknowns allow: ``ceil(unknowns / d_out)``.
+def information_floor(d, H, d_out, *, skip="matrix", layernorm=None) -> int:
+    """A dimension count: the fewest vector queries that can identify a generic layer (this book's own).
 
-    Unknowns: ``d (d + 1)`` per head (the identifiable rows of ``W~_h``), ``d_out d`` per head
-    (``M_h`` without its last column), ``d_out`` for ``b_O`` and ``d_out d`` for the skip matrix;
-    a post-LN adds ``gamma``, ``beta`` and ``eps`` (``2 d_out + 1``). Each query returns ``d_out``
-    numbers. This book's own count (an upper count: a post-LN's projections remove a little).
+    ``ceil(p / f)``, with ``p`` the number of identifiable parameters of the canonical form of the
+    layer's kind and ``f`` the free numbers in one answer. ``n`` answers are ``n f`` numbers, and a
+    smooth map from a ``p``-dimensional parameter set to ``n f`` numbers is not injective on an open
+    set when ``n f < p``: fewer queries cannot identify a generic layer of that kind. It is a lower
+    bound, not a plan; the learner asks far more (its heads' stage reads one scalar per answer).
+
+    Parameters
+    ----------
+    d, H, d_out : int
+        Token dimension, number of heads, output dimension.
+    skip : {"matrix", "identity", "none"}, default="matrix"
+        The skip as known before the queries: a matrix to learn, the identity (a residual block:
+        nothing to learn) or absent. ``True`` / ``False`` mean ``"matrix"`` / ``"none"``.
+    layernorm : {None, "post", "pre"}, default=None
+
+    Returns
+    -------
+    int
+        ``ceil(p / f)``.
+
+    Notes
+    -----
+    Without LayerNorm (``f = d_out``): ``p = H d (d + 1)`` (``W~_h`` less its last row)
+    ``+ H d_out d`` (``M_h`` less its last column) ``+ d_out`` (``b_O``) ``+ d_out d`` (a skip matrix).
+
+    Post-LN: the answers lie on the hyperplane ``sum_i (y_i - beta_i) / gamma_i = 0``, so
+    ``f = d_out - 1``; the all-ones components of ``M_h``, ``b_O`` and ``S`` are not seen, so each
+    column counts ``d_out - 1``: ``p = H d (d + 1) + H (d_out - 1) d + (d_out - 1) + 2 d_out``
+    (``gamma``, ``beta``) plus, with ``skip="identity"``, ``1`` (``eps``; the skip's multiple of
+    ``I`` is fixed to 1), with a skip matrix ``(d_out - 1) d`` (``eps`` set to 1 fixes the scale),
+    with none ``0`` (likewise).
+
+    Pre-LN (``f = d_out``): ``gamma`` and ``beta`` fold into the heads, whose token blocks are seen
+    on the ``d - 1`` sum-zero directions: ``p = H (d - 1) d + H d_out (d - 1) + d_out + 1``
+    (``eps``) ``+ d_out d`` (a skip matrix).
 
     Examples
     --------
     >>> information_floor(8, 2, 8)
     43
-    >>> information_floor(8, 2, 8, layernorm="post")
-    46
+    >>> information_floor(6, 2, 6, skip="identity", layernorm="post")  # 162 parameters, 5 per answer
+    33
+    >>> information_floor(384, 12, 384, skip="identity", layernorm="post")  # MiniLM: 3,540,096 / 383
+    9244
     """
     d, H, d_out = (check_int(x, n, minimum=1) for x, n in ((d, "d"), (H, "H"), (d_out, "d_out")))
-    unknowns = H * d * (d + 1) + H * d_out * d + d_out + (d_out * d if skip else 0)
-    unknowns += 2 * d_out + 1 if layernorm == "post" else 0
-    return -(-unknowns // d_out)
+    if skip is True or skip is False or skip is None:
+        skip = "matrix" if skip else "none"
+    check_choice(skip, "skip", ("matrix", "identity", "none"))
+    if layernorm is not None:
+        check_choice(layernorm, "layernorm", ("post", "pre"))
+    p, f = identifiable_parameters(d, H, d_out, skip=skip, layernorm=layernorm)
+    return -(-p // f)
+
+
+def identifiable_parameters(d, H, d_out, *, skip="matrix", layernorm=None) -> tuple[int, int]:
+    """``(p, f)`` of :func:`information_floor`: identifiable parameters, free numbers per answer.
+
+    Examples
+    --------
+    >>> identifiable_parameters(6, 2, 6, skip="identity", layernorm="post")
+    (162, 5)
+    """
+    if layernorm == "post":
+        c = d_out - 1
+        p = H * d * (d + 1) + H * c * d + c + 2 * d_out
+        p += {"identity": 1, "matrix": c * d, "none": 0}[skip]
+        return p, c
+    if layernorm == "pre":
+        p = H * (d - 1) * d + H * d_out * (d - 1) + d_out + 1 + (d_out * d if skip == "matrix" else 0)
+        return p, d_out
+    p = H * d * (d + 1) + H * d_out * d + d_out + (d_out * d if skip == "matrix" else 0)
+    return p, d_out

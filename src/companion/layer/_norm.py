@@ -21,6 +21,7 @@ __all__ = [
     "hyperplane_ratio",
     "estimate_post_ln",
     "gap_message",
+    "inferred_gap_message",
 ]
 
 #: Points per probe line (the token ``x0 + t e`` at ``t = -2 .. 2``).
@@ -97,6 +98,17 @@ def gap_message(gap: float, limit: float = MIN_GAP) -> str:
         f"1 - |z|^2/d_out = eps / (var + eps) = {gap:.1e} (below {limit:.0e}), so the answers fix the direction of the "
         f"centred block output but its norm only to about {2.0**-53 / max(gap, 1e-300):.1e} (relative). "
         "learn_attention_layer needs that norm (MiniLM's block, eps = 1e-12, gives about 1e-10); nothing was returned."
+    )
+
+
+def inferred_gap_message(gap: float, cause: Exception) -> str:
+    """A later stage failed while the smallest gap seen was below LOW_GAP: precision inferred, not measured."""
+    return (
+        f"a later stage failed ({cause}) while the smallest 1 - |z|^2/d_out = eps / (var + eps) seen was {gap:.1e}, "
+        f"below LOW_GAP = {LOW_GAP:.0e} (this book's threshold); at that gap the answers carry the norm of the centred "
+        f"block output to about {2.0**-53 / max(gap, 1e-300):.1e} (relative), so the post-LN's eps is the likely cause "
+        "(inferred from the gap, not measured): a larger eps, or smaller tokens, keeps the gap larger. "
+        "Nothing was returned."
     )
 
 
