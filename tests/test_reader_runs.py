@@ -29,6 +29,10 @@ not failed.
 The whole matrix, every chapter on seeds 0-9 and 20 draws per chapter (``make reader-runs``)::
 
     COMPANION_READER_SEEDS=0-9 COMPANION_READER_DRAWS=20 .venv/bin/pytest tests/test_reader_runs.py -m slow
+
+``COMPANION_READER_REPORT=benchmarks/reader_runs.md`` also writes the outcome as a markdown report
+(:func:`report`: the code commit, per chapter the counts, the runs that stopped with their error,
+the claims and bounds that did not hold with the run's parameters).
 """
 
 from __future__ import annotations
@@ -321,7 +325,50 @@ def summary() -> str | None:
     lines.append(f"{len(RUNS)} runs: {sum(r['outcome'] == 'completed' for r in RUNS)} completed, "
                  f"{sum(r['outcome'] == 'refused' for r in RUNS)} refused by the chapter, "
                  f"{sum(r['outcome'] == 'failed' for r in RUNS)} failed; {false} claim(s) did not hold")
+    target = os.environ.get("COMPANION_READER_REPORT")
+    if target:                                    # the matrix's notes file, e.g. benchmarks/reader_runs.md
+        path = Path(target)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(report(RUNS, head=lines[0]), encoding="utf-8")
+        tmp.replace(path)                         # atomic: a reader never sees half a report
+        lines.append(f"report written to {path}")
     return "\n".join(lines)
+
+
+def _commit() -> str:
+    """The code commit the runs read (``git describe``-like: the hash, ``-dirty`` with local edits)."""
+    def git(*args):
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--", "src", "book/chapters") else "")
+
+
+def report(runs: list[dict], *, head: str = "", commit: str | None = None) -> str:
+    """A markdown report of reader's runs: per chapter the counts, then every run that stopped
+    (with its error) and every claim or bound that did not hold (with the run's parameters)."""
+    commit = _commit() if commit is None else commit
+    out = ["# A reader's runs (tests/test_reader_runs.py)", "",
+           f"Code commit: `{commit}`; {head or 'runs of this session'}; "
+           f"written {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
+           "| chapter | runs | completed | refused | stopped | claims and bounds not holding |",
+           "|---|---|---|---|---|---|"]
+    for stem in sorted({r["chapter"] for r in runs}):
+        rs = [r for r in runs if r["chapter"] == stem]
+        n = {k: sum(r["outcome"] == k for r in rs) for k in ("completed", "refused", "failed")}
+        out.append(f"| {stem} | {len(rs)} | {n['completed']} | {n['refused']} | {n['failed']} | "
+                   f"{sum(len(r['not_holding']) for r in rs)} |")
+    stopped = [r for r in runs if r["outcome"] == "failed"]
+    out += ["", "## Runs that stopped", ""] + ([
+        f"- {r['chapter']} `{json.dumps(r['parameters'], sort_keys=True)}`: "
+        f"{(r['error'] or '').strip().splitlines()[-1][:300] if r['error'] else 'no error text'}"
+        for r in stopped] or ["None."])
+    held = [r for r in runs if r["not_holding"]]
+    out += ["", "## Claims and bounds that did not hold (reported, not failed)", ""] + ([
+        f"- {r['chapter']} `{json.dumps(r['parameters'], sort_keys=True)}`: {', '.join(r['not_holding'])}"
+        for r in held] or ["None."])
+    return "\n".join(out) + "\n"
 
 
 # -- the rotation itself (fast) ----------------------------------------------------------------------
@@ -377,3 +424,20 @@ def test_every_draw_is_a_value_the_chapter_declares_or_is_checked(stem):
 
     draws()
     assert sum(seen) >= len(seen) // 2, f"{stem}: most draws are refused ({seen.count(False)} of {len(seen)})"
+
+
+def test_the_report_lists_counts_stopped_runs_and_claims_that_did_not_hold():
+    runs = [
+        {"chapter": "01_definitions", "parameters": {"seed": 3}, "seconds": 9.0, "outcome": "completed",
+         "not_holding": ["native_gap"], "error": None},
+        {"chapter": "01_definitions", "parameters": {"seed": 4}, "seconds": 9.0, "outcome": "failed",
+         "not_holding": [], "error": "Traceback ...\nIndexError: list index out of range"},
+        {"chapter": "02_exact_learning", "parameters": {"seed": 0}, "seconds": 5.0, "outcome": "refused",
+         "not_holding": [], "error": "ParameterError: ..."},
+    ]
+    text = report(runs, head="seeds 3-4", commit="abc1234")
+    assert "Code commit: `abc1234`; seeds 3-4" in text
+    assert "| 01_definitions | 2 | 1 | 0 | 1 | 1 |" in text and "| 02_exact_learning | 1 | 0 | 1 | 0 | 0 |" in text
+    assert '- 01_definitions `{"seed": 4}`: IndexError: list index out of range' in text
+    assert '- 01_definitions `{"seed": 3}`: native_gap' in text
+    assert report([runs[2]], commit="x").count("None.") == 2

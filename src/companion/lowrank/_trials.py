@@ -7,6 +7,7 @@ import numpy as np
 from .._validation import check_choice, check_int, check_real
 from ..errors import (
     InvalidInputError,
+    NotIdentifiableError,
     SolverError,
 )
 from ._learn import (
@@ -71,8 +72,8 @@ def recovery_trial(d, r, ratio, *, method, seed, threshold=1e-6, design="rop") -
     Returns
     -------
     dict
-        ``m``, ``n_queries`` (0 for ``"gaussian"``), ``rel_error_W`` (None on a solver failure)
-        and ``exact`` (bool).
+        ``m``, ``n_queries`` (0 for ``"gaussian"``), ``rel_error_W`` (None on a solver failure,
+        or when ``m`` is below the degrees of freedom and the learner refuses) and ``exact`` (bool).
     """
     from ..attention import random_single_head
     from ..oracles import ValueQueryOracle
@@ -99,7 +100,7 @@ def recovery_trial(d, r, ratio, *, method, seed, threshold=1e-6, design="rop") -
         with threadpool_limits(limits=1, user_api="blas"):
             rec = learn_low_rank(oracle, r, method=method, n_measurements=m, verify=0, seed=seed)
         err = rec.relative_errors(head)["W"]
-    except SolverError:
+    except (SolverError, NotIdentifiableError):  # a ratio below 1: fewer m than r(2d - r), refused
         err = None
     return {"m": m, "n_queries": oracle.n_queries, "rel_error_W": err, "exact": err is not None and err <= threshold}
 
