@@ -53,7 +53,7 @@ def round_to(x, fmt) -> np.ndarray:
 
 
 def nearest_format(u) -> str:
-    """The format of :data:`~companion.oracles.FORMATS` whose unit roundoff is nearest to ``u`` in ratio.
+    """The format of ``companion.oracles.FORMATS`` whose unit roundoff is nearest to ``u`` in ratio.
 
     Examples
     --------
@@ -66,7 +66,7 @@ def nearest_format(u) -> str:
 
 
 def as_precision(precision) -> float:
-    """A stated precision (a name of :data:`~companion.oracles.FORMATS`, or a relative rounding in (0, 1/2]) as ``u``.
+    """A stated precision (a name of ``companion.oracles.FORMATS``, or a relative rounding in (0, 1/2]) as ``u``.
 
     Raises
     ------
@@ -204,7 +204,7 @@ def measure_precision(oracle, *, n=8, length=8, seed=0) -> dict:
     -------
     dict
         ``u`` (the measured relative size of what the answers carry), ``kind`` (one of
-        :data:`ANSWER_KINDS`), ``u_spread``, ``u_granularity``, ``u_jitter`` (0 if not measured),
+        ``ANSWER_KINDS``), ``u_spread``, ``u_granularity``, ``u_jitter`` (0 if not measured),
         ``u_step`` (the median tiny-step move), ``u_repeat`` (the largest repeat difference),
         ``quantized``, ``bits`` (the largest significant bits seen), ``format``
         (:func:`nearest_format` of ``u``, or of the granularity for rounded answers of at most 24

@@ -272,7 +272,7 @@ class ValueQueryOracle:
         Keep a copy of every query and its answer in ``log``.
     precision : str or float, default=None
         The precision the answers are computed in, as the oracle states it: a format of
-        :data:`~companion.oracles.FORMATS` (``"float32"``, ``"bfloat16"``, ...) or its relative
+        ``companion.oracles.FORMATS`` (``"float32"``, ``"bfloat16"``, ...) or its relative
         rounding ``u`` as a float in ``(0, 1)``. ``None``: not stated (an exact float64 oracle, or
         a black box whose learner measures it with :func:`measure_precision` when a check needs it).
     progress : bool, default=None

@@ -3,7 +3,7 @@
 A deployed model answers in the precision it is served in, not in exact float64. This module
 holds what the learners need to know about that precision (this book's, not the paper's):
 
-* :data:`~companion.oracles.FORMATS` and :func:`unit_roundoff` (defined in :mod:`companion.oracles`, which states
+* ``companion.oracles.FORMATS`` and :func:`unit_roundoff` (defined in :mod:`companion.oracles`, which states
   an oracle's precision with them): the relative rounding ``u`` of each format
   (half an ulp of 1: ``2**-53``, ``2**-24``, ``2**-11``, ``2**-8``);
 * :func:`round_to`: round float64 values to a format (returned as float64);

@@ -788,11 +788,13 @@ def publish_below(name, value, bound, *, chapter=None, glue=True) -> None:
     Examples
     --------
     >>> import os, tempfile
+    >>> previous = os.environ.get("COMPANION_RESULTS_DIR")
     >>> os.environ["COMPANION_RESULTS_DIR"] = tempfile.mkdtemp()
     >>> publish_below("gap", 3e-16, 1e-14, chapter="99_demo", glue=False)
     >>> load("99_demo")["values"]["gap"]["text"]
     'below 1e-14'
-    >>> del os.environ["COMPANION_RESULTS_DIR"]
+    >>> if previous is None: del os.environ["COMPANION_RESULTS_DIR"]
+    ... else: os.environ["COMPANION_RESULTS_DIR"] = previous
     """
     publish(name, bound, fmt="below {:.0e}", chapter=chapter, glue=glue, kind="bound", measured=value, atol=bound)
 

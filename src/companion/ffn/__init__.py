@@ -1,8 +1,8 @@
 """ReLU network extraction from one-token value queries (§4.1 of the paper, and beyond).
 
-* :mod:`companion.ffn.bias_free`: the bias-free one-hidden-layer network ``w_o^T ReLU(A^T x)`` that a
+* ``companion.ffn.bias_free``: the bias-free one-hidden-layer network ``w_o^T ReLU(A^T x)`` that a
   one-layer Transformer computes on length-1 queries, and :func:`learn_ffn`;
-* :mod:`companion.ffn.deep`: networks with biases and ``k >= 1`` hidden layers,
+* ``companion.ffn.deep``: networks with biases and ``k >= 1`` hidden layers,
   :func:`learn_relu_network`;
 * :mod:`companion.ffn._kinks`: critical points along a line (:func:`find_kinks`) and the field's
   bits of precision, shared by both.

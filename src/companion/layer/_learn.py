@@ -509,7 +509,7 @@ def learn_attention_layer(
         If the readout shows no head (the layer is affine in ``x_N``).
     PrecisionError
         If the answers are not exact to float64 rounding (a float32 server), or a post-LN's ``eps``
-        is too small to read the norm of its input (BERT's 1e-12; :data:`MIN_GAP`).
+        is too small to read the norm of its input (BERT's 1e-12; ``MIN_GAP``).
     OracleInconsistentError
         If the target is outside the class; the message names the cause: one-token answers not
         affine and not a post-LN's (a GELU after the block; a pre-LN), the heads' learner failing,

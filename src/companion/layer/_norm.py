@@ -163,7 +163,7 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
     OracleInconsistentError
         If the answers do not fit (a ``kappa^2 <= 0``, a line's ``m_k`` of mixed signs).
     PrecisionError
-        If ``eps`` is too small to read the norm of ``P u`` (:data:`MIN_GAP`).
+        If ``eps`` is too small to read the norm of ``P u`` (``MIN_GAP``).
     """
     d_out = Y_all.shape[1]
     _, _, Vt = np.linalg.svd(Y_all - Y_all.mean(axis=0), full_matrices=False)

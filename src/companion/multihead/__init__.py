@@ -26,7 +26,7 @@ heads whose value vectors cancel add nothing. This module holds
   A single head is :func:`companion.exact.learn_single_head`'s; :func:`detect_multi_head` says
   which of the two an oracle needs.
 
-* :data:`WEAK_CENTRE`: the moment start's smallest amplitude ratio at a centre before it draws a
+* ``WEAK_CENTRE``: the moment start's smallest amplitude ratio at a centre before it draws a
   second one (chapter 06 cites it);
 * research-only diagnostics of the counts route (no learner calls them): :func:`counts_conditioning`,
   :func:`counts_start_coverage`, :func:`counts_information`, :func:`counts_length_bounds`,
@@ -50,7 +50,7 @@ The package's private modules, one per topic (import the public names from here)
 Layer: one of the paper's sections (§7), above §4 (``exact``: the single-head learner and its
 inversion), the skeleton (``_learner``) and the shared numerics (its isolation queries are
 :func:`companion.numerics.rop.rop_queries`; the fits of logistic sums are
-:mod:`companion.numerics.rational`).
+``companion.numerics.rational``).
 """
 
 from __future__ import annotations

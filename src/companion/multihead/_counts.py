@@ -137,12 +137,12 @@ def learn_canonical_rational(
     Rows ``delta_i`` (an orthonormal basis) share the tokens ``x_k``; within a row the amplitudes
     ``gamma_h = delta_i^T v_h`` are the same for every token and label the heads, and the shifts
     ``delta_i^T W_h x_k`` are linear in ``x_k``. Each pair is interpolated on its own
-    (:func:`companion.numerics.rational.interpolate_pairs`, then Levenberg-Marquardt where the interpolant
+    (``companion.numerics.rational.interpolate_pairs``, then Levenberg-Marquardt where the interpolant
     misfits its own samples), batched over all pairs; the amplitudes shared by the pairs whose
     ``H`` terms agree, and for each head the shifts of every pair with a term of that head's
     amplitude (to ``MATCH_TOL``), start the joint fit of the row over all its tokens (Gauss-Newton batched
-    over the rows, :func:`companion.numerics.rational.fit_rows_joint`; a row that misfits after it gets
-    :func:`companion.numerics.rational.fit_row_joint`, then a new direction), which is far better
+    over the rows, ``companion.numerics.rational.fit_rows_joint``; a row that misfits after it gets
+    ``companion.numerics.rational.fit_row_joint``, then a new direction), which is far better
     conditioned than any single pair: a collision of two poles at one token is resolved by the
     others. Rows are linked to row 0 through ``n_link`` pairs at ``delta_0 + delta_i``, whose
     answers are linear in the ``H^2`` candidate terms (head ``h`` of row 0 with head ``g`` of row ``i``). Then

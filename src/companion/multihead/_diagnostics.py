@@ -23,7 +23,7 @@ def counts_conditioning(d, H, *, shift_std=3.0, n_draws=20, seed=0):
 
     Random amplitudes ``gamma ~ N(0, I_H)``, row vectors ``R_h ~ N(0, shift_std^2 I_d / d)`` and
     tokens of unit norm (shifts of standard deviation ``shift_std``), sampled at the ratios of
-    :func:`companion.numerics.rational.ratio_design`. The sensitivity is ``eps * max|G| / sigma_min(J)``
+    ``companion.numerics.rational.ratio_design``. The sensitivity is ``eps * max|G| / sigma_min(J)``
     for the Jacobian ``J`` of the samples with respect to the unknowns: the largest change of an
     unknown that a rounding-level change of the answers can cause.
 
@@ -99,13 +99,13 @@ def counts_start_coverage(d, H, *, n_rows=4, scale=3.0, spread=1.5, seed=0) -> d
     true amplitude to ``MATCH_TOL`` (relative to the row's largest) and its shift to 1e-2. A head's
     start row is a least-squares fit over those tokens, so it needs more than ``d`` of them.
 
-    The start error is that fit's (:func:`fit_start_rows`, over the resolved tokens with their fitted
+    The start error is that fit's (``fit_start_rows``, over the resolved tokens with their fitted
     shifts, labelled by the true amplitudes: the best this per-pair start can do), relative per head,
     ``||R0_h - R_h|| / ||R_h||``. Measured at ``d = 64`` (defaults, 4 rows; this book's own,
     2026-12-01): largest (median) over heads and rows 8e-4 (1e-4) at ``H = 8``, 0.70 (0.51) at
     ``H = 10`` and 0.97 (0.86) at ``H = 12``: below ``d`` resolved tokens the least squares is
     underdetermined and the start is the minimum-norm row. A row's joint fit
-    (:func:`companion.numerics.rational.fit_row_joint`) converged to rounding level from the true heads
+    (``companion.numerics.rational.fit_row_joint``) converged to rounding level from the true heads
     perturbed by 1 % (3 draws of 3) and 3 % (2 of 3) at ``d = 32``, ``H = 12``, and by 3 % at
     ``d = 64`` (one row of the learner's design, seed 0; 10 % at ``H = 10``), and from 10 % in no
     draw at ``H = 12``: the start, not the joint fit, is what is missing.
@@ -440,7 +440,7 @@ def probe_hessian(oracle, v, x0, step=1e-3):
 def count_pairs(n_points, max_len):
     """Counts ``(n, m)`` with ``n + m <= max_len`` spread evenly in ``log(n / m)`` (the robust route's).
 
-    See :func:`companion.numerics.rational.count_pairs`.
+    See ``companion.numerics.rational.count_pairs``.
 
     Examples
     --------
@@ -468,7 +468,7 @@ def fit_logistic_sum(s, g):
     c, l : ndarray of shape (H,)
         Amplitudes and shifts, sorted by ``l``.
     info : dict
-        ``residual``, ``sensitivity``, ``scale`` (:func:`companion.numerics.rational.fit_free`).
+        ``residual``, ``sensitivity``, ``scale`` (``companion.numerics.rational.fit_free``).
 
     Examples
     --------

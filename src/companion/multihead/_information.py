@@ -217,7 +217,7 @@ def extended_counts_answers(model, U, X, n, m):
 def loewner_condition(r, G, H):
     """Condition number ``sigma_1 / sigma_H`` of each pair's Loewner matrix, batched over pairs.
 
-    The matrix is :func:`companion.numerics.rational.interpolate_pairs`'s (support points ``0, r_1, r_3,
+    The matrix is ``companion.numerics.rational.interpolate_pairs``'s (support points ``0, r_1, r_3,
     ...``, test points ``r_2, r_4, ...``; shape (H, H + 1)); its null vector is the interpolant, so
     a change of the answers by ``eps`` relative moves it by about this number times ``eps``.
 

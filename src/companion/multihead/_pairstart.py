@@ -14,7 +14,7 @@ fitted with; :class:`RowStart`: a row's start; :class:`RowFit`: a row's fitted t
 5. :func:`link_rows` -- every row's heads permuted onto row 0's;
 6. the result (:func:`companion.multihead._route.rational_result`).
 
-The matching helpers above the stages (:func:`match_terms`, :func:`fit_start_rows`,
+The matching helpers above the stages (:func:`match_terms`, ``fit_start_rows``,
 :func:`count_terms`, :func:`agreeing`, :func:`apart`, :func:`repair_start`) are the pieces the
 stages share with the diagnostics.
 """
@@ -493,7 +493,7 @@ def start_row(design, i, G, fits, H_row) -> RowStart:
 
 def batch_starts(design, G_all, fits_all) -> tuple:
     """Every row's start (labels and start rows batched over the rows), then all joint fits batched
-    (:func:`~companion.numerics.rational.fit_rows_joint`). Returns ``starts`` (row -> RowStart, for
+    (``companion.numerics.rational.fit_rows_joint``). Returns ``starts`` (row -> RowStart, for
     the rows that can start; ``tried`` where the batched fit misfits) and ``fitted`` (row -> RowFit)."""
     s, X, K, tol = design.s, design.X, design.K, design.tol
     gamma0, agree, gam, sh, fit, rough, _, ok = label_rows(G_all, fits_all)

@@ -15,7 +15,7 @@ pair's free fit of amplitudes and shifts (:func:`companion.multihead.counts_cond
 :func:`shared_amplitude_start`
 
 1. fits every pair freely (the interpolation with every pole taken real,
-   :func:`companion.numerics.rational.interpolate_pairs` with ``realise``, then Levenberg-Marquardt), and
+   ``companion.numerics.rational.interpolate_pairs`` with ``realise``, then Levenberg-Marquardt), and
    assigns its terms to the row's heads by amplitude (the optimal one-to-one assignment);
 2. refits every pair's shifts with the row's amplitudes fixed and takes those of the pairs that
    then fit to :data:`ACCEPT` (inside the window);

@@ -294,7 +294,7 @@ def track_rows(s, G, X, gamma0, R0, G0, *, tol, XX=None, steps=HOMOTOPY_STEPS, m
         Largest relative misfit accepted.
     max_serial : int, optional
         The rows still misfitting after the continuation get the serial fit of
-        :func:`~companion.numerics.rational.fit_row_joint` (with its MINPACK fallback, up to minutes per row
+        ``companion.numerics.rational.fit_row_joint`` (with its MINPACK fallback, up to minutes per row
         at ``H (d + 1) ~ 400`` unknowns) only if there are at most this many (the caller's spare
         rows: with more, it refuses anyway). None: always.
 

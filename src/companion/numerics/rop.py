@@ -4,7 +4,7 @@ One two-token value query ``c [(a + b)^T; b^T]`` measures the rank-one projectio
 ``<a b^T, W> = a^T W b`` of Cai & Zhang (2015) through the two-token identity: its answer is
 ``c (b^T v + sigma(c^2 a^T W b) a^T v)``. This module holds what every ROP learner shares:
 
-* :func:`gaussian_rop_design` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``,
+* ``gaussian_rop_design`` -- Gaussian left and right vectors ``a_k, b_k ~ N(0, I_d / d)``,
   with :func:`_redraw_small` (also Theorem 4.1's Gaussian probes) redrawing a small ``a^T v``;
 * :func:`rop_queries` -- the queries themselves (``companion._streaming.answer_rop`` builds the
   same values chunk by chunk; Theorem 4.1's, Theorem 6.2's and the orthogonal-heads learner's
@@ -105,7 +105,7 @@ def gaussian_rop_design(d, m, v, rng, dtype=np.float64):
     return _redraw_small(A, v, _SMALL_AV, rng), B
 
 
-#: Rows of a float32 design drawn at once by :func:`gaussian_rop_design` (float64 bytes).
+#: Rows of a float32 design drawn at once by ``gaussian_rop_design`` (float64 bytes).
 _DRAW_CHUNK_BYTES = 4 * 2**20
 
 

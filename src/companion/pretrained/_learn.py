@@ -163,7 +163,7 @@ def layer_counts_probe(layer=0, *, n_pairs=8, delta_norm=10.0, token_norm=20.0, 
     :func:`~companion.multihead.learn_canonical_rational` rests on pairs: for a token ``x~ = (x, 1)``
     and a direction ``delta~ = (delta, 0)``, the ``2 H = 24`` queries of ``n`` copies of
     ``x~ + delta~`` then ``m`` copies of ``x~`` (``n + m <= 25``,
-    :func:`companion.numerics.rational.ratio_design`) sample ``G(r) = sum_h gamma_h r / (r + p_h)`` with
+    ``companion.numerics.rational.ratio_design``) sample ``G(r) = sum_h gamma_h r / (r + p_h)`` with
     ``gamma_h = delta~^T v~_h`` and ``log p_h = -delta~^T W~_h x~``, which a type-(12, 12) rational
     interpolation inverts. Its joint row fit starts from the pairs whose own interpolation resolves
     every head. This asks ``25 n_pairs`` queries of the full layer (:class:`BertAttentionTarget`,

@@ -422,7 +422,7 @@ def learn_low_rank_noisy(
         :class:`~companion.membership.MembershipQueryOracle`); before any query.
     InvalidInputError
         For a bad ``rank``, ``W_max``, ``tau``, ``method``, ``logit_max`` or solver option, or
-        ``"nuclear"`` above :data:`companion.lowrank.NUCLEAR_MAX_BYTES` (estimated by
+        ``"nuclear"`` above ``companion.lowrank.NUCLEAR_MAX_BYTES`` (estimated by
         :func:`companion.lowrank.nuclear_program_size`); before the first query.
     NotIdentifiableError
         If ``n_measurements < r (2d - r)`` (before the first query), or if ``v_hat = 0``.
