@@ -42,6 +42,24 @@ else:
 _STARTED: list[float] = []
 
 
+#: The suite's own variables, set in pytest_configure: every kernel nbval starts reads them, and the
+#: nbval comparison reads COMPANION_RESULTS_DIR.
+SUITE_VARIABLES = ("COMPANION_RESULTS_DIR", "COMPANION_STRICT")
+
+
+@pytest.fixture(autouse=True)
+def _suite_variables_kept():
+    """A test or doctest that changes the suite's own variables gets them back afterwards (a doctest
+    that deleted COMPANION_RESULTS_DIR failed every nbval cell after it)."""
+    kept = {name: os.environ.get(name) for name in SUITE_VARIABLES}
+    yield
+    for name, value in kept.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def pytest_configure(config):
     _STARTED.append(time.monotonic())
     # Set before any kernel starts, so that notebooks run by nbval and papermill inherit it.

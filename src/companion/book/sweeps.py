@@ -48,11 +48,13 @@ def save_rows(name, grid, rows, chapter=None, backend="sequential", n_jobs=1):
     Examples
     --------
     >>> import json, os, tempfile
+    >>> previous = os.environ.get("COMPANION_RESULTS_DIR")
     >>> os.environ["COMPANION_RESULTS_DIR"] = tempfile.mkdtemp()
     >>> path = save_rows("demo", {"d": [2]}, [{"d": 2, "n": 6}])
     >>> json.loads(path.read_text())["rows"]
     [{'d': 2, 'n': 6}]
-    >>> del os.environ["COMPANION_RESULTS_DIR"]
+    >>> if previous is None: del os.environ["COMPANION_RESULTS_DIR"]
+    ... else: os.environ["COMPANION_RESULTS_DIR"] = previous
     """
     from . import results
 
