@@ -294,8 +294,12 @@ def _gradients_sym(f, X, h, scale, *, max_halvings=10):
         fp = f(P.reshape(-1, d)).reshape(todo.size, 2 * d)
         fw, bw = fp[:, :d], fp[:, d:]
         curv = np.abs(fw + bw - 2.0 * f0[todo, None])
-        tol = 64 * _EPS * (scale + np.abs(f0[todo, None]) + np.abs(fw) + np.abs(bw))
         G[todo] = (fw - bw) / (2.0 * steps[todo, None])
+        # The rounding of an answer grows with the terms of the linear piece, sum_j |g_j x_j|, not only
+        # with |f|: far from the origin (|x| ~ 1e3 at seed 5 of (12; 12, 10)) the shifted inputs'
+        # rounding alone moved the curvature past a tolerance in |f|, on a function that is linear there.
+        terms = np.sum(np.abs(G[todo]) * np.abs(X[todo]), axis=1)[:, None]
+        tol = 64 * _EPS * (scale + np.abs(f0[todo, None]) + np.abs(fw) + np.abs(bw) + terms)
         bad = np.any(curv > tol, axis=1)
         steps[todo[bad]] /= 8.0
         todo = todo[bad]
@@ -1056,9 +1060,16 @@ def _choose_planes(layers, kinks, target_width, last, d):
         # Detected (depth 1 measured): planes met on at least half as many lines as the most-met.
         most = max((len({kinks[i].line for i in m}) for m in cand_members), default=0)
         good = [j for j, m in enumerate(cand_members) if len({kinks[i].line for i in m}) >= 0.5 * most]
-    elif not layers or last:
-        # Layer 1: every line crosses every plane of it. The last layer: no deeper neuron.
-        good = list(range(min(cand.shape[1], target_width)))
+    elif last:
+        good = list(range(min(cand.shape[1], target_width)))  # no deeper neuron: every plane is one
+    elif not layers:
+        # Layer 1 of a deeper network: every line crosses every plane of it, while a deeper neuron's
+        # kinks fit a plane only inside one linear region of layer 1, so on fewer lines. The planes
+        # kept must be met on more lines than the first one left out; on a tie, another batch (a tie
+        # kept a deeper neuron's plane in place of a layer-1 neuron's: seed 1 of (10; 8, 8, 8)).
+        met = [len({kinks[i].line for i in m}) for m in cand_members]
+        k = min(cand.shape[1], target_width)
+        good = list(range(k if k == len(met) or met[k - 1] > met[k] else k - 1))
     else:
         good = _flat_neurons(layers, kinks, cand, cand_members)[:target_width]
     return cand[:, good], [cand_members[j] for j in good]
