@@ -810,3 +810,20 @@ def test_ambiguity_directions_start_inside_their_bounds_however_the_last_bound_r
     # inside its bounds already: unchanged
     res = np.array([0.5, -0.9])
     assert np.array_equal(_widened(res, np.ones(2)), np.ones(2))
+
+
+def test_query_block_is_the_per_column_queries_bit_for_bit():
+    """robust_query_block (one array for a block of columns) is what the learners asked one column
+    at a time before: the same queries, in the same order, to the last bit."""
+    from companion.robust._theorem import robust_queries, robust_query_block
+
+    rng = np.random.default_rng(0)
+    U = np.eye(7) - np.sign(rng.standard_normal((7, 7))) * (rng.random((7, 7)) < 0.3)
+    for probes in (None, U[[0, 3, 5]]):
+        for a, b in ((0.5, 1 / 13.0), (0.5, np.array([0.2, 0.1, 0.05])[: 3 if probes is not None else 1])):
+            if probes is None and np.ndim(b):
+                continue
+            cols = [1, 4, 6]
+            block = robust_query_block(7, cols, a=a, b=b, U=probes)
+            each = np.concatenate([robust_queries(7, j, a=a, b=b, U=probes) for j in cols])
+            assert block.shape == each.shape and block.tobytes() == each.tobytes()

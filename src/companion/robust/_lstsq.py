@@ -13,7 +13,7 @@ from ..recovery import Recovery
 from ._theorem import (
     check_oracle,
     column_blocks,
-    robust_queries,
+    robust_query_block,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -349,8 +349,7 @@ def learn_robust_lstsq(
         x_max = a * b * probe_norm * W_max
         lo = float(expit(-x_max))
         for cols in column_blocks(d):
-            X = np.concatenate([robust_queries(d, j, a=a, b=b, U=U[rows]) for j in cols])
-            y = np.asarray(oracle(X)).reshape(len(cols), len(rows))
+            y = np.asarray(oracle(robust_query_block(d, cols, a=a, b=b, U=U[rows]))).reshape(len(cols), len(rows))
             for k, j in enumerate(cols):
                 alpha = (y[k] - a * v_hat[j]) / (b * uv[rows])
                 n_clipped += int(np.sum((alpha < lo) | (alpha > 1 - lo)))
