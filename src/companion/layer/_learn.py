@@ -15,22 +15,22 @@ from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, g
 from ._model import AttentionLayer, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._norm import (
+    GRID_ULPS,
     LOW_GAP,
+    PRECISION_BAND,
     inferred_gap_message,
     PROBE_POINTS,
     Denormalised,
     Scaled,
-    curvature,
+    answer_format,
     estimate_post_ln,
-    hyperplane_ratio,
+    line_deviations,
+    plane_deviation,
     probe_lines,
+    rounding_level,
 )
 
 __all__ = ["LayerRecovery", "learn_attention_layer"]
-
-#: A probe line whose second differences stay below this fraction of its spread (or 64 times the oracle's stated
-#: precision) is straight: its answers are affine.
-STRAIGHT = 1e-10
 
 #: Behind a post-LN the heads' learner asks its tokens scaled by this factor: its lifted tokens reach norms of
 #: about 200 (a small homogeneous coordinate), where the LayerNorm's input variance would hide its norm (MIN_GAP).
@@ -218,48 +218,72 @@ def _coarse_message(why: str) -> str:
 
 
 def _find_layernorm(Yp, Yall, o: _Options, precision):
-    """``None`` (one-token answers affine: no LayerNorm) or the post-LN read off the answers; refusals."""
-    if np.array_equal(Yall, Yall.astype(np.float32)):
-        raise PrecisionError(_coarse_message(f"all {len(Yall)} answers so far are float32 numbers (served in float32)"))
-    bent = curvature(Yp)
-    ratio = hyperplane_ratio(Yall)
-    straight = max(STRAIGHT, 64 * (precision or 0.0))  # a stated precision (float32) rounds the answers
-    if np.all(bent < straight):
+    """``None`` (one-token answers affine: no LayerNorm) or the post-LN read off the answers; refusals.
+
+    The answers' precision ``u`` is the stated one or float64's, unless every answer lies on a coarser
+    format's grid (:func:`~companion.layer._norm.answer_format`: then a PrecisionError); a deviation from an
+    affine line or hyperplane counts only above :func:`~companion.layer._norm.rounding_level` of ``u``.
+    """
+    fmt = answer_format(Yall)
+    if fmt is not None:
+        raise PrecisionError(
+            _coarse_message(
+                f"all {len(Yall)} answers so far are {fmt[0]} numbers (within {GRID_ULPS} float64 ulps of its grid: "
+                f"served in {fmt[0]}, precision u = {fmt[1]:.1e})"
+            )
+        )
+    u = max(float(precision or 0.0), unit_roundoff("float64"))
+    level = rounding_level(u)
+    bent = line_deviations(Yp)
+    plane = plane_deviation(Yall)
+    at = f"(rounding at the answers' precision u = {u:.1e} explains up to {level:.1e})"
+    if np.all(bent <= level):
         if o.layernorm in ("post", "pre"):
             where = "after the block" if o.layernorm == "post" else "before its heads"
             raise OracleInconsistentError(
                 f"layernorm={o.layernorm!r}, but the one-token answers are affine in the token (second differences "
-                f"{bent.max():.1e} of the spread): the target has no LayerNorm {where}."
+                f"{bent.max():.1e} of their size {at}): the target has no LayerNorm {where}."
             )
         return None
     # a pre-LN's all-ones line is straight (its LayerNorm removes that direction), a post-LN's is bent; a pre-LN
     # without skip may also answer on a hyperplane (H (d - 1) < d_out)
-    pre = bool(bent[3] < straight)
-    post = ratio < 1e-9 and Yall.shape[1] >= 4 and not pre
+    pre = bool(bent[3] <= level)
+    post = plane <= level and Yall.shape[1] >= 4 and not pre
     if o.layernorm == "pre" and not pre:
         raise OracleInconsistentError(
             "layernorm='pre', but the one-token answers are not affine along the all-ones direction only "
-            f"(second differences {bent[3]:.1e}): the target has no LayerNorm before its heads."
+            f"(second differences {bent[3]:.1e} of their size {at}): the target has no LayerNorm before its heads."
         )
     if pre and o.layernorm in ("auto", "pre"):
         return "pre"
     if post and o.layernorm in ("auto", "post"):
         return estimate_post_ln(Yp, Yall)
     if post:
-        why = f"they lie on an affine hyperplane (singular value ratio {ratio:.1e}): a post-LN, and layernorm='none'"
-    elif bent[3] < straight:
+        why = f"they lie on an affine hyperplane (deviation {plane:.1e}): a post-LN, and layernorm='none'"
+    elif bent[3] <= level:
         why = (
             "they are affine along the all-ones direction only: the signature of a pre-LN (x_N + o(LN(X)), "
             "as GPT-2), and layernorm='none'"
         )
     else:
+        nearest = min(float(bent.max()), float(bent[3]), plane if Yall.shape[1] >= 4 else float("inf"))
+        if nearest <= PRECISION_BAND:
+            raise PrecisionError(
+                "learn_attention_layer needs answers exact to float64 rounding, and these are not: the one-token "
+                f"answers fit an attention layer's signature (affine lines, or a LayerNorm's) to a relative "
+                f"{nearest:.1e} (lines {bent.max():.1e}, all-ones line {bent[3]:.1e}, hyperplane {plane:.1e}), far "
+                f"above what rounding at u = {u:.1e} explains ({level:.1e}) and below PRECISION_BAND = "
+                f"{PRECISION_BAND:.0e} (a GELU after the block misses them by 1e-2 or more): measured, the answers "
+                f"carry about {nearest:.0e} of precision, as a computation in float32 would (not served on a "
+                "format's grid, so the format is not named). Nothing was returned."
+            )
         why = (
-            f"and they show no LayerNorm signature (centred answers of full rank, singular value ratio {ratio:.1e}):"
-            " a nonlinearity after the block (e.g. GELU)"
+            f"and they show no LayerNorm signature (centred answers of full rank, deviation from a hyperplane "
+            f"{plane:.1e}): a nonlinearity after the block (e.g. GELU)"
         )
     raise _refusal(
         f"the one-token answers are not affine in the token (second differences {bent.max():.1e} of "
-        f"the spread on a probe line), {why}."
+        f"their size on a probe line {at}), {why}."
     )
 
 
@@ -508,8 +532,12 @@ def learn_attention_layer(
     NotIdentifiableError
         If the readout shows no head (the layer is affine in ``x_N``).
     PrecisionError
-        If the answers are not exact to float64 rounding (a float32 server), or a post-LN's ``eps``
-        is too small to read the norm of its input (BERT's 1e-12; ``MIN_GAP``).
+        If the answers are not exact to float64 rounding: a stated ``precision`` coarser than float64's;
+        every answer on the grid of bfloat16, float16 or float32 (to within ``GRID_ULPS`` float64 ulps,
+        so also through the oracles' perturbation test mode); or one-token answers that fit the class's
+        signatures only to a relative deviation between the rounding level (``ROUNDING_UNITS`` times
+        the precision) and ``PRECISION_BAND`` (a float32 computation not served on its grid). Also if
+        a post-LN's ``eps`` is too small to read the norm of its input (BERT's 1e-12; ``MIN_GAP``).
     OracleInconsistentError
         If the target is outside the class; the message names the cause: one-token answers not
         affine and not a post-LN's (a GELU after the block; a pre-LN), the heads' learner failing,
@@ -519,9 +547,10 @@ def learn_attention_layer(
     Notes
     -----
     1. Probes: 20 one-token queries on 4 lines. Without LayerNorm the answers are affine on each
-       line; a post-LN bends them onto a conic inside an affine hyperplane, from which ``gamma`` and
-       ``beta`` are read (``estimate_post_ln``, in ``companion.layer._norm``), and every later
-       answer is seen before the LayerNorm, ``P u(X) / sqrt(eps)``.
+       line (second differences at most ``ROUNDING_UNITS`` times the answers' precision of their size,
+       ``companion.layer._norm.rounding_level``); a post-LN bends them onto a conic inside an affine
+       hyperplane, from which ``gamma`` and ``beta`` are read (``estimate_post_ln``, in
+       ``companion.layer._norm``), and every later answer is seen before the LayerNorm, ``P u(X) / sqrt(eps)``.
     2. ``d + 1`` one-token queries give ``o([x]) = A x + a``, and ``H d + 8`` fresh queries of
        lengths 2 to 8 serve the least squares (asked first, so a refusal can read them).
     3. The heads' ``W~_h``: a random readout ``c`` is a sum of scalar heads on homogeneous tokens,
