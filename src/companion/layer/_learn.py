@@ -215,9 +215,9 @@ def _plan(oracle, o: _Options) -> dict:
 def _coarse_message(why: str) -> str:
     return (
         f"learn_attention_layer needs answers exact to float64 rounding, and {why}: the heads' fits of logistic "
-        "sums on a readout do not resolve the heads at float32's rounding (measured: learn_canonical refuses H = 2, "
-        "4, 8 at d = 8; learn_canonical_rational resolves H = 2 only with tol=1e-3, to 2e-3). A layer served in "
-        "float32 is not learned; nothing was returned."
+        "sums on a readout do not resolve the heads at float32's rounding, nor at a coarser one (measured: "
+        "learn_canonical refuses H = 2, 4, 8 at d = 8; learn_canonical_rational resolves H = 2 only with tol=1e-3, "
+        "to 2e-3). A layer served in float32, float16 or bfloat16 is not learned; nothing was returned."
     )
 
 
