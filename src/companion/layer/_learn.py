@@ -407,6 +407,18 @@ def _assemble(Ws, Theta, norm, o: _Options, d: int):
     return layer, kind, err
 
 
+def _pre_unresolved(exc: Exception) -> OracleInconsistentError:
+    """A pre-LN stage after the heads' failed: an in-class block ends there too, so no verdict is stated."""
+    return OracleInconsistentError(
+        f"could not learn this pre-LN block (a head too faint in the readout, more heads than the heads' learner "
+        f"resolves, or not an attention layer): {exc} Behind a pre-LN the heads' learner asks normalised tokens "
+        f"scaled by PRE_HEADS_SCALE = {PRE_HEADS_SCALE}, which can leave a head too faint: measured (2026-12-03, "
+        "60 pre-LN blocks, d 5 to 12, H 1 or 2, eps 1e-3 to 1, seeds 0 to 3), 2 end here and 23 are out of the "
+        "heads' stage's reach (an InvalidInputError) at their first seed, and all 60 are learned within 4 "
+        "consecutive seeds: try seed=1."
+    )
+
+
 def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
     """A pre-LN block: eps and the skip from one-token lines, then the heads on its normalised tokens."""
     U = sum_zero_basis(d, rng)
@@ -429,18 +441,23 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
     except InvalidInputError as exc:  # the block is in the class, but this size is out of the route's reach
         raise InvalidInputError(
             f"this pre-LN block is out of reach of learn_attention_layer's heads' stage on its d - 1 = {dv} "
-            f"normalised coordinates (not a verdict on the target): {exc}"
+            f"normalised coordinates (not a verdict on the target): {exc} The reach depends on the heads' learner's "
+            "queries, drawn from the seed: measured, the 23 of 60 random pre-LN blocks out of reach at their first "
+            "seed were all learned within 4 consecutive seeds: try seed=1."
         ) from None
-    with count.stage("polish"):
-        Ws, Theta, fit = _outputs(
-            inner, Ws, [X1] + batches, [Y1] + answers, plan["polish"], o, rng, gate=LSTSQ_GATE_POST
-        )
-    Ms, S_v, b = _split(Theta, Ws.shape[0], dv)
-    if np.linalg.norm(S_v) > SKIP_RTOL * max(1.0, float(np.linalg.norm(Theta))):
-        raise _refusal(
-            f"on the normalised tokens a term of the last token remains (||S_v||_F = {np.linalg.norm(S_v):.2e}): "
-            "not a pre-LN block."
-        )
+    try:
+        with count.stage("polish"):
+            Ws, Theta, fit = _outputs(
+                inner, Ws, [X1] + batches, [Y1] + answers, plan["polish"], o, rng, gate=LSTSQ_GATE_POST
+            )
+        Ms, S_v, b = _split(Theta, Ws.shape[0], dv)
+        if np.linalg.norm(S_v) > SKIP_RTOL * max(1.0, float(np.linalg.norm(Theta))):
+            raise _refusal(
+                f"on the normalised tokens a term of the last token remains (||S_v||_F = {np.linalg.norm(S_v):.2e}):"
+                " not a pre-LN block."
+            )
+    except OracleInconsistentError as exc:
+        raise _pre_unresolved(exc) from None
     Dp = np.zeros((dv + 1, d + 1))  # the homogeneous virtual token from the normalised one: v~ = Dp n~
     Dp[:dv, :d], Dp[dv, d] = U.T, 1.0
     Wn = np.einsum("ka,hkl,lb->hab", Dp, Ws, Dp)
@@ -609,7 +626,10 @@ def learn_attention_layer(
     if norm == "pre":
         layer, kind, skip_err, learner, fit = _learn_pre(oracle, o, plan, count, rng, d)
         n_learn = count.total
-        verification = _verify(oracle, layer, o)
+        try:
+            verification = _verify(oracle, layer, o)
+        except OracleInconsistentError as exc:
+            raise _pre_unresolved(exc) from None
         return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d)
     inner = oracle if norm is None else Denormalised(oracle, norm)
     if norm is not None:
