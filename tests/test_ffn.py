@@ -332,3 +332,44 @@ def test_learn_one_layer_without_ffn_checks_recovers_the_close_pair():
     err = align_networks(rec.A, rec.w_o, net.A, net.w_o)
     assert err["direction_error"] < 1e-12 and err["weight_error"] < 1e-12
     np.testing.assert_allclose(rec.W, W, atol=1e-9)
+
+
+# -- learn_ffn's stages (issue 34: each stage its own test) ---------------------------------------
+
+
+def test_learn_ffn_plane_stage_reads_every_neuron_off_one_plane():
+    from companion.ffn.bias_free import _PlaneScan, _plane_network, _verify_error
+
+    net = random_feedforward(6, 4, seed=1)
+    oracle = ValueQueryOracle(net)
+
+    def f(x):
+        return np.asarray(oracle(np.asarray(x, dtype=np.float64)[:, None, :]))
+
+    b = f(np.eye(6)) - f(-np.eye(6))
+    scan = _PlaneScan(failures=[])
+    (A, w, s, info, width), scale = _plane_network(f, np.random.default_rng(0), 6, b, 1.0, np.zeros(0), True,
+                                                   "auto", 10.0, scan)
+    assert width == 4 and s is not None and scale == 1.0 and info["status"] == "solved"
+    X = np.random.default_rng(1).standard_normal((32, 6))
+    assert _verify_error((A, w), X, f(X)) < 1e-12
+    assert _verify_error((A, 1.01 * w), X, f(X)) == pytest.approx(0.01, rel=1e-9)
+
+
+def test_learn_ffn_refusal_stage_names_precision_only_when_every_plane_was_too_close():
+    from companion.ffn.bias_free import _PlaneScan, _refuse_every_plane
+
+    with pytest.raises(PrecisionError, match="on each of max_planes=2 random planes"):
+        _refuse_every_plane(_PlaneScan(failures=["close", "close"], n_close=2), 2)
+    with pytest.raises(OracleInconsistentError, match="not a bias-free ReLU network"):
+        _refuse_every_plane(_PlaneScan(failures=["close", "misfit"], n_close=1), 2)
+
+
+def test_learn_ffn_precision_stage_refuses_float32_answers_before_the_scan():
+    from companion.ffn.bias_free import _refuse_coarse_answers
+
+    net = random_feedforward(6, 4, seed=1)
+    y = net(np.random.default_rng(2).standard_normal((16, 1, 6)))
+    _refuse_coarse_answers(ValueQueryOracle(net), y, 0)                 # float64 answers: no refusal
+    with pytest.raises(PrecisionError, match="verification points carry at most 24 significant bits"):
+        _refuse_coarse_answers(ValueQueryOracle(net), y.astype(np.float32).astype(np.float64), 0)

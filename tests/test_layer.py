@@ -745,3 +745,37 @@ def test_a_pre_ln_block_too_small_for_its_heads_stage_is_refused_without_a_verdi
     target = random_attention_layer(5, 2, residual=True, layernorm="pre", eps=1e-3, seed=0)
     with pytest.raises(InvalidInputError, match="out of reach .* d - 1 = 4 .*not a verdict on the target"):
         learn_attention_layer(VectorQueryOracle(target), H=2)
+
+
+# --- pre-LN refusals after the heads' stage (session 35) --------------------------------------------------
+
+
+def _first_learned(target, H, start):
+    for s in range(start, start + 4):
+        try:
+            return s, learn_attention_layer(VectorQueryOracle(target), H=H, seed=s)
+        except (OracleInconsistentError, InvalidInputError):
+            continue
+    return None, None
+
+
+def test_a_pre_ln_failure_after_its_heads_stage_states_no_false_verdict():
+    """d = 6, H = 2, seed 1 (eps 1e-2): in the class, but learner seed 1's heads leave ||S_v|| = 0.18.
+    Before: 'not an attention layer'. Now both causes are named and another seed learns it."""
+    target = random_attention_layer(6, 2, layernorm="pre", residual=True, eps=1e-2, seed=1)
+    with pytest.raises(OracleInconsistentError) as info:
+        learn_attention_layer(VectorQueryOracle(target), H=2, seed=1)
+    assert str(info.value).startswith("could not learn this pre-LN block (a head too faint in the readout, more heads")
+    assert "try seed=1" in str(info.value)
+    s, rec = _first_learned(target, 2, 2)
+    assert rec is not None and rec.diagnostics["verify_max_error"] < 1e-11
+
+
+def test_a_pre_ln_out_of_reach_is_an_input_error_and_another_seed_reaches_it():
+    """d = 12, H = 2, seed 0 (a reader's draw of chapter 09): learner seed 0's heads' stage asks a normalised
+    token of mean square 2.51; learner seeds 1 to 3 reach it."""
+    target = random_attention_layer(12, 2, layernorm="pre", residual=True, eps=1e-3, seed=0)
+    with pytest.raises(InvalidInputError, match=r"asks 2\.51: .*not a verdict|not a verdict.*asks 2\.51.*try seed=1"):
+        learn_attention_layer(VectorQueryOracle(target), H=2, seed=0)
+    s, rec = _first_learned(target, 2, 1)
+    assert rec is not None and rec.n_heads == 2 and rec.diagnostics["verify_max_error"] < 1e-11

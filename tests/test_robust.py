@@ -810,3 +810,56 @@ def test_ambiguity_directions_start_inside_their_bounds_however_the_last_bound_r
     # inside its bounds already: unchanged
     res = np.array([0.5, -0.9])
     assert np.array_equal(_widened(res, np.ones(2)), np.ones(2))
+
+
+def test_query_block_is_the_per_column_queries_bit_for_bit():
+    """robust_query_block (one array for a block of columns) is what the learners asked one column
+    at a time before: the same queries, in the same order, to the last bit."""
+    from companion.robust._theorem import robust_queries, robust_query_block
+
+    rng = np.random.default_rng(0)
+    U = np.eye(7) - np.sign(rng.standard_normal((7, 7))) * (rng.random((7, 7)) < 0.3)
+    for probes in (None, U[[0, 3, 5]]):
+        for a, b in ((0.5, 1 / 13.0), (0.5, np.array([0.2, 0.1, 0.05])[: 3 if probes is not None else 1])):
+            if probes is None and np.ndim(b):
+                continue
+            cols = [1, 4, 6]
+            block = robust_query_block(7, cols, a=a, b=b, U=probes)
+            each = np.concatenate([robust_queries(7, j, a=a, b=b, U=probes) for j in cols])
+            assert block.shape == each.shape and block.tobytes() == each.tobytes()
+
+
+# -- learn_robust_lstsq's stages (issue 34: each stage its own test) ------------------------------
+
+
+def test_lstsq_pivot_probes_keep_every_denominator_at_least_the_pivots():
+    from companion.robust._lstsq import _pivot_probes
+
+    v = np.array([0.3, -0.9, 0.05, -0.2])
+    p, s, U = _pivot_probes(v, 4)
+    assert p == 1 and list(s) == [-1.0, 1.0, -1.0, 1.0]
+    assert np.all(np.abs(U @ v) >= abs(v[p]) - 1e-15) and np.array_equal(U[p], np.eye(4)[p])
+
+
+def test_lstsq_value_stage_refuses_a_value_vector_within_its_noise():
+    from companion.attention import SingleHead
+    from companion.oracles import ApproxValueQueryOracle
+    from companion.robust._lstsq import _read_v_repeated
+
+    c = np.array([1.0, 0.85])
+    head = SingleHead(np.zeros((3, 3)), np.array([1e-3, 0.0, 0.0]))
+    v_hat, v_noise = _read_v_repeated(ApproxValueQueryOracle(head, 1e-4), c, 3, 1e-4)
+    assert v_noise == pytest.approx(1e-4 * c.sum() / (c @ c)) and abs(v_hat[0] - 1e-3) <= v_noise
+    with pytest.raises(NotIdentifiableError, match="v\\* may be 0"):
+        _read_v_repeated(ApproxValueQueryOracle(head, 1e-2), c, 3, 1e-2)
+
+
+def test_lstsq_norm_refusal_just_inside_and_just_outside():
+    from companion.robust._lstsq import _lstsq_error_bound, _refuse_too_large
+
+    W = np.diag([3.0, 4.0])                                      # ||W||_F = 5
+    _refuse_too_large(W, 4.0, 1.0, 1e-3)                         # 5 <= 4 + 1 (+ rounding): kept
+    with pytest.raises(OracleInconsistentError, match="exceeds W_max=4"):
+        _refuse_too_large(W, 4.0, 0.99, 1e-3)
+    full = _lstsq_error_bound(np.array([0.1, 0.2]), 1e-3, 1e-3, np.array([1.0, 0.5]), 4.0, 0.5, 0, None)
+    assert _lstsq_error_bound(np.array([0.1, 0.2]), 1e-3, 1e-3, np.array([1.0, 0.5]), 4.0, 0.5, 0, 1) == 2 * full

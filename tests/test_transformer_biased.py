@@ -174,3 +174,26 @@ def test_a_residual_connection_is_refused():
 def test_bad_options_are_refused(bad):
     with pytest.raises(InvalidInputError):
         learn_one_layer_biased(ValueQueryOracle(random_biased_one_layer(10, 8, seed=0)), **bad)
+
+
+# -- learn_one_layer_biased's stages (issue 34: each stage its own test) ---------------------------
+
+
+@pytest.mark.parametrize("dead", [False, True])
+def test_biased_passes_read_W_around_0_or_beyond_every_kink(dead):
+    """The first pass reads W around 0 when neurons are active there, else beyond every kink; the
+    second reads it at the logit scale, no closer to 0 than twice the farthest kink when 0 is dead."""
+    from companion.transformer._biased import _first_pass, _second_pass
+
+    tf = random_biased_one_layer(10, 8, seed=0)
+    b1 = -np.abs(tf.b1) if dead else tf.b1
+    target = BiasedOneLayerTransformer(tf.W, tf.A, b1, tf.w_o, tf.b2)
+    oracle = ValueQueryOracle(target)
+    g = tf.A[:, b1 > 0] @ tf.w_o[b1 > 0]
+    W0, r, R_far, around_0 = _first_pass(oracle, tf.A, b1, tf.w_o, g, margin=0.5, zero_tol=1e-9, seed=0)
+    assert around_0 is (not dead) and oracle.n_queries == 2 * 10 * 10 + 10
+    assert np.linalg.norm(W0 - tf.W) < 1e-6 * np.linalg.norm(tf.W)
+    W, R, _ = _second_pass(oracle, tf.A, b1, tf.w_o, W0, R_far, around_0, margin=0.5, seed=0)
+    assert np.linalg.norm(W - tf.W) < 1e-12 * np.linalg.norm(tf.W)
+    kinks = float(np.max(np.abs(b1) / np.linalg.norm(tf.A, axis=0)))
+    assert R <= R_far and (not dead or R >= 2 * kinks)

@@ -708,6 +708,21 @@ class TokenPart(OracleView):
         return self.oracle(self._lift(X))
 
 
+def _biased_block(U, cols, c, d):
+    """:func:`_biased_pairs` for every column of ``cols`` at once, in the same order and to the last
+    bit, built in one array (a 385-dimensional head asks 148,225 of them: the per-column arrays
+    and their concatenation were a fifth of the learner's time)."""
+    k = U.shape[0]
+    c = np.broadcast_to(np.asarray(c, dtype=np.float64), (k,))
+    X = np.zeros((len(cols), k, 2, d))
+    X[:, :, 0, :] = U * c[:, None]
+    inner = [n for n, j in enumerate(cols) if j < d]
+    if inner:
+        at = np.asarray([cols[n] for n in inner], dtype=np.intp)
+        X[np.asarray(inner)[:, None], np.arange(k)[None, :], :, at[:, None]] += c[None, :, None]
+    return X.reshape(len(cols) * k, 2, d)
+
+
 def _biased_pairs(U, j, c, d):
     """Token parts of ``[(c (u_l + e_j), 1); (c e_j, 1)]`` (``j < d``) or ``[(c u_l, 1); (0, 1)]`` (``j = d``)."""
     k = U.shape[0]
@@ -752,7 +767,7 @@ def _learn_biased(oracle, d, *, probes, c0, verify, verify_rtol, seed, precision
     order = [d] + list(range(d))
     for b0 in range(0, d1, per_batch):
         cols = order[b0 : b0 + per_batch]
-        y = np.asarray(oracle(np.concatenate([_biased_pairs(U, j, c0, d) for j in cols])))
+        y = np.asarray(oracle(_biased_block(U, cols, c0, d)))
         for k, j in enumerate(cols):
             T[:, j], alpha = invert(y[k * d : (k + 1) * d], j, rows, c0)
             for _ in range(_MAX_ROUNDS):

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linear_sum_assignment, milp
 
-from .._learner import COARSE_FACTOR, FLOAT64_U, AnswerPrecision, names_rounding, refuse_stated_rounding
-from .._validation import as_float_array, as_sequences, check_int, check_real
+from .._learner import COARSE_FACTOR, FLOAT64_U, AnswerPrecision, QueryCount, names_rounding, refuse_stated_rounding
+from .._validation import as_float_array, as_sequences, check_choice, check_int, check_real
 from ..errors import (
     InvalidInputError,
     NotIdentifiableError,
@@ -639,109 +639,140 @@ def learn_ffn(
         "the kink search intersects lines through answers exact to float64 rounding (rounded answers bend every piece)",
         what="network",
     )
-    if signs not in ("auto", "lstsq", "milp"):
-        raise InvalidInputError(f"signs={signs!r} is not one of {{'auto', 'lstsq', 'milp'}}.")
+    check_choice(signs, "signs", ("auto", "lstsq", "milp"))
     milp_time_limit = check_real(milp_time_limit, "milp_time_limit", minimum=0.0, strict=True)
     max_planes = check_int(max_planes, "max_planes", minimum=1)
     verify = check_int(verify, "verify", minimum=0)
     verify_rtol = check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True)
     seed = check_int(seed, "seed", minimum=0)
     rng = np.random.default_rng(seed)
-    start = oracle.n_queries
+    count = QueryCount(oracle)
 
     def f(x):
         return np.asarray(oracle(np.asarray(x, dtype=np.float64)[:, None, :]), dtype=np.float64)
 
-    # Linear part b = A w_o from f(e_j) - f(-e_j) (2d queries); also sets the scale.
-    E = np.eye(d)
-    fpm = f(np.concatenate([E, -E]))
-    b = fpm[:d] - fpm[d:]
-    n_linear = oracle.n_queries - start
+    with count.stage("linear"):  # b = A w_o from f(e_j) - f(-e_j); also sets the scale
+        fpm = f(np.concatenate([np.eye(d), -np.eye(d)]))
+    b, scale = fpm[:d] - fpm[d:], float(np.max(np.abs(fpm)))
     X_check = rng.standard_normal((verify, d)) / np.sqrt(d)
-    scale = float(np.max(np.abs(fpm)))
+    with count.stage("verify"):
+        y_check = f(X_check) if verify else np.zeros(0)
+    _refuse_coarse_answers(oracle, y_check, seed)
+    scan = _PlaneScan(failures=[])
+    with count.stage("scan"):  # kink search, gradients and refinement on the planes
+        for plane in range(max_planes):
+            try:
+                net, scale = _plane_network(f, rng, d, b, scale, y_check, refine, signs, milp_time_limit, scan)
+            except (OracleInconsistentError, PrecisionError) as exc:
+                scan.failures.append(str(exc))
+                scan.n_close += isinstance(exc, PrecisionError)
+                continue
+            rel = _verify_error(net, X_check, y_check) if verify else float("nan")
+            if not verify or rel <= verify_rtol:
+                break
+            scan.failures.append(
+                f"relative disagreement {rel:.3g} > verify_rtol={verify_rtol:.3g} on {verify} fresh points"
+            )
+        else:
+            _refuse_every_plane(scan, max_planes)
+    return _ffn_recovery(net, rel, plane + 1, scan, count)
 
-    n_retries = 0
-    before = oracle.n_queries
-    y_check = f(X_check) if verify else np.zeros(0)
-    n_verify = oracle.n_queries - before
-    # The verification points are random, so a float64 server's answers there need all 53 bits:
-    # answers with COARSE_FACTOR times float64's rounding or coarser (float32 has 24 bits) are
-    # refused now, before the kink search spends its queries on them (it would fail on every
-    # plane, about 1e5 queries each at d = 32, and be refused for the same rounding).
+
+@dataclass
+class _PlaneScan:
+    """What :func:`learn_ffn`'s planes leave behind: why each rejected plane failed, how many of
+    them failed because two kinks were closer than float64 resolves, and the kink search's retries."""
+
+    failures: list
+    n_close: int = 0
+    n_retries: int = 0
+
+
+def _refuse_coarse_answers(oracle, y_check, seed):
+    """Stage of :func:`learn_ffn`: refuse answers too coarse for the kink search, read off the
+    verification answers (no query). The verification points are random, so a float64 server's
+    answers there need all 53 bits: answers with COARSE_FACTOR times float64's rounding or coarser
+    (float32 has 24 bits) are refused now, before the kink search spends its queries on them (it
+    would fail on every plane, about 1e5 queries each at d = 32, and be refused for the same
+    rounding)."""
     prec = AnswerPrecision(oracle, seed=seed + 7)
     if prec.read(y_check) and prec.u > COARSE_FACTOR * FLOAT64_U:
         raise PrecisionError(
             rounding_advice(
                 "learn_ffn",
                 prec,
-                f"not run: the answers at the {verify} verification points carry at most "
+                f"not run: the answers at the {len(y_check)} verification points carry at most "
                 f"{round(-np.log2(prec.u))} significant bits",
             )
         )
-    failures = []
-    n_close = 0  # planes refused because two kinks along a line were closer than float64 resolves
-    for plane in range(max_planes):
-        P, _ = np.linalg.qr(rng.standard_normal((d, 2)))
-        p, q = P[:, 0], P[:, 1]
+
+
+def _plane_network(f, rng, d, b, scale, y_check, refine, signs, milp_time_limit, scan):
+    """Stage of :func:`learn_ffn`: the network read off one random 2-plane, ``((A, w_o, s, info,
+    width), scale)``; ``s`` is None when the signs did not resolve (``A``, ``w_o`` then the
+    equivalent network of width m + 2). Raises what :func:`_line_neurons` raises on a bad plane."""
+    P, _ = np.linalg.qr(rng.standard_normal((d, 2)))
+    p, q = P[:, 0], P[:, 1]
+    if scale == 0.0:
+        scale = float(np.max(np.abs(f(np.stack([p, q, -p, -q])))))
         if scale == 0.0:
-            scale = float(np.max(np.abs(f(np.stack([p, q, -p, -q])))))
-            if scale == 0.0:
-                if not np.any(y_check):
-                    raise NotIdentifiableError(
-                        "the oracle answered 0 on every query: the network computes 0 and has no identifiable neurons."
-                    )
-                scale = float(np.max(np.abs(y_check)))
-        try:
-            parts = [_line_neurons(f, base, direction, scale, span=1.1) for base, direction in ((p, q), (q, -p))]
-            U = np.concatenate([pt[0] for pt in parts], axis=1)
-            c = np.concatenate([pt[1] for pt in parts])
-            quality = np.concatenate([pt[3] * np.abs(pt[1]) for pt in parts])
-            n_retries += sum(pt[5] for pt in parts)
-            U, c, quality = _merge_neurons(U, c, quality)
-            if refine:
-                U, c, _ = _refine(f, U, c, b, rng)
-            try:
-                s, info = resolve_signs(U, c, b, method=signs, time_limit=milp_time_limit)
-            except OracleInconsistentError:
-                # No sign vector fits, e.g. two neurons share a hyperplane (w|a^T x| has no
-                # width-1 form): fall back on the equivalent network of width m + 2.
-                s, info = None, {"method": signs, "status": "no_fit", "seconds": 0.0}
-        except (OracleInconsistentError, PrecisionError) as exc:
-            failures.append(str(exc))
-            n_close += isinstance(exc, PrecisionError)
-            continue
-        A_hat, w_hat = _assemble(U, c, s, b)
-        if verify == 0:
-            rel = float("nan")
-            break
-        y_hat = _relu(X_check @ A_hat) @ w_hat
-        ref = max(float(np.max(np.abs(y_check))), np.finfo(float).tiny)
-        rel = float(np.max(np.abs(y_hat - y_check))) / ref
-        if rel <= verify_rtol:
-            break
-        failures.append(f"relative disagreement {rel:.3g} > verify_rtol={verify_rtol:.3g} on {verify} fresh points")
-    else:
-        if n_close == max_planes:
-            raise PrecisionError(
-                f"on each of max_planes={max_planes} random planes two neurons' kinks along a line were "
-                f"closer than float64 resolves (last: {failures[-1]}); the answers are consistent with a "
-                "ReLU network, but these neurons cannot be separated at this precision. Raise max_planes "
-                "or pass another seed."
-            )
-        raise OracleInconsistentError(
-            f"no extraction from {max_planes} random planes matched the oracle (last: "
-            f"{failures[-1]}): the target is not a bias-free ReLU network, or has kinks too close "
-            "to separate. Raise max_planes."
+            if not np.any(y_check):
+                raise NotIdentifiableError(
+                    "the oracle answered 0 on every query: the network computes 0 and has no identifiable neurons."
+                )
+            scale = float(np.max(np.abs(y_check)))
+    parts = [_line_neurons(f, base, direction, scale, span=1.1) for base, direction in ((p, q), (q, -p))]
+    U = np.concatenate([pt[0] for pt in parts], axis=1)
+    c = np.concatenate([pt[1] for pt in parts])
+    quality = np.concatenate([pt[3] * np.abs(pt[1]) for pt in parts])
+    scan.n_retries += sum(pt[5] for pt in parts)
+    U, c, quality = _merge_neurons(U, c, quality)
+    if refine:
+        U, c, _ = _refine(f, U, c, b, rng)
+    try:
+        s, info = resolve_signs(U, c, b, method=signs, time_limit=milp_time_limit)
+    except OracleInconsistentError:
+        # No sign vector fits, e.g. two neurons share a hyperplane (w|a^T x| has no width-1 form):
+        # fall back on the equivalent network of width m + 2.
+        s, info = None, {"method": signs, "status": "no_fit", "seconds": 0.0}
+    A_hat, w_hat = _assemble(U, c, s, b)
+    return (A_hat, w_hat, s, info, U.shape[1]), scale
+
+
+def _verify_error(net, X_check, y_check) -> float:
+    """``max |f_hat - f| / max |f|`` of the plane's network on the verification points."""
+    y_hat = _relu(X_check @ net[0]) @ net[1]
+    ref = max(float(np.max(np.abs(y_check))), np.finfo(float).tiny)
+    return float(np.max(np.abs(y_hat - y_check))) / ref
+
+
+def _refuse_every_plane(scan, max_planes):
+    """Stage of :func:`learn_ffn`: no plane gave a verified network; the refusal names why."""
+    if scan.n_close == max_planes:
+        raise PrecisionError(
+            f"on each of max_planes={max_planes} random planes two neurons' kinks along a line were "
+            f"closer than float64 resolves (last: {scan.failures[-1]}); the answers are consistent with a "
+            "ReLU network, but these neurons cannot be separated at this precision. Raise max_planes "
+            "or pass another seed."
         )
+    raise OracleInconsistentError(
+        f"no extraction from {max_planes} random planes matched the oracle (last: "
+        f"{scan.failures[-1]}): the target is not a bias-free ReLU network, or has kinks too close "
+        "to separate. Raise max_planes."
+    )
+
+
+def _ffn_recovery(net, rel, n_planes, scan, count):
+    """Stage of :func:`learn_ffn`: the network in :func:`canonical_form`, its diagnostics and message."""
+    A_hat, w_hat, s, info, width = net
     A_c, w_c = canonical_form(A_hat, w_hat, tol=1e-12)
-    n_total = oracle.n_queries - start
     diagnostics = {
-        "n_planes": plane + 1,
-        "n_linear_queries": n_linear,
-        "n_verify_queries": n_verify,
-        "n_scan_queries": n_total - n_linear - n_verify,
-        "n_step_retries": n_retries,
-        "plane_failures": failures,
+        "n_planes": n_planes,
+        "n_linear_queries": count["linear"],
+        "n_verify_queries": count["verify"],
+        "n_scan_queries": count["scan"],
+        "n_step_retries": scan.n_retries,
+        "plane_failures": scan.failures,
         "signs_method": info["method"],
         "signs_status": info["status"],
         "signs_seconds": info["seconds"],
@@ -749,14 +780,15 @@ def learn_ffn(
         "verify_max_error": rel,
         "verify_bits": float(-np.log2(rel)) if rel > 0 else (float("inf") if rel == 0 else rel),
     }
-    width = U.shape[1]
     message = (
-        f"extracted {width} neurons from {n_total} length-1 queries "
-        f"({plane + 1} plane(s)); signs by {info['method']}: {info['status']}"
+        f"extracted {width} neurons from {count.total} length-1 queries "
+        f"({n_planes} plane(s)); signs by {info['method']}: {info['status']}"
     )
     if s is None:
         message += f"; returned an equivalent network of width {A_c.shape[1]} (not the target's neurons)"
-    return FFNRecovery(W=None, v=A_c @ w_c, n_queries=n_total, message=message, diagnostics=diagnostics, A=A_c, w_o=w_c)
+    return FFNRecovery(
+        W=None, v=A_c @ w_c, n_queries=count.total, message=message, diagnostics=diagnostics, A=A_c, w_o=w_c
+    )
 
 
 def _assemble(U, c, s, b):

@@ -13,7 +13,7 @@ from ..recovery import Recovery
 from ._theorem import (
     check_oracle,
     column_blocks,
-    robust_queries,
+    robust_query_block,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -309,83 +309,24 @@ def learn_robust_lstsq(
     verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
     a, probe_norm = 0.5, np.sqrt(2.0)
-    b_cap = (1.0 - a) / probe_norm
-    if isinstance(scale, str):
-        if scale != "best":
-            raise InvalidInputError(f"scale={scale!r} must be 'best' or a float in (0, {b_cap:.4g}].")
-        b0 = best_scale(W_max, a=a, probe_norm=probe_norm)
-    else:
-        b0 = check_real(scale, "scale", minimum=0.0, strict=True, maximum=b_cap)
+    b0 = _probe_scale(scale, W_max, a, probe_norm)
     start = reserve(oracle, n_queries_lstsq(d, R) + verify, "learn_robust_lstsq")
     count = QueryCount(oracle)
-    factors = 1.0 - 0.3 * np.arange(R) / R
-    c = factors  # scales of the length-1 queries
-    bs = b0 * factors  # probe scales
-
-    # v by least squares over y_r = c_r v_i + noise.
-    Y = np.stack([np.asarray(oracle(cr * np.eye(d)[:, None, :])) for cr in c])
-    v_hat = (c @ Y) / (c @ c)
-    v_noise = tau * float(np.sum(np.abs(c)) / (c @ c))  # |v_hat_i - v*_i| <= v_noise
-    if not np.any(np.abs(v_hat) > v_noise):
-        raise NotIdentifiableError(
-            f"every |v_hat_i| is at most {v_noise:.3g}, the read-out error allowed by tau={tau:g}: "
-            "v* may be 0, then f is identically 0 and W is not identifiable. A smaller tau is needed."
-        )
-    p = int(np.argmax(np.abs(v_hat)))
-    s = np.where(np.sign(v_hat * v_hat[p]) < 0, -1.0, 1.0)
-    U = np.eye(d)
-    U[np.arange(d) != p, p] += s[np.arange(d) != p]
-    uv = U @ v_hat
-
-    num = np.zeros((d, d))
-    den = np.zeros((d, d))
-    n_clipped = 0
+    c = 1.0 - 0.3 * np.arange(R) / R  # scales of the length-1 queries; b0 c those of the probes
+    v_hat, v_noise = _read_v_repeated(oracle, c, d, tau)
+    p, s, U = _pivot_probes(v_hat, d)
     # Row p enters every other row (W_ij = T_ij - s_i T_pj), so it gets ceil(sqrt(d)) times the
     # repeats: R (ceil(sqrt(d)) - 1) d extra queries, small against R d^2.
     K = R * (int(np.ceil(np.sqrt(d))) - 1)
-    b_pivot = b0 * (1.0 - 0.3 * (np.arange(K) + 1.0 / 3.0) / max(K, 1))
+    bs, b_pivot = b0 * c, b0 * (1.0 - 0.3 * (np.arange(K) + 1.0 / 3.0) / max(K, 1))
     passes = [(b, np.arange(d)) for b in bs] + [(b, np.array([p])) for b in b_pivot]
-    for b, rows in passes:
-        x_max = a * b * probe_norm * W_max
-        lo = float(expit(-x_max))
-        for cols in column_blocks(d):
-            X = np.concatenate([robust_queries(d, j, a=a, b=b, U=U[rows]) for j in cols])
-            y = np.asarray(oracle(X)).reshape(len(cols), len(rows))
-            for k, j in enumerate(cols):
-                alpha = (y[k] - a * v_hat[j]) / (b * uv[rows])
-                n_clipped += int(np.sum((alpha < lo) | (alpha > 1 - lo)))
-                alpha = np.clip(alpha, lo, 1 - lo)
-                t = logit(alpha) / (a * b)
-                w = (b * b * alpha * (1 - alpha)) ** 2
-                num[rows, j] += w * t
-                den[rows, j] += w
-    T = num / den  # T[i, j] ~ u_i^T W e_j
+    T, n_clipped = _weighted_logits(oracle, passes, U, v_hat, a=a, probe_norm=probe_norm, W_max=W_max)
     W_hat = T - np.outer(np.where(np.arange(d) == p, 0.0, s), T[p])
     if rank is not None and rank < d:
         Us, sv, Vt = np.linalg.svd(W_hat)
         W_hat = (Us[:, :rank] * sv[:rank]) @ Vt[:rank]
-    message = (
-        f"recovered W and v from {count.total} approximate value queries "
-        f"(margin-free probes, b = {b0:.3g}, {R} scales, {R + K} for the pivot row)"
-    )
-    # The guarantee of the Notes, with the observed denominators |u_i^T v_hat| row by row.
-    all_b = np.concatenate([bs, b_pivot])
-    row_err = np.max(_lstsq_logit_error(all_b[None, :], tau, v_noise, np.abs(uv)[:, None], W_max, a=a), axis=1)
-    entry = row_err + np.where(np.arange(d) == p, 0.0, row_err[p])
-    eps_W_bound = float(np.sqrt(d) * np.linalg.norm(entry))
-    if rank is not None and rank < d:
-        eps_W_bound *= 2.0  # Eckart-Young: the truncation at most doubles it
-    # ||W* - W_hat||_F <= eps_W_bound under the assumptions, so ||W_hat||_F <= W_max + eps_W_bound:
-    # a larger ||W_hat||_F proves one of them false (no query needed), as learn_robust's window does.
-    norm_W = float(np.linalg.norm(W_hat))
-    if norm_W > W_max + eps_W_bound + np.sqrt(np.finfo(float).eps) * W_max:  # float64 rounding
-        raise OracleInconsistentError(
-            f"||W_hat||_F = {norm_W:.3g} exceeds W_max={W_max:g} by more than the guaranteed error "
-            f"eps_W_bound={eps_W_bound:.3g} (from the answers, under the assumptions): so "
-            "||W*||_F <= W_max is false, or the oracle errs by more than tau, or it is not a single "
-            f"head. Pass W_max >= {norm_W:.3g} (it also sets the probe scales), or the answers' real "
-            f"tau (the bound assumes tau={tau:.3g}); the guarantee would not hold."
-        )
+    eps_W_bound = _lstsq_error_bound(np.concatenate([bs, b_pivot]), tau, v_noise, np.abs(U @ v_hat), W_max, a, p, rank)
+    _refuse_too_large(W_hat, W_max, eps_W_bound, tau)
     diagnostics = {
         "pivot": p,
         "signs": s,
@@ -397,6 +338,10 @@ def learn_robust_lstsq(
         "eps_W_bound": eps_W_bound,
         "eps_v_bound": float(np.sqrt(d) * v_noise),
     }
+    message = (
+        f"recovered W and v from {count.total} approximate value queries "
+        f"(margin-free probes, b = {b0:.3g}, {R} scales, {R + K} for the pivot row)"
+    )
     checked = verify_noisy(
         oracle,
         W_hat,
@@ -414,6 +359,91 @@ def learn_robust_lstsq(
     return build(
         Recovery, oracle, start, verification=checked, message=message, diagnostics=diagnostics, W=W_hat, v=v_hat
     )
+
+
+def _probe_scale(scale, W_max, a, probe_norm) -> float:
+    """Option stage of :func:`learn_robust_lstsq`: the probe scale ``b0``, ``"best"`` or checked."""
+    b_cap = (1.0 - a) / probe_norm
+    if isinstance(scale, str):
+        if scale != "best":
+            raise InvalidInputError(f"scale={scale!r} must be 'best' or a float in (0, {b_cap:.4g}].")
+        return best_scale(W_max, a=a, probe_norm=probe_norm)
+    return check_real(scale, "scale", minimum=0.0, strict=True, maximum=b_cap)
+
+
+def _read_v_repeated(oracle, c, d, tau):
+    """Stage of :func:`learn_robust_lstsq`: ``v`` by least squares over ``y_r = c_r v_i + noise``
+    (``len(c) d`` length-1 queries); ``(v_hat, v_noise)`` with ``|v_hat_i - v*_i| <= v_noise``."""
+    Y = np.stack([np.asarray(oracle(cr * np.eye(d)[:, None, :])) for cr in c])
+    v_hat = (c @ Y) / (c @ c)
+    v_noise = tau * float(np.sum(np.abs(c)) / (c @ c))
+    if not np.any(np.abs(v_hat) > v_noise):
+        raise NotIdentifiableError(
+            f"every |v_hat_i| is at most {v_noise:.3g}, the read-out error allowed by tau={tau:g}: "
+            "v* may be 0, then f is identically 0 and W is not identifiable. A smaller tau is needed."
+        )
+    return v_hat, v_noise
+
+
+def _pivot_probes(v_hat, d):
+    """Stage of :func:`learn_robust_lstsq`: the pivot ``p`` (largest ``|v_hat_p|``), the signs ``s``
+    and the probes ``U = I + s e_p^T`` off row ``p`` (so that every ``|u_i^T v_hat| >= |v_hat_p|``)."""
+    p = int(np.argmax(np.abs(v_hat)))
+    s = np.where(np.sign(v_hat * v_hat[p]) < 0, -1.0, 1.0)
+    U = np.eye(d)
+    U[np.arange(d) != p, p] += s[np.arange(d) != p]
+    return p, s, U
+
+
+def _weighted_logits(oracle, passes, U, v_hat, *, a, probe_norm, W_max):
+    """Stage of :func:`learn_robust_lstsq`: ``T[i, j] ~ u_i^T W e_j``, the logits of every pass
+    ``(b, rows)`` weighted by ``(b^2 alpha (1 - alpha))^2``, and the number of clipped weights."""
+    d = U.shape[0]
+    uv = U @ v_hat
+    num = np.zeros((d, d))
+    den = np.zeros((d, d))
+    n_clipped = 0
+    for b, rows in passes:
+        x_max = a * b * probe_norm * W_max
+        lo = float(expit(-x_max))
+        for cols in column_blocks(d):
+            y = np.asarray(oracle(robust_query_block(d, cols, a=a, b=b, U=U[rows]))).reshape(len(cols), len(rows))
+            for k, j in enumerate(cols):
+                alpha = (y[k] - a * v_hat[j]) / (b * uv[rows])
+                n_clipped += int(np.sum((alpha < lo) | (alpha > 1 - lo)))
+                alpha = np.clip(alpha, lo, 1 - lo)
+                t = logit(alpha) / (a * b)
+                w = (b * b * alpha * (1 - alpha)) ** 2
+                num[rows, j] += w * t
+                den[rows, j] += w
+    return num / den, n_clipped
+
+
+def _lstsq_error_bound(all_b, tau, v_noise, abs_uv, W_max, a, p, rank) -> float:
+    """Stage of :func:`learn_robust_lstsq`: the guarantee of its Notes, ``||W* - W_hat||_F <=
+    eps_W_bound``, with the observed denominators ``|u_i^T v_hat|`` row by row."""
+    d = abs_uv.size
+    row_err = np.max(_lstsq_logit_error(all_b[None, :], tau, v_noise, abs_uv[:, None], W_max, a=a), axis=1)
+    entry = row_err + np.where(np.arange(d) == p, 0.0, row_err[p])
+    eps_W_bound = float(np.sqrt(d) * np.linalg.norm(entry))
+    if rank is not None and rank < d:
+        eps_W_bound *= 2.0  # Eckart-Young: the truncation at most doubles it
+    return eps_W_bound
+
+
+def _refuse_too_large(W_hat, W_max, eps_W_bound, tau):
+    """Stage of :func:`learn_robust_lstsq`: ``||W* - W_hat||_F <= eps_W_bound`` under the assumptions,
+    so ``||W_hat||_F <= W_max + eps_W_bound``: a larger ``||W_hat||_F`` proves one of them false (no
+    query needed), as :func:`learn_robust`'s window does."""
+    norm_W = float(np.linalg.norm(W_hat))
+    if norm_W > W_max + eps_W_bound + np.sqrt(np.finfo(float).eps) * W_max:  # float64 rounding
+        raise OracleInconsistentError(
+            f"||W_hat||_F = {norm_W:.3g} exceeds W_max={W_max:g} by more than the guaranteed error "
+            f"eps_W_bound={eps_W_bound:.3g} (from the answers, under the assumptions): so "
+            "||W*||_F <= W_max is false, or the oracle errs by more than tau, or it is not a single "
+            f"head. Pass W_max >= {norm_W:.3g} (it also sets the probe scales), or the answers' real "
+            f"tau (the bound assumes tau={tau:.3g}); the guarantee would not hold."
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -342,6 +342,21 @@ def robust_queries(d, j, *, a, b, U=None) -> np.ndarray:
     return rop_queries(np.reshape(b, (-1, 1)) * U, np.broadcast_to(np.reshape(a, (-1, 1)) * np.eye(1, d, j), (k, d)))
 
 
+def robust_query_block(d, cols, *, a, b, U=None) -> np.ndarray:
+    """:func:`robust_queries` for every column of ``cols`` at once, in the same order: shape
+    ``(len(cols) k, 2, d)``, the same values (``b u_i`` plus ``a`` in column ``j``), built in one array
+    instead of one call per column (at d = 384 the per-column calls took a fifth of
+    :func:`learn_robust_lstsq`'s time)."""
+    U = np.eye(d) if U is None else U
+    cols = np.asarray(cols, dtype=np.intp)
+    k = U.shape[0]
+    X = np.zeros((cols.size, k, 2, d))
+    X[:, :, 0, :] = np.reshape(b, (-1, 1)) * U
+    X[np.arange(cols.size), :, 0, cols] += a
+    X[np.arange(cols.size), :, 1, cols] = a
+    return X.reshape(cols.size * k, 2, d)
+
+
 def column_blocks(d):
     per = max(1, _CHUNK_BYTES // (16 * d * d))
     return [range(j0, min(d, j0 + per)) for j0 in range(0, d, per)]
@@ -456,8 +471,7 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
     a, b = 0.5, 1.0 / W_max
     alpha_hat = np.empty((d, d))
     for cols in column_blocks(d):
-        X = np.concatenate([robust_queries(d, j, a=a, b=b) for j in cols])
-        y = np.asarray(oracle(X)).reshape(len(cols), d)
+        y = np.asarray(oracle(robust_query_block(d, cols, a=a, b=b))).reshape(len(cols), d)
         for k, j in enumerate(cols):
             alpha_hat[:, j] = (y[k] - a * v_hat[j]) / (b * v_hat)
     W_hat = clipped_logit(alpha_hat) / (a * b)

@@ -485,61 +485,18 @@ def learn_one_layer_biased(
     start = reserve(oracle, n_att + verify, "learn_one_layer_biased")
     count = QueryCount(oracle)
     with count.stage("ffn"):
-        net_rec = learn_relu_network(oracle, widths=None if m is None else (m,), seed=seed, **ffn_options)
-    n_ffn = count["ffn"]
+        net_rec = _one_layer_ffn(oracle, m, seed, ffn_options)
     net = net_rec.network
-    if len(net.widths) != 1:
-        raise OracleInconsistentError(
-            f"the one-token answers are a ReLU network with {len(net.widths)} hidden layers "
-            f"(widths {net.widths}); a biased one-layer Transformer's FFN has one."
-        )
     A, b1 = net.weights[0], net.biases[0]
     w_o, b2 = net.weights[1][:, 0], float(net.biases[1][0])
-    scale = np.hypot(np.linalg.norm(A, axis=0), np.abs(b1))
-    rel_b = np.abs(b1) / scale
-    kinks = float(np.max(np.abs(b1) / np.maximum(np.linalg.norm(A, axis=0), TINY)))
     active = b1 > 0
     g = A[:, active] @ w_o[active]
-    around_0 = bool(
-        np.min(rel_b) > zero_tol and np.any(active) and np.linalg.norm(g) > zero_tol * np.sum(np.abs(w_o[active]))
-    )
-    if around_0:
-        # pass 1, around 0: x_k = r q_k, u_jk = r (q_k + q_j), so u_jk - x_k = r q_j
-        Q = _unit_direction_basis(g)
-        P = A.T @ Q  # (m, d): a_i^T q_k
-        ends = np.abs(P[:, :, None] + P[:, None, :]).max(axis=(1, 2))  # max_{j,k} |a_i^T (q_k + q_j)|
-        reach = np.maximum(np.abs(P).max(axis=1), ends)
-        r = margin * float(np.min(np.abs(b1) / np.maximum(reach, TINY)))
-        W0 = _read_W(oracle, r * Q.T, [Q] * d, np.full((d, d), r))
-        R_far = MAX_SCALE * kinks
-    else:
-        # 0 is on a kink or in a flat region: pass 1 on tokens of norm R1 beyond the kinks, with
-        # steps shrunk until no softmax saturates
-        R1 = max(2.0 * kinks, 1.0)
-        r, W0 = R1, None
-        for _ in range(FAR_TRIES):
-            X, Qs, S = _far_tokens(A, b1, w_o, R1, margin, seed, cap=r)
-            W0 = _read_W(oracle, X, Qs, S, strict=False)
-            if W0 is not None:
-                break
-            r /= 16.0
-        if W0 is None:
-            raise OracleInconsistentError(
-                f"the two-token answers stayed saturated (t within {SATURATED} of 0 or 1) with steps "
-                f"down to {r * 16.0:.1e}: not a softmax head feeding the extracted FFN."
-            )
-        R_far = MAX_SCALE * R1
-    # pass 2, at the scale where the logits are O(1): query tokens R o_k far from every kink
-    # (capped: beyond every kink the regions are cones, so a W read as 0 needs no larger tokens)
-    nW0 = max(float(np.linalg.norm(W0, 2)), TINY)
-    R = min(float(np.sqrt(LOGIT_SCALE / nW0)), R_far)
-    if not around_0:
-        R = max(R, 2.0 * kinks)  # where neurons are active
-    X, Qs, S = _far_tokens(A, b1, w_o, R, margin, seed, cap=min(R, LOGIT_SCALE / (nW0 * R)))
-    W = _read_W(oracle, X, Qs, S)
+    with count.stage("attention"):  # both passes of the head's queries
+        W0, r, R_far, around_0 = _first_pass(oracle, A, b1, w_o, g, margin=margin, zero_tol=zero_tol, seed=seed)
+        W, R, S = _second_pass(oracle, A, b1, w_o, W0, R_far, around_0, margin=margin, seed=seed)
     diagnostics = {
-        "n_queries_ffn": n_ffn,
-        "n_queries_attention": count.total - n_ffn,  # both passes of the head's queries
+        "n_queries_ffn": count["ffn"],
+        "n_queries_attention": count["attention"],
         "first_pass": "around 0" if around_0 else "far",
         "radius": r,
         "scale": R,
@@ -578,3 +535,64 @@ def learn_one_layer_biased(
         w_o=w_o,
         b2=b2,
     )
+
+
+def _one_layer_ffn(oracle, m, seed, ffn_options):
+    """Stage of :func:`learn_one_layer_biased`: the FFN from the one-token answers
+    (:func:`~companion.ffn.learn_relu_network`), refused unless it has one hidden layer."""
+    net_rec = learn_relu_network(oracle, widths=None if m is None else (m,), seed=seed, **ffn_options)
+    widths = net_rec.network.widths
+    if len(widths) != 1:
+        raise OracleInconsistentError(
+            f"the one-token answers are a ReLU network with {len(widths)} hidden layers "
+            f"(widths {widths}); a biased one-layer Transformer's FFN has one."
+        )
+    return net_rec
+
+
+def _first_pass(oracle, A, b1, w_o, g, *, margin, zero_tol, seed):
+    """Stage of :func:`learn_one_layer_biased`: a first reading ``W0`` of ``W``, around 0 when the
+    region there has active neurons and a nonzero ``g``, else on tokens beyond every kink with steps
+    shrunk until no softmax saturates; ``(W0, r, R_far, around_0)``."""
+    d = A.shape[0]
+    scale = np.hypot(np.linalg.norm(A, axis=0), np.abs(b1))
+    rel_b = np.abs(b1) / scale
+    kinks = float(np.max(np.abs(b1) / np.maximum(np.linalg.norm(A, axis=0), TINY)))
+    active = b1 > 0
+    around_0 = bool(
+        np.min(rel_b) > zero_tol and np.any(active) and np.linalg.norm(g) > zero_tol * np.sum(np.abs(w_o[active]))
+    )
+    if around_0:
+        # pass 1, around 0: x_k = r q_k, u_jk = r (q_k + q_j), so u_jk - x_k = r q_j
+        Q = _unit_direction_basis(g)
+        P = A.T @ Q  # (m, d): a_i^T q_k
+        ends = np.abs(P[:, :, None] + P[:, None, :]).max(axis=(1, 2))  # max_{j,k} |a_i^T (q_k + q_j)|
+        reach = np.maximum(np.abs(P).max(axis=1), ends)
+        r = margin * float(np.min(np.abs(b1) / np.maximum(reach, TINY)))
+        return _read_W(oracle, r * Q.T, [Q] * d, np.full((d, d), r)), r, MAX_SCALE * kinks, True
+    # 0 is on a kink or in a flat region: pass 1 on tokens of norm R1 beyond the kinks
+    R1 = max(2.0 * kinks, 1.0)
+    r = R1
+    for _ in range(FAR_TRIES):
+        X, Qs, S = _far_tokens(A, b1, w_o, R1, margin, seed, cap=r)
+        W0 = _read_W(oracle, X, Qs, S, strict=False)
+        if W0 is not None:
+            return W0, r, MAX_SCALE * R1, False
+        r /= 16.0
+    raise OracleInconsistentError(
+        f"the two-token answers stayed saturated (t within {SATURATED} of 0 or 1) with steps "
+        f"down to {r * 16.0:.1e}: not a softmax head feeding the extracted FFN."
+    )
+
+
+def _second_pass(oracle, A, b1, w_o, W0, R_far, around_0, *, margin, seed):
+    """Stage of :func:`learn_one_layer_biased`: ``W`` read at the scale where the logits are O(1),
+    from query tokens ``R o_k`` far from every kink (capped: beyond every kink the regions are
+    cones, so a ``W`` read as 0 needs no larger tokens); ``(W, R, steps)``."""
+    kinks = float(np.max(np.abs(b1) / np.maximum(np.linalg.norm(A, axis=0), TINY)))
+    nW0 = max(float(np.linalg.norm(W0, 2)), TINY)
+    R = min(float(np.sqrt(LOGIT_SCALE / nW0)), R_far)
+    if not around_0:
+        R = max(R, 2.0 * kinks)  # where neurons are active
+    X, Qs, S = _far_tokens(A, b1, w_o, R, margin, seed, cap=min(R, LOGIT_SCALE / (nW0 * R)))
+    return _read_W(oracle, X, Qs, S), R, S
