@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from companion.attention import SingleHead, random_single_head
-from companion.numerics.rounding import gamma, head_output_error, unit_roundoff
+from companion.numerics.rounding import answer_rounding_units, gamma, head_output_error, unit_roundoff
 
 
 def test_gamma_is_n_u_over_1_minus_n_u_and_refuses_n_u_of_1():
@@ -52,3 +52,26 @@ def test_the_bound_grows_with_the_terms_and_takes_ragged_lists():
         head_output_error(X, np.ones((3, 3)), np.abs(head.v))
     with pytest.raises(ValueError, match=r"\(N, 4\)"):
         head_output_error([np.ones((2, 3))], np.abs(head.W), np.abs(head.v))
+
+
+def test_answer_rounding_units_bounds_a_perturbed_answers_error():
+    """1 u unperturbed; 2k + 2 u with the test mode's k ulps, and it covers the real perturbed error."""
+    from companion.oracles import perturb
+
+    assert answer_rounding_units() == 1 and answer_rounding_units(0) == 1
+    assert answer_rounding_units(1) == 4 and answer_rounding_units(4) == 10
+    assert answer_rounding_units(1000) == 2002  # the test mode's largest k: just inside
+    for bad in (1001, -1, 2.0, True):  # just outside, and not an integer
+        with pytest.raises(ValueError, match="integer in"):
+            answer_rounding_units(bad)
+    if np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps:
+        pytest.skip("long double is float64 here: no finer reference")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 3, 4))
+    head = random_single_head(4, seed=0)
+    exact = np.array([_reference(x, head.W, head.v) for x in X])
+    y = perturb(head(X), X, 4)
+    rel = np.abs(y - exact) / np.abs(exact)
+    E = head_output_error(X, np.abs(head.W), np.abs(head.v)) / np.abs(exact)  # the evaluation's own error
+    assert np.all(rel <= E + (answer_rounding_units(4) - 1) * unit_roundoff())
+    assert np.max(rel) > 7 * unit_roundoff()  # 4 ulps = 8 u: the perturbation is there

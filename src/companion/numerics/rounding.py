@@ -10,7 +10,9 @@ error analysis of Higham (2002), *Accuracy and Stability of Numerical Algorithms
   ``n`` terms, in any order, errs by at most ``gamma_n`` times the sum of the terms' magnitudes
   (Higham eq. (3.5)), with or without fused multiply-adds;
 * :func:`head_output_error` -- the first-order bound on the error of one float64 evaluation of a
-  softmax head's output (this book's derivation from those two, in its Notes).
+  softmax head's output (this book's derivation from those two, in its Notes);
+* :func:`answer_rounding_units` -- how many units ``u`` an oracle's float64 answer can be off,
+  with or without the perturbation test mode of :mod:`companion.oracles` (``k`` ulps more).
 
 Layer: shared numerics (see :mod:`companion.numerics`); no import from ``companion``.
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["unit_roundoff", "gamma", "head_output_error"]
+__all__ = ["unit_roundoff", "gamma", "head_output_error", "answer_rounding_units"]
 
 
 def unit_roundoff(dtype=np.float64) -> float:
@@ -76,6 +78,48 @@ def gamma(n, *, u=None) -> float:
     if n < 0 or n * u >= 1:
         raise ValueError(f"gamma_n needs 0 <= n u < 1; got n={n:g}, u={u:g}.")
     return n * u / (1 - n * u)
+
+
+def answer_rounding_units(ulps=0) -> int:
+    """The relative error of an oracle's float64 answer, in units of ``u``: 1, or ``2 k + 2`` perturbed.
+
+    A learner's floor (``floor_W = kappa_W u`` in its diagnostics) assumes that each answer is the
+    float64 evaluation of the target, one rounding ``u`` off. The perturbation test mode of
+    :mod:`companion.oracles` (``COMPANION_PERTURB_ULPS=k``, :func:`companion.oracles.perturbation_ulps`)
+    multiplies that answer by ``1 + k eps s(X)``, ``s = +-1``, and rounds the product: the answer is
+    then up to ``(1 + u)(1 + 2 k u)(1 + u) - 1 = (2 k + 2) u`` off, to first order in ``u``. A floor
+    computed at ``u`` is multiplied by this to be the floor at the answers' precision.
+
+    Parameters
+    ----------
+    ulps : int, default=0
+        The ``k`` of the test mode, ``0 <= k <= 1000`` (0: off, the answers are exact float64
+        evaluations).
+
+    Returns
+    -------
+    int
+        ``1`` for ``k = 0``; ``2 k + 2`` otherwise.
+
+    Raises
+    ------
+    ValueError
+        If ``ulps`` is not an integer in ``[0, 1000]`` (the test mode's own range).
+
+    Notes
+    -----
+    ``1 + k eps`` is a float64 number for ``k <= 1000`` (``2 k u < 2**-42``), so the factor is
+    exact and the product is rounded once (Higham (2002) eq. (2.4)); the bound adds the three
+    relative errors to first order. This book's derivation.
+
+    Examples
+    --------
+    >>> answer_rounding_units(0), answer_rounding_units(4)
+    (1, 10)
+    """
+    if isinstance(ulps, bool) or not isinstance(ulps, (int, np.integer)) or not 0 <= ulps <= 1000:
+        raise ValueError(f"ulps={ulps!r} must be an integer in [0, 1000] (the perturbation test mode's k).")
+    return 1 if ulps == 0 else 2 * int(ulps) + 2
 
 
 def _sequences(X):
