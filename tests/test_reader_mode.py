@@ -96,6 +96,7 @@ def test_a_bound_just_outside_in_a_readers_run_is_marked_with_its_measured_value
     results.publish("at", 1e-07, fmt="{:.0e}", kind="bound", measured=1e-07)            # just inside
     results.publish("over", 1e-07, fmt="{:.0e}", kind="bound", measured=1.0000001e-07)  # just outside
     results.publish("bits", 40, kind="bound", measured=39.9, lower=True)
+    results.publish("shown_up", 1.2e-14, fmt=results.round_up, kind="bound", measured=1.34e-14)
     values = results.load("06_multi_head")["values"]
     entry = values["mh_sweep_worst_W"]
     assert entry["text"] == "1e-07 (does not hold for this run: measured 2.25e-07 against 1e-07)"
@@ -106,8 +107,10 @@ def test_a_bound_just_outside_in_a_readers_run_is_marked_with_its_measured_value
     assert values["over"]["holds"] is False       # shown to the digits that tell it from the bound
     assert values["over"]["text"] == "1e-07 (does not hold for this run: measured 1.0000001e-07 against 1e-07)"
     assert values["bits"]["text"] == "40 (does not hold for this run: measured 39.9, below 40)"
+    # a bound shown rounded up (2e-14) is checked, and named in the mark, as it is (1.2e-14)
+    assert values["shown_up"]["text"] == "2e-14 (does not hold for this run: measured 1.34e-14 against 1.2e-14)"
     assert [(e["name"], e["measured"]) for e in results.not_holding(results.load("06_multi_head"))] == [
-        ("bits", "39.9"), ("mh_sweep_worst_W", "2.25e-07"), ("over", "1e-07")]
+        ("bits", "39.9"), ("mh_sweep_worst_W", "2.25e-07"), ("over", "1e-07"), ("shown_up", "1.34e-14")]
 
 
 def test_a_bound_that_does_not_hold_stops_the_books_build(results_tmp, monkeypatch):

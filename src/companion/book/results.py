@@ -752,8 +752,11 @@ def publish(
         tolerance = None  # the bound itself is a constant, exact on every machine
         holds = measured_entry.pop("holds")
         if not holds:
-            against = f", below {text}" if lower else f" against {text}"
+            # The check is against the bound itself: a text rounded up (fmt=round_up) would show
+            # "measured 1.34e-14 against 2e-14" for a bound of 1.2e-14; the mark says 1.2e-14.
             shown = _apart(measured_entry["value"], plain)
+            bound = text if _is_number_text(text, plain) else _apart(plain, measured_entry["value"])
+            against = f", below {bound}" if lower else f" against {bound}"
             text = f"{text} (does not hold for this run: measured {shown}{against})"
     entry = {"value": plain, "text": text, "kind": kind}
     entry |= {"tolerance": tolerance} if tolerance else {}
@@ -845,6 +848,14 @@ def _kind(name, plain, kind, measured, rtol, atol, lower=False):
             f"{STRICT_ENV}=1, goes on and marks it).",
         )
     return kind, {"value": measured, "text": _format(measured, None), "holds": holds}
+
+
+def _is_number_text(text: str, value) -> bool:
+    """True if ``text`` reads back as exactly ``value`` (the bound is shown as it is checked)."""
+    try:
+        return float(text.replace(",", "")) == float(value)
+    except (TypeError, ValueError):
+        return False
 
 
 def _apart(measured: float, bound: float) -> str:
