@@ -630,7 +630,7 @@ def learn_attention_layer(
             verification = _verify(oracle, layer, o)
         except OracleInconsistentError as exc:
             raise _pre_unresolved(exc) from None
-        return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d)
+        return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, o.residual)
     inner = oracle if norm is None else Denormalised(oracle, norm)
     if norm is not None:
         Y1, Yfit = norm.denormalise(Y1), norm.denormalise(Yfit)
@@ -668,10 +668,10 @@ def learn_attention_layer(
             ) from None
         raise
     n_learn = count.total - verification["n_verify_queries"]
-    return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d)
+    return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, o.residual)
 
 
-def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d):
+def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, residual):
     """The :class:`LayerRecovery`: the canonical layer's fields, the counts per stage, the message."""
     H_found = layer.n_heads
     diagnostics = {
@@ -691,7 +691,9 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
             d,
             max(1, H_found),
             oracle.d_out,
-            skip={"none": "none", "matrix": "matrix"}.get(kind, "identity"),
+            # the problem as posed: a skip the learner had to fit counts as a matrix (residual="auto"),
+            # not as the identity it turned out to be (that count assumes what the queries found)
+            skip={True: "identity", False: "none"}.get(residual, "matrix"),
             layernorm=layer.layernorm,
         ),
         **fit,
