@@ -320,13 +320,16 @@ class Background:
         self.base = Path(tempfile.mkdtemp(prefix="companion-background-"))
         self.workers: list = []
 
-    def submit(self, key, fn, *, chapter: str, threads: int = 1, kind: str = "", scale: float = 1.0):
+    def submit(self, key, fn, *, chapter: str, threads: int = 1, kind: str = "", scale: float = 1.0,
+               cores: int | None = None):
+        """``threads``: the job's BLAS threads (shown in the summary); ``cores``: how many cores it
+        occupies for the pool's scheduling (default ``threads``)."""
         if key in self.futures:
             raise ValueError(f"two background jobs with the key {key!r}")
         future = concurrent.futures.Future()
         self.futures[key] = future
         self.queue.append({"key": key, "fn": fn, "threads": threads, "kind": kind, "future": future,
-                           "weight": scale * chapter_seconds(chapter)})
+                           "cores": threads if cores is None else cores, "weight": scale * chapter_seconds(chapter)})
         return future
 
     def start(self) -> None:
@@ -346,11 +349,11 @@ class Background:
     def _pick(self):
         """The next job that fits on the idle cores (called with the lock held), or None."""
         idle = self.cores - self.busy - (1 if self.serial else 0)
-        ones = [job for job in self.queue if job["threads"] == 1]
+        ones = [job for job in self.queue if job["cores"] == 1]
         if ones and (idle >= 1 or (self.busy == 0 and self.serial)):   # one core: the pool runs one job
             return ones[0]
         if not self.serial and (not ones or self.busy == 0):
-            many = [job for job in self.queue if job["threads"] > 1]
+            many = [job for job in self.queue if job["cores"] > 1]
             if many and (self.busy == 0 or self.busy + many[0]["threads"] <= self.cores):
                 return many[0]
         return None
@@ -363,12 +366,12 @@ class Background:
                 if self.closed or not self.queue:
                     return
                 self.queue.remove(job)
-                self.busy += job["threads"]
+                self.busy += job["cores"]
             try:
                 self._run(job)
             finally:
                 with self.cond:
-                    self.busy -= job["threads"]
+                    self.busy -= job["cores"]
                     self.cond.notify_all()
 
     def _run(self, job) -> None:

@@ -1,4 +1,4 @@
-"""The background pool of conftest.py: no core runs two BLAS threads, the longest jobs start first,
+"""The background pool of conftest.py: no core runs two jobs, the longest jobs start first,
 multi-thread jobs wait for the serial suite, a job's error reaches its test, CPU time is measured."""
 
 import subprocess
@@ -133,3 +133,21 @@ def test_chapter_seconds_reads_the_committed_report(pool_module):
         "07_pretrained_heads"]["seconds"]
     assert pool_module.chapter_seconds("07_pretrained_heads") == pytest.approx(sum(seconds.values()) / len(seconds))
     assert pool_module.chapter_seconds("99_no_such_chapter") == 0.0
+
+
+def test_a_two_thread_job_declared_on_one_core_runs_beside_the_serial_suite(pool_module):
+    """``cores=1`` (the reproducibility suite's 2-thread runs, whose second thread sleeps when idle):
+    scheduled as a 1-core job, longest first, while the serial suite runs; its threads are recorded."""
+    pool = pool_module.Background(2)
+    done = []
+    pool.submit("two", lambda run, out: done.append("two") or "two", chapter="01_definitions", threads=2,
+                kind="t", scale=5.0, cores=1)
+    pool.submit("one", lambda run, out: done.append("one") or "one", chapter="01_definitions", threads=1,
+                kind="t", scale=1.0)
+    pool.start()
+    try:
+        assert pool.futures["two"].result(timeout=10) == "two" and pool.futures["one"].result(timeout=10) == "one"
+        assert pool.serial and done == ["two", "one"]              # both ran before the suite ended
+    finally:
+        pool.stop()
+    assert {r["key"]: r["threads"] for r in pool.records} == {"two": 2, "one": 1}

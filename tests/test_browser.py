@@ -152,7 +152,8 @@ def _probe(page: Path, profile: Path) -> tuple[str, list]:
         html = page.read_text()
         html = html.replace("<head>", f'<head><base href="{page.parent.as_uri()}/">', 1)
         html = html.replace("</body>", _MEASURE + "</body>", 1)
-        probe = profile.parent / f"measure-{page.name}"
+        profile.mkdir(parents=True, exist_ok=True)  # the copy lives with the browser profile and goes with it
+        probe = profile / f"measure-{page.name}"
         probe.write_text(html)
         dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={WIDTH},1600",
                               "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120)
