@@ -6,6 +6,11 @@ Each benchmark calls :meth:`Targets.check` once per target it prints, and exits 
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
+from pathlib import Path
+
 
 class Targets:
     """Collect PASS/FAIL verdicts; ``exit_code()`` is 1 if any failed."""
@@ -24,3 +29,23 @@ class Targets:
         if failed:
             print(f"\n{len(failed)} of {len(self.verdicts)} targets FAILED: " + "; ".join(failed))
         return 1 if failed else 0
+
+
+def write_atomic(path: Path, obj) -> None:
+    """Write ``obj`` to ``path`` as JSON (indent 1, sorted keys), atomically.
+
+    A temporary file in the same folder is renamed over ``path``, so a reader never sees
+    half a record and an interrupted run leaves the old record whole.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -21,8 +21,6 @@ Run: .venv/bin/python benchmarks/bench_ffn_deep.py [--depth3-seeds 20] [--record
 
 import argparse
 import datetime
-import json
-import os
 import subprocess
 import sys
 import time
@@ -30,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _targets import Targets
+from _targets import Targets, write_atomic
 from companion.errors import CompanionError
 from companion.ffn import bits_of_precision, learn_relu_network, random_relu_network
 from companion.oracles import ValueQueryOracle
@@ -70,12 +68,6 @@ def depth3_record(n_seeds: int) -> dict:
     return {"network": f"random_relu_network({d}, {widths}, seed=s)", "seeds": n_seeds, "rows": rows,
             "measured": datetime.date.today().isoformat(), "commit": commit,
             "command": f"benchmarks/bench_ffn_deep.py --depth3-seeds {n_seeds} --record data/results/ffn_deep.json"}
-
-
-def write_atomic(path: Path, obj) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:

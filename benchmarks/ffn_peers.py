@@ -28,11 +28,12 @@ import resource
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+
+from _targets import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "data" / "results" / "ffn_peers.json"
@@ -330,15 +331,6 @@ def markdown_table(record):
             f"{fmt(r['n_queries'], ',')} | {fmt(r['bits'], '.1f')} | {fmt(r['seconds'], '.1f')} | {what} |"
         )
     return "\n".join(lines)
-
-
-def write_atomic(path, obj):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:

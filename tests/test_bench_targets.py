@@ -1,5 +1,7 @@
 """A target a benchmark prints decides its exit code (issue 19, item 26)."""
 
+import pytest
+
 
 def test_a_failed_target_fails_the_benchmark(benchmarks, capsys):
     from _targets import Targets
@@ -11,6 +13,27 @@ def test_a_failed_target_fails_the_benchmark(benchmarks, capsys):
     assert t.exit_code() == 1
     out = capsys.readouterr().out
     assert "a: PASS" in out and "b: FAIL" in out and "1 of 2 targets FAILED: b" in out
+
+
+def test_a_record_is_written_whole_or_not_at_all(benchmarks, tmp_path, monkeypatch):
+    import json
+    import os
+
+    from _targets import write_atomic
+
+    path = tmp_path / "new" / "record.json"
+    write_atomic(path, {"b": 1, "a": [1.5]})
+    assert json.loads(path.read_text()) == {"b": 1, "a": [1.5]}
+    assert path.read_text().startswith('{\n "a"')          # sorted keys, indent 1
+    # an interrupted write leaves the old record whole and no temporary file behind
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(path, {"c": 2})
+    assert json.loads(path.read_text()) == {"b": 1, "a": [1.5]}
+    assert [f.name for f in path.parent.iterdir()] == ["record.json"]
 
 
 def test_bench_exact_counts_learning_queries_and_exits_on_a_missed_target(benchmarks, monkeypatch, capsys):
