@@ -13,6 +13,7 @@ from companion.exact import learn_single_head
 from companion.layer import (
     HEADS_UNRESOLVED,
     LOW_GAP,
+    MIN_GAP,
     AttentionLayer,
     identifiable_parameters,
     MiniLMBlock,
@@ -792,3 +793,43 @@ def test_dimension_count_is_for_the_problem_as_posed():
     assert auto.diagnostics["information_floor"] == information_floor(6, 2, 6, skip="matrix") == 33
     assert told.diagnostics["information_floor"] == information_floor(6, 2, 6, skip="identity") == 27
     assert "dimension count 33 vector queries" in auto.message
+
+
+# --- MiniLM's post-LN: is MIN_GAP's rule right at d = 384? (session 36) ------------------------------------
+
+
+@pytest.mark.parametrize("factor, accepted", [(1.01, True), (0.99, False)], ids=["inside", "outside"])
+def test_min_gap_just_inside_and_outside(factor, accepted):
+    """A post-LN answer whose 1 - |z|^2/d_out is just above MIN_GAP is de-normalised, just below refused."""
+    from companion.layer._norm import PostLN
+
+    d_out = 8
+    z = np.zeros((1, d_out))
+    z[0, :2] = np.sqrt(d_out * (1.0 - factor * MIN_GAP) / 2.0) * np.array([1.0, -1.0])  # |z|^2/d_out = 1 - gap
+    norm = PostLN(np.ones(d_out), np.zeros(d_out))
+    assert norm.gaps(z)[0] == pytest.approx(factor * MIN_GAP, rel=1e-4)
+    if accepted:
+        assert np.all(np.isfinite(norm.denormalise(z)))
+    else:
+        with pytest.raises(PrecisionError, match="post-LN's eps is too small"):
+            norm.denormalise(z)
+
+
+def test_minilm_answers_carry_the_direction_of_pu_to_rounding_and_its_norm_to_about_1e_6():
+    """The measurement behind MIN_GAP at d = 384 (chapter 09): MiniLM's basis answers, de-normalised with the
+    block's own gamma and beta, give P u's direction to 3.3e-16 and its norm to 5.4e-7 (median; 2.4e-6 largest),
+    at most 2.7 times the rule's 2**-53 / gap: the gap is too small, and the rule is right."""
+    block = minilm_block()
+    before = block.with_(layernorm=None, gamma=None, beta=None, eps=None)
+    X1 = [np.zeros((1, 384))] + [np.eye(384)[[i]] for i in range(384)]
+    U1 = before(X1)
+    Pu = (U1 - U1.mean(axis=1, keepdims=True)) / np.sqrt(block.eps)
+    gap = block.eps / ((Pu * Pu).mean(axis=1) * block.eps + block.eps)
+    z = (block(X1) - block.beta) / block.gamma
+    back = z / np.sqrt(1.0 - (z * z).mean(axis=1))[:, None]
+    norm_err = np.abs(np.linalg.norm(back, axis=1) / np.linalg.norm(Pu, axis=1) - 1.0)
+    unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)  # noqa: E731
+    assert np.max(np.linalg.norm(unit(back) - unit(Pu), axis=1)) < 1e-15
+    assert 1e-7 < np.median(norm_err) < 2e-6 and np.max(norm_err) < 1e-5
+    assert np.max(norm_err * gap / 2.0**-53) < 10.0
+    assert np.sum(gap < MIN_GAP) == 7  # the basis answers that trip the check (chapter 09)
