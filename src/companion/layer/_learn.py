@@ -622,8 +622,8 @@ def learn_attention_layer(
         If the answers are neither exact to float64 rounding nor served in float32 (the float32 route): a
         stated ``precision`` coarser than float32's; every answer on the grid of bfloat16 or float16 (to
         within ``GRID_ULPS`` float64 ulps, so also through the oracles' perturbation test mode); float32
-        answers from a block with a LayerNorm, or without ``H`` and ``H_bound``; or one-token answers that fit the class's
-        signatures only to a relative deviation between the rounding level (``ROUNDING_UNITS`` times
+        answers from a block with a LayerNorm, or without ``H`` and ``H_bound``; or one-token answers that
+        fit the class's signatures only to a relative deviation between the rounding level (``ROUNDING_UNITS`` times
         the precision) and ``PRECISION_BAND`` (a float32 computation not served on its grid). Also if
         a post-LN's ``eps`` is too small to read the norm of its input (BERT's 1e-12; ``MIN_GAP``).
     OracleInconsistentError
