@@ -254,7 +254,9 @@ def _coarse_message(why: str) -> str:
     return (
         f"learn_attention_layer needs answers exact to float64 rounding, or served in float32 (its float32 route), "
         f"and {why}: the heads' fits of logistic sums on a readout do not resolve the heads at a precision coarser "
-        "than float32's (float16, bfloat16). Nothing was returned."
+        "than float32's (float16, bfloat16): measured (2026-12-04), forced through the float32 route's stages at "
+        "bfloat16's u = 2^-8, the heads' learner refused a d = 6, H = 2 residual block at tol 1e-3 and at 1e-2 (its "
+        "largest), learner seeds 0 to 2. Nothing was returned."
     )
 
 
