@@ -570,9 +570,11 @@ class KerasBlock:
         return AttentionLayer.from_native(Q, bq, K, bk, V, bv, W_O, np.asarray(L._output_dense.bias.numpy()))
 
 
-def test_keras_with_8_heads_at_d_8_is_refused_by_the_heads_learner(keras_float64):
-    """Where it stops: the heads' learner (learn_canonical_rational) does not resolve 8 heads in d + 1 = 9 dims."""
-    block = KerasBlock(keras_float64, 8, 8, 2)
+@pytest.mark.parametrize("d", [8, 16])
+def test_keras_with_8_heads_is_refused_by_the_heads_learner(keras_float64, d):
+    """Where it stops: the heads' learner (learn_canonical_rational) does not resolve 8 heads in d + 1 = 9 or
+    17 dimensions (measured at d = 12 and 24 too, session 36)."""
+    block = KerasBlock(keras_float64, d, 8, 2)
     with pytest.raises(OracleInconsistentError, match="heads' learner on a random readout refused .* H = 8 at d = 8"):
         learn_attention_layer(VectorQueryOracle(block), H=8)
 
