@@ -968,3 +968,22 @@ def test_minilm_answers_carry_the_direction_of_pu_to_rounding_and_its_norm_to_ab
     assert 1e-7 < np.median(norm_err) < 2e-6 and np.max(norm_err) < 1e-5
     assert np.max(norm_err * gap / 2.0**-53) < 10.0
     assert np.sum(gap < MIN_GAP) == 7  # the basis answers that trip the check (chapter 09)
+
+
+@pytest.mark.parametrize("route", ["float64", "float32"])
+@pytest.mark.parametrize("factor, named", [(0.9, True), (1.1, False)], ids=["inside", "outside"])
+def test_skip_naming_tolerance_just_inside_and_outside(route, factor, named):
+    """A fitted skip within SKIP_RTOL (float64) or FLOAT32_SKIP_UNITS u (float32) of I or 0 is named so."""
+    from dataclasses import replace
+
+    from companion.layer._learn import FLOAT32_SKIP_UNITS, SKIP_RTOL, _name_skip, _options
+
+    o = _options(VectorQueryOracle(random_attention_layer(4, 1, seed=0)), 1, None, "auto", "auto", True, 0, None, 0)
+    if route == "float32":
+        o = replace(o, u=U32)
+    stol = FLOAT32_SKIP_UNITS * U32 if route == "float32" else SKIP_RTOL
+    E = np.zeros((4, 4))
+    E[0, 1] = 1.0
+    S = np.eye(4) + factor * stol * 2.0 * E  # ||S||_F = 2.0 (to rounding): the tolerance scales with it
+    assert _name_skip(S, np.eye(4), 1.0, o)[0] == ("identity" if named else "matrix")
+    assert _name_skip(factor * stol * E, np.eye(4), 1.0, o)[0] == ("none" if named else "matrix")
