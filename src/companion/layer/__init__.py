@@ -32,7 +32,15 @@ squares, polish), ``_learn`` (the learner),
 """
 
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS
-from ._learn import HEADS_UNRESOLVED, SKIP_NORMALISATION, LayerRecovery, learn_attention_layer
+from ._learn import (
+    FLOAT32_FLOOR_UNITS,
+    FLOAT32_HEADS_TOL,
+    FLOAT32_VERIFY_UNITS,
+    HEADS_UNRESOLVED,
+    SKIP_NORMALISATION,
+    LayerRecovery,
+    learn_attention_layer,
+)
 from ._model import (
     AttentionLayer,
     identifiable_parameters,
@@ -54,6 +62,9 @@ __all__ = [
     "identifiable_parameters",
     "HEADS_UNRESOLVED",
     "SKIP_NORMALISATION",
+    "FLOAT32_FLOOR_UNITS",
+    "FLOAT32_HEADS_TOL",
+    "FLOAT32_VERIFY_UNITS",
     "layer_norm",
     "post_ln_symmetry",
     "pre_ln_symmetry",

@@ -40,10 +40,12 @@ class LiftedReadout(ValueQueryOracle):
     query. This book's own reduction.
     """
 
-    def __init__(self, vector, c, g, g0):
+    def __init__(self, vector, c, g, g0, precision=None):
         # an exact vector oracle states no precision: its answers are float64's, so the heads' learner
-        # is told so (it would otherwise measure the precision of a target outside the class, too)
+        # is told so (it would otherwise measure the precision of a target outside the class, too);
+        # ``precision`` overrides it (the float32 route: answers found on float32's grid)
         u = vector.precision if vector.precision is not None else unit_roundoff("float64")
+        u = u if precision is None else max(float(u), float(precision))
         super().__init__(self._lifted, d=vector.d + 1, precision=u)
         self.vector, self.c, self.g, self.g0 = vector, c, g, g0
 
