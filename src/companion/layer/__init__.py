@@ -35,8 +35,11 @@ from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS
 from ._learn import (
     FLOAT32_FLOOR_UNITS,
     FLOAT32_HEADS_TOL,
+    FLOAT32_SKIP_UNITS,
+    FLOAT32_UNRESOLVED,
     FLOAT32_VERIFY_UNITS,
     HEADS_UNRESOLVED,
+    LSTSQ_GATE_POST,
     SKIP_NORMALISATION,
     LayerRecovery,
     learn_attention_layer,
@@ -51,7 +54,7 @@ from ._model import (
     random_attention_layer,
 )
 from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
-from ._norm import LOW_GAP, MIN_GAP
+from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 
 __all__ = [
     "AttentionLayer",
@@ -65,6 +68,10 @@ __all__ = [
     "FLOAT32_FLOOR_UNITS",
     "FLOAT32_HEADS_TOL",
     "FLOAT32_VERIFY_UNITS",
+    "FLOAT32_SKIP_UNITS",
+    "FLOAT32_UNRESOLVED",
+    "LSTSQ_GATE_POST",
+    "ROUNDING_UNITS",
     "layer_norm",
     "post_ln_symmetry",
     "pre_ln_symmetry",
