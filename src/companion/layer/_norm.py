@@ -54,7 +54,9 @@ PRECISION_BAND = 1e-4
 #: (measured on MiniLM's block, 2026-12-04: 0.59 times it at the median of its 385 basis answers, from 6e-4 to
 #: 2.7 times it), so below it that error is of order 1e-6, a hundred times the 1e-8 the verification asks
 #: (this book's threshold). Its role is an early stop, before the heads' stage, where the norm is hopeless; it
-#: does not certify the norm above it: LOW_GAP (after a failed stage) and the verification do.
+#: does not certify the norm above it: LOW_GAP (after a failed stage) and the verification do. It is not raised
+#: to LOW_GAP: that would stop earlier, with no measured outcome changed, but LOW_GAP's basis is one block only,
+#: and a failed stage below LOW_GAP already names the gap.
 MIN_GAP = 1e-10
 
 #: A stage that fails behind a post-LN after answers with a gap below this is refused for the precision the
