@@ -891,7 +891,10 @@ def learn_relu_network(
     for layer in range(depth):
         with count.stage(f"layer {layer + 1}"):
             if widths is not None and len(layers) >= 2 and layer == depth - 1:
-                new, n_kinks, n_lines_used = _read_last_layer(answers, layers, widths[layer], d, rng, scale, opts)
+                new, n_kinks, n_lines_used, refit = _read_last_layer(
+                    answers, layers, widths[layer], d, rng, scale, opts
+                )
+                diag.update(refit_rounds=refit.rounds, refit_residual=refit.res, refit_thin_sides=len(refit.thin))
             else:
                 new, n_kinks, n_lines_used = _read_layer(answers, layers, layer, depth, d, rng, scale, opts, sharpen)
         diag["n_kinks"].append(n_kinks)
@@ -915,6 +918,24 @@ def learn_relu_network(
         verify_rel_error=rel,
         verify_bits=bits,
     )
+    if opts.verify and not rel <= opts.verify_rtol and "refit_residual" in diag:
+        raise OracleInconsistentError(
+            f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
+            f"verify_rtol={opts.verify_rtol:.3g} on {opts.verify} fresh points. Its layers 1 to {len(layers) - 1} "
+            f"were read from critical points; the last layer's refit on the {Xa.shape[0]} answered points "
+            f"stopped after {diag['refit_rounds']} rounds with a residual of {diag['refit_residual']:.3g} of the "
+            "answers ("
+            + (
+                "a last-layer plane its partial signatures placed too far off for the refit to move it, or a side "
+                "guessed wrong"
+                if diag["refit_residual"] > 2.0**-40
+                else "every answered point fit, the fresh ones not: the answers do not determine the last layer"
+            )
+            + "), and the fit free of the sides found "
+            f"{diag['refit_thin_sides']} side(s) of a plane whose answered points span fewer than "
+            f"{layers[-2][0].shape[1] + 1} dimensions, where the answers do not determine the fit. "
+            "Pass another seed, or raise n_lines."
+        )
     if opts.verify and not rel <= opts.verify_rtol:
         raise OracleInconsistentError(
             f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
@@ -1033,8 +1054,16 @@ def _read_last_layer(f, layers, width, d, rng, scale, opts):
     etas, missing, n_k, n_l = _last_layer_partial(f, layers, width, d, rng, scale, opts.span, lines, opts.max_batches)
     Xa, ya = f.all()
     signs = _last_signs(layers, etas, Xa, ya, missing, rng)
-    E = refit_last_layer(layers, etas * signs[None, :], Xa, ya, width, np.random.default_rng([opts.seed, 3]))
-    return (E[:-1], E[-1]), n_k, n_l
+    fit = refit_last_layer(layers, etas * signs, Xa, ya, width, np.random.default_rng([opts.seed, 3]), sided=True)
+    if fit.res > 2.0**-40:
+        # The guessed sides leave a residual (a wrong side is kept by the sided fit): fit free of the
+        # sides, and take it only where the answered points determine it (no thin side).
+        free = refit_last_layer(layers, etas, Xa, ya, width, np.random.default_rng([opts.seed, 3]))
+        if free.res <= 2.0**-40 and not free.thin:
+            fit = free
+        else:
+            fit.thin = free.thin
+    return (fit.E[:-1], fit.E[-1]), n_k, n_l, fit
 
 
 def _search_lines(f, layers, bases, lines, n_batches, inside, d, rng, scale, span):
