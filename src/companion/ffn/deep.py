@@ -800,7 +800,9 @@ def learn_relu_network(
         (4, the answers' scale), ``n_kinks`` (per layer), ``n_lines`` (per layer),
         ``n_layer_queries`` (per layer, kink search and gradients; ``n_learning_queries`` is
         ``n_probe_queries`` plus their sum), ``n_readout_points``, ``readout_residual``, ``n_verify_queries``,
-        ``verify_rel_error`` and ``verify_bits`` (``-log2`` of it: the field's bits of precision).
+        ``verify_rel_error`` and ``verify_bits`` (``-log2`` of it: the field's bits of precision);
+        at depth >= 3 also ``refit_rounds``, ``refit_residual`` (the last layer's refit, relative
+        to the answers) and ``refit_thin_sides`` (sides of its planes the answers leave thin).
 
     Raises
     ------
@@ -851,7 +853,11 @@ def learn_relu_network(
       below known the answers are ``sum_k c_k ReLU(e_k^T (h, 1)) + c``, linear in ``c_k e_k`` once
       the activation patterns are fixed, so patterns and normals alternate until no pattern
       moves; a neuron is added from the points the fit leaves unexplained, or, at the given
-      width, the plane whose removal fits best is taken out first.
+      width, the plane whose removal fits best is taken out first; the rounds stop two rounds
+      after the last smaller residual. If the guessed sides leave a residual, the fit is redone
+      free of the sides (``ReLU(-z) = ReLU(z) - z``: planes and an affine part, the sides read
+      after) and taken only if it fits every answer and the answered points on each side of each
+      plane span all ``m + 1`` dimensions (else the answers do not determine it there).
       On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-03): 12 recovered, at 40.3 to
       45.6 bits on fresh inputs (seed 0 with widths (8, 8, 5): three neurons of layer 3 are
       dead); 6 refused at the verification (a neuron or a weight still wrong, 4e-7 to 6e-3) and 2
