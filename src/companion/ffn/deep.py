@@ -800,7 +800,9 @@ def learn_relu_network(
         (4, the answers' scale), ``n_kinks`` (per layer), ``n_lines`` (per layer),
         ``n_layer_queries`` (per layer, kink search and gradients; ``n_learning_queries`` is
         ``n_probe_queries`` plus their sum), ``n_readout_points``, ``readout_residual``, ``n_verify_queries``,
-        ``verify_rel_error`` and ``verify_bits`` (``-log2`` of it: the field's bits of precision).
+        ``verify_rel_error`` and ``verify_bits`` (``-log2`` of it: the field's bits of precision);
+        at depth >= 3 also ``refit_rounds``, ``refit_residual`` (the last layer's refit, relative
+        to the answers) and ``refit_thin_sides`` (sides of its planes the answers leave thin).
 
     Raises
     ------
@@ -851,11 +853,16 @@ def learn_relu_network(
       below known the answers are ``sum_k c_k ReLU(e_k^T (h, 1)) + c``, linear in ``c_k e_k`` once
       the activation patterns are fixed, so patterns and normals alternate until no pattern
       moves; a neuron is added from the points the fit leaves unexplained, or, at the given
-      width, the plane whose removal fits best is taken out first.
-      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-03): 12 recovered, at 40.3 to
+      width, the plane whose removal fits best is taken out first; the rounds stop two rounds
+      after the last smaller residual. If the guessed sides leave a residual, the fit is redone
+      free of the sides (``ReLU(-z) = ReLU(z) - z``: planes and an affine part, the sides read
+      after) and taken only if it fits every answer and the answered points on each side of each
+      plane span all ``m + 1`` dimensions (else the answers do not determine it there).
+      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-04): 13 recovered, at 40.3 to
       45.6 bits on fresh inputs (seed 0 with widths (8, 8, 5): three neurons of layer 3 are
-      dead); 6 refused at the verification (a neuron or a weight still wrong, 4e-7 to 6e-3) and 2
-      at layer 2 (a neuron missing ``R_1``). Before the refit, seed 0 of seeds 0-5 was recovered.
+      dead; seed 4 by the fit free of the sides); 5 refused at the verification (4e-7 to 5e-3;
+      layers 1 and 2 exact, the last layer's refit stuck or undetermined by the answers) and 2 at
+      layer 2 (a neuron missing ``R_1``). Before the refit, seed 0 of seeds 0-5 was recovered.
 
     A neuron whose hyperplane misses ``R_{l-1}`` is not found (rare for random networks; the
     learner refuses, naming the layer). Queries: ``n_lines`` kink searches per layer plus
@@ -891,7 +898,10 @@ def learn_relu_network(
     for layer in range(depth):
         with count.stage(f"layer {layer + 1}"):
             if widths is not None and len(layers) >= 2 and layer == depth - 1:
-                new, n_kinks, n_lines_used = _read_last_layer(answers, layers, widths[layer], d, rng, scale, opts)
+                new, n_kinks, n_lines_used, refit = _read_last_layer(
+                    answers, layers, widths[layer], d, rng, scale, opts
+                )
+                diag.update(refit_rounds=refit.rounds, refit_residual=refit.res, refit_thin_sides=len(refit.thin))
             else:
                 new, n_kinks, n_lines_used = _read_layer(answers, layers, layer, depth, d, rng, scale, opts, sharpen)
         diag["n_kinks"].append(n_kinks)
@@ -915,6 +925,24 @@ def learn_relu_network(
         verify_rel_error=rel,
         verify_bits=bits,
     )
+    if opts.verify and not rel <= opts.verify_rtol and "refit_residual" in diag:
+        raise OracleInconsistentError(
+            f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
+            f"verify_rtol={opts.verify_rtol:.3g} on {opts.verify} fresh points. Its layers 1 to {len(layers) - 1} "
+            f"were read from critical points; the last layer's refit on the {Xa.shape[0]} answered points "
+            f"stopped after {diag['refit_rounds']} rounds with a residual of {diag['refit_residual']:.3g} of the "
+            "answers ("
+            + (
+                "a last-layer plane its partial signatures placed too far off for the refit to move it, or a side "
+                "guessed wrong"
+                if diag["refit_residual"] > 2.0**-40
+                else "every answered point fit, the fresh ones not: the answers do not determine the last layer"
+            )
+            + "), and the fit free of the sides found "
+            f"{diag['refit_thin_sides']} side(s) of a plane whose answered points span fewer than "
+            f"{layers[-2][0].shape[1] + 1} dimensions, where the answers do not determine the fit. "
+            "Pass another seed, or raise n_lines."
+        )
     if opts.verify and not rel <= opts.verify_rtol:
         raise OracleInconsistentError(
             f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
@@ -1033,8 +1061,16 @@ def _read_last_layer(f, layers, width, d, rng, scale, opts):
     etas, missing, n_k, n_l = _last_layer_partial(f, layers, width, d, rng, scale, opts.span, lines, opts.max_batches)
     Xa, ya = f.all()
     signs = _last_signs(layers, etas, Xa, ya, missing, rng)
-    E = refit_last_layer(layers, etas * signs[None, :], Xa, ya, width, np.random.default_rng([opts.seed, 3]))
-    return (E[:-1], E[-1]), n_k, n_l
+    fit = refit_last_layer(layers, etas * signs, Xa, ya, width, np.random.default_rng([opts.seed, 3]), sided=True)
+    if fit.res > 2.0**-40:
+        # The guessed sides leave a residual (a wrong side is kept by the sided fit): fit free of the
+        # sides, and take it only where the answered points determine it (no thin side).
+        free = refit_last_layer(layers, etas, Xa, ya, width, np.random.default_rng([opts.seed, 3]))
+        if free.res <= 2.0**-40 and not free.thin:
+            fit = free
+        else:
+            fit.thin = free.thin
+    return (fit.E[:-1], fit.E[-1]), n_k, n_l, fit
 
 
 def _search_lines(f, layers, bases, lines, n_batches, inside, d, rng, scale, span):
