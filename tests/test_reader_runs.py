@@ -117,12 +117,18 @@ def run_chapter(stem: str, params: dict, out: Path, run=subprocess.run) -> dict:
     if proc.returncode == 0 and results_file.is_file():
         from companion.book.results import not_holding
 
-        record["not_holding"] = [e["name"] for e in not_holding(results_file)]
+        entries = not_holding(results_file)
+        record["not_holding"] = [e["name"] for e in entries]
+        record["details"] = {e["name"]: e["text"] for e in entries}      # "1e-07 (does not hold ...: measured ...)"
     elif proc.returncode == 2 and ("ParameterError" in proc.stderr or "companion: error: chapter" in proc.stderr):
         record.update(outcome="refused", error=proc.stderr.strip().splitlines()[0][:300])
     else:
         record.update(outcome="failed", error=(proc.stderr.strip() or proc.stdout.strip())[-2000:])
     RUNS.append(record)
+    log = os.environ.get("COMPANION_READER_LOG")
+    if log:                                       # one JSON line per run as it ends: a long matrix cut short keeps them
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
     return record
 
 
@@ -352,13 +358,15 @@ def report(runs: list[dict], *, head: str = "", commit: str | None = None) -> st
     out = ["# A reader's runs (tests/test_reader_runs.py)", "",
            f"Code commit: `{commit}`; {head or 'runs of this session'}; "
            f"written {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
-           "| chapter | runs | completed | refused | stopped | claims and bounds not holding |",
-           "|---|---|---|---|---|---|"]
+           "| chapter | runs | completed | refused | stopped | claims and bounds not holding | s per run (median, max) |",
+           "|---|---|---|---|---|---|---|"]
     for stem in sorted({r["chapter"] for r in runs}):
         rs = [r for r in runs if r["chapter"] == stem]
         n = {k: sum(r["outcome"] == k for r in rs) for k in ("completed", "refused", "failed")}
+        seconds = sorted(r["seconds"] for r in rs)
         out.append(f"| {stem} | {len(rs)} | {n['completed']} | {n['refused']} | {n['failed']} | "
-                   f"{sum(len(r['not_holding']) for r in rs)} |")
+                   f"{sum(len(r['not_holding']) for r in rs)} | "
+                   f"{seconds[len(seconds) // 2]:.0f}, {seconds[-1]:.0f} |")
     stopped = [r for r in runs if r["outcome"] == "failed"]
     out += ["", "## Runs that stopped", ""] + ([
         f"- {r['chapter']} `{json.dumps(r['parameters'], sort_keys=True)}`: "
@@ -366,7 +374,8 @@ def report(runs: list[dict], *, head: str = "", commit: str | None = None) -> st
         for r in stopped] or ["None."])
     held = [r for r in runs if r["not_holding"]]
     out += ["", "## Claims and bounds that did not hold (reported, not failed)", ""] + ([
-        f"- {r['chapter']} `{json.dumps(r['parameters'], sort_keys=True)}`: {', '.join(r['not_holding'])}"
+        f"- {r['chapter']} `{json.dumps(r['parameters'], sort_keys=True)}`: " + "; ".join(
+            f"{name}: {r['details'][name]}" if r.get("details", {}).get(name) else name for name in r["not_holding"])
         for r in held] or ["None."])
     return "\n".join(out) + "\n"
 
@@ -437,7 +446,8 @@ def test_the_report_lists_counts_stopped_runs_and_claims_that_did_not_hold():
     ]
     text = report(runs, head="seeds 3-4", commit="abc1234")
     assert "Code commit: `abc1234`; seeds 3-4" in text
-    assert "| 01_definitions | 2 | 1 | 0 | 1 | 1 |" in text and "| 02_exact_learning | 1 | 0 | 1 | 0 | 0 |" in text
+    assert "| 01_definitions | 2 | 1 | 0 | 1 | 1 | 9, 9 |" in text
+    assert "| 02_exact_learning | 1 | 0 | 1 | 0 | 0 | 5, 5 |" in text
     assert '- 01_definitions `{"seed": 4}`: IndexError: list index out of range' in text
     assert '- 01_definitions `{"seed": 3}`: native_gap' in text
     assert report([runs[2]], commit="x").count("None.") == 2
