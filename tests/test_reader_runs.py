@@ -213,13 +213,20 @@ def strategy(decl: dict):
         if isinstance(default, list):
             kept = [x for x in default if draw(st.booleans())]
             scalar = [x for x in default if isinstance(x, (int, float)) and not isinstance(x, bool)]
+            def allowed(x):                              # by its interval (``each in (0, mu]``: the drawn mu)
+                low, low_open, high, high_open = _interval(spec, env)
+                return (low < x if low_open else low <= x) and (x < high if high_open else x <= high)
+
+            if scalar and len(scalar) == len(default):
+                kept = [x for x in kept if allowed(x)]
             divides = any((c[1] if c[0] == "each" else c)[0] == "divides" for c in spec)
             if scalar and len(scalar) == len(default) and not divides and draw(st.booleans()):
                 new = draw(_number(st, name, scalar[0], spec, env, top=max(scalar)))
                 if new not in kept:
                     kept = sorted([*kept, new]) if kept == sorted(kept) else [*kept, new]
             if not kept and any(c[0] == "non-empty" for c in spec):
-                kept = default[:1]
+                kept = default[:1] if not scalar or allowed(default[0]) else [
+                    draw(_number(st, name, scalar[0], spec, env, top=max(scalar)))]
             return kept
         if isinstance(default, (int, float)):
             return draw(_number(st, name, default, spec, env))
@@ -358,7 +365,8 @@ def report(runs: list[dict], *, head: str = "", commit: str | None = None) -> st
     out = ["# A reader's runs (tests/test_reader_runs.py)", "",
            f"Code commit: `{commit}`; {head or 'runs of this session'}; "
            f"written {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC.", "",
-           "| chapter | runs | completed | refused | stopped | claims and bounds not holding | s per run (median, max) |",
+           "| chapter | runs | completed | refused | stopped | claims and bounds not holding "
+           "| s per run (median, max) |",
            "|---|---|---|---|---|---|---|"]
     for stem in sorted({r["chapter"] for r in runs}):
         rs = [r for r in runs if r["chapter"] == stem]
@@ -451,3 +459,81 @@ def test_the_report_lists_counts_stopped_runs_and_claims_that_did_not_hold():
     assert '- 01_definitions `{"seed": 4}`: IndexError: list index out of range' in text
     assert '- 01_definitions `{"seed": 3}`: native_gap' in text
     assert report([runs[2]], commit="x").count("None.") == 2
+
+
+# -- draws of the 20-draw matrix that stopped, fixed (session 36) -------------------------------------
+
+
+def _chapter_function(stem: str, name: str, namespace: dict):
+    """The function ``name`` defined in a code cell of chapter ``stem``, compiled alone into ``namespace``."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(ROOT / "book" / "chapters" / f"{stem}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and f"def {name}(" in cell.source:
+            tree = ast.parse(cell.source)
+            node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+            exec(compile(ast.Module(body=[node], type_ignores=[]), f"{stem}:{name}", "exec"), namespace)
+            return namespace[name]
+    raise LookupError(f"{stem} defines no {name}")
+
+
+@pytest.mark.parametrize("given, refused", [
+    # seed 165's draw: mu 0.068 and etas with 0.1, so heads[0] had |v*_2| = 0.095 < eta = 0.1 and the
+    # margin section's learner, told mu = eta, raised OracleInconsistentError at cell 14
+    ({"mu": 0.0679, "etas": [0.1, 1e-5]}, "etas"),
+    ({"mu": 0.1, "etas": [0.1, 1e-5]}, None),                     # eta = mu: just inside
+    # seed 1000's and 166's: mu above 1/sqrt(noisy_d) (0.333 > 1/sqrt(10), 0.240 > 1/sqrt(20)), so
+    # random_margin_head raised InvalidInputError at cell 27
+    ({"mu": 1 / 3, "d": 7, "noisy_d": 10}, "noisy_d"),
+    ({"mu": 1 / 3, "d": 7, "noisy_d": 9}, None),                   # 1/sqrt(9) = mu: just inside
+    ({"mu": 0.1, "noisy_d": 101}, "noisy_d"),
+    ({"mu": 0.1, "noisy_d": 100}, None),                           # the library's mu <= 1/sqrt(100)
+    ({"mu": 0.24, "noisy_d": 17, "noisy_nuclear_d": 18}, "noisy_nuclear_d"),
+    ({"mu": 0.24, "noisy_d": 17, "noisy_nuclear_d": 17}, None),
+    ({"mu": 0.1, "noisy_nuclear_d": 21}, "noisy_nuclear_d"),       # the SDP's own cap, 20
+])
+def test_05_refuses_by_name_a_margin_its_sections_cannot_draw(given, refused):
+    """Chapter 05's sections draw heads with the margin mu in d, noisy_d and noisy_nuclear_d
+    dimensions, and the margin section sets one entry to eta below the others: its parameters
+    declare it, so that a reader's run is refused before any cell runs, naming the parameter."""
+    from companion.robust import random_margin_head
+
+    if refused is None:
+        values = cli.check_parameters("05_robustness", given)
+        for dim in ("d", "noisy_d", "noisy_nuclear_d"):         # the library accepts what the chapter does
+            if dim in given:
+                random_margin_head(values[dim], W_max=4.0, mu=values["mu"], seed=0)
+    else:
+        with pytest.raises(ParameterError, match=f"parameter {refused}="):
+            cli.check_parameters("05_robustness", given)
+
+
+def test_05_counts_a_head_whose_solver_stops_short_as_refused_not_a_crash():
+    """Seed 166's simplest draw (noisy_nuclear_d 2, rank 1, tau 1e-6): SCS stopped at 'optimal_inaccurate'
+    on the noise-aware nuclear-norm program and learn_low_rank_noisy raised SolverError, which the
+    chapter's lr_median did not catch (cell 32). It is a refusal like a failed verification: an
+    infinite error for that head, said on stdout."""
+    import numpy as np
+
+    from companion import errors, oracles
+    from companion.attention import random_single_head
+
+    lr_median = _chapter_function("05_robustness", "lr_median", {
+        "np": np, "oracles": oracles, "errors": errors, "lr_heads": []})
+    heads = [random_single_head(3, seed=s) for s in range(3)]
+
+    def learn(o, k):
+        if k == 1:
+            raise errors.SolverError("SCS stopped with status 'optimal_inaccurate' ...")
+        if k == 2:
+            raise errors.OracleInconsistentError("verification failed ...")
+        o(np.zeros((1, 1, 3)))
+        return heads[k]
+
+    median, queries = lr_median(learn, 1e-6, heads=heads)
+    assert median == float("inf") and queries == 0                 # errors 0, inf, inf
+    with pytest.raises(errors.NotIdentifiableError):               # any other error still stops the run
+        lr_median(lambda o, k: (_ for _ in ()).throw(errors.NotIdentifiableError("x")), 1e-6, heads=heads)
