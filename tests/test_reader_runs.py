@@ -537,3 +537,55 @@ def test_05_counts_a_head_whose_solver_stops_short_as_refused_not_a_crash():
     assert median == float("inf") and queries == 0                 # errors 0, inf, inf
     with pytest.raises(errors.NotIdentifiableError):               # any other error still stops the run
         lr_median(lambda o, k: (_ for _ in ()).throw(errors.NotIdentifiableError("x")), 1e-6, heads=heads)
+
+
+def _chapter_cell(stem: str, marker: str) -> str:
+    """The source of the code cell of chapter ``stem`` that holds ``marker``."""
+    import nbformat
+
+    nb = nbformat.read(ROOT / "book" / "chapters" / f"{stem}.ipynb", as_version=4)
+    return next(c.source for c in nb.cells if c.cell_type == "code" and marker in c.source)
+
+
+class _Published:
+    """A stand-in for :mod:`companion.book.results` in a chapter cell run alone: what it publishes."""
+
+    def __init__(self):
+        self.values: dict = {}
+
+    def publish(self, name, value, **kw):
+        self.values[name] = (value, kw)
+
+    def claim(self, name, holds, **kw):
+        self.values[name] = (bool(holds), kw)
+
+
+def test_04_shows_a_head_that_gauss_newton_refuses_in_the_comparison_instead_of_stopping():
+    """Seed 160's draw (d_values with 32, compare_rank 1): Gauss-Newton at its default m = 2 r(2d - r)
+    stopped with relative residual 0.265 and raised SolverError in the comparison's cell, and the
+    run stopped at cell 18. The row now shows NaN, the cell prints the refusal, and the sentence
+    'Every learner recovered every head' is a claim that does not hold for that run."""
+    import numpy as np
+
+    from companion import attention, errors, exact, lowrank, oracles
+
+    published = _Published()
+    no_table = type("P", (), {"table": staticmethod(lambda *a, **k: None)})
+    ns = {"np": np, "attention": attention, "errors": errors, "exact": exact, "lowrank": lowrank,
+          "oracles": oracles, "results": published, "plotting": no_table,
+          "d_values": [16, 32], "compare_rank": 1, "seed": 160, "C_nuc": float("nan")}
+    exec(_chapter_cell("04_low_rank", "cmp_refused = []"), ns)
+    exec(_chapter_cell("04_low_rank", '"cmp_every_recovered"'), ns)
+    assert [(name, dd) for name, dd, _ in ns["cmp_refused"]] == [("rgn", 32)]
+    assert ns["cmp_refused"][0][2].startswith(
+        "Riemannian Gauss-Newton stopped after 7 iterations with relative residual 0.265")
+    assert np.isnan(ns["rows"][1]["rgn"]) and np.isnan(ns["rows"][1]["error rgn"]) and ns["rows"][0]["rgn"] > 0
+    assert published.values["cmp_every_recovered"][0] is False
+    worst, kw = published.values["cmp_worst_error"]
+    assert worst == 1e-12 and 0 < kw["measured"] < 1e-12                   # over the heads recovered
+    assert published.values["cmp_sketch_ratio"][0] is True
+    # the default seed: every learner recovers every head, and the claim holds
+    ns.update(seed=0, results=_Published())
+    exec(_chapter_cell("04_low_rank", "cmp_refused = []"), ns)
+    exec(_chapter_cell("04_low_rank", '"cmp_every_recovered"'), ns)
+    assert ns["cmp_refused"] == [] and ns["results"].values["cmp_every_recovered"][0] is True
