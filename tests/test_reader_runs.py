@@ -589,3 +589,22 @@ def test_04_shows_a_head_that_gauss_newton_refuses_in_the_comparison_instead_of_
     exec(_chapter_cell("04_low_rank", "cmp_refused = []"), ns)
     exec(_chapter_cell("04_low_rank", '"cmp_every_recovered"'), ns)
     assert ns["cmp_refused"] == [] and ns["results"].values["cmp_every_recovered"][0] is True
+
+
+@pytest.mark.parametrize("d, count", [(9, 9 + 90 + 9 * 8), (6, 2 * (6 + 36)), (3, 3 + 12 + 3 * 2)])
+def test_06_counts_the_orthogonal_learners_queries_by_its_formula_when_the_subspaces_do_not_fill(d, count):
+    """Draws with d 3, 9 and 11 (seeds 120, 600, 206) marked 'mh_demo_queries' as not holding: the
+    claim compared the count with 2 (d + d^2), the count when the two heads' subspaces fill R^d; at
+    odd d they are 1 + 1, 4 + 4 and 5 + 5 dimensional, and the learner asks d + d (d + 1) +
+    d sum_h dim S_h (21, 171, 253), as its docstring says. The claim was the bug, not the run."""
+    import numpy as np
+
+    from companion import multihead, oracles
+
+    published = _Published()
+    ns = {"np": np, "multihead": multihead, "oracles": oracles, "results": published, "d": d, "seed": 120,
+          "n_verify": 8, "H_demo": 2, "orth_target": multihead.random_multi_head(d, 2, orthogonal=True, seed=120)}
+    exec(_chapter_cell("06_multi_head", '"mh_demo_queries"'), ns)
+    assert ns["demo_count"] == count == published.values["mh_demo_2d2"][0]
+    assert published.values["mh_demo_queries"][0] is True
+    assert ns["rec"].n_learning_queries == count + ns["rec"].diagnostics["n_requeries"]
