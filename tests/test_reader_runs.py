@@ -608,3 +608,26 @@ def test_06_counts_the_orthogonal_learners_queries_by_its_formula_when_the_subsp
     assert ns["demo_count"] == count == published.values["mh_demo_2d2"][0]
     assert published.values["mh_demo_queries"][0] is True
     assert ns["rec"].n_learning_queries == count + ns["rec"].diagnostics["n_requeries"]
+
+
+@pytest.mark.parametrize("rates, verdict", [
+    ([0.0], "not compared with (none measured)"),      # seed 0's simplest draw: ratios [1.25], one trial failed
+    ([1.0], True),                                     # every trial at 1.25: the default 5 is above it
+])
+def test_04_compares_the_default_multiple_only_with_a_ratio_the_run_measured(rates, verdict):
+    """Draws with a short grid (ratios [1.25] or up to 2.5) where no case succeeded in every trial
+    marked 'nuc_default_vs_rho' ("this book's default, above the ratio rho") as not holding: the
+    claim compared 5 > NaN. With no ratio measured the sentence now says it compares nothing."""
+    import numpy as np
+
+    from companion import lowrank
+
+    published = _Published()
+    ns = {"np": np, "lowrank": lowrank, "results": published, "plotting": type("P", (), {"table": staticmethod(
+              lambda *a, **k: None)}), "seed": 0, "n_trials": 1, "ratios": [1.25], "rgn_ratios": [1.0],
+          "rgn_cases": [[20, 2]], "phase": {("nuclear, ROP", 8, 1): rates, ("rgn, ROP", 20, 2): [1.0]},
+          "grid": {("nuclear, ROP", 8, 1): [1.25], ("rgn, ROP", 20, 2): [1.0]}}
+    exec(_chapter_cell("04_low_rank", "def first_exact("), ns)
+    exec(_chapter_cell("04_low_rank", '"nuc_default_vs_rho"'), ns)
+    assert published.values["nuc_default_vs_rho"][0] == verdict
+    assert np.isnan(published.values["rho_nuc"][0]) == (verdict is not True)
