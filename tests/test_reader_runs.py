@@ -559,6 +559,12 @@ class _Published:
     def claim(self, name, holds, **kw):
         self.values[name] = (bool(holds), kw)
 
+    @staticmethod
+    def round_up(value):
+        from companion.book.results import round_up
+
+        return round_up(value)
+
 
 def test_04_shows_a_head_that_gauss_newton_refuses_in_the_comparison_instead_of_stopping():
     """Seed 160's draw (d_values with 32, compare_rank 1): Gauss-Newton at its default m = 2 r(2d - r)
@@ -631,3 +637,27 @@ def test_04_compares_the_default_multiple_only_with_a_ratio_the_run_measured(rat
     exec(_chapter_cell("04_low_rank", '"nuc_default_vs_rho"'), ns)
     assert published.values["nuc_default_vs_rho"][0] == verdict
     assert np.isnan(published.values["rho_nuc"][0]) == (verdict is not True)
+
+
+def test_06_marks_a_head_count_the_counts_route_cannot_fit_as_refused():
+    """Seed 21's draw (d_canon 6, H_counts with 4) stopped at cell 26: learn_canonical_rational refused
+    H = 4 at d = 6 with InvalidInputError (only 6 query tokens per row fit in 4Hd^2 - 2H + 1 = 569
+    queries, d + 1 = 7 needed), which the comparison's _run did not catch. It is now a row marked
+    refused, like a failed check, and the claim that every counts run kept to the count is marked."""
+    import numpy as np
+
+    from companion import multihead, oracles
+
+    published = _Published()
+    no_table = type("P", (), {"table": staticmethod(lambda *a, **k: None)})
+    ns = {"np": np, "multihead": multihead, "oracles": oracles, "results": published, "plotting": no_table,
+          "seed": 21, "d_canon": 6, "H_counts": []}
+    exec(_chapter_cell("06_multi_head", "def _run("), ns)
+    row = ns["_run"]("counts", 6, 4, 25)
+    assert row["outcome"] == "refused" and row["queries"] == 0 and row["4Hd^2 - 2H + 1"] == 569
+    assert ns["_run"]("counts", 7, 4, 25)["outcome"] == "ok"          # d = 7 fits: 8 tokens per row
+    ns["route_rows"] = [row, {**row, "route": "robust", "outcome": "ok", "queries": 600, "÷ count": 1.05,
+                              "longest query": 9, "rel. error": 1e-12}]
+    exec(_chapter_cell("06_multi_head", '"mh_counts_within_count"'), ns)
+    assert published.values["mh_counts_within_count"][0] is False
+    assert published.values["mh_counts_within_count"][1]["text"] == "0 of 1 runs"
