@@ -661,3 +661,31 @@ def test_06_marks_a_head_count_the_counts_route_cannot_fit_as_refused():
     exec(_chapter_cell("06_multi_head", '"mh_counts_within_count"'), ns)
     assert published.values["mh_counts_within_count"][0] is False
     assert published.values["mh_counts_within_count"][1]["text"] == "0 of 1 runs"
+
+
+def test_01_accepts_an_unchanged_output_when_both_queries_attend_to_one_token():
+    """Seed 291's draw (d 11, r 3) stopped at cell 14 on the exercise's `assert` that moving the last
+    token changes the output: both queries put all their weight (to float64) on the same token (scores
+    37 apart), so the output is that token's value either way, exactly. The check now accepts that
+    case, verified from the attention weights, and still fails an unchanged output otherwise."""
+    import numpy as np
+
+    from companion import attention
+
+    u = np.zeros(4)
+    u[0] = 1.0
+    X0 = np.array([[9.0, 0.1, 0.2, 0.3], [0.5, 1.0, 0.0, 0.0], [0.2, 0.0, 1.0, 0.0],
+                   [0.4, 0.0, 0.0, 1.0], [1.0, 0.3, 0.3, 0.3]])
+    fixed = type("R", (), {"standard_normal": staticmethod(lambda shape: X0.copy())})
+    cell = _chapter_cell("01_definitions", "X0[[2, 0, 3, 1, 4]]")
+    saturated = attention.SingleHead(100.0 * np.outer(u, u), np.array([1.0, -2.0, 0.5, 3.0]))
+    exec(cell, {"np": np, "attention": attention, "rng": fixed, "d": 4, "head": saturated})   # passes
+    weights = attention.attention_weights(np.stack([X0, X0[[4, 0, 1, 2, 3]]]), saturated.W)
+    assert weights.max(axis=1).tolist() == [1.0, 1.0] and saturated(X0) == saturated(X0[[4, 0, 1, 2, 3]])
+    moving = attention.SingleHead(0.1 * np.outer(u, u) + 0.2 * np.eye(4), saturated.v)
+    exec(cell, {"np": np, "attention": attention, "rng": fixed, "d": 4, "head": moving})      # changes: passes
+    # an output that does not move although the softmax is not saturated fails the check
+    flat = attention.SingleHead(np.zeros((4, 4)), np.array([0.0, 1.0, 1.0, 1.0]))       # uniform weights
+    X0[:, 1:] = 1.0                                                  # every token has x^T v = 3
+    with pytest.raises(AssertionError):
+        exec(cell, {"np": np, "attention": attention, "rng": fixed, "d": 4, "head": flat})
