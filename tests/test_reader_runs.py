@@ -689,3 +689,23 @@ def test_01_accepts_an_unchanged_output_when_both_queries_attend_to_one_token():
     X0[:, 1:] = 1.0                                                  # every token has x^T v = 3
     with pytest.raises(AssertionError):
         exec(cell, {"np": np, "attention": attention, "rng": fixed, "d": 4, "head": flat})
+
+
+def test_03_a_line_that_crosses_no_hyperplane_has_no_kink_gap_not_a_crash():
+    """Seed 128's draw (d 5, m 1) stopped at cell 5 with 'zero-size array to reduction operation
+    maximum': the one hyperplane meets the demo's line beyond |t| = 1.1, the search finds no kink, and
+    the largest distance over no kinks was taken. It is now 0 (nothing to miss), within the bound."""
+    import numpy as np
+
+    from companion import ffn, oracles, transformer
+
+    published = _Published()
+    d, m, seed = 5, 1, 128
+    rng = np.random.default_rng(seed)
+    rng.standard_normal((200, 5, d))                           # cell 3's sequences, drawn first
+    ns = {"np": np, "ffn": ffn, "oracles": oracles, "results": published, "rng": rng,
+          "d": d, "target": transformer.random_one_layer(d, m, seed=seed)}
+    exec(_chapter_cell("03_one_layer_transformer", '"line_kink_gap"'), ns)
+    assert ns["kinks"].size == ns["crossings"].size == 0
+    assert published.values["line_kink_gap"][1]["measured"] == 0.0
+    assert published.values["line_n_kinks"][0] == published.values["line_n_crossings"][0] == 0
