@@ -494,6 +494,11 @@ def _chapter_function(stem: str, name: str, namespace: dict):
     ({"mu": 0.24, "noisy_d": 17, "noisy_nuclear_d": 18}, "noisy_nuclear_d"),
     ({"mu": 0.24, "noisy_d": 17, "noisy_nuclear_d": 17}, None),
     ({"mu": 0.1, "noisy_nuclear_d": 21}, "noisy_nuclear_d"),       # the SDP's own cap, 20
+    # the adversarial targets have every |v*_i| = mu: 5 of the 20 draws refused at cell 11, after
+    # 6 s of the run (mu 0.35 with adv_d_values [4, 7, 16]); now before any cell
+    ({"mu": 0.35012, "adv_d_values": [4, 7, 16]}, "adv_d_values"),
+    ({"mu": 0.25, "adv_d_values": [4, 17]}, "adv_d_values"),
+    ({"mu": 0.25, "adv_d_values": [4, 16]}, None),                 # d mu^2 = 1: just inside
 ])
 def test_05_refuses_by_name_a_margin_its_sections_cannot_draw(given, refused):
     """Chapter 05's sections draw heads with the margin mu in d, noisy_d and noisy_nuclear_d
@@ -506,6 +511,7 @@ def test_05_refuses_by_name_a_margin_its_sections_cannot_draw(given, refused):
         for dim in ("d", "noisy_d", "noisy_nuclear_d"):         # the library accepts what the chapter does
             if dim in given:
                 random_margin_head(values[dim], W_max=4.0, mu=values["mu"], seed=0)
+        assert all(dd * values["mu"] ** 2 <= 1 for dd in values.get("adv_d_values", []))   # the chapter's check
     else:
         with pytest.raises(ParameterError, match=f"parameter {refused}="):
             cli.check_parameters("05_robustness", given)
