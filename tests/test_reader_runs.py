@@ -715,3 +715,22 @@ def test_03_a_line_that_crosses_no_hyperplane_has_no_kink_gap_not_a_crash():
     assert ns["kinks"].size == ns["crossings"].size == 0
     assert published.values["line_kink_gap"][1]["measured"] == 0.0
     assert published.values["line_n_kinks"][0] == published.values["line_n_crossings"][0] == 0
+
+
+@pytest.mark.parametrize("W_max, refused", [(2.0, True), (2.7334, True), (2.7335, False), (13.0, False)])
+def test_05_refuses_by_name_a_minilm_W_max_below_the_heads_norm(W_max, refused):
+    """Seed 437's draw (minilm_W_max 2.0, minilm_heads [[3, 5]]) stopped at cell 24 on a bare
+    `assert` (||W||_F of L3H5 is 2.7335); a reader's bound below the head's norm is now refused by
+    name, like chapter 02's mq_W_max, and the check passes just above the norm."""
+    import numpy as np
+
+    from companion import errors
+
+    cell = _chapter_cell("05_robustness", '"minilm_vnorm_max"')
+    checks = cell.split("minilm_rows = []")[0]                     # the norms and the check, no learner
+    ns = {"np": np, "errors": errors, "results": _Published(), "minilm_heads": [[3, 5]], "minilm_W_max": W_max}
+    if refused:
+        with pytest.raises(errors.ParameterError, match=r"minilm_W_max=2(\.\d+)? is below \|\|W\|\|_F = 2\.73 of L3H5"):
+            exec(checks, ns)
+    else:
+        exec(checks, ns)
