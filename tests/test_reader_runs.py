@@ -737,3 +737,25 @@ def test_05_refuses_by_name_a_minilm_W_max_below_the_heads_norm(W_max, refused):
             exec(checks, ns)
     else:
         exec(checks, ns)
+
+
+@pytest.mark.parametrize("nuc, rgn, verdict", [
+    (float("inf"), float("inf"), "more or less (both refused: not compared)"),   # seed 414's draw
+    (2e-4, 1e-4, True),
+    (1e-4, 2e-4, False),                       # the nuclear program errs less: marked, a true property
+])
+def test_05_compares_the_nuclear_program_with_gauss_newton_only_where_both_returned(nuc, rgn, verdict):
+    """Seed 414's draw of the second pass (noisy_nuclear_d 12, rank 2, one head): both learners refused
+    the head (PrecisionError), their medians were inf and 'noisy_nuc_errs_more' compared inf > inf.
+    With no estimate on either side the sentence now says it compares nothing."""
+    import numpy as np
+
+    cell = _chapter_cell("05_robustness", '"noisy_nuc_errs_more"')
+    published = _Published()
+    rows = [{"noise": noise, "learner": name, "queries": 1, "median error W": e, "error / tau": e / 1e-5}
+            for noise in ("uniform", "worst")
+            for name, e in (("noisy ROP, nuclear (SCS)", nuc), ("noisy ROP, rgn", rgn), ("Theorem 6.2", 1.0))]
+    ns = {"np": np, "results": published, "nuc_rows": rows, "noisy_nuclear_d": 12, "noisy_tau_fixed": 1e-5,
+          "plotting": type("P", (), {"table": staticmethod(lambda *a, **k: None)})}
+    exec("by =" + cell.split("\nby =", 1)[1], ns)
+    assert published.values["noisy_nuc_errs_more"][0] == verdict
