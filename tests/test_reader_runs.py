@@ -31,8 +31,13 @@ The whole matrix, every chapter on seeds 0-9 and 20 draws per chapter (``make re
     COMPANION_READER_SEEDS=0-9 COMPANION_READER_DRAWS=20 .venv/bin/pytest tests/test_reader_runs.py -m slow
 
 ``COMPANION_READER_REPORT=benchmarks/reader_runs.md`` also writes the outcome as a markdown report
-(:func:`report`: the code commit, per chapter the counts, the runs that stopped with their error,
-the claims and bounds that did not hold with the run's parameters).
+(:func:`report`: the code commit, per chapter the counts and seconds per run, the runs that stopped
+with their error, the claims and bounds that did not hold with the run's parameters and their text,
+measured against the bound). ``COMPANION_READER_LOG=FILE`` appends each run's record to FILE as a
+JSON line when the run ends, so that a matrix cut short keeps what finished.
+
+The draws of the 20-draw matrix that stopped a chapter are tests of their own at the end of this
+file (session 36, benchmarks/reader_runs.md): each runs the cell that stopped, alone, on the draw.
 """
 
 from __future__ import annotations
