@@ -886,12 +886,8 @@ def learn_relu_network(
     """
     opts = _relu_options(oracle, widths, n_lines, span, max_layers, max_batches, verify, verify_rtol, seed)
     d, widths = opts.d, opts.widths
-    rng = np.random.default_rng(opts.seed)
     count = QueryCount(oracle)
-    answers = _Answers(oracle)
-    X_check = rng.standard_normal((opts.verify, d))
-    with count.stage("probe"):
-        scale = _probe_scale(answers, oracle, rng, opts.seed)
+    rng, answers, X_check, scale = _begin(oracle, opts, count)
     layers: list = []
     diag: dict = {"n_kinks": [], "n_lines": [], "n_layer_queries": []}
     depth = len(widths) if widths is not None else opts.max_layers
@@ -1008,6 +1004,17 @@ def _relu_options(oracle, widths, n_lines, span, max_layers, max_batches, verify
         verify_rtol=check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True),
         seed=check_int(seed, "seed", minimum=0),
     )
+
+
+def _begin(oracle, opts, count):
+    """The first stage: the learner's generator, the record of its answers, the verification's fresh
+    points (drawn first) and the probe's answer scale (counted as ``"probe"``)."""
+    rng = np.random.default_rng(opts.seed)
+    answers = _Answers(oracle)
+    X_check = rng.standard_normal((opts.verify, opts.d))
+    with count.stage("probe"):
+        scale = _probe_scale(answers, oracle, rng, opts.seed)
+    return rng, answers, X_check, scale
 
 
 class _Answers:
