@@ -96,3 +96,23 @@ def test_depth_three_draw_whose_guessed_side_was_kept_now_recovered():
     X = np.random.default_rng(5).standard_normal((2000, 10))
     y = net.forward(X)
     assert np.max(np.abs(rec.network.forward(X) - y)) / np.max(np.abs(y)) < 2.0**-35
+
+
+def test_reading_the_sides_is_bounded_to_sides_max_planes():
+    """choose_sides tries every subset of the crossed planes: 2^16 at most (about half a second); a
+    17th plane is refused at once instead of a run of hours at width 30, and learn_relu_network
+    keeps the sided fit for a last layer wider than that."""
+    from companion.ffn._refit import SIDES_MAX_PLANES, PlaneFit, choose_sides
+
+    assert SIDES_MAX_PLANES == 16
+    rng = np.random.default_rng(0)
+
+    def fit(K):
+        E = rng.standard_normal((5, K))
+        return PlaneFit(E, rng.standard_normal((5, K)), rng.standard_normal(5), np.ones(K, dtype=bool),
+                        np.zeros(3), 0.0)
+
+    F = np.concatenate([rng.standard_normal((50, 4)), np.ones((50, 1))], axis=1)
+    assert choose_sides(fit(SIDES_MAX_PLANES), SIDES_MAX_PLANES, F).shape == (5, SIDES_MAX_PLANES)
+    with pytest.raises(ValueError, match="K = 17 > SIDES_MAX_PLANES = 16"):
+        choose_sides(fit(SIDES_MAX_PLANES + 1), SIDES_MAX_PLANES + 1, F)

@@ -23,6 +23,12 @@ REFIT_POINTS = 20_000
 STALL_ROUNDS = 2
 
 
+#: Most crossed planes whose sides :func:`choose_sides` reads: it tries every subset, ``2^K`` of them
+#: (this book's limit: 2^16 subsets take about half a second; at K = 30 they would take hours). A
+#: last layer wider than this keeps the sided fit (:func:`learn_relu_network`'s verification decides).
+SIDES_MAX_PLANES = 16
+
+
 @dataclass
 class PlaneFit:
     """One orientation-free fit: ``y = sum_k [F e_k > 0] F p_k + F a`` (:func:`fit_planes`)."""
@@ -114,6 +120,8 @@ def choose_sides(fit: PlaneFit, width, F, rtol=1e-8):
     their sum reaches the answers. Returns ``E`` of shape ``(m + 1, k)``.
     """
     idx = np.flatnonzero(fit.crossed)
+    if idx.size > SIDES_MAX_PLANES:
+        raise ValueError(f"choose_sides tries 2^K subsets; K = {idx.size} > SIDES_MAX_PLANES = {SIDES_MAX_PLANES}")
     Ph, ah = fit.P[:-1, idx], fit.a[:-1]
     size = max(float(np.max(np.abs(Ph), initial=0.0)), float(np.max(np.abs(ah))), np.finfo(float).tiny)
     best, best_norm = np.zeros(idx.size, dtype=bool), np.inf

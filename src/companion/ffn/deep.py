@@ -24,7 +24,7 @@ from ..errors import (
 from ..recovery import Recovery
 from ._kinks import EPS as _EPS
 from ._kinks import bits_of_precision, find_kinks
-from ._refit import refit_last_layer
+from ._refit import SIDES_MAX_PLANES, refit_last_layer
 from .bias_free import rounding_advice
 
 
@@ -1069,9 +1069,10 @@ def _read_last_layer(f, layers, width, d, rng, scale, opts):
     Xa, ya = f.all()
     signs = _last_signs(layers, etas, Xa, ya, missing, rng)
     fit = refit_last_layer(layers, etas * signs, Xa, ya, width, np.random.default_rng([opts.seed, 3]), sided=True)
-    if fit.res > 2.0**-40:
+    if fit.res > 2.0**-40 and width <= SIDES_MAX_PLANES:
         # The guessed sides leave a residual (a wrong side is kept by the sided fit): fit free of the
-        # sides, and take it only where the answered points determine it (no thin side).
+        # sides, and take it only where the answered points determine it (no thin side). Reading the
+        # sides tries 2^width subsets, so a wider last layer keeps the sided fit (SIDES_MAX_PLANES).
         free = refit_last_layer(layers, etas, Xa, ya, width, np.random.default_rng([opts.seed, 3]))
         if free.res <= 2.0**-40 and not free.thin:
             fit = free
