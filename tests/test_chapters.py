@@ -204,10 +204,13 @@ def test_make_book_after_a_library_edit_shows_the_new_value(tmp_path):
     The scratch clone holds the working tree's tracked files (mtimes kept) and this .venv (linked;
     PYTHONPATH puts the scratch's library first, for the command and the kernels). To keep the test
     short, its _config.yml executes chapter 04 only (execute.exclude_patterns; the other chapters
-    render their committed outputs), on its test parameters (appended to its parameters cell, as
-    papermill would inject them: 2 runs of the chapter at about a third of its defaults' time): the
-    command is the README's `make book`.
+    render their committed outputs), on its test parameters (injected by papermill's
+    ``parameterize_notebook``, as ``companion run -f`` does): the command is the README's `make book`.
     """
+    import nbformat
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     stamp = ROOT / ".venv" / ".installed"
@@ -225,11 +228,9 @@ def test_make_book_after_a_library_edit_shows_the_new_value(tmp_path):
     config["execute"]["exclude_patterns"] = [p.name for p in CHAPTERS if not p.stem.startswith("04")]
     (scratch / "_config.yml").write_text(yaml.safe_dump(config))
     chapter = scratch / "book" / "chapters" / "04_low_rank.ipynb"
-    nb = json.loads(chapter.read_text())
-    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
-    test_parameters = nb["metadata"]["companion"]["test_parameters"]
-    cell["source"] = "".join(cell["source"]) + "".join(f"\n{k} = {v!r}" for k, v in test_parameters.items())
-    chapter.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    nb = load_notebook_node(str(chapter))
+    test_parameters = nb.metadata["companion"]["test_parameters"]
+    nbformat.write(parameterize_notebook(nb, test_parameters), chapter)
     env = {k: v for k, v in os.environ.items() if k != "COMPANION_RESULTS_DIR"}
     env["PYTHONPATH"] = str(scratch / "src")
 
