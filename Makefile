@@ -109,7 +109,7 @@ repro-report: $(STAMP)
 # ruff (lint, and the format check) and mypy over src/companion, configured in pyproject.toml; the
 # format check over the chapters' code cells too, at 88 characters (book/chapters/ruff.toml).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src/companion
+	$(VENV)/bin/ruff check src/companion tests
 	$(VENV)/bin/ruff format --check src/companion book/chapters
 	$(VENV)/bin/mypy
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from companion.book import cli, parameters
+from companion.book import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb"))

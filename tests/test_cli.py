@@ -100,7 +100,7 @@ def test_a_failing_chapter_gives_one_clear_line_and_keeps_the_results_file(capfd
     assert code == 2
     assert "the chapter stopped at cell" in err and "Traceback" not in err
     assert (tmp_path / "02_exact_learning.json").read_text() == "{}"      # nothing half-way
-    assert f"the incomplete run (" in err and f"{tmp_path / '02_exact_learning.incomplete.ipynb'}, with the full traceback" in err
+    assert "the incomplete run (" in err and f"{tmp_path / '02_exact_learning.incomplete.ipynb'}, with the full traceback" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["02_exact_learning.incomplete.ipynb", "02_exact_learning.json"]
 
 

@@ -174,7 +174,9 @@ def test_remeasure_saturated_shrinks_the_scale_and_gives_up_on_a_non_softmax_ora
     assert n >= 2 and np.all((alpha >= 1e-3) & (alpha <= 1 - 1e-3))
     np.testing.assert_allclose(t / c**2, true_logit, rtol=1e-12)
     assert c[0] == 1.0                                       # an unsaturated probe keeps c = 1
-    stuck = lambda idx, cs: (np.full(idx.size, np.inf), np.ones(idx.size))
+    def stuck(idx, cs):
+        return np.full(idx.size, np.inf), np.ones(idx.size)
+
     with pytest.raises(OracleInconsistentError, match=r"1 attention weights stayed saturated after 40"):
         remeasure_saturated(stuck, np.array([np.inf]), np.array([1.0]), np.ones(1))
 

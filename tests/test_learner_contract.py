@@ -382,7 +382,7 @@ def _same(a, b) -> bool:
         return _same(vars(a), vars(b))
     try:
         return bool(a == b)
-    except Exception:                                   # noqa: BLE001 - objects without ==
+    except Exception:                                   # objects without ==
         return a is b
 
 

@@ -892,7 +892,6 @@ def test_count_terms_start_tol_just_inside_and_outside():
 
 
 def test_learn_canonical_rational_refuses_where_float64_cannot_separate_the_heads():
-    import re
 
     target = mh.random_multi_head(16, 8, seed=0)
     # the message names the cause: too few tokens per head resolved by their pair's own fit

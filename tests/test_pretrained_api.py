@@ -38,7 +38,7 @@ def test_the_deprecated_name_still_warns_and_forwards():
     with pytest.warns(DeprecationWarning, match="use companion.pretrained.FactorScoredHead"):
         assert pretrained.FactoredHead is pretrained.FactorScoredHead
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        pretrained.nothing  # noqa: B018
+        pretrained.nothing
 
 
 def test_python_minus_m_runs_the_fetch_command_line():

@@ -219,7 +219,7 @@ def test_a_second_run_into_a_finished_folder_is_refused_unless_overwrite(tmp_pat
     capsys.readouterr()
     assert cli.main(["run", "01", "-o", str(tmp_path), "--no-progress", "-p", "seed", "1"]) == 2
     err = capsys.readouterr().err
-    assert (f"already holds a finished run of 01_definitions (01_definitions.ipynb and 01_definitions.json); "
+    assert ("already holds a finished run of 01_definitions (01_definitions.ipynb and 01_definitions.json); "
             "give --overwrite to replace it, or another folder for this run with -o DIR.") in err
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before and len(calls) == 1
     assert cli.main(["run", "01", "-o", str(tmp_path), "--no-progress", "--overwrite"]) == 0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from companion._learner import AnswerPrecision, rounding_tolerance, verify_outputs
-from companion.attention import SingleHead, random_single_head
+from companion.attention import random_single_head
 from companion.errors import OracleInconsistentError, PrecisionError
 from companion.exact import learn_single_head
 from companion.lowrank import learn_low_rank

@@ -8,7 +8,7 @@ from companion.errors import (BudgetExceededError, InvalidInputError, NotIdentif
                               OracleInconsistentError, PrecisionError)
 from companion.oracles import ValueQueryOracle
 from companion.transformer import (BiasedOneLayerTransformer, learn_one_layer_biased,
-                                   random_biased_one_layer, random_one_layer)
+                                   random_biased_one_layer)
 
 
 def _canonical(A, b1, w_o):

@@ -12,7 +12,7 @@ from companion.book import cli, results
 from companion.attention import MultiHead, OneLayerTransformer, SingleHead, random_single_head
 from companion.errors import OracleInconsistentError, PrecisionError, SolverError
 from companion.exact import learn_single_head, verify_single_head
-from companion.ffn import FeedForward, learn_ffn, random_feedforward
+from companion.ffn import learn_ffn, random_feedforward
 from companion.lowrank import degrees_of_freedom, learn_low_rank
 from companion.multihead import (equivalent, learn_orthogonal_heads, random_multi_head,
                                  verify_model)
