@@ -259,75 +259,8 @@ def test_one_search_field_per_page(book_html):
         assert header is None or not header.get_text(strip=True), f"{page.name}: a header bar {header.get_text(' ', strip=True)!r}"
 
 
-# -- 3. No stale cross-references after an incremental build ---------------------------------------
-
-def _scratch_clone(tmp_path):
-    """The working tree's tracked files in a scratch folder, this .venv linked, no chapter executed
-    (they render their committed outputs): a book to rebuild without touching this one."""
-    import shutil
-    import subprocess
-
-    import yaml
-
-    scratch = tmp_path / "clone"
-    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, text=True,
-                           check=True).stdout
-    for name in filter(None, files.split("\0")):
-        if (ROOT / name).is_file():
-            (scratch / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, scratch / name)
-    (scratch / ".venv").symlink_to(ROOT / ".venv")
-    config = yaml.safe_load((scratch / "_config.yml").read_text())
-    config["execute"]["execute_notebooks"] = "force"  # the reproducibility page only: chapters are excluded
-    config["execute"]["exclude_patterns"] = [p.name for p in (scratch / "book" / "chapters").glob("*.ipynb")]
-    (scratch / "_config.yml").write_text(yaml.safe_dump(config))
-    return scratch
-
-
-def _equation_numbers(html_dir: Path, label: str):
-    """(the number chapter 01 shows for equation ``label``, the texts of chapter 02's links to it)."""
-    chapters = html_dir / "book" / "chapters"
-    own = re.search(rf'id="equation-{label}">\s*<span class="eqno">\(([\d.]+)\)',
-                    (chapters / "01_definitions.html").read_text())
-    links = re.findall(rf'href="01_definitions.html#equation-{label}">\(([\d.]+)\)</a>',
-                       (chapters / "02_exact_learning.html").read_text())
-    return own.group(1), links
-
-
-@pytest.mark.slow
-def test_companion_build_updates_references_to_a_renumbered_equation(tmp_path):
-    """Issue 23, item 3: insert a labelled equation at the top of chapter 01 and run `companion
-    build` again: chapter 02's links to eq-two-token show the equation's new number."""
-    import os
-    import subprocess
-    import sys
-
-    import nbformat
-
-    scratch = _scratch_clone(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "COMPANION_RESULTS_DIR"}
-    env["PYTHONPATH"] = str(scratch / "src")
-    companion = Path(sys.executable).with_name("companion")
-
-    def build():
-        proc = subprocess.run([str(companion), "build"], cwd=scratch, env=env, capture_output=True,
-                              text=True, timeout=900)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        return _equation_numbers(scratch / "_build" / "html", "eq-two-token")
-
-    before, links = build()
-    assert len(links) >= 3 and set(links) == {before}
-    path = scratch / "book" / "chapters" / "01_definitions.ipynb"
-    nb = nbformat.read(path, as_version=nbformat.NO_CONVERT)
-    cell = nbformat.v4.new_markdown_cell("```{math}\n:label: eq-inserted-first\na = b\n```")
-    if (nb.nbformat, nb.nbformat_minor) < (4, 5):
-        cell.pop("id", None)          # cell ids only where nbformat 4.5 allows them
-    nb.cells.insert(1, cell)
-    nbformat.write(nb, path)
-    after, links = build()
-    major, minor = before.split(".")
-    assert after == f"{major}.{int(minor) + 1}"
-    assert set(links) == {after}, f"chapter 02 still links eq-two-token as {sorted(set(links))}, now ({after})"
+# -- 3. No stale cross-references after an incremental build: tests/test_chapters.py
+# (test_make_book_after_a_library_edit_shows_the_new_value inserts an equation in the same two builds)
 
 
 # -- 7. glue only through companion.book.results --------------------------------------------------------

@@ -200,12 +200,16 @@ def test_plain_papermill_writes_a_relative_results_dir_where_it_was_typed(tmp_pa
 @pytest.mark.slow
 def test_make_book_after_a_library_edit_shows_the_new_value(tmp_path):
     """Issue 11, part 2: in a scratch clone, `make book`, edit the streaming chunk size, `make book` again.
+    And issue 23, item 3, in the same two builds: the edit also inserts a labelled equation at the top
+    of chapter 01, and chapter 02's links to eq-two-token show the equation's new number.
 
     The scratch clone holds the working tree's tracked files (mtimes kept) and this .venv (linked;
     PYTHONPATH puts the scratch's library first, for the command and the kernels). To keep the test
     short, its _config.yml executes chapter 04 only (execute.exclude_patterns; the other chapters
     render their committed outputs), on its test parameters (injected by papermill's
-    ``parameterize_notebook``, as ``companion run -f`` does): the command is the README's `make book`.
+    ``parameterize_notebook``, as ``companion run -f`` does): the command is the README's `make book`
+    (which is `companion build`). The two checks share one scratch clone and its two builds (they
+    were two tests with two clones and four builds).
     """
     import nbformat
     from papermill.iorw import load_notebook_node
@@ -240,20 +244,41 @@ def test_make_book_after_a_library_edit_shows_the_new_value(tmp_path):
         page = (scratch / "_build" / "html" / "book" / "chapters" / "04_low_rank.html").read_text()
         shown = re.search(r'chunks of at most <span class="pasted-text">(\d+)</span> MiB', page)
         data = json.loads((scratch / "_build" / "results" / "04_low_rank.json").read_text())
-        return int(shown.group(1)), data
+        return int(shown.group(1)), data, _equation_numbers(scratch / "_build" / "html", "eq-two-token")
 
     # The edit changes a number the chapter shows and no claim it checks (a claim that an edit breaks
     # stops the build, which is the claims' point, not this test's).
-    shown, first = make_book()
+    shown, first, (number, links) = make_book()
     assert shown == first["values"]["scale_chunk_mib"]["value"] == 4
     assert first["parameters"]["n_trials"] == test_parameters["n_trials"] != 10   # the test parameters ran
+    assert len(links) >= 3 and set(links) == {number}
     streaming = scratch / "src" / "companion" / "_streaming.py"
     source = streaming.read_text()
     assert source.count("CHUNK_BYTES = 4 * 2**20") == 1
     streaming.write_text(source.replace("CHUNK_BYTES = 4 * 2**20", "CHUNK_BYTES = 8 * 2**20"))
-    shown, data = make_book()
+    first_chapter = scratch / "book" / "chapters" / "01_definitions.ipynb"
+    nb = nbformat.read(first_chapter, as_version=nbformat.NO_CONVERT)
+    cell = nbformat.v4.new_markdown_cell("```{math}\n:label: eq-inserted-first\na = b\n```")
+    if (nb.nbformat, nb.nbformat_minor) < (4, 5):
+        cell.pop("id", None)          # cell ids only where nbformat 4.5 allows them
+    nb.cells.insert(1, cell)
+    nbformat.write(nb, first_chapter)
+    shown, data, (after, links) = make_book()
     assert shown == data["values"]["scale_chunk_mib"]["value"] == 8, "make book kept the old value after a library edit"
     assert data["library_hash"] != first["library_hash"]
+    major, minor = number.split(".")
+    assert after == f"{major}.{int(minor) + 1}"
+    assert set(links) == {after}, f"chapter 02 still links eq-two-token as {sorted(set(links))}, now ({after})"
+
+
+def _equation_numbers(html_dir: Path, label: str):
+    """(the number chapter 01 shows for equation ``label``, the texts of chapter 02's links to it)."""
+    chapters = html_dir / "book" / "chapters"
+    own = re.search(rf'id="equation-{label}">\s*<span class="eqno">\(([\d.]+)\)',
+                    (chapters / "01_definitions.html").read_text())
+    links = re.findall(rf'href="01_definitions.html#equation-{label}">\(([\d.]+)\)</a>',
+                       (chapters / "02_exact_learning.html").read_text())
+    return own.group(1), links
 
 
 @pytest.mark.slow
