@@ -314,3 +314,21 @@ def test_biased_block_is_the_per_column_pairs_bit_for_bit():
             block = _biased_block(U, cols, c, 5)
             each = np.concatenate([_biased_pairs(U, j, c, 5) for j in cols])
             assert block.shape == each.shape and block.tobytes() == each.tobytes()
+
+
+def test_float32_answers_name_the_probe_scale_queries_apart_from_saturated_re_measurements():
+    """A fresh reader of chapter 08 (session 37): with float32 answers the message said "16
+    re-measurements of saturated probes" where nothing saturated; the 16 were the first column
+    asked again to choose the probes' scale for relative rounding (``_relative_scale``)."""
+    from companion.oracles import round_to
+
+    d = 6
+    head = random_single_head(d, seed=3)
+    oracle = ValueQueryOracle(lambda X: round_to(head(X), "float32"), d=d, precision="float32")
+    rec = learn_single_head(oracle)
+    assert rec.diagnostics["max_abs_logit"] < 6.0                   # no probe near saturation
+    assert rec.diagnostics["n_scale_queries"] == d == rec.diagnostics["n_requeries"]
+    assert f"and {d} queries that chose the probes' scale" in rec.message
+    assert "saturated" not in rec.message
+    exact_answers = learn_single_head(ValueQueryOracle(head))       # float64: no scale queries
+    assert exact_answers.diagnostics["n_scale_queries"] == 0 and "scale" not in exact_answers.message

@@ -330,8 +330,9 @@ def learn_single_head(
         only if the verification fails. A known ``u`` coarser than float64's (i) widens the
         saturation band to :func:`companion._learner.saturation_band`, (ii) with
         ``scale="auto"``, sets one probe scale for relative rounding from the first column
-        (:func:`companion._learner.best_relative_scale`; that column is asked again, ``d``
-        re-measurements), and (iii) sets the verification tolerance to ``size(X) * u``
+        (:func:`companion._learner.best_relative_scale`; that column is asked again: ``d``
+        queries, in ``diagnostics["n_scale_queries"]`` and in ``n_requeries``), and (iii) sets
+        the verification tolerance to ``size(X) * u``
         (:func:`companion._learner.head_check_size`) where that exceeds ``verify_rtol``.
     bias : bool, default=False
         ``True``: the model has biases (query, key, value or output; this book's extension). It is
@@ -356,7 +357,9 @@ def learn_single_head(
         ``(d, d)``), ``cond_probes`` (LAPACK's estimate of its 1-norm condition number), ``logits``
         (``(d, d)``: the measured
         ``c^2 u_l^T W e_j``, row ``l``, column ``j``), ``scales`` (``(d, d)``: each probe's final
-        ``c``), ``n_requeries``, ``max_abs_logit``, ``n_verify_queries`` and, with ``verify``,
+        ``c``), ``n_requeries`` (the learning queries asked again, beyond ``d + d**2``),
+        ``n_scale_queries`` (those of them that chose the probe scale for coarse answers),
+        ``max_abs_logit``, ``n_verify_queries`` and, with ``verify``,
         ``verify_max_error`` and ``verify_tolerance``.
 
     Raises
@@ -463,11 +466,11 @@ def learn_single_head(
     # Step 3 (probes), then step 2 column by column, in batches of whole columns.
     U = probe_matrix(v, probes, seed=seed)
     uv = U @ v
-    n_requeries = 0
+    n_scale = 0
     if auto and prec.coarse:
-        c0, n_requeries = _relative_scale(oracle, U, v, uv, c0, band)
+        c0, n_scale = _relative_scale(oracle, U, v, uv, c0, band)
     T, C, n_re = _measure_columns(oracle, U, v, uv, c0, auto=auto, band=band)
-    n_requeries += n_re
+    n_requeries = n_scale + n_re
     L = T / C**2  # L[l, j] = u_l^T W e_j
     lu = lu_factor(U)
     W = lu_solve(lu, L)
@@ -479,11 +482,14 @@ def learn_single_head(
         "logits": T,
         "scales": C,
         "n_requeries": n_requeries,
+        "n_scale_queries": n_scale,
         "max_abs_logit": float(np.max(np.abs(T))),
     }
     kappa_W = probe_floor(U, lu, T, C, v, uv, W)
-    message = f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)" + (
-        f" and {n_requeries} re-measurements of saturated probes" if n_requeries else ""
+    extra = [f"{n_scale} queries that chose the probes' scale for the answers' relative rounding"] if n_scale else []
+    extra += [f"{n_re} re-measurements of saturated probes"] if n_re else []
+    message = f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)" + "".join(
+        f" and {part}" for part in extra
     )
     checked = verify_head(
         oracle,

@@ -337,7 +337,11 @@ def learn_low_rank(
     diagnostics.update(singular_values=sv, factor_U=U, factor_s=s, factor_Vt=Vt)
     message = plan.chosen + f"recovered a rank-{fit.rank} W and v from {d} + {count.total - d} value queries: {fit.how}"
     if diagnostics.get("n_requeries"):
-        message += f", including {diagnostics['n_requeries']} re-measurements of saturated queries"
+        what = "re-measurements of saturated queries" + (
+            # the sketch's probe scale and core noise level for answers coarser than float64 (_sketch.py)
+            ", the probes' scale and the noise level of coarse answers" if prec.coarse else ""
+        )
+        message += f", including {diagnostics['n_requeries']} further queries ({what})"
     kappa_W = diagnostics.pop("kappa_W", 0.0)
     checked = _verify_low_rank(oracle, fit.W, v, plan, prec, kappa_W, fit.rank, diagnostics)
     if plan.method == "nuclear" and plan.verify:
