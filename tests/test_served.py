@@ -325,3 +325,22 @@ def test_float32_server_passing_on_verify_rtol_gets_its_precision_measured(learn
     error = rel(served.W, head.W)
     assert 1e-7 < error and error / 2 <= g["floor_W"] <= 10 * error  # an estimate of the floor, not a bound
     assert "(float32?)" in served.message and f"about {g['floor_W']:.1e}" in served.message
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("learner", ["single head", "sketch"])
+def test_coarse_answers_are_refused_by_both_learners_by_default(fmt, learner):
+    """Chapter 07 says neither learner can be verified at float16 or bfloat16 and both refuse with
+    PrecisionError unless verify=0 (it runs the single-head case at MiniLM's size; this, all four)."""
+    from companion.lowrank import learn_low_rank
+
+    target = ServedHead(random_single_head(16, rank=4, seed=4), fmt)
+
+    def learn(**kw):
+        oracle = ValueQueryOracle(target, precision=fmt)
+        return learn_single_head(oracle, **kw) if learner == "single head" else learn_low_rank(
+            oracle, 4, method="sketch", **kw)
+
+    with pytest.raises(PrecisionError, match=rf"cannot verify: the answers are stated to carry rounding .*\({fmt}\)"):
+        learn()
+    assert learn(verify=0).W.shape == (16, 16)
