@@ -44,6 +44,18 @@ noisy 384:32 after     23.4    1.79        13.1   918      1.3e-01    5.9
 noisy 384:32 after     21.1    1.67        12.6   918      1.3e-01    3.5
 =====================  ======  ==========  =====  =======  =========  =====
 
+Re-measured 2026-12-04 (main at 5c08edd, the same row in a script of the same child, load 2 to 4 from
+three other engineers' work): 78.8 CPU s against the oracle's 6.98, ratio 11.3, relative error of W
+1.4e-13; 8 Gauss-Newton iterations, 98 conjugate-gradient iterations (1, 2, 6, 9, 17, 27, 28, 8).
+Under cProfile in the same conditions (112.6 s in all): the tangent normal operator 66 %, the
+oracle 12 %, drawing the design 9 %, the residual fits 5 %, the spectral start 4 %, the adjoints
+3 %. So the 10x guard holds on a quiet machine (9.6 above) and fails under load: the float32
+products of the conjugate gradients slow down more than the oracle's float64 ones when another
+process shares the cache. The last iteration (8 inner iterations, 1.58e-13 to 1.14e-13) only finds
+that the residual has reached the measurements' rounding (about 1.1e-13 at d = 1024, above
+``tol`` = 1e-13; at d = 512 the same iteration still gains 3x, 2.5e-13 to 8.4e-14): a stop that knew
+the rounding level in advance would save it, about 5 % of the run, not enough to change the verdict.
+
 The rgn 1024:32 row missed the former target of 3x, and cannot meet it with this solver: its conjugate-gradient
 iterations alone (at least 87 at ``m = 2 n``, each 1/14 of the oracle) cost 6.3 oracle-times, and
 the design, the spectral start and the oracle 2.2 more (the accounting is in the docstring of
