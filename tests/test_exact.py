@@ -274,6 +274,7 @@ def test_bias_true_follows_a_stated_float32_precision():
     oracle = ValueQueryOracle(lambda X: round_to(model(X), "float32"), d=4, precision="float32")
     rec = learn_single_head(oracle, bias=True)
     assert rec.diagnostics["precision_format"] == "float32"
+    assert rec.diagnostics["n_scale_queries"] == 0                  # no relative-rounding scale step here
     assert rec.diagnostics["verify_tolerance"] > 1e-6               # the tolerance follows u, not rtol
     assert np.linalg.norm(rec.W[:4] - head.W[:4]) / np.linalg.norm(head.W[:4]) < 1e-3
 

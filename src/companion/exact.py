@@ -800,6 +800,7 @@ def _learn_biased(oracle, d, *, probes, c0, verify, verify_rtol, seed, precision
         "probes": U,
         "cond_probes": float(1.0 / rcond) if rcond > 0 else float("inf"),
         "n_requeries": n_requeries,
+        "n_scale_queries": 0,  # the homogeneous probes keep their scale (no relative-rounding step)
         "max_abs_logit": float(np.max(np.abs(T))),
         "identifiable": "W[:d, :], v",
     }
