@@ -903,7 +903,7 @@ def test_a_pre_ln_failure_after_its_heads_stage_states_no_false_verdict():
     with pytest.raises(OracleInconsistentError) as info:
         learn_attention_layer(VectorQueryOracle(target), H=2, seed=1)
     assert str(info.value).startswith("could not learn this pre-LN block (a head too faint in the readout, more heads")
-    assert "try seed=1" in str(info.value)
+    assert "try seed=2" in str(info.value)  # the next seed of the call (learner seed 1)
     s, rec = _first_learned(target, 2, 2)
     assert rec is not None and rec.diagnostics["verify_max_error"] < 1e-11
 
@@ -1015,8 +1015,8 @@ def test_a_post_ln_failure_is_blamed_on_the_gap_just_below_low_gap_only():
     from companion.layer._learn import _post_unresolved
 
     cause = OracleInconsistentError("the heads' learner refused")
-    assert isinstance(_post_unresolved(cause, 0.99 * LOW_GAP, "heads"), PrecisionError)
-    outside = _post_unresolved(cause, 1.01 * LOW_GAP, "heads")
+    assert isinstance(_post_unresolved(cause, 0.99 * LOW_GAP, "heads", 0), PrecisionError)
+    outside = _post_unresolved(cause, 1.01 * LOW_GAP, "heads", 0)
     assert isinstance(outside, OracleInconsistentError) and str(outside).startswith("could not learn this post-LN")
     target = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
     with pytest.raises(PrecisionError, match="inferred from the gap, not measured") as info:
@@ -1029,3 +1029,78 @@ def test_a_post_ln_failure_is_blamed_on_the_gap_just_below_low_gap_only():
     assert rec.diagnostics["verify_max_error"] < 1e-10
     with pytest.raises(OracleInconsistentError, match="could not learn this post-LN block"):
         learn_attention_layer(VectorQueryOracle(target.with_(eps=1e-3)), H=2, seed=3)
+
+
+def test_a_refusal_names_the_next_seed_of_the_call_that_refused():
+    """Issue 34's review: the refusals said 'try seed=1' whatever the seed. The cheapest refusal at a seed other than
+    0 in these tests (d = 8, H = 2, post-LN eps = 1e-3, learner seed 3) now says 'try seed=4'; each message's
+    builder, at seed 3, too."""
+    from companion.layer._learn import _float32_unresolved, _post_unresolved, _pre_unresolved
+
+    target = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-3, seed=0)
+    with pytest.raises(OracleInconsistentError, match="could not learn this post-LN block") as info:
+        learn_attention_layer(VectorQueryOracle(target), H=2, seed=3)
+    assert "try seed=4." in str(info.value) and "try seed=1" not in str(info.value)
+    cause = OracleInconsistentError("the heads' learner refused")
+    for err in (
+        _post_unresolved(cause, 0.99 * LOW_GAP, "heads", 3),  # the inferred gap's PrecisionError
+        _post_unresolved(cause, 1.01 * LOW_GAP, "heads", 3),
+        _pre_unresolved(cause, 3),
+        _float32_unresolved(cause, "least squares", 3),
+    ):
+        assert "try seed=4." in str(err) and "try seed=1" not in str(err)
+
+
+# --- learn_over_seeds: the refusals' advice, followed (session 37) -------------------------------------------
+
+
+def test_learn_over_seeds_stops_at_the_first_seed_learned_and_keeps_each_refusal():
+    """PyTorch's eps = 1e-5 at d = 8 (chapter 09): learner seeds 0 and 1 refused for the gap, seed 2 learned."""
+    from companion.layer import learn_over_seeds
+
+    block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
+    oracle = VectorQueryOracle(block)
+    run = learn_over_seeds(oracle, range(5), H=2)
+    assert [o.seed for o in run.outcomes] == [0, 1, 2]  # seeds 3, 4 not tried
+    assert [o.kind for o in run.outcomes] == ["PrecisionError", "PrecisionError", "learned"]
+    assert run.refused == [0, 1] and run.learned_seed == 2
+    assert run.outcomes[0].error.smallest_gap == pytest.approx(2.13e-8, rel=1e-2)
+    assert run.recovery is run.outcomes[2].recovery and run.recovery.diagnostics["verify_max_error"] < 1e-9
+    # the oracle's count ran on over the three seeds; each recovery counts its own seed's queries
+    assert oracle.n_queries > run.recovery.n_queries > 0
+
+
+def test_learn_over_seeds_tries_every_seed_or_raises_the_last_refusal():
+    from companion.layer import learn_over_seeds
+
+    block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
+    run = learn_over_seeds(VectorQueryOracle(block), [0, 1], H=2, until_learned=False)
+    assert run.recovery is None and run.learned_seed is None and run.refused == [0, 1]
+    with pytest.raises(PrecisionError, match="inferred from the gap") as info:
+        learn_over_seeds(VectorQueryOracle(block), [0, 1], H=2, require=True)
+    assert "try seed=2" in str(info.value)  # the last seed's own refusal
+    assert info.value.smallest_gap == pytest.approx(2.30e-7, rel=2e-2)  # seed 1's gap
+    assert str(info.value).endswith(
+        "(learn_over_seeds: refused at every learner seed tried: seed 0: PrecisionError; seed 1: PrecisionError.)"
+    )
+    # until_learned=False goes on past a learned seed
+    run = learn_over_seeds(VectorQueryOracle(block), [1, 2, 3], H=2, until_learned=False)
+    assert len(run.outcomes) == 3 and run.learned_seed == 2 and run.refused == [1]
+
+
+def test_learn_over_seeds_raises_bad_input_at_once():
+    """A refusal before the first query is about the input, not a seed: raised, not recorded as an outcome."""
+    from companion.layer import learn_over_seeds
+
+    oracle = VectorQueryOracle(random_attention_layer(6, 2, residual=True, seed=0))
+    with pytest.raises(InvalidInputError, match="residual='yes'"):
+        learn_over_seeds(oracle, range(3), H=2, residual="yes")
+    with pytest.raises(InvalidInputError, match="seeds is empty"):
+        learn_over_seeds(oracle, [], H=2)
+    with pytest.raises(InvalidInputError, match="seed=-1 must be >= 0"):
+        learn_over_seeds(oracle, [0, -1], H=2)
+    with pytest.raises(InvalidInputError, match="sets the learner's seed itself"):
+        learn_over_seeds(oracle, [0], H=2, seed=1)
+    with pytest.raises(TypeError, match="VectorQueryOracle"):
+        learn_over_seeds(random_attention_layer(6, 2, seed=0), [0], H=2)
+    assert oracle.n_queries == 0

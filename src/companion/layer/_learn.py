@@ -484,21 +484,21 @@ FLOAT32_UNRESOLVED = (
 )
 
 
-def _float32_unresolved(exc: Exception, stage: str) -> OracleInconsistentError:
+def _float32_unresolved(exc: Exception, stage: str, seed: int) -> OracleInconsistentError:
     """A float32 route's failure after its heads' stage: an in-class block ends there too, so no verdict."""
     return OracleInconsistentError(
         f"{FLOAT32_UNRESOLVED} (a mask, a second layer). The {stage} failed: {exc} Measured (2026-12-04): chapter "
         "09's default residual block (d = 6, H = 2, random_attention_layer seed 0), in the class, served in "
         "float32, fails the least squares' gate at learner seed 0 (relative residual 0.15) and is learned at "
         "seed 1; the same block with a sliding-window mask over its last 3 tokens is refused at each of learner "
-        "seeds 0 to 7. One refusal cannot tell the two apart: try seed=1."
+        f"seeds 0 to 7. One refusal cannot tell the two apart: try seed={seed + 1}."
     )
 
 
-def _post_unresolved(exc: Exception, gap: float, stage: str) -> Exception:
+def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int) -> Exception:
     """A post-LN stage failed: blamed on the LayerNorm's gap below LOW_GAP (measured), else no verdict."""
     if gap < LOW_GAP:  # the LayerNorm's inversion costs the digits the later stages read
-        err = PrecisionError(inferred_gap_message(gap, exc, stage))
+        err = PrecisionError(inferred_gap_message(gap, exc, stage, seed=seed))
         err.smallest_gap = gap  # type: ignore[attr-defined]  # for a caller that reports it
         return err
     return OracleInconsistentError(
@@ -507,11 +507,11 @@ def _post_unresolved(exc: Exception, gap: float, stage: str) -> Exception:
         f"learner asks tokens scaled by HEADS_SCALE = {HEADS_SCALE} "
         "(to keep the LayerNorm's input variance small), which can leave a head too faint in its readout: "
         "measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) end here, and "
-        "another seed (another readout) recovers 2 of those 3: try seed=1."
+        f"another seed (another readout) recovers 2 of those 3: try seed={seed + 1}."
     )
 
 
-def _pre_unresolved(exc: Exception) -> OracleInconsistentError:
+def _pre_unresolved(exc: Exception, seed: int) -> OracleInconsistentError:
     """A pre-LN stage after the heads' failed: an in-class block ends there too, so no verdict is stated."""
     return OracleInconsistentError(
         f"could not learn this pre-LN block (a head too faint in the readout, more heads than the heads' learner "
@@ -519,7 +519,7 @@ def _pre_unresolved(exc: Exception) -> OracleInconsistentError:
         f"scaled by PRE_HEADS_SCALE = {PRE_HEADS_SCALE}, which can leave a head too faint: measured (2026-12-03, "
         "60 pre-LN blocks, d 5 to 12, H 1 or 2, eps 1e-3 to 1, seeds 0 to 3), 2 end here and 23 are out of the "
         "heads' stage's reach (an InvalidInputError) at their first seed, and all 60 are learned within 4 "
-        "consecutive seeds: try seed=1."
+        f"consecutive seeds: try seed={seed + 1}."
     )
 
 
@@ -547,7 +547,7 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
             f"this pre-LN block is out of reach of learn_attention_layer's heads' stage on its d - 1 = {dv} "
             f"normalised coordinates (not a verdict on the target): {exc} The reach depends on the heads' learner's "
             "queries, drawn from the seed: measured, the 23 of 60 random pre-LN blocks out of reach at their first "
-            "seed were all learned within 4 consecutive seeds: try seed=1."
+            f"seed were all learned within 4 consecutive seeds: try seed={o.seed + 1}."
         ) from None
     try:
         with count.stage("polish"):
@@ -561,7 +561,7 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
                 " not a pre-LN block."
             )
     except OracleInconsistentError as exc:
-        raise _pre_unresolved(exc) from None
+        raise _pre_unresolved(exc, o.seed) from None
     Dp = np.zeros((dv + 1, d + 1))  # the homogeneous virtual token from the normalised one: v~ = Dp n~
     Dp[:dv, :d], Dp[dv, d] = U.T, 1.0
     Wn = np.einsum("ka,hkl,lb->hab", Dp, Ws, Dp)
@@ -755,7 +755,7 @@ def learn_attention_layer(
         try:
             verification = _verify(oracle, layer, o)
         except OracleInconsistentError as exc:
-            raise _pre_unresolved(exc) from None
+            raise _pre_unresolved(exc, o.seed) from None
         return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, o.residual)
     inner = oracle if norm is None else Denormalised(oracle, norm)
     if norm is not None:
@@ -784,9 +784,9 @@ def learn_attention_layer(
         verification = _verify(oracle, layer, o)
     except OracleInconsistentError as exc:
         if norm is not None:
-            raise _post_unresolved(exc, norm.smallest_gap[0], stage) from None
+            raise _post_unresolved(exc, norm.smallest_gap[0], stage, o.seed) from None
         if o.float32 and stage in ("least squares", "verification"):
-            raise _float32_unresolved(exc, stage) from None
+            raise _float32_unresolved(exc, stage, o.seed) from None
         raise
     n_learn = count.total - verification["n_verify_queries"]
     return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, o.residual)
