@@ -53,6 +53,10 @@ EXTRA_TOKENS = 24
 #: Starting log-poles are clipped to [-LOGP_START, LOGP_START] (a pole estimated at 0 or infinity has no gradient).
 LOGP_START = 20.0
 
+#: A token's Loewner poles start the row when each is within this fraction of the real axis (their real parts are
+#: used). Measured: 0.05 let near-real spurious poles start Keras float64 H = 8 rows (d = 8, 16) that then misfit.
+START_IMAG = 1e-6
+
 #: Largest change of a log-pole in one step of a token's fit (its misfit is flat far outside the window).
 LOG_STEP = 3.0
 
@@ -115,12 +119,12 @@ def _poles_given_C(Z, Cinv, r):
     return p, sens
 
 
-def _row(oracle, delta, X, o1, H, r):
+def _row(oracle, delta, X, o1, H, r, rank_tol=JOINT_RANK_TOL):
     """One row: its answers, row space, ``C`` (ALS), the poles per token, the amplitude vectors ``Gamma``."""
     K = X.shape[0]
     G = oracle(_pair_queries(delta, X, H)).reshape(K, 2 * H, -1) - o1(X)[:, None, :]
     _, s, Vt = np.linalg.svd(G.reshape(K * 2 * H, -1), full_matrices=False)
-    rank = int(np.sum(s > JOINT_RANK_TOL * s[0])) if s[0] > 0 else 0
+    rank = int(np.sum(s > rank_tol * s[0])) if s[0] > 0 else 0
     V = Vt[:H].T
     Z = G @ V  # (K, 2H, H)
     return G, s, rank, V, Z
@@ -129,7 +133,7 @@ def _row(oracle, delta, X, o1, H, r):
 def _start_C(Z, r, H):
     """``C`` from the tokens' Loewner poles: heads matched across tokens by their amplitude rows, medians."""
     P = _loewner_poles(Z, r)
-    good = np.all(np.abs(P.imag) <= 1e-6 * np.abs(P), axis=1) & np.all(P.real > 0, axis=1)
+    good = np.all(np.abs(P.imag) <= START_IMAG * np.abs(P), axis=1) & np.all(P.real > 0, axis=1)
     if not np.any(good):
         return None
     Phi = _phi(r, P[good].real)  # (K', R, H)
@@ -272,7 +276,7 @@ def _als(Z, C, r):
     return C, p, sens, misfit, int(np.sum(use))
 
 
-def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, scale=TOKEN_SCALE):
+def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, scale=TOKEN_SCALE):
     """The heads' ``W~_h`` (shape ``(H, d + 1, d + 1)``, last rows 0) from the vector answers jointly.
 
     ``o1(X)`` is the one-token answer at each token of ``X`` (shape ``(K, d)`` to ``(K, d_out)``).
@@ -287,14 +291,14 @@ def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, scale=TOKEN_SCALE):
     Xt = np.concatenate([X, np.ones((n_tok, 1))], axis=1)
     rows, gammas, misfits = [], [], []
     for i in range(d):
-        G, s, rank, V, Z = _row(oracle, D[i], X, o1, H, r)
+        G, s, rank, V, Z = _row(oracle, D[i], X, o1, H, r, rank_tol)
         if s[0] == 0.0:
             raise NotIdentifiableError("the answers of a pair of tokens do not depend on the ratio: no head")
         if rank != H:
             raise OracleInconsistentError(
                 f"row {i}: the answers of its {n_tok} tokens span a row space of rank {rank}, not H = {H} "
                 f"(singular values {', '.join(f'{v / s[0]:.1e}' for v in s[: H + 2])} of the largest; rank counted "
-                f"above JOINT_RANK_TOL = {JOINT_RANK_TOL:.0e})"
+                f"above {rank_tol:.1e} of the largest)"
             )
         C = _start_C(Z, r, H)
         if C is None:
