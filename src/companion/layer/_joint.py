@@ -60,6 +60,9 @@ START_IMAG = 1e-6
 #: Largest change of a log-pole in one step of a token's fit (its misfit is flat far outside the window).
 LOG_STEP = 3.0
 
+#: Tokens of a row in its joint fit of C and their log-poles (the rest get their poles from C).
+LM_TOKENS = 24
+
 #: Link tokens per row (pairs at delta_0 + delta_i).
 LINK_TOKENS = 2
 
@@ -123,8 +126,12 @@ def _row(oracle, delta, X, o1, H, r, rank_tol=JOINT_RANK_TOL):
     """One row: its answers, row space, ``C`` (ALS), the poles per token, the amplitude vectors ``Gamma``."""
     K = X.shape[0]
     G = oracle(_pair_queries(delta, X, H)).reshape(K, 2 * H, -1) - o1(X)[:, None, :]
+    # the row space from the SVD of the stack (the Gram matrix's eigenvectors, cheaper, left Keras float64 H = 8
+    # rows (d = 16) without a start: measured)
     _, s, Vt = np.linalg.svd(G.reshape(K * 2 * H, -1), full_matrices=False)
-    rank = int(np.sum(s > rank_tol * s[0])) if s[0] > 0 else 0
+    if s[0] == 0.0:
+        return G, s, 0, None, None
+    rank = int(np.sum(s > rank_tol * s[0]))
     V = Vt[:H].T
     Z = G @ V  # (K, 2H, H)
     return G, s, rank, V, Z
@@ -243,7 +250,7 @@ def _als(Z, C, r):
     Returns ``(C, poles, weights, misfit, tokens used)``.
     """
     logp = None
-    for _ in range(3):
+    for _ in range(4):
         # a pole far outside the ratios' window is read from 1 - phi (or phi) near C's error: started from the
         # linear estimate (clipped into reach) and from where it stands, the token keeps the better fit; each
         # joint fit lowers C's error, and with it the linear estimate's
@@ -253,17 +260,19 @@ def _als(Z, C, r):
             kept = _poles_gn(Z, C, r, logp)
             better = _token_misfits(Z, C, r, kept) < _token_misfits(Z, C, r, fresh)
             fresh = np.where(better[:, None], kept, fresh)
-        # a token whose poles are stuck (far outside the window, started wrong) would pull C off: the joint fit
-        # runs on the tokens within 10 times the median misfit, and the next pass restarts the others from C
-        mis = _token_misfits(Z, C, r, fresh)
-        use = mis <= 100.0 * np.median(mis)
-        C, logp_use = _joint_lm(Z[use], C, r, fresh[use])
-        logp = fresh.copy()
-        logp[use] = logp_use
-        if np.all(use) and np.sqrt(np.sum(_token_misfits(Z, C, r, logp))) <= 1e-13 * np.linalg.norm(Z):
+        logp = fresh
+        # a token whose poles are stuck (a pole far outside the window, started wrong) would pull C off: only
+        # tokens within 100 times the median misfit count, here and in the fit of C
+        mis = _token_misfits(Z, C, r, logp)
+        use = np.flatnonzero(mis <= 100.0 * np.median(mis))
+        if np.sqrt(np.sum(mis[use]) / np.sum(Z[use] ** 2)) <= 1e-13:
             break
-    if not np.all(use):
-        logp = _poles_gn(Z, C, r, logp)
+        # C (H^2 numbers) needs few tokens: the joint fit runs on the LM_TOKENS whose worst-determined pole is the
+        # best determined (a pole inside the ratios' window); the next pass gives every token its poles from C
+        p = np.exp(logp[use])
+        worst = np.min(np.sum((r[None, :, None] * p[:, None, :] / (r[None, :, None] + p[:, None, :]) ** 2) ** 2, 1), 1)
+        sel = use[np.argsort(-worst)[:LM_TOKENS]]
+        C, _ = _joint_lm(Z[sel], C, r, logp[sel])
     p = np.exp(logp)
     sens = np.sqrt(np.sum((r[None, :, None] * p[:, None, :] / (r[None, :, None] + p[:, None, :]) ** 2) ** 2, axis=1))
     sens = sens * np.linalg.norm(C, axis=1)[None, :]
@@ -313,7 +322,10 @@ def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, 
             )
         w = sens / np.max(sens, axis=0, keepdims=True)
         shifts = -np.log(p)  # (K, H): delta_i^T W~_h[:d, :] x~_k
-        R = np.stack([np.linalg.lstsq(Xt * w[:, h : h + 1], shifts[:, h] * w[:, h], rcond=None)[0] for h in range(H)])
+        # per head a weighted least squares over the tokens (normal equations, batched over heads: Xt is well
+        # conditioned, N(0, scale^2 I / d) tokens and a column of ones)
+        Aw = np.einsum("kh,ka,kb->hab", w * w, Xt, Xt)
+        R = np.linalg.solve(Aw, np.einsum("kh,ka->ha", w * w * shifts, Xt)[..., None])[..., 0]
         rows.append(R)  # (H, d + 1)
         gammas.append(C @ V.T)  # (H, d_out): Gamma_h(delta_i)
     # link each row to row 0: a pair at delta_0 + delta_i at token x answers sum_h phi(p) (Gamma_h(0) + Gamma_h(i))
