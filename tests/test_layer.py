@@ -1088,16 +1088,16 @@ def test_a_refusal_names_the_next_seed_of_the_call_that_refused():
         assert "try seed=4." in str(err) and "try seed=1" not in str(err)
 
 
-# --- learn_over_seeds: the refusals' advice, followed (session 37) -------------------------------------------
+# --- try_seeds: the refusals' advice, followed (session 37) -------------------------------------------
 
 
-def test_learn_over_seeds_stops_at_the_first_seed_learned_and_keeps_each_refusal():
+def test_try_seeds_stops_at_the_first_seed_learned_and_keeps_each_refusal():
     """PyTorch's eps = 1e-5 at d = 8 (chapter 09): learner seeds 0 and 1 refused for the gap, seed 2 learned."""
-    from companion.layer import learn_over_seeds
+    from companion.layer import try_seeds
 
     block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
     oracle = VectorQueryOracle(block)
-    run = learn_over_seeds(oracle, range(5), H=2)
+    run = try_seeds(oracle, range(5), H=2)
     assert [o.seed for o in run.outcomes] == [0, 1, 2]  # seeds 3, 4 not tried
     assert [o.kind for o in run.outcomes] == ["PrecisionError", "PrecisionError", "learned"]
     assert run.refused == [0, 1] and run.learned_seed == 2
@@ -1107,39 +1107,39 @@ def test_learn_over_seeds_stops_at_the_first_seed_learned_and_keeps_each_refusal
     assert oracle.n_queries > run.recovery.n_queries > 0
 
 
-def test_learn_over_seeds_tries_every_seed_or_raises_the_last_refusal():
-    from companion.layer import learn_over_seeds
+def test_try_seeds_tries_every_seed_or_raises_the_last_refusal():
+    from companion.layer import try_seeds
 
     block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
-    run = learn_over_seeds(VectorQueryOracle(block), [0, 1], H=2, until_learned=False)
+    run = try_seeds(VectorQueryOracle(block), [0, 1], H=2, until_learned=False)
     assert run.recovery is None and run.learned_seed is None and run.refused == [0, 1]
     with pytest.raises(PrecisionError, match="inferred from the gap") as info:
-        learn_over_seeds(VectorQueryOracle(block), [0, 1], H=2, require=True)
+        try_seeds(VectorQueryOracle(block), [0, 1], H=2, require=True)
     assert "try seed=2" in str(info.value)  # the last seed's own refusal
     assert info.value.smallest_gap == pytest.approx(2.30e-7, rel=2e-2)  # seed 1's gap
     assert str(info.value).endswith(
-        "(learn_over_seeds: refused at every learner seed tried: seed 0: PrecisionError; seed 1: PrecisionError.)"
+        "(try_seeds: refused at every learner seed tried: seed 0: PrecisionError; seed 1: PrecisionError.)"
     )
     # until_learned=False goes on past a learned seed
-    run = learn_over_seeds(VectorQueryOracle(block), [1, 2, 3], H=2, until_learned=False)
+    run = try_seeds(VectorQueryOracle(block), [1, 2, 3], H=2, until_learned=False)
     assert len(run.outcomes) == 3 and run.learned_seed == 2 and run.refused == [1]
 
 
-def test_learn_over_seeds_raises_bad_input_at_once():
+def test_try_seeds_raises_bad_input_at_once():
     """A refusal before the first query is about the input, not a seed: raised, not recorded as an outcome."""
-    from companion.layer import learn_over_seeds
+    from companion.layer import try_seeds
 
     oracle = VectorQueryOracle(random_attention_layer(6, 2, residual=True, seed=0))
     with pytest.raises(InvalidInputError, match="residual='yes'"):
-        learn_over_seeds(oracle, range(3), H=2, residual="yes")
+        try_seeds(oracle, range(3), H=2, residual="yes")
     with pytest.raises(InvalidInputError, match="seeds is empty"):
-        learn_over_seeds(oracle, [], H=2)
+        try_seeds(oracle, [], H=2)
     with pytest.raises(InvalidInputError, match="seed=-1 must be >= 0"):
-        learn_over_seeds(oracle, [0, -1], H=2)
+        try_seeds(oracle, [0, -1], H=2)
     with pytest.raises(InvalidInputError, match="sets the learner's seed itself"):
-        learn_over_seeds(oracle, [0], H=2, seed=1)
+        try_seeds(oracle, [0], H=2, seed=1)
     with pytest.raises(TypeError, match="VectorQueryOracle"):
-        learn_over_seeds(random_attention_layer(6, 2, seed=0), [0], H=2)
+        try_seeds(random_attention_layer(6, 2, seed=0), [0], H=2)
     assert oracle.n_queries == 0
 
 

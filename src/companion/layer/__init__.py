@@ -28,7 +28,7 @@ a pre-LN's ``gamma`` and ``beta`` fold into the heads
 The package: ``_model`` (the layer, its symmetries), ``_norm`` (a post-LN read off one-token
 answers), ``_preln`` (a pre-LN's eps, skip and normalised tokens), ``_fit`` (heads' reduction, least
 squares, polish), ``_joint`` (the heads' stage on all outputs jointly), ``_learn`` (the learner),
-``_seeds`` (:func:`learn_over_seeds`, the learner over seeds as its refusals advise),
+``_seeds`` (:func:`try_seeds`, the learner over seeds as its refusals advise),
 ``_minilm`` (MiniLM layer 0's whole block, :func:`minilm_block`, :class:`MiniLMBlock`).
 """
 
@@ -57,13 +57,13 @@ from ._model import (
 )
 from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
-from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, learn_over_seeds
+from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
 
 __all__ = [
     "AttentionLayer",
     "LayerRecovery",
     "learn_attention_layer",
-    "learn_over_seeds",
+    "try_seeds",
     "SeedOutcome",
     "SeedRun",
     "SEED_REFUSALS",

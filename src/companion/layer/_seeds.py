@@ -1,4 +1,4 @@
-"""learn_over_seeds: the learner's advice on a refusal ("try seed=s + 1"), followed (this book's own)."""
+"""try_seeds: the learner's advice on a refusal ("try seed=s + 1"), followed (this book's own)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from ..errors import CompanionError, InvalidInputError, OracleInconsistentError,
 from ..oracles import VectorQueryOracle
 from ._learn import LayerRecovery, learn_attention_layer
 
-__all__ = ["SeedOutcome", "SeedRun", "learn_over_seeds", "SEED_REFUSALS"]
+__all__ = ["SeedOutcome", "SeedRun", "try_seeds", "SEED_REFUSALS"]
 
 #: The refusals after which another learner seed is worth a try: each names its cause, and a block in the class
 #: can end there at one seed's queries (a head too faint in the readout, a post-LN's gap, a pre-LN's reach).
@@ -46,7 +46,7 @@ class SeedOutcome:
 
 @dataclass(frozen=True)
 class SeedRun:
-    """The outcomes of :func:`learn_over_seeds`, in the order the seeds were tried.
+    """The outcomes of :func:`try_seeds`, in the order the seeds were tried.
 
     Attributes
     ----------
@@ -76,7 +76,7 @@ class SeedRun:
         return next((o.seed for o in self.outcomes if o.learned), None)
 
 
-def learn_over_seeds(oracle, seeds, *, until_learned=True, require=False, **options) -> SeedRun:
+def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) -> SeedRun:
     """Run :func:`learn_attention_layer` at learner seeds in turn, as its refusals advise.
 
     A refusal that an in-class block can meet at one seed's queries (a head too faint in the
@@ -129,16 +129,16 @@ def learn_over_seeds(oracle, seeds, *, until_learned=True, require=False, **opti
     >>> from companion.layer import random_attention_layer
     >>> from companion.oracles import VectorQueryOracle
     >>> block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
-    >>> run = learn_over_seeds(VectorQueryOracle(block), range(4), H=2)
+    >>> run = try_seeds(VectorQueryOracle(block), range(4), H=2)
     >>> [o.kind for o in run.outcomes], run.refused, run.learned_seed
     (['PrecisionError', 'PrecisionError', 'learned'], [0, 1], 2)
     >>> run.recovery.diagnostics["verify_max_error"] < 1e-9
     True
     """
     if not isinstance(oracle, VectorQueryOracle):
-        raise TypeError(f"learn_over_seeds needs a companion.oracles.VectorQueryOracle; got {type(oracle).__name__}.")
+        raise TypeError(f"try_seeds needs a companion.oracles.VectorQueryOracle; got {type(oracle).__name__}.")
     if "seed" in options:
-        raise InvalidInputError("learn_over_seeds sets the learner's seed itself: pass the seeds as `seeds`.")
+        raise InvalidInputError("try_seeds sets the learner's seed itself: pass the seeds as `seeds`.")
     seeds = [check_int(s, "seed", minimum=0) for s in seeds]
     if not seeds:
         raise InvalidInputError("seeds is empty: give at least one learner seed (e.g. range(4)).")
@@ -159,7 +159,7 @@ def learn_over_seeds(oracle, seeds, *, until_learned=True, require=False, **opti
         last = outcomes[-1].error
         assert last is not None
         listing = "; ".join(f"seed {o.seed}: {o.kind}" for o in outcomes)
-        err = type(last)(f"{last} (learn_over_seeds: refused at every learner seed tried: {listing}.)")
+        err = type(last)(f"{last} (try_seeds: refused at every learner seed tried: {listing}.)")
         err.__dict__.update(last.__dict__)  # e.g. a post-LN's smallest_gap
         raise err from last
     return run
