@@ -27,7 +27,8 @@ Measured (2026-12-04, session 37, one BLAS thread, shared 2-core machine), this 
 
 Both issue targets FAIL (the benchmark exits 1). d = 64, H = 8 is now recovered (fresh error 8.2e-14) by the
 joint heads' stage (``learn_attention_layer(heads="auto")`` from ``JOINT_FROM`` = 3 heads: all 64 outputs share
-the heads' poles), from 93,789 queries, but in 3.3x the oracle's time, not 2x (down from 11.7x: the rows' joint
+the heads' poles), from 93,789 queries, but in 3.3x the oracle's time (3.3x to 4.0x over three runs of the row on the
+shared machine), not 2x (down from 11.7x: the rows' joint
 fits run on 24 tokens each, the shifts' least squares batched). Before (session 36) the readout route
 (learn_canonical_rational on one readout in d + 1 = 65 dimensions) refused it after 130,317 queries: a pair's
 own interpolation of 8 poles from 16 samples resolved a head at only 47 of the row's 121 tokens (65 needed),

@@ -30,6 +30,7 @@ Nothing here inverts a scalar rational interpolant: no step loses a digit per he
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import lstsq
 from scipy.optimize import linear_sum_assignment
 
 from ..errors import NotIdentifiableError, OracleInconsistentError
@@ -128,7 +129,9 @@ def _row(oracle, delta, X, o1, H, r, rank_tol=JOINT_RANK_TOL):
     G = oracle(_pair_queries(delta, X, H)).reshape(K, 2 * H, -1) - o1(X)[:, None, :]
     # the row space from the SVD of the stack (the Gram matrix's eigenvectors, cheaper, left Keras float64 H = 8
     # rows (d = 16) without a start: measured)
-    _, s, Vt = np.linalg.svd(G.reshape(K * 2 * H, -1), full_matrices=False)
+    # the singular values and right vectors of the stack are those of its triangular factor (backward stable;
+    # the stack's left vectors are never formed)
+    _, s, Vt = np.linalg.svd(np.linalg.qr(G.reshape(K * 2 * H, -1), mode="r"))
     if s[0] == 0.0:
         return G, s, 0, None, None
     rank = int(np.sum(s > rank_tol * s[0]))
@@ -342,7 +345,7 @@ def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, 
         Phi = r[None, :, None, None] / (r[None, :, None, None] + np.exp(-shifts)[:, None, :, :])  # (L, K, h, g)
         amp = gammas[0][:, None, :] + gammas[i][None, :, :]  # (h, g, d_out)
         design = np.einsum("lkhg,hgo->lkohg", Phi, amp).reshape(-1, H * H)
-        coef = np.linalg.lstsq(design, GL.reshape(-1), rcond=None)[0].reshape(H, H)
+        coef = lstsq(design, GL.reshape(-1), lapack_driver="gelsy")[0].reshape(H, H)  # QR with pivoting
         _, perm = linear_sum_assignment(np.abs(coef - 1.0))
         off = coef.copy()
         off[np.arange(H), perm] -= 1.0
