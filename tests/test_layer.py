@@ -1194,6 +1194,10 @@ def test_heads_option_is_checked_before_the_first_query():
         learn_attention_layer(oracle, H_bound=3, heads="joint")
     with pytest.raises(InvalidInputError, match="heads='joint' runs on blocks without LayerNorm"):
         learn_attention_layer(oracle, H=3, heads="joint", layernorm="post")
+    for ln in ("post", "pre"):  # a LayerNorm found from the answers
+        block = VectorQueryOracle(random_attention_layer(8, 3, layernorm=ln, residual=True, seed=0))
+        with pytest.raises(InvalidInputError, match=f"runs on blocks without LayerNorm; this one has a {ln}-LN"):
+            learn_attention_layer(block, H=3, heads="joint")
     narrow = VectorQueryOracle(random_attention_layer(6, 3, d_out=2, seed=0))
     with pytest.raises(InvalidInputError, match="d_out >= H"):
         learn_attention_layer(narrow, H=3, heads="joint")

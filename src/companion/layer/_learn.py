@@ -834,6 +834,11 @@ def learn_attention_layer(
         Yfit = oracle(Xfit)
     norm, u = _find_layernorm(Yp, np.concatenate([Yp, Y1, Yfit]), o, oracle.precision)
     o = replace(o, u=u)
+    if norm is not None and o.heads == "joint":  # found from the answers (layernorm="auto")
+        raise InvalidInputError(
+            f"heads='joint' runs on blocks without LayerNorm; this one has a {norm if norm == 'pre' else 'post'}-LN "
+            "(found from its answers): use heads='auto'."
+        )
     if norm == "pre":
         layer, kind, skip_err, learner, fit = _learn_pre(oracle, o, plan, count, rng, d)
         n_learn = count.total
@@ -853,8 +858,6 @@ def learn_attention_layer(
             if norm is None and _joint_applies(o, int(oracle.d_out)):
                 Ws, learner = _learn_heads_joint(oracle, Y1, o, rng)
             else:
-                if o.heads == "joint":
-                    raise InvalidInputError("heads='joint' runs on blocks without LayerNorm; this one has a post-LN.")
                 Ws, learner = _learn_heads(inner, Y1, o, rho=1.0 if norm is None else HEADS_SCALE)
         stage = "least squares"
         with count.stage("polish"):
