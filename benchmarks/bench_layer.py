@@ -17,21 +17,26 @@ Targets (issue 35): at d = 64, H = 8 and at d = 384, H = 12 the block is recover
 CPU time is within 2x of the oracle's own time for its queries. A row that is refused fails its
 target; the time and memory it took to refuse are still printed.
 
-Measured (2026-12-04, one BLAS thread, shared 2-core machine), this book's:
+Measured (2026-12-04, session 37, one BLAS thread, shared 2-core machine), this book's:
 
     size                outcome                        queries  learner s  oracle s  ratio  peak MB
-    d=8 H=2 residual    recovered                          679       0.11      0.00   70.9      109
-    d=16 H=2 residual   recovered                        2,267       0.72      0.00  274.3      236
-    d=64 H=8 residual   OracleInconsistentError (heads) 130,317     17.62      1.50   11.7    1,005
-    d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.84      0.98    1.9      435
+    d=8 H=2 residual    recovered                          679       0.12      0.00   77.8      110
+    d=16 H=2 residual   recovered                        2,267       0.56      0.00  225.8      238
+    d=64 H=8 residual   recovered                       93,789       4.78      1.46    3.3      898
+    d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.76      0.98    1.8      436
 
-Both issue targets FAIL (the benchmark exits 1). At d = 64 the heads' learner (learn_canonical_rational
-on a readout in d + 1 = 65 dimensions) does not resolve 8 heads (its joint fit misfits by 0.024), after
-130,317 queries. MiniLM's block stops at the post-LN's MIN_GAP check (chapter 09 measures why: its
-answers carry the norm of P u to about 5e-7 only), within 1.9x of the oracle's time for the 5,021
-queries it asked; past the check the heads' learner would need 7,114,489 queries at d + 1 = 385.
-Where the learner recovers (the small rows), its own work (the heads' rational fits, the polish)
-dwarfs the oracle's: an AttentionLayer answers 2,267 queries in a few milliseconds.
+Both issue targets FAIL (the benchmark exits 1). d = 64, H = 8 is now recovered (fresh error 8.2e-14) by the
+joint heads' stage (``learn_attention_layer(heads="auto")`` from ``JOINT_FROM`` = 3 heads: all 64 outputs share
+the heads' poles), from 93,789 queries, but in 3.3x the oracle's time (3.3x to 4.0x over three runs of the row on the
+shared machine), not 2x (down from 11.7x: the rows' joint
+fits run on 24 tokens each, the shifts' least squares batched). Before (session 36) the readout route
+(learn_canonical_rational on one readout in d + 1 = 65 dimensions) refused it after 130,317 queries: a pair's
+own interpolation of 8 poles from 16 samples resolved a head at only 47 of the row's 121 tokens (65 needed),
+and the row's joint fit misfit by 0.024. MiniLM's block stops at the post-LN's MIN_GAP check (chapter 09
+measures why: its answers carry the norm of P u to about 5e-7 only), within 1.8x of the oracle's time for the
+5,021 queries it asked; past the check the heads' learner would need 7,114,489 queries at d + 1 = 385. Where
+the learner recovers the small rows (readout route, H = 2), its own work (the heads' rational fits, the
+polish) dwarfs the oracle's: an AttentionLayer answers 2,267 queries in a few milliseconds.
 """
 
 from __future__ import annotations

@@ -27,11 +27,13 @@ a pre-LN's ``gamma`` and ``beta`` fold into the heads
 
 The package: ``_model`` (the layer, its symmetries), ``_norm`` (a post-LN read off one-token
 answers), ``_preln`` (a pre-LN's eps, skip and normalised tokens), ``_fit`` (heads' reduction, least
-squares, polish), ``_learn`` (the learner),
+squares, polish), ``_joint`` (the heads' stage on all outputs jointly), ``_learn`` (the learner),
+``_seeds`` (:func:`try_seeds`, the learner over seeds as its refusals advise),
 ``_minilm`` (MiniLM layer 0's whole block, :func:`minilm_block`, :class:`MiniLMBlock`).
 """
 
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS
+from ._joint import JOINT_FROM
 from ._learn import (
     FLOAT32_FLOOR_UNITS,
     FLOAT32_HEADS_TOL,
@@ -55,11 +57,16 @@ from ._model import (
 )
 from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
+from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
 
 __all__ = [
     "AttentionLayer",
     "LayerRecovery",
     "learn_attention_layer",
+    "try_seeds",
+    "SeedOutcome",
+    "SeedRun",
+    "SEED_REFUSALS",
     "random_attention_layer",
     "information_floor",
     "identifiable_parameters",
@@ -76,6 +83,7 @@ __all__ = [
     "post_ln_symmetry",
     "pre_ln_symmetry",
     "LSTSQ_GATE",
+    "JOINT_FROM",
     "POLISH_MAX_UNKNOWNS",
     "MIN_GAP",
     "LOW_GAP",

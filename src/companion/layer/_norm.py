@@ -192,7 +192,7 @@ def gap_message(gap: float, limit: float = MIN_GAP) -> str:
     )
 
 
-def inferred_gap_message(gap: float, cause: Exception, stage: str = "a later stage") -> str:
+def inferred_gap_message(gap: float, cause: Exception, stage: str = "a later stage", *, seed: int) -> str:
     """A stage failed while the smallest gap seen was below LOW_GAP: precision inferred, not measured."""
     return (
         f"the {stage} failed ({cause}) while the smallest 1 - |z|^2/d_out = eps / (var + eps) seen was {gap:.1e}, "
@@ -202,7 +202,7 @@ def inferred_gap_message(gap: float, cause: Exception, stage: str = "a later sta
         "so the post-LN's eps is the likely cause (inferred from the gap, not measured): a larger eps, or smaller "
         "tokens, keeps the gap larger. The gap depends on the queries, drawn from the seed: another seed may keep "
         "it larger (PyTorch's eps = 1e-5 at d = 8, H = 2: smallest gap 2.1e-8 at learner seed 0, refused; 2.4e-6 at "
-        "seed 2, learned): try seed=1. Nothing was returned."
+        f"seed 2, learned): try seed={seed + 1}. Nothing was returned."
     )
 
 
