@@ -61,7 +61,8 @@ def depth3_record(n_seeds: int) -> dict:
             X = np.random.default_rng(100 + seed).standard_normal((2000, d))
             rows.append({"seed": seed, "outcome": "recovered", "queries": int(rec.n_learning_queries),
                          "bits": round(float(min(bits_of_precision(rec.network.forward(X), net.forward(X)), 53.0)), 1),
-                         "widths": list(rec.network.widths), "cpu_seconds": round(time.process_time() - t0, 1)})
+                         "widths": list(rec.network.widths), "cpu_seconds": round(time.process_time() - t0, 1),
+                         "targeted_search": rec.diagnostics["targeted_search"]})
         print(f"depth 3, seed {seed}: {rows[-1]['outcome']}", flush=True)
     commit = subprocess.run(["git", "-C", str(RECORD.parents[2]), "rev-parse", "--short=12", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
