@@ -980,11 +980,12 @@ def learn_relu_network(
       before is just on and ``k``'s plane is predicted (the recovered layers give both without a
       query; :func:`_targeted_search`); every kink is merged again, the signs read on up to
       ``SIGN_POINTS`` answered points, and the refit on every answer with the smaller residual kept.
-      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-04): 13 recovered, at 40.3 to
-      45.6 bits on fresh inputs (seed 0 with widths (8, 8, 5): three neurons of layer 3 are
-      dead; seed 4 by the fit free of the sides); 5 refused at the verification (4e-7 to 5e-3;
-      layers 1 and 2 exact, the last layer's refit stuck or undetermined by the answers) and 2 at
-      layer 2 (a neuron missing ``R_1``). Before the refit, seed 0 of seeds 0-5 was recovered.
+      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-04): 15 recovered, at 40.3 to
+      46.8 bits on fresh inputs (seed 0 with widths (8, 8, 5): three neurons of layer 3 are
+      dead; seed 4 by the fit free of the sides; seeds 1 and 8 by the targeted search); 3 refused
+      at the verification (2.7e-7 to 3.9e-3; layers 1 and 2 exact, a layer-3 neuron on at about
+      every input that no kink crossed, and weights still unseen) and 2 at layer 2 (a neuron
+      missing ``R_1``). Before the refit, seed 0 of seeds 0-5 was recovered.
 
     A neuron whose hyperplane misses ``R_{l-1}`` is not found (rare for random networks; the
     learner refuses, naming the layer). Queries: ``n_lines`` kink searches per layer plus
