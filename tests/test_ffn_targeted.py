@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from companion._learner import QueryCount
-from companion.errors import OracleInconsistentError
+from companion.errors import CompanionError, OracleInconsistentError
 from companion.ffn import deep, learn_relu_network, random_relu_network
 from companion.oracles import ValueQueryOracle
 
@@ -103,3 +103,32 @@ def test_depth_three_seed_1_recovered_by_the_targeted_search(monkeypatch):
     monkeypatch.setattr(deep, "TARGETED_SEARCH", False)
     with pytest.raises(OracleInconsistentError, match="disagrees with the oracle"):
         learn_relu_network(ValueQueryOracle(net), widths=(8, 8, 8))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_depth_two_widths_detected(seed):
+    """random_relu_network(10, (8, 8)), widths not given: layer 2 is the last when none of its planes
+    jumps by different sizes, and every plane met on two lines is then one of its neurons (seeds 0-5
+    recovered, 41.4 to 47.9 bits on fresh inputs, 2026-12-04). Before (the first layer's rule, planes
+    met on half as many lines as the most-met, at every layer), seeds 0-2 were refused (seed 1: no
+    kink showed a neuron's sign; seed 2: off by 0.0033 at the verification)."""
+    net = random_relu_network(10, (8, 8), seed=seed)
+    rec = learn_relu_network(ValueQueryOracle(net))
+    assert rec.network.widths == (8, 8)
+    X = np.random.default_rng(5).standard_normal((2000, 10))
+    y = net.forward(X)
+    assert np.max(np.abs(rec.network.forward(X) - y)) / np.max(np.abs(y)) < 2.0**-35
+
+
+def test_depth_two_widths_not_detected_without_the_jump_rule(monkeypatch):
+    """The test above fails with the rule switched off: seed 1 is refused (a neuron's sign not shown)."""
+    monkeypatch.setattr(deep, "DETECT_DEEP", False)
+    with pytest.raises(CompanionError):
+        learn_relu_network(ValueQueryOracle(random_relu_network(10, (8, 8), seed=1)))
+
+
+def test_depth_three_widths_not_detected_refused_not_wrong():
+    """Depth 3 with widths not given: the third layer is not met where the first two are all active,
+    and the network of depth 2 that is left fails the verification (seed 0: off by 0.32)."""
+    with pytest.raises(OracleInconsistentError, match="disagrees with the oracle"):
+        learn_relu_network(ValueQueryOracle(random_relu_network(10, (8, 8, 8), seed=0)))

@@ -607,6 +607,10 @@ def _partial_clusters(layers, kinks, m, tol):
     return clusters
 
 
+#: Whether widths are detected after the first layer by the jumps' sizes (_choose_planes); a switch
+#: for the measurement of it (benchmarks/ffn_deep.md).
+DETECT_DEEP = True
+
 #: Whether the last layer of a deep network runs :func:`_targeted_search` (a switch for the tests,
 #: which show what it adds).
 TARGETED_SEARCH = True
@@ -883,11 +887,15 @@ def learn_relu_network(
         Exact oracle whose answers on one-token queries ``[x^T]`` are a :class:`ReLUNetwork`'s
         ``f(x)`` (float64).
     widths : sequence of int, optional
-        The hidden widths ``(m_1, ..., m_k)``. If None, they are detected: a layer's neurons are
-        the hyperplanes met on at least two lines, and the depth ends when a readout of the
-        recovered layers fits every answer so far. Detection is measured to work at depth 1 only:
-        at depth 2 a deeper neuron's piece repeats across lines and the learner refuses (the
-        verification fails); pass ``widths`` for deeper networks.
+        The hidden widths ``(m_1, ..., m_k)``. If None, they are detected: the first layer's
+        neurons are the hyperplanes met on at least half as many lines as the most-met one; after
+        the first, batches of lines are searched while a batch confirms a new plane, and the planes
+        met on two lines are the last layer's neurons if none of them jumps by different sizes,
+        else those that do (or that such planes separate) are the layer's; the depth ends when no
+        plane is met where every recovered neuron is active. Measured to work at depth 1 and 2
+        (``random_relu_network(10, (8, 8))`` seeds 0-5, ``(16, (12, 10))`` seeds 1-2, 2026-12-04);
+        at depth 3 the learner refuses (the last layer is not met where the first two are all
+        active): pass ``widths`` for deeper networks.
     n_lines : int, optional
         Random lines searched for critical points per layer; default ``max(12, 3 m)`` with
         ``m`` the previous layer's width (``d`` for the first).
@@ -1255,7 +1263,16 @@ def _search_lines(f, layers, bases, lines, n_batches, inside, d, rng, scale, spa
 def _choose_planes(layers, kinks, target_width, last, d):
     """The candidate planes that are this layer's neurons: ``(etas, members)``."""
     cand, cand_members = _layer_neurons(layers, kinks, None, d, min_lines=2)
-    if target_width is None:
+    if target_width is None and layers and DETECT_DEEP:
+        # Detected, a layer after the first (this book's rule): a plane whose jumps change in size
+        # is a neuron of a layer with one after it (_flat_neurons); if none does, this is the last
+        # layer, and every plane met on two lines is one of its neurons.
+        sizes = [np.array([np.linalg.norm(kinks[i].jump) for i in m]) for m in cand_members]
+        if not any(z.max() > (1.0 + 1e-6) * z.min() for z in sizes):
+            good = list(range(cand.shape[1]))
+        else:
+            good = _flat_neurons(layers, kinks, cand, cand_members)
+    elif target_width is None:
         # Detected (depth 1 measured): planes met on at least half as many lines as the most-met.
         most = max((len({kinks[i].line for i in m}) for m in cand_members), default=0)
         good = [j for j, m in enumerate(cand_members) if len({kinks[i].line for i in m}) >= 0.5 * most]
@@ -1284,6 +1301,7 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
     n_batches = 0
     target_width = None if opts.widths is None else opts.widths[layer]
     etas, members, signs = np.zeros((prev + 1, 0)), [], None
+    n_seen = 0
     while n_batches < opts.max_batches:
         # Batches of lines until the given width is confirmed (or, detecting, until a batch
         # confirms no new neuron); a hyperplane crossing a small part of R_{l-1} needs more lines.
@@ -1293,6 +1311,12 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
             bases = _active_points(layers, d, lines, rng)
             continue
         etas, members = _choose_planes(layers, kinks, target_width, layer == depth - 1, d)
+        if target_width is None and layers and DETECT_DEEP and etas.shape[1] > n_seen:
+            # Detecting after the first layer: another batch while a batch confirms a new plane.
+            n_seen = etas.shape[1]
+            if n_batches < opts.max_batches:
+                bases = _active_points(layers, d, lines, rng)
+                continue
         if target_width is None or etas.shape[1] >= target_width:
             try:
                 signs = _signs(layers, etas, members, kinks) if etas.shape[1] <= prev else None
