@@ -11,7 +11,7 @@ number of queries. A refusal is printed with its error class.
 Targets (issue 37): depth 1 and 2 (d >= 10, widths >= 8) recovered to 2^-35, verified, at the
 sizes in TARGETED. Depth 3 is not targeted: the learner recovers some draws and refuses the others
 (see the research note benchmarks/ffn_deep.md). Its draws, ``d = 10``, widths (8, 8, 8), seeds
-``0 .. --depth3-seeds - 1`` (default 10; a refused draw costs 19-57 CPU seconds), each recovered
+``0 .. --depth3-seeds - 1`` (default 10; a refused draw costs 37-82 CPU seconds), each recovered
 (queries, bits) or refused (the error); every recovered draw must reach 2^-35 (a target). With
 ``--record PATH`` they are also written there atomically, with the commit: chapter 03 cites
 ``data/results/ffn_deep.json``, made by ``--depth3-seeds 20 --record data/results/ffn_deep.json``.
@@ -61,7 +61,8 @@ def depth3_record(n_seeds: int) -> dict:
             X = np.random.default_rng(100 + seed).standard_normal((2000, d))
             rows.append({"seed": seed, "outcome": "recovered", "queries": int(rec.n_learning_queries),
                          "bits": round(float(min(bits_of_precision(rec.network.forward(X), net.forward(X)), 53.0)), 1),
-                         "widths": list(rec.network.widths), "cpu_seconds": round(time.process_time() - t0, 1)})
+                         "widths": list(rec.network.widths), "cpu_seconds": round(time.process_time() - t0, 1),
+                         "targeted_search": rec.diagnostics["targeted_search"]})
         print(f"depth 3, seed {seed}: {rows[-1]['outcome']}", flush=True)
     commit = subprocess.run(["git", "-C", str(RECORD.parents[2]), "rev-parse", "--short=12", "HEAD"],
                             capture_output=True, text=True).stdout.strip()

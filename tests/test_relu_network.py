@@ -47,8 +47,9 @@ def test_depth_one_width_detected():
 
 def test_depth_three_refused_not_wrong():
     # Seed 13: a neuron of layer 2 misses the region where layer 1 is all active: the learner
-    # refuses, naming it; it never returns an unverified network. (Seeds 1, 3, 7, 8 and 14 are
-    # refused at the verification, after the last layer's refit: 20-60 s each, so not here.)
+    # refuses, naming it; it never returns an unverified network. (Seeds 3, 7 and 14 are refused
+    # at the verification, after the last layer's refit and the targeted search: 37-82 s each, so
+    # not here.)
     net = random_relu_network(10, (8, 8, 8), seed=13)
     with pytest.raises(NotIdentifiableError, match="layer 2: confirmed 7 of the 8 neurons"):
         learn_relu_network(ValueQueryOracle(net), widths=(8, 8, 8))
