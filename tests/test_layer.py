@@ -389,10 +389,10 @@ def test_the_float32_route_needs_the_number_of_heads_and_no_layernorm():
 def test_targets_outside_the_class_served_in_float32_are_refused_with_a_cause(which):
     base = random_attention_layer(6, 2, residual=True, seed=2)
     if which == "masked":
-        target, cause = _Windowed(base, window=3), "could not resolve the readout's heads.*or not an attention layer"
+        target, cause = _Windowed(base, window=3), "could not resolve the layer's heads.*or not an attention layer"
     elif which == "two-layers":
         target = _TwoLayers(base, random_attention_layer(6, 2, seed=3))
-        cause = "could not resolve the readout's heads.*or not an attention layer"
+        cause = "could not resolve the layer's heads.*or not an attention layer"
     else:
         target, cause = _After(base, "gelu"), "not an attention layer.*not affine in the token.*GELU"
     oracle = VectorQueryOracle(lambda X: target(X).astype(np.float32).astype(np.float64), d=6, d_out=6)

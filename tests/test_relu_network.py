@@ -174,7 +174,7 @@ def test_gradient_far_from_the_origin_is_not_taken_for_curvature():
     """At |x| ~ 1e3 the rounding of the shifted inputs moves a linear function's symmetric
     differences by ~eps sum_j |g_j x_j|: seed 5 of (12; 12, 10) was refused as 'not piecewise
     linear' (a ReLU network). It is now seen for what it is: a neuron this learner cannot reach."""
-    from companion.ffn.deep import _gradients_sym
+    from companion.ffn._geometry import gradients_sym as _gradients_sym
 
     rng = np.random.default_rng(0)
     g, x = rng.standard_normal(12) * 0.3, 1000.0 * rng.standard_normal((3, 12))

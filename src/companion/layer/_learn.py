@@ -57,7 +57,7 @@ PRE_HEADS_SCALE = 0.03
 #: The headline of a refusal by the heads' learner: an in-class target (more heads than it resolves at this size,
 #: a head too faint in the readout) ends there as well as a target outside the class, so it states neither verdict.
 HEADS_UNRESOLVED = (
-    "the heads' learner could not resolve the readout's heads: more heads than it resolves at this size, "
+    "the heads' learner could not resolve the layer's heads: more heads than it resolves at this size, "
     "or not an attention layer"
 )
 

@@ -1,0 +1,236 @@
+"""The recovered layers' geometry and the line search of :func:`companion.ffn.learn_relu_network`.
+
+Private: the known prefix of a network (its activations, Jacobians and the points where every
+later layer is active) and the gradients and critical points along lines (Carlini, Jagielski &
+Mironov 2020, in this book's own implementation). Split from :mod:`companion.ffn.deep`, which
+imports every name below and is its only user.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+
+from ._kinks import EPS as _EPS
+from ..errors import OracleInconsistentError
+from ._kinks import find_kinks
+
+# --------------------------------------------------------------------------------------------
+# The known prefix of the network
+
+
+def prefix(layers, X):
+    """Activations ``h`` (n, m) and Jacobians ``dh/dx`` (n, m, d) of the recovered layers at ``X`` (n, d)."""
+    n, d = X.shape
+    H = X
+    J = np.broadcast_to(np.eye(d), (n, d, d))
+    patterns = []
+    for W, b in layers:
+        Z = H @ W + b
+        act = Z > 0
+        patterns.append(act)
+        H = np.where(act, Z, 0.0)
+        J = act[:, :, None] * np.einsum("im,nid->nmd", W, J)
+    return H, J, patterns
+
+
+def all_active_map(layers, d):
+    """The affine map ``x -> (z_1, ..., z_l)`` of every recovered neuron's pre-activation where all are active."""
+    A, c = np.eye(d), np.zeros(d)  # h = A^T x + c
+    maps = []
+    for W, b in layers:
+        A, c = A @ W, c @ W + b
+        maps.append((A, c))
+    if not maps:
+        return np.zeros((d, 0)), np.zeros(0)
+    return np.concatenate([M for M, _ in maps], axis=1), np.concatenate([v for _, v in maps])
+
+
+def active_points(layers, d, n, rng, *, box=30.0):
+    """``n`` random inputs at which every neuron of the recovered layers is active (no query).
+
+    Each coordinate of ``h_1`` on its own log-uniform scale, kept where the later layers are all
+    active (points near every face and corner of the region, where a plane may cross it only);
+    if too few are kept, the rest by hit-and-run from the point of largest margin
+    (:func:`scipy.optimize.linprog`). An empty array if no input activates them all.
+    """
+    if not layers:
+        return rng.standard_normal((n, d))
+    W1, b1 = layers[0]
+    pinv = np.linalg.pinv(W1.T)  # (d, m1): W1^T (pinv y) = y
+    out: list = []
+    for _ in range(20):
+        Y = np.exp(rng.uniform(np.log(1e-3), np.log(1e1), (20 * n, W1.shape[1])))
+        X = (Y - b1) @ pinv.T
+        _, _, pats = prefix(layers, X)
+        ok = np.all(np.concatenate(pats, axis=1), axis=1)
+        out.extend(X[ok][: n - len(out)])
+        if len(out) >= n:
+            return np.asarray(out).reshape(-1, d)
+    M, c = all_active_map(layers, d)
+    norms = np.linalg.norm(M, axis=0)
+    # max t subject to (M^T x + c) / |M_i| >= t and |x_j| <= box - t: a point with room on every side
+    eye = np.eye(d)
+    res = linprog(
+        np.concatenate([np.zeros(d), [-1.0]]),
+        A_ub=np.block([[-(M / norms).T, np.ones((M.shape[1], 1))], [eye, np.ones((d, 1))], [-eye, np.ones((d, 1))]]),
+        b_ub=np.concatenate([c / norms, np.full(2 * d, box)]),
+        bounds=[(None, None)] * d + [(None, 1.0)],
+    )
+    if res.x is None or res.x[-1] <= 0:
+        return np.asarray(out).reshape(-1, d)
+    x = res.x[:d]
+    step = 0
+    while len(out) < n:
+        u = rng.standard_normal(d)
+        z0, dz = x @ M + c, u @ M
+        with np.errstate(divide="ignore"):
+            t = -z0 / dz
+        pos, neg = u > 0, u < 0
+        lo = max(
+            float(np.max(t[dz > 0], initial=-np.inf)),
+            float(np.max((-box - x[pos]) / u[pos], initial=-np.inf)),
+            float(np.max((box - x[neg]) / u[neg], initial=-np.inf)),
+        )
+        hi = min(
+            float(np.min(t[dz < 0], initial=np.inf)),
+            float(np.min((box - x[pos]) / u[pos], initial=np.inf)),
+            float(np.min((-box - x[neg]) / u[neg], initial=np.inf)),
+        )
+        x = x + rng.uniform(lo, hi) * u
+        step += 1
+        if step >= 10 and step % 3 == 0:
+            out.append(x.copy())
+    return np.asarray(out).reshape(-1, d)
+
+
+# --------------------------------------------------------------------------------------------
+# Gradients and critical points
+
+
+def gradients_sym(f, X, h, scale, *, max_halvings=10):
+    """Gradients of ``f`` at ``X`` (n, d) by symmetric differences, each checked for linearity.
+
+    ``2 d + 1`` queries a point; a point whose forward and backward differences disagree (a step
+    crossed a kink) is re-measured with an 8 times smaller step.
+    """
+    n, d = X.shape
+    G = np.empty((n, d))
+    f0 = f(X)
+    steps = np.broadcast_to(np.asarray(h, dtype=np.float64), (n,)).copy()
+    todo = np.arange(n)
+    E = np.eye(d)
+    for _ in range(max_halvings):
+        if todo.size == 0:
+            break
+        P = np.concatenate(
+            [X[todo, None, :] + steps[todo, None, None] * E, X[todo, None, :] - steps[todo, None, None] * E], axis=1
+        )
+        fp = f(P.reshape(-1, d)).reshape(todo.size, 2 * d)
+        fw, bw = fp[:, :d], fp[:, d:]
+        curv = np.abs(fw + bw - 2.0 * f0[todo, None])
+        G[todo] = (fw - bw) / (2.0 * steps[todo, None])
+        # The rounding of an answer grows with the terms of the linear piece, sum_j |g_j x_j|, not only
+        # with |f|: far from the origin (|x| ~ 1e3 at seed 5 of (12; 12, 10)) the shifted inputs'
+        # rounding alone moved the curvature past a tolerance in |f|, on a function that is linear there.
+        terms = np.sum(np.abs(G[todo]) * np.abs(X[todo]), axis=1)[:, None]
+        tol = 64 * _EPS * (scale + np.abs(f0[todo, None]) + np.abs(fw) + np.abs(bw) + terms)
+        bad = np.any(curv > tol, axis=1)
+        steps[todo[bad]] /= 8.0
+        todo = todo[bad]
+    if todo.size:
+        raise OracleInconsistentError(
+            f"{todo.size} gradient(s) stayed curved after {max_halvings} step reductions: the function "
+            "is not piecewise linear (not a ReLU network)."
+        )
+    return G, f0
+
+
+@dataclass
+class Kink:
+    x: np.ndarray  # the critical point (d,)
+    jump: np.ndarray  # gradient after minus gradient before, along the line (d,)
+    sides: tuple  # (x_before, x_after)
+    grads: tuple  # (grad_before, grad_after)
+    line: int
+
+
+def line_kinks(f, x0, q, lo, hi, scale, line_id, *, step, keep=None):
+    """The critical points of ``f`` on ``x0 + t q``, ``lo <= t <= hi``, with the gradients beside each.
+
+    ``keep(before, after)`` (no query) selects the kinks whose gradients are measured.
+    """
+
+    def g(ts):
+        return f(x0[None, :] + ts[:, None] * q[None, :])
+
+    ts, _ = find_kinks(g, lo, hi, scale=scale)
+    if ts.size == 0:
+        return []
+    edges = np.concatenate([[lo], ts, [hi]])
+    gaps = np.minimum(np.diff(edges)[:-1], np.diff(edges)[1:])
+    delta = 0.25 * gaps
+    before = x0[None, :] + (ts - delta)[:, None] * q[None, :]
+    after = x0[None, :] + (ts + delta)[:, None] * q[None, :]
+    if keep is not None:
+        sel = keep(before, after)
+        ts, delta, before, after = ts[sel], delta[sel], before[sel], after[sel]
+        if ts.size == 0:
+            return []
+    hs = np.minimum(0.25 * delta, step)
+    G, _ = gradients_sym(f, np.concatenate([before, after]), np.concatenate([hs, hs]), scale)
+    k = ts.size
+    return [
+        Kink(x0 + t * q, G[k + i] - G[i], (before[i], after[i]), (G[i], G[k + i]), line_id) for i, t in enumerate(ts)
+    ]
+
+
+def readable(layers):
+    """``keep(before, after)`` for :func:`line_kinks`: the kinks of a later layer (the recovered
+    layers' pattern is the same on both sides) where the last recovered layer is all active and
+    the Jacobian of ``h`` has full rank, so that the jump gives the whole normal."""
+
+    def keep(before, after):
+        if not layers:
+            return np.ones(before.shape[0], dtype=bool)
+        _, J, pb = prefix(layers, before)
+        _, _, pa = prefix(layers, after)
+        same = np.all(np.concatenate(pb, axis=1) == np.concatenate(pa, axis=1), axis=1)
+        full = np.all(pb[-1], axis=1)
+        ok = same & full
+        for i in np.flatnonzero(ok):
+            sv = np.linalg.svd(J[i], compute_uv=False)
+            ok[i] = sv[-1] > 1e-8 * sv[0]
+        return ok
+
+    return keep
+
+
+def readable_points(layers, d, n, rng):
+    """Up to ``n`` random inputs where the last recovered layer is all active with a full-rank
+    Jacobian (earlier layers in any pattern): the bases of the lines that leave ``R_{l-1}``."""
+    keep = readable(layers)
+    out = []
+    for scale in (1.0, 2.0, 0.5, 4.0, 1.0, 2.0):
+        X = scale * rng.standard_normal((40 * n, d))
+        out.extend(X[keep(X, X)][: n - len(out)])
+        if len(out) >= n:
+            break
+    return np.asarray(out).reshape(-1, d)
+
+
+def segment(layers, x0, q, span, d):
+    """The part of ``x0 + t q``, ``|t| <= span``, on which every recovered neuron stays active."""
+    M, c = all_active_map(layers, d)
+    lo, hi = -span, span
+    if M.shape[1]:
+        z0 = x0 @ M + c
+        dz = q @ M
+        with np.errstate(divide="ignore"):
+            t = -z0 / dz
+        lo = max(lo, float(np.max(t[dz > 0], initial=-np.inf)))
+        hi = min(hi, float(np.min(t[dz < 0], initial=np.inf)))
+    pad = 1e-6 * (hi - lo)
+    return lo + pad, hi - pad
