@@ -89,20 +89,19 @@ def test_toward_crossing_lands_where_the_neuron_is_just_on_and_the_plane_predict
 
 
 @pytest.mark.slow
-def test_depth_three_seed_1_recovered_by_the_targeted_search(monkeypatch):
+def test_depth_three_seed_1_recovered_by_the_targeted_search():
     """random_relu_network(10, (8, 8, 8), seed=1) was refused at the verification (2.6e-4): the
     last layer's refit left a residual of 2e-3 on the answers, with four layer-2 neurons missing from
     some partial normal. With the targeted search the network verifies, and is the target's to 2^-35
-    on fresh inputs; with it disabled, it is refused as before (about 50 s each)."""
+    on fresh inputs (about 50 s). That the search is what completes the missing weights is the fast
+    test above (the stage itself, on (8; 6, 6, 6) seed 12); the run without it (refused, as before, about 50 s
+    more) is left to the bench's record (benchmarks/ffn_deep.md) to keep `make test` short."""
     net = random_relu_network(10, (8, 8, 8), seed=1)
     rec = learn_relu_network(ValueQueryOracle(net), widths=(8, 8, 8))
     assert rec.diagnostics["targeted_search"] == "kept"
     X = np.random.default_rng(5).standard_normal((2000, 10))
     y = net.forward(X)
     assert np.max(np.abs(rec.network.forward(X) - y)) / np.max(np.abs(y)) < 2.0**-35
-    monkeypatch.setattr(deep, "TARGETED_SEARCH", False)
-    with pytest.raises(OracleInconsistentError, match="disagrees with the oracle"):
-        learn_relu_network(ValueQueryOracle(net), widths=(8, 8, 8))
 
 
 @pytest.mark.parametrize("seed", [1, 2])
