@@ -63,7 +63,8 @@ def learn_homogeneous_head(
         (the canonical representative); ``v`` of shape (d + 1,). ``n_queries`` equals
         ``(d + 1)**2`` plus re-measurements plus ``verify`` (``n_learning_queries`` leaves out the
         ``verify``). ``diagnostics``: ``probes`` (d, d), ``cond_probes``, ``n_requeries``,
-        ``max_abs_logit``, ``identifiable`` (the string ``"W[:d, :], v"``), ``n_verify_queries``
+        ``n_scale_queries`` (0: the homogeneous probes keep their scale), ``max_abs_logit``,
+        ``identifiable`` (the string ``"W[:d, :], v"``), ``n_verify_queries``
         and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``; the answers'
         precision: ``precision``, ``precision_source``, ``precision_format``,
         ``n_precision_queries``, ``precision_kind``, ``kappa_W``, ``floor_W`` and ``floor_v``.
