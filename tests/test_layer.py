@@ -964,7 +964,7 @@ def test_dimension_count_is_for_the_problem_as_posed():
     told = learn_attention_layer(VectorQueryOracle(target), H=2, residual=True)
     assert auto.diagnostics["information_floor"] == information_floor(6, 2, 6, skip="matrix") == 33
     assert told.diagnostics["information_floor"] == information_floor(6, 2, 6, skip="identity") == 27
-    assert "dimension count 33 vector queries" in auto.message
+    assert "dimension count, with the skip as posed, 33 vector queries" in auto.message
 
 
 # --- MiniLM's post-LN: is MIN_GAP's rule right at d = 384? (session 36) ------------------------------------
@@ -1202,3 +1202,17 @@ def test_heads_option_is_checked_before_the_first_query():
     with pytest.raises(InvalidInputError, match="d_out >= H"):
         learn_attention_layer(narrow, H=3, heads="joint")
     assert oracle.n_queries == 0 and narrow.n_queries == 0
+
+
+def test_seed_run_summary_names_the_seeds_in_good_english():
+    """Chapter 09 printed 'refused at learner seed(s) 0' (a reader, session 37): the clause comes
+    from SeedRun.summary, singular and plural right."""
+    from companion.errors import PrecisionError
+    from companion.layer import SeedOutcome, SeedRun
+
+    no = [SeedOutcome(s, error=PrecisionError("gap")) for s in range(3)]
+    yes = SeedOutcome(3, recovery=object())
+    assert SeedRun((yes,)).summary == "learned at the first learner seed"
+    assert SeedRun((no[0], SeedOutcome(1, recovery=object()))).summary == "refused at learner seed 0 and learned at seed 1"
+    assert SeedRun((no[0], no[1], no[2], yes)).summary == "refused at learner seeds 0, 1 and 2 and learned at seed 3"
+    assert SeedRun(tuple(no)).summary == "refused at every learner seed tried (0 to 2)"

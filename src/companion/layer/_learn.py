@@ -916,8 +916,9 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
     diagnostics["skip_normalisation"] = SKIP_NORMALISATION if kind == "multiple of identity" else None
     message = (
         f"found {H_found} heads, skip {skip_text}, layernorm {layer.layernorm}, from {n_learn} vector queries "
-        f"(the heads' scalar route in d + 1 dimensions, 4H(d+1)^2 - 2H + 1 = {diagnostics['heads_route_count']} "
-        f"scalar queries; dimension count {diagnostics['information_floor']} vector queries)"
+        f"(the follow-up's scalar route for the heads, in d + 1 dimensions, would ask 4H(d+1)^2 - 2H + 1 = "
+        f"{diagnostics['heads_route_count']} scalar queries; dimension count, with the skip as posed, "
+        f"{diagnostics['information_floor']} vector queries)"
     )
     fields = {k: getattr(layer, k) for k in ("Ws", "Ms", "b_O", "skip", "layernorm", "gamma", "beta", "eps")}
     W = layer.Ws.sum(axis=0) if H_found else np.zeros((d + 1, d + 1))

@@ -75,6 +75,26 @@ class SeedRun:
         """The first learned seed, None if every seed tried was refused."""
         return next((o.seed for o in self.outcomes if o.learned), None)
 
+    @property
+    def summary(self) -> str:
+        """One clause for prose: ``"learned at the first learner seed"``, ``"refused at learner seed
+        0 and learned at seed 1"``, ``"refused at learner seeds 0 and 1 and learned at seed 2"``, or
+        ``"refused at every learner seed tried (0 to 7)"``.
+
+        >>> from companion.errors import PrecisionError
+        >>> no, yes = SeedOutcome(0, error=PrecisionError("gap")), SeedOutcome(1, recovery=object())
+        >>> SeedRun((no, yes)).summary
+        'refused at learner seed 0 and learned at seed 1'
+        """
+        refused, learned = self.refused, self.learned_seed
+        if learned is None:
+            tried = [o.seed for o in self.outcomes]
+            return f"refused at every learner seed tried ({tried[0]} to {tried[-1]})" if tried else "not tried"
+        if not refused:
+            return "learned at the first learner seed"
+        listed = str(refused[0]) if len(refused) == 1 else ", ".join(map(str, refused[:-1])) + f" and {refused[-1]}"
+        return f"refused at learner seed{'s' * (len(refused) > 1)} {listed} and learned at seed {learned}"
+
 
 def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) -> SeedRun:
     """Run :func:`learn_attention_layer` at learner seeds in turn, as its refusals advise.
