@@ -432,6 +432,44 @@ def test_noisy_nuclear_raises_solver_error_when_infeasible():
                        W_max=2.0)
 
 
+def _solve_with_status(monkeypatch, status):
+    """Run ``_noisy_nuclear`` on a feasible program whose solve reports ``status`` (patched)."""
+    import cvxpy as cp
+
+    real_solve = cp.Problem.solve
+
+    def solve(self, *args, **kwargs):
+        out = real_solve(self, *args, **kwargs)
+        self._status = status
+        return out
+
+    monkeypatch.setattr(cp.Problem, "solve", solve)
+    A = np.ones((1, 2))
+    return _noisy_nuclear(A, A, np.array([1.0]), np.array([0.1]), eps=1e-7, tau=1e-3, W_max=2.0)
+
+
+def test_noisy_nuclear_infeasible_status_blames_the_assumptions(monkeypatch):
+    with pytest.raises(SolverError, match=r"program infeasible: no matrix meets all 1 .*raise W_max"):
+        _solve_with_status(monkeypatch, "infeasible")
+
+
+@pytest.mark.parametrize("status", ["infeasible_inaccurate", "optimal_inaccurate", "user_limit"])
+def test_noisy_nuclear_inaccurate_status_proves_nothing(monkeypatch, status):
+    # SCS stopped short of eps: the message must not assert what only a certificate shows
+    with pytest.raises(SolverError) as info:
+        _solve_with_status(monkeypatch, status)
+    msg = str(info.value)
+    assert f"stopped short of its accuracy with status {status!r}" in msg
+    assert "proves nothing about W_max, tau or the target" in msg
+    assert "Loosen solver_eps, or use method='rgn'" in msg
+    assert "no matrix meets" not in msg and "raise W_max" not in msg
+
+
+def test_noisy_nuclear_optimal_status_returns(monkeypatch):
+    W, info = _solve_with_status(monkeypatch, "optimal")
+    assert info["status"] == "optimal" and W.shape == (2, 2)
+
+
 def test_noisy_low_rank_checks_inputs_before_querying():
     head = random_margin_head(6, W_max=3.0, mu=0.1, rank=1, seed=0)
     oracle = ApproxValueQueryOracle(head, 1e-5)

@@ -60,8 +60,10 @@ _NOISY_MESSAGES = {
         "the oracle errs by more than tau (raise tau), or it is not a single head."
     ),
     "inaccurate": (
-        "SCS stopped with status {status!r} on the noise-aware nuclear-norm program "
-        "(eps={eps:g}, {its} iterations); loosen solver_eps or use method='rgn'."
+        "SCS stopped short of its accuracy with status {status!r} on the noise-aware "
+        "nuclear-norm program (eps={eps:g}, {its} iterations): this proves nothing about "
+        "W_max, tau or the target (only status 'infeasible' would). Loosen solver_eps, or use "
+        "method='rgn'."
     ),
     "fit": (
         "the best rank-{r} fit leaves a weighted residual fit_ratio={ratio:.3g} times the largest "
@@ -99,7 +101,9 @@ def _noisy_nuclear(A, B, t, delta, *, eps, tau, W_max):
         "solve_iterations": its,
         "objective": float(problem.value) if problem.value is not None else float("nan"),
     }
-    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+    # Only a solved infeasibility certificate is evidence against the assumptions; a status
+    # with "inaccurate" (infeasible_inaccurate included) means SCS stopped short of eps.
+    if problem.status == cp.INFEASIBLE:
         raise SolverError(_NOISY_MESSAGES["infeasible"].format(status=problem.status, m=len(t), W_max=W_max, tau=tau))
     if problem.status != cp.OPTIMAL:
         raise SolverError(_NOISY_MESSAGES["inaccurate"].format(status=problem.status, eps=eps, its=its))
@@ -429,9 +433,11 @@ def learn_low_rank_noisy(
     BudgetExceededError
         If the budget is below ``d + m``; before the first query.
     SolverError
-        If SCS does not reach an optimal solution, in particular if the program is infeasible:
-        then no head with ``||W*||_F <= W_max`` answered within ``tau`` (the message says which
-        assumption to relax).
+        If SCS does not reach an optimal solution. With status ``"infeasible"``, no head with
+        ``||W*||_F <= W_max`` answered within ``tau`` (the message says which assumption to
+        relax); with any other status (``"infeasible_inaccurate"`` included) SCS stopped short of
+        its accuracy, which proves nothing about the assumptions (the message says so, and
+        suggests a looser ``solver_eps`` or ``method="rgn"``).
     OracleInconsistentError
         ``"rgn"``, ``tau > 0``, ``verify > 0`` (the default; the check spends no query): if the
         weighted residual of the rank-``r`` fit exceeds
