@@ -20,12 +20,15 @@ ones by the same rule as nbval's (:mod:`companion.book.nbcompare`):
    ten configurations, less the one nbval already runs (the environment's ``OPENBLAS_CORETYPE``, or
    the native kernel, with its thread count). Running every chapter under all of them would be
    about 90 executions, some 30 minutes of CPU on top of the rest of the suite; instead each
-   chapter runs under two of them, in a rotation (:func:`schedule`): chapter ``i`` takes the
-   ``i``-th 1-thread and the ``i``-th 2-thread configuration, with two different kernels. So every
-   configuration runs at least once (two executions per chapter for at most 10 configurations), every chapter
-   meets two kernels and both thread counts, and the perturbation run, which finds the digits a
-   chapter does not have on any machine, covers every chapter. A kernel-specific defect is found by
-   the configuration that meets it; the perturbation finds the kind, wherever the suite runs.
+   chapter runs under one of them, in a rotation (:func:`schedule`): chapter ``i`` takes
+   configuration ``(i + r) mod n`` of the ``n``, ordered with the thread counts alternating,
+   ``r`` = ``$COMPANION_KERNEL_ROTATION`` (default 0). With nine chapters and at most nine
+   configurations every configuration runs in every ``make test``, and ``n`` consecutive
+   rotations run every chapter under every configuration, as the perturbation's patterns rotate.
+   (Until session 38 each chapter ran under two configurations, one per thread count: twice the
+   CPU, about 210 of the suite's 1,560 CPU seconds, for a second kernel per chapter that the
+   rotation reaches on other runs.) A kernel-specific defect is found by the configuration that
+   meets it; the perturbation finds the kind, wherever the suite runs.
 
 Each execution is one ``companion run`` process (papermill, its kernel on IPC sockets of its own), a
 job of the background pool of ``conftest.py``, with the suite's other independent chapter runs
@@ -45,7 +48,6 @@ Kernel runs are skipped, with the reason, off x86-64 or without OpenBLAS; the pe
 everywhere.
 """
 
-import itertools
 import json
 import os
 import platform
@@ -74,6 +76,8 @@ THREADS = (1, 2)
 PERTURB_ULPS = 4
 #: Shift of the rotation of the perturbation's sign patterns across the chapters (module docstring).
 PERTURB_ROTATION = int(os.environ.get("COMPANION_PERTURB_ROTATION", "0") or 0)
+#: Shift of the rotation of the kernel configurations across the chapters (module docstring).
+KERNEL_ROTATION = int(os.environ.get("COMPANION_KERNEL_ROTATION", "0") or 0)
 
 
 def perturb_config(i: int, rotation: int = PERTURB_ROTATION) -> tuple:
@@ -124,26 +128,22 @@ def _reported(kernel) -> set:
     return REPORTED.get(kernel, {kernel})
 
 
-def schedule(chapters, configs) -> dict:
-    """``{chapter stem: [configuration, ...]}``: the perturbation for every chapter, and two kernels.
+def _interleaved(configs) -> list:
+    """``configs`` with the thread counts alternating: the ``k``-th of each thread count, in turn."""
+    groups = [[c for c in configs or [] if c[1] == t] for t in THREADS]
+    return [g[k] for k in range(max(map(len, groups), default=0)) for g in groups if k < len(g)]
 
-    Chapter ``i`` takes the ``i``-th 1-thread and the ``i``-th 2-thread configuration (cyclically);
-    when the two share a kernel, the nearest pair after them that does not: two kernels and both
-    thread counts per chapter, and every configuration at least once when there are enough chapters.
+
+def schedule(chapters, configs, rotation: int = KERNEL_ROTATION) -> dict:
+    """``{chapter stem: [configuration, ...]}``: the perturbation for every chapter, and one kernel.
+
+    Chapter ``i`` takes configuration ``(i + rotation) mod n`` of the ``n`` configurations, ordered
+    with the thread counts alternating (:func:`_interleaved`): every configuration runs when there
+    are at least as many chapters, and ``n`` consecutive rotations run every chapter under every one.
     """
-    one, two = ([c for c in configs or [] if c[1] == t] for t in THREADS)
-    out = {}
-    for i, path in enumerate(chapters):
-        if one and two:
-            pairs = sorted(itertools.product(range(len(one)), range(len(two))), key=lambda ab: (sum(ab), ab))
-            picked = next(([one[(i + a) % len(one)], two[(i + b) % len(two)]] for a, b in pairs
-                           if one[(i + a) % len(one)][0] != two[(i + b) % len(two)][0]),
-                          [one[i % len(one)]])
-        else:
-            group = one or two
-            picked = [group[i % len(group)]] if group else []
-        out[path.stem] = [perturb_config(i), *picked]
-    return out
+    order = _interleaved(configs)
+    return {path.stem: [perturb_config(i)] + ([order[(i + rotation) % len(order)]] if order else [])
+            for i, path in enumerate(chapters)}
 
 
 CONFIGS, NBVAL_CONFIG, NATIVE = _kernel_configs()
@@ -318,24 +318,39 @@ def test_chapter_reproduces(path, config, background):
 
 
 @pytest.mark.parametrize("n_kernels", [1, 2, 4, 5])
-def test_schedule_covers_every_configuration(n_kernels):
-    """The rotation: the perturbation for every chapter; two kernels with 1 and 2 threads each (when
-    there are two); every kernel and thread count, and from three kernels every configuration."""
+@pytest.mark.parametrize("rotation", [0, 1, 8])
+def test_schedule_covers_every_configuration(n_kernels, rotation):
+    """The rotation: the perturbation and one kernel configuration per chapter; with nine chapters
+    every configuration runs (up to nine: five kernels at two thread counts, less nbval's own), both
+    thread counts among them, and n consecutive rotations run every chapter under every one."""
     kernels = list(KERNELS)[:n_kernels]
     configs = [(k, t) for t in THREADS for k in kernels if (k, t) != ("Haswell", 2)]
-    plan = schedule(CHAPTERS, configs)
+    plan = schedule(CHAPTERS, configs, rotation)
     assert list(plan) == [p.stem for p in CHAPTERS]
     assert [runs[0] for runs in plan.values()] == [perturb_config(i) for i in range(len(CHAPTERS))]
-    run = {c for runs in plan.values() for c in runs[1:]}
-    assert {k for k, _ in run} == set(kernels) and {t for _, t in run} == {t for _, t in configs}
-    if n_kernels >= 3:      # with two kernels, a 2-thread Sandybridge pairs only with a 1-thread Haswell
-        assert run == set(configs)
-    for runs in plan.values():
-        picked = runs[1:]
-        assert len({k for k, _ in picked}) == len(picked)                    # two different kernels
-        if n_kernels >= 2:
-            assert sorted(t for _, t in picked) == [1, 2], runs              # both thread counts
-    assert sum(len(r) - 1 for r in plan.values()) == (2 if n_kernels >= 2 else 1) * len(CHAPTERS)
+    assert all(len(runs) == 2 for runs in plan.values())                # one kernel run per chapter
+    run = [runs[1] for runs in plan.values()]
+    assert len(CHAPTERS) >= len(configs) and set(run) == set(configs)   # every configuration
+    assert len({t for _, t in run}) == len({t for _, t in configs})    # both thread counts
+    n = len(configs)
+    every = {(stem, schedule(CHAPTERS, configs, rotation + k)[stem][1]) for stem in plan for k in range(n)}
+    assert every == {(stem, c) for stem in plan for c in configs}
+    # consecutive chapters alternate thread counts while both remain
+    order = _interleaved(configs)
+    if n_kernels >= 2:
+        assert order[:2] == [configs[0], next(c for c in configs if c[1] == 2)]
+    assert sorted(order) == sorted(configs)
+
+
+def test_schedule_of_the_default_rotation_is_pinned():
+    """Rotation 0 on five kernels less nbval's SkylakeX/1 (this CI's machine): which chapter meets
+    which configuration, so that a change of the order is a visible change of the test."""
+    configs = [(k, t) for t in THREADS for k in KERNELS if (k, t) != ("SkylakeX", 1)]
+    plan = schedule(CHAPTERS, configs, 0)
+    assert [runs[1] for runs in plan.values()] == [
+        ("Haswell", 1), ("Haswell", 2), ("Sandybridge", 1), ("Sandybridge", 2), ("Nehalem", 1),
+        ("SkylakeX", 2), ("Prescott", 1), ("Nehalem", 2), ("Prescott", 2)]
+    assert schedule(CHAPTERS, [], 0) == {p.stem: [perturb_config(i)] for i, p in enumerate(CHAPTERS)}
 
 
 def test_this_machine_runs_every_kernel_and_both_thread_counts():
