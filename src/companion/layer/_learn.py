@@ -100,6 +100,14 @@ FLOAT32_VERIFY_UNITS = 10 * FLOAT32_FLOOR_UNITS
 #: 12.8 u from 0 or I; ROUNDING_UNITS (256) keeps a factor 20 above that.
 FLOAT32_SKIP_UNITS = ROUNDING_UNITS
 
+#: The float32 route's joint heads' stage counts a row space's singular values above this many u (relative to the
+#: largest) in its rank. Measured (2026-12-04, Keras 3 MultiHeadAttention in float32, key_dim 2, every row of the
+#: joint stage): the (H + 1)-th singular value, rounding, is 4.8 u to 14.5 u (H = 4 at d = 8, seeds 0 to 2, at d = 16,
+#: seed 0; H = 8 at d = 16, seeds 0 to 2); the H-th, a head, is 132 u at its smallest (H = 8, d = 8, seed 1, row 6:
+#: heads whose shifts along that row nearly agree; another draw of the rows at d = 8, seeds 0 to 2: 597 u and more).
+#: 64 keeps a factor 4.4 above the rounding and 2 below that head (ROUNDING_UNITS, 256, cut it).
+FLOAT32_RANK_UNITS = 64
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class LayerRecovery(Recovery):
@@ -434,8 +442,8 @@ def _learn_heads_joint(oracle, Y1, o: _Options, rng):
     o1 = lambda X: Y1[0] + X @ (Y1[1:] - Y1[0])  # noqa: E731  # the one-token answers, affine in the token
     at = f", at float32's precision (u = {o.u:.1e})" if o.float32 else ""
     try:
-        if o.float32:  # the fit at FLOAT32_HEADS_TOL; the rank above rounding at u (ROUNDING_UNITS u)
-            Ws, _ = learn_heads_joint(oracle, o1, o.H, rng, tol=FLOAT32_HEADS_TOL, rank_tol=ROUNDING_UNITS * o.u)
+        if o.float32:  # the fit at FLOAT32_HEADS_TOL; the rank above rounding at u (FLOAT32_RANK_UNITS u)
+            Ws, _ = learn_heads_joint(oracle, o1, o.H, rng, tol=FLOAT32_HEADS_TOL, rank_tol=FLOAT32_RANK_UNITS * o.u)
         else:
             Ws, _ = learn_heads_joint(oracle, o1, o.H, rng)
     except NotIdentifiableError as exc:
@@ -781,8 +789,12 @@ def learn_attention_layer(
        ``H = 4`` and 8 were refused by the readout route's heads' learner; the joint route (step 8, its rank
        counted above ``ROUNDING_UNITS`` u, its fits at ``FLOAT32_HEADS_TOL``) learns ``H = 4`` at ``d = 8``
        (key_dim 2, seeds 0 to 2, learner seed 0: 8.0 u to 17.8 u on 200 fresh queries, floors 4.1 u to 5.6 u;
-       row spaces' (H + 1)-th singular value 1.5e-7 to 2.4e-7 of the largest, the H-th 8e-3) and refuses
-       ``H = 8`` at ``d = 8`` and 16 (its Loewner start gives spurious poles under float32's rounding); at
+       row spaces' (H + 1)-th singular value 1.5e-7 to 2.4e-7 of the largest, the H-th 8e-3; the rank counted above
+       ``FLOAT32_RANK_UNITS`` u) and ``H = 8`` at ``d = 8`` (seeds 0 to 2: 7.8 u, 17.0 u, 17.0 u, floors 3.3 u to
+       5.7 u; no token's Loewner pencil resolves the 8 poles under float32's rounding, and the rows start from the
+       columns of ``C^{-1}`` fitted over all their tokens, :func:`companion.layer._joint._start_C_columns`); it
+       refuses ``H = 8`` at ``d = 16`` (every row fitted, the rows' links off by 3.7e-2, above
+       ``sqrt(FLOAT32_HEADS_TOL)``); at
        ``d = 16``, ``H = 4`` (key_dim 4) the unpolished result (over ``POLISH_MAX_UNKNOWNS``) predicts 200
        fresh queries to 43 u to 90 u, above the 60 u that its 32 verification queries passed. Targets outside
        the class, with their true heads given, misfit by 1.2e7 u or more.
