@@ -272,9 +272,8 @@ def _plan(oracle, o: _Options) -> dict:
         try:
             plan["heads"] = max(plan["heads"], rational_plan(d + 1, o.H_plan)["n_queries"] - (d + 1))
         except InvalidInputError as exc:
-            if joint:  # the joint stage is the one planned; the readout route would refuse only behind a LayerNorm
-                pass
-            else:
+            # where the joint stage is the one planned, the readout route would refuse only behind a LayerNorm
+            if not joint:
                 raise InvalidInputError(
                     f"learn_attention_layer's heads' learner works in d + 1 = {d + 1} dimensions: {exc} "
                     "Here: call learn_attention_layer without H and H_bound (the robust route)."
