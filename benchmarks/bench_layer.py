@@ -37,6 +37,22 @@ measures why: its answers carry the norm of P u to about 5e-7 only), within 1.8x
 5,021 queries it asked; past the check the heads' learner would need 7,114,489 queries at d + 1 = 385. Where
 the learner recovers the small rows (readout route, H = 2), its own work (the heads' rational fits, the
 polish) dwarfs the oracle's: an AttentionLayer answers 2,267 queries in a few milliseconds.
+
+Session 38 (2026-12-04, this book's), the d = 64, H = 8 row: the learner's clock now starts after
+``import companion.multihead`` (the learner's lazy import of scipy.interpolate, 0.28 CPU s, a process's one-time
+cost, not work for the queries). Five runs of the row, with two other engineers' jobs on the machine's two cores:
+3.2x, 3.7x, 3.7x, 3.75x and 5.1x the oracle's time (learner 3.6 to 6.8 s, oracle 1.12 to 1.32 s; same 93,789
+queries, same fresh error): the contention moves the ratio more than any cut tried. Where the learner's 3.49 CPU s
+went (one instrumented run, multihead imported before): the target itself 1.46 s, the oracle's wrapper
+(VectorQueryOracle: validation, the batch's copy) 0.30 s, and the learner's own work 1.73 s: the rows' fits
+(``_als``: the poles of all 89 tokens per row, the joint Levenberg-Marquardt on 24) 0.73 s, the rows' starts
+(``_start_C``, Loewner pencils of every token) 0.31 s, the shifts' weighted least squares (a three-operand einsum)
+0.19 s, the pair queries' construction 0.13 s, the links' least squares 0.13 s, the rows' QR and SVD 0.10 s.
+Two cuts were tried and not kept, because they move the verification's error at rounding level the wrong way
+(8.16e-14 before): the shifts' normal equations by batched matmul (0.15 s less; 8.47e-14, fresh 1.05e-13 against
+1.02e-13) and the start's pseudo-inverse and condition numbers from one SVD (8.68e-14). 2x needs the learner's own
+work and the wrapper's (2.03 s) below the oracle's 1.2 to 1.5 s: 0.6 to 0.8 s less. The rows are 64 independent
+fits of the same shapes, and batching them across rows (one array pass instead of 64) is the next step, not done.
 """
 
 from __future__ import annotations
