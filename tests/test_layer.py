@@ -670,6 +670,47 @@ def test_post_ln_symmetry_gives_other_parameters_with_the_same_outputs(residual)
         assert layer.canonical().eps == pytest.approx(1.0, rel=1e-12)
 
 
+def _directions_system(layer, X):
+    """With the true heads given: the homogeneous linear system that the answers' directions alone put on the
+    P-projected ``Theta = [M_1 .. M_H, S, b_O]`` (per query ``(I - n n^T) P Theta^T phi = 0``, ``n`` the direction of
+    ``(y - beta) / gamma``, which is ``P u`` over its norm at every ``eps``); unknowns in a sum-zero basis."""
+    from companion.layer._fit import features
+
+    d = layer.d
+    Y = layer(X)
+    Z = (Y - layer.beta) / layer.gamma
+    n = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+    P = np.eye(d) - 1.0 / d
+    Us = np.linalg.svd(P)[0][:, : d - 1]
+    rows = [
+        np.kron(features(layer.canonical().Ws, x[None])[0][None, :], (np.eye(d) - np.outer(v, v)) @ P @ Us)
+        for x, v in zip(X, n)
+    ]
+    return np.concatenate(rows), P, Us
+
+
+@pytest.mark.parametrize("eps", [1e-12, 1e-3])
+def test_a_post_ln_blocks_directions_fix_it_up_to_one_scale_which_the_residual_fixes(eps):
+    """This book's analysis of MiniLM's refusal (BERT's eps = 1e-12 leaves the answers' norm unreadable, MIN_GAP):
+    the answers' directions alone, at any eps, determine a residual post-LN block's P-projected parameters up to one
+    scale c (the one symmetry: c (x_N + o(X)) is seen as x_N + o(X)); the identity skip fixes c, since c x_N is
+    not an attention output. Measured with the true heads (d = 8, H = 2, 120 queries; eps 1e-12 and 1e-3 alike): one
+    null vector (1.8e-16 and 1.9e-16 of the largest singular value), the next at 4.5e-2; the null vector is the true
+    parameters times c to 1.8e-15."""
+    from companion.layer import random_attention_layer as ral
+
+    layer = ral(8, 2, residual=True, layernorm="post", eps=eps, seed=0)
+    A, P, Us = _directions_system(layer, fresh(8, n=120, seed=7))
+    _, s, Vt = np.linalg.svd(A)
+    assert s[-1] / s[0] < 1e-14 and s[-2] / s[0] > 1e-2
+    can = layer.canonical()
+    Theta = np.concatenate([m[:, :8].T for m in can.Ms] + [can.skip.T, can.b_O[None, :]])
+    null, true = Vt[-1].reshape(-1, 7), Theta @ P @ Us
+    c = float(np.sum(null * true) / np.sum(true * true))
+    assert rel(null / c, true) < 1e-13
+    assert rel(null[16:24] @ Us.T / c, P) < 1e-13  # the skip block is c P: S = I fixes c
+
+
 def test_pre_ln_symmetry_folds_gamma_and_beta_into_the_heads():
     layer = random_attention_layer(5, 2, residual=True, layernorm="pre", seed=1)
     other = pre_ln_symmetry(layer, seed=2)
