@@ -88,10 +88,10 @@ def _ratios(H: int):
     return n, 2 * H + 1 - n
 
 
-def joint_plan(d: int, H: int) -> int:
+def joint_plan(d: int, H: int, link_tokens: int = LINK_TOKENS) -> int:
     """The queries of :func:`learn_heads_joint` (its one-token queries are the caller's)."""
     n_tok = d + 1 + EXTRA_TOKENS
-    return 2 * H * (d * n_tok + (d - 1) * LINK_TOKENS)
+    return 2 * H * (d * n_tok + (d - 1) * link_tokens)
 
 
 def _pair_queries(delta, X, H):
@@ -380,10 +380,13 @@ def _als(Z, C, r):
     return C, p, sens, misfit, int(np.sum(use))
 
 
-def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, scale=TOKEN_SCALE):
+def learn_heads_joint(
+    oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, scale=TOKEN_SCALE, link_tokens=LINK_TOKENS
+):
     """The heads' ``W~_h`` (shape ``(H, d + 1, d + 1)``, last rows 0) from the vector answers jointly.
 
-    ``o1(X)`` is the one-token answer at each token of ``X`` (shape ``(K, d)`` to ``(K, d_out)``).
+    ``o1(X)`` is the one-token answer at each token of ``X`` (shape ``(K, d)`` to ``(K, d_out)``); each row is
+    linked to row 0 through ``link_tokens`` tokens (``joint_plan(d, H, link_tokens)`` queries in all).
     Returns ``(Ws, info)``. Raises :class:`NotIdentifiableError` when the answers show no head and
     :class:`OracleInconsistentError` (with the numbers) when a row's rank is not ``H`` or its fit misfits.
     """
@@ -433,11 +436,11 @@ def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, 
     # found, and the answers are a least-squares combination of the H^2 candidates with coefficient 1 on the H
     # matched ones and 0 elsewhere (the row spaces alone cannot link heads whose M_h has rank 1: measured, d = 8,
     # H = 5, head_dim 1)
-    XL = rng.standard_normal((LINK_TOKENS, d)) * (scale / np.sqrt(d))
-    XLt = np.concatenate([XL, np.ones((LINK_TOKENS, 1))], axis=1)
+    XL = rng.standard_normal((link_tokens, d)) * (scale / np.sqrt(d))
+    XLt = np.concatenate([XL, np.ones((link_tokens, 1))], axis=1)
     link_err = 0.0
     for i in range(1, d):
-        GL = oracle(_pair_queries(D[0] + D[i], XL, H)).reshape(LINK_TOKENS, 2 * H, -1) - o1(XL)[:, None, :]
+        GL = oracle(_pair_queries(D[0] + D[i], XL, H)).reshape(link_tokens, 2 * H, -1) - o1(XL)[:, None, :]
         shifts = (XLt @ rows[0].T)[:, :, None] + (XLt @ rows[i].T)[:, None, :]  # (L, h, g)
         Phi = r[None, :, None, None] / (r[None, :, None, None] + np.exp(-shifts)[:, None, :, :])  # (L, K, h, g)
         amp = gammas[0][:, None, :] + gammas[i][None, :, :]  # (h, g, d_out)
