@@ -237,7 +237,8 @@ def _start_C_columns(Z, r, H):
     ``H`` best distinct ones (``COLUMN_DISTINCT``) give ``C``. None if fewer than ``H`` are distinct.
     """
     P = np.abs(_loewner_poles(Z, r).real) + np.finfo(float).eps  # the tokens' poles, real and positive
-    Cs = np.linalg.pinv(_phi(r, P)) @ Z  # (K, H, H)
+    finite = np.all(np.isfinite(P), axis=1)
+    Cs = np.linalg.pinv(_phi(r, P[finite])) @ Z[finite]  # (K', H, H)
     B = np.linalg.pinv(Cs).transpose(0, 2, 1).reshape(-1, H)  # every token's columns of C_k^{-1}, as rows
     B = B[np.all(np.isfinite(B), axis=1)]
     B, mis = _fit_columns(Z, B, r)
