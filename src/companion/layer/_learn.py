@@ -833,7 +833,8 @@ def learn_attention_layer(
        then Levenberg-Marquardt on ``C`` and every token's log-poles together; the shifts ``-log p_h``
        are linear in ``x~`` (a least squares per head); rows are linked through pairs at
        ``delta_0 + delta_i``. ``2 H (d (d + 25) + 2 (d - 1))`` queries (``joint_plan``), of length
-       ``2 H + 1``. Measured (2026-12-04, ``random_attention_layer`` seeds 0 and 1, residual, one BLAS
+       ``2 H + 1`` (the float32 route's links ask ``2 H (d - 1) 8``, not ``2 H (d - 1) 2``: the plan reserves
+       those in every joint run). Measured (2026-12-04, ``random_attention_layer`` seeds 0 and 1, residual, one BLAS
        thread): learned at ``d = 8``, 16 and 32 for every ``H`` from 3 to 8 (36 of 36), fresh errors
        7.4e-16 to 5.1e-13. The readout route refused ``H = 6`` to 8 at ``d = 8``, ``H = 7, 8`` at
        ``d = 16`` and ``H = 3`` to 8 at ``d = 32`` (the last with "not an attention layer", a false
