@@ -14,7 +14,9 @@ the whole row. The stage:
 1. per row, the row space ``V`` from the SVD of all its tokens' answers (its rank is ``H``);
 2. per token, the poles from a Loewner pencil (two interleaved halves of the ``2 H`` ratios), and
    ``C_k`` from them by least squares; the heads matched across tokens by their rows of ``C_k``
-   (amplitude vectors, far apart), ``C`` their median;
+   (amplitude vectors, far apart), ``C`` their median. Where no token's pencil gives ``H`` real positive
+   poles (float32's rounding, ``H = 8`` poles within a decade), each column of ``C^{-1}`` is fitted over all
+   the row's tokens at once instead (:func:`_start_C_columns`: ``Z_k b`` is one pole's ``phi`` at every token);
 3. alternating least squares: the poles of every token from ``Z_k C^{-1}`` (one pole per column, a
    linear fit, well conditioned even for a pole outside the ratios' window), then ``C`` from all
    tokens at once;
@@ -61,6 +63,18 @@ START_IMAG = 1e-6
 #: Largest change of a log-pole in one step of a token's fit (its misfit is flat far outside the window).
 LOG_STEP = 3.0
 
+#: The column start (:func:`_start_C_columns`, when no token's pencil starts the row) keeps log-poles within
+#: +-COLUMN_LOGP (a pole at e^8, about 3000, has phi at most 5.3e-3 in H = 8's window of ratios, 1/16 to 16; the
+#: fit's trivial minimum, a column 0 with every pole at infinity, stays out of reach).
+COLUMN_LOGP = 8.0
+
+#: Two fitted columns of ``C^{-1}`` whose ``phi`` values (over the row's tokens and ratios) differ by less than
+#: this (root mean square) are one head. Measured (2026-12-04, Keras 3 MultiHeadAttention in float32, d = 8,
+#: H = 8, key_dim 2, seeds 0 to 2, every row): two heads' ``phi`` differ by 0.035 or more, the fits that end at one
+#: head by 3.2e-3 or less (1e-2 is about their geometric mean); the first spurious minimum's misfit is 195 times
+#: the worst head's or more. (The columns themselves are not compared: two heads' lay within 4% of their norm.)
+COLUMN_DISTINCT = 1e-2
+
 #: Tokens of a row in its joint fit of C and their log-poles (the rest get their poles from C).
 LM_TOKENS = 24
 
@@ -74,10 +88,10 @@ def _ratios(H: int):
     return n, 2 * H + 1 - n
 
 
-def joint_plan(d: int, H: int) -> int:
+def joint_plan(d: int, H: int, link_tokens: int = LINK_TOKENS) -> int:
     """The queries of :func:`learn_heads_joint` (its one-token queries are the caller's)."""
     n_tok = d + 1 + EXTRA_TOKENS
-    return 2 * H * (d * n_tok + (d - 1) * LINK_TOKENS)
+    return 2 * H * (d * n_tok + (d - 1) * link_tokens)
 
 
 def _pair_queries(delta, X, H):
@@ -157,6 +171,85 @@ def _start_C(Z, r, H):
         _, perm = linear_sum_assignment(cost)
         aligned.append(Cs[j][perm])
     return np.median(np.stack(aligned), axis=0)
+
+
+def _column_poles(Y, r, logp=None, steps=20):
+    """Per start and token the log-pole of the one-pole fit ``Y ~ phi(r, p)`` (Newton in ``log p``, within
+    ``+-COLUMN_LOGP``); ``Y`` of shape ``(S, K, R)``, returns ``(S, K)``."""
+    if logp is None:  # the linear estimate: (r + p) phi = r
+        num = np.einsum("skr,r->sk", Y * (1.0 - Y), r)
+        den = np.einsum("skr,skr->sk", Y, Y)
+        logp = np.log(np.clip(num / np.maximum(den, np.finfo(float).tiny), np.exp(-COLUMN_LOGP), np.exp(COLUMN_LOGP)))
+    for _ in range(steps):
+        p = np.exp(logp)[..., None]
+        a = -r * p / (r + p) ** 2  # d phi / d log p
+        e = Y - r / (r + p)
+        step = np.sum(a * e, -1) / (np.sum(a * a, -1) + np.finfo(float).tiny)
+        logp = np.clip(logp + np.clip(step, -2.0, 2.0), -COLUMN_LOGP, COLUMN_LOGP)
+    return logp
+
+
+def _column_misfits(Z, B, logp, r):
+    Y = np.einsum("krh,sh->skr", Z, B)
+    return np.sum((Y - r / (r + np.exp(logp)[..., None])) ** 2, axis=(1, 2))
+
+
+def _fit_columns(Z, B, r, iters=30):
+    """Each start ``b`` (a row of ``B``, shape ``(S, H)``) fitted so that ``Z_k b`` is one pole's
+    ``phi(r, p_k)`` at every token ``k`` at once: Levenberg-Marquardt on ``b`` with the tokens' log-poles
+    eliminated (variable projection: per token the Jacobian's pole column projected out, the poles refitted
+    after each step). Returns ``(B, rms misfit per start)``."""
+    S = B.shape[0]
+    K, R, H = Z.shape
+    ZZ = np.einsum("krh,krg->hg", Z, Z)
+    logp = _column_poles(np.einsum("krh,sh->skr", Z, B), r)
+    cur = _column_misfits(Z, B, logp, r)
+    lam = np.full(S, 1e-4)
+    for _ in range(iters):
+        p = np.exp(logp)[..., None]
+        a = -r * p / (r + p) ** 2  # (S, K, R)
+        e = np.einsum("krh,sh->skr", Z, B) - r / (r + p)
+        aa = np.sum(a * a, -1) + np.finfo(float).tiny
+        aZ = np.einsum("skr,krh->skh", a, Z) / np.sqrt(aa)[..., None]
+        N = ZZ[None] - np.einsum("skh,skg->shg", aZ, aZ)  # sum_k Z_k^T (I - a a^T / a^T a) Z_k
+        g = np.einsum("krh,skr->sh", Z, e) - np.einsum("skh,sk->sh", aZ, np.sum(a * e, -1) / np.sqrt(aa))
+        diag = np.einsum("shh->sh", N)
+        for _ in range(6):
+            A = N + (lam[:, None] * diag + np.finfo(float).tiny)[:, :, None] * np.eye(H)[None]
+            Bn = B - np.linalg.solve(A, g[..., None])[..., 0]
+            lpn = _column_poles(np.einsum("krh,sh->skr", Z, Bn), r, logp, steps=6)
+            new = _column_misfits(Z, Bn, lpn, r)
+            ok = new < cur
+            B, logp = np.where(ok[:, None], Bn, B), np.where(ok[:, None], lpn, logp)
+            cur, lam = np.where(ok, new, cur), np.where(ok, lam / 10.0, lam * 10.0)
+            if np.all(ok):
+                break
+    return B, np.sqrt(cur / (K * R))
+
+
+def _start_C_columns(Z, r, H):
+    """``C`` from the columns of ``C^{-1}``, each fitted on all the row's tokens at once (:func:`_fit_columns`).
+
+    Column ``h`` of ``C^{-1}`` turns every token's ``Z_k`` into one pole's ``phi(r, p_kh)``: ``C`` is shared by
+    the tokens, so each column is fitted on all of them (``H`` unknowns from ``K R`` numbers), where a token's
+    own pencil resolves ``H`` close poles from ``2 H`` numbers only. Started from the columns of every token's
+    pencil (however wrong its poles), the fits end at the ``H`` columns or at distinct spurious minima; the
+    ``H`` best distinct ones (``COLUMN_DISTINCT``) give ``C``. None if fewer than ``H`` are distinct.
+    """
+    P = np.abs(_loewner_poles(Z, r).real) + np.finfo(float).eps  # the tokens' poles, real and positive
+    finite = np.all(np.isfinite(P), axis=1)
+    Cs = np.linalg.pinv(_phi(r, P[finite])) @ Z[finite]  # (K', H, H)
+    B = np.linalg.pinv(Cs).transpose(0, 2, 1).reshape(-1, H)  # every token's columns of C_k^{-1}, as rows
+    B = B[np.all(np.isfinite(B), axis=1)]
+    B, mis = _fit_columns(Z, B, r)
+    Y = np.einsum("krh,sh->skr", Z, B).reshape(len(B), -1)  # each fit's phi values: a head's, if it is one
+    chosen: list[int] = []
+    for j in np.argsort(mis):
+        if all(np.sqrt(np.mean((Y[j] - Y[k]) ** 2)) > COLUMN_DISTINCT for k in chosen):
+            chosen.append(int(j))
+        if len(chosen) == H:
+            return np.linalg.inv(B[chosen].T)
+    return None
 
 
 def _token_misfits(Z, C, r, logp):
@@ -288,10 +381,13 @@ def _als(Z, C, r):
     return C, p, sens, misfit, int(np.sum(use))
 
 
-def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, scale=TOKEN_SCALE):
+def learn_heads_joint(
+    oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, scale=TOKEN_SCALE, link_tokens=LINK_TOKENS
+):
     """The heads' ``W~_h`` (shape ``(H, d + 1, d + 1)``, last rows 0) from the vector answers jointly.
 
-    ``o1(X)`` is the one-token answer at each token of ``X`` (shape ``(K, d)`` to ``(K, d_out)``).
+    ``o1(X)`` is the one-token answer at each token of ``X`` (shape ``(K, d)`` to ``(K, d_out)``); each row is
+    linked to row 0 through ``link_tokens`` tokens (``joint_plan(d, H, link_tokens)`` queries in all).
     Returns ``(Ws, info)``. Raises :class:`NotIdentifiableError` when the answers show no head and
     :class:`OracleInconsistentError` (with the numbers) when a row's rank is not ``H`` or its fit misfits.
     """
@@ -313,8 +409,13 @@ def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, 
                 f"above {rank_tol:.1e} of the largest)"
             )
         C = _start_C(Z, r, H)
-        if C is None:
-            raise OracleInconsistentError(f"row {i}: no token's Loewner pencil gave {H} real positive poles")
+        if C is None:  # no token's pencil resolves the H poles (float32, H = 8): the columns of C^{-1} from all
+            C = _start_C_columns(Z, r, H)
+            if C is None:
+                raise OracleInconsistentError(
+                    f"row {i}: no token's Loewner pencil gave {H} real positive poles, and the fits of C^{{-1}}'s "
+                    f"columns over the row's {n_tok} tokens found fewer than {H} distinct ones"
+                )
         C, p, sens, misfit, n_used = _als(Z, C, r)
         misfits.append(misfit)
         if not misfit <= tol or n_used < d + 1 + EXTRA_TOKENS // 2:
@@ -336,11 +437,11 @@ def learn_heads_joint(oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, 
     # found, and the answers are a least-squares combination of the H^2 candidates with coefficient 1 on the H
     # matched ones and 0 elsewhere (the row spaces alone cannot link heads whose M_h has rank 1: measured, d = 8,
     # H = 5, head_dim 1)
-    XL = rng.standard_normal((LINK_TOKENS, d)) * (scale / np.sqrt(d))
-    XLt = np.concatenate([XL, np.ones((LINK_TOKENS, 1))], axis=1)
+    XL = rng.standard_normal((link_tokens, d)) * (scale / np.sqrt(d))
+    XLt = np.concatenate([XL, np.ones((link_tokens, 1))], axis=1)
     link_err = 0.0
     for i in range(1, d):
-        GL = oracle(_pair_queries(D[0] + D[i], XL, H)).reshape(LINK_TOKENS, 2 * H, -1) - o1(XL)[:, None, :]
+        GL = oracle(_pair_queries(D[0] + D[i], XL, H)).reshape(link_tokens, 2 * H, -1) - o1(XL)[:, None, :]
         shifts = (XLt @ rows[0].T)[:, :, None] + (XLt @ rows[i].T)[:, None, :]  # (L, h, g)
         Phi = r[None, :, None, None] / (r[None, :, None, None] + np.exp(-shifts)[:, None, :, :])  # (L, K, h, g)
         amp = gammas[0][:, None, :] + gammas[i][None, :, :]  # (h, g, d_out)

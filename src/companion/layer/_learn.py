@@ -11,7 +11,7 @@ from .._validation import check_choice, check_int, check_real
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from ..oracles import VectorQueryOracle, unit_roundoff
 from ..recovery import Recovery
-from ._joint import JOINT_FROM, joint_plan, learn_heads_joint
+from ._joint import JOINT_FROM, LINK_TOKENS, joint_plan, learn_heads_joint
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, group_by_length, polish
 from ._model import AttentionLayer, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
@@ -99,6 +99,29 @@ FLOAT32_VERIFY_UNITS = 10 * FLOAT32_FLOOR_UNITS
 #: H = 2 at d = 6 and 8, seeds 0 to 2; float64 layers rounded to float32, d = 6 and 8): the fitted skip lies 1.6 u to
 #: 12.8 u from 0 or I; ROUNDING_UNITS (256) keeps a factor 20 above that.
 FLOAT32_SKIP_UNITS = ROUNDING_UNITS
+
+#: The float32 route's joint heads' stage counts a row space's singular values above this many u (relative to the
+#: largest) in its rank. Measured (2026-12-04, Keras 3 MultiHeadAttention in float32, key_dim 2, every row of the
+#: joint stage): the (H + 1)-th singular value, rounding, is 4.8 u to 14.5 u (H = 4 at d = 8, seeds 0 to 2, at d = 16,
+#: seed 0; H = 8 at d = 16, seeds 0 to 2); the H-th, a head, is 132 u at its smallest (H = 8, d = 8, seed 1, row 6:
+#: heads whose shifts along that row nearly agree; another draw of the rows at d = 8, seeds 0 to 2: 597 u and more).
+#: 64 keeps a factor 4.4 above the rounding and 2 below that head (ROUNDING_UNITS, 256, cut it).
+FLOAT32_RANK_UNITS = 64
+
+#: The float32 route's joint stage links its rows through this many tokens each (LINK_TOKENS, 2, at float64): the
+#: links' least squares carry float32's rounding, and more tokens determine them better. Measured (2026-12-04,
+#: Keras 3 in float32, H = 8, key_dim 2, d = 16, seed 0): with 2 tokens the largest link misfit was 3.7e-2, above
+#: the check's sqrt(FLOAT32_HEADS_TOL) = 3.2e-2; with 8, 1.5e-4 (seed 1: 1.8e-4; d = 8 to 12: 7.5e-5 to 3.9e-3;
+#: H = 4 at d = 8: 1.2e-5 to 4.9e-5). The plan reserves these tokens for every joint run (whether the answers are
+#: float32's is known only from them).
+FLOAT32_LINK_TOKENS = 8
+
+#: The float32 route polishes up to this many unknowns (POLISH_MAX_UNKNOWNS, 2000, at float64): unpolished, its heads
+#: keep float32's errors. Measured (2026-12-04, Keras 3 in float32, H = 8, key_dim 2, seed 0): at d = 12 (2,556
+#: unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh queries to 8.1 u
+#: (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u (floor 2.8 u), peak RSS 1.7 GB; the dense Jacobian's memory
+#: grows as the unknowns squared (2 * 5000**2 * 8 bytes = 400 MB at the cap).
+FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -258,15 +281,14 @@ def _plan(oracle, o: _Options) -> dict:
     joint = _joint_applies(o, d_out) and o.layernorm in ("auto", "none")
     if o.heads == "joint" and not joint:
         raise InvalidInputError(f"heads='joint' runs on blocks without LayerNorm; got layernorm={o.layernorm!r}.")
-    if joint and o.H is not None:
-        plan["heads"] = joint_plan(d, o.H)
+    if joint and o.H is not None:  # the float32 route's links (known from the answers only) reserved in every case
+        plan["heads"] = joint_plan(d, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS))
     if o.heads != "joint" and (o.H is not None or o.H_bound is not None):
         try:
             plan["heads"] = max(plan["heads"], rational_plan(d + 1, o.H_plan)["n_queries"] - (d + 1))
         except InvalidInputError as exc:
-            if joint:  # the joint stage is the one planned; the readout route would refuse only behind a LayerNorm
-                pass
-            else:
+            # where the joint stage is the one planned, the readout route would refuse only behind a LayerNorm
+            if not joint:
                 raise InvalidInputError(
                     f"learn_attention_layer's heads' learner works in d + 1 = {d + 1} dimensions: {exc} "
                     "Here: call learn_attention_layer without H and H_bound (the robust route)."
@@ -434,8 +456,16 @@ def _learn_heads_joint(oracle, Y1, o: _Options, rng):
     o1 = lambda X: Y1[0] + X @ (Y1[1:] - Y1[0])  # noqa: E731  # the one-token answers, affine in the token
     at = f", at float32's precision (u = {o.u:.1e})" if o.float32 else ""
     try:
-        if o.float32:  # the fit at FLOAT32_HEADS_TOL; the rank above rounding at u (ROUNDING_UNITS u)
-            Ws, _ = learn_heads_joint(oracle, o1, o.H, rng, tol=FLOAT32_HEADS_TOL, rank_tol=ROUNDING_UNITS * o.u)
+        if o.float32:  # the fits at FLOAT32_HEADS_TOL, the rank above FLOAT32_RANK_UNITS u, FLOAT32_LINK_TOKENS
+            Ws, _ = learn_heads_joint(
+                oracle,
+                o1,
+                o.H,
+                rng,
+                tol=FLOAT32_HEADS_TOL,
+                rank_tol=FLOAT32_RANK_UNITS * o.u,
+                link_tokens=FLOAT32_LINK_TOKENS,
+            )
         else:
             Ws, _ = learn_heads_joint(oracle, o1, o.H, rng)
     except NotIdentifiableError as exc:
@@ -472,7 +502,8 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
         "polish_residual": float("nan"),
     }
     d = inner.d
-    if n_polish and Ws.shape[0] * d * (d + 1) + Theta.size <= POLISH_MAX_UNKNOWNS:
+    cap = FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS
+    if n_polish and Ws.shape[0] * d * (d + 1) + Theta.size <= cap:
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
         Ws, Theta, before, after = polish(Ws, Theta, batches + Xs, answers + Ys, iters=4 if gate == LSTSQ_GATE else 8)
@@ -677,7 +708,7 @@ def learn_attention_layer(
         Refine the heads' identifiable rows ``W~_h[:d, :]`` and ``Theta = [M, S, b_O]`` jointly by Gauss-Newton
         (not a post-LN's ``gamma``, ``beta`` or a pre-LN's ``eps``) on the least squares' queries and about
         ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2000
-        unknowns).
+        unknowns; in the float32 route above ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000).
     verify : int, default=32
         Fresh random queries (lengths 1 to 8, tokens ``N(0, I_d / d)``) on which the result is
         checked, counted apart; ``0`` opts out.
@@ -778,14 +809,20 @@ def learn_attention_layer(
        ``MultiHeadAttention(use_bias=True)`` in float32 with ``H = 2`` at ``d = 6`` and 8 is learned
        (within 3 learner seeds), predicting its served answers to 6.5 u to 14.3 u (floors 3.2 u to 5.6 u;
        float64 layers rounded to float32: 1.8 u to 7.4 u, see ``FLOAT32_VERIFY_UNITS``);
-       ``H = 4`` and 8 were refused by the readout route's heads' learner; the joint route (step 8, its rank
-       counted above ``ROUNDING_UNITS`` u, its fits at ``FLOAT32_HEADS_TOL``) learns ``H = 4`` at ``d = 8``
-       (key_dim 2, seeds 0 to 2, learner seed 0: 8.0 u to 17.8 u on 200 fresh queries, floors 4.1 u to 5.6 u;
-       row spaces' (H + 1)-th singular value 1.5e-7 to 2.4e-7 of the largest, the H-th 8e-3) and refuses
-       ``H = 8`` at ``d = 8`` and 16 (its Loewner start gives spurious poles under float32's rounding); at
-       ``d = 16``, ``H = 4`` (key_dim 4) the unpolished result (over ``POLISH_MAX_UNKNOWNS``) predicts 200
-       fresh queries to 43 u to 90 u, above the 60 u that its 32 verification queries passed. Targets outside
-       the class, with their true heads given, misfit by 1.2e7 u or more.
+       ``H = 4`` and 8 were refused by the readout route's heads' learner. The joint route (step 8: its rank
+       counted above ``FLOAT32_RANK_UNITS`` u, its fits at ``FLOAT32_HEADS_TOL``, its rows linked through
+       ``FLOAT32_LINK_TOKENS`` tokens, polished up to ``FLOAT32_POLISH_MAX_UNKNOWNS`` unknowns; measured
+       2026-12-04, key_dim 2, learner seed 0, on 200 fresh queries) learns ``H = 4`` at ``d = 8`` (seeds 0 to 2:
+       10.6 u, 12.4 u, 7.7 u, floors 4.2 u, 5.6 u, 4.1 u) and ``H = 8`` at ``d = 8`` (seeds 0 to 2: 7.3 u,
+       15.4 u, 12.7 u, floors 3.3 u, 4.5 u, 5.7 u; 13 to 14 CPU s), ``d = 10`` and 12 (seed 0: 7.6 u and 8.1 u,
+       floors 4.6 u and 3.0 u) and ``d = 16`` (seeds 0 and 1: 6.6 u and 8.5 u, floors 2.8 u and 3.3 u; 50 CPU s,
+       13,047 queries, peak RSS 1.7 GB with Keras, the polish's Jacobian). At ``H = 8`` no token's Loewner pencil
+       resolves the 8 poles under float32's rounding: the rows start from the columns of ``C^{-1}`` fitted over all
+       their tokens (:func:`companion.layer._joint._start_C_columns`). ``d = 16``, ``H = 4`` (key_dim 4, 2,384
+       unknowns) is polished now: 8.5 u, 13.1 u, 11.9 u at seeds 0 to 2 (floors 3.3 u, 3.9 u, 4.8 u; it was
+       43 u to 90 u unpolished). Targets outside the class, with their true heads given, misfit by 1.2e7 u
+       or more; a mask over the last 3 tokens, a second layer and a GELU after a Keras ``H = 8`` block (float32,
+       ``d = 8``) are refused.
 
     8. The joint heads' stage (this book's, ``heads="joint"``; :mod:`companion.layer._joint`). For
        ``n`` copies of ``x + delta`` then ``m`` of ``x``, the answer less ``o([x])`` is
@@ -796,7 +833,8 @@ def learn_attention_layer(
        then Levenberg-Marquardt on ``C`` and every token's log-poles together; the shifts ``-log p_h``
        are linear in ``x~`` (a least squares per head); rows are linked through pairs at
        ``delta_0 + delta_i``. ``2 H (d (d + 25) + 2 (d - 1))`` queries (``joint_plan``), of length
-       ``2 H + 1``. Measured (2026-12-04, ``random_attention_layer`` seeds 0 and 1, residual, one BLAS
+       ``2 H + 1`` (the float32 route's links ask ``2 H (d - 1) 8``, not ``2 H (d - 1) 2``: the plan reserves
+       those in every joint run). Measured (2026-12-04, ``random_attention_layer`` seeds 0 and 1, residual, one BLAS
        thread): learned at ``d = 8``, 16 and 32 for every ``H`` from 3 to 8 (36 of 36), fresh errors
        7.4e-16 to 5.1e-13. The readout route refused ``H = 6`` to 8 at ``d = 8``, ``H = 7, 8`` at
        ``d = 16`` and ``H = 3`` to 8 at ``d = 32`` (the last with "not an attention layer", a false
