@@ -4,17 +4,20 @@ import numpy as np
 import pytest
 
 from companion.ffn import learn_relu_network, random_relu_network
-from companion.ffn._refit import STALL_ROUNDS, choose_sides, fit_planes, refit_last_layer, thin_sides
+from companion.ffn._refit import STALL_ROUNDS, choose_sides, fit_patterns, fit_planes, refit_last_layer, thin_sides
 from companion.oracles import ValueQueryOracle
 
 
-def _last_layer(seed=0, n=4000, m=6, bias_on=None):
-    """Answers ``sum_k c_k ReLU(e_k^T (x, 1)) + 0.25`` of three neurons on ``x ~ N(0, I_m)``."""
+def _last_layer(seed=0, n=4000, m=6, bias_on=None, margin=None):
+    """Answers ``sum_k c_k ReLU(e_k^T (x, 1)) + 0.25`` of three neurons on ``x ~ N(0, I_m)``; with
+    ``margin``, neuron 1 is on at every point, its smallest pre-activation ``margin`` (before scaling)."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, m))
     E = rng.standard_normal((m + 1, 3))
     if bias_on is not None:
         E[-1, bias_on] = 50.0  # on at every point
+    if margin is not None:
+        E[-1, 1] = margin - np.min(X @ E[:-1, 1])
     E /= np.linalg.norm(E, axis=0)
     F = np.concatenate([X, np.ones((n, 1))], axis=1)
     c = np.array([1.5, -0.7, 0.9])
@@ -53,6 +56,19 @@ def test_neurons_on_at_every_point_are_one_added_neuron():
     coef = np.linalg.lstsq(G, y, rcond=None)[0]
     assert np.max(np.abs(G @ coef - y)) < 1e-12 * np.max(np.abs(y))
     assert choose_sides(fit, 2, F).shape == (7, 2)
+
+
+@pytest.mark.parametrize("margin", [0.5, 2.0])
+def test_sided_fit_keeps_a_neuron_on_at_every_point_on(margin):
+    """fit_patterns (the sided refit) started at the true normals, neuron 1 on at every point: its
+    block repeats the constant's column. Before, least squares split the constant between the two,
+    which moved its plane into the points (residual 5.6e-2 and 1.3e-2 of the answers here; on seeds
+    7 and 14 of (10; 8, 8, 8), 6e-6 and 5e-3). Now it is fit on ``h`` alone and stays on."""
+    _, F, E, y = _last_layer(seed=1, margin=margin)
+    E_fit, r, res = fit_patterns(F, E, y)
+    assert res < 1e-13
+    assert np.all(F @ E_fit[:, 1] > 0)
+    assert np.allclose(E_fit[:-1, 1] / np.linalg.norm(E_fit[:-1, 1]), E[:-1, 1] / np.linalg.norm(E[:-1, 1]))
 
 
 def test_no_neuron_added_when_nothing_is_left():
