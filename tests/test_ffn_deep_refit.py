@@ -71,6 +71,32 @@ def test_sided_fit_keeps_a_neuron_on_at_every_point_on(margin):
     assert np.allclose(E_fit[:-1, 1] / np.linalg.norm(E_fit[:-1, 1]), E[:-1, 1] / np.linalg.norm(E[:-1, 1]))
 
 
+@pytest.mark.parametrize("margin", [0.3, 1.0])
+def test_sided_refit_turns_a_plane_into_a_neuron_on_at_every_point(margin, monkeypatch):
+    """Four neurons, neuron 1 on at every point; the normals given have no plane for it, and a near
+    copy of neuron 2's plane instead (as on seed 7 of (10; 8, 8, 8): the never-crossed neuron's part
+    was carried by a plane that turns off where that neuron does not, 7.1e-5 of the answers left).
+    The remove-and-add rounds leave 4.6e-2 (seed 4 here); the plane turned into one on at every point
+    fits to rounding, and stays on at every point."""
+    from companion.ffn import _refit
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((4000, 6))
+    E = rng.standard_normal((7, 4))
+    E[-1, 1] = margin - np.min(X @ E[:-1, 1])
+    E /= np.linalg.norm(E, axis=0)
+    F = np.concatenate([X, np.ones((4000, 1))], axis=1)
+    y = np.maximum(F @ E, 0.0) @ (rng.choice([-1, 1], 4) * rng.uniform(0.3, 1.5, 4)) + 0.25
+    E0 = E.copy()
+    E0[:, 1] = E[:, 2] + 1e-3 * rng.standard_normal(7)
+    E0[:, 1] /= np.linalg.norm(E0[:, 1])
+    fit = refit_last_layer([], E0, X, y, 4, np.random.default_rng(0), sided=True)
+    assert fit.res < 1e-13
+    assert np.sum(np.all(F @ fit.E > 0, axis=0)) == 1  # one neuron on at every point
+    monkeypatch.setattr(_refit, "_turned_on", lambda E, k: E)  # the step off: the rounds alone
+    assert refit_last_layer([], E0, X, y, 4, np.random.default_rng(0), sided=True).res > 1e-2
+
+
 def test_no_neuron_added_when_nothing_is_left():
     X, F, E_true, y = _last_layer()
     assert choose_sides(fit_planes(F, E_true, y), 4, F).shape == (7, 3)
