@@ -11,7 +11,7 @@ number of queries. A refusal is printed with its error class.
 Targets (issue 37): depth 1 and 2 (d >= 10, widths >= 8) recovered to 2^-35, verified, at the
 sizes in TARGETED. Depth 3 is not targeted: the learner recovers some draws and refuses the others
 (see the research note benchmarks/ffn_deep.md). Its draws, ``d = 10``, widths (8, 8, 8), seeds
-``0 .. --depth3-seeds - 1`` (default 10; a refused draw costs 37-82 CPU seconds), each recovered
+``0 .. --depth3-seeds - 1`` (default 10; a draw costs 1-73 CPU seconds, session 38's record), each recovered
 (queries, bits) or refused (the error); every recovered draw must reach 2^-35 (a target). With
 ``--record PATH`` they are also written there atomically, with the commit: chapter 03 cites
 ``data/results/ffn_deep.json``, made by ``--depth3-seeds 20 --record data/results/ffn_deep.json``.
