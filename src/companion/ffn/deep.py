@@ -689,7 +689,8 @@ def learn_relu_network(
         at most as wide as the layer before; a neuron no line crossed is left out); the depth also
         ends when no plane is met where every recovered neuron is active. Measured to work at depth
         1 and 2 (``random_relu_network(10, (8, 8))`` seeds 0-5, ``(16, (12, 10))`` seeds 1-2) and
-        on most draws of depth 3 (``(10, (8, 8, 8))``: see benchmarks/ffn_deep.md; 2026-12-04);
+        on 14 of 20 draws of depth 3 (``(10, (8, 8, 8))`` seeds 0-19, 2026-12-04; the others refused,
+        benchmarks/ffn_deep.md);
         depth 4 was refused (``(10, (8, 8, 8, 8))`` seeds 0-1: at layer 2, whose planes then
         include pieces of deeper neurons').
     n_lines : int, optional
