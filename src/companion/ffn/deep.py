@@ -400,8 +400,8 @@ def _partial_clusters(layers, kinks, m, tol):
 DETECT_DEEP = True
 
 #: Whether, widths detected, a layer after one whose jumps showed another (DETECT_DEEP) is read as the
-#: last layer of a deep network (anywhere, from partial normals, at the width of the layer before); a
-#: switch for the measurement of it (benchmarks/ffn_deep.md).
+#: last layer of a deep network (anywhere, from partial normals, at most as wide as the layer before);
+#: a switch for the measurement of it (benchmarks/ffn_deep.md).
 DETECT_LAST = True
 
 #: Whether the last layer of a deep network runs :func:`_targeted_search` (a switch for the tests,
@@ -690,9 +690,8 @@ def learn_relu_network(
         ends when no plane is met where every recovered neuron is active. Measured to work at depth
         1 and 2 (``random_relu_network(10, (8, 8))`` seeds 0-5, ``(16, (12, 10))`` seeds 1-2) and
         on 14 of 20 draws of depth 3 (``(10, (8, 8, 8))`` seeds 0-19, 2026-12-04; the others refused,
-        benchmarks/ffn_deep.md);
-        depth 4 was refused (``(10, (8, 8, 8, 8))`` seeds 0-1: at layer 2, whose planes then
-        include pieces of deeper neurons').
+        benchmarks/ffn_deep.md); depth 4 was refused (``(10, (8, 8, 8, 8))`` seeds 0-1: at layer 2,
+        whose planes then include pieces of deeper neurons').
     n_lines : int, optional
         Random lines searched for critical points per layer; default ``max(12, 3 m)`` with
         ``m`` the previous layer's width (``d`` for the first).
@@ -825,7 +824,7 @@ def learn_relu_network(
     deeper = False  # widths detected: layer 2 or later showed a layer after it (_choose_planes)
     for layer in range(depth):
         # The last layer of a deep network, read anywhere: at the given depth, or, detecting, the layer
-        # after one whose jumps showed another (at the width of the layer before: widths do not grow).
+        # after one whose jumps showed another (at most as wide as the layer before: widths do not grow).
         last = len(layers) >= 2 and (layer == depth - 1 if widths is not None else deeper and DETECT_LAST)
         with count.stage(f"layer {layer + 1}"):
             if last:
