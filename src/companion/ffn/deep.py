@@ -399,6 +399,11 @@ def _partial_clusters(layers, kinks, m, tol):
 #: for the measurement of it (benchmarks/ffn_deep.md).
 DETECT_DEEP = True
 
+#: Whether, widths detected, a layer after one whose jumps showed another (DETECT_DEEP) is read as the
+#: last layer of a deep network (anywhere, from partial normals, at most as wide as the layer before);
+#: a switch for the measurement of it (benchmarks/ffn_deep.md).
+DETECT_LAST = True
+
 #: Whether the last layer of a deep network runs :func:`_targeted_search` (a switch for the tests,
 #: which show what it adds).
 TARGETED_SEARCH = True
@@ -679,11 +684,14 @@ def learn_relu_network(
         neurons are the hyperplanes met on at least half as many lines as the most-met one; after
         the first, batches of lines are searched while a batch confirms a new plane, and the planes
         met on two lines are the last layer's neurons if none of them jumps by different sizes,
-        else those that do (or that such planes separate) are the layer's; the depth ends when no
-        plane is met where every recovered neuron is active. Measured to work at depth 1 and 2
-        (``random_relu_network(10, (8, 8))`` seeds 0-5, ``(16, (12, 10))`` seeds 1-2, 2026-12-04);
-        at depth 3 the learner refuses (the last layer is not met where the first two are all
-        active): pass ``widths`` for deeper networks.
+        else those that do (or that such planes separate) are the layer's. The layer after one
+        whose planes jump by different sizes is read as the last (anywhere, from partial normals,
+        at most as wide as the layer before; a neuron no line crossed is left out); the depth also
+        ends when no plane is met where every recovered neuron is active. Measured to work at depth
+        1 and 2 (``random_relu_network(10, (8, 8))`` seeds 0-5, ``(16, (12, 10))`` seeds 1-2) and
+        on 14 of 20 draws of depth 3 (``(10, (8, 8, 8))`` seeds 0-19, 2026-12-04; the others refused,
+        benchmarks/ffn_deep.md); depth 4 was refused (``(10, (8, 8, 8, 8))`` seeds 0-1: at layer 2,
+        whose planes then include pieces of deeper neurons').
     n_lines : int, optional
         Random lines searched for critical points per layer; default ``max(12, 3 m)`` with
         ``m`` the previous layer's width (``d`` for the first).
@@ -767,7 +775,11 @@ def learn_relu_network(
       the activation patterns are fixed, so patterns and normals alternate until no pattern
       moves; a neuron is added from the points the fit leaves unexplained, or, at the given
       width, the plane whose removal fits best is taken out first; the rounds stop two rounds
-      after the last smaller residual. If the guessed sides leave a residual, the fit is redone
+      after the last smaller residual; a neuron on at every answered point is fit on ``h`` alone and
+      kept on at every point (only its sum with the readout's constant reaches the answers), and
+      if a residual is left, the plane best turned into one on at every point is tried (a neuron no
+      kink crossed, carried by a plane that turns off where it does not). If the guessed sides
+      leave a residual, the fit is redone
       free of the sides (``ReLU(-z) = ReLU(z) - z``: planes and an affine part, the sides read
       after) and taken only if it fits every answer and the answered points on each side of each
       plane span all ``m + 1`` dimensions (else the answers do not determine it there).
@@ -776,12 +788,11 @@ def learn_relu_network(
       before is just on and ``k``'s plane is predicted (the recovered layers give both without a
       query; :func:`_targeted_search`); every kink is merged again, the signs read on up to
       ``SIGN_POINTS`` answered points, and the refit on every answer with the smaller residual kept.
-      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-04): 15 recovered, at 40.3 to
-      46.8 bits on fresh inputs (seed 0 with widths (8, 8, 5): three neurons of layer 3 are
-      dead; seed 4 by the fit free of the sides; seeds 1 and 8 by the targeted search); 3 refused
-      at the verification (2.7e-7 to 3.9e-3; layers 1 and 2 exact, a layer-3 neuron on at about
-      every input that no kink crossed, and weights still unseen) and 2 at layer 2 (a neuron
-      missing ``R_1``). Before the refit, seed 0 of seeds 0-5 was recovered.
+      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-04): 18 recovered, at 40.3 to
+      47.4 bits on fresh inputs (seed 0 with widths (8, 8, 5): three neurons of layer 3 are
+      dead; seed 4 by the fit free of the sides; seeds 1, 7 and 8 by the targeted search; seeds 3
+      and 14 by the neuron kept on at every point); 2 refused at layer 2 (a neuron missing
+      ``R_1``). Before the refit, seed 0 of seeds 0-5 was recovered.
 
     A neuron whose hyperplane misses ``R_{l-1}`` is not found (rare for random networks; the
     learner refuses, naming the layer). Queries: ``n_lines`` kink searches per layer plus
@@ -810,11 +821,16 @@ def learn_relu_network(
     layers: list = []
     diag: dict = {"n_kinks": [], "n_lines": [], "n_layer_queries": []}
     depth = len(widths) if widths is not None else opts.max_layers
+    deeper = False  # widths detected: layer 2 or later showed a layer after it (_choose_planes)
     for layer in range(depth):
+        # The last layer of a deep network, read anywhere: at the given depth, or, detecting, the layer
+        # after one whose jumps showed another (at most as wide as the layer before: widths do not grow).
+        last = len(layers) >= 2 and (layer == depth - 1 if widths is not None else deeper and DETECT_LAST)
         with count.stage(f"layer {layer + 1}"):
-            if widths is not None and len(layers) >= 2 and layer == depth - 1:
+            if last:
+                width = widths[layer] if widths is not None else layers[-1][0].shape[1]
                 new, n_kinks, n_lines_used, refit, searched = _read_last_layer(
-                    answers, layers, widths[layer], d, rng, scale, opts
+                    answers, layers, width, d, rng, scale, opts
                 )
                 diag.update(
                     refit_rounds=refit.rounds,
@@ -823,13 +839,17 @@ def learn_relu_network(
                     targeted_search=searched,
                 )
             else:
-                new, n_kinks, n_lines_used = _read_layer(answers, layers, layer, depth, d, rng, scale, opts, sharpen)
+                new, n_kinks, n_lines_used, deeper = _read_layer(
+                    answers, layers, layer, depth, d, rng, scale, opts, sharpen
+                )
         diag["n_kinks"].append(n_kinks)
         diag["n_lines"].append(n_lines_used)
         diag["n_layer_queries"].append(count[f"layer {layer + 1}"])
         if new is None:
             break  # widths detected: no new hyperplane where every recovered neuron is active (verified below)
         layers.append(new)
+        if last:
+            break
     Xa, ya = answers.all()
     w_out, b_out, res = _readout(layers, Xa, ya)
     net = ReLUNetwork([W for W, _ in layers] + [w_out], [b for _, b in layers] + [b_out])
@@ -1049,8 +1069,10 @@ def _search_lines(f, layers, bases, lines, n_batches, inside, d, rng, scale, spa
 
 
 def _choose_planes(layers, kinks, target_width, last, d):
-    """The candidate planes that are this layer's neurons: ``(etas, members)``."""
+    """The candidate planes that are this layer's neurons: ``(etas, members, deeper)``; ``deeper`` is
+    True when widths are detected after the first layer and the jumps show a layer after this one."""
     cand, cand_members = _layer_neurons(layers, kinks, None, d, min_lines=2)
+    deeper = False
     if target_width is None and layers and DETECT_DEEP:
         # Detected, a layer after the first (this book's rule): a plane whose jumps change in size
         # is a neuron of a layer with one after it (_flat_neurons); if none does, this is the last
@@ -1060,6 +1082,7 @@ def _choose_planes(layers, kinks, target_width, last, d):
             good = list(range(cand.shape[1]))
         else:
             good = _flat_neurons(layers, kinks, cand, cand_members)
+            deeper = True
     elif target_width is None:
         # Detected (depth 1 measured): planes met on at least half as many lines as the most-met.
         most = max((len({kinks[i].line for i in m}) for m in cand_members), default=0)
@@ -1076,11 +1099,12 @@ def _choose_planes(layers, kinks, target_width, last, d):
         good = list(range(k if k == len(met) or met[k - 1] > met[k] else k - 1))
     else:
         good = _flat_neurons(layers, kinks, cand, cand_members)[:target_width]
-    return cand[:, good], [cand_members[j] for j in good]
+    return cand[:, good], [cand_members[j] for j in good], deeper
 
 
 def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
-    """Layer ``l``'s neurons ``(W, b)`` (or None when detecting and none is left), kinks and lines."""
+    """Layer ``l``'s neurons ``(W, b)`` (or None when detecting and none is left), kinks, lines, and
+    whether the jumps show a layer after it (widths detected after the first layer; see _choose_planes)."""
     prev = layers[-1][0].shape[1] if layers else d
     lines = _lines_per_batch(opts, layers, prev)
     bases = _active_points(layers, d, lines, rng)
@@ -1089,7 +1113,7 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
     n_batches = 0
     target_width = None if opts.widths is None else opts.widths[layer]
     etas, members, signs = np.zeros((prev + 1, 0)), [], None
-    n_seen = 0
+    n_seen, deeper = 0, False
     while n_batches < opts.max_batches:
         # Batches of lines until the given width is confirmed (or, detecting, until a batch
         # confirms no new neuron); a hyperplane crossing a small part of R_{l-1} needs more lines.
@@ -1098,7 +1122,7 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
         if not kinks:
             bases = _active_points(layers, d, lines, rng)
             continue
-        etas, members = _choose_planes(layers, kinks, target_width, layer == depth - 1, d)
+        etas, members, deeper = _choose_planes(layers, kinks, target_width, layer == depth - 1, d)
         if target_width is None and layers and DETECT_DEEP and etas.shape[1] > n_seen:
             # Detecting after the first layer: another batch while a batch confirms a new plane.
             n_seen = etas.shape[1]
@@ -1123,7 +1147,7 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
             "layers are active cannot be seen by this learner. Raise n_lines or max_batches."
         )
     if etas.shape[1] == 0 and opts.widths is None and layers:
-        return None, len(kinks), n_lines_used
+        return None, len(kinks), n_lines_used, False
     if etas.shape[1] == 0:
         raise NotIdentifiableError(
             f"layer {len(layers) + 1}: no hyperplane confirmed; the function has no critical point on "
@@ -1133,12 +1157,18 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
         raise NotIdentifiableError(
             f"layer {len(layers) + 1} has {etas.shape[1]} neurons, more than the {prev} before it: "
             "learn_relu_network handles networks whose widths do not grow."
+            + (
+                " With widths detected, a network of depth 4 or more may be refused so too (the planes kept "
+                "for this layer then include pieces of deeper neurons'): pass widths."
+                if opts.widths is None and layers
+                else ""
+            )
         )
     if signs is None:
         signs = _signs(layers, etas, members, kinks)
     if sharpen:
         etas = _sharpen(f, layers, etas, d, rng, scale, opts.span)
-    return (etas[:-1] * signs[None, :], etas[-1] * signs), len(kinks), n_lines_used
+    return (etas[:-1] * signs[None, :], etas[-1] * signs), len(kinks), n_lines_used, deeper
 
 
 def _verify_network(oracle, net, X_check):
