@@ -313,3 +313,14 @@ def test_no_chapter_names_a_private_module(path):
     found = [f"cell {k}: {m}" for k, c in enumerate(json.loads(path.read_text())["cells"])
              for m in PRIVATE.findall("".join(c["source"]))]
     assert found == [], f"{path.stem} names private modules: {found}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_no_backtick_fence_has_a_backtick_in_its_argument(path):
+    """CommonMark ends a backtick fence's info string at a backtick, so ````{admonition} ... {cite:t}`x` ``
+    renders as a raw paragraph (chapter 06's three "this book's own" boxes did, found by a reader at
+    seed 4): such a directive is opened with colons (colon_fence) instead."""
+    bad = [line[:80] for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "markdown"
+           for line in "".join(cell["source"]).splitlines()
+           if (m := re.match(r"^(`{3,})\{", line)) and "`" in line[len(m.group(1)):]]
+    assert not bad, f"{path.stem}: backtick fences with a backtick in the argument: {bad}"
