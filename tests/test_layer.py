@@ -850,21 +850,27 @@ def test_keras_float32_with_2_heads_is_learned_within_10x_its_floor(keras32, d, 
         assert rel(rec.model.Ws, ref.Ws) < 1e-3 and rel(rec.model.Ms, ref.Ms) < 1e-3
 
 
+def _keras32_learned_by_the_joint_route(keras32, H, seed, *, canonical_rtol):
+    """A Keras float32 block at d = 8 (key_dim 2) learned by the joint route: H heads, no skip, fresh
+    queries within 10x of float32's floor and the verification's units, every head in canonical form."""
+    block = KerasBlock32(keras32, 8, H, 2, seed=seed)
+    exact = keras32_native(block, H, 2)
+    floor = floor_and_error(block, exact, 8)
+    rec = learn_attention_layer(VectorQueryOracle(block), H=H)
+    assert rec.n_heads == H and rec.diagnostics["heads_learner"] == "joint" and rec.diagnostics["skip"] == "none"
+    error = floor_and_error(block, rec.model, 8)
+    assert error <= 10 * floor and error < FLOAT32_VERIFY_UNITS
+    ref = exact.canonical()
+    assert rel(rec.model.Ws, ref.Ws) < canonical_rtol and rel(rec.model.Ms, ref.Ms) < canonical_rtol
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_keras_float32_with_4_heads_is_learned_by_the_joint_route(keras32, seed):
     """Keras 3 MultiHeadAttention(use_bias=True) in float32, H = 4, d = 8 (key_dim 2): the readout route refused it
     (session 36); the joint route learns it at learner seed 0, predicting the served answers to 10.6 u, 12.4 u and
     7.7 u on 200 fresh queries (floors 4.2 u, 5.6 u, 4.1 u; measured, FLOAT32_LINK_TOKENS = 8), every head in
     canonical form."""
-    block = KerasBlock32(keras32, 8, 4, 2, seed=seed)
-    exact = keras32_native(block, 4, 2)
-    floor = floor_and_error(block, exact, 8)
-    rec = learn_attention_layer(VectorQueryOracle(block), H=4)
-    assert rec.n_heads == 4 and rec.diagnostics["heads_learner"] == "joint" and rec.diagnostics["skip"] == "none"
-    error = floor_and_error(block, rec.model, 8)
-    assert error <= 10 * floor and error < FLOAT32_VERIFY_UNITS
-    ref = exact.canonical()
-    assert rel(rec.model.Ws, ref.Ws) < 1e-5 and rel(rec.model.Ms, ref.Ms) < 1e-5  # measured 8e-7 to 1.1e-6 (Ws)
+    _keras32_learned_by_the_joint_route(keras32, 4, seed, canonical_rtol=1e-5)  # measured 8e-7 to 1.1e-6 (Ws)
 
 
 @pytest.mark.parametrize("seed", [1, pytest.param(0, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
@@ -875,15 +881,7 @@ def test_keras_float32_with_8_heads_is_learned_from_the_columns_start(keras32, s
     threshold FLOAT32_RANK_UNITS (its row 6's 8th singular value is 132 u). Measured on 200 fresh queries: 7.3 u,
     15.4 u and 12.7 u at seeds 0, 1, 2 (floors 3.3 u, 4.5 u, 5.7 u), every head in canonical form (Ws to 1.1e-6 to
     1.3e-6 relative)."""
-    block = KerasBlock32(keras32, 8, 8, 2, seed=seed)
-    exact = keras32_native(block, 8, 2)
-    floor = floor_and_error(block, exact, 8)
-    rec = learn_attention_layer(VectorQueryOracle(block), H=8)
-    assert rec.n_heads == 8 and rec.diagnostics["heads_learner"] == "joint" and rec.diagnostics["skip"] == "none"
-    error = floor_and_error(block, rec.model, 8)
-    assert error <= 10 * floor and error < FLOAT32_VERIFY_UNITS
-    ref = exact.canonical()
-    assert rel(rec.model.Ws, ref.Ws) < 1e-4 and rel(rec.model.Ms, ref.Ms) < 1e-4
+    _keras32_learned_by_the_joint_route(keras32, 8, seed, canonical_rtol=1e-4)
 
 
 @pytest.mark.parametrize("which", ["masked", "two-layers", "gelu"])
