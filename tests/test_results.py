@@ -379,3 +379,25 @@ def test_record_parameters_with_a_namespace_refuses_what_it_cannot_read(results_
         results.record_parameters("01_definitions", namespace, seed=0, glue=False)
     with pytest.raises(InvalidInputError, match=r"globals\(\)\) or seed="):
         results.record_parameters("01_definitions", glue=False)
+
+
+@pytest.mark.parametrize(
+    "x, digits, text",
+    [
+        (6.24e-3, 2, "6.3e-03"),  # chapter 05, seed 4: printed 6.2e-03 rounded down
+        (6.2e-3, 2, "6.2e-03"),  # exact at two digits: stays
+        (6.2000001e-3, 2, "6.3e-03"),  # just above: up
+        (9.96e-3, 2, "1.0e-02"),  # carries into the next decade
+        (2.3e-10, 1, "3e-10"),
+        (1.5e-3, 3, "1.50e-03"),
+    ],
+)
+def test_round_up_digits(x, digits, text):
+    assert results.round_up(x, digits=digits) == text
+    assert float(text) >= x
+
+
+@pytest.mark.parametrize("digits", [0, -1, 1.5, True, "2"])
+def test_round_up_refuses_bad_digits(digits):
+    with pytest.raises(InvalidInputError, match="digits must be an integer of at least 1"):
+        results.round_up(1e-3, digits=digits)

@@ -598,8 +598,8 @@ def _header(chapter, params, seed) -> dict:
     }
 
 
-def round_up(x) -> str:
-    """``x`` to one significant digit, rounded up, for a sentence that says "up to" or "within".
+def round_up(x, digits: int = 1) -> str:
+    """``x`` to ``digits`` significant digits, rounded up, for a sentence that says "up to" or "within".
 
     A measured error that moves with the seed is shown as this run's value rounded up, so that
     "the error is within {glue}" stays true for the run that printed it.
@@ -608,23 +608,31 @@ def round_up(x) -> str:
     ----------
     x : float
         A non-negative measured value.
+    digits : int, default 1
+        Significant digits shown (at least 1). As a ``fmt=`` of :func:`publish`, pass
+        ``functools.partial(round_up, digits=2)`` for two.
 
     Returns
     -------
     str
-        ``"{:.0e}"`` of the smallest one-digit value at or above ``x`` (a hair of relative slack,
-        1e-12, keeps an exact ``3e-10`` at ``3e-10``); ``"0"`` for 0; ``"nan"``/``"inf"`` as they are.
+        ``"{:.<digits - 1>e}"`` of the smallest ``digits``-digit value at or above ``x`` (a hair of
+        relative slack, 1e-12, keeps an exact ``3e-10`` at ``3e-10``); ``"0"`` for 0;
+        ``"nan"``/``"inf"`` as they are.
 
     Raises
     ------
     InvalidInputError
-        If ``x`` is negative.
+        If ``x`` is negative, or ``digits`` is not an integer of at least 1.
 
     Examples
     --------
     >>> round_up(2.3e-10), round_up(3e-10), round_up(9.01e-7), round_up(0.0), round_up(float("nan"))
     ('3e-10', '3e-10', '1e-06', '0', 'nan')
+    >>> round_up(6.24e-3, digits=2), round_up(6.2e-3, digits=2), round_up(9.96e-3, digits=2)
+    ('6.3e-03', '6.2e-03', '1.0e-02')
     """
+    if isinstance(digits, bool) or not isinstance(digits, numbers.Integral) or digits < 1:
+        raise InvalidInputError(f"round_up(digits={digits!r}): digits must be an integer of at least 1.")
     x = float(x)
     if not np.isfinite(x):
         return str(x)
@@ -632,8 +640,8 @@ def round_up(x) -> str:
         raise InvalidInputError(f"round_up(x={x!r}): x must be non-negative (a measured error or size).")
     if x == 0:
         return "0"
-    e = 10.0 ** np.floor(np.log10(x))
-    return f"{np.ceil(x / e * (1 - 1e-12)) * e:.0e}"
+    e = 10.0 ** (np.floor(np.log10(x)) - (int(digits) - 1))
+    return f"{np.ceil(x / e * (1 - 1e-12)) * e:.{int(digits) - 1}e}"
 
 
 def _format(value, fmt) -> str:
