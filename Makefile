@@ -69,9 +69,10 @@ release: book pdf
 	$(PY) -m companion.book.release
 
 # The whole suite: unit, property and doctests, every chapter under nbval, every chapter again with the
-# oracles' answers perturbed by 4 ulps and under two of the OpenBLAS kernel types and thread counts
-# this CPU runs (tests/test_reproducibility.py, which prints the reproducibility report), papermill
-# runs with non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
+# oracles' answers perturbed by 4 ulps and under one of the OpenBLAS kernel types and thread counts
+# this CPU runs per chapter, in a rotation that runs every one across the chapters
+# (tests/test_reproducibility.py, which prints the reproducibility report), papermill runs with
+# non-default parameters, the CLI, `make book` after a library edit, and the offline browser test.
 # The serial suite runs with one BLAS thread (unless OPENBLAS_NUM_THREADS is set): the chapter runs that are
 # subprocesses of their own (the re-executions, the runs on test parameters, the reader's runs) are jobs of
 # the background pool of conftest.py on the other cores, and OpenBLAS threads sharing a core ran a test 3.5x
@@ -123,7 +124,7 @@ browser:
 	      || echo "could not install chromium: the browser test will be skipped"; \
 	  else echo "chromium not found and cannot be installed here: the browser test will be skipped"; fi; }
 
-# Unit, property and doc tests only (seconds).
+# The linters, then the unit, property and doc tests without the chapters (seconds).
 test-fast: $(PYCHECK) $(STAMP) lint
 	$(PY) -m pytest tests src/companion -m "not slow"
 
