@@ -2,6 +2,7 @@
 assumptions (a refusal or a correct model), thresholds just inside and just outside, and auxiliary
 outputs asserted exactly (issue 12)."""
 
+import json
 import subprocess
 
 import numpy as np
@@ -440,6 +441,35 @@ def test_provenance_commit_is_marked_dirty_only_for_source_changes(tmp_path, mon
     assert results._git_commit() == head
     (tmp_path / "src" / "m.py").write_text("x = 2\n")
     assert results._git_commit() == head + "-dirty"
+
+
+def test_provenance_commit_is_marked_dirty_for_a_chapter_code_edit_not_its_outputs(tmp_path, monkeypatch):
+    # A reader found results cited at a commit whose chapter lacked the code that made them.
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    def notebook(code, output):
+        cell = {"cell_type": "code", "source": code, "outputs": [{"output_type": "stream", "text": output}]}
+        prose = {"cell_type": "markdown", "source": "a sentence"}
+        return json.dumps({"cells": [prose, cell], "nbformat": 4, "nbformat_minor": 5})
+
+    chapters = tmp_path / "book" / "chapters"
+    chapters.mkdir(parents=True)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text("x = 1\n")
+    (chapters / "99_demo.ipynb").write_text(notebook("x = 1", "1"))
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    monkeypatch.setattr(results, "repo_root", lambda start=None: tmp_path)
+    (chapters / "99_demo.ipynb").write_text(notebook("x = 1", "2"))  # re-executed: outputs only
+    assert results._git_commit("99_demo") == head
+    (chapters / "99_demo.ipynb").write_text(notebook("x = 2", "2"))  # its code edited
+    assert results._git_commit("99_demo") == head + "-dirty"
+    assert results._git_commit("98_other") == head  # another chapter's provenance is unaffected
+    assert results._git_commit() == head
 
 
 def test_remeasurement_count_of_a_large_head_exactly():

@@ -339,7 +339,37 @@ def library_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def _git_commit() -> str | None:
+def _code_cells(text: str) -> list[str]:
+    """The code cells' sources of a notebook's JSON text (outputs and prose left out)."""
+    cells = json.loads(text).get("cells", [])
+    return ["".join(c.get("source", "")) for c in cells if c.get("cell_type") == "code"]
+
+
+def _chapter_code_changed(root: Path, chapter: str | None) -> bool:
+    """Whether ``book/chapters/<chapter>.ipynb``'s code differs from the commit's (outputs aside).
+
+    A re-execution rewrites only outputs, so a chapter executed twice is not marked; an edit to a
+    code cell, or a chapter not in the commit, is.
+    """
+    path = root / "book" / "chapters" / f"{chapter}.ipynb"
+    if chapter is None or not path.is_file():
+        return False
+    committed = subprocess.run(
+        ["git", "-C", str(root), "show", f"HEAD:book/chapters/{chapter}.ipynb"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    if committed.returncode != 0:
+        return True
+    try:
+        return _code_cells(committed.stdout) != _code_cells(path.read_text())
+    except (ValueError, AttributeError):
+        return True
+
+
+def _git_commit(chapter: str | None = None) -> str | None:
+    """``HEAD``'s hash, with ``-dirty`` when ``src`` or the chapter's code differs from it."""
     root = repo_root()
     if root is None:
         return None
@@ -350,7 +380,7 @@ def _git_commit() -> str | None:
         dirty = subprocess.run(
             ["git", "-C", str(root), "status", "--porcelain", "--", "src"], capture_output=True, text=True, timeout=10
         ).stdout.strip()
-        return out + ("-dirty" if dirty else "")
+        return out + ("-dirty" if dirty or _chapter_code_changed(root, chapter) else "")
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -592,7 +622,7 @@ def _header(chapter, params, seed) -> dict:
         "parameters": params,
         "seed": seed,
         "library_hash": library_hash(),
-        "commit": _git_commit(),
+        "commit": _git_commit(chapter),
         "versions": _versions(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -1094,7 +1124,8 @@ def provenance(name, parameters, seed, *, chapter=None) -> dict:
     -------
     dict
         ``chapter``, ``parameters``, ``seed``, ``library_hash``, ``commit`` (``-dirty`` when
-        ``src`` has uncommitted changes; None outside a git checkout), ``versions`` of the key
+        ``src`` or the chapter's code cells have uncommitted changes; None outside a git checkout),
+        ``versions`` of the key
         packages and ``created`` (UTC, ISO 8601): the same header as a chapter's results file.
 
     Raises

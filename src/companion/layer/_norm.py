@@ -195,14 +195,16 @@ def gap_message(gap: float, limit: float = MIN_GAP) -> str:
 def inferred_gap_message(gap: float, cause: Exception, stage: str = "a later stage", *, seed: int) -> str:
     """A stage failed while the smallest gap seen was below LOW_GAP: precision inferred, not measured."""
     return (
-        f"the {stage} failed ({cause}) while the smallest 1 - |z|^2/d_out = eps / (var + eps) seen was {gap:.1e}, "
+        f"the {stage} failed (its {type(cause).__name__}, chained as this error's __cause__, states a verdict for "
+        f"exact norms) while the smallest 1 - |z|^2/d_out = eps / (var + eps) seen was {gap:.1e}, "
         f"below LOW_GAP = {LOW_GAP:.0e} (this book's threshold, measured: every measured run below 2.4e-7 failed): "
         f"at that gap the answers carry the norm of the centred block output to about "
         f"{2.0**-53 / max(gap, 1e-300):.1e} of their size, and the heads' stage reads a far smaller part of them, "
         "so the post-LN's eps is the likely cause (inferred from the gap, not measured): a larger eps, or smaller "
         "tokens, keeps the gap larger. The gap depends on the queries, drawn from the seed: another seed may keep "
-        "it larger (PyTorch's eps = 1e-5 at d = 8, H = 2: smallest gap 2.1e-8 at learner seed 0, refused; 2.4e-6 at "
-        f"seed 2, learned): try seed={seed + 1}. Nothing was returned."
+        "it larger (measured once, with exact answers on one machine: PyTorch's eps = 1e-5 at d = 8, H = 2, "
+        f"smallest gap 2.1e-8 at learner seed 0, refused; 2.4e-6 at seed 2, learned): try seed={seed + 1}. "
+        "Nothing was returned."
     )
 
 
