@@ -79,9 +79,9 @@ COLUMN_DISTINCT = 1e-2
 LM_TOKENS = 24
 
 #: A row's joint fit stops when its relative misfit (on its LM_TOKENS tokens) is at most this: float64's rounding.
-#: Measured (2026-12-04, session 39, d = 64, H = 8, the bench row's 64 rows): from the start's 5.5e-10 to 8.0e-9, one
-#: step reaches 5.1e-16 to 9.3e-16, thirty 5.0e-16 to 8.7e-16 (the last 29 steps, and each row's 10 refused
-#: dampings that ended them, were most of the fit's time).
+#: Measured (2026-12-04, session 39, d = 64, H = 8, the bench row's 64 rows, started at 5.5e-10 to 8.0e-9 relative
+#: misfit): one step reaches 5.1e-16 to 9.3e-16, thirty 5.0e-16 to 8.7e-16 (the last 29 steps, and each row's 10
+#: refused dampings that ended them, were most of the fit's time).
 LM_FLOOR = 2e-15
 
 #: Link tokens per row (pairs at delta_0 + delta_i).
