@@ -18,7 +18,8 @@ Targets (issue 35): at d = 64, H = 8 and at d = 384, H = 12 the block is recover
 CPU time is within 2x of the oracle's own time for its queries. A row that is refused fails its
 target; the time and memory it took to refuse are still printed.
 
-Measured (2026-12-04, session 39, one BLAS thread, shared 2-core machine, load average 3.6 to 4.5), this book's:
+Measured (2026-12-04, session 39, one BLAS thread, shared 2-core machine, load average 3.2 to 4.5; the
+median run of five), this book's:
 
     size                outcome                        queries  learner s  oracle s  ratio  peak MB
     d=8 H=2 residual    recovered                          679       0.05      0.00   32.0       97
@@ -26,27 +27,27 @@ Measured (2026-12-04, session 39, one BLAS thread, shared 2-core machine, load a
     d=64 H=8 residual   recovered                       93,789       2.58      1.32   1.95      265
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.60      0.96    1.7      334
 
-Session 39 (this book's): d = 64, H = 8 is within 2x in two of three runs of the bench, at the bound in the third:
-learner 2.78, 2.58 and 2.58 s against the oracle's 1.37, 1.32 and 1.38 s, 2.03x, 1.95x and 1.87x (load average 3.6
-to 4.5 on the 2 cores: two other engineers' jobs), the same 93,789 queries, fresh error 7.3e-14 (8.2e-14 before:
-rounding level either way), peak RSS 265 MB (898 MB before: the recording's batches). The cuts: (1) the
-measurement's own artefact: the replay's recording kept every batch (816 MB), so every batch the learner made was
-fresh memory and its page faults (1.1 to 1.4 CPU s of system time in the learner's run) were counted as the
-learner's; the timed run now asks the target directly and a second identical run records; (2) the rows' batches are
-written into one reused buffer (the oracle keeps no reference to a batch): a fresh 12 MB batch a row made the
-allocator return memory and fault it in again (0.5 s of system time, 170,000 minor faults; with the buffer 0.1 to
-0.4 s, 25,000); (3) the 64 rows' starts, fits and shifts batched across rows (one array pass instead of 64); (4) a
-row's joint Levenberg-Marquardt stops at float64's rounding (``LM_FLOOR``: the rows start at 5.5e-10 to 8.0e-9
-relative misfit, and one step takes their 24 tokens' to 5.1e-16 to 9.3e-16, thirty to 5.0e-16 to 8.7e-16; the 29
-steps and the 10 refused dampings that ended each row were 0.3 s); (5) the links' least squares from their H^2 x H^2
-Gram matrix (the design's own QR where that misses a permutation), the Loewner pencils' reduction by QR; (6)
-VectorQueryOracle hands a reading-only target (``_reads_only``: AttentionLayer now is one) its validated batch
-without a copy, through ValueQueryOracle's one path; its check for NaN and inf is one sum where the sum is finite.
-The two cuts session 38 did not keep (the shifts' normal equations by batched matmul, the start's pseudo-inverse and
-condition numbers from one SVD) are in: with all of them the fresh error is 7.3e-14. The replay calls the target
-itself, ``target(X)``, whose own check of the batch is the oracle's in the learner's run. Where the learner's 2.5 s
-go now (profiled runs: the target 1.2 to 1.3 s inside the learner): the learner's own 1.1 to 1.2 s are the rows' QR
-and SVD (0.2 s), the starts' Loewner pencils of all 89 tokens a row (0.15 to 0.25 s), every token's
+Session 39 (this book's): d = 64, H = 8 is at 2x: five runs of the bench, learner 2.78, 2.58, 2.58, 2.15 and 2.47 s
+against the oracle's 1.37, 1.32, 1.38, 1.36 and 1.23 s, 2.03x, 1.95x, 1.87x, 1.58x and 2.01x (load average 3.2 to
+4.5 on the 2 cores: two other engineers' jobs; three of five within 2x, the other two 1% and 1.5% over), the same
+93,789 queries, fresh error 7.3e-14 (8.2e-14 before: rounding level either way), peak RSS 265 MB (898 MB before: the
+recording's batches). The cuts: (1) the measurement's own artefact: the replay's recording kept every batch (816
+MB), so every batch the learner made was fresh memory and its page faults (1.1 to 1.4 CPU s of system time in the
+learner's run) were counted as the learner's; the timed run now asks the target directly and a second identical run
+records; (2) the rows' batches are written into one reused buffer (the oracle keeps no reference to a batch): a
+fresh 12 MB batch a row made the allocator return memory and fault it in again (0.5 s of system time, 170,000 minor
+faults; with the buffer 0.1 to 0.4 s, 25,000); (3) the 64 rows' starts, fits and shifts batched across rows (one
+array pass instead of 64); (4) a row's joint Levenberg-Marquardt stops at float64's rounding (``LM_FLOOR``: the rows
+start at 5.5e-10 to 8.0e-9 relative misfit, and one step takes their 24 tokens' to 5.1e-16 to 9.3e-16, thirty to
+5.0e-16 to 8.7e-16; the 29 steps and the 10 refused dampings that ended each row were 0.3 s); (5) the links' least
+squares from their H^2 x H^2 Gram matrix (the design's own QR where that misses a permutation), the Loewner pencils'
+reduction by QR; (6) VectorQueryOracle hands a reading-only target (``_reads_only``: AttentionLayer now is one) its
+validated batch without a copy, through ValueQueryOracle's one path; its check for NaN and inf is one sum where the
+sum is finite. The two cuts session 38 did not keep (the shifts' normal equations by batched matmul, the start's
+pseudo-inverse and condition numbers from one SVD) are in: with all of them the fresh error is 7.3e-14. The replay
+calls the target itself, ``target(X)``, whose own check of the batch is the oracle's in the learner's run. Where the
+learner's 2.5 s go now (profiled runs: the target 1.2 to 1.3 s inside the learner): the learner's own 1.1 to 1.2 s
+are the rows' QR and SVD (0.2 s), the starts' Loewner pencils of all 89 tokens a row (0.15 to 0.25 s), every token's
 Levenberg-Marquardt on its poles with C fixed (``_poles_gn``, three passes, 0.25 s), the pair queries' construction
 (0.1 s), the rest (misfits, the skip, the one-token answers, the output maps' fit, the verification) about 0.4 s.
 The MiniLM row still fails its target by its refusal (1.7x the oracle's time for the 5,021 queries it asked).
