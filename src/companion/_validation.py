@@ -74,7 +74,9 @@ def as_float_array(a, name: str, *, ndim: int | tuple[int, ...], shape=None) -> 
         if len(shape) != arr.ndim or any(s is not None and s != t for s, t in zip(shape, arr.shape)):
             want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
             raise InvalidInputError(f"{name} must have shape {want}; got {name}.shape={arr.shape}.")
-    if arr.size and not np.all(np.isfinite(arr)):
+    # a finite sum has no NaN or inf among its terms (one pass, no temporary): the element-wise check only where
+    # the sum is not finite (a bad entry, or an overflow of finite ones)
+    if arr.size and not np.isfinite(arr.sum()) and not np.all(np.isfinite(arr)):
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise InvalidInputError(
             f"{name} contains NaN or inf (first at index {tuple(int(i) for i in bad)}); "

@@ -358,29 +358,32 @@ class ValueQueryOracle:
         """Answers for a validated batch ``(B, N, d)``; subclasses add their noise here."""
         return self._evaluate(X)
 
-    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+    def _call_target(self, X: np.ndarray):
+        """The target's output on a validated batch, as it returned it (shared by the scalar and vector oracles)."""
         if getattr(type(self.target), "_reads_only", False):
-            # The library's heads (SingleHead, FactoredHead, FactorScoredHead) only read their input: hand them the
-            # batch validated above, without a second check and a copy (two passes over the batch).
-            raw = np.asarray(self.target._batch(X), dtype=np.float64)
-        else:
-            try:
-                out = self.target(X.copy())
-            except (ValueError, TypeError, IndexError) as exc:
-                if isinstance(exc, InvalidInputError):  # the target's own clear refusal stands
-                    raise
-                raise OracleInconsistentError(
-                    f"the target raised {type(exc).__name__} ({str(exc)[:200]}) on a batch of shape {X.shape}: "
-                    f"the oracle sends tokens of dimension d={self.d}; check that d matches the model's input "
-                    "dimension and that the model accepts a float64 batch (B, N, d)."
-                ) from exc
-            try:
-                raw = np.asarray(out, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise OracleInconsistentError(
-                    f"the target returned {show_answer(out)} for a batch of {X.shape[0]} queries; a value-query "
-                    f"target returns one real number per query, an array of shape ({X.shape[0]},) of floats."
-                ) from None
+            # The library's models (SingleHead, FactoredHead, FactorScoredHead, AttentionLayer) only read their
+            # input: hand them the batch validated above, without a second check and a copy (two passes over it).
+            return self.target._batch(X)
+        try:
+            return self.target(X.copy())
+        except (ValueError, TypeError, IndexError) as exc:
+            if isinstance(exc, InvalidInputError):  # the target's own clear refusal stands
+                raise
+            raise OracleInconsistentError(
+                f"the target raised {type(exc).__name__} ({str(exc)[:200]}) on a batch of shape {X.shape}: "
+                f"the oracle sends tokens of dimension d={self.d}; check that d matches the model's input "
+                "dimension and that the model accepts a float64 batch (B, N, d)."
+            ) from exc
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        out = self._call_target(X)
+        try:
+            raw = np.asarray(out, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise OracleInconsistentError(
+                f"the target returned {show_answer(out)} for a batch of {X.shape[0]} queries; a value-query "
+                f"target returns one real number per query, an array of shape ({X.shape[0]},) of floats."
+            ) from None
         y = raw.reshape(-1)
         if y.shape != (X.shape[0],):
             raise OracleInconsistentError(
@@ -495,7 +498,7 @@ class VectorQueryOracle(ValueQueryOracle):
 
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
         B, want = X.shape[0], (X.shape[0], self.d_out)
-        raw = self.target(X.copy())
+        raw = self._call_target(X)
         try:
             if np.asarray(raw).dtype.kind == "c":
                 raise OracleInconsistentError(

@@ -78,6 +78,12 @@ COLUMN_DISTINCT = 1e-2
 #: Tokens of a row in its joint fit of C and their log-poles (the rest get their poles from C).
 LM_TOKENS = 24
 
+#: A row's joint fit stops when its relative misfit (on its LM_TOKENS tokens) is at most this: float64's rounding.
+#: Measured (2026-12-04, session 39, d = 64, H = 8, the bench row's 64 rows, started at 5.5e-10 to 8.0e-9 relative
+#: misfit): one step reaches 5.1e-16 to 9.3e-16, thirty 5.0e-16 to 8.7e-16 (the last 29 steps, and each row's 10
+#: refused dampings that ended them, were most of the fit's time).
+LM_FLOOR = 2e-15
+
 #: Link tokens per row (pairs at delta_0 + delta_i).
 LINK_TOKENS = 2
 
@@ -94,14 +100,19 @@ def joint_plan(d: int, H: int, link_tokens: int = LINK_TOKENS) -> int:
     return 2 * H * (d * n_tok + (d - 1) * link_tokens)
 
 
-def _pair_queries(delta, X, H):
-    """Queries of ``n`` copies of ``x + delta`` and ``m`` of ``x``: ``(len(X) * 2H, 2H + 1, d)``, token-major."""
+def _pair_queries(delta, X, H, out=None):
+    """Queries of ``n`` copies of ``x + delta`` and ``m`` of ``x``: ``(len(X) * 2H, 2H + 1, d)``, token-major.
+
+    Written into ``out`` (of that shape) when given: the rows' batches reuse one buffer, as the oracle keeps no
+    reference to a batch (it hands a reading-only target the batch itself, any other a copy, and records copies)."""
     n, m = _ratios(H)
     L = 2 * H + 1
     K, d = X.shape
     first = np.arange(L)[None, :] < n[:, None]  # (2H, L): the first n positions hold u
-    Q = X[:, None, None, :] + first[None, :, :, None] * delta[None, None, None, :]  # (K, 2H, L, d)
-    return Q.reshape(K * 2 * H, L, d)
+    if out is None:
+        out = np.empty((K * 2 * H, L, d))
+    np.add(X[:, None, None, :], first[None, :, :, None] * delta[None, None, None, :], out=out.reshape(K, 2 * H, L, d))
+    return out
 
 
 def _loewner_poles(Z, r):
@@ -116,7 +127,17 @@ def _loewner_poles(Z, r):
     # stack the H coordinates: (K, H * H, H) pencils Ls x = lambda L x, lambda = -p
     Lst = L.transpose(0, 3, 1, 2).reshape(K, H * len(mu), len(la))
     Lsst = Ls.transpose(0, 3, 1, 2).reshape(K, H * len(mu), len(la))
-    return -np.linalg.eigvals(np.linalg.pinv(Lst) @ Lsst)
+    # the pencil's least-squares reduction Lst^+ Lsst by QR (cheaper than pinv's SVD: Lst has full column rank where
+    # the token has H distinct poles); pinv where a triangular factor is singular
+    with np.errstate(all="ignore"):
+        try:
+            Q, R = np.linalg.qr(Lst)
+            M = np.linalg.solve(R, np.swapaxes(Q, 1, 2) @ Lsst)
+        except np.linalg.LinAlgError:
+            M = np.full(Lsst.shape[:1] + (len(la), len(la)), np.nan)
+    if not np.all(np.isfinite(M)):
+        M = np.linalg.pinv(Lst) @ Lsst
+    return -np.linalg.eigvals(M)
 
 
 def _phi(r, p):
@@ -124,23 +145,30 @@ def _phi(r, p):
     return r[:, None] / (r[:, None] + p[..., None, :])
 
 
+def _linear_poles(Y, r):
+    """The linear estimate of one pole per column: ``Y`` of shape ``(..., R)`` fitted by ``phi(r, p)`` through
+    ``(r + p) phi = r``, i.e. ``p phi = r (1 - phi)`` by least squares in ``p``; returns ``(...)`` (may be 0 or
+    negative where ``Y`` is no ``phi``: the callers clip)."""
+    num = np.sum(Y * (1.0 - Y) * r, axis=-1)
+    den = np.sum(Y * Y, axis=-1)
+    return num / np.maximum(den, np.finfo(float).tiny)
+
+
 def _poles_given_C(Z, Cinv, r):
-    """Each token's poles with ``C`` fixed: column ``h`` of ``Z_k C^{-1}`` is ``phi(r, p_kh)``; ``(K, H)``, weights."""
-    Phi = Z @ Cinv  # (K, R, H)
-    # (r + p) phi = r  ->  p phi = r (1 - phi): a linear least-squares fit of p per column
-    num = np.einsum("krh,r->kh", Phi * (1.0 - Phi), r)
-    den = np.einsum("krh,krh->kh", Phi, Phi)
-    p = num / np.maximum(den, np.finfo(float).tiny)
-    p = np.maximum(p, np.finfo(float).tiny)
-    # the sensitivity of phi to log p (d phi / d log p = -r p / (r + p)^2): a shift's weight
-    sens = np.sqrt(np.sum((r[None, :, None] * p[:, None, :] / (r[None, :, None] + p[:, None, :]) ** 2) ** 2, axis=1))
-    return p, sens
+    """Each token's poles with ``C`` fixed: column ``h`` of ``Z_k C^{-1}`` is ``phi(r, p_kh)``.
+
+    ``Z`` of shape ``(..., K, R, H)``, ``Cinv`` ``(..., H, H)``; returns ``(..., K, H)``, at least the smallest
+    positive float."""
+    Phi = Z @ Cinv[..., None, :, :]  # (..., K, R, H)
+    return np.maximum(_linear_poles(np.swapaxes(Phi, -1, -2), r), np.finfo(float).tiny)
 
 
-def _row(oracle, delta, X, o1, H, r, rank_tol=JOINT_RANK_TOL):
-    """One row: its answers, row space, ``C`` (ALS), the poles per token, the amplitude vectors ``Gamma``."""
+def _row(oracle, delta, X, o1, H, r, rank_tol=JOINT_RANK_TOL, out=None):
+    """One row: its answers, their singular values, rank, row space ``V`` and projections ``Z = G V``.
+
+    ``out``: a buffer for the row's queries (:func:`_pair_queries`)."""
     K = X.shape[0]
-    G = oracle(_pair_queries(delta, X, H)).reshape(K, 2 * H, -1) - o1(X)[:, None, :]
+    G = oracle(_pair_queries(delta, X, H, out)).reshape(K, 2 * H, -1) - o1(X)[:, None, :]
     # the row space from the SVD of the stack (the Gram matrix's eigenvectors, cheaper, left Keras float64 H = 8
     # rows (d = 16) without a start: measured)
     # the singular values and right vectors of the stack are those of its triangular factor (backward stable;
@@ -155,31 +183,43 @@ def _row(oracle, delta, X, o1, H, r, rank_tol=JOINT_RANK_TOL):
 
 
 def _start_C(Z, r, H):
-    """``C`` from the tokens' Loewner poles: heads matched across tokens by their amplitude rows, medians."""
-    P = _loewner_poles(Z, r)
-    good = np.all(np.abs(P.imag) <= START_IMAG * np.abs(P), axis=1) & np.all(P.real > 0, axis=1)
+    """``C`` from the tokens' Loewner poles (one row, ``Z`` of shape ``(K, R, H)``; :func:`_start_Cs`), or None."""
+    C = _start_Cs(Z[None], r, H)[0]
+    return None if np.isnan(C[0, 0]) else C
+
+
+def _start_Cs(Z, r, H):
+    """Per row ``C`` from its tokens' Loewner poles: heads matched across tokens by their amplitude rows, medians.
+
+    ``Z`` of shape ``(B, K, R, H)`` (``B`` rows); returns ``(B, H, H)``, NaN for a row where no token's pencil gives
+    ``H`` real positive poles. The pencils, pseudo-inverses and condition numbers of all rows in one array pass."""
+    B, K, R, _ = Z.shape
+    P = _loewner_poles(Z.reshape(B * K, R, H), r).reshape(B, K, H)
+    good = np.all(np.abs(P.imag) <= START_IMAG * np.abs(P), axis=2) & np.all(P.real > 0, axis=2)
+    C = np.full((B, H, H), np.nan)
     if not np.any(good):
-        return None
-    Phi = _phi(r, P[good].real)  # (K', R, H)
-    Cs = np.linalg.pinv(Phi) @ Z[good]
-    conds = np.linalg.cond(Phi)
-    order = np.argsort(conds)
-    ref = Cs[order[0]]
-    aligned = []
-    for j in order[: max(1, len(order) // 2)]:  # the better-conditioned half of the tokens
-        cost = np.linalg.norm(ref[:, None, :] - Cs[j][None, :, :], axis=2)
-        _, perm = linear_sum_assignment(cost)
-        aligned.append(Cs[j][perm])
-    return np.median(np.stack(aligned), axis=0)
+        return C
+    Phi = _phi(r, P[good].real)  # (good tokens of all rows, R, H), row-major
+    U, sv, Vt = np.linalg.svd(Phi, full_matrices=False)  # one SVD: the pseudo-inverse and the condition number
+    inv = np.where(sv > 1e-15 * sv[:, :1], 1.0 / np.maximum(sv, np.finfo(float).tiny), 0.0)  # pinv's cut-off
+    Cs = (np.swapaxes(Vt, 1, 2) * inv[:, None, :]) @ (np.swapaxes(U, 1, 2) @ Z[good])
+    conds = sv[:, 0] / sv[:, -1]
+    ends = np.cumsum(np.sum(good, axis=1))
+    for b in np.flatnonzero(np.any(good, axis=1)):
+        rows = slice(ends[b] - np.sum(good[b]), ends[b])
+        Cb = Cs[rows]
+        order = np.argsort(conds[rows])[: max(1, len(Cb) // 2)]  # the better-conditioned half of the tokens
+        cost = np.linalg.norm(Cb[order[0]][None, :, None, :] - Cb[order][:, None, :, :], axis=3)
+        aligned = [Cb[j][linear_sum_assignment(c)[1]] for j, c in zip(order, cost)]
+        C[b] = np.median(np.stack(aligned), axis=0)
+    return C
 
 
 def _column_poles(Y, r, logp=None, steps=20):
     """Per start and token the log-pole of the one-pole fit ``Y ~ phi(r, p)`` (Newton in ``log p``, within
     ``+-COLUMN_LOGP``); ``Y`` of shape ``(S, K, R)``, returns ``(S, K)``."""
-    if logp is None:  # the linear estimate: (r + p) phi = r
-        num = np.einsum("skr,r->sk", Y * (1.0 - Y), r)
-        den = np.einsum("skr,skr->sk", Y, Y)
-        logp = np.log(np.clip(num / np.maximum(den, np.finfo(float).tiny), np.exp(-COLUMN_LOGP), np.exp(COLUMN_LOGP)))
+    if logp is None:  # the linear estimate (:func:`_linear_poles`), clipped into the window
+        logp = np.log(np.clip(_linear_poles(Y, r), np.exp(-COLUMN_LOGP), np.exp(COLUMN_LOGP)))
     for _ in range(steps):
         p = np.exp(logp)[..., None]
         a = -r * p / (r + p) ** 2  # d phi / d log p
@@ -253,32 +293,40 @@ def _start_C_columns(Z, r, H):
 
 
 def _token_misfits(Z, C, r, logp):
-    return np.sum((Z - _phi(r, np.exp(logp)) @ C) ** 2, axis=(1, 2))
+    """Per row and token the squared misfit of ``Z`` (``(B, K, R, H)``) by ``Phi(p) C`` (``C`` of shape
+    ``(B, H, H)``, ``logp`` ``(B, K, H)``): ``(B, K)``."""
+    return np.sum((Z - _phi(r, np.exp(logp)) @ C[:, None]) ** 2, axis=(2, 3))
+
+
+def _psi(r, p):
+    """``-d phi / d log p = r p / (r + p)^2``: ``(..., R, H)`` for ``p`` of shape ``(..., H)``."""
+    return r[:, None] * p[..., None, :] / (r[:, None] + p[..., None, :]) ** 2
 
 
 def _poles_gn(Z, C, r, logp, steps=16):
-    """Levenberg-Marquardt on each token's log-poles with ``C`` fixed (batched over tokens; a step is taken
-    only where it lowers that token's misfit): the least squares of ``Z_k``."""
-    K, R, H = Z.shape
-    lam = np.full(K, 1e-6)
+    """Levenberg-Marquardt on each token's log-poles with ``C`` fixed (batched over rows and tokens, ``Z`` of shape
+    ``(B, K, R, H)``; a step is taken only where it lowers that token's misfit): the least squares of ``Z_k``."""
+    H = Z.shape[3]
+    Cb = C[:, None]  # (B, 1, H, H)
+    CCt = Cb @ np.swapaxes(Cb, 2, 3)
+    lam = np.full(Z.shape[:2], 1e-6)
     cur = _token_misfits(Z, C, r, logp)
     for _ in range(steps):
         p = np.exp(logp)
-        Phi = _phi(r, p)  # (K, R, H)
-        psi = r[None, :, None] * p[:, None, :] / (r[None, :, None] + p[:, None, :]) ** 2  # -d Phi / d log p
-        E = Z - Phi @ C  # (K, R, H)
+        psi = _psi(r, p)  # (B, K, R, H)
+        E = Z - _phi(r, p) @ Cb
         # J[k, (r, j), h] = -psi[k, r, h] C[h, j]; normal equations (J^T J + lam diag) step = -J^T e
-        JtJ = (psi.transpose(0, 2, 1) @ psi) * (C @ C.T)[None]
-        Jte = -np.sum(psi * (E @ C.T), axis=1)
-        diag = np.einsum("khh->kh", JtJ)
+        JtJ = (np.swapaxes(psi, 2, 3) @ psi) * CCt
+        Jte = -np.sum(psi * (E @ np.swapaxes(Cb, 2, 3)), axis=2)
+        diag = np.einsum("bkhh->bkh", JtJ)
         for _ in range(8):
-            A = JtJ + (lam[:, None] * diag + np.finfo(float).tiny)[:, :, None] * np.eye(H)[None]
+            A = JtJ + (lam[..., None] * diag + np.finfo(float).tiny)[..., None] * np.eye(H)
             step = np.clip(np.linalg.solve(A, Jte[..., None])[..., 0], -LOG_STEP, LOG_STEP)  # a trust region
             new = np.clip(logp - step, -40.0, 40.0)
             mis = _token_misfits(Z, C, r, new)
             ok = mis < cur
-            moved = float(np.max(np.abs(np.where(ok[:, None], step, 0.0))))
-            logp = np.where(ok[:, None], new, logp)
+            moved = float(np.max(np.abs(np.where(ok[..., None], step, 0.0))))
+            logp = np.where(ok[..., None], new, logp)
             cur = np.where(ok, mis, cur)
             lam = np.where(ok, lam / 10.0, lam * 10.0)
             if np.all(ok):
@@ -288,97 +336,174 @@ def _poles_gn(Z, C, r, logp, steps=16):
     return logp
 
 
-def _joint_lm(Z, C, r, logp, iters=30):
-    """Levenberg-Marquardt on ``C`` and every token's log-poles together (the poles' blocks eliminated by their
-    Schur complement: an ``H^2`` system per step). Alternating alone stalls near 1e-6 (measured, d = 16, H = 8)."""
-    K, R, H = Z.shape
-    I = np.eye(H)
-
-    def total(C, logp):
-        return float(np.sum((Z - _phi(r, np.exp(logp)) @ C) ** 2))
-
-    cur, lam = total(C, logp), 1e-8
-    for _ in range(iters):
-        p = np.exp(logp)
-        Phi = _phi(r, p)
-        psi = r[None, :, None] * p[:, None, :] / (r[None, :, None] + p[:, None, :]) ** 2
-        E = Z - Phi @ C
-        A = (psi.transpose(0, 2, 1) @ psi) * (C @ C.T)[None]  # (K, H, H)
-        PsiPhi = psi.transpose(0, 2, 1) @ Phi  # (K, H, H): psi^T Phi
-        B = -PsiPhi[:, :, :, None] * C[None, :, None, :]  # (K, h, g, j): d/d logp_h against C[g, j]
-        B = B.reshape(K, H, H * H)
-        gp = -np.sum(psi * (E @ C.T), axis=1)
-        gC = (Phi.reshape(-1, H).T @ E.reshape(-1, H)).reshape(H * H)
-        FtF = Phi.reshape(-1, H).T @ Phi.reshape(-1, H)
-        Jc = np.kron(FtF, I)  # over (g, j), (g', j')
-        dA = np.einsum("khh->kh", A)
-        dC = np.diag(Jc).copy()
-        for _ in range(10):
-            # Marquardt's damping, with a floor: a pole far outside the window has almost no gradient
-            Ad = A + (lam * dA + 1e-12 * dA.max(axis=1, keepdims=True) + np.finfo(float).tiny)[:, :, None] * I[None]
-            AiB = np.linalg.solve(Ad, B)  # (K, H, H^2)
-            Aig = np.linalg.solve(Ad, gp[..., None])[..., 0]
-            S = Jc + lam * np.diag(dC) - B.reshape(K * H, H * H).T @ AiB.reshape(K * H, H * H)
-            rhs = gC - B.reshape(K * H, H * H).T @ Aig.reshape(K * H)
+def _solve_rows(S, rhs):
+    """``S x = rhs`` per row (``(B, n, n)``, ``(B, n)``); a singular row's ``x`` is NaN."""
+    try:
+        return np.linalg.solve(S, rhs[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        x = np.full(rhs.shape, np.nan)
+        for b in range(len(S)):
             try:
-                step_C = np.linalg.solve(S, rhs)
+                x[b] = np.linalg.solve(S[b], rhs[b])
             except np.linalg.LinAlgError:
-                lam *= 10.0
-                continue
-            step_p = Aig - AiB @ step_C
-            C_new, lp_new = C + step_C.reshape(H, H), np.clip(logp + step_p, -40.0, 40.0)
-            new = total(C_new, lp_new)
-            if new < cur:
-                gain = cur / max(new, np.finfo(float).tiny)
-                C, logp, cur, lam = C_new, lp_new, new, lam / 10.0
+                pass
+        return x
+
+
+def _joint_lm(Z, C, r, logp, iters=30):
+    """Levenberg-Marquardt on ``C`` and every token's log-poles together, per row (``Z`` of shape ``(B, K, R, H)``,
+    the rows batched, each with its own damping and its own stop; the poles' blocks eliminated by their Schur
+    complement: an ``H^2`` system per row and step). Alternating alone stalls near 1e-6 (measured, d = 16, H = 8)."""
+    B, K, R, H = Z.shape
+    I = np.eye(H)
+    tiny = np.finfo(float).tiny
+
+    def total(Z, C, logp):
+        return np.sum((Z - _phi(r, np.exp(logp)) @ C[:, None]) ** 2, axis=(1, 2, 3))
+
+    C, logp = C.copy(), logp.copy()
+    cur, lam = total(Z, C, logp), np.full(B, 1e-8)
+    Z2 = np.sum(Z**2, axis=(1, 2, 3))
+    active = np.ones(B, dtype=bool)
+    for _ in range(iters):
+        ia = np.flatnonzero(active)
+        if not ia.size:
+            break
+        Za, Ca, la = Z[ia], C[ia], logp[ia]
+        n = len(ia)
+        p = np.exp(la)
+        Phi, psi = _phi(r, p), _psi(r, p)  # (n, K, R, H)
+        E = Za - Phi @ Ca[:, None]
+        A = (np.swapaxes(psi, 2, 3) @ psi) * (Ca @ np.swapaxes(Ca, 1, 2))[:, None]  # (n, K, H, H)
+        PsiPhi = np.swapaxes(psi, 2, 3) @ Phi  # (n, K, H, H): psi^T Phi
+        Bm = -(PsiPhi[..., None] * Ca[:, None, :, None, :]).reshape(n, K, H, H * H)  # d/d logp_h against C[g, j]
+        gp = -np.sum(psi * (E @ np.swapaxes(Ca, 1, 2)[:, None]), axis=2)  # (n, K, H)
+        Phif, Ef = Phi.reshape(n, K * R, H), E.reshape(n, K * R, H)
+        gC = (np.swapaxes(Phif, 1, 2) @ Ef).reshape(n, H * H)
+        FtF = np.swapaxes(Phif, 1, 2) @ Phif
+        Jc = (FtF[:, :, None, :, None] * I[None, None, :, None, :]).reshape(n, H * H, H * H)  # kron(FtF, I)
+        dA = np.einsum("nkhh->nkh", A)
+        dC = np.einsum("nii->ni", Jc)
+        floor = 1e-12 * dA.max(axis=2, keepdims=True) + tiny
+        pending, gain = np.ones(n, dtype=bool), np.zeros(n)
+        for _ in range(10):
+            jp = np.flatnonzero(pending)
+            if not jp.size:
                 break
-            lam *= 10.0
-        else:
-            break
-        if gain < 1.0 + 1e-3:
-            break
+            lj = lam[ia[jp]]
+            # Marquardt's damping, with a floor: a pole far outside the window has almost no gradient
+            Ad = A[jp] + (lj[:, None, None] * dA[jp] + floor[jp])[..., None] * I
+            AiB = np.linalg.solve(Ad, Bm[jp])  # (m, K, H, H^2)
+            Aig = np.linalg.solve(Ad, gp[jp][..., None])[..., 0]
+            Bf = Bm[jp].reshape(len(jp), K * H, H * H)
+            BfT = np.swapaxes(Bf, 1, 2)
+            S = Jc[jp] - BfT @ AiB.reshape(len(jp), K * H, H * H)
+            S[:, np.arange(H * H), np.arange(H * H)] += lj[:, None] * dC[jp]
+            rhs = gC[jp] - (BfT @ Aig.reshape(len(jp), K * H, 1))[..., 0]
+            step_C = _solve_rows(S, rhs)
+            solved = np.all(np.isfinite(step_C), axis=1)
+            step_C = np.where(solved[:, None], step_C, 0.0)
+            step_p = Aig - (AiB @ step_C[:, None, :, None])[..., 0]
+            C_new = Ca[jp] + step_C.reshape(-1, H, H)
+            lp_new = np.clip(la[jp] + step_p, -40.0, 40.0)
+            new = total(Za[jp], C_new, lp_new)
+            ok = solved & (new < cur[ia[jp]])
+            acc, rows = jp[ok], ia[jp[ok]]
+            gain[acc] = cur[rows] / np.maximum(new[ok], tiny)
+            C[rows], logp[rows], cur[rows] = C_new[ok], lp_new[ok], new[ok]
+            lam[rows] /= 10.0
+            lam[ia[jp[~ok]]] *= 10.0
+            pending[acc] = False
+        # a row stops when no damping lowered its misfit, or when its step gained less than 0.1%
+        active[ia[pending | (gain < 1.0 + 1e-3)]] = False
+        active &= cur > LM_FLOOR**2 * Z2  # at rounding: no step can lower the misfit but by chance
     return C, logp
 
 
 def _als(Z, C, r):
-    """The row's fit from its start: log-poles per token with ``C`` fixed, then all jointly (:func:`_joint_lm`).
+    """The rows' fits from their starts: log-poles per token with ``C`` fixed, then all jointly (:func:`_joint_lm`).
 
-    Returns ``(C, poles, weights, misfit, tokens used)``.
+    ``Z`` of shape ``(B, K, R, H)`` (``B`` rows, fitted together in one array pass, each stopping on its own),
+    ``C`` ``(B, H, H)``. Returns ``(C, poles (B, K, H), weights (B, K, H), misfit (B,), tokens used (B,))``.
     """
-    logp = None
-    for _ in range(4):
+    B, K, R, H = Z.shape
+    Z2 = np.sum(Z**2, axis=(2, 3))  # (B, K)
+    C = C.copy()
+    logp = np.zeros((B, K, H))
+    act = np.arange(B)  # the rows still fitting
+    for it in range(4):
+        Za, Ca = Z[act], C[act]
         # a pole far outside the ratios' window is read from 1 - phi (or phi) near C's error: started from the
         # linear estimate (clipped into reach) and from where it stands, the token keeps the better fit; each
         # joint fit lowers C's error, and with it the linear estimate's
-        p, _ = _poles_given_C(Z, np.linalg.inv(C), r)
-        fresh = _poles_gn(Z, C, r, np.clip(np.log(p), -LOGP_START, LOGP_START))
-        if logp is not None:
-            kept = _poles_gn(Z, C, r, logp)
-            better = _token_misfits(Z, C, r, kept) < _token_misfits(Z, C, r, fresh)
-            fresh = np.where(better[:, None], kept, fresh)
-        logp = fresh
+        p = _poles_given_C(Za, np.linalg.inv(Ca), r)
+        fresh = _poles_gn(Za, Ca, r, np.clip(np.log(p), -LOGP_START, LOGP_START))
+        if it:
+            kept = _poles_gn(Za, Ca, r, logp[act])
+            better = _token_misfits(Za, Ca, r, kept) < _token_misfits(Za, Ca, r, fresh)
+            fresh = np.where(better[..., None], kept, fresh)
+        logp[act] = fresh
         # a token whose poles are stuck (a pole far outside the window, started wrong) would pull C off: only
         # tokens within 100 times the median misfit count, here and in the fit of C
-        mis = _token_misfits(Z, C, r, logp)
-        use = np.flatnonzero(mis <= 100.0 * np.median(mis))
-        if np.sqrt(np.sum(mis[use]) / np.sum(Z[use] ** 2)) <= 1e-13:
+        mis = _token_misfits(Za, Ca, r, fresh)
+        use = mis <= 100.0 * np.median(mis, axis=1, keepdims=True)
+        going = np.sqrt(np.sum(mis * use, axis=1) / np.sum(Z2[act] * use, axis=1)) > 1e-13
+        act, Za, Ca, fresh, use = act[going], Za[going], Ca[going], fresh[going], use[going]
+        if not act.size:
             break
         # C (H^2 numbers) needs few tokens: the joint fit runs on the LM_TOKENS whose worst-determined pole is the
         # best determined (a pole inside the ratios' window); the next pass gives every token its poles from C
-        p = np.exp(logp[use])
-        worst = np.min(np.sum((r[None, :, None] * p[:, None, :] / (r[None, :, None] + p[:, None, :]) ** 2) ** 2, 1), 1)
-        sel = use[np.argsort(-worst)[:LM_TOKENS]]
-        C, _ = _joint_lm(Z[sel], C, r, logp[sel])
+        worst = np.where(use, np.min(np.sum(_psi(r, np.exp(fresh)) ** 2, axis=2), axis=2), -np.inf)
+        order = np.argsort(-worst, axis=1)
+        n_use = np.sum(use, axis=1)
+        full = n_use >= LM_TOKENS
+        if np.any(full):
+            sel = order[full, :LM_TOKENS]
+            Zs = np.take_along_axis(Za[full], sel[:, :, None, None], axis=1)
+            C[act[full]] = _joint_lm(Zs, Ca[full], r, np.take_along_axis(fresh[full], sel[:, :, None], axis=1))[0]
+        for j in np.flatnonzero(~full):  # a row with fewer usable tokens: alone
+            sel = order[j, : n_use[j]]
+            C[act[j]] = _joint_lm(Za[j][None, sel], Ca[j][None], r, fresh[j][None, sel])[0][0]
     p = np.exp(logp)
-    sens = np.sqrt(np.sum((r[None, :, None] * p[:, None, :] / (r[None, :, None] + p[:, None, :]) ** 2) ** 2, axis=1))
-    sens = sens * np.linalg.norm(C, axis=1)[None, :]
+    sens = np.sqrt(np.sum(_psi(r, p) ** 2, axis=2)) * np.linalg.norm(C, axis=2)[:, None, :]
     # the misfit of the tokens the joint fit used; the others (a pole so far out that its head's term is at
     # rounding) get no weight in the shifts' fit
     mis = _token_misfits(Z, C, r, logp)
-    use = mis <= 100.0 * np.median(mis)
-    sens = np.where(use[:, None], sens, 0.0)
-    misfit = float(np.sqrt(np.sum(mis[use]) / np.sum(Z[use] ** 2)))
-    return C, p, sens, misfit, int(np.sum(use))
+    use = mis <= 100.0 * np.median(mis, axis=1, keepdims=True)
+    sens = np.where(use[..., None], sens, 0.0)
+    misfit = np.sqrt(np.sum(mis * use, axis=1) / np.sum(Z2 * use, axis=1))
+    return C, p, sens, misfit, np.sum(use, axis=1)
+
+
+def _matched(coef):
+    """The assignment of ``coef`` (``(H, H)``) to a permutation's indicator, and its largest deviation from it."""
+    _, perm = linear_sum_assignment(np.abs(coef - 1.0))
+    off = coef.copy()
+    off[np.arange(len(coef)), perm] -= 1.0
+    return perm, float(np.abs(off).max())
+
+
+def _link(Phi, amp, GL, tol_link):
+    """The heads of row ``i`` matched to row 0's: the least-squares coefficients of the ``H^2`` candidate terms
+    ``Phi[l, k, h, g] amp[h, g, :]`` (``Phi`` of shape ``(L, K, H, H)``, ``amp`` ``(H, H, d_out)``) in the answers
+    ``GL`` (``(L, K, d_out)``), assigned to a permutation. Returns ``(perm, largest deviation)``.
+
+    The normal equations first: the design's Gram matrix is ``(P^T P) * (A A^T)`` (``P``: the ``Phi`` values, ``A``:
+    the amplitudes), ``H^2 x H^2`` from products of ``H^2`` columns, without forming the ``L K d_out x H^2``
+    design. Where they miss a permutation by more than ``tol_link`` (their rounding is the design's condition number
+    squared) the design's own least squares (QR with pivoting) decides, as it always did before (session 38)."""
+    H = Phi.shape[2]
+    P, A = Phi.reshape(-1, H * H), amp.reshape(H * H, -1)
+    Y = GL.reshape(P.shape[0], -1)
+    try:
+        coef = np.linalg.solve((P.T @ P) * (A @ A.T), np.sum(P * (Y @ A.T), axis=0))
+        perm, err = _matched(coef.reshape(H, H))
+        if err <= tol_link:
+            return perm, err
+    except np.linalg.LinAlgError:
+        pass
+    design = (P[:, None, :] * A.T[None, :, :]).reshape(-1, H * H)  # rows (l, k, o), columns (h, g)
+    return _matched(lstsq(design, Y.reshape(-1), lapack_driver="gelsy")[0].reshape(H, H))  # QR with pivoting
 
 
 def learn_heads_joint(
@@ -397,9 +522,13 @@ def learn_heads_joint(
     D = np.linalg.qr(rng.standard_normal((d, d)))[0]  # rows delta_i: an orthonormal basis
     X = rng.standard_normal((n_tok, d)) * (scale / np.sqrt(d))
     Xt = np.concatenate([X, np.ones((n_tok, 1))], axis=1)
-    rows, gammas, misfits = [], [], []
+    Zs, Vs = [], []
+    # the rows' answers, row by row (a row of rank other than H stops the queries), their batches in one buffer:
+    # a fresh 12 MB batch per row (d = 64, H = 8) made the allocator return and re-fault memory, about 1 CPU s of
+    # page faults in all (measured, session 39)
+    Q = np.empty((n_tok * 2 * H, 2 * H + 1, d))
     for i in range(d):
-        G, s, rank, V, Z = _row(oracle, D[i], X, o1, H, r, rank_tol)
+        _, s, rank, V, Z = _row(oracle, D[i], X, o1, H, r, rank_tol, out=Q)
         if s[0] == 0.0:
             raise NotIdentifiableError("the answers of a pair of tokens do not depend on the ratio: no head")
         if rank != H:
@@ -408,30 +537,37 @@ def learn_heads_joint(
                 f"(singular values {', '.join(f'{v / s[0]:.1e}' for v in s[: H + 2])} of the largest; rank counted "
                 f"above {rank_tol:.1e} of the largest)"
             )
-        C = _start_C(Z, r, H)
-        if C is None:  # no token's pencil resolves the H poles (float32, H = 8): the columns of C^{-1} from all
-            C = _start_C_columns(Z, r, H)
-            if C is None:
-                raise OracleInconsistentError(
-                    f"row {i}: no token's Loewner pencil gave {H} real positive poles, and the fits of C^{{-1}}'s "
-                    f"columns over the row's {n_tok} tokens found fewer than {H} distinct ones"
-                )
-        C, p, sens, misfit, n_used = _als(Z, C, r)
-        misfits.append(misfit)
-        if not misfit <= tol or n_used < d + 1 + EXTRA_TOKENS // 2:
+        Zs.append(Z)
+        Vs.append(V)
+    # the d rows are fits of the same shapes: started and fitted in one array pass (batched over rows)
+    Z = np.stack(Zs)  # (d, K, R, H)
+    C = _start_Cs(Z, r, H)
+    for i in np.flatnonzero(np.isnan(C[:, 0, 0])):
+        # no token's pencil resolves the H poles (float32, H = 8): the columns of C^{-1} from all tokens
+        Ci = _start_C_columns(Z[i], r, H)
+        if Ci is None:
             raise OracleInconsistentError(
-                f"row {i}: the joint fit of {H} heads over {n_used} of its {n_tok} tokens (shared poles, amplitude "
-                f"vectors) misfits by {misfit:.2e} relative (tol={tol:g}; at least {d + 1 + EXTRA_TOKENS // 2} "
-                "tokens needed)"
+                f"row {i}: no token's Loewner pencil gave {H} real positive poles, and the fits of C^{{-1}}'s "
+                f"columns over the row's {n_tok} tokens found fewer than {H} distinct ones"
             )
-        w = sens / np.max(sens, axis=0, keepdims=True)
-        shifts = -np.log(p)  # (K, H): delta_i^T W~_h[:d, :] x~_k
-        # per head a weighted least squares over the tokens (normal equations, batched over heads: Xt is well
-        # conditioned, N(0, scale^2 I / d) tokens and a column of ones)
-        Aw = np.einsum("kh,ka,kb->hab", w * w, Xt, Xt)
-        R = np.linalg.solve(Aw, np.einsum("kh,ka->ha", w * w * shifts, Xt)[..., None])[..., 0]
-        rows.append(R)  # (H, d + 1)
-        gammas.append(C @ V.T)  # (H, d_out): Gamma_h(delta_i)
+        C[i] = Ci
+    C, p, sens, misfits, n_used = _als(Z, C, r)
+    for i in range(d):
+        if not misfits[i] <= tol or n_used[i] < d + 1 + EXTRA_TOKENS // 2:
+            raise OracleInconsistentError(
+                f"row {i}: the joint fit of {H} heads over {n_used[i]} of its {n_tok} tokens (shared poles, "
+                f"amplitude vectors) misfits by {misfits[i]:.2e} relative (tol={tol:g}; at least "
+                f"{d + 1 + EXTRA_TOKENS // 2} tokens needed)"
+            )
+    w2 = (sens / np.max(sens, axis=1, keepdims=True)) ** 2  # (d, K, H)
+    shifts = -np.log(p)  # (d, K, H): delta_i^T W~_h[:d, :] x~_k
+    # per row and head a weighted least squares over the tokens (normal equations, batched over rows and heads:
+    # Xt is well conditioned, N(0, scale^2 I / d) tokens and a column of ones)
+    XX = (Xt[:, :, None] * Xt[:, None, :]).reshape(n_tok, -1)  # (K, (d + 1)^2)
+    Aw = (np.swapaxes(w2, 1, 2) @ XX).reshape(d, H, d + 1, d + 1)
+    R = np.linalg.solve(Aw, (np.swapaxes(w2 * shifts, 1, 2) @ Xt)[..., None])[..., 0]  # (d, H, d + 1)
+    rows = list(R)
+    gammas = list(C @ np.swapaxes(np.stack(Vs), 1, 2))  # (H, d_out) each: Gamma_h(delta_i)
     # link each row to row 0: a pair at delta_0 + delta_i at token x answers sum_h phi(p) (Gamma_h(0) + Gamma_h(i))
     # with shifts s_h(0) + s_h(i); every candidate (h of row 0, g of row i) predicts one such term from the rows
     # found, and the answers are a least-squares combination of the H^2 candidates with coefficient 1 on the H
@@ -445,16 +581,12 @@ def learn_heads_joint(
         shifts = (XLt @ rows[0].T)[:, :, None] + (XLt @ rows[i].T)[:, None, :]  # (L, h, g)
         Phi = r[None, :, None, None] / (r[None, :, None, None] + np.exp(-shifts)[:, None, :, :])  # (L, K, h, g)
         amp = gammas[0][:, None, :] + gammas[i][None, :, :]  # (h, g, d_out)
-        design = np.einsum("lkhg,hgo->lkohg", Phi, amp).reshape(-1, H * H)
-        coef = lstsq(design, GL.reshape(-1), lapack_driver="gelsy")[0].reshape(H, H)  # QR with pivoting
-        _, perm = linear_sum_assignment(np.abs(coef - 1.0))
-        off = coef.copy()
-        off[np.arange(H), perm] -= 1.0
-        link_err = max(link_err, float(np.abs(off).max()))
+        perm, err = _link(Phi, amp, GL, np.sqrt(tol))
+        link_err = max(link_err, err)
         rows[i], gammas[i] = rows[i][perm], gammas[i][perm]
     if not link_err <= np.sqrt(tol):
         raise OracleInconsistentError(f"the rows could not be linked (largest link misfit {link_err:.2e})")
     Ws = np.zeros((H, d + 1, d + 1))
     Ws[:, :d, :] = np.einsum("ia,ihb->hab", D, np.stack(rows))
-    info = {"joint_max_row_misfit": float(max(misfits)), "joint_link_misfit": link_err, "joint_tokens": n_tok}
+    info = {"joint_max_row_misfit": float(np.max(misfits)), "joint_link_misfit": link_err, "joint_tokens": n_tok}
     return Ws, info

@@ -108,6 +108,9 @@ class AttentionLayer:
     [-1.0, 1.0]
     """
 
+    #: ``_batch`` only reads its input: an oracle may hand it a validated batch without a copy.
+    _reads_only = True
+
     def __init__(self, Ws, Ms, b_O, skip=None, *, layernorm=None, gamma=None, beta=None, eps=None):
         Ws = as_float_array(Ws, "Ws", ndim=3)
         if Ws.shape[1] < 2 or Ws.shape[1] != Ws.shape[2]:
