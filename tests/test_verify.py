@@ -424,18 +424,23 @@ def test_cli_converts_an_int_to_float_by_type():
     assert type(out["seed"]) is int
 
 
-def test_provenance_commit_is_marked_dirty_only_for_source_changes(tmp_path, monkeypatch):
-    def git(*args):
-        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+def _committed_repo(root, monkeypatch) -> str:
+    """``root`` made a git repository with one commit of what it holds, as results' repo root; HEAD's hash."""
 
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "m.py").write_text("x = 1\n")
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
     git("init", "-q")
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    monkeypatch.setattr(results, "repo_root", lambda start=None: tmp_path)
+    monkeypatch.setattr(results, "repo_root", lambda start=None: root)
+    return git("rev-parse", "HEAD").strip()
+
+
+def test_provenance_commit_is_marked_dirty_only_for_source_changes(tmp_path, monkeypatch):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text("x = 1\n")
+    head = _committed_repo(tmp_path, monkeypatch)
     assert results._git_commit() == head
     (tmp_path / "notes.txt").write_text("outside src\n")
     assert results._git_commit() == head
@@ -445,9 +450,6 @@ def test_provenance_commit_is_marked_dirty_only_for_source_changes(tmp_path, mon
 
 def test_provenance_commit_is_marked_dirty_for_a_chapter_code_edit_not_its_outputs(tmp_path, monkeypatch):
     # A reader found results cited at a commit whose chapter lacked the code that made them.
-    def git(*args):
-        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
-
     def notebook(code, output):
         cell = {"cell_type": "code", "source": code, "outputs": [{"output_type": "stream", "text": output}]}
         prose = {"cell_type": "markdown", "source": "a sentence"}
@@ -458,12 +460,7 @@ def test_provenance_commit_is_marked_dirty_for_a_chapter_code_edit_not_its_outpu
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "m.py").write_text("x = 1\n")
     (chapters / "99_demo.ipynb").write_text(notebook("x = 1", "1"))
-    git("init", "-q")
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    monkeypatch.setattr(results, "repo_root", lambda start=None: tmp_path)
+    head = _committed_repo(tmp_path, monkeypatch)
     (chapters / "99_demo.ipynb").write_text(notebook("x = 1", "2"))  # re-executed: outputs only
     assert results._git_commit("99_demo") == head
     (chapters / "99_demo.ipynb").write_text(notebook("x = 2", "2"))  # its code edited
