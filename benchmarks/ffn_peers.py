@@ -1,7 +1,11 @@
 """``learn_relu_network`` side by side with Carlini, Jagielski & Mironov 2020's public code (issue 37).
 
 Run: .venv/bin/python benchmarks/ffn_peers.py [--peers-venv /tmp/peers/venv]
-     [--checkout /tmp/peers/cme] [--cap 900] [--only NAME ...]
+     [--checkout /tmp/peers/cme] [--cap 900] [--only NAME ...] [--methods METHOD ...]
+
+One row again, the peers' rows and record kept: ``--only carlini-80-40-20-1 --methods ours`` (the
+row records its date, cap and commit; neither peer's venv is needed, but a ``carlini-*`` network
+is read from the checkout's ``models/``, which their ``train_models.py`` writes: that needs jax).
 
 The peers' code runs in a scratch virtual environment outside the project (never the project's
 venv), through ``benchmarks/_peer_carlini_driver.py``, in a checkout of
@@ -333,6 +337,25 @@ def markdown_table(record):
     return "\n".join(lines)
 
 
+def _our_commit():
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def _peers_record(args, old):
+    """Each peer's repository, commit, versions and repairs: read from its venv and checkout when it ran
+    in this run, else kept from the record (``--methods ours`` needs neither peer's venv)."""
+    peers = dict(old.get("peers", {}))
+    if "carlini2020" in args.methods or "carlini2020" not in peers:
+        peers["carlini2020"] = {"repository": CARLINI_REPO, "commit": git_head(args.checkout),
+                                "versions": peer_versions(args.peers_venv + "/bin/python"),
+                                "repairs": REPAIRS, "diff": git_diff(args.checkout)}
+    if "deti2024" in args.methods or "deti2024" not in peers:
+        peers["deti2024"] = {"repository": DETI_REPO, "commit": git_head(Path(args.deti_parent) / "deti"),
+                             "versions": deti_versions(args.deti_venv + "/bin/python"), "repairs": [],
+                             "diff": git_diff(Path(args.deti_parent) / "deti")}
+    return peers
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--peers-venv", default="/tmp/peers/venv")
@@ -392,31 +415,31 @@ def main(argv=None) -> int:
                 row["layers"] = res.get("layers")
             elif res["status"] == "ok":
                 row["bits"] = fresh_bits(target, res, seed)
+            if args.only or set(args.methods) != set(METHODS):
+                # A partial rerun: the row says when, at which commit and under which cap it was made.
+                row.update(measured=time.strftime("%Y-%m-%d", time.gmtime()), cap_seconds=args.cap)
+                if method == "ours":
+                    row["commit"] = _our_commit()
             rows[(name, method)] = row
             print(f"{name:>24} {method:>12} {row['status']:>8} {row['n_queries']!s:>8} "
                   f"{row['bits'] if row['bits'] is None else round(row['bits'], 1)!s:>6} "
                   f"{row['seconds'] if row['seconds'] is None else round(row['seconds'], 1)!s:>7} {row['reason'][:80]}",
                   flush=True)
     all_networks = {**old.get("networks", {}), **networks}
+    partial = bool(args.only) or set(args.methods) != set(METHODS)
     record = {
         "what": "learn_relu_network and Carlini, Jagielski & Mironov 2020's code on the same networks "
                 "(this book's own measurement, made on a 2-core machine)",
-        "measured": time.strftime("%Y-%m-%d", time.gmtime()),
+        "measured": old["measured"] if partial and "measured" in old else time.strftime("%Y-%m-%d", time.gmtime()),
         "bits": f"-log2(max |f_hat - f| / max |f|) on {N_FRESH} fresh N(0, I_d) inputs, capped at 53",
-        "cap_seconds": args.cap,
+        "cap_seconds": old["cap_seconds"] if partial and "cap_seconds" in old else args.cap,
         "seconds": "seconds: the method's extraction, wall clock, as its code times it; cpu_seconds: the whole "
                    "subprocess's CPU time (imports included; the fair clock on this shared 2-core machine, where "
                    "other work ran beside these runs); cap_seconds is on CPU time (runs made before that rule "
                    "had it on wall time: their reason says so)",
-        "peers": {"carlini2020": {"repository": CARLINI_REPO, "commit": git_head(args.checkout),
-                                  "versions": peer_versions(args.peers_venv + "/bin/python"),
-                                  "repairs": REPAIRS, "diff": git_diff(args.checkout)},
-                  "deti2024": {"repository": DETI_REPO, "commit": git_head(Path(args.deti_parent) / "deti"),
-                               "versions": deti_versions(args.deti_venv + "/bin/python"), "repairs": [],
-                               "diff": git_diff(Path(args.deti_parent) / "deti")}},
-        "ours": {"python": platform.python_version(), "numpy": np.__version__,
-                 "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                          text=True).stdout.strip()},
+        "peers": _peers_record(args, old),
+        "ours": old["ours"] if partial and "ours" in old else {"python": platform.python_version(),
+                                                              "numpy": np.__version__, "commit": _our_commit()},
         "networks": all_networks,
         "rows": [rows[k] for k in sorted(rows, key=lambda k: ([n[0] for n in NETWORKS].index(k[0]), k[1]))
                  if k[0] in all_networks],

@@ -205,3 +205,35 @@ def test_fit_patterns_recovers_unseen_weights_from_the_answers():
     E0[2, 1] = 0.0                                                    # one weight never seen
     E, _, res = fit_patterns(F, E0 / np.linalg.norm(E0, axis=0), y)
     assert res < 1e-13 and np.max(np.abs(E - E_true)) < 1e-12
+
+
+def test_sharpening_drops_a_point_between_two_close_kinks():
+    """random_relu_network(40, (20, 10), seed=0): a sharpening line met a second kink within
+    ``delta`` of the crossing, both sides stayed linear, and their lines met between the two kinks,
+    off the plane by less than the 1e-6 the refit allowed: a layer-1 plane was taken off by that,
+    and the network was 23.2 bits from the target on fresh inputs (refused by the verification).
+    Now ``f`` is asked right beside each meeting point (two queries a point): 41.1 bits, verified.
+    The same flaw left Carlini et al.'s 80-40-20-1 at 2^-22 (benchmarks/ffn_peers.md)."""
+    net = random_relu_network(40, (20, 10), seed=0)
+    rec = learn_relu_network(ValueQueryOracle(net), widths=(20, 10))
+    X = np.random.default_rng(1).standard_normal((10_000, 40))
+    y = net.forward(X)
+    assert np.max(np.abs(rec.network.forward(X) - y)) / np.max(np.abs(y)) < 2.0**-40
+    assert rec.diagnostics["verify_rel_error"] < 2.0**-40
+
+
+def test_prefix_without_jacobians_gives_the_same_activations():
+    """The readout and the sign reading ask the recovered layers' activations at every answered
+    point; their Jacobians (n m d floats) took 12.8 GB at the 500,000 answers of Carlini et al.'s
+    80-40-20-1 (the run was killed for memory). ``jacobian=False`` leaves them out, nothing else."""
+    from companion.ffn._geometry import prefix
+
+    net = random_relu_network(6, (5, 4), seed=3)
+    layers = list(zip(net.weights[:-1], net.biases[:-1]))
+    X = np.random.default_rng(0).standard_normal((50, 6))
+    H, J, pats = prefix(layers, X)
+    H2, J2, pats2 = prefix(layers, X, jacobian=False)
+    assert J2 is None and J.shape == (50, 4, 6)
+    assert np.array_equal(H, H2) and all(np.array_equal(a, b) for a, b in zip(pats, pats2))
+    h1 = np.maximum(X @ layers[0][0] + layers[0][1], 0)
+    assert np.array_equal(H, np.maximum(h1 @ layers[1][0] + layers[1][1], 0))

@@ -21,15 +21,15 @@ from ..errors import (
     PrecisionError,
 )
 from ..recovery import Recovery
-from ._kinks import EPS as _EPS
 from ._kinks import bits_of_precision
-from ._geometry import (  # the known prefix, gradients and critical points (split out for size)
+from ._geometry import (  # the known prefix, gradients, critical points and sharpening (split out for size)
     active_points as _active_points,
     line_kinks as _line_kinks,
     prefix as _prefix,
     readable as _readable,
     readable_points as _readable_points,
     segment as _segment,
+    sharpen as _sharpen,
 )
 from ._refit import REFIT_POINTS, SIDES_MAX_PLANES, refit_last_layer
 from .bias_free import rounding_advice
@@ -196,7 +196,7 @@ def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7):
     """Normals ``(w, b)`` (unit norm, up to sign) of the next layer, from the kinks found inside the
     region where the recovered layers are all active; returns ``(eta (m_prev + 1, k), members)``."""
     X = np.stack([k.x for k in kinks])
-    H, _, _ = _prefix(layers, X)
+    H, _, _ = _prefix(layers, X, jacobian=False)
     _, J, _ = _prefix(layers, np.stack([k.sides[0] for k in kinks]))
     clusters: list = []  # [sum of aligned etas, lines, members, reference eta]
     for i, kink in enumerate(kinks):
@@ -247,84 +247,6 @@ def _layer_neurons(layers, kinks, width, d, min_lines, tol=1e-7):
     return np.stack(etas, axis=1), [cl[2] for cl in chosen]
 
 
-def _sharpen(f, layers, etas, d, rng, scale, span, *, extra=4, delta=1e-3):
-    """Each neuron's ``(w, b)`` refit on ``m_prev + extra`` critical points placed on its plane.
-
-    The coarse plane (from the gradient jumps) predicts where a random line inside ``R_{l-1}``
-    crosses it. Three answers on each side, ``delta`` apart, give the two linear pieces; where they
-    meet is the critical point to float64 (Carlini et al.'s intersection of lines). A side that is not
-    linear (another kink is near) drops that line. The plane through the points is the singular
-    vector of ``[h_{l-1}(x_i), 1]`` of the smallest singular value. Six queries a point.
-    """
-    m_prev = etas.shape[0] - 1
-    need = m_prev + extra
-    offs = delta * np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0])
-    out = []
-    for j in range(etas.shape[1]):
-        eta = etas[:, j]
-        pts: list = []
-        for _attempt in range(8):
-            # Segments between points of R_{l-1} (convex) on either side of the plane cross it inside.
-            pool = _active_points(layers, d, 20 * need, rng)
-            if pool.shape[0] == 0:
-                break
-            side = _prefix(layers, pool)[0] @ eta[:-1] + eta[-1] > 0
-            pos, neg = pool[side], pool[~side]
-            k = 2 * (need - len(pts))
-            if pos.shape[0] and neg.shape[0]:
-                bases = pos[rng.integers(pos.shape[0], size=k)]
-                Q = neg[rng.integers(neg.shape[0], size=k)] - bases
-            else:
-                bases, Q = pool[:k], rng.standard_normal((min(k, pool.shape[0]), d))
-            Q /= np.linalg.norm(Q, axis=1, keepdims=True)
-            H0, J0, _ = _prefix(layers, bases)
-            z0 = H0 @ eta[:-1] + eta[-1]
-            dz = np.einsum("nmd,nd->nm", J0, Q) @ eta[:-1]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t_star = -z0 / dz
-            ok = np.isfinite(t_star) & (np.abs(t_star) < span)
-            rows = []
-            for i in np.flatnonzero(ok):
-                lo, hi = _segment(layers, bases[i], Q[i], span, d)
-                if lo + 4 * delta < t_star[i] < hi - 4 * delta:
-                    rows.append(i)
-            rows = rows[: need - len(pts)]
-            if not rows:
-                continue
-            T = t_star[rows][:, None] + offs[None, :]
-            Xq = bases[rows][:, None, :] + T[:, :, None] * Q[rows][:, None, :]
-            y = f(Xq.reshape(-1, d)).reshape(len(rows), 6)
-            for r, i in enumerate(rows):
-                t, v = T[r], y[r]
-                sl, sr = (v[2] - v[0]) / (t[2] - t[0]), (v[5] - v[3]) / (t[5] - t[3])
-                tol = 64 * _EPS * (scale + np.max(np.abs(v)))
-                lin_l = abs(v[0] + sl * (t[1] - t[0]) - v[1]) <= tol
-                lin_r = abs(v[3] + sr * (t[4] - t[3]) - v[4]) <= tol
-                if not (lin_l and lin_r) or abs(sl - sr) <= 1e-6 * max(abs(sl), abs(sr), scale):
-                    continue
-                tc = (v[3] - sr * t[3] - v[0] + sl * t[0]) / (sl - sr)
-                if abs(tc - t_star[i]) < delta:
-                    pts.append(bases[i] + tc * Q[i])
-            if len(pts) >= need:
-                break
-        if len(pts) < m_prev + 1:
-            out.append(eta)
-            continue
-        H, _, _ = _prefix(layers, np.asarray(pts))
-        P = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
-        Pn = P / np.linalg.norm(P, axis=1, keepdims=True)
-        # A point of another plane met near the predicted crossing is far off the coarse plane: drop it.
-        Pn = Pn[np.abs(Pn @ eta) <= 1e-6]
-        if Pn.shape[0] < m_prev + 1:
-            out.append(eta)
-            continue
-        v = np.linalg.svd(Pn)[2][-1]
-        v = v if v @ eta >= 0 else -v
-        # Keep the refit only if it is the same plane (the coarse one is good to about 2^-35).
-        out.append(v if np.max(np.abs(v - eta)) <= 1e-6 else eta)
-    return np.stack(out, axis=1)
-
-
 def _flat_neurons(layers, kinks, cand, members, rtol=1e-6):
     """Which candidate planes are neurons of the layer being read, not pieces of the next one.
 
@@ -338,7 +260,7 @@ def _flat_neurons(layers, kinks, cand, members, rtol=1e-6):
     test; Carlini et al. 2020 filter by repetition alone). Returns the indices, in the given order.
     """
     X = np.stack([k.x for k in kinks])
-    H, _, _ = _prefix(layers, X)
+    H, _, _ = _prefix(layers, X, jacobian=False)
     P = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
     sure = []
     for j, idx in enumerate(members):
@@ -364,7 +286,7 @@ def _partial_clusters(layers, kinks, m, tol):
     for i, kink in enumerate(kinks):
         H, J, pats = _prefix(layers, kink.sides[0][None])
         S = pats[-1][0]
-        Hx, _, _ = _prefix(layers, kink.x[None])
+        Hx, _, _ = _prefix(layers, kink.x[None], jacobian=False)
         wS, *_ = np.linalg.lstsq(J[0][S].T, kink.jump, rcond=None)
         if np.linalg.norm(J[0][S].T @ wS - kink.jump) > 1e-6 * np.linalg.norm(kink.jump):
             continue
@@ -510,7 +432,7 @@ def _last_layer_partial(f, layers, width, d, rng, scale, span, lines, max_batche
 
     def keep(before, after):
         _, J, pb = _prefix(layers, before)
-        _, _, pa = _prefix(layers, after)
+        _, _, pa = _prefix(layers, after, jacobian=False)
         same = np.all(np.concatenate(pb, axis=1) == np.concatenate(pa, axis=1), axis=1)
         ok = same & (pb[-1].sum(axis=1) >= 2)
         for i in np.flatnonzero(ok):
@@ -528,7 +450,7 @@ def _last_layer_partial(f, layers, width, d, rng, scale, span, lines, max_batche
         pool = rng.standard_normal((400 * lines, d)) * rng.choice([1.0, 2.0, 3.0], (400 * lines, 1))
         if want.any():
             # Lines through points where the missing neurons are active (no query to find them).
-            _, _, pp = _prefix(layers, pool)
+            _, _, pp = _prefix(layers, pool, jacobian=False)
             hit = pp[-1][:, want].any(axis=1)
             pool = np.concatenate([pool[hit], pool[~hit]])
         for li in range(2 * lines):
@@ -551,7 +473,7 @@ def _last_layer_partial(f, layers, width, d, rng, scale, span, lines, max_batche
             f"{lines} lines. Raise n_lines or max_batches."
         )
     X = np.stack([k.x for k in kinks])
-    H, _, _ = _prefix(layers, X)
+    H, _, _ = _prefix(layers, X, jacobian=False)
     P_all = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
 
     def complete(search_rng):
@@ -561,7 +483,7 @@ def _last_layer_partial(f, layers, width, d, rng, scale, span, lines, max_batche
         if len(more) == len(kinks):
             return None
         done = [cl for cl in _partial_clusters(layers, more, m, tol) if len(cl[1]) >= 2][:width]
-        H, _, _ = _prefix(layers, np.stack([k.x for k in more]))
+        H, _, _ = _prefix(layers, np.stack([k.x for k in more]), jacobian=False)
         return _normals(done, np.concatenate([H, np.ones((H.shape[0], 1))], axis=1), m), len(more)
 
     return _normals(full[:width], P_all, m), len(kinks), 2 * lines * (batch + 1), complete
@@ -592,7 +514,7 @@ def _last_signs(layers, etas, X, y, missing, rng, max_points=4000):
     """Signs of the last layer: of the ``2^k`` sign vectors, the one whose least-squares readout
     fits the answers best, on points where no neuron of the layer before with a missing weight is
     active (a wrong sign leaves a residual the size of that neuron's contribution)."""
-    H, _, pats = _prefix(layers, X)
+    H, _, pats = _prefix(layers, X, jacobian=False)
     clean = ~pats[-1][:, missing].any(axis=1)
     H, y = H[clean], y[clean]
     if H.shape[0] > max_points:
@@ -652,7 +574,7 @@ def _signs(layers, etas, members, kinks):
 
 def _readout(layers, X, y):
     """Least-squares readout ``(w, b)`` of the recovered layers on answered points, and its relative residual."""
-    H, _, _ = _prefix(layers, X)
+    H, _, _ = _prefix(layers, X, jacobian=False)
     F = np.concatenate([H, np.ones((H.shape[0], 1))], axis=1)
     coef = np.linalg.lstsq(F, y, rcond=None)[0]
     res = float(np.max(np.abs(F @ coef - y))) / max(float(np.max(np.abs(y))), np.finfo(float).tiny)
@@ -693,8 +615,9 @@ def learn_relu_network(
         benchmarks/ffn_deep.md); depth 4 was refused (``(10, (8, 8, 8, 8))`` seeds 0-1: at layer 2,
         whose planes then include pieces of deeper neurons').
     n_lines : int, optional
-        Random lines searched for critical points per layer; default ``max(12, 3 m)`` with
-        ``m`` the previous layer's width (``d`` for the first).
+        Random lines searched for critical points per layer; default ``max(12, 3 m)``, at most
+        ``MAX_LINES = 48``, with ``m`` the previous layer's width (``m = d`` for the first layer
+        when ``widths`` are detected; three lines for it when they are given).
     max_batches : int, default=6
         Batches of ``n_lines`` lines per layer at most: another is searched while the neurons met
         on two lines grow in number (or fall short of the given width).
@@ -974,6 +897,10 @@ class _Answers:
         self.ys.append(y)
         return y
 
+    def unrecorded(self, x):
+        """The answers at ``x`` (n, d), asked (and counted by the oracle) but not kept for the readout."""
+        return np.asarray(self.oracle(np.asarray(x, dtype=np.float64)[:, None, :]), dtype=np.float64)
+
     def all(self):
         return np.concatenate(self.xs), np.concatenate(self.ys)
 
@@ -996,12 +923,19 @@ def _probe_scale(f, oracle, rng, seed) -> float:
     return max(float(np.max(np.abs(y_probe))), 1e-300)
 
 
+#: Lines a batch at most, after the first layer (``3 m_prev`` below it). On Carlini et al.'s 80-40-20-1,
+#: 120 lines met each layer-2 plane on about 50 lines, at ``2 (2 d + 1) = 322`` queries a kink; a
+#: plane short of two lines takes another batch. No network of the depth-3 record or of the bench's
+#: rows (``m_prev <= 16``) reaches it. This book's choice (benchmarks/ffn_peers.md).
+MAX_LINES = 48
+
+
 def _lines_per_batch(opts, layers, prev) -> int:
     if opts.n_lines is not None:
         return opts.n_lines
     if not layers and opts.widths is not None:
         return 3  # every line crosses every plane of layer 1: two lines confirm it, a third for spare
-    return max(12, 3 * prev)
+    return min(max(12, 3 * prev), MAX_LINES)
 
 
 def _read_last_layer(f, layers, width, d, rng, scale, opts):
