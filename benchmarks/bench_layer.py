@@ -104,6 +104,12 @@ stage that reads directions (an unknown positive scale per answer: the joint sta
 projective), at MiniLM's size (the joint stage as it is would ask joint_plan(384, 12) = 3,787,728 queries of 25
 tokens). eps would then follow from the answers' norms (|z|^2 = d_out (1 - gap), u known once c is fixed), to
 about 2^-53 / gap relative, 8e-7 (derived, not measured), and it enters the predictions only through the gap.
+
+Session 39 (this book's, a lead, not wired in): ``benchmarks/postln_directions.py`` reads the norms back from
+directions alone, up to one scale for all queries, with the one-token affine map (2 d + 1 queries) and H (N - 1) + 1
+shifted copies of an N-token query; measured 7e-14 to 4e-12 worst relative error where d_out >= 2 H (N - 1) + 2, and
+failing one dimension below. At MiniLM's d_out = 384 and H = 12 that allows queries of at most 16 tokens (the joint
+stage's rows have 25), and it multiplies each query by up to H (N - 1) + 1.
 """
 
 from __future__ import annotations
