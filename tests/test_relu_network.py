@@ -50,8 +50,15 @@ def test_depth_three_refused_not_wrong():
     # refuses, naming it; it never returns an unverified network. (Seeds 13 and 18 are the only
     # draws of 0-19 refused since session 38; benchmarks/ffn_deep.md.)
     net = random_relu_network(10, (8, 8, 8), seed=13)
-    with pytest.raises(NotIdentifiableError, match="layer 2: confirmed 7 of the 8 neurons"):
+    with pytest.raises(NotIdentifiableError, match="layer 2: confirmed 7 of the 8 neurons") as info:
         learn_relu_network(ValueQueryOracle(net), widths=(8, 8, 8))
+    assert "if the missing neuron is dead" in str(info.value)
+    # the message's measurement: one neuron of layer 2 is active on none of 200,000 inputs
+    # (raising n_lines to 60 or max_batches to 12 still confirmed 7 of 8, session 39)
+    X = 3.0 * np.random.default_rng(0).standard_normal((200_000, 10))
+    h = np.maximum(X @ net.weights[0] + net.biases[0], 0.0)
+    active = (h @ net.weights[1] + net.biases[1] > 0).mean(axis=0)
+    assert sorted(active)[0] == 0.0 and sorted(active)[1] > 0.3
 
 
 @pytest.mark.parametrize("seed, widths", [(2, (8, 8, 8)), (12, (8, 8, 8))])
