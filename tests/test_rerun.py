@@ -435,7 +435,16 @@ def _interrupt(out, sig, extra=()):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     staging = out / "02_exact_learning.running" / "02_exact_learning.ipynb"
     deadline = time.monotonic() + 300
-    while not staging.exists() and time.monotonic() < deadline and proc.poll() is None:
+
+    def ran_a_cell():  # papermill saves the staging notebook after each cell
+        try:
+            return '"execution_count": 1' in staging.read_text()
+        except OSError:
+            return False
+
+    # Waiting for the staging notebook alone was not enough on a loaded machine: the signal came
+    # before the kernel ran a cell, and the run rightly kept nothing (a fresh-clone run, session 39).
+    while not ran_a_cell() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
     time.sleep(1.0)
     proc.send_signal(sig)
