@@ -55,6 +55,8 @@ def test_random_blocks_are_recovered_exactly_and_verified(d, m, seed):
     assert np.max(np.abs(w_h - w_o)) < 1e-10 * np.max(np.abs(w_o))
     assert rec.b2 == pytest.approx(tf.b2, rel=1e-10, abs=1e-12)
     assert rec.diagnostics["n_queries_attention"] == 2 * (2 * d * d + d)
+    # a reader found the message calling this count "2 d^2 + d" (420 at d = 10, where 2 d^2 + d = 210)
+    assert f"(two passes of 2 d^2 + d: {2 * (2 * d * d + d)})" in rec.message
     assert rec.n_queries == oracle.n_queries
     assert rec.diagnostics["verify_max_error"] <= rec.diagnostics["verify_tolerance"] == 1e-8
     assert rec.diagnostics["verify_max_error"] < 1e-13

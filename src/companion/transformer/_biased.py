@@ -506,7 +506,7 @@ def learn_one_layer_biased(
     }
     message = (
         f"FFN: {net_rec.message}; attention: W from {diagnostics['n_queries_attention']} queries "
-        f"(2 d^2 + d = {n_att}) on segments of scale r = {r:.2e} inside the region around 0 where "
+        f"(two passes of 2 d^2 + d: {n_att}) on segments of scale r = {r:.2e} inside the region around 0 where "
         f"{int(np.sum(active))} of {len(b1)} neurons are active (this book's biased reduction)"
     )
     model = BiasedOneLayerTransformer(W, A, b1, w_o, b2)
