@@ -1,6 +1,8 @@
 """Benchmark of learn_attention_layer (issue 35, item 7): outcome, queries, CPU seconds, peak memory.
 
-Run: .venv/bin/python benchmarks/bench_layer.py [--small-only]
+Run: .venv/bin/python benchmarks/bench_layer.py [--small-only] [--only LABEL]
+
+(``--only "d=64 H=8 residual"`` runs that row alone; ``--small-only`` leaves out the issue's two rows.)
 
 Rows (each in a fresh subprocess, so that its peak RSS is its own):
 
@@ -225,8 +227,19 @@ def run_row(kind, d, H):
     return result
 
 
+def _rows(argv):
+    """The rows to run: ``--only LABEL`` that row alone, ``--small-only`` all but the issue's rows."""
+    if "--only" in argv:
+        label = argv[argv.index("--only") + 1] if argv.index("--only") + 1 < len(argv) else ""
+        rows = [r for r in ROWS if r[0] == label]
+        if not rows:
+            raise SystemExit(f"--only {label!r}: no such row; the rows: {', '.join(repr(r[0]) for r in ROWS)}")
+        return rows
+    return [r for r in ROWS if not (r[4] and "--small-only" in argv)]
+
+
 def main():
-    rows = [r for r in ROWS if not (r[4] and "--small-only" in sys.argv)]
+    rows = _rows(sys.argv)
     targets = Targets()
     print(
         f"{'size':<19} {'outcome':<34} {'queries':>8} {'learner s':>10} {'oracle s':>9} {'ratio':>6} "
@@ -238,7 +251,7 @@ def main():
         results.append((label, issue, r))
         print(
             f"{label:<19} {r['outcome']:<34} {r['queries']:>8,d} {r['learner_s']:>10.2f} {r['oracle_s']:>9.2f} "
-            f"{r['ratio']:>6.1f} {r['peak_mb']:>8.0f} {r['verify']:>8.1e}",
+            f"{r['ratio']:>6.2f} {r['peak_mb']:>8.0f} {r['verify']:>8.1e}",
             flush=True,
         )
     print()
@@ -246,7 +259,7 @@ def main():
         if issue:
             targets.check(
                 f"{label}: recovered ({r['outcome']}) with learner CPU within {RATIO_TARGET:g}x the oracle's "
-                f"({r['ratio']:.1f}x; peak RSS {r['peak_mb']:.0f} MB)",
+                f"({r['ratio']:.2f}x; peak RSS {r['peak_mb']:.0f} MB)",
                 r["outcome"] == "recovered" and r["ratio"] <= RATIO_TARGET,
             )
     return targets.exit_code()

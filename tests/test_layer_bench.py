@@ -33,3 +33,16 @@ def test_without_issue_rows_there_is_no_target(bench_layer, monkeypatch):
     monkeypatch.setattr(bench_layer, "ROWS", [("d=8 H=2 residual", "random", 8, 2, False)])
     monkeypatch.setattr(sys, "argv", ["bench_layer.py"])
     assert bench_layer.main() == 0
+
+
+def test_only_runs_the_named_row_alone(bench_layer, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["bench_layer.py", "--only", "d=8 H=2 residual"])
+    assert bench_layer.main() == 0  # not an issue row: no target
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("d=")]
+    assert len(rows) == 1 and rows[0].startswith("d=8 H=2 residual ") and "recovered" in rows[0]
+
+
+def test_only_an_unknown_row_names_the_rows(bench_layer, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench_layer.py", "--only", "d=64"])
+    with pytest.raises(SystemExit, match="--only 'd=64': no such row; the rows: 'd=8 H=2 residual'"):
+        bench_layer.main()

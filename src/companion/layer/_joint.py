@@ -350,6 +350,39 @@ def _solve_rows(S, rhs):
         return x
 
 
+def _pole_schur(Ai, PsiPhi, C):
+    """``B^T A^-1 B`` of the joint fit's normal equations, with ``B`` never formed (:func:`_joint_lm`).
+
+    ``Ai`` ``(n, K, H, H)``: each token's inverse (damped) block of its log-poles; ``PsiPhi`` ``(n, K, H, H)``:
+    ``psi_k^T Phi_k``; ``C`` ``(n, H, H)``. The cross block ``B_k[h, (g, j)] = -(psi^T Phi)_k[h, g] C[h, j]``
+    (``d / d log p_h`` against ``C[g, j]``) gives
+
+        (B^T A^-1 B)[(g, j), (f, l)] = sum_{h, i} W[h, g, i, f] C[h, j] C[i, l],
+        W[h, g, i, f] = sum_k (psi^T Phi)_k[h, g] Ai_k[h, i] (psi^T Phi)_k[i, f],
+
+    ``K H^4 + 2 H^5`` products per row where the formed ``B^T (A^-1 B)`` takes ``K H^5`` and a solve with ``H^2``
+    right-hand sides. Returns ``(n, H^2, H^2)``, rows and columns ordered ``(g, j)``.
+    """
+    n, K, H, _ = Ai.shape
+    T = (Ai[..., None] * PsiPhi[:, :, None, :, :]).reshape(n, K, H, H * H)  # (n, k, h, (i, f))
+    W = np.swapaxes(PsiPhi, 1, 2).transpose(0, 1, 3, 2) @ np.swapaxes(T, 1, 2)  # (n, h, g, (i, f))
+    U = W.reshape(n, H, H**3).transpose(0, 2, 1) @ C  # (n, (g, i, f), j)
+    U = U.reshape(n, H, H, H, H).transpose(0, 1, 3, 4, 2).reshape(n, H**3, H) @ C  # (n, (g, f, j), l)
+    return U.reshape(n, H, H, H, H).transpose(0, 1, 3, 2, 4).reshape(n, H * H, H * H)
+
+
+def _pole_cross_t(PsiPhi, C, y):
+    """``B^T y`` for ``y`` of shape ``(n, K, H)`` (``B`` as in :func:`_pole_schur`, not formed): ``(n, H^2)``."""
+    v = np.einsum("nkhg,nkh->nhg", PsiPhi, y)
+    return -(np.swapaxes(v, 1, 2) @ C).reshape(len(C), -1)
+
+
+def _pole_cross(PsiPhi, C, x):
+    """``B x`` for ``x`` of shape ``(n, H^2)`` ordered ``(g, j)`` (``B`` as in :func:`_pole_schur`): ``(n, K, H)``."""
+    H = C.shape[1]
+    return -np.sum(PsiPhi * (C @ np.swapaxes(x.reshape(-1, H, H), 1, 2))[:, None], axis=3)
+
+
 def _joint_lm(Z, C, r, logp, iters=30):
     """Levenberg-Marquardt on ``C`` and every token's log-poles together, per row (``Z`` of shape ``(B, K, R, H)``,
     the rows batched, each with its own damping and its own stop; the poles' blocks eliminated by their Schur
@@ -376,7 +409,6 @@ def _joint_lm(Z, C, r, logp, iters=30):
         E = Za - Phi @ Ca[:, None]
         A = (np.swapaxes(psi, 2, 3) @ psi) * (Ca @ np.swapaxes(Ca, 1, 2))[:, None]  # (n, K, H, H)
         PsiPhi = np.swapaxes(psi, 2, 3) @ Phi  # (n, K, H, H): psi^T Phi
-        Bm = -(PsiPhi[..., None] * Ca[:, None, :, None, :]).reshape(n, K, H, H * H)  # d/d logp_h against C[g, j]
         gp = -np.sum(psi * (E @ np.swapaxes(Ca, 1, 2)[:, None]), axis=2)  # (n, K, H)
         Phif, Ef = Phi.reshape(n, K * R, H), E.reshape(n, K * R, H)
         gC = (np.swapaxes(Phif, 1, 2) @ Ef).reshape(n, H * H)
@@ -393,17 +425,18 @@ def _joint_lm(Z, C, r, logp, iters=30):
             lj = lam[ia[jp]]
             # Marquardt's damping, with a floor: a pole far outside the window has almost no gradient
             Ad = A[jp] + (lj[:, None, None] * dA[jp] + floor[jp])[..., None] * I
-            AiB = np.linalg.solve(Ad, Bm[jp])  # (m, K, H, H^2)
-            Aig = np.linalg.solve(Ad, gp[jp][..., None])[..., 0]
-            Bf = Bm[jp].reshape(len(jp), K * H, H * H)
-            BfT = np.swapaxes(Bf, 1, 2)
-            S = Jc[jp] - BfT @ AiB.reshape(len(jp), K * H, H * H)
+            # the cross block B (d / d logp against C) is never formed (:func:`_pole_schur`); one inverse of each
+            # token's pole block serves its H^2 + 1 right-hand sides
+            Ai = np.linalg.inv(Ad)  # (m, K, H, H)
+            Aig = (Ai @ gp[jp][..., None])[..., 0]
+            PP, Cj = PsiPhi[jp], Ca[jp]
+            S = Jc[jp] - _pole_schur(Ai, PP, Cj)
             S[:, np.arange(H * H), np.arange(H * H)] += lj[:, None] * dC[jp]
-            rhs = gC[jp] - (BfT @ Aig.reshape(len(jp), K * H, 1))[..., 0]
+            rhs = gC[jp] - _pole_cross_t(PP, Cj, Aig)
             step_C = _solve_rows(S, rhs)
             solved = np.all(np.isfinite(step_C), axis=1)
             step_C = np.where(solved[:, None], step_C, 0.0)
-            step_p = Aig - (AiB @ step_C[:, None, :, None])[..., 0]
+            step_p = Aig - (Ai @ _pole_cross(PP, Cj, step_C)[..., None])[..., 0]
             C_new = Ca[jp] + step_C.reshape(-1, H, H)
             lp_new = np.clip(la[jp] + step_p, -40.0, 40.0)
             new = total(Za[jp], C_new, lp_new)
