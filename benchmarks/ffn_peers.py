@@ -64,30 +64,37 @@ NETWORKS = [
     ("ours-10-8-8-8-1", "ours", "10-8-8-8-1", 0),
 ]
 
-# Each repair of their code, with its reason (the diff is in benchmarks/ffn_peers.md).
+# Each repair of their code, with its reason (the diff is in benchmarks/ffn_peers.md), and who made it:
+# "by": "peer-file" for a change to their files, "driver" for one in our driver of their code
+# (benchmarks/_peer_carlini_driver.py), which chapter 03 counts apart.
 REPAIRS = [
     {
+        "by": "peer-file",
         "file": "src/global_vars.py, check_solution_svd.py",
         "change": "`from jax.config import config` -> `import jax; config = jax.config`",
         "reason": "the module jax.config was removed (jax 0.4.25); the attribute is the same object",
     },
     {
+        "by": "peer-file",
         "file": "src/refine_precision.py, train_models.py",
         "change": "`jax.experimental.optimizers` -> `jax.example_libraries.optimizers`",
         "reason": "moved in jax 0.2.25 and removed from jax.experimental in 0.3.16; same Adam",
     },
     {
+        "by": "peer-file",
         "file": "train_models.py",
         "change": "save `[weights, biases]` as a (2, k+1) object array",
         "reason": "numpy >= 1.24 refuses to make a ragged array from the nested list it saved",
     },
     {
+        "by": "peer-file",
         "file": "src/layer_recovery.py (graph_solve)",
         "change": "the partial solution's examples as an explicit object array",
         "reason": "numpy >= 1.24 refuses np.array() of ragged lists (ValueError), which numpy < 1.24 "
                   "turned into this object array itself; raised on 10-10-10-1 when a neuron is still missing",
     },
     {
+        "by": "driver",
         "file": "(driver, not their file) extract.py's __main__",
         "change": "mp.Pool(1) instead of mp.Pool(cpu_count() // 4)",
         "reason": "cpu_count() // 4 is 0 on this 2-core machine, and Pool(0) raises ValueError",

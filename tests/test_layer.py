@@ -1274,6 +1274,36 @@ def test_a_refusal_names_the_next_seed_of_the_call_that_refused():
         assert "try seed=4." in str(err) and "try seed=1" not in str(err)
 
 
+
+def test_every_no_verdict_refusal_chains_its_stage_by_one_sentence():
+    """Issue 34's review: the post-LN gap's refusal built its own chaining sentence ('its OracleInconsistentError,
+    chained as this error's __cause__, states a verdict for exact norms'); it now says, as the other four refusals,
+    that the verdict does not apply here (the gap below LOW_GAP leaves the norms 2^-53 / gap from exact, which is
+    what that verdict assumes). One builder, chained_cause, writes that sentence for all five."""
+    from companion.layer._learn import _FLOAT32_WHY, _float32_unresolved, _post_unresolved, _pre_unresolved
+    from companion.layer._norm import chained_cause, inferred_gap_message
+
+    cause = OracleInconsistentError("the heads' learner refused: not an attention layer")
+    sentence = (
+        "The stage raised OracleInconsistentError; its own message, whose verdict assumes exact norms and so does "
+        "not apply here, is this error's __cause__."
+    )
+    assert chained_cause(cause, "assumes exact norms") == sentence
+    inferred = inferred_gap_message(0.99 * LOW_GAP, cause, "heads' stage", seed=3)
+    assert inferred.startswith("the heads' stage failed while the smallest 1 - |z|^2/d_out = eps / (var + eps) seen")
+    assert inferred.endswith("try seed=4. Nothing was returned. " + sentence)
+    assert "chained as this error's __cause__" not in inferred  # the duplicate's own wording, gone
+    post = "does not account for the scaled tokens of the heads behind a post-LN"
+    for err, why in (
+        (_post_unresolved(cause, 0.99 * LOW_GAP, "heads' stage", 3), "assumes exact norms"),
+        (_post_unresolved(cause, 1.01 * LOW_GAP, "heads' stage", 3), post),
+        (_pre_unresolved(cause, 3), "does not account for the scaled tokens of the heads behind a pre-LN"),
+        (_float32_unresolved(cause, "least squares", 3), _FLOAT32_WHY),
+    ):
+        assert chained_cause(cause, why) in str(err)
+        assert str(err).count("__cause__") == 1 and "the heads' learner refused" not in str(err)
+    assert str(_post_unresolved(cause, 0.99 * LOW_GAP, "heads' stage", 3)) == inferred
+
 # --- try_seeds: the refusals' advice, followed (session 37) -------------------------------------------
 
 

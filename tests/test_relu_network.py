@@ -244,3 +244,21 @@ def test_prefix_without_jacobians_gives_the_same_activations():
     assert np.array_equal(H, H2) and all(np.array_equal(a, b) for a, b in zip(pats, pats2))
     h1 = np.maximum(X @ layers[0][0] + layers[0][1], 0)
     assert np.array_equal(H, np.maximum(h1 @ layers[1][0] + layers[1][1], 0))
+
+
+def test_a_crossing_whose_offset_reaches_half_delta_fails_its_test_whatever_f_answers():
+    """Issue 34's review: the sharpening marked such a crossing with tolerance -1.0 (no answer is within
+    -1 of its line); it now says so by ``Crossing.testable``. Just below ``delta / 2`` the offset is kept
+    and the test reads the answers (within tol passes, just outside fails); at ``delta / 2`` and beyond
+    the test is asked at ``delta / 2`` and fails even on answers exactly on the lines."""
+    from companion.ffn._geometry import Crossing
+
+    delta, tol, lines_at = 1e-3, 1e-12, (2.0, -3.0)
+    inside = Crossing.at(4, 0.25, 0.499e-3, delta, lines_at, tol)
+    assert inside.testable and inside.e == 0.499e-3 and inside.row == 4 and inside.tc == 0.25
+    assert inside.passes(lines_at) and inside.passes((2.0 + 0.9e-12, -3.0 - 0.9e-12))
+    assert not inside.passes((2.0 + 1.1e-12, -3.0)) and not inside.passes((2.0, -3.0 - 1.1e-12))
+    for e in (0.5e-3, 0.501e-3, 1.0):
+        outside = Crossing.at(4, 0.25, e, delta, lines_at, tol)
+        assert not outside.testable and outside.e == 0.5e-3  # asked at delta / 2, counted
+        assert not outside.passes(lines_at) and not outside.passes((2.0 + 0.9e-12, -3.0))

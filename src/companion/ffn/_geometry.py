@@ -4,12 +4,13 @@ Private: the known prefix of a network (its activations, Jacobians and the point
 later layer is active), the gradients and critical points along lines, and the sharpening of a
 layer's planes on critical points placed on them (Carlini, Jagielski &
 Mironov 2020, in this book's own implementation). Split from :mod:`companion.ffn.deep`, which
-imports every name below and is its only user.
+imports every function below and is its only user (:class:`Crossing` serves :func:`sharpen`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import linprog
@@ -244,6 +245,37 @@ def segment(layers, x0, q, span, d):
 # Sharpening a layer's planes on critical points placed on them
 
 
+class Crossing(NamedTuple):
+    """Where a line's two linear pieces meet, and the test of :func:`sharpen` right beside it.
+
+    ``f`` is asked at ``tc - e`` and ``tc + e``, each answer to lie within ``tol`` of its side's line
+    (``lines_at``). ``testable`` is whether the offset ``16 tol / |slope change|`` stayed below
+    ``delta / 2``: if not, the slopes differ too little for the test to tell one kink from two
+    within ``delta``, so the point is asked at ``e = delta / 2`` (counted, to keep the random stream
+    the targeted search was measured on) and then dropped, whatever ``f`` answers.
+    """
+
+    row: int  # the line's index among the drawn segments
+    tc: float  # where the two pieces meet, along the line
+    e: float  # the test's offset either side of tc: min(16 tol / |slope change|, delta / 2)
+    lines_at: tuple  # the two pieces' values at tc -+ the unclipped offset (unread unless testable)
+    tol: float  # the answers' rounding level on this line
+    testable: bool  # 16 tol / |slope change| < delta / 2: else the point fails its test
+
+    @classmethod
+    def at(cls, row, tc, e, delta, lines_at, tol) -> Crossing:
+        """The crossing with its test at ``min(e, delta / 2)``, testable iff ``e < delta / 2``."""
+        return cls(row, tc, min(e, 0.5 * delta), lines_at, tol, bool(e < 0.5 * delta))
+
+    def passes(self, answers) -> bool:
+        """``answers`` (f at ``tc - e``, ``tc + e``) lie on their sides' lines, and the test could tell."""
+        return bool(
+            self.testable
+            and abs(answers[0] - self.lines_at[0]) <= self.tol
+            and abs(answers[1] - self.lines_at[1]) <= self.tol
+        )
+
+
 def sharpen(f, layers, etas, d, rng, scale, span, *, extra=None, delta=1e-3):
     """Each neuron's ``(w, b)`` refit on ``m_prev + extra`` critical points placed on its plane
     (``extra`` by default ``max(4, m_prev // 4)``: on Carlini et al.'s 80-40-20-1, 44 points in 41
@@ -301,7 +333,7 @@ def sharpen(f, layers, etas, d, rng, scale, span, *, extra=None, delta=1e-3):
             T = t_star[rows][:, None] + offs[None, :]
             Xq = bases[rows][:, None, :] + T[:, :, None] * Q[rows][:, None, :]
             y = f(Xq.reshape(-1, d)).reshape(len(rows), 6)
-            found = []  # (row, tc, e, the two lines' values at tc -+ e, tol)
+            found: list[Crossing] = []
             for r, i in enumerate(rows):
                 t, v = T[r], y[r]
                 sl, sr = (v[2] - v[0]) / (t[2] - t[0]), (v[5] - v[3]) / (t[5] - t[3])
@@ -314,18 +346,18 @@ def sharpen(f, layers, etas, d, rng, scale, span, *, extra=None, delta=1e-3):
                 e = 16 * tol / abs(sl - sr)
                 if abs(tc - t_star[i]) < delta:
                     lines_at = (v[0] + sl * (tc - e - t[0]), v[3] + sr * (tc + e - t[3]))
-                    found.append((i, tc, min(e, 0.5 * delta), lines_at, tol if e < 0.5 * delta else -1.0))
+                    found.append(Crossing.at(i, tc, e, delta, lines_at, tol))
             if found:
                 Xb = np.concatenate(
-                    [[bases[i] + (tc - e) * Q[i], bases[i] + (tc + e) * Q[i]] for i, tc, e, _, _ in found]
+                    [[bases[c.row] + (c.tc - c.e) * Q[c.row], bases[c.row] + (c.tc + c.e) * Q[c.row]] for c in found]
                 )
                 # Asked and counted, not kept for the readout and the last layer's refit: a point e beside
                 # a kink adds nothing there, and kept, it would move the refit's random subsets of the
                 # answers (the depth-3 draws the targeted search recovers are sensitive to them).
                 yb = f.unrecorded(Xb).reshape(len(found), 2)
-                for (i, tc, _, lines_at, tol), vb in zip(found, yb):
-                    pts.append(bases[i] + tc * Q[i])
-                    good.append(abs(vb[0] - lines_at[0]) <= tol and abs(vb[1] - lines_at[1]) <= tol)
+                for c, vb in zip(found, yb):
+                    pts.append(bases[c.row] + c.tc * Q[c.row])
+                    good.append(c.passes(vb))
             # Every point counts towards ``need`` whether it passed or not, so that the lines drawn (and
             # the random stream after them) are those measured before the test: the depth-3 draws that
             # the targeted search recovers (seeds 1, 7, 8 of (10; 8, 8, 8)) are sensitive to that stream.

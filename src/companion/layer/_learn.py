@@ -20,6 +20,7 @@ from ._norm import (
     PRECISION_BAND,
     ROUNDING_UNITS,
     LOW_GAP,
+    chained_cause,
     inferred_gap_message,
     PROBE_POINTS,
     Denormalised,
@@ -435,7 +436,7 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
                 f"on a readout (tol={FLOAT32_HEADS_TOL:g}) refused; measured once (2026-12-04), it resolves H = 2 at "
                 f"d = 6 and 8, not H = 4 or 8 at d = 8 (Keras 3 MultiHeadAttention in float32; from H = "
                 f"{JOINT_FROM} with H given the joint stage runs instead), and it ends here on a sliding-window "
-                f"mask or a second layer too. Nothing was returned. {_chained(exc, _FLOAT32_WHY)}"
+                f"mask or a second layer too. Nothing was returned. {chained_cause(exc, _FLOAT32_WHY)}"
             ) from exc
         raise PrecisionError(
             f"learn_attention_layer needs answers exact to float64 rounding; the heads' learner on a readout "
@@ -569,26 +570,13 @@ FLOAT32_UNRESOLVED = (
 )
 
 
-def _chained(exc: Exception, why: str) -> str:
-    """The sentence a no-verdict refusal gives in place of quoting the failed stage's message.
-
-    The stage's message is chained (``__cause__``), not quoted: its verdict ("not an attention layer", "the
-    answers' rounding") was written for another setting and may not hold here (a reader found both quoted
-    inside refusals that disclaim them).
-    """
-    return (
-        f"The stage raised {type(exc).__name__}; its own message, whose verdict {why} and so does not apply here, "
-        "is this error's __cause__."
-    )
-
-
 _FLOAT32_WHY = "assumes answers exact to float64 rounding"
 
 
 def _float32_unresolved(exc: Exception, stage: str, seed: int) -> OracleInconsistentError:
     """A float32 route's failure after its heads' stage: an in-class block ends there too, so no verdict."""
     return OracleInconsistentError(
-        f"{FLOAT32_UNRESOLVED} (a mask, a second layer). The {stage} failed. {_chained(exc, _FLOAT32_WHY)} "
+        f"{FLOAT32_UNRESOLVED} (a mask, a second layer). The {stage} failed. {chained_cause(exc, _FLOAT32_WHY)} "
         "Measured once (2026-12-04, one machine): chapter "
         "09's default residual block (d = 6, H = 2, random_attention_layer seed 0), in the class, served in "
         "float32, fails the least squares' gate at learner seed 0 (relative residual 0.15) and is learned at "
@@ -606,7 +594,7 @@ def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int) -> Excep
     return OracleInconsistentError(
         f"could not learn this post-LN block (a head too faint in the readout, more heads than the heads' "
         f"learner resolves, or not an attention layer): the {stage} failed. "
-        f"{_chained(exc, 'does not account for the scaled tokens of the heads behind a post-LN')} "
+        f"{chained_cause(exc, 'does not account for the scaled tokens of the heads behind a post-LN')} "
         f"Behind a post-LN the heads' learner asks tokens scaled by HEADS_SCALE = {HEADS_SCALE} "
         "(to keep the LayerNorm's input variance small), which can leave a head too faint in its readout: "
         "measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) end here, and "
@@ -619,7 +607,7 @@ def _pre_unresolved(exc: Exception, seed: int) -> OracleInconsistentError:
     return OracleInconsistentError(
         f"could not learn this pre-LN block (a head too faint in the readout, more heads than the heads' learner "
         f"resolves, or not an attention layer). "
-        f"{_chained(exc, 'does not account for the scaled tokens of the heads behind a pre-LN')} "
+        f"{chained_cause(exc, 'does not account for the scaled tokens of the heads behind a pre-LN')} "
         "Behind a pre-LN the heads' learner asks normalised tokens "
         f"scaled by PRE_HEADS_SCALE = {PRE_HEADS_SCALE}, which can leave a head too faint: measured (2026-12-03, "
         "60 pre-LN blocks, d 5 to 12, H 1 or 2, eps 1e-3 to 1, seeds 0 to 3), 2 end here and 23 are out of the "

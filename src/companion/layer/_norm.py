@@ -1,4 +1,8 @@
-"""A post-LN read off one-token answers, and the oracle seen before its LayerNorm (this book's own)."""
+"""A post-LN read off one-token answers, and the oracle seen before its LayerNorm (this book's own).
+
+Also the refusals' messages: the gap's (:func:`gap_message`, :func:`inferred_gap_message`) and the sentence
+every no-verdict refusal of the layer's learner chains its failed stage by (:func:`chained_cause`).
+"""
 
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ __all__ = [
     "answer_format",
     "estimate_post_ln",
     "gap_message",
+    "chained_cause",
     "inferred_gap_message",
 ]
 
@@ -192,11 +197,23 @@ def gap_message(gap: float, limit: float = MIN_GAP) -> str:
     )
 
 
+def chained_cause(exc: Exception, why: str) -> str:
+    """The sentence a no-verdict refusal gives in place of quoting the failed stage's message.
+
+    The stage's message is chained (``__cause__``), not quoted: its verdict ("not an attention layer", "the
+    answers' rounding") was written for another setting and may not hold here (a reader found both quoted
+    inside refusals that disclaim them). ``why`` completes "whose verdict ...", e.g. "assumes exact norms".
+    """
+    return (
+        f"The stage raised {type(exc).__name__}; its own message, whose verdict {why} and so does not apply here, "
+        "is this error's __cause__."
+    )
+
+
 def inferred_gap_message(gap: float, cause: Exception, stage: str = "a later stage", *, seed: int) -> str:
     """A stage failed while the smallest gap seen was below LOW_GAP: precision inferred, not measured."""
     return (
-        f"the {stage} failed (its {type(cause).__name__}, chained as this error's __cause__, states a verdict for "
-        f"exact norms) while the smallest 1 - |z|^2/d_out = eps / (var + eps) seen was {gap:.1e}, "
+        f"the {stage} failed while the smallest 1 - |z|^2/d_out = eps / (var + eps) seen was {gap:.1e}, "
         f"below LOW_GAP = {LOW_GAP:.0e} (this book's threshold, measured: every measured run below 2.4e-7 failed): "
         f"at that gap the answers carry the norm of the centred block output to about "
         f"{2.0**-53 / max(gap, 1e-300):.1e} of their size, and the heads' stage reads a far smaller part of them, "
@@ -204,7 +221,7 @@ def inferred_gap_message(gap: float, cause: Exception, stage: str = "a later sta
         "tokens, keeps the gap larger. The gap depends on the queries, drawn from the seed: another seed may keep "
         "it larger (measured once, with exact answers on one machine: PyTorch's eps = 1e-5 at d = 8, H = 2, "
         f"smallest gap 2.1e-8 at learner seed 0, refused; 2.4e-6 at seed 2, learned): try seed={seed + 1}. "
-        "Nothing was returned."
+        f"Nothing was returned. {chained_cause(cause, 'assumes exact norms')}"
     )
 
 
