@@ -774,6 +774,59 @@ def test_a_post_ln_block_is_recovered(d, H, residual, eps):
     assert rec.n_queries == oracle.n_queries
 
 
+def test_a_post_ln_block_above_the_former_polish_cap_is_recovered():
+    """d = 24, H = 2 (1,200 head-row entries; with the output maps 2,952 unknowns, above the former cap of 2000 on
+    them all): unpolished, its heads from scaled tokens (least-squares residual 9.1e-4) failed the verification;
+    the polish, the output maps eliminated, takes it to rounding (measured 1.6e-14, fresh 1.3e-14)."""
+    d = 24
+    target = random_attention_layer(d, 2, residual=True, layernorm="post", eps=0.1, seed=0)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+    assert rec.diagnostics["polished"] and rec.diagnostics["lstsq_residual"] > 1e-4
+    assert rec.diagnostics["verify_max_error"] < 1e-12
+    assert max_rel_prediction_error(target, rec.model, fresh(d)) < 1e-12
+
+
+def test_the_polish_step_is_the_full_gauss_newton_step():
+    """polish eliminates the output maps: its step is the least squares over [J_W, I_dout (x) Phi] (formed here)."""
+    from companion.layer._fit import _residual_and_jacobian, fit_outputs, group_by_length, polish
+
+    d, H = 5, 2
+    target = random_attention_layer(d, H, residual=True, seed=1)
+    rng = np.random.default_rng(0)
+    Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=120)]
+    Xs, Ys = group_by_length(Xp, target(Xp))
+    Ws = target.Ws + 1e-4 * rng.standard_normal(target.Ws.shape)
+    Ws[:, -1, :] = 0.0
+    Theta = fit_outputs(Ws, Xs, Ys)[0]
+    r, JW, Phi = _residual_and_jacobian(Ws, Theta, Xs, Ys, True)
+    B, d_out, p = Phi.shape[0], Theta.shape[1], Theta.shape[0]
+    JT = np.einsum("bj,oq->bojq", Phi, np.eye(d_out)).reshape(B * d_out, p * d_out)
+    full = np.linalg.lstsq(np.concatenate([JW.reshape(B * d_out, -1), JT], axis=1), r.reshape(-1), rcond=None)[0]
+    W1, T1, before, after = polish(Ws, Theta, Xs, Ys, iters=1)
+    assert after < 1e-3 * before
+    assert rel(W1[:, :d, :] - Ws[:, :d, :], full[: H * d * (d + 1)].reshape(H, d, d + 1)) < 1e-9
+    assert rel(T1 - Theta, full[H * d * (d + 1) :].reshape(p, d_out)) < 1e-9
+
+
+@pytest.mark.parametrize("cap, polished", [(84, True), (83, False)], ids=["inside", "outside"])
+def test_polish_cap_counts_the_heads_rows_just_inside_and_outside(monkeypatch, cap, polished):
+    """At float64 POLISH_MAX_UNKNOWNS counts the heads' rows' entries only (d = 6, H = 2: 84), moved to 84 and 83."""
+    from companion.layer import _learn
+    from companion.layer._fit import group_by_length
+
+    monkeypatch.setattr(_learn, "POLISH_MAX_UNKNOWNS", cap)
+    base = random_attention_layer(6, 2, residual=True, seed=2)
+    oracle = VectorQueryOracle(base)
+    o = _learn._options(oracle, 2, None, "auto", "auto", True, 0, None, 0)
+    rng = np.random.default_rng(0)
+    X1 = np.concatenate([np.zeros((1, 1, 6)), np.eye(6)[:, None, :]])
+    Xfit = [rng.standard_normal((int(n), 6)) / np.sqrt(6) for n in rng.integers(2, 9, size=20)]
+    batches, answers = group_by_length(Xfit, oracle(Xfit))
+    Ws = base.canonical().Ws.copy()
+    _, _, info = _learn._outputs(oracle, Ws, [X1] + batches, [oracle(X1)] + answers, 40, o, rng)
+    assert info["polished"] is polished and info["n_polish_queries"] == (40 if polished else 0)
+
+
 def test_a_post_ln_with_a_small_eps_is_refused_for_the_precision_it_costs():
     """eps = 1e-5 (PyTorch's default): the heads' queries reach 1 - |z|^2/d_out near 1e-8, refused, not wrong."""
     target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-5, seed=10)

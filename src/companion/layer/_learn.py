@@ -116,11 +116,13 @@ FLOAT32_RANK_UNITS = 64
 #: float32's is known only from them).
 FLOAT32_LINK_TOKENS = 8
 
-#: The float32 route polishes up to this many unknowns (POLISH_MAX_UNKNOWNS, 2000, at float64): unpolished, its heads
-#: keep float32's errors. Measured (2026-12-04, Keras 3 in float32, H = 8, key_dim 2, seed 0): at d = 12 (2,556
-#: unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh queries to 8.1 u
-#: (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u (floor 2.8 u), peak RSS 1.7 GB; the dense Jacobian's memory
-#: grows as the unknowns squared (2 * 5000**2 * 8 bytes = 400 MB at the cap).
+#: The float32 route polishes up to this many unknowns, the output maps' counted (at float64 POLISH_MAX_UNKNOWNS,
+#: 2500, counts the heads' rows only): unpolished, its heads keep float32's errors. Measured (2026-12-04, Keras 3
+#: in float32, H = 8, key_dim 2, seed 0, with the polish that formed the output maps' Jacobian too): at d = 12
+#: (2,556 unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh queries to
+#: 8.1 u (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u (floor 2.8 u), peak RSS 1.7 GB. That Jacobian's memory
+#: grew as the unknowns squared (2 * 5000**2 * 8 bytes = 400 MB at the cap); the polish now eliminates the output
+#: maps and holds ``B d_out H d (d + 1)`` floats (:data:`POLISH_MAX_UNKNOWNS`).
 FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 
 
@@ -503,8 +505,9 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
         "polish_residual": float("nan"),
     }
     d = inner.d
-    cap = FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS
-    if n_polish and Ws.shape[0] * d * (d + 1) + Theta.size <= cap:
+    # the float32 route's cap counts every unknown (as measured); at float64 the heads' rows (Theta is eliminated)
+    n_unknowns = Ws.shape[0] * d * (d + 1) + (Theta.size if o.float32 else 0)
+    if n_polish and n_unknowns <= (FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS):
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
         Ws, Theta, before, after = polish(Ws, Theta, batches + Xs, answers + Ys, iters=4 if gate == LSTSQ_GATE else 8)
@@ -728,8 +731,9 @@ def learn_attention_layer(
     polish : bool, default=True
         Refine the heads' identifiable rows ``W~_h[:d, :]`` and ``Theta = [M, S, b_O]`` jointly by Gauss-Newton
         (not a post-LN's ``gamma``, ``beta`` or a pre-LN's ``eps``) on the least squares' queries and about
-        ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2000
-        unknowns; in the float32 route above ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000).
+        ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2500
+        heads' rows' entries ``H d (d + 1)``, the output maps eliminated in each step; in the float32 route above
+        ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted).
     verify : int, default=32
         Fresh random queries (lengths 1 to 8, tokens ``N(0, I_d / d)``) on which the result is
         checked, counted apart; ``0`` opts out.
@@ -867,8 +871,9 @@ def learn_attention_layer(
     LayerNorm: learning queries 313, 627, 927 at ``d = 8``, ``H = 1, 2, 3`` (``4Hd^2 - 2H + 1``:
     255, 509, 763), 2,215 and 3,297 at ``d = 16``, ``H = 2, 3``, against information floors of 18
     to 100 queries; fresh-query relative errors 6e-16 to 3.4e-15, in 0.1 to 3.4 s (plus 20
-    probes since). Above ``POLISH_MAX_UNKNOWNS`` no polish is made: at ``d = 24``, ``H = 3`` it
-    verifies at 9.3e-9, and at ``d = 32``, ``H = 4`` the check refuses it at 6.8e-8.
+    probes since). Above ``POLISH_MAX_UNKNOWNS`` no polish is made: at ``d = 32``, ``H = 4`` (4,224
+    heads' rows' entries) the check refuses it at 6.8e-8 (measured when the cap was 2000 on all unknowns, which
+    also left ``d = 24``, ``H = 3`` unpolished: verified at 9.3e-9).
 
     Examples
     --------
