@@ -600,6 +600,22 @@ def _float32_unresolved(exc: Exception, stage: str, seed: int) -> OracleInconsis
     )
 
 
+#: Why an in-class post-LN block can fail after its heads' stage above LOW_GAP (this book's, measured): the
+#: heads' learner reads a lifted readout of the LayerNorm's inverted answers (LiftedReadout), whose tokens with a
+#: small homogeneous coordinate are large: they raise the LayerNorm's input variance (lower the gap) and the
+#: readout cancels most of each answer, so the inversion's rounding reaches the heads, more as d (and the queries)
+#: grow.
+POST_HEADS_PRECISION = (
+    "Behind a post-LN the heads' learner reads a lifted readout of the LayerNorm's inverted answers: its tokens with "
+    "a small homogeneous coordinate are large, which lowers the gap and cancels most of each answer, so the "
+    "inversion's rounding reaches the heads. Measured (2026-12-04, random_attention_layer residual post-LN blocks, "
+    "H = 2, eps 1e-2 and 0.1, seeds 0 to 2, learner seed 0): the heads' stage returns heads off by 2e-7 to 4e-6 "
+    "from the exact pre-LN answers, and through the LayerNorm by 7e-4 at d = 16, 1e-2 at d = 24 and up to 0.37 at "
+    "d = 32; none of the 6 blocks at d = 16 fails, 6 of the 12 at d = 24 and 32 end here (smallest gaps 1.1e-6 to "
+    "1.5e-5; a seventh, at 8.6e-7, is refused for its gap), and learner seed 1 recovers 5 of those 6."
+)
+
+
 def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int) -> Exception:
     """A post-LN stage failed: blamed on the LayerNorm's gap below LOW_GAP (measured), else no verdict."""
     if gap < LOW_GAP:  # the LayerNorm's inversion costs the digits the later stages read
@@ -607,13 +623,14 @@ def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int) -> Excep
         err.smallest_gap = gap  # type: ignore[attr-defined]  # for a caller that reports it
         return err
     return OracleInconsistentError(
-        f"could not learn this post-LN block (a head too faint in the readout, more heads than the heads' "
-        f"learner resolves, or not an attention layer): the {stage} failed. "
+        f"could not learn this post-LN block (the LayerNorm's inversion costing the heads' stage its precision, a "
+        f"head too faint in the readout, more heads than the heads' learner resolves, or not an attention layer): "
+        f"the {stage} failed; the smallest 1 - |z|^2/d_out seen was {gap:.1e}. "
         f"{_chained(exc, 'does not account for the scaled tokens of the heads behind a post-LN')} "
-        f"Behind a post-LN the heads' learner asks tokens scaled by HEADS_SCALE = {HEADS_SCALE} "
-        "(to keep the LayerNorm's input variance small), which can leave a head too faint in its readout: "
-        "measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) end here, and "
-        f"another seed (another readout) recovers 2 of those 3: try seed={seed + 1}."
+        f"{POST_HEADS_PRECISION} "
+        f"Scaled by HEADS_SCALE = {HEADS_SCALE} (to keep the LayerNorm's input variance small), a head can also be "
+        "too faint in its readout: measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) "
+        f"end here, and another seed (another readout) recovers 2 of those 3: try seed={seed + 1}."
     )
 
 
