@@ -780,7 +780,7 @@ def test_a_post_ln_block_above_the_former_polish_cap_is_recovered():
     the polish, the output maps eliminated, takes it to rounding (measured 1.6e-14, fresh 1.3e-14)."""
     d = 24
     target = random_attention_layer(d, 2, residual=True, layernorm="post", eps=0.1, seed=0)
-    rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2, heads="readout")  # auto: the joint stage here
     assert rec.diagnostics["polished"] and rec.diagnostics["lstsq_residual"] > 1e-4
     assert rec.diagnostics["verify_max_error"] < 1e-12
     assert max_rel_prediction_error(target, rec.model, fresh(d)) < 1e-12
@@ -1102,9 +1102,51 @@ def test_a_post_ln_block_the_layernorms_inversion_defeats_is_refused_naming_it()
         match=r"the LayerNorm's inversion costing the heads' stage its precision.*the heads failed; the smallest "
         r"1 - \|z\|\^2/d_out seen was 8\.6e-06.*lifted readout.*try seed=1",
     ):
-        learn_attention_layer(VectorQueryOracle(target), H=2)
-    rec = learn_attention_layer(VectorQueryOracle(target), H=2, seed=1)
+        learn_attention_layer(VectorQueryOracle(target), H=2, heads="readout")  # auto: the joint stage here
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2, seed=1, heads="readout")
     assert rec.diagnostics["verify_max_error"] < 1e-12
+
+
+@pytest.mark.parametrize(
+    "d, eps, learner", [(20, 1e-2, "learn_canonical_rational"), (21, 1e-2, "joint"), (24, 1e-2, "joint")]
+)
+def test_behind_a_post_ln_the_joint_stage_runs_from_post_joint_from(d, eps, learner):
+    """POST_JOINT_FROM = 21: d = 20 keeps the readout route, from 21 the joint stage reads the denormalised answers.
+    d = 24, eps = 1e-2, seed 0 was refused by the readout route (heads 0.37 off through the LayerNorm's
+    inversion); the joint stage learns it (measured 4.2e-13, lstsq residual 2.6e-13 before the polish)."""
+    from companion.layer._learn import POST_JOINT_FROM
+
+    assert POST_JOINT_FROM == 21
+    target = random_attention_layer(d, 2, residual=True, layernorm="post", eps=eps, seed=0)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+    assert rec.diagnostics["heads_learner"] == learner and rec.diagnostics["layernorm"] == "post"
+    assert rec.diagnostics["verify_max_error"] < 1e-11
+    assert max_rel_prediction_error(target, rec.model, fresh(d)) < 1e-11
+    if learner == "joint":
+        assert rec.diagnostics["lstsq_residual"] < 1e-11  # the heads exact before the polish
+
+
+def test_behind_a_post_ln_the_joint_stage_learns_three_heads():
+    """d = 8, H = 3 behind a post-LN: the readout route refuses it (heads="readout", the test below); from
+    JOINT_FROM heads the joint stage runs on the denormalised answers and learns it (measured 2.2e-13)."""
+    target = random_attention_layer(8, 3, residual=True, layernorm="post", eps=1e-2, seed=0)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=3)
+    assert rec.diagnostics["heads_learner"] == "joint" and rec.n_heads == 3
+    assert rec.diagnostics["verify_max_error"] < 1e-11
+    assert max_rel_prediction_error(target, rec.model, fresh(8)) < 1e-11
+
+
+def test_a_masked_block_behind_a_post_ln_is_refused_by_the_joint_stage_naming_both_causes():
+    """A sliding-window mask (the last 3 tokens) on a d = 8, H = 3 post-LN block: refused, never returned; the
+    joint stage's refusal behind a post-LN names the mask among the causes and the gap seen (6.8e-4)."""
+    target = random_attention_layer(8, 3, residual=True, layernorm="post", eps=1e-2, seed=0)
+    masked = VectorQueryOracle(lambda X: target(np.asarray(X)[:, -3:, :]), d=8, d_out=8)
+    with pytest.raises(
+        OracleInconsistentError,
+        match=r"could not learn this post-LN block \(its answers seen before the LayerNorm are not a sum of H heads: "
+        r"fewer or more heads than H, a mask.*the heads failed; the smallest 1 - \|z\|\^2/d_out seen was 6\.8e-04",
+    ):
+        learn_attention_layer(masked, H=3)
 
 
 @pytest.mark.parametrize(
@@ -1179,7 +1221,7 @@ def test_a_post_ln_refusal_by_the_heads_learner_states_no_false_verdict():
     """H = 3 behind a post-LN is in the class: the headline names both causes, not 'not an attention layer'."""
     target = random_attention_layer(8, 3, residual=True, layernorm="post", eps=1e-2, seed=0)
     with pytest.raises(OracleInconsistentError) as info:
-        learn_attention_layer(VectorQueryOracle(target), H=3)
+        learn_attention_layer(VectorQueryOracle(target), H=3, heads="readout")  # auto: the joint stage learns it
     assert str(info.value).startswith(
         "could not learn this post-LN block (the LayerNorm's inversion costing the heads' stage its precision, a head "
         "too faint in the readout, more heads"
@@ -1478,12 +1520,12 @@ def test_heads_option_is_checked_before_the_first_query():
         learn_attention_layer(oracle, H=3, heads="vector")
     with pytest.raises(InvalidInputError, match="heads='joint' needs H"):
         learn_attention_layer(oracle, H_bound=3, heads="joint")
-    with pytest.raises(InvalidInputError, match="heads='joint' runs on blocks without LayerNorm"):
-        learn_attention_layer(oracle, H=3, heads="joint", layernorm="post")
-    for ln in ("post", "pre"):  # a LayerNorm found from the answers
-        block = VectorQueryOracle(random_attention_layer(8, 3, layernorm=ln, residual=True, seed=0))
-        with pytest.raises(InvalidInputError, match=f"runs on blocks without LayerNorm; this one has a {ln}-LN"):
-            learn_attention_layer(block, H=3, heads="joint")
+    with pytest.raises(InvalidInputError, match="heads='joint' runs on blocks without a pre-LN"):
+        learn_attention_layer(oracle, H=3, heads="joint", layernorm="pre")
+    # a pre-LN found from the answers (behind a post-LN the joint stage runs: POST_JOINT_FROM)
+    block = VectorQueryOracle(random_attention_layer(8, 3, layernorm="pre", residual=True, seed=0))
+    with pytest.raises(InvalidInputError, match="runs on blocks without a pre-LN; this one has a pre-LN"):
+        learn_attention_layer(block, H=3, heads="joint")
     narrow = VectorQueryOracle(random_attention_layer(6, 3, d_out=2, seed=0))
     with pytest.raises(InvalidInputError, match="d_out >= H"):
         learn_attention_layer(narrow, H=3, heads="joint")

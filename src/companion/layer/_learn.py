@@ -61,6 +61,19 @@ HEADS_UNRESOLVED = (
     "or not an attention layer"
 )
 
+#: Behind a post-LN (float64 answers, H given, d_out >= H) the joint heads' stage runs on the denormalised answers
+#: where it runs without LayerNorm (from JOINT_FROM heads) and, with heads="auto", from this d on (this book's,
+#: measured 2026-12-04, random_attention_layer residual post-LN blocks, H = 2, eps 1e-2 and 0.1, seeds 0 to 2,
+#: learner seed 0): the readout route's lifted tokens (a small homogeneous coordinate makes them large, to a norm
+#: of about 100 at d = 24 and 32 against 13 to 23 at d = 8 to 20) lower the LayerNorm's gap to 1e-6 to 1e-5 and
+#: its heads come out 1e-2 to 0.37 off (POST_HEADS_PRECISION): it verified 6 of 6 at d = 16 and 20, 2 of 6 at
+#: d = 24 and 3 of 6 at d = 32. The joint stage asks ordinary tokens x and x + delta (smallest gap 3.2e-4 or
+#: more at eps 1e-2) and verified 6 of 6 at each of d = 8, 16, 20, 24, 32 (3.2e-14 to 4.8e-13; at d = 32 7,955
+#: queries in 8 to 9 CPU s, against the readout route's 8,587 in 21 s), and H = 3, 4 at d = 8 to 16 (five blocks)
+#: where the readout route refuses H = 3. Below this d the readout route stays (fewer queries: at d = 16, 2,267
+#: against 2,979).
+POST_JOINT_FROM = 21
+
 #: The normalisation behind a post-LN: the skip is seen only up to a multiple of I (plus 1 s^T), fixed to 1.
 SKIP_NORMALISATION = (
     "behind a post-LN the skip is known only up to a multiple c I (plus 1 s^T): (S, eps) and (c S, c^2 eps) give "
@@ -280,9 +293,11 @@ def _plan(oracle, o: _Options) -> dict:
     plan["heads"] = 0
     if o.layernorm == "pre":  # the eps fit and skip lines, and the least squares on the normalised tokens
         plan["pre"] = pre_probe_count(d) + d + o.H_plan * (d - 1) + 8
-    joint = _joint_applies(o, d_out) and o.layernorm in ("auto", "none")
+    joint = (_joint_applies(o, d_out) and o.layernorm in ("auto", "none")) or (
+        _post_joint_applies(o, d, d_out) and o.layernorm in ("auto", "post")
+    )
     if o.heads == "joint" and not joint:
-        raise InvalidInputError(f"heads='joint' runs on blocks without LayerNorm; got layernorm={o.layernorm!r}.")
+        raise InvalidInputError(f"heads='joint' runs on blocks without a pre-LN; got layernorm={o.layernorm!r}.")
     if joint and o.H is not None:  # the float32 route's links (known from the answers only) reserved in every case
         plan["heads"] = joint_plan(d, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS))
     if o.heads != "joint" and (o.H is not None or o.H_bound is not None):
@@ -305,6 +320,14 @@ def _joint_applies(o: _Options, d_out: int) -> bool:
     if o.H is None or d_out < o.H:
         return False
     return o.heads == "joint" or (o.heads == "auto" and o.H >= JOINT_FROM)
+
+
+def _post_joint_applies(o: _Options, d: int, d_out: int) -> bool:
+    """Whether behind a post-LN the joint heads' stage runs on the denormalised answers: where it runs without
+    LayerNorm (:func:`_joint_applies`), and with ``heads="auto"`` from ``POST_JOINT_FROM`` tokens' dimension d."""
+    if o.H is None or d_out < o.H or o.heads == "readout":
+        return False
+    return _joint_applies(o, d_out) or d >= POST_JOINT_FROM
 
 
 def _coarse_message(why: str) -> str:
@@ -616,12 +639,21 @@ POST_HEADS_PRECISION = (
 )
 
 
-def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int) -> Exception:
+def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int, joint: bool = False) -> Exception:
     """A post-LN stage failed: blamed on the LayerNorm's gap below LOW_GAP (measured), else no verdict."""
     if gap < LOW_GAP:  # the LayerNorm's inversion costs the digits the later stages read
         err = PrecisionError(inferred_gap_message(gap, exc, stage, seed=seed))
         err.smallest_gap = gap  # type: ignore[attr-defined]  # for a caller that reports it
         return err
+    if joint:  # the joint heads' stage on the denormalised answers (POST_JOINT_FROM)
+        return OracleInconsistentError(
+            f"could not learn this post-LN block (its answers seen before the LayerNorm are not a sum of H heads: "
+            f"fewer or more heads than H, a mask, a second layer; or the LayerNorm's inversion cost the joint heads' "
+            f"stage its precision): the {stage} failed; the smallest 1 - |z|^2/d_out seen was {gap:.1e}. "
+            f"{_chained(exc, 'does not account for the LayerNorm')} Measured (2026-12-04), behind a post-LN the joint "
+            "stage learned every in-class block tried (random_attention_layer: H = 2 at d = 8 to 32, eps 1e-2 and "
+            f"0.1, 30 blocks; H = 3 and 4 at d = 8 to 16, five): try seed={seed + 1}. Nothing was returned."
+        )
     return OracleInconsistentError(
         f"could not learn this post-LN block (the LayerNorm's inversion costing the heads' stage its precision, a "
         f"head too faint in the readout, more heads than the heads' learner resolves, or not an attention layer): "
@@ -763,10 +795,11 @@ def learn_attention_layer(
     heads : {"auto", "joint", "readout"}, default="auto"
         The heads' stage. ``"joint"`` (this book's, :mod:`companion.layer._joint`): every output at once,
         the heads' poles shared by all ``d_out`` outputs and their amplitudes vectors; needs ``H``,
-        ``d_out >= H``, no LayerNorm and float64 answers. ``"readout"``: one random scalar readout, learned by
+        ``d_out >= H``, no pre-LN and float64 answers (behind a post-LN it reads the denormalised answers).
+        ``"readout"``: one random scalar readout, learned by
         :func:`companion.multihead.learn_canonical_rational` (or :func:`~companion.multihead.learn_canonical`
         without ``H`` and ``H_bound``). ``"auto"``: ``"joint"`` where it applies from ``JOINT_FROM`` = 3
-        heads, else ``"readout"`` (Notes, 8).
+        heads, and behind a post-LN also from ``d = POST_JOINT_FROM`` = 21; else ``"readout"`` (Notes, 8).
 
     Returns
     -------
@@ -790,7 +823,7 @@ def learn_attention_layer(
         If ``oracle`` is not an exact :class:`~companion.oracles.VectorQueryOracle`.
     InvalidInputError
         For bad parameters (``layernorm="pre"`` with ``d < 3``, ``"post"`` with ``d_out < 4``; ``heads="joint"``
-        without ``H``, with ``d_out < H``, with a LayerNorm or on float32 answers).
+        without ``H``, with ``d_out < H``, with a pre-LN or on float32 answers).
     BudgetExceededError
         If the budget is below the plan's count (raised before the first query).
     NotIdentifiableError
@@ -827,10 +860,15 @@ def learn_attention_layer(
        least-squares problem over all ``d_out`` outputs; a relative residual above ``LSTSQ_GATE``
        = 1e-6 is refused. A joint Gauss-Newton polish of ``W~_h[:d, :]`` and ``Theta`` on fresh queries (about
        twice the information floor in all) takes the result to float64's rounding.
-    5. With a post-LN the skip found is ``c P``: ``c = 1 / sqrt(eps)`` for a residual block, which
-       fixes ``eps`` under the normalisation that the skip's multiple of ``I`` is 1 (``SKIP_NORMALISATION``:
-       ``diagnostics["skip"]`` is then ``"multiple of identity"``); without an identity skip ``eps`` is not
-       identifiable and set to 1.
+    5. Behind a post-LN the heads' stage reads the denormalised answers: on the readout route at tokens scaled
+       by ``HEADS_SCALE``, whose lifted tokens (a small homogeneous coordinate) lower the LayerNorm's gap, which
+       costs the heads their precision as ``d`` grows (``POST_HEADS_PRECISION``); so from ``JOINT_FROM`` heads
+       or from ``d = POST_JOINT_FROM`` = 21 the joint stage (step 8) runs on the denormalised answers, its
+       ordinary tokens keeping the gap near the answers' own (measured there: 30 of 30 blocks, ``H = 2``,
+       ``d = 8`` to 32, and five with ``H = 3``, 4). The skip found is ``c P``: ``c = 1 / sqrt(eps)`` for a
+       residual block, which fixes ``eps`` under the normalisation that the skip's multiple of ``I`` is 1
+       (``SKIP_NORMALISATION``: ``diagnostics["skip"]`` is then ``"multiple of identity"``); without an
+       identity skip ``eps`` is not identifiable and set to 1.
     6. A pre-LN (``S x_N + o(LN(X))``): ``eps`` by variable projection from one-token answers
        ``t v`` (``t`` from 1e-8 to 10), ``S`` from one-token lines in units of ``sqrt(eps)``; then
        the layer is asked on chosen normalised tokens ``n`` (``x = n sqrt(eps / (1 - |n|^2 / d))``
@@ -915,10 +953,10 @@ def learn_attention_layer(
         Yfit = oracle(Xfit)
     norm, u = _find_layernorm(Yp, np.concatenate([Yp, Y1, Yfit]), o, oracle.precision)
     o = replace(o, u=u)
-    if norm is not None and o.heads == "joint":  # found from the answers (layernorm="auto")
+    if norm == "pre" and o.heads == "joint":  # found from the answers (layernorm="auto")
         raise InvalidInputError(
-            f"heads='joint' runs on blocks without LayerNorm; this one has a {norm if norm == 'pre' else 'post'}-LN "
-            "(found from its answers): use heads='auto'."
+            "heads='joint' runs on blocks without a pre-LN; this one has a pre-LN (found from its answers): use "
+            "heads='auto'."
         )
     if norm == "pre":
         layer, kind, skip_err, learner, fit = _learn_pre(oracle, o, plan, count, rng, d)
@@ -934,10 +972,14 @@ def learn_attention_layer(
 
     batches, answers = group_by_length(Xfit, Yfit)
     stage = "heads"  # the stage running, for a refusal: its tolerance decides whether the gap explains it
+    post_joint = norm is not None and _post_joint_applies(o, d, int(oracle.d_out))
     try:
         with count.stage("heads"):
             if norm is None and _joint_applies(o, int(oracle.d_out)):
                 Ws, learner = _learn_heads_joint(oracle, Y1, o, rng)
+            elif post_joint:
+                # ordinary tokens x, x + delta: the LayerNorm's input variance stays small (POST_JOINT_FROM)
+                Ws, learner = _learn_heads_joint(inner, Y1, o, rng)
             else:
                 Ws, learner = _learn_heads(inner, Y1, o, rho=1.0 if norm is None else HEADS_SCALE)
         stage = "least squares"
@@ -958,7 +1000,7 @@ def learn_attention_layer(
         verification = _verify(oracle, layer, o)
     except OracleInconsistentError as exc:
         if norm is not None:
-            raise _post_unresolved(exc, norm.smallest_gap[0], stage, o.seed) from exc
+            raise _post_unresolved(exc, norm.smallest_gap[0], stage, o.seed, joint=post_joint) from exc
         if o.float32 and stage in ("least squares", "verification"):
             raise _float32_unresolved(exc, stage, o.seed) from exc
         raise
