@@ -786,6 +786,27 @@ def test_a_post_ln_block_above_the_former_polish_cap_is_recovered():
     assert max_rel_prediction_error(target, rec.model, fresh(d)) < 1e-12
 
 
+def test_a_residual_block_above_the_former_polish_cap_is_learned_not_refused():
+    """d = 24, H = 2 residual block (random_attention_layer seed 1): with the former cap (2000 on all unknowns, here
+    2,952) it was unpolished and refused with "the target does not add x_N" (||S - I||_F = 1.97e-7), a false verdict;
+    polished (1,200 heads' rows' entries), the skip is I to 3.5e-15 (measured) and the block verifies."""
+    target = random_attention_layer(24, 2, residual=True, seed=1)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2, residual=True)
+    assert rec.diagnostics["polished"] and rec.diagnostics["skip"] == "identity"
+    assert rec.diagnostics["skip_error"] < 1e-12 and rec.diagnostics["verify_max_error"] < 1e-12
+
+
+def test_an_unpolished_skip_check_states_no_verdict(monkeypatch):
+    """With the polish skipped (the cap moved to 0 here) the same block's skip is I only to about 2e-7: the refusal
+    says the polish did not run and names both causes, not "the target does not add x_N"."""
+    from companion.layer import _learn
+
+    monkeypatch.setattr(_learn, "POLISH_MAX_UNKNOWNS", 0)
+    target = random_attention_layer(24, 2, residual=True, seed=1)
+    with pytest.raises(OracleInconsistentError, match="the polish did not run .*an in-class block can end here too"):
+        learn_attention_layer(VectorQueryOracle(target), H=2, residual=True)
+
+
 def test_the_polish_step_is_the_full_gauss_newton_step():
     """polish eliminates the output maps: its step is the least squares over [J_W, I_dout (x) Phi] (formed here)."""
     from companion.layer._fit import _residual_and_jacobian, fit_outputs, group_by_length, polish
