@@ -1134,17 +1134,17 @@ def test_a_post_ln_block_the_layernorms_inversion_defeats_is_refused_naming_it()
 def test_behind_a_post_ln_the_joint_stage_runs_from_post_joint_from(d, eps, learner):
     """POST_JOINT_FROM = 21: d = 20 keeps the readout route, from 21 the joint stage reads the denormalised answers.
     d = 24, eps = 1e-2, seed 0 was refused by the readout route (heads 0.37 off through the LayerNorm's
-    inversion); the joint stage learns it (measured 4.2e-13, lstsq residual 2.6e-13 before the polish)."""
+    inversion); the joint stage learns it (measured 7.4e-12 unpolished, lstsq residual 2.6e-13)."""
     from companion.layer._learn import POST_JOINT_FROM
 
     assert POST_JOINT_FROM == 21
     target = random_attention_layer(d, 2, residual=True, layernorm="post", eps=eps, seed=0)
     rec = learn_attention_layer(VectorQueryOracle(target), H=2)
     assert rec.diagnostics["heads_learner"] == learner and rec.diagnostics["layernorm"] == "post"
-    assert rec.diagnostics["verify_max_error"] < 1e-11
-    assert max_rel_prediction_error(target, rec.model, fresh(d)) < 1e-11
+    assert rec.diagnostics["verify_max_error"] < 1e-10
+    assert max_rel_prediction_error(target, rec.model, fresh(d)) < 1e-10
     if learner == "joint":
-        assert rec.diagnostics["lstsq_residual"] < 1e-11  # the heads exact before the polish
+        assert rec.diagnostics["lstsq_residual"] < 1e-11  # the heads exact from the joint stage
 
 
 def test_behind_a_post_ln_the_joint_stage_learns_three_heads():
