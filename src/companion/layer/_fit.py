@@ -26,8 +26,9 @@ LSTSQ_GATE = 1e-6
 #: maps are eliminated in each step, :func:`polish`); until 2026-12-04 the cap was 2000 on these and the output maps
 #: together, which left post-LN blocks at d = 24 and 32, H = 2 unpolished (their heads, from scaled tokens, 1e-3
 #: off: refused by the verification). The step's Jacobian holds ``B d_out H d (d + 1)`` floats (``B`` the queries):
-#: measured (2026-12-04, one BLAS thread) at d = 32, H = 2 behind a post-LN (2,112 entries, 359 queries), 194 MB a
-#: copy, peak RSS 0.73 GB, 21 CPU s for the whole learner; at the cap (d = 34, H = 2) about 260 MB a copy.
+#: measured (2026-12-04, one BLAS thread) at d = 32, H = 2 behind a post-LN, heads="readout" (2,112 entries, 359
+#: queries), 194 MB a copy, peak RSS 0.73 GB, 21 CPU s for the whole learner; at the cap (d = 34, H = 2) about
+#: 260 MB a copy.
 POLISH_MAX_UNKNOWNS = 2500
 
 

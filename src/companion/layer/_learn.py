@@ -798,7 +798,8 @@ def learn_attention_layer(
         Refine the heads' identifiable rows ``W~_h[:d, :]`` and ``Theta = [M, S, b_O]`` jointly by Gauss-Newton
         (not a post-LN's ``gamma``, ``beta`` or a pre-LN's ``eps``) on the least squares' queries and about
         ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2500
-        heads' rows' entries ``H d (d + 1)``, the output maps eliminated in each step; in the float32 route above
+        heads' rows' entries ``H d (d + 1)``, the output maps eliminated in each step; after the joint heads' stage,
+        whose heads come exact to rounding, the output maps' unknowns count too; in the float32 route above
         ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted).
     verify : int, default=32
         Fresh random queries (lengths 1 to 8, tokens ``N(0, I_d / d)``) on which the result is
