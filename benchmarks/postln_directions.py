@@ -15,20 +15,24 @@ The construction (this book's own; ``w(X) = (y - beta) / gamma`` is the directio
    squares in ``d_out`` equations: ``A`` and ``c`` up to the one scale ``s_0``, from ``2 d + 1`` queries.
 2. Shifted families. Adding one vector ``r`` to every token of ``X`` keeps the differences
    ``x_i - x_N``, so ``P u(X + r) - P u_1(x_N + r)`` (``u_1`` the one-token map of step 1) lies in
-   ``U_X = P span{M_h (x_i - x_N)}``, of dimension at most ``H (N - 1)``, whatever ``r`` does to the
-   attention weights. For ``k = H (N - 1) + 1`` shifts the vectors ``v_j = s_j w_j - P u_1(x_N + r_j)``
-   are linearly dependent: a null vector ``(g, c)`` of ``[w_1 .. w_k, -P u_1(..)_1 .. -P u_1(..)_k]``
-   (``d_out`` by ``2 k``) gives ``s_j = g_j / c_j``. Every null vector does when the null space is
-   one-dimensional: the columns span at most ``k + H (N - 1)`` dimensions of the centred space, which
-   has ``d_out - 1``, so it needs ``d_out - 1 >= k + H (N - 1)``, that is ``d_out >= 2 H (N - 1) + 2``
-   (measured just inside and just outside: ``d_out = 18`` and ``17`` at ``H = 2, N = 5`` below).
+   ``U_X = P span{M_h (x_i - x_N)}``, of dimension at most ``H (N_d - 1)``, ``N_d`` the number of
+   DISTINCT tokens of ``X`` (a repeated token adds no difference ``x_i - x_N``), whatever ``r`` does
+   to the attention weights. For ``k = H (N_d - 1) + 1`` shifts the vectors
+   ``v_j = s_j w_j - P u_1(x_N + r_j)`` are linearly dependent: a null vector ``(g, c)`` of
+   ``[w_1 .. w_k, -P u_1(..)_1 .. -P u_1(..)_k]`` (``d_out`` by ``2 k``) gives ``s_j = g_j / c_j``.
+   Every null vector does when the null space is one-dimensional: the columns span at most
+   ``k + H (N_d - 1)`` dimensions of the centred space, which has ``d_out - 1``, so it needs
+   ``d_out - 1 >= k + H (N_d - 1)``, that is ``d_out >= 2 H (N_d - 1) + 2`` (measured just inside and
+   just outside: ``d_out = 18`` and ``17`` at ``H = 2``, ``N = N_d = 5`` below; for pair queries,
+   ``N_d = 2`` in ``2 H + 1`` positions, ``d_out = 6`` and ``5`` at ``H = 2``, 8 and 7 at ``H = 3``,
+   tests/test_postln_directions.py).
 
 Measured here on ``random_attention_layer(d, H, residual=True, layernorm="post", eps=1e-12)``, with
 the true ``gamma`` and ``beta`` (steps 1 and 2 of ``layer._norm.estimate_post_ln`` do not need the
 gap; only its ``kappa`` does, and a wrong ``kappa`` scales every direction alike, which the scales
 absorb): the relative error of each ``s_j / s_0`` against the block's own ``P u``, worst and median
-over 20 queries (2026-12-04, seed 0; at seeds 1 and 2 the row ``d_out = 18`` gave 5.2e-11 and 1.0e-11
-worst, ``17`` gave 9.1 and 1.6):
+over 20 queries of ``N`` random (distinct) tokens (2026-12-04, seed 0; at seeds 1 and 2 the row
+``d_out = 18`` gave 5.2e-11 and 1.0e-11 worst, ``17`` gave 9.1 and 1.6):
 
     d_out  H  N   k  d_out >= 2H(N-1)+2  worst rel. error of s_j/s_0 (median)
        64  2  2   3                True  7.2e-14 (1.7e-15)
@@ -42,12 +46,18 @@ worst, ``17`` gave 9.1 and 1.6):
 So where the condition holds the norms come back to 1e-11 or better (the heads' stage failed at a
 norm error of 5e-9, ``layer._norm.LOW_GAP``), against about 8e-7 from the gap at MiniLM's size.
 
-What is left (why this is a lead, not a stage): the learner's queries are not pairs alone (at d = 8,
-H = 2 most have 5 tokens; the joint stage's rows have 25), so each query needs ``H (N - 1)`` more, and
-only where ``d_out >= 2 H (N - 1) + 1``; at MiniLM's size the query count, not the norm, is then the
-obstacle (chapter 09: the heads' plan alone is millions of queries, and MiniLM's ``d_out = 384``
-allows families of at most ``N = 16`` tokens at ``H = 12``). The identity skip then fixes
-the one scale (chapter 09, "What the outputs determine"), and eps follows from the answers' gap.
+What is left (why this is a lead, not a stage): each of the learner's queries needs ``H (N_d - 1)``
+more, and only where ``d_out >= 2 H (N_d - 1) + 2``. The condition counts distinct tokens, not
+positions (session 40, bench_layer.py's docstring): the heads' stages ask pair queries (two distinct
+tokens in ``2 H + 1`` positions; the joint stage's rows have 25 positions at ``H = 12``), which need only
+``k = H + 1`` shifts and ``d_out >= 2 H + 2`` (measured: 6.5e-14 vs 6.9 at ``d_out = 6`` vs 5, ``H = 2``;
+1.7e-12 vs 0.47 at 8 vs 7, ``H = 3``); the learner's random least-squares queries (2 to 8 distinct
+tokens) are the ones the condition binds (``d_out >= 30`` at ``H = 2``). MiniLM's ``d_out = 384`` at
+``H = 12`` allows up to 16 distinct tokens (pairs need 26), so every query the learner asks meets it
+there, at up to ``H (N_d - 1) = 84`` more queries each (``H = 12`` for a pair). At MiniLM's size the query
+count, not the norm, is then the obstacle (chapter 09: the heads' plan alone is millions of queries).
+The identity skip then fixes the one scale (chapter 09, "What the outputs determine"), and eps follows
+from the answers' gap.
 
 Run: ``.venv/bin/python benchmarks/postln_directions.py`` (seconds).
 """

@@ -22,9 +22,14 @@ __all__ = [
 #: Largest relative residual of the output maps' least squares before the polish; above it the target is refused.
 LSTSQ_GATE = 1e-6
 
-#: Largest number of unknowns (heads' key rows plus output maps) the joint Gauss-Newton polish takes on:
-#: its dense Jacobian has about twice as many rows, 2 * 2000**2 * 8 bytes = 64 MB at the cap.
-POLISH_MAX_UNKNOWNS = 2000
+#: Largest number of the heads' rows' entries, ``H d (d + 1)``, the joint Gauss-Newton polish takes on (the output
+#: maps are eliminated in each step, :func:`polish`); until 2026-12-04 the cap was 2000 on these and the output maps
+#: together, which left post-LN blocks at d = 24 and 32, H = 2 unpolished (their heads, from scaled tokens, 1e-3
+#: off: refused by the verification). The step's Jacobian holds ``B d_out H d (d + 1)`` floats (``B`` the queries):
+#: measured (2026-12-04, one BLAS thread) at d = 32, H = 2 behind a post-LN, heads="readout" (2,112 entries, 359
+#: queries), 194 MB a copy, peak RSS 0.73 GB, 21 CPU s for the whole learner; at the cap (d = 34, H = 2) about
+#: 260 MB a copy.
+POLISH_MAX_UNKNOWNS = 2500
 
 
 class LiftedReadout(ValueQueryOracle):
@@ -105,9 +110,14 @@ def fit_outputs(Ws, batches, answers):
 
 
 def _residual_and_jacobian(Ws, Theta, Xs, Ys, jac):
+    """``(r of shape (B, d_out), J_W of shape (B, d_out, H d (d + 1)) or None, Phi of shape (B, p))`` over the batches.
+
+    ``r = Y - Phi Theta``; ``J_W`` is the derivative of ``Phi Theta`` in the heads' rows ``W~_h[:d, :]``; the
+    derivative in ``Theta`` is ``Phi`` for every output, so it is not formed (:func:`polish` eliminates it).
+    """
     H, d = Ws.shape[0], Ws.shape[1] - 1
-    d_out, p = Theta.shape[1], Theta.shape[0]
-    rs, Js = [], []
+    d_out = Theta.shape[1]
+    rs, Js, Phis = [], [], []
     for X, Y in zip(Xs, Ys):
         B = X.shape[0]
         Xt = np.concatenate([X, np.ones(X.shape[:2] + (1,))], axis=2)
@@ -121,11 +131,11 @@ def _residual_and_jacobian(Ws, Theta, Xs, Ys, jac):
                 G = np.einsum("ko,bka->boa", Theta[h * d : (h + 1) * d], C)
                 JW.append(np.einsum("boa,bc->boac", G, Xt[:, -1, :]).reshape(B, d_out, d * (d + 1)))
         phi = np.concatenate(feats + [X[:, -1, :], np.ones((B, 1))], axis=1)
-        rs.append((Y - phi @ Theta).reshape(-1))
+        rs.append(Y - phi @ Theta)
+        Phis.append(phi)
         if jac:
-            JT = np.einsum("bj,oq->bojq", phi, np.eye(d_out)).reshape(B, d_out, p * d_out)
-            Js.append(np.concatenate(JW + [JT], axis=2).reshape(B * d_out, -1))
-    return np.concatenate(rs), (np.concatenate(Js) if jac else None)
+            Js.append(np.concatenate(JW, axis=2))
+    return np.concatenate(rs), (np.concatenate(Js) if jac else None), np.concatenate(Phis)
 
 
 def polish(Ws, Theta, Xs, Ys, iters=4):
@@ -134,32 +144,46 @@ def polish(Ws, Theta, Xs, Ys, iters=4):
     ``Ys`` are the answers. Not refined: a post-LN's ``gamma``, ``beta``, a pre-LN's ``eps``.
 
     The unknowns are the identifiable rows ``W~_h[:d, :]`` and ``Theta`` ((H + 1) d + 1, d_out); the
-    Jacobian of ``o`` in ``W~_h[a, b]`` is ``M_h sum_j alpha_j (x~_j - xbar) x~_j[a] x~_N[b]``. Returns
-    ``(Ws, Theta, relative residual before, after)``; a step that does not lower the residual is not taken.
+    Jacobian of ``o`` in ``W~_h[a, b]`` is ``M_h sum_j alpha_j (x~_j - xbar) x~_j[a] x~_N[b]``, in ``Theta``
+    it is ``Phi`` (the least squares' rows) for each output. Each Gauss-Newton step eliminates ``Theta``
+    exactly: the heads' step ``dW`` solves the least squares of ``(I - Q Q^T) J_W`` (``Phi = Q R``, per output)
+    against ``r``, then ``dTheta = R^{-1} Q^T (r - J_W dW)``: the same step as the full system's, whose dense
+    Jacobian (``d_out`` copies of ``Phi``) is never formed (this book's own; memory ``B d_out H d (d + 1)``
+    floats, not ``B d_out (H d (d + 1) + p d_out)``). Returns ``(Ws, Theta, relative residual before, after)``;
+    a step that does not lower the residual is not taken.
     """
+    from scipy.linalg import solve_triangular
+
     H, d = Ws.shape[0], Ws.shape[1] - 1
-    p, d_out = Theta.shape
+    nW = H * d * (d + 1)
     scale = max(float(np.linalg.norm(np.concatenate([Y.reshape(-1) for Y in Ys]))), np.finfo(float).tiny)
-    r, J = _residual_and_jacobian(Ws, Theta, Xs, Ys, True)
+    r, J, Phi = _residual_and_jacobian(Ws, Theta, Xs, Ys, True)
+    Q, R = np.linalg.qr(Phi)
     first = best = float(np.linalg.norm(r)) / scale
     for it in range(iters):
         # the scaled normal equations: the step corrects an estimate already near 1e-10, and the
         # residual is evaluated exactly, so their squared condition costs nothing that matters
-        colscale = np.maximum(np.linalg.norm(J, axis=0), np.finfo(float).tiny)
-        Js = J / colscale
+        Jp = (J - np.einsum("bp,pon->bon", Q, np.einsum("bp,bon->pon", Q, J))).reshape(-1, nW)
+        rp = (r - Q @ (Q.T @ r)).reshape(-1)
+        colscale = np.maximum(np.linalg.norm(Jp, axis=0), np.finfo(float).tiny)
+        Js = Jp / colscale
+        del Jp
         try:
-            step = solve(Js.T @ Js, Js.T @ r, assume_a="pos") / colscale
+            step = solve(Js.T @ Js, Js.T @ rp, assume_a="pos") / colscale
         except (np.linalg.LinAlgError, ValueError):
-            step = np.linalg.lstsq(Js, r, rcond=None)[0] / colscale
+            step = np.linalg.lstsq(Js, rp, rcond=None)[0] / colscale
+        del Js
+        dT = solve_triangular(R, Q.T @ (r - np.einsum("bon,n->bo", J, step)))
         W_new = Ws.copy()
-        W_new[:, :d, :] += step[: H * d * (d + 1)].reshape(H, d, d + 1)
-        T_new = Theta + step[H * d * (d + 1) :].reshape(p, d_out)
-        r_new, _ = _residual_and_jacobian(W_new, T_new, Xs, Ys, False)
+        W_new[:, :d, :] += step.reshape(H, d, d + 1)
+        T_new = Theta + dT
+        r_new, _, Phi_new = _residual_and_jacobian(W_new, T_new, Xs, Ys, False)
         res = float(np.linalg.norm(r_new)) / scale
         if not res < best:
             break
         Ws, Theta, r, gain, best = W_new, T_new, r_new, best / res, res
         if gain < 4.0 or it == iters - 1:  # at the rounding floor: another step gains nothing
             break
+        Q, R = np.linalg.qr(Phi_new)
         J = _residual_and_jacobian(Ws, Theta, Xs, Ys, True)[1]
     return Ws, Theta, first, best

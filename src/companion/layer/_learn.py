@@ -62,6 +62,20 @@ HEADS_UNRESOLVED = (
     "or not an attention layer"
 )
 
+#: Behind a post-LN (float64 answers, H given, d_out >= H) the joint heads' stage runs on the denormalised answers
+#: where it runs without LayerNorm (from JOINT_FROM heads) and, with heads="auto", from this d on (this book's,
+#: measured 2026-12-04, random_attention_layer residual post-LN blocks, H = 2, eps 1e-2 and 0.1, seeds 0 to 2,
+#: learner seed 0): the readout route's lifted tokens (a small homogeneous coordinate makes them large, to a norm
+#: of about 100 at d = 24 and 32 against 13 to 23 at d = 8 to 20) lower the LayerNorm's gap to 1e-6 to 1e-5 and
+#: its heads come out 1e-2 to 0.37 off (POST_HEADS_PRECISION): it verified 6 of 6 at d = 16 and 20, 2 of 6 at
+#: d = 24 and 3 of 6 at d = 32. The joint stage asks ordinary tokens x and x + delta (smallest gap 3.2e-4 or
+#: more at eps 1e-2) and verified 6 of 6 at each of d = 8, 16, 20, 21, 24, 32; with heads="auto" (d >= 24 unpolished,
+#: the output maps counted in the polish's cap after the joint stage) at 2.8e-13 to 8.1e-12 at d = 24 and 32, fresh
+#: 4.5e-14 to 4.1e-12 (at d = 32, 7,701 queries in 0.11 CPU s, against the readout route's 8,587 in 21 s with its
+#: polish), and H = 3, 4 at d = 8 to 16 (five blocks) where the readout route refuses H = 3. Below this d the
+#: readout route stays (fewer queries: at d = 16, 2,267 against 2,979).
+POST_JOINT_FROM = 21
+
 #: The normalisation behind a post-LN: the skip is seen only up to a multiple of I (plus 1 s^T), fixed to 1.
 SKIP_NORMALISATION = (
     "behind a post-LN the skip is known only up to a multiple c I (plus 1 s^T): (S, eps) and (c S, c^2 eps) give "
@@ -117,11 +131,13 @@ FLOAT32_RANK_UNITS = 64
 #: float32's is known only from them).
 FLOAT32_LINK_TOKENS = 8
 
-#: The float32 route polishes up to this many unknowns (POLISH_MAX_UNKNOWNS, 2000, at float64): unpolished, its heads
-#: keep float32's errors. Measured (2026-12-04, Keras 3 in float32, H = 8, key_dim 2, seed 0): at d = 12 (2,556
-#: unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh queries to 8.1 u
-#: (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u (floor 2.8 u), peak RSS 1.7 GB; the dense Jacobian's memory
-#: grows as the unknowns squared (2 * 5000**2 * 8 bytes = 400 MB at the cap).
+#: The float32 route polishes up to this many unknowns, the output maps' counted (at float64 POLISH_MAX_UNKNOWNS,
+#: 2500, counts the heads' rows only): unpolished, its heads keep float32's errors. Measured (2026-12-04, Keras 3
+#: in float32, H = 8, key_dim 2, seed 0, with the polish that formed the output maps' Jacobian too): at d = 12
+#: (2,556 unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh queries to
+#: 8.1 u (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u (floor 2.8 u), peak RSS 1.7 GB. That Jacobian's memory
+#: grew as the unknowns squared (2 * 5000**2 * 8 bytes = 400 MB at the cap); the polish now eliminates the output
+#: maps and holds ``B d_out H d (d + 1)`` floats (:data:`POLISH_MAX_UNKNOWNS`).
 FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 
 
@@ -279,9 +295,11 @@ def _plan(oracle, o: _Options) -> dict:
     plan["heads"] = 0
     if o.layernorm == "pre":  # the eps fit and skip lines, and the least squares on the normalised tokens
         plan["pre"] = pre_probe_count(d) + d + o.H_plan * (d - 1) + 8
-    joint = _joint_applies(o, d_out) and o.layernorm in ("auto", "none")
+    joint = (_joint_applies(o, d_out) and o.layernorm in ("auto", "none")) or (
+        _post_joint_applies(o, d, d_out) and o.layernorm in ("auto", "post")
+    )
     if o.heads == "joint" and not joint:
-        raise InvalidInputError(f"heads='joint' runs on blocks without LayerNorm; got layernorm={o.layernorm!r}.")
+        raise InvalidInputError(f"heads='joint' runs on blocks without a pre-LN; got layernorm={o.layernorm!r}.")
     if joint and o.H is not None:  # the float32 route's links (known from the answers only) reserved in every case
         plan["heads"] = joint_plan(d, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS))
     if o.heads != "joint" and (o.H is not None or o.H_bound is not None):
@@ -304,6 +322,14 @@ def _joint_applies(o: _Options, d_out: int) -> bool:
     if o.H is None or d_out < o.H:
         return False
     return o.heads == "joint" or (o.heads == "auto" and o.H >= JOINT_FROM)
+
+
+def _post_joint_applies(o: _Options, d: int, d_out: int) -> bool:
+    """Whether behind a post-LN the joint heads' stage runs on the denormalised answers: where it runs without
+    LayerNorm (:func:`_joint_applies`), and with ``heads="auto"`` from ``POST_JOINT_FROM`` tokens' dimension d."""
+    if o.H is None or d_out < o.H or o.heads == "readout":
+        return False
+    return _joint_applies(o, d_out) or d >= POST_JOINT_FROM
 
 
 def _coarse_message(why: str) -> str:
@@ -485,7 +511,7 @@ def _learn_heads_joint(oracle, Y1, o: _Options, rng):
     return Ws, "joint"
 
 
-def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ_GATE):
+def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ_GATE, joint=False):
     """``Theta = [M_1 .. M_H, S, b_O]`` by least squares, then every parameter polished on fresh queries."""
     Theta, resid, full, cond = fit_outputs(Ws, batches, answers)
     # a gross misfit only: the heads' fits leave up to about 1e-9, which the polish removes; the
@@ -504,8 +530,14 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
         "polish_residual": float("nan"),
     }
     d = inner.d
-    cap = FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS
-    if n_polish and Ws.shape[0] * d * (d + 1) + Theta.size <= cap:
+    # the float32 route's cap counts every unknown (as measured); at float64 the heads' rows (Theta is eliminated),
+    # except after the joint stage: its heads come exact to rounding, and polishing them costs seconds for digits
+    # the verification does not need, so there the output maps count too, as before the polish eliminated them.
+    # Measured (2026-12-04, one BLAS thread, seed 0, residual, no LayerNorm): d = 16, H = 8 (2,176 heads' rows'
+    # entries, 4,496 in all) 0.2 CPU s unpolished, verified at 9.9e-14, against 10.8 s polished (1.0e-15); d = 24,
+    # H = 3: 0.1 s (3.7e-13) against 6.1 s (1.2e-15)
+    n_unknowns = Ws.shape[0] * d * (d + 1) + (Theta.size if o.float32 or joint else 0)
+    if n_polish and n_unknowns <= (FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS):
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
         Ws, Theta, before, after = polish(Ws, Theta, batches + Xs, answers + Ys, iters=4 if gate == LSTSQ_GATE else 8)
@@ -513,7 +545,7 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
     return Ws, Theta, info
 
 
-def _name_skip(S, ref, scale, o: _Options):
+def _name_skip(S, ref, scale, o: _Options, polished: bool = True):
     """``(kind, error)`` of a fitted skip: ``"none"``, ``"identity"`` (``ref``) or ``"matrix"``; checks ``residual``."""
     stol = FLOAT32_SKIP_UNITS * o.u if o.float32 else SKIP_RTOL
     if np.linalg.norm(S) <= stol * max(1.0, scale):
@@ -522,6 +554,17 @@ def _name_skip(S, ref, scale, o: _Options):
         kind, err = "identity", float(np.linalg.norm(S - ref))
     else:
         kind, err = "matrix", float("nan")
+    if not polished and o.residual in (True, False) and kind != ("identity" if o.residual else "none"):
+        # unpolished, the fit carries the heads' stage's error (measured: ||S - I||_F = 2e-7 on an in-class d = 24,
+        # H = 2 residual block when the cap counted the output maps too): no verdict on the target
+        off = np.linalg.norm(S - ref) if (o.residual and ref is not None) else np.linalg.norm(S)
+        raise OracleInconsistentError(
+            f"residual={o.residual}, but the fitted skip matrix is {'the identity' if o.residual else '0'} only to "
+            f"{off:.3g} (Frobenius), above SKIP_RTOL = {SKIP_RTOL:g}; the polish did not run (more than "
+            f"POLISH_MAX_UNKNOWNS = {POLISH_MAX_UNKNOWNS} heads' rows' entries), so the fit carries the heads' stage's "
+            "error: an in-class block can end here too, or the target does not "
+            f"{'add x_N' if o.residual else 'leave out x_N'}. Nothing was returned."
+        )
     if o.residual is True and kind != "identity":
         off = np.linalg.norm(S - ref) if ref is not None else float("nan")
         raise OracleInconsistentError(
@@ -543,7 +586,7 @@ def _split(Theta, nH, d):
     return Ms, Theta[nH * d : nH * d + d].T, Theta[-1]
 
 
-def _assemble(Ws, Theta, norm, o: _Options, d: int):
+def _assemble(Ws, Theta, norm, o: _Options, d: int, polished: bool = True):
     """The canonical layer from the fitted parameters, the skip named and checked against ``residual``."""
     Ms, S, b = _split(Theta, Ws.shape[0], d)
     d_out = Theta.shape[1]
@@ -554,7 +597,7 @@ def _assemble(Ws, Theta, norm, o: _Options, d: int):
         Ms, S, b = np.einsum("op,hpk->hok", P, Ms), P @ S, P @ b
         ref = None if d_out != d else np.sign(np.trace(S)) * np.linalg.norm(S) / np.sqrt(d - 1) * P
         ln = {"layernorm": "post", "gamma": norm.gamma, "beta": norm.beta, "eps": 1.0}
-    kind, err = _name_skip(S, ref, float(np.linalg.norm(Theta)), o)
+    kind, err = _name_skip(S, ref, float(np.linalg.norm(Theta)), o, polished)
     if norm is not None and kind == "identity":
         kind = "multiple of identity"  # normalised to I (SKIP_NORMALISATION): not a finding
     S = None if kind == "none" else (np.eye(d) if kind == "identity" and norm is None else S)
@@ -585,20 +628,47 @@ def _float32_unresolved(exc: Exception, stage: str, seed: int) -> OracleInconsis
     )
 
 
-def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int) -> Exception:
+#: Why an in-class post-LN block can fail after its heads' stage above LOW_GAP (this book's, measured): the
+#: heads' learner reads a lifted readout of the LayerNorm's inverted answers (LiftedReadout), whose tokens with a
+#: small homogeneous coordinate are large: they raise the LayerNorm's input variance (lower the gap) and the
+#: readout cancels most of each answer, so the inversion's rounding reaches the heads, more as d (and the queries)
+#: grow.
+POST_HEADS_PRECISION = (
+    "Behind a post-LN the heads' learner reads a lifted readout of the LayerNorm's inverted answers: its tokens with "
+    "a small homogeneous coordinate are large, which lowers the gap and cancels most of each answer, so the "
+    "inversion's rounding reaches the heads. Measured (2026-12-04, random_attention_layer residual post-LN blocks, "
+    "H = 2, eps 1e-2 and 0.1, seeds 0 to 2, learner seed 0): the heads' stage returns heads off by 2e-7 to 4e-6 "
+    "from the exact pre-LN answers, and through the LayerNorm by 7e-4 at d = 16, 1e-2 at d = 24 and up to 0.37 at "
+    "d = 32; none of the 6 blocks at d = 16 fails, 6 of the 12 at d = 24 and 32 end here (smallest gaps 1.1e-6 to "
+    "1.5e-5; a seventh, at 8.6e-7, is refused for its gap), and learner seed 1 recovers 5 of those 6."
+)
+
+
+def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int, joint: bool = False) -> Exception:
     """A post-LN stage failed: blamed on the LayerNorm's gap below LOW_GAP (measured), else no verdict."""
     if gap < LOW_GAP:  # the LayerNorm's inversion costs the digits the later stages read
         err = PrecisionError(inferred_gap_message(gap, exc, stage, seed=seed))
         err.smallest_gap = gap  # type: ignore[attr-defined]  # for a caller that reports it
         return err
+    if joint:  # the joint heads' stage on the denormalised answers (POST_JOINT_FROM)
+        return OracleInconsistentError(
+            f"could not learn this post-LN block (its answers seen before the LayerNorm are not a sum of H heads: "
+            f"fewer or more heads than H, a mask, a second layer; or the LayerNorm's inversion cost the joint heads' "
+            f"stage its precision): the {stage} failed; the smallest 1 - |z|^2/d_out seen was {gap:.1e}. "
+            f"{chained_cause(exc, 'does not account for the LayerNorm')} Measured (2026-12-04), behind a post-LN "
+            "the joint stage learned every in-class block tried (random_attention_layer: H = 2 at d = 8 to 32, "
+            f"eps 1e-2 and 0.1, 30 blocks; H = 3 and 4 at d = 8 to 16, five): try seed={seed + 1}. "
+            "Nothing was returned."
+        )
     return OracleInconsistentError(
-        f"could not learn this post-LN block (a head too faint in the readout, more heads than the heads' "
-        f"learner resolves, or not an attention layer): the {stage} failed. "
+        f"could not learn this post-LN block (the LayerNorm's inversion costing the heads' stage its precision, a "
+        f"head too faint in the readout, more heads than the heads' learner resolves, or not an attention layer): "
+        f"the {stage} failed; the smallest 1 - |z|^2/d_out seen was {gap:.1e}. "
         f"{chained_cause(exc, 'does not account for the scaled tokens of the heads behind a post-LN')} "
-        f"Behind a post-LN the heads' learner asks tokens scaled by HEADS_SCALE = {HEADS_SCALE} "
-        "(to keep the LayerNorm's input variance small), which can leave a head too faint in its readout: "
-        "measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) end here, and "
-        f"another seed (another readout) recovers 2 of those 3: try seed={seed + 1}."
+        f"{POST_HEADS_PRECISION} "
+        f"Scaled by HEADS_SCALE = {HEADS_SCALE} (to keep the LayerNorm's input variance small), a head can also be "
+        "too faint in its readout: measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) "
+        f"end here, and another seed (another readout) recovers 2 of those 3: try seed={seed + 1}."
     )
 
 
@@ -716,8 +786,10 @@ def learn_attention_layer(
     polish : bool, default=True
         Refine the heads' identifiable rows ``W~_h[:d, :]`` and ``Theta = [M, S, b_O]`` jointly by Gauss-Newton
         (not a post-LN's ``gamma``, ``beta`` or a pre-LN's ``eps``) on the least squares' queries and about
-        ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2000
-        unknowns; in the float32 route above ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000).
+        ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2500
+        heads' rows' entries ``H d (d + 1)``, the output maps eliminated in each step; after the joint heads' stage,
+        whose heads come exact to rounding, the output maps' unknowns count too; in the float32 route above
+        ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted).
     verify : int, default=32
         Fresh random queries (lengths 1 to 8, tokens ``N(0, I_d / d)``) on which the result is
         checked, counted apart; ``0`` opts out.
@@ -730,10 +802,11 @@ def learn_attention_layer(
     heads : {"auto", "joint", "readout"}, default="auto"
         The heads' stage. ``"joint"`` (this book's, :mod:`companion.layer._joint`): every output at once,
         the heads' poles shared by all ``d_out`` outputs and their amplitudes vectors; needs ``H``,
-        ``d_out >= H``, no LayerNorm and float64 answers. ``"readout"``: one random scalar readout, learned by
+        ``d_out >= H``, no pre-LN and float64 answers (behind a post-LN it reads the denormalised answers).
+        ``"readout"``: one random scalar readout, learned by
         :func:`companion.multihead.learn_canonical_rational` (or :func:`~companion.multihead.learn_canonical`
         without ``H`` and ``H_bound``). ``"auto"``: ``"joint"`` where it applies from ``JOINT_FROM`` = 3
-        heads, else ``"readout"`` (Notes, 8).
+        heads, and behind a post-LN also from ``d = POST_JOINT_FROM`` = 21; else ``"readout"`` (Notes, 8).
 
     Returns
     -------
@@ -757,7 +830,7 @@ def learn_attention_layer(
         If ``oracle`` is not an exact :class:`~companion.oracles.VectorQueryOracle`.
     InvalidInputError
         For bad parameters (``layernorm="pre"`` with ``d < 3``, ``"post"`` with ``d_out < 4``; ``heads="joint"``
-        without ``H``, with ``d_out < H``, with a LayerNorm or on float32 answers).
+        without ``H``, with ``d_out < H``, with a pre-LN or on float32 answers).
     BudgetExceededError
         If the budget is below the plan's count (raised before the first query).
     NotIdentifiableError
@@ -794,10 +867,15 @@ def learn_attention_layer(
        least-squares problem over all ``d_out`` outputs; a relative residual above ``LSTSQ_GATE``
        = 1e-6 is refused. A joint Gauss-Newton polish of ``W~_h[:d, :]`` and ``Theta`` on fresh queries (about
        twice the information floor in all) takes the result to float64's rounding.
-    5. With a post-LN the skip found is ``c P``: ``c = 1 / sqrt(eps)`` for a residual block, which
-       fixes ``eps`` under the normalisation that the skip's multiple of ``I`` is 1 (``SKIP_NORMALISATION``:
-       ``diagnostics["skip"]`` is then ``"multiple of identity"``); without an identity skip ``eps`` is not
-       identifiable and set to 1.
+    5. Behind a post-LN the heads' stage reads the denormalised answers: on the readout route at tokens scaled
+       by ``HEADS_SCALE``, whose lifted tokens (a small homogeneous coordinate) lower the LayerNorm's gap, which
+       costs the heads their precision as ``d`` grows (``POST_HEADS_PRECISION``); so from ``JOINT_FROM`` heads
+       or from ``d = POST_JOINT_FROM`` = 21 the joint stage (step 8) runs on the denormalised answers, its
+       ordinary tokens keeping the gap near the answers' own (measured there: 30 of 30 blocks, ``H = 2``,
+       ``d = 8`` to 32, and five with ``H = 3``, 4). The skip found is ``c P``: ``c = 1 / sqrt(eps)`` for a
+       residual block, which fixes ``eps`` under the normalisation that the skip's multiple of ``I`` is 1
+       (``SKIP_NORMALISATION``: ``diagnostics["skip"]`` is then ``"multiple of identity"``); without an
+       identity skip ``eps`` is not identifiable and set to 1.
     6. A pre-LN (``S x_N + o(LN(X))``): ``eps`` by variable projection from one-token answers
        ``t v`` (``t`` from 1e-8 to 10), ``S`` from one-token lines in units of ``sqrt(eps)``; then
        the layer is asked on chosen normalised tokens ``n`` (``x = n sqrt(eps / (1 - |n|^2 / d))``
@@ -855,8 +933,9 @@ def learn_attention_layer(
     LayerNorm: learning queries 313, 627, 927 at ``d = 8``, ``H = 1, 2, 3`` (``4Hd^2 - 2H + 1``:
     255, 509, 763), 2,215 and 3,297 at ``d = 16``, ``H = 2, 3``, against information floors of 18
     to 100 queries; fresh-query relative errors 6e-16 to 3.4e-15, in 0.1 to 3.4 s (plus 20
-    probes since). Above ``POLISH_MAX_UNKNOWNS`` no polish is made: at ``d = 24``, ``H = 3`` it
-    verifies at 9.3e-9, and at ``d = 32``, ``H = 4`` the check refuses it at 6.8e-8.
+    probes since). Above ``POLISH_MAX_UNKNOWNS`` no polish is made: at ``d = 32``, ``H = 4`` (4,224
+    heads' rows' entries) the check refuses it at 6.8e-8 (measured when the cap was 2000 on all unknowns, which
+    also left ``d = 24``, ``H = 3`` unpolished: verified at 9.3e-9).
 
     Examples
     --------
@@ -881,10 +960,10 @@ def learn_attention_layer(
         Yfit = oracle(Xfit)
     norm, u = _find_layernorm(Yp, np.concatenate([Yp, Y1, Yfit]), o, oracle.precision)
     o = replace(o, u=u)
-    if norm is not None and o.heads == "joint":  # found from the answers (layernorm="auto")
+    if norm == "pre" and o.heads == "joint":  # found from the answers (layernorm="auto")
         raise InvalidInputError(
-            f"heads='joint' runs on blocks without LayerNorm; this one has a {norm if norm == 'pre' else 'post'}-LN "
-            "(found from its answers): use heads='auto'."
+            "heads='joint' runs on blocks without a pre-LN; this one has a pre-LN (found from its answers): use "
+            "heads='auto'."
         )
     if norm == "pre":
         layer, kind, skip_err, learner, fit = _learn_pre(oracle, o, plan, count, rng, d)
@@ -900,10 +979,14 @@ def learn_attention_layer(
 
     batches, answers = group_by_length(Xfit, Yfit)
     stage = "heads"  # the stage running, for a refusal: its tolerance decides whether the gap explains it
+    post_joint = norm is not None and _post_joint_applies(o, d, int(oracle.d_out))
     try:
         with count.stage("heads"):
             if norm is None and _joint_applies(o, int(oracle.d_out)):
                 Ws, learner = _learn_heads_joint(oracle, Y1, o, rng)
+            elif post_joint:
+                # ordinary tokens x, x + delta: the LayerNorm's input variance stays small (POST_JOINT_FROM)
+                Ws, learner = _learn_heads_joint(inner, Y1, o, rng)
             else:
                 Ws, learner = _learn_heads(inner, Y1, o, rho=1.0 if norm is None else HEADS_SCALE)
         stage = "least squares"
@@ -917,14 +1000,15 @@ def learn_attention_layer(
                 o,
                 rng,
                 gate=LSTSQ_GATE if norm is None and not o.float32 else LSTSQ_GATE_POST,
+                joint=learner == "joint",
             )
         stage = "skip"
-        layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d)
+        layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, fit["polished"])
         stage = "verification"
         verification = _verify(oracle, layer, o)
     except OracleInconsistentError as exc:
         if norm is not None:
-            raise _post_unresolved(exc, norm.smallest_gap[0], stage, o.seed) from exc
+            raise _post_unresolved(exc, norm.smallest_gap[0], stage, o.seed, joint=post_joint) from exc
         if o.float32 and stage in ("least squares", "verification"):
             raise _float32_unresolved(exc, stage, o.seed) from exc
         raise
