@@ -33,7 +33,7 @@ squares, polish), ``_joint`` (the heads' stage on all outputs jointly), ``_learn
 """
 
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS
-from ._joint import JOINT_FROM
+from ._joint import JOINT_FROM, joint_plan
 from ._learn import (
     FLOAT32_FLOOR_UNITS,
     FLOAT32_HEADS_TOL,
@@ -91,6 +91,7 @@ __all__ = [
     "pre_ln_symmetry",
     "LSTSQ_GATE",
     "JOINT_FROM",
+    "joint_plan",
     "POST_JOINT_FROM",
     "POLISH_MAX_UNKNOWNS",
     "MIN_GAP",

@@ -95,7 +95,24 @@ def _ratios(H: int):
 
 
 def joint_plan(d: int, H: int, link_tokens: int = LINK_TOKENS) -> int:
-    """The queries of :func:`learn_heads_joint` (its one-token queries are the caller's)."""
+    """The number of queries the joint heads' stage asks (its one-token queries are the caller's).
+
+    Parameters
+    ----------
+    d : int
+        Token dimension (the block reads ``(N, d)`` queries).
+    H : int
+        Number of heads.
+    link_tokens : int, default=LINK_TOKENS
+        Tokens per linking row (``FLOAT32_LINK_TOKENS`` on the float32 route).
+
+    Returns
+    -------
+    int
+        ``2 H (d (d + 1 + EXTRA_TOKENS) + (d - 1) link_tokens)``: ``d`` rows of ``d + 1 + EXTRA_TOKENS`` tokens
+        and ``d - 1`` links of ``link_tokens``, each asked at the ``2 H`` ratios ``n / m`` of queries
+        ``2 H + 1`` tokens long (this book's own design, module docstring). No query is asked.
+    """
     n_tok = d + 1 + EXTRA_TOKENS
     return 2 * H * (d * n_tok + (d - 1) * link_tokens)
 
