@@ -745,6 +745,7 @@ def learn_relu_network(
     diag: dict = {"n_kinks": [], "n_lines": [], "n_layer_queries": []}
     depth = len(widths) if widths is not None else opts.max_layers
     deeper = False  # widths detected: layer 2 or later showed a layer after it (_choose_planes)
+    dropped: list = []  # widths given: the layers returned narrower (their missing neurons taken as dead)
     for layer in range(depth):
         # The last layer of a deep network, read anywhere: at the given depth, or, detecting, the layer
         # after one whose jumps showed another (at most as wide as the layer before: widths do not grow).
@@ -771,12 +772,29 @@ def learn_relu_network(
         if new is None:
             break  # widths detected: no new hyperplane where every recovered neuron is active (verified below)
         layers.append(new)
+        if widths is not None and new[0].shape[1] < widths[layer]:
+            dropped.append({"layer": layer + 1, "given": widths[layer], "returned": int(new[0].shape[1]), "last": last})
         if last:
             break
     Xa, ya = answers.all()
     w_out, b_out, res = _readout(layers, Xa, ya)
     net = ReLUNetwork([W for W, _ in layers] + [w_out], [b for _, b in layers] + [b_out])
     n_learning = count.total
+    diag["dropped"] = dropped
+    if widths is not None:
+        diag["widths_given"] = list(widths)
+    if any(not dr["last"] for dr in dropped):
+        # A layer before the last came out short of its given width: its missing neurons are taken as
+        # dead only if the network without them fits every answer already spent (no query).
+        diag["dead_fit_residual"] = fit = _answers_residual(net, Xa, ya)
+        if not fit <= DEAD_FIT_RTOL:
+            raise NotIdentifiableError(
+                f"{_dropped_text(dropped, net.widths, widths)}: the network without them leaves {fit:.3g} of "
+                f"the answers (> DEAD_FIT_RTOL = 2^{np.log2(DEAD_FIT_RTOL):.0f}) on the {Xa.shape[0]} answered "
+                "points, so a missing neuron is live, not dead: its hyperplane was not met where the earlier "
+                "layers are all active (it may be active only far out, or on every input). Raise n_lines or "
+                "max_batches."
+            )
     with count.stage("verify"):
         rel, bits = _verify_network(oracle, net, X_check)
     diag.update(
@@ -788,6 +806,13 @@ def learn_relu_network(
         verify_rel_error=rel,
         verify_bits=bits,
     )
+    if opts.verify and not rel <= opts.verify_rtol and "dead_fit_residual" in diag:
+        raise NotIdentifiableError(
+            f"{_dropped_text(dropped, net.widths, widths)}: the network without them fits the answers already spent "
+            f"(to {diag['dead_fit_residual']:.3g}) but disagrees with the oracle by {rel:.3g} > "
+            f"verify_rtol={opts.verify_rtol:.3g} on {opts.verify} fresh points, so a missing neuron is live, "
+            "not dead (or another stage failed). Raise n_lines or max_batches."
+        )
     if opts.verify and not rel <= opts.verify_rtol and "refit_residual" in diag:
         raise OracleInconsistentError(
             f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
@@ -816,7 +841,8 @@ def learn_relu_network(
         W=None,
         v=net.weights[-1][:, 0].copy(),
         n_queries=count.total,
-        message=f"extracted widths {net.widths} from {n_learning} length-1 queries; {bits:.1f} bits on fresh points",
+        message=f"extracted widths {net.widths} from {n_learning} length-1 queries; {bits:.1f} bits on fresh points"
+        + (f" ({_dropped_text(dropped, net.widths, widths)}, verified)" if dropped else ""),
         diagnostics=diag,
         weights=tuple(net.weights),
         biases=tuple(net.biases),
@@ -1074,14 +1100,17 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
                 break
         bases = _active_points(layers, d, lines, rng)
     n_lines_used = int(lines * n_batches)
-    if target_width is not None and etas.shape[1] < target_width:
+    if target_width is not None and etas.shape[1] < target_width and not _may_drop(opts):
         raise NotIdentifiableError(
             f"layer {len(layers) + 1}: confirmed {etas.shape[1]} of the {target_width} neurons on "
             f"{n_lines_used} lines; a neuron whose hyperplane misses the region where all earlier "
-            "layers are active cannot be seen by this learner. Raise n_lines or max_batches; that does not "
-            "help if the missing neuron is dead (active on no input: it computes nothing, the function is "
-            "that of a narrower layer, and no query shows it), as on both draws refused here in "
-            "benchmarks/ffn_deep.md (measured: active on none of 200,000 inputs)."
+            "layers are active cannot be seen by this learner. Raise n_lines or max_batches"
+            + (
+                "; or pass verify > 0: with it, a layer short of its given width is taken as having dead "
+                "neurons (active on no input asked) and the verification decides."
+                if not opts.verify
+                else "."
+            )
         )
     if etas.shape[1] == 0 and opts.widths is None and layers:
         return None, len(kinks), n_lines_used, False
@@ -1093,7 +1122,14 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
     if etas.shape[1] > prev:
         raise NotIdentifiableError(
             f"layer {len(layers) + 1} has {etas.shape[1]} neurons, more than the {prev} before it: "
-            "learn_relu_network handles networks whose widths do not grow."
+            "learn_relu_network handles networks whose widths do not grow"
+            + (
+                f" (layer {len(layers)} was returned narrower than the {opts.widths[layer - 1]} given, its "
+                "missing neurons taken as dead; a layer wider than the one before is read only as the last "
+                "layer of a network of depth 3 or more, from partial signatures)."
+                if opts.widths is not None and layers and prev < opts.widths[layer - 1]
+                else "."
+            )
             + (
                 " With widths detected, a network of depth 4 or more may be refused so too (the planes kept "
                 "for this layer then include pieces of deeper neurons'): pass widths."
@@ -1102,10 +1138,59 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
             )
         )
     if signs is None:
-        signs = _signs(layers, etas, members, kinks)
+        try:
+            signs = _signs(layers, etas, members, kinks)
+        except NotIdentifiableError as exc:
+            if target_width is None or etas.shape[1] >= target_width:
+                raise
+            # Short of the given width: beside a kink the gradient is a combination of the layer's
+            # active neurons' gradients; a dead neuron adds none, a live missing one (on every input
+            # there, say) does, and the found neurons' coefficients then do not vanish.
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1}: confirmed {etas.shape[1]} of the {target_width} neurons on "
+                f"{n_lines_used} lines, and a missing one is live, not dead: beside the kinks found no side "
+                "makes a confirmed neuron's gradient coefficient vanish, as when the gradients there also carry "
+                "a missing neuron's (a dead one adds none), e.g. one active on every input, whose hyperplane "
+                f"misses the region where all earlier layers are active, where this learner reads. ({exc})"
+            ) from exc
     if sharpen:
         etas = _sharpen(f, layers, etas, d, rng, scale, opts.span)
     return (etas[:-1] * signs[None, :], etas[-1] * signs), len(kinks), n_lines_used, deeper
+
+
+#: Largest residual on the answers already spent, relative to the largest answer, at which a layer
+#: short of its given width is taken as having dead neurons (the network without them fits every
+#: answer); then the verification on fresh points decides. This book's choice: the last layer's
+#: refit counts an answer fit at 2^-40 (``refit_last_layer``'s ``tol``); on seed 13 of
+#: (10; 8, 8, 8), with one dead neuron of layer 2, the narrower network leaves 1.1e-14.
+DEAD_FIT_RTOL = 2.0**-40
+
+
+def _answers_residual(net, X, y) -> float:
+    """``max |net(x) - y| / max |y|`` over the answered points ``X`` (n, d) (no query)."""
+    ref = max(float(np.max(np.abs(y))), np.finfo(float).tiny)
+    return float(np.max(np.abs(net.forward(X) - y))) / ref
+
+
+def _dropped_text(dropped, returned, given) -> str:
+    """What was left out: ``'widths (8, 7, 8) of the (8, 8, 8) given, ...: layer 2 short by 1 (...)'``."""
+    parts = []
+    for dr in dropped:
+        how = (
+            "never crossed by a line of the last layer's search"
+            if dr["last"]
+            else "no hyperplane met where the earlier layers are all active"
+        )
+        parts.append(f"layer {dr['layer']} short by {dr['given'] - dr['returned']} ({how})")
+    return f"widths {tuple(returned)} of the {tuple(given)} given, the missing neurons taken as dead: " + "; ".join(
+        parts
+    )
+
+
+def _may_drop(opts) -> bool:
+    """Whether layer ``layer`` (0-based), read where the earlier layers are all active, may be returned
+    narrower than its given width (its missing neurons taken as dead; the verification decides)."""
+    return opts.widths is not None and opts.verify > 0
 
 
 def _verify_network(oracle, net, X_check):
