@@ -608,7 +608,8 @@ def learn_relu_network(
         met on two lines are the last layer's neurons if none of them jumps by different sizes,
         else those that do (or that such planes separate) are the layer's. The layer after one
         whose planes jump by different sizes is read as the last (anywhere, from partial normals,
-        at most as wide as the layer before; a neuron no line crossed is left out); the depth also
+        at most as wide as the widest layer before, as a dead neuron narrows a layer detected but
+        not the one after; a neuron no line crossed is left out); the depth also
         ends when no plane is met where every recovered neuron is active. Measured to work at depth
         1 and 2 (``random_relu_network(10, (8, 8))`` seeds 0-5, ``(16, (12, 10))`` seeds 1-2) and
         on 14 of 20 draws of depth 3 (``(10, (8, 8, 8))`` seeds 0-19, 2026-12-04; the others refused,
@@ -647,6 +648,10 @@ def learn_relu_network(
         to the answers), ``refit_thin_sides`` (sides of its planes the answers leave thin) and
         ``targeted_search`` (``"not run"``: the first refit fit every answer; ``"kept"`` or
         ``"not kept"``: the refit after it left a smaller residual, or not; ``"no kink found"``).
+        ``dropped``: the layers returned narrower than their given widths, each
+        ``{"layer", "given", "returned", "last"}`` (empty when nothing was dropped, or widths were
+        detected); ``widths_given`` when widths were given; ``dead_fit_residual`` when a layer
+        before the last was returned narrower (below). ``message`` then names what was dropped.
 
     Raises
     ------
@@ -656,7 +661,8 @@ def learn_relu_network(
         For a bad option, or ``widths`` that grow (``m_1 > d`` or ``m_l > m_{l-1}``).
     NotIdentifiableError
         If a detected layer is wider than the one before it (outside the class), a neuron was
-        not met inside the region where all earlier layers are active, or its sign was not shown.
+        not met inside the region where all earlier layers are active and is not dead (below),
+        or with ``verify=0``, or its sign was not shown.
     OracleInconsistentError
         If the answers are not piecewise linear, disagree on a neuron's sign, or the recovered
         network disagrees with the oracle on the fresh points by more than ``verify_rtol``.
@@ -717,8 +723,26 @@ def learn_relu_network(
       and 14 by the neuron kept on at every point); 2 refused at layer 2 (a neuron missing
       ``R_1``). Before the refit, seed 0 of seeds 0-5 was recovered.
 
-    A neuron whose hyperplane misses ``R_{l-1}`` is not found (rare for random networks; the
-    learner refuses, naming the layer). Queries: ``n_lines`` kink searches per layer plus
+    A neuron whose hyperplane misses ``R_{l-1}`` is not found. **Dead neurons** (Carlini et al.
+    2020: a neuron never active on the input domain computes nothing, is unrecoverable and
+    functionally absent): with widths given and ``verify > 0``, a layer that yields fewer neurons
+    than given after ``max_batches`` batches is returned narrower, its missing neurons taken as
+    dead, only if (a) the sign test passes on the neurons found (beside a kink the gradient is a
+    combination of the active neurons' gradients: a dead neuron adds none, a live missing one
+    keeps a found neuron's coefficient from vanishing), (b) the whole network without them fits
+    every answer already spent to ``DEAD_FIT_RTOL`` (2^-40, relative; no query), and (c) the
+    verification on fresh points passes (the certificate; its tolerance is not widened). Else it
+    refuses, naming the missing neuron as live. The layer after may then be wider than the one
+    returned, when it is the last of a network of depth 3 or more (read from partial signatures);
+    a middle layer wider than the one before is refused (the sign test needs widths that do not
+    grow). For layer 2 this is sharp (this book's derivation): ``h_1 >= 0`` and, when ``W_1`` has
+    rank ``m_1``, ``h_1`` maps ``R_1`` onto the open orthant, so a layer-2 plane misses ``R_1``
+    only if its weights and bias are all ``<= 0`` (off on every input: dead) or all ``>= 0`` (on
+    at every input: live, refused by (a)). "Dead" is established on the domain asked, not on all
+    of ``R^d``: seed 18 of ``random_relu_network(10, (8, 8, 8))``, returned ``(8, 7, 8)`` at 43.7
+    bits on ``N(0, I)`` inputs, has a layer-2 neuron active on none of 200,000 ``N(0, I)`` inputs
+    but on 3.5e-5 of ``3 N(0, I)`` ones, where that network is off as the target without the
+    neuron is (7.6 bits). Queries: ``n_lines`` kink searches per layer plus
     ``2 (2 d + 1)`` for the gradients beside each kink; counted, not bounded.
 
     References
@@ -752,7 +776,7 @@ def learn_relu_network(
         last = len(layers) >= 2 and (layer == depth - 1 if widths is not None else deeper and DETECT_LAST)
         with count.stage(f"layer {layer + 1}"):
             if last:
-                width = widths[layer] if widths is not None else layers[-1][0].shape[1]
+                width = widths[layer] if widths is not None else _detected_last_cap(layers)
                 new, n_kinks, n_lines_used, refit, searched = _read_last_layer(
                     answers, layers, width, d, rng, scale, opts
                 )
@@ -1161,8 +1185,9 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
 #: Largest residual on the answers already spent, relative to the largest answer, at which a layer
 #: short of its given width is taken as having dead neurons (the network without them fits every
 #: answer); then the verification on fresh points decides. This book's choice: the last layer's
-#: refit counts an answer fit at 2^-40 (``refit_last_layer``'s ``tol``); on seed 13 of
-#: (10; 8, 8, 8), with one dead neuron of layer 2, the narrower network leaves 1.1e-14.
+#: refit counts an answer fit at 2^-40 (``refit_last_layer``'s ``tol``). Measured 2026-12-04 on
+#: seeds 13 and 18 of (10; 8, 8, 8), each with a layer-2 neuron active on none of 200,000
+#: ``3 N(0, I)`` inputs: the narrower networks leave 1.5e-13 and 7.5e-14 (2^-40 = 9.1e-13).
 DEAD_FIT_RTOL = 2.0**-40
 
 
@@ -1185,6 +1210,14 @@ def _dropped_text(dropped, returned, given) -> str:
     return f"widths {tuple(returned)} of the {tuple(given)} given, the missing neurons taken as dead: " + "; ".join(
         parts
     )
+
+
+def _detected_last_cap(layers) -> int:
+    """Widths detected: the most neurons the last layer of a deep network is read with, the widest
+    layer before it. The class's widths do not grow, but a dead neuron (never active: no query shows
+    it) narrows the layer detected without narrowing the one after (seeds 13 and 18 of
+    ``random_relu_network(10, (8, 8, 8))``: layer 2 detected 7 wide, layer 3 has 8 live neurons)."""
+    return max(W.shape[1] for W, _ in layers)
 
 
 def _may_drop(opts) -> bool:
