@@ -100,6 +100,16 @@ def test_depth_three_seed13_dead_neuron_left_out():
     assert _fresh_rel_error(rec, net) < 2.0**-35
 
 
+def test_depth_three_widths_detected_with_a_dead_layer2_neuron():
+    # Seed 13 of (10; 8, 8, 8), widths=None: layer 2 is detected 7 wide (its dead neuron) and searched
+    # with every batch (DETECT_SHORT); the last layer is read up to 8, the widest layer before, not
+    # 7. Before both: (8, 7, 7), refused at the verification (off by 2.0e-4); measured (8, 7, 8).
+    net = random_relu_network(10, (8, 8, 8), seed=13)
+    rec = learn_relu_network(ValueQueryOracle(net))
+    assert rec.network.widths == (8, 7, 8) and rec.diagnostics["dropped"] == []
+    assert rec.diagnostics["verify_bits"] >= 35 and _fresh_rel_error(rec, net) < 2.0**-35
+
+
 @pytest.mark.parametrize("depth", [2, 3])
 def test_live_missing_neuron_refused_naming_it(depth):
     # A layer-2 neuron on at every input is missed as a dead one is (its hyperplane misses where layer 1

@@ -31,6 +31,7 @@ from ._geometry import (  # the known prefix, gradients, critical points and sha
     segment as _segment,
     sharpen as _sharpen,
 )
+from ._dead import DEAD_FIT_RTOL, check_dead_fit, detected_last_cap, dropped_text, may_drop, verify_refusal
 from ._refit import REFIT_POINTS, SIDES_MAX_PLANES, refit_last_layer
 from .bias_free import rounding_advice
 
@@ -608,7 +609,9 @@ def learn_relu_network(
     widths : sequence of int, optional
         The hidden widths ``(m_1, ..., m_k)``. If None, they are detected: the first layer's
         neurons are the hyperplanes met on at least half as many lines as the most-met one; after
-        the first, batches of lines are searched while a batch confirms a new plane, and the planes
+        the first, batches of lines are searched while a batch confirms a new plane (all
+        ``max_batches`` for a layer with another after it that is narrower than the one before:
+        ``DETECT_SHORT``), and the planes
         met on two lines are the last layer's neurons if none of them jumps by different sizes,
         else those that do (or that such planes separate) are the layer's. The layer after one
         whose planes jump by different sizes is read as the last (anywhere, from partial normals,
@@ -616,7 +619,7 @@ def learn_relu_network(
         not the one after; a neuron no line crossed is left out); the depth also
         ends when no plane is met where every recovered neuron is active. Measured to work at depth
         1 and 2 (``random_relu_network(10, (8, 8))`` seeds 0-5, ``(16, (12, 10))`` seeds 1-2) and
-        on 15 of 20 draws of depth 3 (``(10, (8, 8, 8))`` seeds 0-19, 2026-12-04; the others refused,
+        on 16 of 20 draws of depth 3 (``(10, (8, 8, 8))`` seeds 0-19, 2026-12-04; the others refused,
         benchmarks/ffn_deep.md); depth 4 was refused (``(10, (8, 8, 8, 8))`` seeds 0-1: at layer 2,
         whose planes then include pieces of deeper neurons').
     n_lines : int, optional
@@ -655,7 +658,7 @@ def learn_relu_network(
         ``dropped``: the layers returned narrower than their given widths, each
         ``{"layer", "given", "returned", "last"}`` (empty when nothing was dropped, or widths were
         detected); ``widths_given`` when widths were given; ``dead_fit_residual`` when a layer
-        before the last was returned narrower (below). ``message`` then names what was dropped.
+        before the last was returned narrower (below). The result's message then names what was dropped.
 
     Raises
     ------
@@ -781,7 +784,7 @@ def learn_relu_network(
         last = len(layers) >= 2 and (layer == depth - 1 if widths is not None else deeper and DETECT_LAST)
         with count.stage(f"layer {layer + 1}"):
             if last:
-                width = widths[layer] if widths is not None else _detected_last_cap(layers)
+                width = widths[layer] if widths is not None else detected_last_cap(layers)
                 new, n_kinks, n_lines_used, refit, searched = _read_last_layer(
                     answers, layers, width, d, rng, scale, opts
                 )
@@ -815,15 +818,7 @@ def learn_relu_network(
     if any(not dr["last"] for dr in dropped):
         # A layer before the last came out short of its given width: its missing neurons are taken as
         # dead only if the network without them fits every answer already spent (no query).
-        diag["dead_fit_residual"] = fit = _answers_residual(net, Xa, ya)
-        if not fit <= DEAD_FIT_RTOL:
-            raise NotIdentifiableError(
-                f"{_dropped_text(dropped, net.widths, widths)}: the network without them leaves {fit:.3g} of "
-                f"the answers (> DEAD_FIT_RTOL = 2^{np.log2(DEAD_FIT_RTOL):.0f}) on the {Xa.shape[0]} answered "
-                "points, so a missing neuron is live, not dead: its hyperplane was not met where the earlier "
-                "layers are all active (it may be active only far out, or on every input). Raise n_lines or "
-                "max_batches."
-            )
+        diag["dead_fit_residual"] = check_dead_fit(dropped, net, widths, Xa, ya, DEAD_FIT_RTOL)
     with count.stage("verify"):
         rel, bits = _verify_network(oracle, net, X_check)
     diag.update(
@@ -836,12 +831,8 @@ def learn_relu_network(
         verify_bits=bits,
     )
     if opts.verify and not rel <= opts.verify_rtol and "dead_fit_residual" in diag:
-        raise NotIdentifiableError(
-            f"{_dropped_text(dropped, net.widths, widths)}: the network without them fits the answers already spent "
-            f"(to {diag['dead_fit_residual']:.3g}) but disagrees with the oracle by {rel:.3g} > "
-            f"verify_rtol={opts.verify_rtol:.3g} on {opts.verify} fresh points, so a missing neuron is live, "
-            "not dead (or another stage failed). Raise n_lines or max_batches."
-        )
+        fit = diag["dead_fit_residual"]
+        raise verify_refusal(dropped, net.widths, widths, fit, rel, opts.verify_rtol, opts.verify)
     if opts.verify and not rel <= opts.verify_rtol and "refit_residual" in diag:
         raise OracleInconsistentError(
             f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
@@ -871,7 +862,7 @@ def learn_relu_network(
         v=net.weights[-1][:, 0].copy(),
         n_queries=count.total,
         message=f"extracted widths {net.widths} from {n_learning} length-1 queries; {bits:.1f} bits on fresh points"
-        + (f" ({_dropped_text(dropped, net.widths, widths)}, verified)" if dropped else ""),
+        + (f" ({dropped_text(dropped, net.widths, widths)}, verified)" if dropped else ""),
         diagnostics=diag,
         weights=tuple(net.weights),
         biases=tuple(net.biases),
@@ -1134,7 +1125,7 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
                 break
         bases = _active_points(layers, d, lines, rng)
     n_lines_used = int(lines * n_batches)
-    if target_width is not None and etas.shape[1] < target_width and not _may_drop(opts):
+    if target_width is not None and etas.shape[1] < target_width and not may_drop(opts):
         raise NotIdentifiableError(
             f"layer {len(layers) + 1}: confirmed {etas.shape[1]} of the {target_width} neurons on "
             f"{n_lines_used} lines; a neuron whose hyperplane misses the region where all earlier "
@@ -1190,50 +1181,6 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
     if sharpen:
         etas = _sharpen(f, layers, etas, d, rng, scale, opts.span)
     return (etas[:-1] * signs[None, :], etas[-1] * signs), len(kinks), n_lines_used, deeper
-
-
-#: Largest residual on the answers already spent, relative to the largest answer, at which a layer
-#: short of its given width is taken as having dead neurons (the network without them fits every
-#: answer); then the verification on fresh points decides. This book's choice: the last layer's
-#: refit counts an answer fit at 2^-40 (``refit_last_layer``'s ``tol``). Measured 2026-12-04 on
-#: seeds 13 and 18 of (10; 8, 8, 8), each with a layer-2 neuron active on none of 200,000
-#: ``3 N(0, I)`` inputs: the narrower networks leave 1.5e-13 and 7.5e-14 (2^-40 = 9.1e-13).
-DEAD_FIT_RTOL = 2.0**-40
-
-
-def _answers_residual(net, X, y) -> float:
-    """``max |net(x) - y| / max |y|`` over the answered points ``X`` (n, d) (no query)."""
-    ref = max(float(np.max(np.abs(y))), np.finfo(float).tiny)
-    return float(np.max(np.abs(net.forward(X) - y))) / ref
-
-
-def _dropped_text(dropped, returned, given) -> str:
-    """What was left out: ``'widths (8, 7, 8) of the (8, 8, 8) given, ...: layer 2 short by 1 (...)'``."""
-    parts = []
-    for dr in dropped:
-        how = (
-            "never crossed by a line of the last layer's search"
-            if dr["last"]
-            else "no hyperplane met where the earlier layers are all active"
-        )
-        parts.append(f"layer {dr['layer']} short by {dr['given'] - dr['returned']} ({how})")
-    return f"widths {tuple(returned)} of the {tuple(given)} given, the missing neurons taken as dead: " + "; ".join(
-        parts
-    )
-
-
-def _detected_last_cap(layers) -> int:
-    """Widths detected: the most neurons the last layer of a deep network is read with, the widest
-    layer before it. The class's widths do not grow, but a dead neuron (never active: no query shows
-    it) narrows the layer detected without narrowing the one after (seeds 13 and 18 of
-    ``random_relu_network(10, (8, 8, 8))``: layer 2 detected 7 wide, layer 3 has 8 live neurons)."""
-    return max(W.shape[1] for W, _ in layers)
-
-
-def _may_drop(opts) -> bool:
-    """Whether layer ``layer`` (0-based), read where the earlier layers are all active, may be returned
-    narrower than its given width (its missing neurons taken as dead; the verification decides)."""
-    return opts.widths is not None and opts.verify > 0
 
 
 def _verify_network(oracle, net, X_check):
