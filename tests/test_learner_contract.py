@@ -277,7 +277,8 @@ LEARNERS = [
     Learner(
         id="learn_relu_network", learn=ffn.learn_relu_network, kwargs={"widths": (8,)},
         target=lambda: ffn.random_relu_network(10, (8,), seed=0), oracle=_exact,
-        conditional=frozenset({"refit_rounds", "refit_residual", "refit_thin_sides", "targeted_search"}),  # depth >= 3
+        conditional=frozenset({"refit_rounds", "refit_residual", "refit_thin_sides", "targeted_search",  # depth >= 3
+                               "dead_fit_residual", "widths_given"}),  # a layer returned narrower; widths given
         learning_count=lambda rec, d: (rec.diagnostics["n_probe_queries"]
                                        + sum(rec.diagnostics["n_layer_queries"])),
         # a bias-free network of width 12 > d = 10: outside the class (widths that grow)

@@ -31,6 +31,7 @@ from ._geometry import (  # the known prefix, gradients, critical points and sha
     segment as _segment,
     sharpen as _sharpen,
 )
+from ._dead import DEAD_FIT_RTOL, check_dead_fit, detected_last_cap, dropped_text, may_drop, verify_refusal
 from ._refit import REFIT_POINTS, SIDES_MAX_PLANES, refit_last_layer
 from .bias_free import rounding_advice
 
@@ -326,6 +327,10 @@ DETECT_DEEP = True
 #: a switch for the measurement of it (benchmarks/ffn_deep.md).
 DETECT_LAST = True
 
+#: Whether, widths detected, a layer with another after it that comes out narrower than the one
+#: before is searched with all ``max_batches`` batches (a switch for the measurement of it).
+DETECT_SHORT = True
+
 #: Whether the last layer of a deep network runs :func:`_targeted_search` (a switch for the tests,
 #: which show what it adds).
 TARGETED_SEARCH = True
@@ -604,14 +609,17 @@ def learn_relu_network(
     widths : sequence of int, optional
         The hidden widths ``(m_1, ..., m_k)``. If None, they are detected: the first layer's
         neurons are the hyperplanes met on at least half as many lines as the most-met one; after
-        the first, batches of lines are searched while a batch confirms a new plane, and the planes
+        the first, batches of lines are searched while a batch confirms a new plane (all
+        ``max_batches`` for a layer with another after it that is narrower than the one before:
+        ``DETECT_SHORT``), and the planes
         met on two lines are the last layer's neurons if none of them jumps by different sizes,
         else those that do (or that such planes separate) are the layer's. The layer after one
         whose planes jump by different sizes is read as the last (anywhere, from partial normals,
-        at most as wide as the layer before; a neuron no line crossed is left out); the depth also
+        at most as wide as the widest layer before, as a dead neuron narrows a layer detected but
+        not the one after; a neuron no line crossed is left out); the depth also
         ends when no plane is met where every recovered neuron is active. Measured to work at depth
         1 and 2 (``random_relu_network(10, (8, 8))`` seeds 0-5, ``(16, (12, 10))`` seeds 1-2) and
-        on 14 of 20 draws of depth 3 (``(10, (8, 8, 8))`` seeds 0-19, 2026-12-04; the others refused,
+        on 16 of 20 draws of depth 3 (``(10, (8, 8, 8))`` seeds 0-19, 2026-12-04; the others refused,
         benchmarks/ffn_deep.md); depth 4 was refused (``(10, (8, 8, 8, 8))`` seeds 0-1: at layer 2,
         whose planes then include pieces of deeper neurons').
     n_lines : int, optional
@@ -647,6 +655,10 @@ def learn_relu_network(
         to the answers), ``refit_thin_sides`` (sides of its planes the answers leave thin) and
         ``targeted_search`` (``"not run"``: the first refit fit every answer; ``"kept"`` or
         ``"not kept"``: the refit after it left a smaller residual, or not; ``"no kink found"``).
+        ``dropped``: the layers returned narrower than their given widths, each
+        ``{"layer", "given", "returned", "last"}`` (empty when nothing was dropped, or widths were
+        detected); ``widths_given`` when widths were given; ``dead_fit_residual`` when a layer
+        before the last was returned narrower (below). The result's message then names what was dropped.
 
     Raises
     ------
@@ -656,7 +668,8 @@ def learn_relu_network(
         For a bad option, or ``widths`` that grow (``m_1 > d`` or ``m_l > m_{l-1}``).
     NotIdentifiableError
         If a detected layer is wider than the one before it (outside the class), a neuron was
-        not met inside the region where all earlier layers are active, or its sign was not shown.
+        not met inside the region where all earlier layers are active and is not dead (below),
+        or with ``verify=0``, or its sign was not shown.
     OracleInconsistentError
         If the answers are not piecewise linear, disagree on a neuron's sign, or the recovered
         network disagrees with the oracle on the fresh points by more than ``verify_rtol``.
@@ -711,14 +724,33 @@ def learn_relu_network(
       before is just on and ``k``'s plane is predicted (the recovered layers give both without a
       query; :func:`_targeted_search`); every kink is merged again, the signs read on up to
       ``SIGN_POINTS`` answered points, and the refit on every answer with the smaller residual kept.
-      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-04): 18 recovered, at 40.3 to
-      47.4 bits on fresh inputs (seed 0 with widths (8, 8, 5): three neurons of layer 3 are
-      dead; seed 4 by the fit free of the sides; seeds 1, 7 and 8 by the targeted search; seeds 3
-      and 14 by the neuron kept on at every point); 2 refused at layer 2 (a neuron missing
-      ``R_1``). Before the refit, seed 0 of seeds 0-5 was recovered.
+      On ``random_relu_network(10, (8, 8, 8))`` seeds 0-19 (2026-12-04, session 40): all 20
+      recovered, at 40.3 to 47.4 bits on fresh inputs (seed 0 with widths (8, 8, 5): three
+      neurons of layer 3 are dead; seeds 13 and 18 with (8, 7, 8): a dead layer-2 neuron left out,
+      below; seed 4 by the fit free of the sides; seeds 1, 7, 8 and 18 by the targeted search;
+      seeds 3 and 14 by the neuron kept on at every point). Before the refit, seed 0 of seeds 0-5
+      was recovered.
 
-    A neuron whose hyperplane misses ``R_{l-1}`` is not found (rare for random networks; the
-    learner refuses, naming the layer). Queries: ``n_lines`` kink searches per layer plus
+    A neuron whose hyperplane misses ``R_{l-1}`` is not found. **Dead neurons** (Carlini et al.
+    2020: a neuron never active on the input domain computes nothing, is unrecoverable and
+    functionally absent): with widths given and ``verify > 0``, a layer that yields fewer neurons
+    than given after ``max_batches`` batches is returned narrower, its missing neurons taken as
+    dead, only if (a) the sign test passes on the neurons found (beside a kink the gradient is a
+    combination of the active neurons' gradients: a dead neuron adds none, a live missing one
+    keeps a found neuron's coefficient from vanishing), (b) the whole network without them fits
+    every answer already spent to ``DEAD_FIT_RTOL`` (2^-40, relative; no query), and (c) the
+    verification on fresh points passes (the certificate; its tolerance is not widened). Else it
+    refuses, naming the missing neuron as live. The layer after may then be wider than the one
+    returned, when it is the last of a network of depth 3 or more (read from partial signatures);
+    a middle layer wider than the one before is refused (the sign test needs widths that do not
+    grow). For layer 2 this is sharp (this book's derivation): ``h_1 >= 0`` and, when ``W_1`` has
+    rank ``m_1``, ``h_1`` maps ``R_1`` onto the open orthant, so a layer-2 plane misses ``R_1``
+    only if its weights and bias are all ``<= 0`` (off on every input: dead) or all ``>= 0`` (on
+    at every input: live, refused by (a)). "Dead" is established on the domain asked, not on all
+    of ``R^d``: seed 18 of ``random_relu_network(10, (8, 8, 8))``, returned ``(8, 7, 8)`` at 43.7
+    bits on ``N(0, I)`` inputs, has a layer-2 neuron active on none of 200,000 ``N(0, I)`` inputs
+    but on 3.5e-5 of ``3 N(0, I)`` ones, where that network is off as the target without the
+    neuron is (7.6 bits). Queries: ``n_lines`` kink searches per layer plus
     ``2 (2 d + 1)`` for the gradients beside each kink; counted, not bounded.
 
     References
@@ -745,13 +777,14 @@ def learn_relu_network(
     diag: dict = {"n_kinks": [], "n_lines": [], "n_layer_queries": []}
     depth = len(widths) if widths is not None else opts.max_layers
     deeper = False  # widths detected: layer 2 or later showed a layer after it (_choose_planes)
+    dropped: list = []  # widths given: the layers returned narrower (their missing neurons taken as dead)
     for layer in range(depth):
         # The last layer of a deep network, read anywhere: at the given depth, or, detecting, the layer
         # after one whose jumps showed another (at most as wide as the layer before: widths do not grow).
         last = len(layers) >= 2 and (layer == depth - 1 if widths is not None else deeper and DETECT_LAST)
         with count.stage(f"layer {layer + 1}"):
             if last:
-                width = widths[layer] if widths is not None else layers[-1][0].shape[1]
+                width = widths[layer] if widths is not None else detected_last_cap(layers)
                 new, n_kinks, n_lines_used, refit, searched = _read_last_layer(
                     answers, layers, width, d, rng, scale, opts
                 )
@@ -771,12 +804,21 @@ def learn_relu_network(
         if new is None:
             break  # widths detected: no new hyperplane where every recovered neuron is active (verified below)
         layers.append(new)
+        if widths is not None and new[0].shape[1] < widths[layer]:
+            dropped.append({"layer": layer + 1, "given": widths[layer], "returned": int(new[0].shape[1]), "last": last})
         if last:
             break
     Xa, ya = answers.all()
     w_out, b_out, res = _readout(layers, Xa, ya)
     net = ReLUNetwork([W for W, _ in layers] + [w_out], [b for _, b in layers] + [b_out])
     n_learning = count.total
+    diag["dropped"] = dropped
+    if widths is not None:
+        diag["widths_given"] = list(widths)
+    if any(not dr["last"] for dr in dropped):
+        # A layer before the last came out short of its given width: its missing neurons are taken as
+        # dead only if the network without them fits every answer already spent (no query).
+        diag["dead_fit_residual"] = check_dead_fit(dropped, net, widths, Xa, ya, DEAD_FIT_RTOL)
     with count.stage("verify"):
         rel, bits = _verify_network(oracle, net, X_check)
     diag.update(
@@ -788,6 +830,9 @@ def learn_relu_network(
         verify_rel_error=rel,
         verify_bits=bits,
     )
+    if opts.verify and not rel <= opts.verify_rtol and "dead_fit_residual" in diag:
+        fit = diag["dead_fit_residual"]
+        raise verify_refusal(dropped, net.widths, widths, fit, rel, opts.verify_rtol, opts.verify)
     if opts.verify and not rel <= opts.verify_rtol and "refit_residual" in diag:
         raise OracleInconsistentError(
             f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
@@ -816,7 +861,8 @@ def learn_relu_network(
         W=None,
         v=net.weights[-1][:, 0].copy(),
         n_queries=count.total,
-        message=f"extracted widths {net.widths} from {n_learning} length-1 queries; {bits:.1f} bits on fresh points",
+        message=f"extracted widths {net.widths} from {n_learning} length-1 queries; {bits:.1f} bits on fresh points"
+        + (f" ({dropped_text(dropped, net.widths, widths)}, verified)" if dropped else ""),
         diagnostics=diag,
         weights=tuple(net.weights),
         biases=tuple(net.biases),
@@ -1063,6 +1109,11 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
             if n_batches < opts.max_batches:
                 bases = _active_points(layers, d, lines, rng)
                 continue
+        if DETECT_SHORT and target_width is None and deeper and etas.shape[1] < prev and n_batches < opts.max_batches:
+            # Detecting, a layer with another after it came out narrower than the one before: search
+            # every batch, as a given width short would (a plane crossing R_{l-1} rarely needs more lines).
+            bases = _active_points(layers, d, lines, rng)
+            continue
         if target_width is None or etas.shape[1] >= target_width:
             try:
                 signs = _signs(layers, etas, members, kinks) if etas.shape[1] <= prev else None
@@ -1074,14 +1125,17 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
                 break
         bases = _active_points(layers, d, lines, rng)
     n_lines_used = int(lines * n_batches)
-    if target_width is not None and etas.shape[1] < target_width:
+    if target_width is not None and etas.shape[1] < target_width and not may_drop(opts):
         raise NotIdentifiableError(
             f"layer {len(layers) + 1}: confirmed {etas.shape[1]} of the {target_width} neurons on "
             f"{n_lines_used} lines; a neuron whose hyperplane misses the region where all earlier "
-            "layers are active cannot be seen by this learner. Raise n_lines or max_batches; that does not "
-            "help if the missing neuron is dead (active on no input: it computes nothing, the function is "
-            "that of a narrower layer, and no query shows it), as on both draws refused here in "
-            "benchmarks/ffn_deep.md (measured: active on none of 200,000 inputs)."
+            "layers are active cannot be seen by this learner. Raise n_lines or max_batches"
+            + (
+                "; or pass verify > 0: with it, a layer short of its given width is taken as having dead "
+                "neurons (active on no input asked) and the verification decides."
+                if not opts.verify
+                else "."
+            )
         )
     if etas.shape[1] == 0 and opts.widths is None and layers:
         return None, len(kinks), n_lines_used, False
@@ -1093,7 +1147,14 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
     if etas.shape[1] > prev:
         raise NotIdentifiableError(
             f"layer {len(layers) + 1} has {etas.shape[1]} neurons, more than the {prev} before it: "
-            "learn_relu_network handles networks whose widths do not grow."
+            "learn_relu_network handles networks whose widths do not grow"
+            + (
+                f" (layer {len(layers)} was returned narrower than the {opts.widths[layer - 1]} given, its "
+                "missing neurons taken as dead; a layer wider than the one before is read only as the last "
+                "layer of a network of depth 3 or more, from partial signatures)."
+                if opts.widths is not None and layers and prev < opts.widths[layer - 1]
+                else "."
+            )
             + (
                 " With widths detected, a network of depth 4 or more may be refused so too (the planes kept "
                 "for this layer then include pieces of deeper neurons'): pass widths."
@@ -1102,7 +1163,21 @@ def _read_layer(f, layers, layer, depth, d, rng, scale, opts, sharpen):
             )
         )
     if signs is None:
-        signs = _signs(layers, etas, members, kinks)
+        try:
+            signs = _signs(layers, etas, members, kinks)
+        except NotIdentifiableError as exc:
+            if target_width is None or etas.shape[1] >= target_width:
+                raise
+            # Short of the given width: beside a kink the gradient is a combination of the layer's
+            # active neurons' gradients; a dead neuron adds none, a live missing one (on every input
+            # there, say) does, and the found neurons' coefficients then do not vanish.
+            raise NotIdentifiableError(
+                f"layer {len(layers) + 1}: confirmed {etas.shape[1]} of the {target_width} neurons on "
+                f"{n_lines_used} lines, and a missing one is live, not dead: beside the kinks found no side "
+                "makes a confirmed neuron's gradient coefficient vanish, as when the gradients there also carry "
+                "a missing neuron's (a dead one adds none), e.g. one active on every input, whose hyperplane "
+                f"misses the region where all earlier layers are active, where this learner reads. ({exc})"
+            ) from exc
     if sharpen:
         etas = _sharpen(f, layers, etas, d, rng, scale, opts.span)
     return (etas[:-1] * signs[None, :], etas[-1] * signs), len(kinks), n_lines_used, deeper

@@ -341,7 +341,9 @@ def learn_one_layer_biased(
         length 1 and 2.
     m : int, optional
         The FFN width; None detects it (:func:`~companion.ffn.learn_relu_network`, which needs
-        ``m <= d``).
+        ``m <= d``). Given, the FFN may come back narrower: a neuron no line met and whose absence
+        fits every answer and the FFN's verification is taken as dead (off on the inputs asked;
+        ``diagnostics["ffn"]["dropped"]`` says so).
     margin : float, default=0.5
         The segments ``W`` is read on stay inside this fraction (in ``(0, 1)``) of the region
         around 0 where no neuron of the extracted FFN changes state.
@@ -394,7 +396,8 @@ def learn_one_layer_biased(
     NotIdentifiableError
         If no candidate token of a pass lies in a region where the extracted FFN has a slope
         (``A D_x w_o != 0``): the two-token answers there do not depend on ``W``. Also
-        :func:`~companion.ffn.learn_relu_network`'s refusals (a neuron not met, widths that grow).
+        :func:`~companion.ffn.learn_relu_network`'s refusals (a neuron not met and live, widths that
+        grow).
     OracleInconsistentError
         If the one-token answers are not a ReLU network with one hidden layer, a two-token answer
         is not strictly between the two one-token answers it combines, the answers of a first
