@@ -77,6 +77,8 @@ def test_depth_three_dead_layer2_neuron_left_out_and_verified():
     ]
     assert rec.diagnostics["dead_fit_residual"] <= 2.0**-40
     assert "widths (8, 7, 5) of the (8, 8, 8) given" in rec.message
+    # dead on the inputs asked, not everywhere (seed 18's neuron is active on 1.2% of N(0, 100 I))
+    assert "taken as dead on the inputs asked" in rec.message and "is not seen" in rec.message
     assert "layer 2 short by 1" in rec.message and "layer 3 short by 3" in rec.message
     assert "layer 2 short by 1" in repr(rec)
     assert rec.diagnostics["verify_bits"] >= 35 and _fresh_rel_error(rec, net) < 2.0**-35

@@ -46,7 +46,10 @@ def dropped_text(dropped, returned, given) -> str:
             else "no hyperplane met where the earlier layers are all active"
         )
         parts.append(f"layer {dr['layer']} short by {dr['given'] - dr['returned']} ({how})")
-    head = f"widths {tuple(returned)} of the {tuple(given)} given, the missing neurons taken as dead: "
+    head = (
+        f"widths {tuple(returned)} of the {tuple(given)} given, the missing neurons taken as dead on the inputs "
+        "asked (the queries and the verification's fresh points; a neuron active only beyond them is not seen): "
+    )
     return head + "; ".join(parts)
 
 
