@@ -386,3 +386,18 @@ def test_a_crossing_whose_offset_reaches_half_delta_fails_its_test_whatever_f_an
         outside = Crossing.at(4, 0.25, e, delta, lines_at, tol)
         assert not outside.testable and outside.e == 0.5e-3  # asked at delta / 2, counted
         assert not outside.passes(lines_at) and not outside.passes((2.0 + 0.9e-12, -3.0))
+
+
+def test_verify_0_refuses_a_network_that_misfits_the_answers_already_spent():
+    """With verify=0 no fresh point checks the result: seeds 1, 7, 8 of (10; 8, 8, 8) with widths
+    detected came back at 12 to 14 bits (last-layer refit residual 4.0e-4 to 1.9e-3 of the answers,
+    measured session 40), though the learner knew its residual. Now a residual above verify_rtol
+    is refused (the readout's residual on the answers spent; just inside and just outside)."""
+    net = random_relu_network(10, (8,), seed=0)
+    rec = learn_relu_network(ValueQueryOracle(net), widths=(8,), verify=0)
+    res = rec.diagnostics["readout_residual"]
+    assert 0 < res < 2.0**-40  # exact to rounding: the default verify_rtol (2^-30) returns it
+    inside = learn_relu_network(ValueQueryOracle(net), widths=(8,), verify=0, verify_rtol=res * (1 + 1e-9))
+    assert inside.network.widths == (8,)
+    with pytest.raises(OracleInconsistentError, match="misfits the .* answers already spent by .* verify=0"):
+        learn_relu_network(ValueQueryOracle(net), widths=(8,), verify=0, verify_rtol=res * (1 - 1e-9))

@@ -672,7 +672,8 @@ def learn_relu_network(
         or with ``verify=0``, or its sign was not shown.
     OracleInconsistentError
         If the answers are not piecewise linear, disagree on a neuron's sign, or the recovered
-        network disagrees with the oracle on the fresh points by more than ``verify_rtol``.
+        network disagrees with the oracle on the fresh points (with ``verify=0``, on the answers
+        already spent) by more than ``verify_rtol``.
     PrecisionError
         If two critical points along a line are closer than float64 resolves.
 
@@ -856,6 +857,12 @@ def learn_relu_network(
             f"the recovered network (widths {net.widths}) disagrees with the oracle by {rel:.3g} > "
             f"verify_rtol={opts.verify_rtol:.3g} on {opts.verify} fresh points: the target is not a ReLU network "
             "whose widths do not grow, or a neuron was missed. Raise n_lines or pass another seed."
+        )
+    if not opts.verify and not res <= opts.verify_rtol:  # no fresh point checks it: the answers spent do
+        raise OracleInconsistentError(
+            f"the recovered network (widths {net.widths}) misfits the {Xa.shape[0]} answers already spent by "
+            f"{res:.3g} > verify_rtol={opts.verify_rtol:.3g}, and verify=0 leaves no other check, so it is not "
+            "returned. Pass verify > 0 (its refusal names the cause), raise n_lines or pass another seed."
         )
     return ReLUNetworkRecovery(
         W=None,
