@@ -637,6 +637,19 @@ def _read_parameter_file(path) -> dict:
     return data
 
 
+def _stale_cache_message(build_dir) -> str | None:
+    """Clear a stale execution cache (:func:`clear_stale_cache`) and say why, or None if it is current:
+    a fresh clone has no earlier build, which is not a changed library (a new user's finding)."""
+    from .results import clear_stale_cache
+
+    had_build = (Path(build_dir) / ".library-hash").is_file()
+    if not clear_stale_cache(build_dir):
+        return None
+    if had_build:
+        return "the library changed since the last build: every chapter will be re-executed"
+    return "no earlier build here: every chapter will be executed"
+
+
 def _cmd_run(args):
     given = {}
     for path in args.parameter_file or []:
@@ -652,7 +665,9 @@ def _cmd_run(args):
         given[name] = _parse_value(text)
     try:
         stem = _resolve(args.chapter).stem
-        existed = [p for p in (Path(args.output_dir) / f"{stem}{x}" for x in (".ipynb", ".json")) if p.exists()]
+        # what --overwrite replaces: the run, and the incomplete run and page run_chapter removes
+        suffixes = (".ipynb", ".json", ".incomplete.ipynb", "_html")
+        existed = [p for p in (Path(args.output_dir) / f"{stem}{x}" for x in suffixes) if p.exists()]
         out = run_chapter(
             args.chapter,
             given,
@@ -837,7 +852,7 @@ def _drop_cached(cache_dir, stems, notebooks) -> None:
 
 
 def _cmd_build(args):
-    from .results import clear_stale_cache, mark_built
+    from .results import mark_built
 
     from ..oracles import PERTURB_ENV, perturbation_ulps
 
@@ -859,8 +874,10 @@ def _cmd_build(args):
 
         shutil.rmtree(cache_dir, ignore_errors=True)
         print("forced: every chapter will be executed")
-    elif clear_stale_cache(build_dir):
-        print("the library changed since the last build: every chapter will be re-executed")
+    else:
+        stale = _stale_cache_message(build_dir)
+        if stale:
+            print(stale)
     notebooks = chapters()
     lacking = cached_without_figures(cache_dir, notebooks)
     if lacking:
