@@ -12,11 +12,13 @@ from ._model import softmax
 __all__ = [
     "LSTSQ_GATE",
     "POLISH_MAX_UNKNOWNS",
+    "POLISH_SCORE_MARGIN",
     "LiftedReadout",
     "features",
     "fit_outputs",
     "polish",
     "group_by_length",
+    "polish_row_queries",
 ]
 
 #: Largest relative residual of the output maps' least squares before the polish; above it the target is refused.
@@ -30,6 +32,30 @@ LSTSQ_GATE = 1e-6
 #: queries), 194 MB a copy, peak RSS 0.73 GB, 21 CPU s for the whole learner; at the cap (d = 34, H = 2) about
 #: 260 MB a copy.
 POLISH_MAX_UNKNOWNS = 2500
+
+#: The polish's multi-token queries (the least squares' and its own, lengths 2 to 8) carry at least this many times
+#: ``d (d + 1)`` score differences (this book's own): a query of ``n`` tokens shows each head's rows ``W~_h[:d, :]``
+#: only through its ``n - 1`` free attention weights, ``H (n - 1)`` numbers for ``H d (d + 1)`` unknowns whatever
+#: ``d_out`` is, so below ``sum (n - 1) = d (d + 1)`` the Gauss-Newton step has a null space: it fits its queries to
+#: rounding and fresh ones worse than its start. Measured (2026-12-04, random_attention_layer residual pre-LN,
+#: d = 32, H = 1, eps 1e-3, seeds 0 to 2, learner seed 0): with the information floor's count alone (195 queries,
+#: about 780 differences for 992 unknowns) the polish fitted its queries to 3.0e-16 and fresh ones to 1.1e-8 to
+#: 1.3e-7 (unpolished 4.0e-8 to 6.6e-7); two were verified (6e-9 on 32 queries, tolerance 1e-8) though 200 fresh
+#: queries were off by 1.1e-8 and 1.9e-8. With 587 queries: 4.4e-14 to 1.3e-13. Without LayerNorm at d = 32,
+#: H = 1: 6.8e-11 to 2.4e-10, against 9.2e-16 to 1.5e-15.
+POLISH_SCORE_MARGIN = 2
+
+#: The mean score differences ``n - 1`` of a query of length ``n`` drawn uniformly from 2 to 8.
+_MEAN_SCORE_DIFFERENCES = 4
+
+
+def polish_row_queries(d: int) -> int:
+    """Multi-token queries (lengths 2 to 8) whose ``n - 1`` score differences total ``POLISH_SCORE_MARGIN d (d + 1)``.
+
+    >>> polish_row_queries(32)
+    528
+    """
+    return -(-POLISH_SCORE_MARGIN * d * (d + 1) // _MEAN_SCORE_DIFFERENCES)
 
 
 class LiftedReadout(ValueQueryOracle):

@@ -12,7 +12,15 @@ from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistent
 from ..oracles import VectorQueryOracle, unit_roundoff
 from ..recovery import Recovery
 from ._joint import JOINT_FROM, LINK_TOKENS, joint_plan, learn_heads_joint
-from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, group_by_length, polish
+from ._fit import (
+    LSTSQ_GATE,
+    POLISH_MAX_UNKNOWNS,
+    LiftedReadout,
+    fit_outputs,
+    group_by_length,
+    polish,
+    polish_row_queries,
+)
 from ._model import AttentionLayer, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._norm import (
@@ -75,6 +83,19 @@ HEADS_UNRESOLVED = (
 #: polish), and H = 3, 4 at d = 8 to 16 (five blocks) where the readout route refuses H = 3. Below this d the
 #: readout route stays (fewer queries: at d = 16, 2,267 against 2,979).
 POST_JOINT_FROM = 21
+
+#: Behind a pre-LN (float64 answers, H given, d_out >= H, heads="auto") the joint heads' stage runs on the normalised
+#: tokens from this d on (this book's, measured 2026-12-04, random_attention_layer residual pre-LN blocks). The
+#: readout route asks normalised tokens scaled by PRE_HEADS_SCALE, with a mean square (1 is the reach) that its
+#: learner's queries set: at H = 2 (eps 1e-3, seed 0), learner seeds 0 to 4, it was out of reach 2 or 3 times of 5 at
+#: each d of 10 to 20 (up to 1.2e4 asked); its heads misfit the least squares by 1e-6 to 1e-5 at H = 2 (1e-10 at
+#: H = 1), and at d = 32 one block of 18 (H = 2, eps 1e-5, seed 1) by 1.9e-2, refused (learner seeds 1 to 3: out of
+#: reach). The joint stage's tokens, N(0, 4 I / (d - 1)) plus a row of norm 1 or sqrt(2), ask mean squares near 5 / d:
+#: out of reach 5, 3 and 1 times of 5 at d = 10, 12 and 14, never at d = 16 to 20 (0.82 at most; 0.29 to 0.31 at
+#: d = 32); it learned 90 of 90 at d = 12 to 32 (H = 1 and 2, eps 1e-5, 1e-3 and 0.1, seeds 0 to 2, learner seed 0),
+#: its heads' least squares at 1.2e-15 to 3.1e-15. Its heads come exact to rounding, so the polish's cap counts the
+#: output maps too (as after the joint stage elsewhere).
+PRE_JOINT_FROM = 16
 
 #: The normalisation behind a post-LN: the skip is seen only up to a multiple of I (plus 1 s^T), fixed to 1.
 SKIP_NORMALISATION = (
@@ -290,14 +311,19 @@ def _plan(oracle, o: _Options) -> dict:
 
     d, d_out = int(oracle.d), int(oracle.d_out)
     plan = {"probe": 4 * PROBE_POINTS, "basis": d + 1, "fit": o.H_plan * d + 8}
-    # the polish's fresh queries: with the least squares' ones, about twice the information floor
+    # the polish's fresh queries: with the least squares' ones, about twice the information floor, and enough
+    # score differences for the heads' rows where the polish can run (POLISH_SCORE_MARGIN)
     plan["polish"] = max(0, 2 * information_floor(d, o.H_plan, d_out) - plan["fit"]) if o.polish else 0
+    if o.polish and o.H_plan * d * (d + 1) <= max(POLISH_MAX_UNKNOWNS, FLOAT32_POLISH_MAX_UNKNOWNS):
+        plan["polish"] = max(plan["polish"], polish_row_queries(d) - plan["fit"])
     plan["heads"] = 0
     if o.layernorm == "pre":  # the eps fit and skip lines, and the least squares on the normalised tokens
         plan["pre"] = pre_probe_count(d) + d + o.H_plan * (d - 1) + 8
     joint = (_joint_applies(o, d_out) and o.layernorm in ("auto", "none")) or (
         _post_joint_applies(o, d, d_out) and o.layernorm in ("auto", "post")
     )
+    if o.layernorm in ("auto", "pre") and _pre_joint_applies(o, d, d_out):  # the normalised tokens' joint stage
+        plan["heads"] = joint_plan(d - 1, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS))
     if o.heads == "joint" and not joint:
         raise InvalidInputError(f"heads='joint' runs on blocks without a pre-LN; got layernorm={o.layernorm!r}.")
     if joint and o.H is not None:  # the float32 route's links (known from the answers only) reserved in every case
@@ -307,7 +333,7 @@ def _plan(oracle, o: _Options) -> dict:
             plan["heads"] = max(plan["heads"], rational_plan(d + 1, o.H_plan)["n_queries"] - (d + 1))
         except InvalidInputError as exc:
             # where the joint stage is the one planned, the readout route would refuse only behind a LayerNorm
-            if not joint:
+            if not (joint or (o.layernorm == "pre" and _pre_joint_applies(o, d, d_out))):
                 raise InvalidInputError(
                     f"learn_attention_layer's heads' learner works in d + 1 = {d + 1} dimensions: {exc} "
                     "Here: call learn_attention_layer without H and H_bound (the robust route)."
@@ -330,6 +356,12 @@ def _post_joint_applies(o: _Options, d: int, d_out: int) -> bool:
     if o.H is None or d_out < o.H or o.heads == "readout":
         return False
     return _joint_applies(o, d_out) or d >= POST_JOINT_FROM
+
+
+def _pre_joint_applies(o: _Options, d: int, d_out: int) -> bool:
+    """Whether behind a pre-LN the joint heads' stage runs on the normalised tokens: H given, ``d_out >= H``,
+    ``heads="auto"``, float64 answers and ``d >= PRE_JOINT_FROM``."""
+    return o.H is not None and d_out >= o.H and o.heads == "auto" and not o.float32 and d >= PRE_JOINT_FROM
 
 
 def _coarse_message(why: str) -> str:
@@ -672,8 +704,20 @@ def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int, joint: b
     )
 
 
-def _pre_unresolved(exc: Exception, seed: int) -> OracleInconsistentError:
+_PRE_JOINT_WHY = "does not account for a joint heads' stage that did not converge"
+
+
+def _pre_unresolved(exc: Exception, seed: int, joint: bool = False) -> OracleInconsistentError:
     """A pre-LN stage after the heads' failed: an in-class block ends there too, so no verdict is stated."""
+    if joint:  # the joint heads' stage on the normalised tokens (PRE_JOINT_FROM)
+        return OracleInconsistentError(
+            f"could not learn this pre-LN block (its answers on normalised tokens are not a sum of H heads: fewer or "
+            f"more heads than H, a mask, a second layer; or the joint heads' stage did not converge). "
+            f"{chained_cause(exc, _PRE_JOINT_WHY)} Measured (2026-12-04), behind a pre-LN the "
+            f"joint stage (from d = PRE_JOINT_FROM = {PRE_JOINT_FROM}) learned every in-class block tried "
+            f"(random_attention_layer: H = 1 and 2 at d = 12 to 32, eps 1e-5 to 0.1, 90 blocks): try seed={seed + 1}. "
+            "Nothing was returned."
+        )
     return OracleInconsistentError(
         f"could not learn this pre-LN block (a head too faint in the readout, more heads than the heads' learner "
         f"resolves, or not an attention layer). "
@@ -704,7 +748,10 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
         batches, answers = group_by_length(Xfit, inner(Xfit))
     try:
         with count.stage("heads"):
-            Ws, learner = _learn_heads(inner, Y1, o, rho=PRE_HEADS_SCALE)
+            if _pre_joint_applies(o, d, int(oracle.d_out)):  # ordinary normalised tokens (PRE_JOINT_FROM)
+                Ws, learner = _learn_heads_joint(inner, Y1, o, rng)
+            else:
+                Ws, learner = _learn_heads(inner, Y1, o, rho=PRE_HEADS_SCALE)
     except InvalidInputError as exc:  # the block is in the class, but this size is out of the route's reach
         raise InvalidInputError(
             f"this pre-LN block is out of reach of learn_attention_layer's heads' stage on its d - 1 = {dv} "
@@ -714,9 +761,8 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
         ) from None
     try:
         with count.stage("polish"):
-            Ws, Theta, fit = _outputs(
-                inner, Ws, [X1] + batches, [Y1] + answers, plan["polish"], o, rng, gate=LSTSQ_GATE_POST
-            )
+            data = ([X1] + batches, [Y1] + answers)
+            Ws, Theta, fit = _outputs(inner, Ws, *data, plan["polish"], o, rng, LSTSQ_GATE_POST, learner == "joint")
         Ms, S_v, b = _split(Theta, Ws.shape[0], dv)
         if np.linalg.norm(S_v) > SKIP_RTOL * max(1.0, float(np.linalg.norm(Theta))):
             raise _refusal(
@@ -724,7 +770,7 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
                 " not a pre-LN block."
             )
     except OracleInconsistentError as exc:
-        raise _pre_unresolved(exc, o.seed) from exc
+        raise _pre_unresolved(exc, o.seed, joint=learner == "joint") from exc
     Dp = np.zeros((dv + 1, d + 1))  # the homogeneous virtual token from the normalised one: v~ = Dp n~
     Dp[:dv, :d], Dp[dv, d] = U.T, 1.0
     Wn = np.einsum("ka,hkl,lb->hab", Dp, Ws, Dp)
@@ -786,7 +832,9 @@ def learn_attention_layer(
     polish : bool, default=True
         Refine the heads' identifiable rows ``W~_h[:d, :]`` and ``Theta = [M, S, b_O]`` jointly by Gauss-Newton
         (not a post-LN's ``gamma``, ``beta`` or a pre-LN's ``eps``) on the least squares' queries and about
-        ``2 * information_floor - (H d + 8)`` fresh ones (skipped above ``POLISH_MAX_UNKNOWNS`` = 2500
+        ``2 * information_floor - (H d + 8)`` fresh ones, at least ``polish_row_queries(d) - (H d + 8)`` where the
+        polish can run (``POLISH_SCORE_MARGIN``: twice ``d (d + 1)`` score differences for the heads' rows;
+        skipped above ``POLISH_MAX_UNKNOWNS`` = 2500
         heads' rows' entries ``H d (d + 1)``, the output maps eliminated in each step; after the joint heads' stage,
         whose heads come exact to rounding, the output maps' unknowns count too; in the float32 route above
         ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted).
@@ -881,9 +929,12 @@ def learn_attention_layer(
        the layer is asked on chosen normalised tokens ``n`` (``x = n sqrt(eps / (1 - |n|^2 / d))``
        has ``LN(x) = n`` for ``gamma = 1``, ``beta = 0``), in ``d - 1`` sum-zero coordinates, less
        ``S x_N``: an attention layer again, learned by steps 2 to 4 (heads on tokens scaled by
-       ``PRE_HEADS_SCALE``). ``gamma`` and ``beta`` are folded into the heads
+       ``PRE_HEADS_SCALE``; from ``d = PRE_JOINT_FROM`` = 16, with ``heads="auto"`` and ``H`` given, by the
+       joint stage of step 8 on ordinary normalised tokens). ``gamma`` and ``beta`` are folded into the heads
        (:func:`pre_ln_symmetry`). Measured (seeds 0 to 2, d 5 to 10, H 1 or 2, eps 1e-5 and 1e-12,
-       with and without residual): 48 of 48 recovered, fresh-query errors below 1e-14.
+       with and without residual): 48 of 48 recovered, fresh-query errors below 1e-14; (2026-12-04, residual,
+       seeds 0 to 2, learner seed 0) d = 8, 16, 24 and 32, H = 1 and 2, eps 1e-5, 1e-3 and 0.1: 72 of 72,
+       fresh errors on 200 queries 5.2e-15 to 4.1e-13.
 
     7. The float32 route (this book's): answers on float32's grid, or a stated precision ``u = 2**-24``,
        of a block without LayerNorm whose ``H`` (or ``H_bound``) is given. Signatures are judged at
@@ -971,7 +1022,7 @@ def learn_attention_layer(
         try:
             verification = _verify(oracle, layer, o)
         except OracleInconsistentError as exc:
-            raise _pre_unresolved(exc, o.seed) from exc
+            raise _pre_unresolved(exc, o.seed, joint=learner == "joint") from exc
         return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, o.residual)
     inner = oracle if norm is None else Denormalised(oracle, norm)
     if norm is not None:
