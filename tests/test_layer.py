@@ -1659,3 +1659,22 @@ def test_seed_run_summary_names_the_seeds_in_good_english():
     )
     assert SeedRun((no[0], no[1], no[2], yes)).summary == "refused at learner seeds 0, 1 and 2 and learned at seed 3"
     assert SeedRun(tuple(no)).summary == "refused at every learner seed tried (0 to 2)"
+
+
+def test_the_pre_ln_readout_routes_seed_advice_names_a_block_no_later_seed_learned():
+    """Session 40: 'all 60 are learned within 4 consecutive seeds' was the refusals' whole advice, but this
+    d = 10 block, learned at learner seed 0, fails at seeds 1 to 4; the messages now say so."""
+    from companion.layer import try_seeds
+    from companion.layer._learn import _PRE_SEEDS_NOT_ALL
+
+    block = random_attention_layer(10, 2, layernorm="pre", residual=True, eps=1e-3, seed=0)
+    run = try_seeds(VectorQueryOracle(block), range(5), H=2, until_learned=False)
+    assert [o.kind for o in run.outcomes] == [
+        "learned",
+        "InvalidInputError",
+        "OracleInconsistentError",
+        "InvalidInputError",
+        "InvalidInputError",
+    ]
+    assert "try seed=2" in str(run.outcomes[1].error) and _PRE_SEEDS_NOT_ALL in str(run.outcomes[1].error)
+    assert "failed at learner seeds 1 to 4" in _PRE_SEEDS_NOT_ALL
