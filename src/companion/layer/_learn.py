@@ -322,7 +322,7 @@ def _plan(oracle, o: _Options) -> dict:
     joint = (_joint_applies(o, d_out) and o.layernorm in ("auto", "none")) or (
         _post_joint_applies(o, d, d_out) and o.layernorm in ("auto", "post")
     )
-    if o.layernorm in ("auto", "pre") and _pre_joint_applies(o, d, d_out):  # the normalised tokens' joint stage
+    if o.H is not None and o.layernorm in ("auto", "pre") and _pre_joint_applies(o, d, d_out):  # normalised tokens
         plan["heads"] = joint_plan(d - 1, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS))
     if o.heads == "joint" and not joint:
         raise InvalidInputError(f"heads='joint' runs on blocks without a pre-LN; got layernorm={o.layernorm!r}.")
@@ -589,7 +589,7 @@ def _name_skip(S, ref, scale, o: _Options, polished: bool = True):
     if not polished and o.residual in (True, False) and kind != ("identity" if o.residual else "none"):
         # unpolished, the fit carries the heads' stage's error (measured: ||S - I||_F = 2e-7 on an in-class d = 24,
         # H = 2 residual block when the cap counted the output maps too): no verdict on the target
-        off = np.linalg.norm(S - ref) if (o.residual and ref is not None) else np.linalg.norm(S)
+        off = float(np.linalg.norm(S - ref) if (o.residual and ref is not None) else np.linalg.norm(S))
         raise OracleInconsistentError(
             f"residual={o.residual}, but the fitted skip matrix is {'the identity' if o.residual else '0'} only to "
             f"{off:.3g} (Frobenius), above SKIP_RTOL = {SKIP_RTOL:g}; the polish did not run (more than "
@@ -598,7 +598,7 @@ def _name_skip(S, ref, scale, o: _Options, polished: bool = True):
             f"{'add x_N' if o.residual else 'leave out x_N'}. Nothing was returned."
         )
     if o.residual is True and kind != "identity":
-        off = np.linalg.norm(S - ref) if ref is not None else float("nan")
+        off = float(np.linalg.norm(S - ref)) if ref is not None else float("nan")
         raise OracleInconsistentError(
             f"residual=True, but the fitted skip matrix is not the identity (||S - I||_F = {off:.3g}): the target "
             "does not add x_N."
