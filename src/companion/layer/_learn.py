@@ -683,14 +683,15 @@ def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int, joint: b
         err.smallest_gap = gap  # type: ignore[attr-defined]  # for a caller that reports it
         return err
     if joint:  # the joint heads' stage on the denormalised answers (POST_JOINT_FROM)
-        return OracleInconsistentError(
-            f"could not learn this post-LN block (its answers seen before the LayerNorm are not a sum of H heads: "
-            f"fewer or more heads than H, a mask, a second layer; or the LayerNorm's inversion cost the joint heads' "
-            f"stage its precision): the {stage} failed; the smallest 1 - |z|^2/d_out seen was {gap:.1e}. "
-            f"{chained_cause(exc, 'does not account for the LayerNorm')} Measured (2026-12-04), behind a post-LN "
-            "the joint stage learned every in-class block tried (random_attention_layer: H = 2 at d = 8 to 32, "
-            f"eps 1e-2 and 0.1, 30 blocks; H = 3 and 4 at d = 8 to 16, five): try seed={seed + 1}. "
-            "Nothing was returned."
+        return _joint_unresolved(
+            norm="post-LN",
+            seen="seen before the LayerNorm",
+            other="the LayerNorm's inversion cost the joint heads' stage its precision)",
+            failed=f": the {stage} failed; the smallest 1 - |z|^2/d_out seen was {gap:.1e}.",
+            chained=chained_cause(exc, "does not account for the LayerNorm"),
+            stage="the joint stage",
+            measured="H = 2 at d = 8 to 32, eps 1e-2 and 0.1, 30 blocks; H = 3 and 4 at d = 8 to 16, five",
+            seed=seed,
         )
     return OracleInconsistentError(
         f"could not learn this post-LN block (the LayerNorm's inversion costing the heads' stage its precision, a "
@@ -707,16 +708,30 @@ def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int, joint: b
 _PRE_JOINT_WHY = "does not account for a joint heads' stage that did not converge"
 
 
+def _joint_unresolved(
+    *, norm: str, seen: str, other: str, failed: str, chained: str, stage: str, measured: str, seed: int
+) -> OracleInconsistentError:
+    """The joint heads' stage behind a LayerNorm failed: the causes listed, no verdict, the measured reach."""
+    return OracleInconsistentError(
+        f"could not learn this {norm} block (its answers {seen} are not a sum of H heads: fewer or more heads than "
+        f"H, a mask, a second layer; or {other}{failed} {chained} Measured (2026-12-04), behind a {norm} {stage} "
+        f"learned every in-class block tried (random_attention_layer: {measured}): try seed={seed + 1}. "
+        "Nothing was returned."
+    )
+
+
 def _pre_unresolved(exc: Exception, seed: int, joint: bool = False) -> OracleInconsistentError:
     """A pre-LN stage after the heads' failed: an in-class block ends there too, so no verdict is stated."""
     if joint:  # the joint heads' stage on the normalised tokens (PRE_JOINT_FROM)
-        return OracleInconsistentError(
-            f"could not learn this pre-LN block (its answers on normalised tokens are not a sum of H heads: fewer or "
-            f"more heads than H, a mask, a second layer; or the joint heads' stage did not converge). "
-            f"{chained_cause(exc, _PRE_JOINT_WHY)} Measured (2026-12-04), behind a pre-LN the "
-            f"joint stage (from d = PRE_JOINT_FROM = {PRE_JOINT_FROM}) learned every in-class block tried "
-            f"(random_attention_layer: H = 1 and 2 at d = 12 to 32, eps 1e-5 to 0.1, 90 blocks): try seed={seed + 1}. "
-            "Nothing was returned."
+        return _joint_unresolved(
+            norm="pre-LN",
+            seen="on normalised tokens",
+            other="the joint heads' stage did not converge",
+            failed=").",
+            chained=chained_cause(exc, _PRE_JOINT_WHY),
+            stage=f"the joint stage (from d = PRE_JOINT_FROM = {PRE_JOINT_FROM})",
+            measured="H = 1 and 2 at d = 12 to 32, eps 1e-5 to 0.1, 90 blocks",
+            seed=seed,
         )
     return OracleInconsistentError(
         f"could not learn this pre-LN block (a head too faint in the readout, more heads than the heads' learner "
