@@ -82,7 +82,8 @@ def depth3_record(n_seeds: int, detect: bool = False) -> dict:
     commit = subprocess.run(["git", "-C", str(RECORD.parents[2]), "rev-parse", "--short=12", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     flag = " --detect" if detect else ""
-    out = {"network": f"random_relu_network({d}, {widths}, seed=s)", "seeds": n_seeds, "rows": rows,
+    out = {"network": f"random_relu_network({d}, {widths}, seed=s)", "widths": list(widths),
+           "seeds": n_seeds, "rows": rows,
            "measured": datetime.date.today().isoformat(), "commit": commit,
            "command": f"benchmarks/bench_ffn_deep.py --depth3-seeds {n_seeds}{flag} --record {RECORD_ARG}"}
     if detect:
