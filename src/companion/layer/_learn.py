@@ -21,6 +21,7 @@ from ._fit import (
     polish,
     polish_row_queries,
 )
+from ._directions import DIRECTIONS_MEASURED, NO_DIRECTIONS, directions_apply, directions_plan, learn_post_directions
 from ._model import AttentionLayer, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._norm import (
@@ -28,7 +29,10 @@ from ._norm import (
     PRECISION_BAND,
     ROUNDING_UNITS,
     LOW_GAP,
+    MIN_GAP,
+    PostLN,
     chained_cause,
+    gap_message,
     inferred_gap_message,
     PROBE_POINTS,
     Denormalised,
@@ -429,7 +433,7 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         if u > unit_roundoff("float64"):
             kind = "pre" if pre else "post"
             raise PrecisionError(_float32_message(f"{served}, and the block has a {kind}-LN (found from its answers)"))
-        return ("pre" if pre else estimate_post_ln(Yp, Yall)), u
+        return ("pre" if pre else estimate_post_ln(Yp, Yall, min_gap=0.0)), u  # the gap: the caller's
     if post:
         why = f"they lie on an affine hyperplane (deviation {plane:.1e}): a post-LN, and layernorm='none'"
     elif bent[3] <= level:
@@ -618,7 +622,7 @@ def _split(Theta, nH, d):
     return Ms, Theta[nH * d : nH * d + d].T, Theta[-1]
 
 
-def _assemble(Ws, Theta, norm, o: _Options, d: int, polished: bool = True):
+def _assemble(Ws, Theta, norm, o: _Options, d: int, polished: bool = True, eps: float = 1.0):
     """The canonical layer from the fitted parameters, the skip named and checked against ``residual``."""
     Ms, S, b = _split(Theta, Ws.shape[0], d)
     d_out = Theta.shape[1]
@@ -628,7 +632,7 @@ def _assemble(Ws, Theta, norm, o: _Options, d: int, polished: bool = True):
         P = centre(d_out)
         Ms, S, b = np.einsum("op,hpk->hok", P, Ms), P @ S, P @ b
         ref = None if d_out != d else np.sign(np.trace(S)) * np.linalg.norm(S) / np.sqrt(d - 1) * P
-        ln = {"layernorm": "post", "gamma": norm.gamma, "beta": norm.beta, "eps": 1.0}
+        ln = {"layernorm": "post", "gamma": norm.gamma, "beta": norm.beta, "eps": eps}
     kind, err = _name_skip(S, ref, float(np.linalg.norm(Theta)), o, polished)
     if norm is not None and kind == "identity":
         kind = "multiple of identity"  # normalised to I (SKIP_NORMALISATION): not a finding
@@ -751,6 +755,32 @@ _PRE_SEEDS_NOT_ALL = (
     "d = 10 to 20, 2 or 3 of learner seeds 0 to 4 asked tokens no LayerNorm outputs; from d = PRE_JOINT_FROM "
     f"= {PRE_JOINT_FROM} the joint heads' stage runs instead"
 )
+
+
+def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: float):
+    """A post-LN block whose eps hides the norms: heads, output maps and eps from directions alone."""
+    reserve(oracle, directions_plan(d, o.H) + o.verify, "learn_attention_layer")
+    try:
+        with count.stage("heads"):
+            Ws, Theta, eps, info = learn_post_directions(oracle, norm, o.H, rng)
+        layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, eps=eps)
+    except OracleInconsistentError as exc:
+        raise _directions_unresolved(exc, gap, o.seed) from exc
+    fit = {"polished": False, "n_polish_queries": 0, "eps_rtol": 2.0**-53 / max(info["median_gap"], 1e-300), **info}
+    return layer, kind, skip_err, "joint, norms from the row space", fit
+
+
+def _directions_unresolved(exc: Exception, gap: float, seed: int) -> OracleInconsistentError:
+    return _joint_unresolved(
+        norm="post-LN",
+        seen="scaled by their row space",
+        other="the row space's scaling failed",
+        failed=f"): the smallest 1 - |z|^2/d_out seen was {gap:.1e}, so the norms came from the row space.",
+        chained=chained_cause(exc, "does not account for the norms taken from the row space"),
+        stage="the joint stage on the norms from the row space",
+        measured=DIRECTIONS_MEASURED,
+        seed=seed,
+    )
 
 
 def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
@@ -1040,6 +1070,17 @@ def learn_attention_layer(
             "heads='joint' runs on blocks without a pre-LN; this one has a pre-LN (found from its answers): use "
             "heads='auto'."
         )
+    gap = float(np.min(norm.gaps(np.concatenate([Yp, Y1, Yfit])))) if isinstance(norm, PostLN) else 1.0
+    if directions_apply(o.H, o.heads, int(oracle.d_out), gap):
+        layer, kind, skip_err, learner, fit = _learn_post_directions(oracle, norm, o, count, rng, d, gap)
+        n_learn = count.total
+        try:
+            verification = _verify(oracle, layer, o)
+        except OracleInconsistentError as exc:
+            raise _directions_unresolved(exc, gap, o.seed) from exc
+        return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, o.residual)
+    if not gap >= MIN_GAP:
+        raise PrecisionError(f"{gap_message(gap)} {NO_DIRECTIONS}")
     if norm == "pre":
         layer, kind, skip_err, learner, fit = _learn_pre(oracle, o, plan, count, rng, d)
         n_learn = count.total

@@ -257,7 +257,7 @@ class Scaled(VectorQueryOracle):
         return self.target(X)
 
 
-def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
+def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray, min_gap: float = MIN_GAP) -> PostLN:
     """``gamma`` and ``beta`` of a post-LN from one-token answers on probe lines (this book's own).
 
     1. The answers lie on the hyperplane ``sum_i (y_i - beta_i) / gamma_i = 0``: its normal ``n`` is
@@ -276,7 +276,8 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
     OracleInconsistentError
         If the answers do not fit (a ``kappa^2 <= 0``, a line's ``m_k`` of mixed signs).
     PrecisionError
-        If ``eps`` is too small to read the norm of ``P u`` (``MIN_GAP``).
+        If ``eps`` is too small to read the norm of ``P u``: a gap below ``min_gap`` (``MIN_GAP``; 0 where the
+        caller takes the norms from elsewhere, :mod:`companion.layer._directions`).
     """
     d_out = Y_all.shape[1]
     _, _, Vt = np.linalg.svd(Y_all - Y_all.mean(axis=0), full_matrices=False)
@@ -314,6 +315,6 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
         gamma = -gamma
     norm = PostLN(gamma, beta)
     gap = float(np.min(norm.gaps(Y_all)))
-    if not gap >= MIN_GAP:
+    if not gap >= min_gap:
         raise PrecisionError(gap_message(gap))
     return norm

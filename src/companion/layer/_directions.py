@@ -1,0 +1,265 @@
+"""Behind a post-LN whose ``eps`` hides the norms (BERT's 1e-12): the norms from the row space (this book's own).
+
+A post-LN's answer ``y = gamma * z + beta`` gives ``z = P u / sqrt(|P u|^2 / d_out + eps)``: the direction of
+``P u`` (``u = x_N + o(X)``, ``P`` the centring) to float64's precision, but its norm only through the gap
+``1 - |z|^2 / d_out = eps / (var(u) + eps)``, to about ``2**-53 / gap`` (``layer._norm.gap_message``). At
+BERT's ``eps = 1e-12`` that is 1e-6 or worse, and the heads' stage needs better. The norms come back from
+directions alone, up to one scale ``s0`` for every query, where the queries have structure:
+
+1. **One token.** ``P u(x) = A x + c`` is affine. On ``x0``, ``x0 + t e_k``, ``x0 + 2 t e_k`` the three
+   values ``s w`` (``w`` the directions) are affinely collinear, ``s_2 w_2 - 2 s_1 w_1 + s_0 w_0 = 0``:
+   two ratios ``s_1 / s_0``, ``s_2 / s_0`` by least squares in ``d_out`` equations, so ``A`` and ``c`` in
+   units of ``s_0`` from ``2 d + 1`` queries (:func:`one_token_map`).
+2. **Pair queries** (the joint heads' stage, :mod:`companion.layer._joint`): for a row ``delta`` and a token
+   ``x`` the ``2 H`` answers are ``P u = c_x + sum_h phi(r, p_h) P Gamma_h`` with ``c_x = A x + c`` known and
+   ``R = span(P Gamma_h)`` the row space, the same for every token of the row. So each token's directions
+   span ``V_x = span(c_x, R)`` (dimension ``H + 1``), ``R`` is the common part of the ``V_x`` (the ``H``
+   leading eigenvectors of the sum of their projections), and with ``Q`` the projection off ``R`` each
+   scale solves ``s Q w = Q c_x``: ``s = <Q w, Q c_x> / |Q w|^2`` (:class:`RowScaled`). No query is added.
+   It needs ``c_x`` outside ``R`` and the ``V_x`` to meet in ``R`` only: ``d_out >= H + 3``.
+
+The one scale ``s0`` is then fixed as for any post-LN: by the identity skip (``canonical``), and ``eps``
+follows from the gap, to about ``2**-53 / gap`` relative, which moves the predictions by about the gap
+itself (``eps`` enters them as ``eps / var``). Unlike ``layer._norm.Denormalised`` (the norm from the gap) the
+precision of the norms here does not depend on ``eps``. Random queries have no such structure: the route
+asks no least squares and no polish on them; ``M_h`` comes from the joint stage's amplitude vectors and the
+skip and bias from the one-token map.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import OracleInconsistentError
+from ..oracles import VectorQueryOracle
+from ._joint import learn_heads_joint
+
+__all__ = [
+    "DIRECTIONS_FROM_GAP",
+    "ROW_TOKENS",
+    "ONE_TOKEN_TOL",
+    "one_token_map",
+    "RowScaled",
+    "post_ln_eps",
+    "directions_plan",
+    "directions_apply",
+    "DIRECTIONS_MEASURED",
+    "NO_DIRECTIONS",
+    "learn_post_directions",
+]
+
+#: Behind a post-LN (float64 answers, H given) the learner takes the norms from the row space (this module)
+#: when the smallest gap ``1 - |z|^2 / d_out`` of its first answers is below this: ``layer._norm.LOW_GAP``, the
+#: gap below which a stage on the norms from the gap was measured to fail.
+DIRECTIONS_FROM_GAP = 1e-6
+
+#: The one-token map's collinearity misfit (:func:`one_token_map`) above which the answers are not an affine map
+#: seen through a LayerNorm: a gross check (the joint stage's fits and the verification certify the result).
+#: Measured: 4.5e-15 on a d = 16, H = 2 residual block at eps 1e-12.
+ONE_TOKEN_TOL = 1e-9
+
+#: What this route that takes a post-LN's norms from the row space learned (this book's, measured; for a refusal).
+DIRECTIONS_MEASURED = "TO MEASURE"
+
+#: Why a post-LN whose eps hides the norms was not learned from its directions instead (MIN_GAP's refusal).
+NO_DIRECTIONS = (
+    "Given H (and d_out >= H + 3, heads not 'readout') the learner takes the norms from the pair queries' row "
+    "space instead (companion.layer._directions, this book's own)."
+)
+
+#: Tokens of a row whose directions start its row space (two meet in it; more average the rounding).
+ROW_TOKENS = 8
+
+#: Tokens of a row whose answers refine its row space, and the largest number of Gauss-Newton steps
+#: (``RowScaled._refine``). The start alone left rows of H = 8 heads (d = 32) at rank 17, their (H + 1)-th singular
+#: value 3.7e-9 of the largest (each token's 2 H directions span its H + 1 dimensions ill-conditioned, so its
+#: subspace is off), and H = 12 (d = 48) at 3.4e-7; two steps take it to rounding (measured, d = 48, H = 12: 3.9e-6,
+#: 6.8e-10, 4.9e-15 relative error of the scaled answers after 0, 1, 2 steps on a link's 8 tokens).
+ROW_FIT_TOKENS = 8
+ROW_ITERATIONS = 30
+
+#: Tokens per link (the joint stage's pairs at delta_0 + delta_i): its default, 2, leaves a link's two tokens'
+#: row space ill-determined. Measured (2026-12-04, d = 48, H = 12 residual post-LN block at eps 1e-12, seed 0):
+#: with 2 the rows could not be linked (misfit 8.9). 8 is the float32 route's, which every joint plan reserves.
+LINK_TOKENS = 8
+
+
+def directions(norm, Y: np.ndarray) -> np.ndarray:
+    """``(y - beta) / gamma``: the directions of ``P u`` (shape ``(B, d_out)``)."""
+    return (Y - norm.beta) / norm.gamma
+
+
+def one_token_map(oracle, norm, rng, t: float = 1.0):
+    """``(A, c, misfit, X, Y)``: ``P u(x) = s0 (A x + c)`` for one token ``x``, from ``2 d + 1`` queries (step 1).
+
+    ``A`` has shape ``(d_out, d)``, ``c`` ``(d_out,)``; ``s0`` is the scale of the query at ``x0`` (random,
+    ``N(0, I / d)``). ``misfit`` is the largest ``|s_2 w_2 - 2 s_1 w_1 + w_0| / |w_0|``: rounding on an affine
+    map, and the second difference the probe lines measure elsewhere. ``X`` (``(2 d + 1, 1, d)``) and ``Y``
+    (``(2 d + 1, d_out)``) are the queries and their answers.
+    """
+    d = int(oracle.d)
+    x0 = rng.standard_normal(d) / np.sqrt(d)
+    E = t * np.eye(d)
+    X = np.concatenate([x0[None], x0 + E, x0 + 2 * E])[:, None, :]
+    Y = oracle(X)
+    w = directions(norm, Y)
+    w0, w1, w2 = w[0], w[1 : d + 1], w[d + 1 :]
+    # per k, (s2, s1) from s2 w2 - 2 s1 w1 = -w0: 2 x 2 normal equations, batched over k
+    B = np.stack([w2, -2.0 * w1], axis=2)  # (d, d_out, 2)
+    s = np.linalg.solve(np.swapaxes(B, 1, 2) @ B, (np.swapaxes(B, 1, 2) @ -w0)[..., None])[..., 0]  # (d, 2)
+    misfit = float(np.max(np.linalg.norm(B @ s[..., None] + w0[:, None], axis=1)) / np.linalg.norm(w0))
+    A = ((s[:, 1:] * w1 - w0) / t).T  # (d_out, d)
+    return A, w0 - A @ x0, misfit, X, Y
+
+
+def directions_apply(H, heads: str, d_out: int, gap: float) -> bool:
+    """Whether behind a post-LN the learner takes the norms from the row space: a gap below
+    ``DIRECTIONS_FROM_GAP``, ``H`` given, ``d_out >= H + 3`` and ``heads`` not ``"readout"``."""
+    return gap < DIRECTIONS_FROM_GAP and H is not None and d_out >= H + 3 and heads != "readout"
+
+
+def directions_plan(d: int, H: int) -> int:
+    """The queries of this route beyond the first answers: the one-token map's ``2 d + 1`` and the joint stage's."""
+    from ._joint import joint_plan
+
+    return 2 * d + 1 + joint_plan(d, H, LINK_TOKENS)
+
+
+class RowScaled(VectorQueryOracle):
+    """The vector oracle seen before its post-LN, on one row's pair queries: answers ``P u(X) / s0`` (step 2).
+
+    Every batch must be pair queries of one row (``n`` copies of ``x + delta`` then ``m`` of ``x``, one
+    ``delta``), at least ``2 H`` per token, as :func:`companion.layer._joint.learn_heads_joint` asks them;
+    anything else raises :class:`~companion.errors.OracleInconsistentError` (this oracle answers nothing it
+    cannot scale). ``misfits`` collects each batch's largest ``|Q (s w - c_x)| / |c_x|``.
+    """
+
+    def __init__(self, vector, norm, A, c, H: int):
+        super().__init__(self._scaled, d=vector.d, d_out=vector.d_out, precision=vector.precision)
+        self.vector, self.norm, self.A, self.c, self.H = vector, norm, A, c, int(H)
+        self.misfits: list[float] = []
+
+    @property
+    def remaining(self):
+        return self.vector.remaining
+
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        return self.target(X)
+
+    def _scaled(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X)
+        delta = X[:, 0] - X[:, -1]
+        if X.ndim != 3 or not np.allclose(delta, delta[0], rtol=0.0, atol=1e-12 * max(1.0, np.abs(X).max())):
+            raise OracleInconsistentError("the row-space scaling answers one row's pair queries only")
+        w = directions(self.norm, self.vector(X))
+        tokens, which = np.unique(X[:, -1], axis=0, return_inverse=True)
+        which = np.ravel(which)
+        counts = np.bincount(which)
+        if np.any(counts < 2 * self.H):
+            raise OracleInconsistentError(f"the row-space scaling needs {2 * self.H} pair queries per token")
+        cx = tokens @ self.A.T + self.c  # (K, d_out)
+        R = self._refine(w, cx, which, self._row_space(w, which, len(tokens)))
+        s = self._scales(w, cx[which], R)
+        Qw = w - (w @ R) @ R.T
+        Qc = cx - (cx @ R) @ R.T
+        out = s[:, None] * w
+        left = Qc[which] - s[:, None] * Qw
+        self.misfits.append(float(np.max(np.linalg.norm(left, axis=1) / np.linalg.norm(cx[which], axis=1))))
+        return out
+
+    @staticmethod
+    def _scales(w, c, R):
+        """``s = <Q w, Q c> / |Q w|^2`` per query, ``Q`` the projection off ``R``."""
+        Qw = w - (w @ R) @ R.T
+        Qc = c - (c @ R) @ R.T
+        return np.einsum("bo,bo->b", Qw, Qc) / np.einsum("bo,bo->b", Qw, Qw)
+
+    def _refine(self, w, cx, which, R):
+        """The row space refined by Gauss-Newton on ``ROW_FIT_TOKENS`` tokens' queries, jointly in their scales
+        and ``R``, in the span of their directions and ``c_x`` (dimension ``k`` = tokens + H).
+
+        The residual of query ``j`` is ``N^T (s_j w_j - c_j)`` (``N`` the complement of ``R`` in that span); a
+        step moves ``s`` and tilts ``N`` to ``N + B D`` (``B`` a basis of ``R``, ``D`` of shape ``(H, k - H)``).
+        Alternating least squares (the scales given ``R``, then ``R`` from the scaled answers) converges
+        linearly, slowly where a token's ``H + 1`` dimensions are ill-conditioned: measured (d = 48, H = 12), 8
+        tokens needed a thousand alternations to reach rounding."""
+        H, sub = self.H, which < ROW_FIT_TOKENS
+        ws, cs = w[sub], cx[which[sub]]
+        K = int(np.count_nonzero(np.bincount(which[sub])))
+        k = min(K + H, int(w.shape[1]) - 1)  # the centred answers span at most d_out - 1 dimensions
+        U = np.linalg.svd(np.concatenate([ws, cx[:K]]), full_matrices=False)[2][:k].T  # (d_out, k)
+        ws, cs = ws @ U, cs @ U
+        Q = np.linalg.qr(U.T @ R, mode="complete")[0]
+        B, N = Q[:, :H], Q[:, H:]
+        s = self._scales(ws, cs, B)
+        n, m = len(s), k - H
+        eye = np.eye(m)
+        for _ in range(ROW_ITERATIONS):
+            g = s[:, None] * ws - cs
+            r = g @ N  # (n, m)
+            J = np.zeros((n, m, n + H * m))
+            J[np.arange(n), :, np.arange(n)] = ws @ N
+            J[:, :, n:] = ((g @ B)[:, None, :, None] * eye[None, :, None, :]).reshape(n, m, H * m)
+            step = np.linalg.lstsq(J.reshape(n * m, -1), -r.ravel(), rcond=None)[0]
+            s = s + step[:n]
+            N = np.linalg.qr(N + B @ step[n:].reshape(H, m))[0]
+            Q = np.linalg.qr(N, mode="complete")[0]
+            B = Q[:, m:]
+            if np.max(np.abs(step[:n]) / np.abs(s)) <= 4 * np.finfo(float).eps:
+                break
+        return U @ B
+
+    def _row_space(self, w, which, K):
+        """``R`` (``(d_out, H)``, orthonormal): the ``H`` leading eigenvectors of the sum of the ``V_x``'s
+        projections over up to ``ROW_TOKENS`` tokens."""
+        H = self.H
+        S = np.zeros((w.shape[1], w.shape[1]))
+        for k in range(min(K, ROW_TOKENS)):
+            Vt = np.linalg.svd(w[which == k], full_matrices=False)[2][: H + 1]
+            S += Vt.T @ Vt
+        vals, vecs = np.linalg.eigh(S)
+        return vecs[:, -H:]
+
+
+def post_ln_eps(norm, Y: np.ndarray, Pu: np.ndarray) -> tuple[float, float]:
+    """``(eps, gap)``: a post-LN's ``eps`` in the units of ``Pu`` (the answers' ``P u``, ``(B, d_out)``), the
+    median over the answers ``Y`` of ``var(P u) gap / (1 - gap)``, and the median gap. Its relative precision is
+    about ``2**-53 / gap``; ``eps`` is 0 where the gap is at rounding."""
+    gap = norm.gaps(Y)
+    var = np.mean(Pu * Pu, axis=1)
+    eps = float(np.median(var * gap / (1.0 - gap)))
+    return max(eps, 0.0), float(np.median(gap))
+
+
+def learn_post_directions(oracle, norm, H: int, rng):
+    """``(Ws, Theta, eps, info)`` of a post-LN block from directions alone (steps 1 and 2), in units of ``s0``.
+
+    ``Ws`` are the heads (the joint stage's), ``Theta = [M_1 .. M_H, S, b_O]`` (shape ``((H + 1) d + 1,
+    d_out)``, centred: ``M_h[:, :d]`` from the rows' amplitude vectors, ``S = A - sum_h P M_h[:, :d]`` and
+    ``b_O = c`` from the one-token map; the heads' value biases are in ``b_O``, as their weights sum to 1),
+    ``eps`` the LayerNorm's in the same units (:func:`post_ln_eps`). ``info``: the one-token misfit, the rows'
+    largest scaling misfit, the median gap, the joint stage's misfits.
+
+    Raises
+    ------
+    OracleInconsistentError
+        The one-token map misfits (``ONE_TOKEN_TOL``), or the joint stage refuses (on the scaled answers).
+    """
+    from ._model import centre
+
+    d, d_out = int(oracle.d), int(oracle.d_out)
+    A, c, misfit, X1, Y1 = one_token_map(oracle, norm, rng)
+    if not misfit <= ONE_TOKEN_TOL:
+        raise OracleInconsistentError(
+            f"the one-token answers' directions are not those of an affine map (collinearity misfit {misfit:.1e}, "
+            f"above ONE_TOKEN_TOL = {ONE_TOKEN_TOL:.0e})"
+        )
+    inner = RowScaled(oracle, norm, A, c, H)
+    Ws, info = learn_heads_joint(inner, lambda X: c + X @ A.T, H, rng, link_tokens=LINK_TOKENS)
+    Mt = info.pop("amplitudes")
+    S = A - centre(d_out) @ Mt.sum(axis=0)
+    Theta = np.concatenate([Mt.transpose(0, 2, 1).reshape(H * d, d_out), S.T, c[None]])
+    Pu = X1[:, 0] @ A.T + c
+    eps, gap = post_ln_eps(norm, Y1, Pu)
+    info.update(one_token_misfit=misfit, row_scaling_misfit=max(inner.misfits), median_gap=gap)
+    return Ws, Theta, eps, info
