@@ -13,6 +13,7 @@ from companion.errors import BudgetExceededError, InvalidInputError, OracleIncon
 from companion.exact import learn_single_head
 from companion.layer import (
     FLOAT32_FLOOR_UNITS,
+    FLOAT32_LINK_TOKENS,
     FLOAT32_RANK_UNITS,
     FLOAT32_VERIFY_UNITS,
     HEADS_UNRESOLVED,
@@ -503,11 +504,15 @@ def test_a_gelu_after_the_block_is_refused_with_the_cause():
         learn_attention_layer(VectorQueryOracle(target), H=2)
 
 
-def test_berts_eps_is_refused_for_the_norm_it_hides():
-    """``_After`` is a post-LN with eps = 1e-12 (BERT's): the answers fix P u only up to its norm."""
+def test_berts_eps_is_learned_from_the_row_space_and_refused_without_h():
+    """``_After`` is a post-LN with eps = 1e-12 (BERT's): the answers fix P u only up to its norm, which the
+    row space gives back when H is given (tests/test_layer_directions.py); without H the learner refuses."""
     target = _After(random_attention_layer(6, 2, residual=True, seed=2), "post-ln")
-    with pytest.raises(PrecisionError, match="post-LN's eps is too small"):
-        learn_attention_layer(VectorQueryOracle(target), H=2)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+    assert rec.diagnostics["heads_learner"] == "joint, norms from the row space"
+    assert rec.diagnostics["verify_max_error"] < 1e-11
+    with pytest.raises(PrecisionError, match="post-LN's eps is too small.*Given H"):
+        learn_attention_layer(VectorQueryOracle(target), H_bound=2)
     with pytest.raises(OracleInconsistentError, match="a post-LN, and layernorm='none'"):
         learn_attention_layer(VectorQueryOracle(target), H=2, layernorm="none")
 
@@ -848,13 +853,16 @@ def test_polish_cap_counts_the_heads_rows_just_inside_and_outside(monkeypatch, c
     assert info["polished"] is polished and info["n_polish_queries"] == (40 if polished else 0)
 
 
-def test_a_post_ln_with_a_small_eps_is_refused_for_the_precision_it_costs():
-    """eps = 1e-5 (PyTorch's default): the heads' queries reach 1 - |z|^2/d_out near 1e-8, refused, not wrong."""
+def test_a_post_ln_with_a_small_eps_is_refused_for_the_precision_it_costs_on_the_readout_route():
+    """eps = 1e-5 (PyTorch's default): the heads' queries reach 1 - |z|^2/d_out near 1e-8, refused, not wrong, on
+    the readout route alone; by default the learner then takes the norms from the row space and learns it."""
     target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-5, seed=10)
     with pytest.raises(
         PrecisionError, match=r"1 - \|z\|\^2/d_out = eps / \(var \+ eps\) seen was .*inferred from the gap"
     ):
-        learn_attention_layer(VectorQueryOracle(target), H=2)
+        learn_attention_layer(VectorQueryOracle(target), H=2, heads="readout")
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+    assert rec.diagnostics["directions_after"].startswith("the ") and rec.diagnostics["verify_max_error"] < 1e-11
 
 
 def test_layernorm_post_on_a_layer_without_one_is_refused():
@@ -1098,12 +1106,19 @@ def test_minilm_block_is_what_transformers_computes():
         assert np.max(np.abs(served(X) - want32)) <= 16 * 2.0**-23 * np.max(np.abs(want32))
 
 
-def test_minilm_block_learning_stops_at_its_layernorm():
-    """eps = 1e-12 against the block's variance (about 7e-3 at tokens of norm 1): 1 - |z|^2/384 near 1e-10."""
-    oracle = VectorQueryOracle(minilm_block())
-    with pytest.raises(PrecisionError, match=r"1 - \|z\|\^2/d_out = eps / \(var \+ eps\) = [0-9.]+e-11"):
+def test_minilm_blocks_plan_is_refused_before_any_query_below_its_budget():
+    """MiniLM's whole block is no longer refused for its eps (its norms come from the row space): the plan, the
+    joint heads' stage's 3,842,880 queries (float32 links reserved) and the first stages', binds instead
+    (benchmarks/minilm_block.py runs it). A budget one query short of the plan is refused before any query."""
+    plan = 20 + 385 + (12 * 384 + 8) + joint_plan(384, 12, FLOAT32_LINK_TOKENS)
+    oracle = VectorQueryOracle(minilm_block(), budget=plan)
+    with pytest.raises(BudgetExceededError, match="needs 3862543 queries") as info:
         learn_attention_layer(oracle, H=12)
-    assert oracle.n_queries == 20 + 385 + 12 * 384 + 8  # probes and the least squares' queries, then refused
+    assert info.value.needed == 3862543 > plan and oracle.n_queries == 0
+    oracle = VectorQueryOracle(minilm_block(), budget=3862542)
+    with pytest.raises(BudgetExceededError):
+        learn_attention_layer(oracle, H=12)
+    assert oracle.n_queries == 0
 
 
 def test_a_faint_head_behind_a_post_ln_is_refused_and_another_seed_recovers_it():
@@ -1254,10 +1269,11 @@ def test_a_post_ln_refusal_by_the_heads_learner_states_no_false_verdict():
 
 
 def test_a_precision_refusal_after_a_failed_stage_says_the_precision_is_inferred():
-    """PyTorch's eps = 1e-5 at d = 8, seed 0: a later stage fails with the smallest gap 2.1e-8 below LOW_GAP."""
+    """PyTorch's eps = 1e-5 at d = 8, seed 0: a later stage fails with the smallest gap 2.1e-8 below LOW_GAP (on the
+    readout route alone: by default the norms from the row space follow, tests/test_layer_directions.py)."""
     target = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
     with pytest.raises(PrecisionError, match="inferred from the gap, not measured") as info:
-        learn_attention_layer(VectorQueryOracle(target), H=2)
+        learn_attention_layer(VectorQueryOracle(target), H=2, heads="readout")
     assert info.value.smallest_gap == pytest.approx(2.13e-8, rel=1e-2) and info.value.smallest_gap < LOW_GAP
 
 
@@ -1463,8 +1479,8 @@ def test_a_post_ln_failure_is_blamed_on_the_gap_just_below_low_gap_only():
     outside = _post_unresolved(cause, 1.01 * LOW_GAP, "heads", 0)
     assert isinstance(outside, OracleInconsistentError) and str(outside).startswith("could not learn this post-LN")
     target = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
-    with pytest.raises(PrecisionError, match="inferred from the gap, not measured") as info:
-        learn_attention_layer(VectorQueryOracle(target), H=2, seed=1)
+    with pytest.raises(PrecisionError, match="inferred from the gap, not measured") as info:  # readout route alone
+        learn_attention_layer(VectorQueryOracle(target), H=2, seed=1, heads="readout")
     assert info.value.smallest_gap == pytest.approx(2.30e-7, rel=2e-2)
     rec = learn_attention_layer(VectorQueryOracle(target), H=2, seed=2)  # other queries keep the gap at 2.4e-6
     assert rec.diagnostics["verify_max_error"] < 1e-9
@@ -1533,12 +1549,13 @@ def test_every_no_verdict_refusal_chains_its_stage_by_one_sentence():
 
 
 def test_try_seeds_stops_at_the_first_seed_learned_and_keeps_each_refusal():
-    """PyTorch's eps = 1e-5 at d = 8 (chapter 09): learner seeds 0 and 1 refused for the gap, seed 2 learned."""
+    """PyTorch's eps = 1e-5 at d = 8 (chapter 09), the readout route alone: learner seeds 0 and 1 refused for the
+    gap, seed 2 learned (by default the norms from the row space follow each refusal)."""
     from companion.layer import try_seeds
 
     block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
     oracle = VectorQueryOracle(block)
-    run = try_seeds(oracle, range(5), H=2)
+    run = try_seeds(oracle, range(5), H=2, heads="readout")
     assert [o.seed for o in run.outcomes] == [0, 1, 2]  # seeds 3, 4 not tried
     assert [o.kind for o in run.outcomes] == ["PrecisionError", "PrecisionError", "learned"]
     assert run.refused == [0, 1] and run.learned_seed == 2
@@ -1552,17 +1569,17 @@ def test_try_seeds_tries_every_seed_or_raises_the_last_refusal():
     from companion.layer import try_seeds
 
     block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
-    run = try_seeds(VectorQueryOracle(block), [0, 1], H=2, until_learned=False)
+    run = try_seeds(VectorQueryOracle(block), [0, 1], H=2, heads="readout", until_learned=False)
     assert run.recovery is None and run.learned_seed is None and run.refused == [0, 1]
     with pytest.raises(PrecisionError, match="inferred from the gap") as info:
-        try_seeds(VectorQueryOracle(block), [0, 1], H=2, require=True)
+        try_seeds(VectorQueryOracle(block), [0, 1], H=2, heads="readout", require=True)
     assert "try seed=2" in str(info.value)  # the last seed's own refusal
     assert info.value.smallest_gap == pytest.approx(2.30e-7, rel=2e-2)  # seed 1's gap
     assert str(info.value).endswith(
         "(try_seeds: refused at every learner seed tried: seed 0: PrecisionError; seed 1: PrecisionError.)"
     )
     # until_learned=False goes on past a learned seed
-    run = try_seeds(VectorQueryOracle(block), [1, 2, 3], H=2, until_learned=False)
+    run = try_seeds(VectorQueryOracle(block), [1, 2, 3], H=2, heads="readout", until_learned=False)
     assert len(run.outcomes) == 3 and run.learned_seed == 2 and run.refused == [1]
 
 

@@ -341,10 +341,11 @@ class ValueQueryOracle:
     def require(self, n, *, learner="the learner"):
         """Raise :class:`~companion.errors.BudgetExceededError` now if fewer than ``n`` queries remain.
 
-        Learners call this before their first query, so a too-small budget costs nothing.
+        Learners call this before their first query, so a too-small budget costs nothing. The error's
+        ``needed`` attribute is ``n``.
         """
         if n > self.remaining:
-            raise BudgetExceededError(
+            err = BudgetExceededError(
                 MESSAGES["budget_upfront"].format(
                     learner=learner,
                     needed=n,
@@ -353,6 +354,8 @@ class ValueQueryOracle:
                     total=self.n_queries + n,
                 )
             )
+            err.needed = int(n)  # type: ignore[attr-defined]  # the plan's count, for a caller that reports it
+            raise err
 
     def _answer(self, X: np.ndarray) -> np.ndarray:
         """Answers for a validated batch ``(B, N, d)``; subclasses add their noise here."""

@@ -27,8 +27,9 @@ a pre-LN's ``gamma`` and ``beta`` fold into the heads
 
 The package: ``_model`` (the layer, its symmetries), ``_norm`` (a post-LN read off one-token
 answers), ``_preln`` (a pre-LN's eps, skip and normalised tokens), ``_fit`` (heads' reduction, least
-squares, polish), ``_joint`` (the heads' stage on all outputs jointly), ``_learn`` (the learner),
-``_seeds`` (:func:`try_seeds`, the learner over seeds as its refusals advise),
+squares, polish), ``_joint`` (the heads' stage on all outputs jointly), ``_directions`` (behind a
+post-LN whose eps hides the norms, as BERT's 1e-12: the norms from the pair queries' row space),
+``_learn`` (the learner), ``_seeds`` (:func:`try_seeds`, the learner over seeds as its refusals advise),
 ``_minilm`` (MiniLM layer 0's whole block, :func:`minilm_block`, :class:`MiniLMBlock`).
 """
 
@@ -61,6 +62,7 @@ from ._model import (
     random_attention_layer,
 )
 from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
+from ._directions import DIRECTIONS_FROM_GAP
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
 
@@ -98,6 +100,7 @@ __all__ = [
     "POLISH_MAX_UNKNOWNS",
     "MIN_GAP",
     "LOW_GAP",
+    "DIRECTIONS_FROM_GAP",
     "minilm_block",
     "MiniLMBlock",
     "load_block_reference",

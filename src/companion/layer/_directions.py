@@ -44,6 +44,7 @@ __all__ = [
     "directions_plan",
     "directions_apply",
     "DIRECTIONS_MEASURED",
+    "ROW_SPACE",
     "NO_DIRECTIONS",
     "learn_post_directions",
 ]
@@ -59,13 +60,19 @@ DIRECTIONS_FROM_GAP = 1e-6
 ONE_TOKEN_TOL = 1e-9
 
 #: What this route that takes a post-LN's norms from the row space learned (this book's, measured; for a refusal).
-DIRECTIONS_MEASURED = "TO MEASURE"
+DIRECTIONS_MEASURED = (
+    "120 residual post-LN blocks at eps 1e-12 and 1e-8, d 8 to 32, H 1 to 4, seeds 0 to 2, fresh errors up to "
+    "2.4e-12; one at d = 32, H = 8 and one at d = 48, H = 12"
+)
 
 #: Why a post-LN whose eps hides the norms was not learned from its directions instead (MIN_GAP's refusal).
 NO_DIRECTIONS = (
     "Given H (and d_out >= H + 3, heads not 'readout') the learner takes the norms from the pair queries' row "
     "space instead (companion.layer._directions, this book's own)."
 )
+
+#: The learner's name for this route (``diagnostics["heads_learner"]``).
+ROW_SPACE = "joint, norms from the row space"
 
 #: Tokens of a row whose directions start its row space (two meet in it; more average the rounding).
 ROW_TOKENS = 8

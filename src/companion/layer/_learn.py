@@ -21,7 +21,8 @@ from ._fit import (
     polish,
     polish_row_queries,
 )
-from ._directions import DIRECTIONS_MEASURED, NO_DIRECTIONS, directions_apply, directions_plan, learn_post_directions
+from ._directions import DIRECTIONS_MEASURED, NO_DIRECTIONS, ROW_SPACE, directions_apply, directions_plan
+from ._directions import learn_post_directions
 from ._model import AttentionLayer, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._norm import (
@@ -332,7 +333,11 @@ def _plan(oracle, o: _Options) -> dict:
         raise InvalidInputError(f"heads='joint' runs on blocks without a pre-LN; got layernorm={o.layernorm!r}.")
     if joint and o.H is not None:  # the float32 route's links (known from the answers only) reserved in every case
         plan["heads"] = joint_plan(d, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS))
-    if o.heads != "joint" and (o.H is not None or o.H_bound is not None):
+    # the readout route's count, unless every LayerNorm the answers may show takes the joint stage
+    kinds = ("none", "post", "pre") if o.layernorm == "auto" else (o.layernorm,)
+    by_kind = {"none": _joint_applies(o, d_out), "post": _post_joint_applies(o, d, d_out)}
+    every_joint = all(by_kind.get(k, _pre_joint_applies(o, d, d_out)) for k in kinds)
+    if o.heads != "joint" and not every_joint and (o.H is not None or o.H_bound is not None):
         try:
             plan["heads"] = max(plan["heads"], rational_plan(d + 1, o.H_plan)["n_queries"] - (d + 1))
         except InvalidInputError as exc:
@@ -433,7 +438,10 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         if u > unit_roundoff("float64"):
             kind = "pre" if pre else "post"
             raise PrecisionError(_float32_message(f"{served}, and the block has a {kind}-LN (found from its answers)"))
-        return ("pre" if pre else estimate_post_ln(Yp, Yall, min_gap=0.0)), u  # the gap: the caller's
+        try:
+            return ("pre" if pre else estimate_post_ln(Yp, Yall, min_gap=-np.inf)), u  # the gap: the caller's
+        except OracleInconsistentError as exc:
+            raise _refusal(f"its one-token answers look like a post-LN's, but {exc}.") from None
     if post:
         why = f"they lie on an affine hyperplane (deviation {plane:.1e}): a post-LN, and layernorm='none'"
     elif bent[3] <= level:
@@ -757,17 +765,21 @@ _PRE_SEEDS_NOT_ALL = (
 )
 
 
-def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: float):
-    """A post-LN block whose eps hides the norms: heads, output maps and eps from directions alone."""
+def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: float, after: str = ""):
+    """A post-LN block whose eps hides the norms: heads, output maps and eps from directions alone, verified;
+    returns the :class:`LayerRecovery`. ``after``: the gap-based route's failure, when this route follows it."""
     reserve(oracle, directions_plan(d, o.H) + o.verify, "learn_attention_layer")
     try:
         with count.stage("heads"):
             Ws, Theta, eps, info = learn_post_directions(oracle, norm, o.H, rng)
         layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, eps=eps)
+        n_learn = count.total
+        verification = _verify(oracle, layer, o)
     except OracleInconsistentError as exc:
         raise _directions_unresolved(exc, gap, o.seed) from exc
     fit = {"polished": False, "n_polish_queries": 0, "eps_rtol": 2.0**-53 / max(info["median_gap"], 1e-300), **info}
-    return layer, kind, skip_err, "joint, norms from the row space", fit
+    fit["directions_after"] = after or None
+    return _result(oracle, layer, kind, skip_err, ROW_SPACE, fit, count, n_learn, verification, d, o.residual)
 
 
 def _directions_unresolved(exc: Exception, gap: float, seed: int) -> OracleInconsistentError:
@@ -943,9 +955,10 @@ def learn_attention_layer(
         within ``GRID_ULPS`` float64 ulps, so also through the oracles' perturbation test mode); float32
         answers from a block with a LayerNorm, or without ``H`` and ``H_bound``; or one-token answers that
         fit the class's signatures only to a relative deviation between the rounding level (``ROUNDING_UNITS`` times
-        the precision) and ``PRECISION_BAND`` (a float32 computation not served on its grid). Also if
-        a post-LN's ``eps`` is too small to read the norm of its input (BERT's 1e-12; ``MIN_GAP``), or
-        a stage failed behind a post-LN after answers with a gap below ``LOW_GAP`` (measured).
+        the precision) and ``PRECISION_BAND`` (a float32 computation not served on its grid). Also, where the
+        norms cannot come from the row space (no ``H``, ``heads="readout"`` or ``d_out < H + 3``), if a
+        post-LN's ``eps`` is too small to read the norm of its input (BERT's 1e-12; ``MIN_GAP``), or a stage
+        failed behind a post-LN after answers with a gap below ``LOW_GAP`` (measured).
     OracleInconsistentError
         If the target is outside the class; the message names the cause: one-token answers not
         affine and not a post-LN's (a GELU after the block; a pre-LN), the heads' learner failing,
@@ -977,7 +990,9 @@ def learn_attention_layer(
        ``d = 8`` to 32, and five with ``H = 3``, 4). The skip found is ``c P``: ``c = 1 / sqrt(eps)`` for a
        residual block, which fixes ``eps`` under the normalisation that the skip's multiple of ``I`` is 1
        (``SKIP_NORMALISATION``: ``diagnostics["skip"]`` is then ``"multiple of identity"``); without an
-       identity skip ``eps`` is not identifiable and set to 1.
+       identity skip ``eps`` is not identifiable and set to 1. Below ``DIRECTIONS_FROM_GAP`` (BERT's eps), or
+       after a stage failed below ``LOW_GAP``, with ``H`` given and ``d_out >= H + 3``, the norms come from the
+       pair queries' row space instead, unpolished (``companion.layer._directions``, this book's own).
     6. A pre-LN (``S x_N + o(LN(X))``): ``eps`` by variable projection from one-token answers
        ``t v`` (``t`` from 1e-8 to 10), ``S`` from one-token lines in units of ``sqrt(eps)``; then
        the layer is asked on chosen normalised tokens ``n`` (``x = n sqrt(eps / (1 - |n|^2 / d))``
@@ -1072,13 +1087,7 @@ def learn_attention_layer(
         )
     gap = float(np.min(norm.gaps(np.concatenate([Yp, Y1, Yfit])))) if isinstance(norm, PostLN) else 1.0
     if directions_apply(o.H, o.heads, int(oracle.d_out), gap):
-        layer, kind, skip_err, learner, fit = _learn_post_directions(oracle, norm, o, count, rng, d, gap)
-        n_learn = count.total
-        try:
-            verification = _verify(oracle, layer, o)
-        except OracleInconsistentError as exc:
-            raise _directions_unresolved(exc, gap, o.seed) from exc
-        return _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, o.residual)
+        return _learn_post_directions(oracle, norm, o, count, rng, d, gap)
     if not gap >= MIN_GAP:
         raise PrecisionError(f"{gap_message(gap)} {NO_DIRECTIONS}")
     if norm == "pre":
@@ -1123,8 +1132,11 @@ def learn_attention_layer(
         stage = "verification"
         verification = _verify(oracle, layer, o)
     except OracleInconsistentError as exc:
+        g = norm.smallest_gap[0] if norm is not None else 1.0
+        if g < LOW_GAP and directions_apply(o.H, o.heads, int(oracle.d_out), g):  # failed for the gap: no norms
+            return _learn_post_directions(oracle, norm, o, count, rng, d, g, after=f"the {stage} failed at gap {g:.1e}")
         if norm is not None:
-            raise _post_unresolved(exc, norm.smallest_gap[0], stage, o.seed, joint=post_joint) from exc
+            raise _post_unresolved(exc, g, stage, o.seed, joint=post_joint) from exc
         if o.float32 and stage in ("least squares", "verification"):
             raise _float32_unresolved(exc, stage, o.seed) from exc
         raise

@@ -16,6 +16,7 @@ from ..oracles import VectorQueryOracle
 __all__ = [
     "MIN_GAP",
     "LOW_GAP",
+    "GAP_ROUNDING",
     "PROBE_POINTS",
     "PostLN",
     "Denormalised",
@@ -74,6 +75,12 @@ MIN_GAP = 1e-10
 #: run at 2.1e-6 or more was learned but one (a faint head at eps 1e-3, gap 6.7e-6, learned at eps 1e-2). 1e-6
 #: lies between the two.
 LOW_GAP = 1e-6
+
+
+#: A gap ``1 - |z|^2 / d_out`` below ``-GAP_ROUNDING`` is no rounding of a LayerNorm's (whose gap is at least 0):
+#: the answers are not a post-LN's (:func:`estimate_post_ln`). The gap is computed to about ``d_out`` ulps of 1;
+#: measured (2026-12-04): two residual post-LN blocks in sequence (d = 12, H = 2, eps 1e-12) give -0.16.
+GAP_ROUNDING = 1e-9
 
 
 def probe_lines(d, rng) -> np.ndarray:
@@ -274,7 +281,8 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray, min_gap: float = MI
     Raises
     ------
     OracleInconsistentError
-        If the answers do not fit (a ``kappa^2 <= 0``, a line's ``m_k`` of mixed signs).
+        If the answers do not fit (a ``kappa^2 <= 0``, a line's ``m_k`` of mixed signs, a gap below
+        ``-GAP_ROUNDING``).
     PrecisionError
         If ``eps`` is too small to read the norm of ``P u``: a gap below ``min_gap`` (``MIN_GAP``; 0 where the
         caller takes the norms from elsewhere, :mod:`companion.layer._directions`).
@@ -315,6 +323,11 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray, min_gap: float = MI
         gamma = -gamma
     norm = PostLN(gamma, beta)
     gap = float(np.min(norm.gaps(Y_all)))
+    if gap < -GAP_ROUNDING:
+        raise OracleInconsistentError(
+            f"read as a post-LN's, an answer's normalised vector has a mean square above 1 (1 - |z|^2/d_out = "
+            f"{gap:.2g}, beyond rounding, {GAP_ROUNDING:.0e}), which no LayerNorm outputs"
+        )
     if not gap >= min_gap:
         raise PrecisionError(gap_message(gap))
     return norm

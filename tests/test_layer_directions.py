@@ -1,0 +1,223 @@
+"""Behind a post-LN whose eps hides the norms (BERT's 1e-12): the norms from the row space (layer._directions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from companion.errors import OracleInconsistentError, PrecisionError
+from companion.layer import LOW_GAP, learn_attention_layer, random_attention_layer
+from companion.layer._directions import (
+    DIRECTIONS_FROM_GAP,
+    LINK_TOKENS,
+    ROW_FIT_TOKENS,
+    RowScaled,
+    directions_apply,
+    directions_plan,
+    one_token_map,
+)
+from companion.layer._joint import _pair_queries, joint_plan, learn_heads_joint
+from companion.layer._model import centre
+from companion.layer._norm import estimate_post_ln, probe_lines
+from companion.oracles import VectorQueryOracle
+
+
+def _setup(d=12, H=3, eps=1e-12, seed=0):
+    """A residual post-LN block, its oracle, its LayerNorm read off the answers, and the truth before it."""
+    block = random_attention_layer(d, H, residual=True, layernorm="post", eps=eps, seed=seed)
+    oracle = VectorQueryOracle(block)
+    rng = np.random.default_rng(seed)
+    Yp = oracle(probe_lines(d, rng))
+    Xr = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=100)]
+    norm = estimate_post_ln(Yp, np.concatenate([Yp, oracle(Xr)]), min_gap=0.0)
+    bare = block.with_(layernorm=None, gamma=None, beta=None, eps=None)
+    return block, oracle, norm, bare, rng
+
+
+def _rel(a, b):
+    return float(np.max(np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)))
+
+
+def test_one_token_map_is_the_centred_affine_map_up_to_one_scale():
+    block, oracle, norm, bare, rng = _setup()
+    d = block.d
+    A, c, misfit, X1, Y1 = one_token_map(oracle, norm, rng)
+    assert oracle.n_queries == 20 + 100 + 2 * d + 1  # probes, the fit queries, then 2 d + 1
+    assert X1.shape == (2 * d + 1, 1, d) and Y1.shape == (2 * d + 1, d)
+    assert misfit < 1e-13
+    P = centre(d)
+    Pu = bare(X1) @ P
+    s0 = float(Pu[0] @ (A @ X1[0, 0] + c)) / float(np.sum((A @ X1[0, 0] + c) ** 2))
+    assert _rel(s0 * (X1[:, 0] @ A.T + c), Pu) < 1e-12
+    assert abs(np.sum(c)) < 1e-12 * np.linalg.norm(c)  # centred
+
+
+def test_row_scaled_answers_are_the_norms_before_the_layernorm():
+    block, oracle, norm, bare, rng = _setup(d=16, H=4)
+    d, H = block.d, 4
+    A, c, *_ = one_token_map(oracle, norm, rng)
+    inner = RowScaled(oracle, norm, A, c, H)
+    X = rng.standard_normal((20, d)) * 2 / np.sqrt(d)
+    delta = rng.standard_normal(d)
+    delta /= np.linalg.norm(delta)
+    Q = _pair_queries(delta, X, H)
+    before = oracle.n_queries
+    out = inner(Q)
+    assert oracle.n_queries - before == len(Q)  # counted once, by the oracle it wraps
+    truth = bare(Q) @ centre(d)
+    s0 = truth[0] @ out[0] / (out[0] @ out[0])
+    assert _rel(s0 * out, truth) < 1e-12
+    assert max(inner.misfits) < 1e-12
+
+
+def test_row_scaled_refuses_what_it_cannot_scale():
+    block, oracle, norm, bare, rng = _setup(d=8, H=2)
+    A, c, *_ = one_token_map(oracle, norm, rng)
+    inner = RowScaled(oracle, norm, A, c, 2)
+    with pytest.raises(OracleInconsistentError, match="one row's pair queries only"):
+        inner(rng.standard_normal((10, 5, 8)))
+    Q = _pair_queries(np.eye(8)[0], rng.standard_normal((3, 8)), 2)
+    with pytest.raises(OracleInconsistentError, match="needs 4 pair queries per token"):
+        inner(Q[:-1])  # the last token has 3 of its 4
+
+
+def test_the_gauss_newton_refinement_is_what_reaches_rounding(monkeypatch):
+    """Its start (each token's subspace) leaves H = 8 rows off by about 1e-9; the refinement takes them to
+    rounding (measured: two steps)."""
+    import companion.layer._directions as D
+
+    block, oracle, norm, bare, rng = _setup(d=24, H=8)
+    d, H = 24, 8
+    A, c, *_ = one_token_map(oracle, norm, rng)
+    X = rng.standard_normal((ROW_FIT_TOKENS, d)) * 2 / np.sqrt(d)
+    Q = _pair_queries(np.eye(d)[3], X, H)
+    truth = bare(Q) @ centre(d)
+
+    def err(inner):
+        out = inner(Q)
+        return _rel(out * (truth[0] @ out[0]) / (out[0] @ out[0]), truth)
+
+    refined = err(RowScaled(oracle, norm, A, c, H))
+    monkeypatch.setattr(D, "ROW_ITERATIONS", 0)
+    start = err(RowScaled(oracle, norm, A, c, H))
+    assert refined < 1e-12 < 1e-10 < start
+
+
+@pytest.mark.parametrize(
+    "H, heads, d_out, gap, applies",
+    [
+        (2, "auto", 8, 0.99 * DIRECTIONS_FROM_GAP, True),
+        (2, "auto", 8, 1.01 * DIRECTIONS_FROM_GAP, False),  # the gap carries the norms: the former route
+        (2, "auto", 5, 1e-12, True),  # d_out = H + 3
+        (2, "auto", 4, 1e-12, False),  # d_out = H + 2: the tokens' subspaces need not meet in the row space only
+        (None, "auto", 8, 1e-12, False),  # the joint stage needs H
+        (2, "readout", 8, 1e-12, False),
+        (2, "joint", 8, 1e-12, True),
+    ],
+)
+def test_when_the_norms_come_from_the_row_space(H, heads, d_out, gap, applies):
+    assert directions_apply(H, heads, d_out, gap) is applies
+    assert DIRECTIONS_FROM_GAP == LOW_GAP
+
+
+def test_the_plan_counts_the_one_token_map_and_the_joint_stage():
+    assert directions_plan(16, 2) == 2 * 16 + 1 + joint_plan(16, 2, LINK_TOKENS)
+    assert directions_plan(16, 2) == 33 + 2 * 2 * (16 * (16 + 25) + 15 * 8)
+
+
+def test_the_joint_stage_returns_the_output_maps_token_part():
+    block = random_attention_layer(8, 3, residual=True, seed=1)
+    oracle = VectorQueryOracle(block)
+    d = 8
+    X1 = np.concatenate([np.zeros((1, 1, d)), np.eye(d)[:, None, :]])
+    Y1 = oracle(X1)
+    Ws, info = learn_heads_joint(oracle, lambda X: Y1[0] + X @ (Y1[1:] - Y1[0]), 3, np.random.default_rng(0))
+    M = info["amplitudes"]
+    assert M.shape == (3, d, d)
+    truth = block.canonical()
+    # the same heads as the truth's, in Ws's order: match by their W~_h
+    for h in range(3):
+        g = int(np.argmin([np.linalg.norm(Ws[h, :d] - W[:d]) for W in truth.Ws]))
+        assert np.allclose(M[h], truth.Ms[g][:, :d], rtol=0, atol=1e-10 * np.abs(truth.Ms).max())
+
+
+@pytest.mark.parametrize("d, H, seed", [(8, 1, 0), (12, 3, 0), (16, 2, 0), (32, 2, 1), (16, 4, 1)])
+def test_berts_eps_is_learned_from_directions(d, H, seed):
+    """eps = 1e-12 (BERT's): refused before (the gap carries the norm to about 1e-4), learned now; seed 1 at
+    d = 32, H = 2 needs the joint stage's USE_FLOOR (13 of its row's 57 tokens at rounding were dropped)."""
+    block = random_attention_layer(d, H, residual=True, layernorm="post", eps=1e-12, seed=seed)
+    rec = learn_attention_layer(VectorQueryOracle(block), H=H)
+    dg = rec.diagnostics
+    assert dg["heads_learner"] == "joint, norms from the row space"
+    assert dg["n_heads"] == H and dg["skip"] == "multiple of identity"
+    assert dg["verify_max_error"] < 1e-11
+    assert dg["row_scaling_misfit"] < 1e-12 and dg["one_token_misfit"] < 1e-12
+    assert dg["polished"] is False and dg["directions_after"] is None
+    assert abs(rec.model.eps / 1e-12 - 1) < 0.05  # read from the gap: to about 2^-53 / gap
+    assert np.max(np.abs(rec.model.gamma / block.gamma - 1)) < 1e-10
+    X = np.random.default_rng(5).standard_normal((30, 6, d)) / np.sqrt(d)
+    assert _rel(rec.model(X), block(X)) < 1e-11
+
+
+def test_a_route_that_failed_for_the_gap_is_followed_by_the_row_space():
+    """PyTorch's eps at d = 8: the readout route's scaled tokens lower the gap to 2.1e-8 and its heads fail
+    (refused before, for the gap); the learner now takes the norms from the row space instead."""
+    block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
+    oracle = VectorQueryOracle(block)
+    rec = learn_attention_layer(oracle, H=2, seed=0)
+    dg = rec.diagnostics
+    assert dg["heads_learner"] == "joint, norms from the row space"
+    assert dg["directions_after"] == "the heads failed at gap 2.1e-08"
+    assert dg["verify_max_error"] < 1e-11
+    assert rec.n_queries == oracle.n_queries  # the failed route's queries are counted
+
+
+def test_berts_eps_without_h_is_refused_and_names_the_other_route():
+    block = random_attention_layer(12, 2, residual=True, layernorm="post", eps=1e-12, seed=0)
+    with pytest.raises(PrecisionError, match="post-LN's eps is too small.*Given H .* row space instead"):
+        learn_attention_layer(VectorQueryOracle(block), H_bound=2)
+    with pytest.raises(PrecisionError, match="post-LN's eps is too small"):
+        learn_attention_layer(VectorQueryOracle(block), H=2, heads="readout")
+
+
+class _Masked:
+    """Heads that see only the last ``window`` tokens, behind the same post-LN: outside the class."""
+
+    def __init__(self, block, window):
+        self.block, self.window, self.d, self.d_out = block, window, block.d, block.d_out
+
+    def __call__(self, X):
+        return self.block(X[:, -self.window :])
+
+
+class _TwoBlocks:
+    def __init__(self, first, second):
+        self.first, self.second, self.d, self.d_out = first, second, first.d, second.d_out
+
+    def __call__(self, X):
+        return self.second(np.stack([self.first(X[:, : i + 1]) for i in range(X.shape[1])], axis=1))
+
+
+CAUSE = {
+    "masked": "could not learn this post-LN block .* a mask, a second layer",
+    "two-blocks": "not an attention layer .* look like a post-LN's, but .* mean square above 1 .* no LayerNorm outputs",
+}
+
+
+@pytest.mark.parametrize("which", ["masked", "two-blocks"])
+def test_targets_outside_the_class_behind_berts_eps_are_refused(which):
+    block = random_attention_layer(12, 2, residual=True, layernorm="post", eps=1e-12, seed=0)
+    if which == "masked":
+        target = _Masked(block, 3)
+    else:
+        second = random_attention_layer(12, 2, residual=True, layernorm="post", eps=1e-12, seed=1)
+        target = _TwoBlocks(block, second)
+    with pytest.raises(OracleInconsistentError, match=CAUSE[which]):
+        learn_attention_layer(VectorQueryOracle(target), H=2)
+
+
+def test_served_in_float32_berts_eps_stays_refused_by_rule():
+    block = random_attention_layer(12, 2, residual=True, layernorm="post", eps=1e-12, seed=0)
+    target = lambda X: block(X).astype(np.float32).astype(np.float64)  # noqa: E731
+    with pytest.raises(PrecisionError, match="float32 numbers.*has a post-LN"):
+        learn_attention_layer(VectorQueryOracle(target, d=12, d_out=12), H=2)
