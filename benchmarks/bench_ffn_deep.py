@@ -9,8 +9,8 @@ field's measure), wall-clock seconds of the learner, and seconds of the oracle a
 number of queries. A refusal is printed with its error class.
 
 Targets (issue 37): depth 1 and 2 (d >= 10, widths >= 8) recovered to 2^-35, verified, at the
-sizes in TARGETED. Depth 3 is not targeted: with the widths given the record recovers 20 of 20 draws, with them detected 16
-(4 refused; see the research note benchmarks/ffn_deep.md). Its draws, ``d = 10``, widths (8, 8, 8), seeds
+sizes in TARGETED. Depth 3 is not targeted: with the widths given the record recovers 20 of 20 draws,
+with them detected 16 (4 refused; see the research note benchmarks/ffn_deep.md). Its draws, ``d = 10``, widths (8, 8, 8), seeds
 ``0 .. --depth3-seeds - 1`` (default 10; a draw costs 1-55 CPU seconds, session 40's record), each recovered
 (queries, bits, widths: seeds 13 and 18 come back (8, 7, 8), a dead layer-2 neuron left out) or refused
 (the error); every recovered draw must reach 2^-35 (a target). With

@@ -3,7 +3,8 @@
 Run: .venv/bin/python benchmarks/bench_transformer.py [--large]
 
 For each (d, m) one random Transformer (seed = d + m) is learned by learn_one_layer. Columns:
-FFN queries and their constant q_ffn / (m d); attention queries (2 d^2: the learner reuses the 2 d linear-part answers); bits of output
+FFN queries and their constant q_ffn / (m d); attention queries (2 d^2: the learner reuses the 2 d
+linear-part answers); bits of output
 precision on 1000 fresh inputs; wall-clock seconds; seconds of the sign program. The baseline,
 run in the same process, is the FFN learner without the hyperplane refinement (refine=False):
 the ratios say what the refinement costs in queries and buys in bits.

@@ -354,7 +354,7 @@ class ValueQueryOracle:
                     total=self.n_queries + n,
                 )
             )
-            err.needed = int(n)  # type: ignore[attr-defined]  # the plan's count, for a caller that reports it
+            err.needed = int(n)  # the plan's count, for a caller that reports it
             raise err
 
     def _answer(self, X: np.ndarray) -> np.ndarray:

@@ -766,12 +766,12 @@ _PRE_SEEDS_NOT_ALL = (
 
 
 def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: float, after: str = ""):
-    """A post-LN block whose eps hides the norms: heads, output maps and eps from directions alone, verified;
-    returns the :class:`LayerRecovery`. ``after``: the gap-based route's failure, when this route follows it."""
-    reserve(oracle, directions_plan(d, o.H) + o.verify, "learn_attention_layer")
+    """The :class:`LayerRecovery` of a post-LN block from directions (``after``: a failed route before it)."""
+    H = int(o.H or 0)  # given: directions_apply checked it
+    reserve(oracle, directions_plan(d, H) + o.verify, "learn_attention_layer")
     try:
         with count.stage("heads"):
-            Ws, Theta, eps, info = learn_post_directions(oracle, norm, o.H, rng)
+            Ws, Theta, eps, info = learn_post_directions(oracle, norm, H, rng)
         layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, eps=eps)
         n_learn = count.total
         verification = _verify(oracle, layer, o)
