@@ -218,7 +218,11 @@ def _start_Cs(Z, r, H):
     ``Z`` of shape ``(B, K, R, H)`` (``B`` rows); returns ``(B, H, H)``, NaN for a row where no token's pencil gives
     ``H`` real positive poles. The pencils, pseudo-inverses and condition numbers of all rows in one array pass."""
     B, K, R, _ = Z.shape
-    P = _loewner_poles(Z.reshape(B * K, R, H), r).reshape(B, K, H)
+    flat = Z.reshape(B * K, R, H)
+    step = max(1, 2**24 // H**3)  # tokens per pass: each pencil holds about 12 H^3 floats (at d = 384, H = 12 all
+    P = np.concatenate(  # the rows' 157,000 tokens at once took about 15 GB, measured)
+        [_loewner_poles(flat[a : a + step], r) for a in range(0, B * K, step)]
+    ).reshape(B, K, H)
     good = np.all(np.abs(P.imag) <= START_IMAG * np.abs(P), axis=2) & np.all(P.real > 0, axis=2)
     C = np.full((B, H, H), np.nan)
     if not np.any(good):
