@@ -40,17 +40,22 @@ def run(seed: int) -> dict:
     from companion.layer import learn_attention_layer, load_block_reference, minilm_block
     from companion.oracles import VectorQueryOracle
 
+    from bench_layer import Timed  # the oracle's own CPU seconds, summed inside the run
+
     block = minilm_block()
-    oracle = VectorQueryOracle(block)
+    timed = Timed(block, 384)
+    oracle = VectorQueryOracle(timed)
     t0 = time.process_time()
     row = {"seed": seed}
     try:
         rec = learn_attention_layer(oracle, H=12, seed=seed)
     except errors.CompanionError as exc:
         row.update(outcome=type(exc).__name__, message=str(exc), queries=int(oracle.n_queries))
-        row["cpu_s"] = time.process_time() - t0
+        row["cpu_s"], row["oracle_s"] = time.process_time() - t0, timed.seconds
         return row
     row["cpu_s"] = time.process_time() - t0
+    row["oracle_s"] = timed.seconds
+    row["ratio"] = row["cpu_s"] / timed.seconds
     dg = rec.diagnostics
     model = rec.model
     ref = load_block_reference()

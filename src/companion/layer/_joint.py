@@ -75,6 +75,12 @@ COLUMN_LOGP = 8.0
 #: the worst head's or more. (The columns themselves are not compared: two heads' lay within 4% of their norm.)
 COLUMN_DISTINCT = 1e-2
 
+#: The column start (:func:`_start_C_columns`) uses at most this many of a row's tokens, to start (every token's
+#: pencil, H starts each) and to fit: with all of MiniLM's 409 (d = 384, H = 12: 4,908 starts over 409 tokens) a
+#: row's start took minutes, and rows there need it. 64 tokens give 1,536 numbers for the H unknowns of a column;
+#: the joint stage's rows below d = 40 have fewer tokens (d + 25), so there nothing changes.
+COLUMN_TOKENS = 64
+
 #: Tokens of a row in its joint fit of C and their log-poles (the rest get their poles from C).
 LM_TOKENS = 24
 
@@ -304,6 +310,7 @@ def _start_C_columns(Z, r, H):
     pencil (however wrong its poles), the fits end at the ``H`` columns or at distinct spurious minima; the
     ``H`` best distinct ones (``COLUMN_DISTINCT``) give ``C``. None if fewer than ``H`` are distinct.
     """
+    Z = Z[:COLUMN_TOKENS]  # a subset of the row's tokens starts and fits the columns (C is the row's)
     P = np.abs(_loewner_poles(Z, r).real) + np.finfo(float).eps  # the tokens' poles, real and positive
     finite = np.all(np.isfinite(P), axis=1)
     Cs = np.linalg.pinv(_phi(r, P[finite])) @ Z[finite]  # (K', H, H)
