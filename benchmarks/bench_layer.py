@@ -16,6 +16,12 @@ target directly), the oracle's own CPU seconds for the same queries (a second, i
 learner records its batches, replayed on the target as the learner asked them; the least of 3
 replays), their ratio, and the subprocess's peak RSS (``ru_maxrss``) at the end of the timed run.
 
+MiniLM's row (session 41) times the oracle inside the learner's run (``Timed``: the CPU seconds spent in the
+target's calls), with no second run and no replay: its learner asks about 3.9 million queries of 25 tokens (the
+norms of its post-LN at eps = 1e-12 come from the row space, ``companion.layer._directions``), whose batches
+(about 300 GB) cannot be kept. The row takes tens of minutes; ``benchmarks/minilm_block.py`` makes the same run
+and records it (``data/results/minilm_block.json``, read by chapter 09).
+
 Targets (issue 35): at d = 64, H = 8 and at d = 384, H = 12 the block is recovered and the learner's
 CPU time is within 2x of the oracle's own time for its queries. A row that is refused fails its
 target; the time and memory it took to refuse are still printed.
