@@ -143,13 +143,14 @@ def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) ->
 
     Examples
     --------
-    Chapter 09's PyTorch-eps block (d = 8, H = 2, eps = 1e-5, weights' seed 0) is refused at learner
-    seeds 0 and 1 for its LayerNorm's gap and learned at seed 2:
+    Chapter 09's PyTorch-eps block (d = 8, H = 2, eps = 1e-5, weights' seed 0), on the readout route alone
+    (by default the norms from the row space follow such a refusal), is refused at learner seeds 0 and 1 for
+    its LayerNorm's gap and learned at seed 2:
 
     >>> from companion.layer import random_attention_layer
     >>> from companion.oracles import VectorQueryOracle
     >>> block = random_attention_layer(8, 2, layernorm="post", residual=True, eps=1e-5, seed=0)
-    >>> run = try_seeds(VectorQueryOracle(block), range(4), H=2)
+    >>> run = try_seeds(VectorQueryOracle(block), range(4), H=2, heads="readout")
     >>> [o.kind for o in run.outcomes], run.refused, run.learned_seed
     (['PrecisionError', 'PrecisionError', 'learned'], [0, 1], 2)
     >>> run.recovery.diagnostics["verify_max_error"] < 1e-9
