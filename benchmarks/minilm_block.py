@@ -51,6 +51,7 @@ def run(seed: int) -> dict:
         rec = learn_attention_layer(oracle, H=12, seed=seed)
     except errors.CompanionError as exc:
         row.update(outcome=type(exc).__name__, message=str(exc), queries=int(oracle.n_queries))
+        row["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}" if exc.__cause__ is not None else None
         row["cpu_s"], row["oracle_s"] = time.process_time() - t0, timed.seconds
         return row
     row["cpu_s"] = time.process_time() - t0
@@ -92,6 +93,10 @@ def main(argv=None) -> int:
     p.add_argument("--record", default=None)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    commit = subprocess.run(  # at the start: the library the run used
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "src"], capture_output=True, text=True)
     row = run(args.seed)
     row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(row, flush=True)
@@ -99,10 +104,6 @@ def main(argv=None) -> int:
     ok = row["outcome"] == "recovered" and row["fresh_error"] <= 1e-8 and row["vs_transformers"] <= 1e-8
     targets.check("MiniLM layer 0's whole block recovered, fresh and transformers' outputs within 1e-8", ok)
     if args.record:
-        commit = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "src"], capture_output=True, text=True)
         record = {
             "measured": datetime.date.today().isoformat(),
             "commit": commit + ("-dirty" if dirty.stdout.strip() else ""),
