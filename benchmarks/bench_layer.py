@@ -36,6 +36,17 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 41 (this book's): MiniLM's row no longer stops at its post-LN (the norms come from the row space,
+``companion.layer._directions``); the learner asks the joint stage's rows and stops there. The row itself was not
+rerun here; ``benchmarks/minilm_block.py`` made the same run (its record, ``data/results/minilm_block.json``):
+OracleInconsistentError from the joint heads' stage after 3,775,134 queries (every row, no link), 25.3 CPU
+minutes against the oracle's own 16.5 inside the run (1.53x), peak RSS 3.1 GB. At the joint stage's token scale
+MiniLM's heads' log-poles stay within 0.14 of zero (99th percentile; chapter 09), so no start separates twelve
+heads. Measured on three rows with tokens and rows scaled by 3 (norms 6 and 3): every row fitted to rounding
+(relative misfit 2.5e-14 to 3.7e-14, all 409 tokens), but only through the column start, 15 s a row (384 rows:
+about 1.6 hours); scaled by 5 the pencils start every row and the fits stall at 8 to 23% misfit. The learner's
+next step: a token scale chosen from the answers, and a cheaper column start.
+
 Session 40 (this book's): ``_joint_lm``'s Schur complement without forming B (branch layer8's idea, ported onto
 session 39's rows batched across rows: ``_pole_schur``, ``_pole_cross_t``, ``_pole_cross``, tested against the plain
 solve of the formed system). It is a real cut but a small one here: side by side in one process on this row's own

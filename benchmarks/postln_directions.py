@@ -1,5 +1,9 @@
 """Research lead (issue 35, this book's own): the norms a post-LN with BERT's eps hides, read back from directions.
 
+Superseded in the learner (session 41) by ``companion.layer._directions``, which asks no extra query: a pair
+query's ``P u`` less the one-token map lies in its row's row space, the same for every token of the row, so the
+row's own answers give each norm. This script's shifted families (below) remain a second construction, tested.
+
 Why. Behind a post-LN with eps = 1e-12 (BERT, MiniLM) an answer fixes the direction of ``P u(X)``
 (``P`` centres, ``u = x_N + o(X)`` the block before its LayerNorm) to float64's precision, but its
 norm only to about ``2**-53 / gap`` with ``gap = eps / (var(u) + eps)``: about 1e-6 at MiniLM's
