@@ -42,7 +42,7 @@ rerun here; ``benchmarks/minilm_block.py`` made the same run (its record, ``data
 OracleInconsistentError from the joint heads' stage after 3,775,134 queries (every row, no link), 25.3 CPU
 minutes against the oracle's own 16.5 inside the run (1.53x), peak RSS 3.1 GB. At the joint stage's token scale
 MiniLM's heads' log-poles stay within 0.14 of zero (99th percentile; chapter 09), so no start separates twelve
-heads. Measured on three rows with tokens and rows scaled by 3 (norms 6 and 3): every row fitted to rounding
+heads. Measured on three rows with tokens and rows scaled by 3 (norms 6 and 3): each of the three fitted to rounding
 (relative misfit 2.5e-14 to 3.7e-14, all 409 tokens), but only through the column start, 15 s a row (384 rows:
 about 1.6 hours); scaled by 5 the pencils start every row and the fits stall at 8 to 23% misfit. The learner's
 next step: a token scale chosen from the answers, and a cheaper column start.
