@@ -221,3 +221,23 @@ def test_served_in_float32_berts_eps_stays_refused_by_rule():
     target = lambda X: block(X).astype(np.float32).astype(np.float64)  # noqa: E731
     with pytest.raises(PrecisionError, match="float32 numbers.*has a post-LN"):
         learn_attention_layer(VectorQueryOracle(target, d=12, d_out=12), H=2)
+
+
+def test_the_column_start_uses_at_most_column_tokens(monkeypatch):
+    """MiniLM's rows (409 tokens, H = 12) took minutes each with every token; the start now uses COLUMN_TOKENS."""
+    import companion.layer._joint as J
+
+    seen = {}
+
+    def fit(Z, B, r, iters=30):
+        seen["K"], seen["S"] = Z.shape[0], B.shape[0]
+        return B, np.arange(len(B), dtype=float)
+
+    monkeypatch.setattr(J, "_fit_columns", fit)
+    H = 2
+    r = (lambda nm: nm[0] / nm[1])(J._ratios(H))
+    Z = np.random.default_rng(0).standard_normal((J.COLUMN_TOKENS + 36, len(r), H))
+    J._start_C_columns(Z, r, H)
+    assert seen["K"] == J.COLUMN_TOKENS == 64 and seen["S"] <= J.COLUMN_TOKENS * H
+    J._start_C_columns(Z[:40], r, H)  # a row of d + 25 tokens below d = 40: all of them, as before
+    assert seen["K"] == 40
