@@ -241,3 +241,14 @@ def test_the_column_start_uses_at_most_column_tokens(monkeypatch):
     assert seen["K"] == J.COLUMN_TOKENS == 64 and seen["S"] <= J.COLUMN_TOKENS * H
     J._start_C_columns(Z[:40], r, H)  # a row of d + 25 tokens below d = 40: all of them, as before
     assert seen["K"] == 40
+
+
+def test_served_in_bfloat16_berts_eps_is_refused_for_the_format():
+    block = random_attention_layer(12, 2, residual=True, layernorm="post", eps=1e-12, seed=0)
+
+    def bf16(X):
+        m, e = np.frexp(block(X))
+        return np.ldexp(np.round(np.ldexp(m, 8)), e - 8)
+
+    with pytest.raises(PrecisionError, match="bfloat16"):
+        learn_attention_layer(VectorQueryOracle(bf16, d=12, d_out=12), H=2)
