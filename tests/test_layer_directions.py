@@ -252,3 +252,25 @@ def test_served_in_bfloat16_berts_eps_is_refused_for_the_format():
 
     with pytest.raises(PrecisionError, match="bfloat16"):
         learn_attention_layer(VectorQueryOracle(bf16, d=12, d_out=12), H=2)
+
+
+def test_a_gap_below_min_gap_in_a_later_stage_is_followed_by_the_row_space(monkeypatch):
+    """The gap's route raises PrecisionError when a later answer's gap falls below MIN_GAP (de-normalising it);
+    where the norms can come from the row space the learner takes that route instead of refusing. Forced here
+    on an eps = 1e-2 block by raising the thresholds (MIN_GAP inside the de-normalisation, LOW_GAP and
+    DIRECTIONS_FROM_GAP in the learner's choice); without the route (heads="readout") the PrecisionError stays."""
+    import companion.layer._directions as D
+    import companion.layer._learn as L
+    import companion.layer._norm as N
+
+    block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-2, seed=0)
+    # measured: the first answers' smallest gap 2.1e-3, the heads' scaled queries' 2.1e-5
+    monkeypatch.setattr(N, "MIN_GAP", 1e-4)  # the heads' queries' de-normalisation is refused
+    monkeypatch.setattr(L, "LOW_GAP", 1e-3)
+    monkeypatch.setattr(D, "DIRECTIONS_FROM_GAP", 1e-4)  # not from the start: the first answers' gap is above
+    rec = learn_attention_layer(VectorQueryOracle(block), H=2)
+    assert rec.diagnostics["heads_learner"] == "joint, norms from the row space"
+    assert rec.diagnostics["directions_after"].startswith("the heads failed at gap")
+    assert rec.diagnostics["verify_max_error"] < 1e-11
+    with pytest.raises(PrecisionError, match="post-LN's eps is too small"):
+        learn_attention_layer(VectorQueryOracle(block), H=2, heads="readout")

@@ -269,4 +269,5 @@ def learn_post_directions(oracle, norm, H: int, rng):
     Pu = X1[:, 0] @ A.T + c
     eps, gap = post_ln_eps(norm, Y1, Pu)
     info.update(one_token_misfit=misfit, row_scaling_misfit=max(inner.misfits), median_gap=gap)
+    info["eps_rtol"] = 2.0**-53 / max(gap, 1e-300)  # eps's relative precision from the gap, as a rule of thumb
     return Ws, Theta, eps, info

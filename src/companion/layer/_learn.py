@@ -777,8 +777,7 @@ def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: f
         verification = _verify(oracle, layer, o)
     except OracleInconsistentError as exc:
         raise _directions_unresolved(exc, gap, o.seed) from exc
-    fit = {"polished": False, "n_polish_queries": 0, "eps_rtol": 2.0**-53 / max(info["median_gap"], 1e-300), **info}
-    fit["directions_after"] = after or None
+    fit = {"polished": False, "n_polish_queries": 0, **info, "directions_after": after or None}
     return _result(oracle, layer, kind, skip_err, ROW_SPACE, fit, count, n_learn, verification, d, o.residual)
 
 
@@ -1131,13 +1130,13 @@ def learn_attention_layer(
         layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, fit["polished"])
         stage = "verification"
         verification = _verify(oracle, layer, o)
-    except OracleInconsistentError as exc:
+    except (OracleInconsistentError, PrecisionError) as exc:  # a PrecisionError: the gap below MIN_GAP, or rounding
         g = norm.smallest_gap[0] if norm is not None else 1.0
         if g < LOW_GAP and directions_apply(o.H, o.heads, int(oracle.d_out), g):  # failed for the gap: no norms
             return _learn_post_directions(oracle, norm, o, count, rng, d, g, after=f"the {stage} failed at gap {g:.1e}")
-        if norm is not None:
+        if norm is not None and isinstance(exc, OracleInconsistentError):
             raise _post_unresolved(exc, g, stage, o.seed, joint=post_joint) from exc
-        if o.float32 and stage in ("least squares", "verification"):
+        if o.float32 and stage in ("least squares", "verification") and isinstance(exc, OracleInconsistentError):
             raise _float32_unresolved(exc, stage, o.seed) from exc
         raise
     n_learn = count.total - verification["n_verify_queries"]
