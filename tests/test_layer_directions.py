@@ -29,7 +29,7 @@ def _setup(d=12, H=3, eps=1e-12, seed=0):
     rng = np.random.default_rng(seed)
     Yp = oracle(probe_lines(d, rng))
     Xr = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=100)]
-    norm = estimate_post_ln(Yp, np.concatenate([Yp, oracle(Xr)]), min_gap=0.0)
+    norm = estimate_post_ln(Yp, np.concatenate([Yp, oracle(Xr)]))
     bare = block.with_(layernorm=None, gamma=None, beta=None, eps=None)
     return block, oracle, norm, bare, rng
 

@@ -32,7 +32,8 @@ import numpy as np
 
 from ..errors import OracleInconsistentError
 from ..oracles import VectorQueryOracle
-from ._joint import learn_heads_joint
+from ._joint import joint_plan, learn_heads_joint
+from ._model import centre
 
 __all__ = [
     "DIRECTIONS_FROM_GAP",
@@ -127,8 +128,6 @@ def directions_apply(H, heads: str, d_out: int, gap: float) -> bool:
 
 def directions_plan(d: int, H: int) -> int:
     """The queries of this route beyond the first answers: the one-token map's ``2 d + 1`` and the joint stage's."""
-    from ._joint import joint_plan
-
     return 2 * d + 1 + joint_plan(d, H, LINK_TOKENS)
 
 
@@ -166,11 +165,9 @@ class RowScaled(VectorQueryOracle):
             raise OracleInconsistentError(f"the row-space scaling needs {2 * self.H} pair queries per token")
         cx = tokens @ self.A.T + self.c  # (K, d_out)
         R = self._refine(w, cx, which, self._row_space(w, which, len(tokens)))
-        s = self._scales(w, cx[which], R)
-        Qw = w - (w @ R) @ R.T
-        Qc = cx - (cx @ R) @ R.T
-        out = s[:, None] * w
-        left = Qc[which] - s[:, None] * Qw
+        out = self._scales(w, cx[which], R)[:, None] * w
+        g = cx[which] - out  # lies in R up to the misfit
+        left = g - (g @ R) @ R.T
         self.misfits.append(float(np.max(np.linalg.norm(left, axis=1) / np.linalg.norm(cx[which], axis=1))))
         return out
 
@@ -252,8 +249,6 @@ def learn_post_directions(oracle, norm, H: int, rng):
     OracleInconsistentError
         The one-token map misfits (``ONE_TOKEN_TOL``), or the joint stage refuses (on the scaled answers).
     """
-    from ._model import centre
-
     d, d_out = int(oracle.d), int(oracle.d_out)
     A, c, misfit, X1, Y1 = one_token_map(oracle, norm, rng)
     if not misfit <= ONE_TOKEN_TOL:

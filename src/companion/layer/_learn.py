@@ -439,7 +439,7 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
             kind = "pre" if pre else "post"
             raise PrecisionError(_float32_message(f"{served}, and the block has a {kind}-LN (found from its answers)"))
         try:
-            return ("pre" if pre else estimate_post_ln(Yp, Yall, min_gap=-np.inf)), u  # the gap: the caller's
+            return ("pre" if pre else estimate_post_ln(Yp, Yall)), u  # the gap: the caller's
         except OracleInconsistentError as exc:
             raise _refusal(f"its one-token answers look like a post-LN's, but {exc}.") from None
     if post:
