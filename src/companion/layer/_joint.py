@@ -69,11 +69,34 @@ LOG_STEP = 3.0
 COLUMN_LOGP = 8.0
 
 #: Two fitted columns of ``C^{-1}`` whose ``phi`` values (over the row's tokens and ratios) differ by less than
-#: this (root mean square) are one head. Measured (2026-12-04, Keras 3 MultiHeadAttention in float32, d = 8,
-#: H = 8, key_dim 2, seeds 0 to 2, every row): two heads' ``phi`` differ by 0.035 or more, the fits that end at one
-#: head by 3.2e-3 or less (1e-2 is about their geometric mean); the first spurious minimum's misfit is 195 times
-#: the worst head's or more. (The columns themselves are not compared: two heads' lay within 4% of their norm.)
+#: this (root mean square) are one head, whatever their misfits. Measured (2026-12-04, Keras 3 MultiHeadAttention
+#: in float32, d = 8, H = 8, key_dim 2, seeds 0 to 2, every row): two heads' ``phi`` differ by 0.035 or more, the
+#: fits that end at one head by 3.2e-3 or less (1e-2 is about their geometric mean); the first spurious minimum's
+#: misfit is 195 times the worst head's or more. (The columns themselves are not compared: two heads' lay within
+#: 4% of their norm.)
 COLUMN_DISTINCT = 1e-2
+
+#: ... and two fits are one head only if their ``phi`` values differ by at most COLUMN_SAME times the larger
+#: misfit (rms): fits at float64's rounding tell heads apart far closer than COLUMN_DISTINCT. Measured (2026-12-05,
+#: MiniLM layer 0, d = 384, H = 12, one row at the joint stage's token scale, 32 tokens, 768 fits at 2e-15 or
+#: below): fits of one head differ by 3.2e-12 or less, of two heads by 3.2e-3 or more (twelve heads whose
+#: log-poles span 0.23: with COLUMN_DISTINCT alone only 3 were distinct and the row had no start). 1e5 times
+#: 2e-15 is 2e-10, between the two.
+COLUMN_SAME = 1e5
+
+#: A fit of a column stops at this rms misfit (its ``phi`` values are at most 1): float64's rounding.
+COLUMN_FLOOR = 2e-15
+
+#: The column start takes its starts from this many tokens' pencils at a time (``H`` starts each), until it has
+#: ``H`` distinct heads. Measured (2026-12-05, MiniLM, three token scales): all twelve heads appeared among the
+#: starts of the first 10 to 15 tokens; every start of 64 tokens took 1.9 s a row, 8 tokens' about a quarter.
+COLUMN_START_TOKENS = 8
+
+#: The column start stops taking starts when its ``H`` best distinct fits' misfits lie within this factor.
+#: Measured (2026-12-05, MiniLM, one row): the first 8 tokens' starts gave eleven heads at 3.0e-16 to 1.7e-15 and,
+#: twelfth, a spurious minimum at 2.1e-4; with all 64 tokens' starts the twelfth head came at 1.4e-15. (Float32
+#: Keras: the first spurious minimum is 195 times the worst head's misfit or more, COLUMN_DISTINCT's measurement.)
+COLUMN_SPREAD = 100.0
 
 #: The column start (:func:`_start_C_columns`) uses at most this many of a row's tokens, to start (every token's
 #: pencil, H starts each) and to fit: with all of MiniLM's 409 (d = 384, H = 12: 4,908 starts over 409 tokens) a
@@ -272,33 +295,65 @@ def _fit_columns(Z, B, r, iters=30):
     """Each start ``b`` (a row of ``B``, shape ``(S, H)``) fitted so that ``Z_k b`` is one pole's
     ``phi(r, p_k)`` at every token ``k`` at once: Levenberg-Marquardt on ``b`` with the tokens' log-poles
     eliminated (variable projection: per token the Jacobian's pole column projected out, the poles refitted
-    after each step). Returns ``(B, rms misfit per start)``."""
+    after each step). Each start keeps its own damping and stops on its own: when its rms misfit is at
+    ``COLUMN_FLOOR``, when no damping lowers it, or when a step gains less than 0.1%. Returns
+    ``(B, rms misfit per start)``."""
     S = B.shape[0]
     K, R, H = Z.shape
+    tiny = np.finfo(float).tiny
     ZZ = np.einsum("krh,krg->hg", Z, Z)
+    B = B.copy()
     logp = _column_poles(np.einsum("krh,sh->skr", Z, B), r)
     cur = _column_misfits(Z, B, logp, r)
     lam = np.full(S, 1e-4)
+    active = np.ones(S, dtype=bool)
     for _ in range(iters):
-        p = np.exp(logp)[..., None]
-        a = -r * p / (r + p) ** 2  # (S, K, R)
-        e = np.einsum("krh,sh->skr", Z, B) - r / (r + p)
-        aa = np.sum(a * a, -1) + np.finfo(float).tiny
+        ia = np.flatnonzero(active & (cur > COLUMN_FLOOR**2 * K * R))
+        if not ia.size:
+            break
+        Ba, la = B[ia], logp[ia]
+        p = np.exp(la)[..., None]
+        a = -r * p / (r + p) ** 2  # (n, K, R)
+        e = np.einsum("krh,sh->skr", Z, Ba) - r / (r + p)
+        aa = np.sum(a * a, -1) + tiny
         aZ = np.einsum("skr,krh->skh", a, Z) / np.sqrt(aa)[..., None]
         N = ZZ[None] - np.einsum("skh,skg->shg", aZ, aZ)  # sum_k Z_k^T (I - a a^T / a^T a) Z_k
         g = np.einsum("krh,skr->sh", Z, e) - np.einsum("skh,sk->sh", aZ, np.sum(a * e, -1) / np.sqrt(aa))
         diag = np.einsum("shh->sh", N)
+        pend, gain = np.arange(len(ia)), np.ones(len(ia))  # the starts still trying a damping, their gains
         for _ in range(6):
-            A = N + (lam[:, None] * diag + np.finfo(float).tiny)[:, :, None] * np.eye(H)[None]
-            Bn = B - np.linalg.solve(A, g[..., None])[..., 0]
-            lpn = _column_poles(np.einsum("krh,sh->skr", Z, Bn), r, logp, steps=6)
+            sel = ia[pend]
+            A = N[pend] + (lam[sel][:, None] * diag[pend] + tiny)[:, :, None] * np.eye(H)[None]
+            Bn = Ba[pend] - np.linalg.solve(A, g[pend][..., None])[..., 0]
+            lpn = _column_poles(np.einsum("krh,sh->skr", Z, Bn), r, la[pend], steps=6)
             new = _column_misfits(Z, Bn, lpn, r)
-            ok = new < cur
-            B, logp = np.where(ok[:, None], Bn, B), np.where(ok[:, None], lpn, logp)
-            cur, lam = np.where(ok, new, cur), np.where(ok, lam / 10.0, lam * 10.0)
-            if np.all(ok):
+            ok = new < cur[sel]
+            acc = sel[ok]
+            gain[pend[ok]] = cur[acc] / np.maximum(new[ok], tiny)
+            B[acc], logp[acc], cur[acc] = Bn[ok], lpn[ok], new[ok]
+            lam[acc] /= 10.0
+            lam[sel[~ok]] *= 10.0
+            pend = pend[~ok]
+            if not pend.size:
                 break
+        stalled = gain < 1.0 + 1e-3
+        stalled[pend] = True
+        active[ia[stalled]] = False
     return B, np.sqrt(cur / (K * R))
+
+
+def _distinct(Y, mis, H):
+    """The ``H`` best fits (rows of ``Y``, their ``phi`` values; ``mis`` their misfits) that are distinct heads, by
+    misfit; fewer if there are not ``H``. Two fits are one head when their ``phi`` values differ (root mean square)
+    by at most ``min(COLUMN_DISTINCT, COLUMN_SAME * the larger misfit)``."""
+    chosen: list[int] = []
+    for j in np.argsort(mis):
+        same = min(COLUMN_DISTINCT, COLUMN_SAME * mis[j])  # mis[j] is the larger: fits are taken by misfit
+        if all(np.sqrt(np.mean((Y[j] - Y[k]) ** 2)) > same for k in chosen):
+            chosen.append(int(j))
+        if len(chosen) == H:
+            break
+    return chosen
 
 
 def _start_C_columns(Z, r, H):
@@ -306,25 +361,27 @@ def _start_C_columns(Z, r, H):
 
     Column ``h`` of ``C^{-1}`` turns every token's ``Z_k`` into one pole's ``phi(r, p_kh)``: ``C`` is shared by
     the tokens, so each column is fitted on all of them (``H`` unknowns from ``K R`` numbers), where a token's
-    own pencil resolves ``H`` close poles from ``2 H`` numbers only. Started from the columns of every token's
-    pencil (however wrong its poles), the fits end at the ``H`` columns or at distinct spurious minima; the
-    ``H`` best distinct ones (``COLUMN_DISTINCT``) give ``C``. None if fewer than ``H`` are distinct.
+    own pencil resolves ``H`` close poles from ``2 H`` numbers only. Started from the columns of the tokens'
+    pencils (however wrong their poles), the fits end at the ``H`` columns or at distinct spurious minima; the
+    ``H`` best distinct ones (:func:`_distinct`) give ``C``. None if fewer than ``H`` are distinct. The starts
+    come ``COLUMN_START_TOKENS`` tokens' at a time; the start stops early once the ``H`` best distinct fits'
+    misfits lie within a factor ``COLUMN_SPREAD`` (a spurious minimum is far above the heads').
     """
     Z = Z[:COLUMN_TOKENS]  # a subset of the row's tokens starts and fits the columns (C is the row's)
-    P = np.abs(_loewner_poles(Z, r).real) + np.finfo(float).eps  # the tokens' poles, real and positive
-    finite = np.all(np.isfinite(P), axis=1)
-    Cs = np.linalg.pinv(_phi(r, P[finite])) @ Z[finite]  # (K', H, H)
-    B = np.linalg.pinv(Cs).transpose(0, 2, 1).reshape(-1, H)  # every token's columns of C_k^{-1}, as rows
-    B = B[np.all(np.isfinite(B), axis=1)]
-    B, mis = _fit_columns(Z, B, r)
-    Y = np.einsum("krh,sh->skr", Z, B).reshape(len(B), -1)  # each fit's phi values: a head's, if it is one
-    chosen: list[int] = []
-    for j in np.argsort(mis):
-        if all(np.sqrt(np.mean((Y[j] - Y[k]) ** 2)) > COLUMN_DISTINCT for k in chosen):
-            chosen.append(int(j))
-        if len(chosen) == H:
-            return np.linalg.inv(B[chosen].T)
-    return None
+    Bs, mis, Ys = np.empty((0, H)), np.empty(0), np.empty((0, Z.shape[0] * Z.shape[1]))
+    for a in range(0, len(Z), COLUMN_START_TOKENS):
+        Za = Z[a : a + COLUMN_START_TOKENS]
+        P = np.abs(_loewner_poles(Za, r).real) + np.finfo(float).eps  # the tokens' poles, real and positive
+        finite = np.all(np.isfinite(P), axis=1)
+        Cs = np.linalg.pinv(_phi(r, P[finite])) @ Za[finite]  # (K', H, H)
+        B = np.linalg.pinv(Cs).transpose(0, 2, 1).reshape(-1, H)  # every token's columns of C_k^{-1}, as rows
+        B, m = _fit_columns(Z, B[np.all(np.isfinite(B), axis=1)], r)
+        Y = np.einsum("krh,sh->skr", Z, B).reshape(len(B), -1)  # each fit's phi values: a head's, if it is one
+        Bs, mis, Ys = np.concatenate([Bs, B]), np.concatenate([mis, m]), np.concatenate([Ys, Y])
+        chosen = _distinct(Ys, mis, H)
+        if len(chosen) == H and mis[chosen[-1]] <= COLUMN_SPREAD * mis[chosen[0]]:
+            break  # H heads of like misfits: no later start would replace one
+    return np.linalg.inv(Bs[chosen].T) if len(chosen) == H else None
 
 
 def _token_misfits(Z, C, r, logp):
