@@ -50,6 +50,17 @@ JOINT_RANK_TOL = 1e-9
 #: Token scale of the heads' stage: tokens N(0, TOKEN_SCALE^2 I / d), rows delta of norm 1.
 TOKEN_SCALE = 2.0
 
+#: The joint stage doubles its token scale (:func:`_token_scale`) while its first row's two closest heads' shifts
+#: differ by less than this (rms over the tokens). Measured (2026-12-04, MiniLM layer 0 on its true weights, all
+#: 384 rows at TOKEN_SCALE): the closest pair differs by 0.011 or more, median 0.016, and at twice the scale by
+#: 0.021 or more, median 0.030 (the tokens' part of the shifts grows with the scale, the biases' part does not). With
+#: the norms from the row space (answers to about 3e-14), the row whose closest heads differed by 0.014 had one
+#: head that none of its 768 column starts reached (misfit 1.6e-3): the run stopped there.
+SEPARATION = 0.1
+
+#: At most this many token scales are tried (TOKEN_SCALE times 1, 2, 4, ..., 2^(SCALE_STEPS - 1)).
+SCALE_STEPS = 5
+
 #: Extra tokens per row beyond the d + 1 that fix a row of W~_h[:d, :].
 EXTRA_TOKENS = 24
 
@@ -77,7 +88,7 @@ COLUMN_LOGP = 8.0
 COLUMN_DISTINCT = 1e-2
 
 #: ... and two fits are one head only if their ``phi`` values differ by at most COLUMN_SAME times the larger
-#: misfit (rms): fits at float64's rounding tell heads apart far closer than COLUMN_DISTINCT. Measured (2026-12-05,
+#: misfit (rms): fits at float64's rounding tell heads apart far closer than COLUMN_DISTINCT. Measured (2026-12-04,
 #: MiniLM layer 0, d = 384, H = 12, one row at the joint stage's token scale, 32 tokens, 768 fits at 2e-15 or
 #: below): fits of one head differ by 3.2e-12 or less, of two heads by 3.2e-3 or more (twelve heads whose
 #: log-poles span 0.23: with COLUMN_DISTINCT alone only 3 were distinct and the row had no start). 1e5 times
@@ -88,12 +99,12 @@ COLUMN_SAME = 1e5
 COLUMN_FLOOR = 2e-15
 
 #: The column start takes its starts from this many tokens' pencils at a time (``H`` starts each), until it has
-#: ``H`` distinct heads. Measured (2026-12-05, MiniLM, three token scales): all twelve heads appeared among the
+#: ``H`` distinct heads. Measured (2026-12-04, MiniLM, three token scales): all twelve heads appeared among the
 #: starts of the first 10 to 15 tokens; every start of 64 tokens took 1.9 s a row, 8 tokens' about a quarter.
 COLUMN_START_TOKENS = 8
 
 #: The column start stops taking starts when its ``H`` best distinct fits' misfits lie within this factor.
-#: Measured (2026-12-05, MiniLM, one row): the first 8 tokens' starts gave eleven heads at 3.0e-16 to 1.7e-15 and,
+#: Measured (2026-12-04, MiniLM, one row): the first 8 tokens' starts gave eleven heads at 3.0e-16 to 1.7e-15 and,
 #: twelfth, a spurious minimum at 2.1e-4; with all 64 tokens' starts the twelfth head came at 1.4e-15. (Float32
 #: Keras: the first spurious minimum is 195 times the worst head's misfit or more, COLUMN_DISTINCT's measurement.)
 COLUMN_SPREAD = 100.0
@@ -631,6 +642,42 @@ def _link(Phi, amp, GL, tol_link):
     return _matched(lstsq(design, Y.reshape(-1), lapack_driver="gelsy")[0].reshape(H, H))  # QR with pivoting
 
 
+def _separation(shifts):
+    """The closest two heads' shifts, root mean square over the tokens (``shifts`` of shape ``(K, H)``), and the
+    99th percentile of ``|shift|``; ``(inf, that percentile)`` for one head."""
+    q99 = float(np.quantile(np.abs(shifts), 0.99))
+    if shifts.shape[1] < 2:
+        return np.inf, q99
+    gaps = np.sqrt(np.mean((shifts[:, :, None] - shifts[:, None, :]) ** 2, axis=0))
+    return float(np.min(gaps[np.triu_indices(shifts.shape[1], 1)])), q99
+
+
+def _token_scale(oracle, delta, X0, o1, H, r, rank_tol, out, scale, tol):
+    """The token scale of the joint stage, set from the answers of its first row (this book's own rule).
+
+    Row ``delta``'s tokens ``X0 * scale / sqrt(d)`` are asked and fitted; while the fit fails, or the two closest
+    heads' shifts ``delta^T W~_h[:d, :] x~`` differ by less than ``SEPARATION`` (rms over the tokens) with
+    room for twice the shifts in the ratios' window (99th percentile of ``|shift|`` below half ``log 2H``), the
+    scale doubles, at most ``SCALE_STEPS - 1`` times (one row's ``2 H K`` queries each): the tokens' part of each
+    shift grows with the scale. Returns ``(scale, the row at that scale as :func:`_row` gives it)``; a row that
+    shows no head or a rank other than ``H`` is returned at once, for the caller's checks."""
+    d = X0.shape[1]
+    for step in range(SCALE_STEPS):
+        row = _row(oracle, delta, X0 * (scale / np.sqrt(d)), o1, H, r, rank_tol, out=out)
+        _, s, rank, _, Z = row
+        if s[0] == 0.0 or rank != H or step == SCALE_STEPS - 1:
+            return scale, row
+        C = _start_C(Z, r, H)
+        C = _start_C_columns(Z, r, H) if C is None else C
+        if C is not None:
+            _, p, _, mis, _ = _als(Z[None], C[None], r)
+            sep, q99 = _separation(-np.log(p[0]))
+            if mis[0] <= tol and (sep >= SEPARATION or 2.0 * q99 > np.log(2 * H)):
+                return scale, row
+        scale *= 2.0
+    raise AssertionError("unreachable: the last step returns")
+
+
 def learn_heads_joint(
     oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, scale=TOKEN_SCALE, link_tokens=LINK_TOKENS
 ):
@@ -647,15 +694,17 @@ def learn_heads_joint(
     n_tok = d + 1 + EXTRA_TOKENS
     r = (lambda nm: nm[0] / nm[1])(_ratios(H))
     D = np.linalg.qr(rng.standard_normal((d, d)))[0]  # rows delta_i: an orthonormal basis
-    X = rng.standard_normal((n_tok, d)) * (scale / np.sqrt(d))
-    Xt = np.concatenate([X, np.ones((n_tok, 1))], axis=1)
-    Zs, Vs = [], []
+    X0 = rng.standard_normal((n_tok, d))
     # the rows' answers, row by row (a row of rank other than H stops the queries), their batches in one buffer:
     # a fresh 12 MB batch per row (d = 64, H = 8) made the allocator return and re-fault memory, about 1 CPU s of
     # page faults in all (measured, session 39)
     Q = np.empty((n_tok * 2 * H, 2 * H + 1, d))
+    scale, first = _token_scale(oracle, D[0], X0, o1, H, r, rank_tol, Q, scale, tol)
+    X = X0 * (scale / np.sqrt(d))
+    Xt = np.concatenate([X, np.ones((n_tok, 1))], axis=1)
+    Zs, Vs = [], []
     for i in range(d):
-        _, s, rank, V, Z = _row(oracle, D[i], X, o1, H, r, rank_tol, out=Q)
+        _, s, rank, V, Z = first if i == 0 else _row(oracle, D[i], X, o1, H, r, rank_tol, out=Q)
         if s[0] == 0.0:
             raise NotIdentifiableError("the answers of a pair of tokens do not depend on the ratio: no head")
         if rank != H:
@@ -720,6 +769,7 @@ def learn_heads_joint(
     Ws = np.zeros((H, d + 1, d + 1))
     Ws[:, :d, :] = np.einsum("ia,ihb->hab", D, np.stack(rows))
     info = {"joint_max_row_misfit": float(np.max(misfits)), "joint_link_misfit": link_err, "joint_tokens": n_tok}
+    info["joint_token_scale"] = scale
     # M_h[:, :d] (H, d_out, d) = sum_i Gamma_h(i) delta_i^T (the rows delta_i orthonormal)
     info["amplitudes"] = np.einsum("ia,iho->hoa", D, np.stack(gammas))
     return Ws, info
