@@ -83,6 +83,7 @@ def run(seed: int) -> dict:
         maps_rel_error=maps,
         gamma_rel_error=float(np.max(np.abs(model.gamma / block.gamma - 1))),
         row_scaling_misfit=float(dg["row_scaling_misfit"]),
+        token_scale=float(dg["joint_token_scale"]),
         median_gap=float(dg["median_gap"]),
     )
     return row

@@ -99,3 +99,47 @@ def test_a_column_fit_stops_at_column_floor(factor, moves):
     B, mis = J._fit_columns(Z, start[None], r)
     assert (not np.array_equal(B[0], start)) == moves
     assert mis[0] <= factor * J.COLUMN_FLOOR * 1.05
+
+
+def _ladder(monkeypatch, sep, q99, misfit=1e-15, H=3):
+    """The token scales _token_scale asks, with each row's fit stubbed to the given separation, |shift| q99 and
+    misfit (the scale's rule alone)."""
+    asked = []
+
+    def row(oracle, delta, X, o1, H_, r, rank_tol, out=None):
+        asked.append(float(np.sqrt(np.mean(X**2) * X.shape[1])))  # the tokens' rms norm: the scale
+        return None, np.ones(H + 1), H, None, np.zeros((4, 2 * H, H))
+
+    monkeypatch.setattr(J, "_row", row)
+    monkeypatch.setattr(J, "_start_C", lambda Z, r, H: np.eye(H))
+    monkeypatch.setattr(J, "_als", lambda Z, C, r: (C, np.ones((1, 4, H)), None, np.array([misfit]), None))
+    monkeypatch.setattr(J, "_separation", lambda shifts: (sep, q99))
+    X0 = np.random.default_rng(0).standard_normal((400, 8))
+    scale, _ = J._token_scale(None, None, X0, None, H, None, None, None, J.TOKEN_SCALE, 1e-9)
+    return scale, asked
+
+
+@pytest.mark.parametrize("factor, steps", [(0.99, J.JOINT_SCALE_STEPS), (1.01, 1)])
+def test_the_token_scale_doubles_while_the_closest_heads_are_within_joint_separation(monkeypatch, factor, steps):
+    scale, asked = _ladder(monkeypatch, factor * J.JOINT_SEPARATION, 0.1)
+    assert len(asked) == steps and scale == J.TOKEN_SCALE * 2 ** (steps - 1)
+    assert asked == pytest.approx([J.TOKEN_SCALE * 2**k for k in range(steps)], rel=0.05)
+
+
+@pytest.mark.parametrize("factor, steps", [(0.99, J.JOINT_SCALE_STEPS), (1.01, 1)])
+def test_the_token_scale_stops_where_twice_the_shifts_would_leave_the_ratios_window(monkeypatch, factor, steps):
+    H = 3
+    scale, asked = _ladder(monkeypatch, 0.0, factor * np.log(2 * H) / 2, H=H)
+    assert len(asked) == steps
+
+
+def test_the_token_scale_doubles_while_the_first_row_misfits(monkeypatch):
+    scale, asked = _ladder(monkeypatch, 1.0, 0.1, misfit=1e-3)
+    assert len(asked) == J.JOINT_SCALE_STEPS and scale == J.TOKEN_SCALE * 2 ** (J.JOINT_SCALE_STEPS - 1)
+
+
+def test_separation_is_the_closest_heads_rms_shift_difference():
+    shifts = np.array([[0.0, 0.3, 1.0], [0.0, -0.3, 2.0]])  # heads 0 and 1 differ by 0.3 at both tokens
+    sep, q99 = J._separation(shifts)
+    assert sep == pytest.approx(0.3) and q99 == pytest.approx(np.quantile([0, 0.3, 1, 0, 0.3, 2], 0.99))
+    assert J._separation(shifts[:, :1])[0] == np.inf

@@ -37,7 +37,7 @@ from scipy.optimize import linear_sum_assignment
 
 from ..errors import NotIdentifiableError, OracleInconsistentError
 
-__all__ = ["JOINT_FROM", "JOINT_RANK_TOL", "joint_plan", "learn_heads_joint"]
+__all__ = ["JOINT_FROM", "JOINT_RANK_TOL", "JOINT_SCALE_STEPS", "JOINT_SEPARATION", "joint_plan", "learn_heads_joint"]
 
 #: ``learn_attention_layer(heads="auto")`` runs this joint stage from this many heads (H given, no LayerNorm,
 #: float64 answers, ``d_out >= H``); below it the readout route (one scalar readout).
@@ -56,10 +56,10 @@ TOKEN_SCALE = 2.0
 #: 0.021 or more, median 0.030 (the tokens' part of the shifts grows with the scale, the biases' part does not). With
 #: the norms from the row space (answers to about 3e-14), the row whose closest heads differed by 0.014 had one
 #: head that none of its 768 column starts reached (misfit 1.6e-3): the run stopped there.
-SEPARATION = 0.1
+JOINT_SEPARATION = 0.1
 
-#: At most this many token scales are tried (TOKEN_SCALE times 1, 2, 4, ..., 2^(SCALE_STEPS - 1)).
-SCALE_STEPS = 5
+#: At most this many token scales are tried (TOKEN_SCALE times 1, 2, 4, ..., 2^(JOINT_SCALE_STEPS - 1)).
+JOINT_SCALE_STEPS = 5
 
 #: Extra tokens per row beyond the d + 1 that fix a row of W~_h[:d, :].
 EXTRA_TOKENS = 24
@@ -652,39 +652,50 @@ def _separation(shifts):
     return float(np.min(gaps[np.triu_indices(shifts.shape[1], 1)])), q99
 
 
-def _token_scale(oracle, delta, X0, o1, H, r, rank_tol, out, scale, tol):
+def _token_scale(oracle, delta, X0, o1, H, r, rank_tol, out, scale, tol, scales=JOINT_SCALE_STEPS):
     """The token scale of the joint stage, set from the answers of its first row (this book's own rule).
 
     Row ``delta``'s tokens ``X0 * scale / sqrt(d)`` are asked and fitted; while the fit fails, or the two closest
-    heads' shifts ``delta^T W~_h[:d, :] x~`` differ by less than ``SEPARATION`` (rms over the tokens) with
+    heads' shifts ``delta^T W~_h[:d, :] x~`` differ by less than ``JOINT_SEPARATION`` (rms over the tokens) with
     room for twice the shifts in the ratios' window (99th percentile of ``|shift|`` below half ``log 2H``), the
-    scale doubles, at most ``SCALE_STEPS - 1`` times (one row's ``2 H K`` queries each): the tokens' part of each
+    scale doubles, at most ``scales - 1`` times (one row's ``2 H K`` queries each): the tokens' part of each
     shift grows with the scale. Returns ``(scale, the row at that scale as :func:`_row` gives it)``; a row that
     shows no head or a rank other than ``H`` is returned at once, for the caller's checks."""
     d = X0.shape[1]
-    for step in range(SCALE_STEPS):
+    for step in range(scales):
         row = _row(oracle, delta, X0 * (scale / np.sqrt(d)), o1, H, r, rank_tol, out=out)
         _, s, rank, _, Z = row
-        if s[0] == 0.0 or rank != H or step == SCALE_STEPS - 1:
+        if s[0] == 0.0 or rank != H or step == scales - 1:
             return scale, row
         C = _start_C(Z, r, H)
         C = _start_C_columns(Z, r, H) if C is None else C
         if C is not None:
             _, p, _, mis, _ = _als(Z[None], C[None], r)
             sep, q99 = _separation(-np.log(p[0]))
-            if mis[0] <= tol and (sep >= SEPARATION or 2.0 * q99 > np.log(2 * H)):
+            if mis[0] <= tol and (sep >= JOINT_SEPARATION or 2.0 * q99 > np.log(2 * H)):
                 return scale, row
         scale *= 2.0
     raise AssertionError("unreachable: the last step returns")
 
 
 def learn_heads_joint(
-    oracle, o1, H, rng, *, tol=1e-9, rank_tol=JOINT_RANK_TOL, scale=TOKEN_SCALE, link_tokens=LINK_TOKENS
+    oracle,
+    o1,
+    H,
+    rng,
+    *,
+    tol=1e-9,
+    rank_tol=JOINT_RANK_TOL,
+    scale=TOKEN_SCALE,
+    link_tokens=LINK_TOKENS,
+    scales=JOINT_SCALE_STEPS,
 ):
     """The heads' ``W~_h`` (shape ``(H, d + 1, d + 1)``, last rows 0) from the vector answers jointly.
 
     ``o1(X)`` is the one-token answer at each token of ``X`` (shape ``(K, d)`` to ``(K, d_out)``); each row is
-    linked to row 0 through ``link_tokens`` tokens (``joint_plan(d, H, link_tokens)`` queries in all).
+    linked to row 0 through ``link_tokens`` tokens (``joint_plan(d, H, link_tokens)`` queries in all, and one row's
+    ``2 H (d + 1 + EXTRA_TOKENS)`` more for each doubling of the token scale: :func:`_token_scale` tries up to
+    ``scales`` scales from ``scale``; ``info["joint_token_scale"]`` is the one used).
     Returns ``(Ws, info)``; ``info["amplitudes"]`` holds each head's ``M_h[:, :d]`` (shape ``(H, d_out, d)``, in
     the heads' order of ``Ws``) from the rows' amplitude vectors. Raises :class:`NotIdentifiableError` when
     the answers show no head and :class:`OracleInconsistentError` (with the numbers) when a row's rank is not
@@ -699,7 +710,7 @@ def learn_heads_joint(
     # a fresh 12 MB batch per row (d = 64, H = 8) made the allocator return and re-fault memory, about 1 CPU s of
     # page faults in all (measured, session 39)
     Q = np.empty((n_tok * 2 * H, 2 * H + 1, d))
-    scale, first = _token_scale(oracle, D[0], X0, o1, H, r, rank_tol, Q, scale, tol)
+    scale, first = _token_scale(oracle, D[0], X0, o1, H, r, rank_tol, Q, scale, tol, scales)
     X = X0 * (scale / np.sqrt(d))
     Xt = np.concatenate([X, np.ones((n_tok, 1))], axis=1)
     Zs, Vs = [], []

@@ -11,7 +11,7 @@ from .._validation import check_choice, check_int, check_real
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from ..oracles import VectorQueryOracle, unit_roundoff
 from ..recovery import Recovery
-from ._joint import JOINT_FROM, LINK_TOKENS, joint_plan, learn_heads_joint
+from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, learn_heads_joint
 from ._fit import (
     LSTSQ_GATE,
     POLISH_MAX_UNKNOWNS,
@@ -523,23 +523,15 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
     return Dinv[None, :, None] * Ws * Dinv[None, None, :], learner
 
 
-def _learn_heads_joint(oracle, Y1, o: _Options, rng):
-    """The heads' ``W~_h`` from all outputs jointly (:mod:`companion.layer._joint`); refusals name both causes."""
+def _learn_heads_joint(oracle, Y1, o: _Options, rng, scales=JOINT_SCALE_STEPS):
+    """The heads' ``W~_h`` from all outputs jointly (:mod:`companion.layer._joint`; ``scales=1`` where larger tokens
+    leave the route's reach: behind a pre-LN, on the gap's route); refusals name both causes."""
     o1 = lambda X: Y1[0] + X @ (Y1[1:] - Y1[0])  # noqa: E731  # the one-token answers, affine in the token
     at = f", at float32's precision (u = {o.u:.1e})" if o.float32 else ""
     try:
-        if o.float32:  # the fits at FLOAT32_HEADS_TOL, the rank above FLOAT32_RANK_UNITS u, FLOAT32_LINK_TOKENS
-            Ws, _ = learn_heads_joint(
-                oracle,
-                o1,
-                o.H,
-                rng,
-                tol=FLOAT32_HEADS_TOL,
-                rank_tol=FLOAT32_RANK_UNITS * o.u,
-                link_tokens=FLOAT32_LINK_TOKENS,
-            )
-        else:
-            Ws, _ = learn_heads_joint(oracle, o1, o.H, rng)
+        # float32: the fits at FLOAT32_HEADS_TOL, the rank above FLOAT32_RANK_UNITS u, FLOAT32_LINK_TOKENS
+        f32 = {"tol": FLOAT32_HEADS_TOL, "rank_tol": FLOAT32_RANK_UNITS * o.u, "link_tokens": FLOAT32_LINK_TOKENS}
+        Ws, _ = learn_heads_joint(oracle, o1, o.H, rng, scales=scales, **(f32 if o.float32 else {}))
     except NotIdentifiableError as exc:
         raise NotIdentifiableError(
             f"the answers show no attention head: the layer is affine in the last token ({exc})"
@@ -813,7 +805,7 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
     try:
         with count.stage("heads"):
             if _pre_joint_applies(o, d, int(oracle.d_out)):  # ordinary normalised tokens (PRE_JOINT_FROM)
-                Ws, learner = _learn_heads_joint(inner, Y1, o, rng)
+                Ws, learner = _learn_heads_joint(inner, Y1, o, rng, scales=1)
             else:
                 Ws, learner = _learn_heads(inner, Y1, o, rho=PRE_HEADS_SCALE)
     except InvalidInputError as exc:  # the block is in the class, but this size is out of the route's reach
@@ -1110,7 +1102,7 @@ def learn_attention_layer(
                 Ws, learner = _learn_heads_joint(oracle, Y1, o, rng)
             elif post_joint:
                 # ordinary tokens x, x + delta: the LayerNorm's input variance stays small (POST_JOINT_FROM)
-                Ws, learner = _learn_heads_joint(inner, Y1, o, rng)
+                Ws, learner = _learn_heads_joint(inner, Y1, o, rng, scales=1)
             else:
                 Ws, learner = _learn_heads(inner, Y1, o, rho=1.0 if norm is None else HEADS_SCALE)
         stage = "least squares"
