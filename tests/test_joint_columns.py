@@ -113,7 +113,7 @@ def _ladder(monkeypatch, sep, q99, misfit=1e-15, H=3):
     monkeypatch.setattr(J, "_row", row)
     monkeypatch.setattr(J, "_start_C", lambda Z, r, H: np.eye(H))
     monkeypatch.setattr(J, "_als", lambda Z, C, r: (C, np.ones((1, 4, H)), None, np.array([misfit]), None))
-    monkeypatch.setattr(J, "_separation", lambda shifts: (sep, q99))
+    monkeypatch.setattr(J, "joint_separation", lambda shifts: (sep, q99))
     X0 = np.random.default_rng(0).standard_normal((400, 8))
     scale, _ = J._token_scale(None, None, X0, None, H, None, None, None, J.TOKEN_SCALE, 1e-9)
     return scale, asked
@@ -140,6 +140,6 @@ def test_the_token_scale_doubles_while_the_first_row_misfits(monkeypatch):
 
 def test_separation_is_the_closest_heads_rms_shift_difference():
     shifts = np.array([[0.0, 0.3, 1.0], [0.0, -0.3, 2.0]])  # heads 0 and 1 differ by 0.3 at both tokens
-    sep, q99 = J._separation(shifts)
+    sep, q99 = J.joint_separation(shifts)
     assert sep == pytest.approx(0.3) and q99 == pytest.approx(np.quantile([0, 0.3, 1, 0, 0.3, 2], 0.99))
-    assert J._separation(shifts[:, :1])[0] == np.inf
+    assert J.joint_separation(shifts[:, :1])[0] == np.inf

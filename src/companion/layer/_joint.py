@@ -37,7 +37,15 @@ from scipy.optimize import linear_sum_assignment
 
 from ..errors import NotIdentifiableError, OracleInconsistentError
 
-__all__ = ["JOINT_FROM", "JOINT_RANK_TOL", "JOINT_SCALE_STEPS", "JOINT_SEPARATION", "joint_plan", "learn_heads_joint"]
+__all__ = [
+    "JOINT_FROM",
+    "JOINT_RANK_TOL",
+    "JOINT_SCALE_STEPS",
+    "JOINT_SEPARATION",
+    "joint_plan",
+    "joint_separation",
+    "learn_heads_joint",
+]
 
 #: ``learn_attention_layer(heads="auto")`` runs this joint stage from this many heads (H given, no LayerNorm,
 #: float64 answers, ``d_out >= H``); below it the readout route (one scalar readout).
@@ -642,9 +650,21 @@ def _link(Phi, amp, GL, tol_link):
     return _matched(lstsq(design, Y.reshape(-1), lapack_driver="gelsy")[0].reshape(H, H))  # QR with pivoting
 
 
-def _separation(shifts):
-    """The closest two heads' shifts, root mean square over the tokens (``shifts`` of shape ``(K, H)``), and the
-    99th percentile of ``|shift|``; ``(inf, that percentile)`` for one head."""
+def joint_separation(shifts):
+    """How far apart the heads' shifts are, as the joint stage's token scale rule reads them (this book's own).
+
+    Parameters
+    ----------
+    shifts : ndarray, shape (K, H)
+        Per token and head the shift ``delta^T W~_h[:d, :] x~`` of a pair query's row ``delta`` (``-log p``).
+
+    Returns
+    -------
+    tuple of float
+        The closest two heads' shifts' difference, root mean square over the tokens (``inf`` for one head), and
+        the 99th percentile of ``|shift|``. :func:`_token_scale` doubles the scale while the first is below
+        ``JOINT_SEPARATION`` and twice the second stays within ``log 2H``.
+    """
     q99 = float(np.quantile(np.abs(shifts), 0.99))
     if shifts.shape[1] < 2:
         return np.inf, q99
@@ -671,7 +691,7 @@ def _token_scale(oracle, delta, X0, o1, H, r, rank_tol, out, scale, tol, scales=
         C = _start_C_columns(Z, r, H) if C is None else C
         if C is not None:
             _, p, _, mis, _ = _als(Z[None], C[None], r)
-            sep, q99 = _separation(-np.log(p[0]))
+            sep, q99 = joint_separation(-np.log(p[0]))
             if mis[0] <= tol and (sep >= JOINT_SEPARATION or 2.0 * q99 > np.log(2 * H)):
                 return scale, row
         scale *= 2.0
