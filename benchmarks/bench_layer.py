@@ -36,6 +36,19 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 42 (this book's): MiniLM's whole block is recovered. ``benchmarks/minilm_block.py`` made the run (record
+``data/results/minilm_block.json``, commit a586fd1, one BLAS thread, the other core busy with tests for part of it):
+3,878,150 queries, fresh error 5.0e-13, ``transformers``' float64 outputs 3.1e-11, heads 3.7e-11 and output maps
+2.2e-11 (canonical form, relative), gamma 1.5e-14, eps 4.2e-6 relative; 28.4 CPU minutes against the oracle's own
+17.0 inside the run, 1.67x, peak RSS 4.4 GB. What changed: the joint stage's column start stops each fit on its own
+(14 s to 1.9 s for a MiniLM row's 768 starts) and takes its starts 8 tokens' at a time; fits at float64's rounding are
+one head only within COLUMN_SAME times their misfit (COLUMN_DISTINCT alone merged MiniLM's twelve heads into three);
+and the stage doubles its token scale from its first row's answers while the closest heads' shifts differ by less
+than JOINT_SEPARATION (MiniLM: 2 to 16, four extra rows; a row whose closest heads differed by 0.014 at scale 2 had a
+head no start reached). The d = 64, H = 8 row is unchanged (93,789 queries, its first row already separated; 1.68x in
+one run of it alone, 2026-12-04). MiniLM's row here was not rerun in ``make bench`` this session (it now takes about
+half an hour).
+
 Session 41 (this book's): MiniLM's row no longer stops at its post-LN (the norms come from the row space,
 ``companion.layer._directions``); the learner asks the joint stage's rows and stops there. The row itself was not
 rerun here; ``benchmarks/minilm_block.py`` made the same run (its record, ``data/results/minilm_block.json``):
