@@ -44,7 +44,7 @@ Session 42 (this book's): MiniLM's whole block is recovered. ``benchmarks/minilm
 (14 s to 1.9 s for a MiniLM row's 768 starts) and takes its starts 8 tokens' at a time; fits at float64's rounding are
 one head only within COLUMN_SAME times their misfit (COLUMN_DISTINCT alone merged MiniLM's twelve heads into three);
 and the stage doubles its token scale from its first row's answers while the closest heads' shifts differ by less
-than JOINT_SEPARATION (MiniLM: 2 to 16, four extra rows; a row whose closest heads differed by 0.014 at scale 2 had a
+than JOINT_SEPARATION (MiniLM: 2 to 16, three extra rows; a row whose closest heads differed by 0.014 at scale 2 had a
 head no start reached). The d = 64, H = 8 row is unchanged (93,789 queries, its first row already separated; 1.68x in
 one run of it alone, 2026-12-04). MiniLM's row here was not rerun in ``make bench`` this session (it now takes about
 half an hour).

@@ -19,11 +19,11 @@ directions alone, up to one scale ``s0`` for every query, where the queries have
    It needs ``c_x`` outside ``R`` and the ``V_x`` to meet in ``R`` only: ``d_out >= H + 3``.
 
 The one scale ``s0`` is then fixed as for any post-LN: by the identity skip (``canonical``), and ``eps``
-follows from the gap, to about ``2**-53 / gap`` relative, which moves the predictions by about the gap
-itself (``eps`` enters them as ``eps / var``). Unlike ``layer._norm.Denormalised`` (the norm from the gap) the
-precision of the norms here does not depend on ``eps``. Random queries have no such structure: the route
-asks no least squares and no polish on them; ``M_h`` comes from the joint stage's amplitude vectors and the
-skip and bias from the one-token map.
+follows from the gap, to about ``2**-53 / gap`` relative, which moves the predictions by about that error times
+the gap, at float64's rounding (``eps`` enters them as ``eps / var``). Unlike ``layer._norm.Denormalised``
+(the norm from the gap) the precision of the norms here does not depend on ``eps``. Random queries have no such
+structure: the route asks no least squares and no polish on them; ``M_h`` comes from the joint stage's amplitude
+vectors and the skip and bias from the one-token map.
 """
 
 from __future__ import annotations
