@@ -120,9 +120,12 @@ def test_when_the_norms_come_from_the_row_space(H, heads, d_out, gap, applies):
     assert DIRECTIONS_FROM_GAP == LOW_GAP
 
 
-def test_the_plan_counts_the_one_token_map_and_the_joint_stage():
-    assert directions_plan(16, 2) == 2 * 16 + 1 + joint_plan(16, 2, LINK_TOKENS)
-    assert directions_plan(16, 2) == 33 + 2 * 2 * (16 * (16 + 25) + 15 * 8)
+def test_the_plan_counts_the_one_token_map_the_joint_stage_and_its_token_scale():
+    from companion.layer._joint import JOINT_SCALE_STEPS, scale_plan
+
+    assert directions_plan(16, 2) == 2 * 16 + 1 + joint_plan(16, 2, LINK_TOKENS) + scale_plan(16, 2)
+    assert scale_plan(16, 2) == (JOINT_SCALE_STEPS - 1) * 2 * 2 * (16 + 25) == 4 * 164
+    assert directions_plan(16, 2) == 33 + 2 * 2 * (16 * (16 + 25) + 15 * 8) + 4 * 164
 
 
 def test_the_joint_stage_returns_the_output_maps_token_part():

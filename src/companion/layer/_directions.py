@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import OracleInconsistentError
 from ..oracles import VectorQueryOracle
-from ._joint import joint_plan, learn_heads_joint
+from ._joint import joint_plan, learn_heads_joint, scale_plan
 from ._model import centre
 
 __all__ = [
@@ -127,8 +127,9 @@ def directions_apply(H, heads: str, d_out: int, gap: float) -> bool:
 
 
 def directions_plan(d: int, H: int) -> int:
-    """The queries of this route beyond the first answers: the one-token map's ``2 d + 1`` and the joint stage's."""
-    return 2 * d + 1 + joint_plan(d, H, LINK_TOKENS)
+    """The queries of this route beyond the first answers: the one-token map's ``2 d + 1`` and the joint stage's,
+    its token scale's doublings reserved (:func:`companion.layer._joint.scale_plan`)."""
+    return 2 * d + 1 + joint_plan(d, H, LINK_TOKENS) + scale_plan(d, H)
 
 
 class RowScaled(VectorQueryOracle):

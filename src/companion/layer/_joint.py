@@ -173,6 +173,13 @@ def joint_plan(d: int, H: int, link_tokens: int = LINK_TOKENS) -> int:
     return 2 * H * (d * n_tok + (d - 1) * link_tokens)
 
 
+def scale_plan(d: int, H: int, scales: int = JOINT_SCALE_STEPS) -> int:
+    """The queries the token scale's doublings may add to :func:`joint_plan`: at most ``scales - 1`` rows of
+    ``2 H (d + 1 + EXTRA_TOKENS)`` (:func:`_token_scale`; each doubling asks the first row again). A plan that
+    reserves them is never short, whichever scale the answers choose. No query is asked."""
+    return (scales - 1) * 2 * H * (d + 1 + EXTRA_TOKENS)
+
+
 def _pair_queries(delta, X, H, out=None):
     """Queries of ``n`` copies of ``x + delta`` and ``m`` of ``x``: ``(len(X) * 2H, 2H + 1, d)``, token-major.
 

@@ -11,7 +11,7 @@ from .._validation import check_choice, check_int, check_real
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from ..oracles import VectorQueryOracle, unit_roundoff
 from ..recovery import Recovery
-from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, learn_heads_joint
+from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, learn_heads_joint, scale_plan
 from ._fit import (
     LSTSQ_GATE,
     POLISH_MAX_UNKNOWNS,
@@ -331,8 +331,8 @@ def _plan(oracle, o: _Options) -> dict:
         plan["heads"] = joint_plan(d - 1, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS))
     if o.heads == "joint" and not joint:
         raise InvalidInputError(f"heads='joint' runs on blocks without a pre-LN; got layernorm={o.layernorm!r}.")
-    if joint and o.H is not None:  # the float32 route's links (known from the answers only) reserved in every case
-        plan["heads"] = joint_plan(d, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS))
+    if joint and o.H is not None:  # the float32 route's links and the token scale's doublings reserved in every case
+        plan["heads"] = joint_plan(d, o.H, max(LINK_TOKENS, FLOAT32_LINK_TOKENS)) + scale_plan(d, o.H)
     # the readout route's count, unless every LayerNorm the answers may show takes the joint stage
     kinds = ("none", "post", "pre") if o.layernorm == "auto" else (o.layernorm,)
     by_kind = {"none": _joint_applies(o, d_out), "post": _post_joint_applies(o, d, d_out)}
