@@ -45,6 +45,7 @@ __all__ = [
     "joint_plan",
     "joint_separation",
     "learn_heads_joint",
+    "scale_plan",
 ]
 
 #: ``learn_attention_layer(heads="auto")`` runs this joint stage from this many heads (H given, no LayerNorm,
