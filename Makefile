@@ -94,7 +94,7 @@ test-clock:
 # A reader's runs, the whole matrix (make test runs a daily rotation of it): every chapter on seeds 0-9 at its
 # defaults and on 20 parameter sets drawn from its declared constraints, each as `companion run` (COMPANION_STRICT=0);
 # a run that stops fails, a claim that does not hold is listed at the end (tests/test_reader_runs.py).
-# READER_SEEDS=0-4 READER_DRAWS=5: a smaller matrix.
+# READER_SEEDS=0-4 READER_DRAWS=5: a smaller matrix; READER_DRAWS=0: the seeds' runs only.
 READER_SEEDS ?= 0-9
 READER_DRAWS ?= 20
 reader-runs: $(STAMP)

@@ -88,14 +88,23 @@ def seed_runs(day: int | None = None, seeds: str | None = None) -> list[tuple[st
 
 
 def _draws() -> int:
-    return int(os.environ.get("COMPANION_READER_DRAWS", "2"))
+    """Draws per chapter: ``COMPANION_READER_DRAWS`` (a whole number >= 0; 0: the seeds' runs only), else 2."""
+    text = os.environ.get("COMPANION_READER_DRAWS", "2")
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise pytest.UsageError(
+            f"COMPANION_READER_DRAWS={text!r}: give the draws per chapter as a whole number >= 0 (0: seeds only)")
+    return value
 
 
 def draw_chapters(day: int | None = None) -> list[str]:
-    """The chapters drawn from in this session: all with ``COMPANION_READER_DRAWS`` set, else the
-    day's third of them (chapter ``i`` on the days ``k`` with ``(k + i) % 3 == 0``)."""
+    """The chapters drawn from in this session: all with ``COMPANION_READER_DRAWS`` set (none when it is 0),
+    else the day's third of them (chapter ``i`` on the days ``k`` with ``(k + i) % 3 == 0``)."""
     if os.environ.get("COMPANION_READER_DRAWS"):
-        return list(CHAPTERS)
+        return list(CHAPTERS) if _draws() > 0 else []
     day = _day() if day is None else day
     return [stem for i, stem in enumerate(CHAPTERS) if (day + i) % 3 == 0]
 
@@ -409,6 +418,19 @@ def test_the_rotation_gives_every_chapter_5_seeds_in_5_days_and_all_nine_in_9():
 def test_the_draws_cover_every_chapter_in_3_days():
     days = [draw_chapters(day=k) for k in range(40, 43)]
     assert sorted(sum(days, [])) == sorted(CHAPTERS) and all(2 <= len(d) <= 3 for d in days)
+
+
+def test_zero_draws_selects_no_draw_and_a_bad_count_is_a_usage_error(monkeypatch):
+    """READER_DRAWS=0 (`make reader-runs READER_DRAWS=0`): the seeds' runs only. Before the fix, the draws'
+    tests were still collected and hypothesis's max_examples=0 stopped the session with an INTERNALERROR."""
+    monkeypatch.setenv("COMPANION_READER_DRAWS", "0")
+    assert draw_chapters() == [] and _draws() == 0
+    monkeypatch.setenv("COMPANION_READER_DRAWS", "1")
+    assert draw_chapters() == list(CHAPTERS) and _draws() == 1
+    for bad in ("-1", "two"):
+        monkeypatch.setenv("COMPANION_READER_DRAWS", bad)
+        with pytest.raises(pytest.UsageError, match="whole number >= 0"):
+            _draws()
 
 
 def test_the_full_matrix_is_every_chapter_on_seeds_0_to_9():
