@@ -15,12 +15,19 @@ The package has three layers, and imports go down only:
    * :mod:`companion.numerics.rgn` -- Riemannian Gauss-Newton on the rank-``r`` matrices for ROP
      measurements, plain and weighted. Used by ``lowrank`` (``method="rgn"``) and ``robust``
      (``learn_low_rank_noisy``).
+   * ``companion.numerics.rational`` (private names, not on the API page) -- fits of
+     ``g(s) = sum_h c_h sigma(s + l_h)``, the rational function of the copies' ratio that a
+     multi-head answer is (this book's construction; it was ``companion._rational`` before issue 34).
+     Used by the canonical-form learners of ``multihead`` and the layer probe of ``pretrained``.
+   * :mod:`companion.numerics.rounding` -- rounding-error bounds of float64 computations (Higham
+     2002): ``unit_roundoff``, ``gamma`` and the bounds the chapters check their gaps against.
 
 2. The skeleton and the foundations: ``errors``, ``_validation``, ``_streaming``, ``recovery``,
    ``_learner`` (check, reserve, verify, build), ``attention`` and ``oracles``.
-3. The paper's sections, one module each: ``exact`` (§4), ``ffn`` and ``transformer`` (§4.1),
-   ``lowrank`` (§5), ``robust`` (§6), ``multihead`` (§7), ``pretrained`` and ``membership``
-   (beyond the paper); and the book's tools (``results``, ``plotting``, ``cli``, ...).
+3. The paper's sections, a module or package each: ``exact`` (§4), ``ffn`` and ``transformer``
+   (§4.1), ``lowrank`` (§5), ``robust`` (§6), ``multihead`` (§7); ``layer``, ``pretrained`` and
+   ``membership`` go beyond the paper. The book's tools (``results``, ``plotting``, ``cli``, ...)
+   sit apart, in ``companion.book``, which nothing here imports.
 
 A module may use a private (``_``-prefixed) name of another module only if that module lies in a
 subpackage strictly below its own (``companion.lowrank`` may import
