@@ -342,7 +342,8 @@ def summary() -> str | None:
     seeds = os.environ.get("COMPANION_READER_SEEDS")
     head = (f"seeds {seeds} on every chapter" if seeds else
             f"rotation day {_day()}: " + ", ".join(f"{c} seed {s}" for c, s in seed_runs()))
-    lines = [head + f"; {_draws()} draw(s) from the constraints of {', '.join(draw_chapters())}"]
+    drawn = draw_chapters()
+    lines = [head + (f"; {_draws()} draw(s) from the constraints of {', '.join(drawn)}" if drawn else "; no draws")]
     for r in RUNS:
         params = ", ".join(f"{k}={v!r}" for k, v in r["parameters"].items())
         held = (f"; does not hold: {', '.join(r['not_holding'])}" if r["not_holding"] else
