@@ -292,8 +292,8 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
     """Cost of the sketch at size ``d`` against the oracle's own cost, measured in this process.
 
     The target is ``random_single_head(d, rank=rank, factored=True, seed=seed)``; the learner is
-    ``learn_low_rank(..., method="sketch", oversample=0)`` (the floor ``d + r(2d - r)`` queries,
-    plus re-measurements). The oracle times its own calls, so ``oracle_s`` is the time the oracle
+    ``learn_low_rank(..., method="sketch", oversample=0)`` (the floor ``d + r(2d - r)`` learning queries,
+    plus re-measurements of saturated weights; its verification's queries counted apart). The oracle times its own calls, so ``oracle_s`` is the time the oracle
     alone spends answering exactly the learner's queries, measured side by side with the learner's
     total ``learner_s``. With ``memory``, a second, identical run under ``tracemalloc`` gives the
     peak of the memory allocated while learning (the target's own arrays are allocated before).
@@ -313,14 +313,18 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
     Returns
     -------
     dict
-        ``d``, ``r``, ``queries``, ``floor``, ``rel_error_W`` (against ``W = K^T Q``, formed for the
-        check only), ``learner_s``, ``oracle_s``, ``ratio`` and, with ``memory``, ``peak_bytes``.
+        ``d``, ``r``, ``queries`` (the learning queries, ``Recovery.n_learning_queries``), ``verify_queries``
+        (the verification's, on fresh queries), ``floor``, ``rel_error_W`` (against ``W = K^T Q``, formed for
+        the check only), ``learner_s``, ``oracle_s`` (the oracle's time for all of them), ``ratio`` and, with
+        ``memory``, ``peak_bytes``.
 
     Examples
     --------
     >>> row = scaling_point(64, 2, seed=0, memory=False)
     >>> row["queries"] >= row["floor"] == 64 + degrees_of_freedom(64, 2), row["rel_error_W"] < 1e-10
     (True, True)
+    >>> row["verify_queries"]  # learn_low_rank's default verify
+    32
     """
     import time
     import tracemalloc
@@ -354,7 +358,8 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
         row = {
             "d": d,
             "r": r,
-            "queries": rec.n_queries,
+            "queries": rec.n_learning_queries,
+            "verify_queries": rec.n_queries - rec.n_learning_queries,
             "floor": d + degrees_of_freedom(d, r),
             "rel_error_W": rec.relative_errors(head)["W"],
             "learner_s": seconds,
