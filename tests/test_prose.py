@@ -203,9 +203,10 @@ def _trend_findings(path, where):
 def test_issue_38_item_4_the_unmeasured_growth_of_the_ratio_is_found(tmp_path):
     path, where = _revert(
         tmp_path, "02_exact_learning",
-        "{ref}`sec-exact-conditioning` measures where the difference comes from: the dense solve of Gaussian\n"
-        "probes amplifies the logits' rounding errors {glue:text}`cond_gauss_between` $\\kappa_2$ (checked\n"
-        "when the chapter runs).",
+        "{ref}`sec-exact-conditioning` measures two parts of the difference, on its own heads: the dense solve "
+        "of Gaussian\nprobes amplifies the logits' rounding errors {glue:text}`cond_gauss_between` $\\kappa_2$ "
+        "(checked\nwhen the chapter runs), and at its larger $d$ the Gaussian probes' logits are themselves "
+        "measured less precisely.",
         "{ref}`sec-exact-conditioning` measures why the ratio grows.")
     assert _trend_findings(path, where) == [("unchecked trend", "why")]  # "why ... grows": the first word
 

@@ -488,7 +488,7 @@ def learn_single_head(
     kappa_W = probe_floor(U, lu, T, C, v, uv, W)
     extra = [f"{n_scale} queries that chose the probes' scale for the answers' relative rounding"] if n_scale else []
     extra += [f"{n_re} re-measurements of saturated probes"] if n_re else []
-    message = f"recovered W and v from d + d^2 = {d + d * d} value queries (Theorem 4.1)" + "".join(
+    message = f"recovered W and v from d + d^2 = {d + d * d} value queries (the algorithm of Theorem 4.1)" + "".join(
         f" and {part}" for part in extra
     )
     checked = verify_head(

@@ -19,7 +19,11 @@ def relu(z):
 
 
 def bits_of_precision(y_hat, y) -> float:
-    """``-log2(max_i |y_hat_i - y_i| / max_i |y_i|)``: Carlini et al.'s measure of extraction fidelity.
+    """``-log2(max_i |y_hat_i - y_i| / max_i |y_i|)``: bits of agreement relative to the largest output.
+
+    This book's measure of extraction fidelity. Carlini et al. (2020) report the absolute worst case,
+    ``-log2(max_i |y_hat_i - y_i|)``, on inputs of their own scale; the two agree when the largest output
+    is 1.
 
     Returns ``inf`` when the outputs agree exactly (the chapter caps it at 53 for display).
 

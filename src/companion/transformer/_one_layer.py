@@ -540,7 +540,8 @@ def output_precision(model_hat, model, *, n=1000, max_len=8, seed=0):
     """Worst output disagreement of two Transformers on fresh random inputs, in bits.
 
     Inputs have random lengths 1 to ``max_len`` and tokens ``N(0, I_d / d)``. Returns
-    ``-log2(max |TF_hat - TF| / max |TF|)`` (Carlini et al.'s measure), ``inf`` on exact agreement.
+    ``-log2(max |TF_hat - TF| / max |TF|)`` (this book's measure, relative to the largest output; Carlini
+    et al. report the absolute one), ``inf`` on exact agreement.
     """
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     lengths = rng.integers(1, max_len + 1, size=check_int(n, "n", minimum=1))
