@@ -2,11 +2,14 @@
 
 import json
 import types
+from pathlib import Path
 
 import pytest
 
 from companion.book import nbcompare
 from companion.book.nbcompare import compare_text
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("ref, test", [
@@ -157,3 +160,44 @@ def test_stats_count_how_each_number_was_compared_and_how_far_it_moved():
     assert nbcompare.compare_notebooks(nb("a 1.5"), nb("a 1.5"), stats=stats) == {}
     assert nbcompare.summarize(stats) == {"exact": 1, "tolerance": 0, "rounding": 0, "max_move": 0.0,
                                           "max_move_cell": None, "max_move_texts": None}
+
+
+def _column_rules_and_headers(nb):
+    """Per code cell with a column tolerance: (cell index, the columns its rules name, its tables' headers)."""
+    for i, cell in enumerate(nb.cells):
+        rules = cell.metadata.get("companion", {}).get("tolerance", [])
+        named = set()
+        for rule in rules if isinstance(rules, list) else [rules]:
+            if "column" in rule:
+                named |= {rule["column"]} if isinstance(rule["column"], str) else set(rule["column"])
+        if not named:
+            continue
+        html = "".join(o.get("data", {}).get("text/html", "") for o in cell.get("outputs", []))
+        html = "".join(html) if isinstance(html, list) else html
+        headers = {h for _, _, h in nbcompare._table_columns(html)}
+        yield i, named, headers
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "book" / "chapters").glob("[0-9][0-9]_*.ipynb")), ids=lambda p: p.stem)
+def test_every_column_a_tolerance_names_is_a_column_of_its_cells_table(path):
+    """A column tolerance that names no column of the cell's table covers nothing: renaming a table's column
+    ("queries" to "learning queries", chapter 02, 2026-12-05) left the re-asked count of a large-norm head exact,
+    and a 4-ulp perturbation of the answers (7,911 became 7,914) failed nbval."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    missing = [(i, sorted(named - headers)) for i, named, headers in _column_rules_and_headers(nb) if named - headers]
+    assert not missing, f"{path.name}: (cell, columns named by a tolerance but absent from its table): {missing}"
+
+
+def test_the_column_check_finds_a_renamed_column():
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell("t")
+    cell.metadata["companion"] = {"tolerance": [{"column": ["queries", "re-asked"], "rtol": 0.02}]}
+    table = "<table><thead><tr><th></th><th>learning queries</th><th>re-asked</th></tr></thead>"
+    table += "<tbody><tr><th>0</th><td>7,911</td><td>3</td></tr></tbody></table>"
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": table})]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    [(i, named, headers)] = list(_column_rules_and_headers(nb))
+    assert named - headers == {"queries"} and "re-asked" in headers
