@@ -292,10 +292,11 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
     """Cost of the sketch at size ``d`` against the oracle's own cost, measured in this process.
 
     The target is ``random_single_head(d, rank=rank, factored=True, seed=seed)``; the learner is
-    ``learn_low_rank(..., method="sketch", oversample=0)`` (the floor ``d + r(2d - r)`` learning queries,
-    plus re-measurements of saturated weights; its verification's queries counted apart). The oracle times its own calls, so ``oracle_s`` is the time the oracle
-    alone spends answering exactly the learner's queries, measured side by side with the learner's
-    total ``learner_s``. With ``memory``, a second, identical run under ``tracemalloc`` gives the
+    ``learn_low_rank(..., method="sketch", oversample=0)`` (the floor ``d + r(2d - r)`` learning
+    queries, plus re-measurements of saturated weights; its verification's queries counted apart). The
+    oracle times its own calls, so ``oracle_s`` is the time the oracle alone spends answering exactly the
+    learner's queries (its verification's included), measured side by side with the learner's total
+    ``learner_s``. With ``memory``, a second, identical run under ``tracemalloc`` gives the
     peak of the memory allocated while learning (the target's own arrays are allocated before).
 
     Parameters
