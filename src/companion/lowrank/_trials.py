@@ -315,16 +315,17 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
     -------
     dict
         ``d``, ``r``, ``queries`` (the learning queries, ``Recovery.n_learning_queries``), ``verify_queries``
-        (the verification's, on fresh queries), ``floor``, ``rel_error_W`` (against ``W = K^T Q``, formed for
-        the check only), ``learner_s``, ``oracle_s`` (the oracle's time for all of them), ``ratio`` and, with
-        ``memory``, ``peak_bytes``.
+        (every other query: the verification's on fresh queries and, where the learner measures the answers'
+        precision, those queries too, as in ``diagnostics["n_verify_queries"]``), ``floor``, ``rel_error_W``
+        (against ``W = K^T Q``, formed for the check only), ``learner_s``, ``oracle_s`` (the oracle's time for all
+        of them), ``ratio`` and, with ``memory``, ``peak_bytes``.
 
     Examples
     --------
     >>> row = scaling_point(64, 2, seed=0, memory=False)
     >>> row["queries"] >= row["floor"] == 64 + degrees_of_freedom(64, 2), row["rel_error_W"] < 1e-10
     (True, True)
-    >>> row["verify_queries"]  # learn_low_rank's default verify
+    >>> row["verify_queries"]  # learn_low_rank's default verify (no precision measured at this d)
     32
     """
     import time
