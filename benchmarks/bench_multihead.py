@@ -132,6 +132,11 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    level): it stops early only when no pair moved, and stepping only the pairs above rounding
    level did not shorten it. From H = 5 on the interpolation is bit for bit main's
    (_rowstart.ACCEPT = 1e-9 was calibrated on the SVD's rounding).
+   Re-measured 2026-12-05 (main at 28a5ef2, AMD EPYC, ``make bench BENCH=bench_multihead`` alone, load 1.0):
+   the counts route's time targets fail at d = 32, H = 2 (23 ms against the oracle's 10 ms, 2.31x by length,
+   2.48x at the best block), d = 32, H = 4 (2.03x, 2.22x) and d = 64, H = 12 (2.00x, 3.52x); d = 64, H = 2 and 4
+   pass (1.16x, 1.25x). On this host the oracle's numpy work is fast against the learner's per-row Python
+   overhead; the row fits (_fit_rows_chunk, about 5 ms a run) are its largest part. Targets not widened.
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest

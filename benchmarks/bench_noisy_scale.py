@@ -56,6 +56,13 @@ that the residual has reached the measurements' rounding (about 1.1e-13 at d = 1
 ``tol`` = 1e-13; at d = 512 the same iteration still gains 3x, 2.5e-13 to 8.4e-14): a stop that knew
 the rounding level in advance would save it, about 5 % of the run, not enough to change the verdict.
 
+Re-measured 2026-12-05 in ``make bench`` (main at 28a5ef2, AMD EPYC, one BLAS thread): 70.2 CPU s against the
+oracle's 6.43, ratio 10.9, at a load of 1.2 to 1.9 (other work of the same session); the row alone again on a quiet
+machine (load 1.0): 69.3 CPU s against 6.28, ratio 11.0, relative error of W 1.4e-13. So on this host the guard
+fails on a quiet machine too: the sentence above ("holds on a quiet machine") held on the earlier one only. The
+guard was not widened; the row stays a failed target until RGN itself gets faster (the last iteration's 5 % is not
+enough).
+
 The rgn 1024:32 row missed the former target of 3x, and cannot meet it with this solver: its conjugate-gradient
 iterations alone (at least 87 at ``m = 2 n``, each 1/14 of the oracle) cost 6.3 oracle-times, and
 the design, the spectral start and the oracle 2.2 more (the accounting is in the docstring of
