@@ -77,6 +77,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from _targets import Targets  # benchmarks/_targets.py: printed targets decide the exit code
 
@@ -172,7 +173,39 @@ def main(argv=None) -> int:
         else:
             print(f"{method:>6} {d:>5} {r:>3} {'':>8} {'':>10} {'':>7} {'':>9} {'':>10} {'':>6} {'':>9} {'':>8} "
                   f"{'':>10} {'':>5}  {row['status']}", flush=True)
+    path = save(rows, {"rows": args.rows, "timeout": args.timeout, "threads": 1})
+    print(f"rows saved to {path}")
     return verdicts(rows).exit_code()
+
+
+def save(rows, params):
+    """Merge the rows that ran into data/results/bench_noisy_scale.json (atomic write, with
+    provenance per row and for the file), keyed ``method:d:r``; a row that did not finish is not
+    saved, so the file keeps that row's last finished run. Chapter 04 reads its ``rgn:1024:32``
+    row."""
+    from companion.book import results
+
+    root = results.repo_root(Path(__file__).resolve().parent)
+    path = (root if root is not None else Path.cwd()) / "data" / "results" / "bench_noisy_scale.json"
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        old = {"rows": {}}
+    header = results.provenance("bench_noisy_scale", params, 0)
+    merged = dict(old.get("rows", {}))
+    for (method, d, r), row in rows.items():
+        if row["status"] != "ok":
+            continue
+        target = TARGETS.get((method, d, r), (None, None, None))[2]
+        merged[f"{method}:{d}:{r}"] = row | {
+            "cpu_ratio": row["cpu_s"] / row["oracle_cpu_s"],
+            "target_cpu_ratio": target,
+            "created": header["created"],
+            "commit": header["commit"],
+            "library_hash": header["library_hash"],
+        }
+    results.write_json(path, header | {"rows": merged})
+    return path
 
 
 def verdicts(rows) -> Targets:

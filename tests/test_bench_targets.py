@@ -74,3 +74,28 @@ def test_bench_noisy_scale_judges_cpu_time_not_wall_time(benchmarks, capsys):
     assert bench.verdicts(rows(60.01, 50.0)).exit_code() == 1
     assert bench.verdicts(rows(60.0, 50.01)).exit_code() == 1
     assert "within 60 CPU s: PASS" in capsys.readouterr().out
+
+
+def test_bench_noisy_scale_saves_finished_rows_with_provenance_and_keeps_the_last_finished(
+    benchmarks, tmp_path, monkeypatch
+):
+    # chapter 04 reads the rgn 1024:32 row of data/results/bench_noisy_scale.json: its CPU ratio
+    # and the guard it is judged against; a row that did not finish leaves the saved one as it was
+    import json
+
+    import bench_noisy_scale as bench
+
+    from companion.book import results
+
+    monkeypatch.setattr(results, "repo_root", lambda *a, **k: tmp_path)
+    ok = {"status": "ok", "learner_s": 80.0, "cpu_s": 66.0, "oracle_s": 7.0, "oracle_cpu_s": 6.0, "m": 129024}
+    path = bench.save({("rgn", 1024, 32): ok, ("noisy", 96, 8): {"status": "timeout (300 s)"}}, {"rows": "x"})
+    assert path == tmp_path / "data" / "results" / "bench_noisy_scale.json"
+    saved = json.loads(path.read_text())
+    assert list(saved["rows"]) == ["rgn:1024:32"]
+    row = saved["rows"]["rgn:1024:32"]
+    assert row["cpu_ratio"] == 11.0 and row["target_cpu_ratio"] == 10.0 and row["m"] == 129024
+    assert {"created", "commit", "library_hash"} <= set(row) and saved["chapter"] == "bench_noisy_scale"
+    assert saved["parameters"] == {"rows": "x"}
+    bench.save({("rgn", 1024, 32): {"status": "timeout (300 s)"}}, {"rows": "y"})
+    assert json.loads(path.read_text())["rows"]["rgn:1024:32"]["cpu_ratio"] == 11.0
