@@ -297,7 +297,7 @@ def test_budget_checked_before_first_query():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"rank": 0}, "rank=0 must be >= 1"),
-    ({"rank": 11}, "rank=11 must be <= 10"),
+    ({"rank": 11}, "rank=11 must be <= d = 10"),
     ({"rank": 2, "method": "svd"}, "method='svd' is not one of"),
     ({"rank": None, "method": "rgn"}, "rank=None .* needs method='sketch'"),
     ({"rank": 2, "method": "sketch", "n_measurements": 100}, "not used by method='sketch'"),

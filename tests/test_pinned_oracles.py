@@ -297,6 +297,10 @@ def test_target_returning_nan_or_the_wrong_count_is_an_inconsistent_oracle():
     with pytest.raises(OracleInconsistentError, match=r"8 answers \(an array of shape \(4, 2\)\) for a batch of 4 "
                                                       r"queries: .* one number per query, shape \(4,\)"):
         O.ValueQueryOracle(lambda X: np.zeros((len(X), 2)), d=2)(np.ones((4, 1, 2)))
+    # and says what to do with a vector-valued model (a new user's finding)
+    with pytest.raises(OracleInconsistentError, match=r"targets\.from_callable\(\.\.\., readout=c\), or ask it "
+                                                      r"through companion\.oracles\.VectorQueryOracle"):
+        O.ValueQueryOracle(lambda X: np.zeros((len(X), 2)), d=2)(np.ones((4, 1, 2)))
 
 
 def test_record_keeps_every_query_and_answer_in_order():

@@ -250,7 +250,7 @@ def test_lstsq_rank_truncation_and_errors():
     low = learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4), W_max=3.0, repeats=2, rank=2)
     assert np.linalg.matrix_rank(low.W) == 2
     assert np.linalg.norm(low.W - head.W) < 0.7 * np.linalg.norm(full.W - head.W)
-    with pytest.raises(InvalidInputError, match="rank=13 must be <= 12"):
+    with pytest.raises(InvalidInputError, match="rank=13 must be <= d = 12"):
         learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4), W_max=3.0, rank=13)
     with pytest.raises(InvalidInputError, match="scale='big'"):
         learn_robust_lstsq(ApproxValueQueryOracle(head, 1e-4), W_max=3.0, scale="big")

@@ -324,7 +324,7 @@ def test_float32_server_passing_on_verify_rtol_gets_its_precision_measured(learn
     assert o32.n_queries == o64.n_queries + 48 and g["n_precision_queries"] == 48
     error = rel(served.W, head.W)
     assert 1e-7 < error and error / 2 <= g["floor_W"] <= 10 * error  # an estimate of the floor, not a bound
-    assert "(float32?)" in served.message and f"about {g['floor_W']:.1e}" in served.message
+    assert "(measured; nearest format float32)" in served.message and f"about {g['floor_W']:.1e}" in served.message
 
 
 @pytest.mark.parametrize("fmt", ["float16", "bfloat16"])

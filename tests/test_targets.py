@@ -216,6 +216,26 @@ def test_keras_layer_learned_in_three_lines(bias):
     assert err["W"] < 1e-4 and err["v"] < 1e-5
 
 
+def test_fresh_keras_layer_zero_biases_learned_with_bias_true_is_compared_in_homogeneous_form():
+    """A fresh Keras layer has use_bias=True and every bias 0 (its initialiser): the README's
+    snippet learns it with bias=True, a (d + 1)-dimensional head, which errors() compares with the
+    homogeneous head w = 0, v0 = 0 (it raised a shape mismatch before: the truth had no bias)."""
+    keras.utils.set_random_seed(3)
+    layer = keras.layers.MultiHeadAttention(num_heads=1, key_dim=4)
+    x = np.zeros((1, 2, 8), "float32")
+    layer(x[:, -1:], x)
+    target = targets.from_keras(layer)
+    assert not target.truth.has_bias
+    rec = exact.learn_single_head(target.oracle(), bias=True)
+    assert rec.W.shape == (9, 9)
+    err = target.truth.errors(rec)
+    assert err["W"] < 1e-4 and err["v"] < 1e-5
+    assert target.truth.head(0, homogeneous=True).W.shape == (9, 9)
+    np.testing.assert_array_equal(target.truth.head(0, homogeneous=True).W[:8, 8], 0.0)
+    with pytest.raises(InvalidInputError, match=r"recovered W has shape \(3, 3\)"):
+        target.truth.errors(type("R", (), {"W": np.eye(3), "v": np.ones(3)})())
+
+
 def test_keras_layer_with_biases_learned_without_says_bias_true():
     target = targets.from_keras(keras_layer(8, 1, 4, bias=True, seed=8))
     with pytest.raises(OracleInconsistentError, match="Pass bias=True"):

@@ -351,7 +351,7 @@ class AnswerPrecision:
                 "(companion.robust) with tau at the noise"
             )
         if self.source == "measured":
-            return f"the answers {how} u={self.u:.0e} ({self.format}?)"
+            return f"the answers {how} u={self.u:.0e} (measured; nearest format {self.format})"
         return f"the answers {how} u={self.u:.2g} ({self.format})"
 
     def report_floor(self, diagnostics: dict, message: str, kappa_W: float) -> str:

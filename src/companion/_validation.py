@@ -15,15 +15,20 @@ import numpy as np
 from .errors import InvalidInputError
 
 
-def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Return ``value`` as a Python ``int``; reject bools, non-integral floats and out-of-range values."""
+def check_int(
+    value, name: str, *, minimum: int | None = None, maximum: int | None = None, maximum_name: str | None = None
+) -> int:
+    """Return ``value`` as a Python ``int``; reject bools, non-integral floats and out-of-range values.
+
+    ``maximum_name``: what the bound is (e.g. ``"d"``), named in the message: ``rank=20 must be <= d = 8``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise InvalidInputError(f"{name} must be an integer; got {value!r} of type {type(value).__name__}.")
     value = int(value)
     if minimum is not None and value < minimum:
         raise InvalidInputError(f"{name}={value} must be >= {minimum}.")
     if maximum is not None and value > maximum:
-        raise InvalidInputError(f"{name}={value} must be <= {maximum}.")
+        bound = f"{maximum_name} = {maximum}" if maximum_name else f"{maximum}"
+        raise InvalidInputError(f"{name}={value} must be <= {bound}.")
     return value
 
 

@@ -325,8 +325,10 @@ def learn_single_head(
     precision : None, "measure", str or float, default=None
         The relative rounding ``u`` of the answers (this book's, for served models): a format
         (``"float32"``, ``"bfloat16"``, ...) or a float; ``"measure"`` measures it first
-        (:func:`companion.oracles.measure_precision`, 24 queries counted with the verification);
-        ``None`` takes the oracle's stated ``precision``, else assumes float64 and measures it
+        (:func:`companion.oracles.measure_precision`, 32 queries, 48 for quantized answers,
+        counted with the verification);
+        ``None`` takes the oracle's stated ``precision``, else measures it first where that costs
+        at most 2 % of the planned queries (``d >= 49``), else assumes float64 and measures it
         only if the verification fails. A known ``u`` coarser than float64's (i) widens the
         saturation band to :func:`companion._learner.saturation_band`, (ii) with
         ``scale="auto"``, sets one probe scale for relative rounding from the first column

@@ -391,7 +391,9 @@ class ValueQueryOracle:
         if y.shape != (X.shape[0],):
             raise OracleInconsistentError(
                 f"the target returned {y.shape[0]} answers (an array of shape {raw.shape}) for a batch of "
-                f"{X.shape[0]} queries: a value-query target returns one number per query, shape ({X.shape[0]},)."
+                f"{X.shape[0]} queries: a value-query target returns one number per query, shape ({X.shape[0]},). "
+                "A model with vector outputs: read one number off it with companion.targets.from_callable(..., "
+                "readout=c), or ask it through companion.oracles.VectorQueryOracle."
             )
         if not np.all(np.isfinite(y)):
             i = int(np.flatnonzero(~np.isfinite(y))[0])

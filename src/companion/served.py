@@ -12,7 +12,7 @@ holds what the learners need to know about that precision (this book's, not the 
   does with float32 weights, or with float16 / bfloat16 operations that accumulate in float32
   and round each result (the usual kernels on CPUs and accelerators);
 * :func:`nearest_format`: the format whose ``u`` is nearest (in ratio) to a measured rounding,
-  for messages such as "answers carry rounding of about 3e-8 (float32?)".
+  for messages such as "answers carry rounding of about 3e-8 (measured; nearest format float32)".
 
 How a learner measures the precision of an oracle from its answers alone is
 :func:`companion.oracles.measure_precision`; how thresholds follow it is

@@ -84,11 +84,13 @@ class MergedHeads:
         """Whether a bias changes the function (a score bias ``w`` or an offset ``v0`` not 0)."""
         return bool(np.any(self.w) or np.any(self.v0))
 
-    def head(self, h=0) -> SingleHead:
+    def head(self, h=0, *, homogeneous=None) -> SingleHead:
         """Head ``h``: ``SingleHead(W_h, v_h)``, or with biases the homogeneous head in ``d + 1``
-        dimensions (``W~ = [[W, w], [0, 0]]``, ``v~ = (v, v0)``), what ``bias=True`` recovers."""
+        dimensions (``W~ = [[W, w], [0, 0]]``, ``v~ = (v, v0)``), what ``bias=True`` recovers.
+        ``homogeneous`` (bool): that form or not, whatever the biases (default: with biases only;
+        a layer whose biases are all 0, such as a fresh Keras layer, has ``w = 0``, ``v0 = 0``)."""
         h = check_int(h, "h", minimum=0, maximum=self.W.shape[0] - 1)
-        if not self.has_bias:
+        if not (self.has_bias if homogeneous is None else homogeneous):
             return SingleHead(self.W[h], self.v[h])
         d = self.W.shape[1]
         Wt = np.zeros((d + 1, d + 1))
@@ -111,9 +113,19 @@ class MergedHeads:
         """Relative errors ``{"W": ..., "v": ...}`` of a single-head recovery against head ``h``.
 
         With biases only the identifiable part is compared: the first ``d`` rows of ``W~`` and all
-        of ``v~`` (the last row of ``W~`` never enters the function).
+        of ``v~`` (the last row of ``W~`` never enters the function). A recovery in ``d + 1``
+        dimensions (``bias=True``) of a layer whose biases are all 0 is compared with its
+        homogeneous head, ``w = 0`` and ``v0 = 0``.
+
+        Raises
+        ------
+        InvalidInputError
+            If ``rec.W`` is neither ``(d, d)`` nor ``(d + 1, d + 1)``, or is ``(d, d)`` for a layer
+            with biases (learn with ``bias=True``).
         """
-        ref = self.head(h)
+        d = self.W.shape[1]
+        homogeneous = np.shape(rec.W) == (d + 1, d + 1)
+        ref = self.head(h, homogeneous=homogeneous or None)
         W, Wr = _f64(rec.W), _f64(ref.W)
         if W.shape != Wr.shape:
             raise InvalidInputError(
@@ -121,7 +133,7 @@ class MergedHeads:
                 + ("; the layer has biases: learn with bias=True" if self.has_bias else "")
                 + "."
             )
-        rows = slice(None, Wr.shape[0] - 1) if self.has_bias else slice(None)
+        rows = slice(None, d) if homogeneous else slice(None)
         eW = float(np.linalg.norm(W[rows] - Wr[rows]) / np.linalg.norm(Wr[rows]))
         ev = float(np.linalg.norm(_f64(rec.v) - _f64(ref.v)) / np.linalg.norm(_f64(ref.v)))
         return {"W": eW, "v": ev}

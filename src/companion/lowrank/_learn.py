@@ -433,7 +433,7 @@ def _plan(
             )
         r = None
     else:
-        r = check_int(rank, "rank", minimum=1, maximum=d)
+        r = check_int(rank, "rank", minimum=1, maximum=d, maximum_name="d")
     oversample = check_int(oversample, "oversample", minimum=0)
     rank_tol = check_real(rank_tol, "rank_tol", minimum=0.0, strict=True, maximum=1.0)
     if not isinstance(scale, str):
@@ -584,7 +584,7 @@ def _auto_method(d, rank, n_measurements) -> tuple[str, str]:
     if rank is None:
         return "sketch", "method='auto' chose 'sketch' (rank=None: only the sketch detects the rank); "
     try:
-        r = check_int(rank, "rank", minimum=1, maximum=d)
+        r = check_int(rank, "rank", minimum=1, maximum=d, maximum_name="d")
         m = (
             int(math.ceil(DEFAULT_OVERSAMPLING["nuclear"] * r * (2 * d - r)))
             if n_measurements is None

@@ -335,7 +335,7 @@ def scaling_point(d, rank, *, seed, memory=True, threads=1) -> dict:
     from ..oracles import ValueQueryOracle
 
     d = check_int(d, "d", minimum=1)
-    r = check_int(rank, "rank", minimum=1, maximum=d)
+    r = check_int(rank, "rank", minimum=1, maximum=d, maximum_name="d")
     seed = check_int(seed, "seed", minimum=0)
 
     class _TimedOracle(ValueQueryOracle):

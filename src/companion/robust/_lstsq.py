@@ -305,7 +305,7 @@ def learn_robust_lstsq(
     d, tau = check_oracle(oracle, "learn_robust_lstsq")
     W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
     R = check_int(repeats, "repeats", minimum=1)
-    rank = None if rank is None else check_int(rank, "rank", minimum=1, maximum=d)
+    rank = None if rank is None else check_int(rank, "rank", minimum=1, maximum=d, maximum_name="d")
     verify, verify_rtol = check_verify(verify, verify_rtol)
     seed = check_int(seed, "seed", minimum=0)
     a, probe_norm = 0.5, np.sqrt(2.0)

@@ -593,7 +593,7 @@ def _plan_noisy(
     seed,
 ) -> _NoisyPlan:
     """Stage 1 of :func:`learn_low_rank_noisy`: check every option and size ``m``; raises before any query."""
-    r = check_int(rank, "rank", minimum=1, maximum=d)
+    r = check_int(rank, "rank", minimum=1, maximum=d, maximum_name="d")
     W_max = check_real(W_max, "W_max", minimum=0.0, strict=True)
     tau = oracle_tau if tau is None else check_real(tau, "tau", minimum=0.0)
     check_choice(method, "method", NOISY_METHODS)
