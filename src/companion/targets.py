@@ -283,6 +283,10 @@ def from_keras(layer, *, readout=None, seed=0) -> FrameworkTarget:
     the whole sequence (self-attention read at the query ``x_N``). Keras scales the query by
     ``1 / sqrt(key_dim)``; its kernels are ``(d, heads, key_dim)``.
 
+    Keras needs a backend before it is imported: the book's ``[book]`` extra installs ``keras`` and
+    ``jax``, not TensorFlow (Keras's default), so set ``KERAS_BACKEND`` to ``"numpy"`` or ``"jax"``
+    first (chapter 08 and the README do).
+
     Parameters
     ----------
     layer : keras.layers.MultiHeadAttention
