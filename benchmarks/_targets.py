@@ -49,3 +49,26 @@ def write_atomic(path: Path, obj) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def save_rows(name: str, params: dict, rows: dict, seed=0) -> Path:
+    """Merge ``rows`` (key -> row dict) into ``data/results/<name>.json`` with provenance, atomically.
+
+    The file's header is :func:`companion.book.results.provenance` of ``name``, ``params`` and
+    ``seed``; each row also gets the run's ``created``, ``commit`` and ``library_hash``. Rows of
+    earlier runs under other keys are kept. Returns the path (``bench_scale.py``,
+    ``bench_noisy_scale.py``).
+    """
+    from companion.book import results
+
+    root = results.repo_root(Path(__file__).resolve().parent)
+    path = (root if root is not None else Path.cwd()) / "data" / "results" / f"{name}.json"
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        old = {"rows": {}}
+    header = results.provenance(name, params, seed)
+    stamp = {key: header[key] for key in ("created", "commit", "library_hash")}
+    merged = dict(old.get("rows", {})) | {key: row | stamp for key, row in rows.items()}
+    results.write_json(path, header | {"rows": merged})
+    return path

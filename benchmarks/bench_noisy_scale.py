@@ -77,9 +77,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from _targets import Targets  # benchmarks/_targets.py: printed targets decide the exit code
+from _targets import Targets, save_rows  # benchmarks/_targets.py: printed targets decide the exit code
 
 #: (method, d, r) -> (largest learner seconds, largest peak MB, largest ratio to the oracle).
 #: rgn at 1024:32: 10x, a guard over the measured floor of about 9x (issue 34 item 5; it was 3x).
@@ -155,6 +154,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default=DEFAULT_ROWS, help="method:d:r,... (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per row")
+    parser.add_argument("--no-save", action="store_true", help="do not write data/results/bench_noisy_scale.json")
     args = parser.parse_args(argv)
     rows = {}
     print(f"{'method':>6} {'d':>5} {'r':>3} {'m':>8} {'learner s':>10} {'cpu s':>7} {'oracle s':>9} {'oracle cpu':>10} "
@@ -173,8 +173,9 @@ def main(argv=None) -> int:
         else:
             print(f"{method:>6} {d:>5} {r:>3} {'':>8} {'':>10} {'':>7} {'':>9} {'':>10} {'':>6} {'':>9} {'':>8} "
                   f"{'':>10} {'':>5}  {row['status']}", flush=True)
-    path = save(rows, {"rows": args.rows, "timeout": args.timeout, "threads": 1})
-    print(f"rows saved to {path}")
+    if not args.no_save:
+        path = save(rows, {"rows": args.rows, "timeout": args.timeout, "threads": 1})
+        print(f"rows saved to {path}")
     return verdicts(rows).exit_code()
 
 
@@ -183,29 +184,16 @@ def save(rows, params):
     provenance per row and for the file), keyed ``method:d:r``; a row that did not finish is not
     saved, so the file keeps that row's last finished run. Chapter 04 reads its ``rgn:1024:32``
     row."""
-    from companion.book import results
-
-    root = results.repo_root(Path(__file__).resolve().parent)
-    path = (root if root is not None else Path.cwd()) / "data" / "results" / "bench_noisy_scale.json"
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        old = {"rows": {}}
-    header = results.provenance("bench_noisy_scale", params, 0)
-    merged = dict(old.get("rows", {}))
-    for (method, d, r), row in rows.items():
-        if row["status"] != "ok":
-            continue
-        target = TARGETS.get((method, d, r), (None, None, None))[2]
-        merged[f"{method}:{d}:{r}"] = row | {
+    done = {
+        f"{method}:{d}:{r}": row
+        | {
             "cpu_ratio": row["cpu_s"] / row["oracle_cpu_s"],
-            "target_cpu_ratio": target,
-            "created": header["created"],
-            "commit": header["commit"],
-            "library_hash": header["library_hash"],
+            "target_cpu_ratio": TARGETS.get((method, d, r), (None, None, None))[2],
         }
-    results.write_json(path, header | {"rows": merged})
-    return path
+        for (method, d, r), row in rows.items()
+        if row["status"] == "ok"
+    }
+    return save_rows("bench_noisy_scale", params, done)
 
 
 def verdicts(rows) -> Targets:

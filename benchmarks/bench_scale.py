@@ -37,11 +37,10 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-from _targets import Targets     # benchmarks/_targets.py: printed targets decide the exit code
+from _targets import Targets, save_rows  # benchmarks/_targets.py: printed targets decide the exit code
 
 SIZES = (256, 1024, 2048, 4096)
 QUICK_SIZES = (256, 1024)
@@ -165,21 +164,7 @@ HEADER = (f"{'row':<22} {'queries':>10} {'q/floor':>7} {'error':>8} {'learn s':>
 
 def save(rows, params):
     """Merge ``rows`` into data/results/bench_scale.json (atomic write, with provenance)."""
-    from companion.book import results
-
-    root = results.repo_root(Path(__file__).resolve().parent)
-    path = (root if root is not None else Path.cwd()) / "data" / "results" / "bench_scale.json"
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        old = {"rows": {}}
-    header = results.provenance("bench_scale", params, SEED)
-    merged = dict(old.get("rows", {}))
-    for row in rows:
-        merged[row["label"]] = row | {"created": header["created"], "commit": header["commit"],
-                                      "library_hash": header["library_hash"]}
-    results.write_json(path, header | {"rows": merged})
-    return path
+    return save_rows("bench_scale", params, {row["label"]: row for row in rows}, SEED)
 
 
 def main(argv):

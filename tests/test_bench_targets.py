@@ -99,3 +99,20 @@ def test_bench_noisy_scale_saves_finished_rows_with_provenance_and_keeps_the_las
     assert saved["parameters"] == {"rows": "x"}
     bench.save({("rgn", 1024, 32): {"status": "timeout (300 s)"}}, {"rows": "y"})
     assert json.loads(path.read_text())["rows"]["rgn:1024:32"]["cpu_ratio"] == 11.0
+
+
+def test_bench_scale_saves_rows_by_label_with_provenance_through_the_shared_writer(benchmarks, tmp_path, monkeypatch):
+    import json
+
+    import bench_scale
+
+    from companion.book import results
+
+    monkeypatch.setattr(results, "repo_root", lambda *a, **k: tmp_path)
+    path = bench_scale.save([{"label": "sketch d=256", "ratio": 1.5}], {"sizes": [256]})
+    saved = json.loads(path.read_text())
+    assert path.name == "bench_scale.json" and saved["chapter"] == "bench_scale" and saved["seed"] == bench_scale.SEED
+    row = saved["rows"]["sketch d=256"]
+    assert row["ratio"] == 1.5 and row["commit"] == saved["commit"] and row["created"] == saved["created"]
+    bench_scale.save([{"label": "sketch d=1024", "ratio": 2.0}], {"sizes": [1024]})
+    assert sorted(json.loads(path.read_text())["rows"]) == ["sketch d=1024", "sketch d=256"]  # merged
