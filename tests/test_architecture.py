@@ -410,3 +410,38 @@ def test_the_size_rule_counts_code_not_docstrings_or_comments(tmp_path):
     found = size_violations(tmp_path)
     assert found == {"big.py": ([], MAX_MODULE_LINES + 1),
                      "long.py": ([("f", MAX_FUNCTION_CODE_LINES + 1)], len((ok + "    y = 0\n").splitlines()))}
+
+
+def test_every_public_function_and_class_is_on_the_api_page():
+    """book/api.md documents every public function and class of every public module (no name part
+    starting with ``_``): by an ``automodule`` of the module itself or of a package that re-exports
+    it (an outside reader found numerics.rational, book.prose and book.release missing)."""
+    import importlib
+    import inspect
+    import pkgutil
+    import re
+
+    import companion
+
+    api = (ROOT / "book" / "api.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"automodule:: ([\w.]+)", api))
+    missing = {}
+    for info in pkgutil.walk_packages(companion.__path__, "companion."):
+        name = info.name
+        if any(part.startswith("_") for part in name.split(".")) or name in documented:
+            continue
+        module = importlib.import_module(name)
+        public = [
+            n
+            for n, obj in vars(module).items()
+            if not n.startswith("_")
+            and (inspect.isfunction(obj) or inspect.isclass(obj))
+            and getattr(obj, "__module__", None) == name
+        ]
+        exported = set()
+        for parent in (p for p in documented if name.startswith(p + ".")):
+            exported |= set(getattr(importlib.import_module(parent), "__all__", ()))
+        left = sorted(set(public) - exported)
+        if left:
+            missing[name] = left
+    assert not missing, f"public names not on book/api.md: {missing}"

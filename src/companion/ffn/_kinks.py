@@ -252,3 +252,20 @@ def _one_kink(a, b, gap, g_at, rtol, scale):
         f"closer than float64 resolves along this line (answers to {tol:.3g}); a line in another "
         "direction separates them."
     )
+
+
+#: The FFN learner locates kinks by intersecting lines through answers exact to float64 rounding:
+#: a refusal at float32 or coarser answers names the rounding, not a target outside the bias-free
+#: ReLU class (companion._learner.names_rounding, measured on one-token queries).
+def rounding_advice(learner, prec, err) -> str:
+    """The refusal of an FFN learner (``learner``, its name) whose answers carry rounding
+    ``prec`` (an ``AnswerPrecision``) coarser than float64's, naming the rounding; ``err``: the
+    search's own message."""
+    cls = "ReLU networks" if learner == "learn_relu_network" else "the bias-free ReLU class"
+    return (
+        f"{learner} refused, and {prec.describe()}: its kink search intersects lines through "
+        "answers exact to float64 rounding, and rounding at this level bends every piece (the "
+        "search then finds kinks everywhere), so this refusal is the answers' rounding, not a "
+        f"target outside {cls}. No FFN learner here works from answers this "
+        f"coarse; ask a float64 server. (The search said: {err})"
+    )

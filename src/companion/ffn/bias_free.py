@@ -41,7 +41,7 @@ from ..errors import (
 )
 from ..recovery import Recovery
 from ._kinks import EPS as _EPS
-from ._kinks import find_kinks
+from ._kinks import find_kinks, rounding_advice
 from ._kinks import relu as _relu
 
 
@@ -513,20 +513,6 @@ def _merge_neurons(U, c, quality, tol=1e-6):
             kept.append(i)
     kept = np.sort(np.asarray(kept, dtype=int))
     return U[:, kept], c[kept], quality[kept]
-
-
-#: The FFN learner locates kinks by intersecting lines through answers exact to float64 rounding:
-#: a refusal at float32 or coarser answers names the rounding, not a target outside the bias-free
-#: ReLU class (companion._learner.names_rounding, measured on one-token queries).
-def rounding_advice(learner, prec, err):
-    cls = "ReLU networks" if learner == "learn_relu_network" else "the bias-free ReLU class"
-    return (
-        f"{learner} refused, and {prec.describe()}: its kink search intersects lines through "
-        "answers exact to float64 rounding, and rounding at this level bends every piece (the "
-        "search then finds kinks everywhere), so this refusal is the answers' rounding, not a "
-        f"target outside {cls}. No FFN learner here works from answers this "
-        f"coarse; ask a float64 server. (The search said: {err})"
-    )
 
 
 _names_rounding = names_rounding(rounding_advice, one_token=True)

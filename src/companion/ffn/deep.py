@@ -33,7 +33,7 @@ from ._geometry import (  # the known prefix, gradients, critical points and sha
 )
 from ._dead import DEAD_FIT_RTOL, check_dead_fit, detected_last_cap, dropped_text, may_drop, verify_refusal
 from ._refit import REFIT_POINTS, SIDES_MAX_PLANES, refit_last_layer
-from .bias_free import rounding_advice
+from ._kinks import rounding_advice
 
 
 @dataclass(frozen=True, eq=False)
