@@ -498,3 +498,15 @@ def test_reproducibility_page_lists_every_saved_record_a_chapter_reads():
     assert {"bench_scale", "bench_noisy_scale", "bench_multihead", "ffn_deep", "ffn_peers", "minilm_block"} <= set(read)
     missing = {n: sorted(c) for n, c in read.items() if f"data/results/{n}.json" not in page}
     assert not missing, f"records read by chapters, not listed on book/reproducibility.md: {missing}"
+
+
+def test_intro_table_maps_every_chapter():
+    """The intro's table 'Paper, chapters and library' names every chapter (it stopped at 07 when
+    08 and 09 existed: an outside reader's finding)."""
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    table = intro.split("## Paper, chapters and library", 1)[1].split("\n## ", 1)[0]
+    for path in sorted((ROOT / "book" / "chapters").glob("0*.ipynb")):
+        first = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
+        label = re.match(r"\((ch-[\w-]+)\)=", first)
+        assert label is not None, path.name
+        assert f"<{label[1]}>`" in table or f"{{ref}}`{label[1]}`" in table, f"{path.stem} ({label[1]}) not in the table"
