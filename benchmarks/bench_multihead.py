@@ -137,6 +137,16 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    2.48x at the best block), d = 32, H = 4 (2.03x, 2.22x) and d = 64, H = 12 (2.00x, 3.52x); d = 64, H = 2 and 4
    pass (1.16x, 1.25x). On this host the oracle's numpy work is fast against the learner's per-row Python
    overhead; the row fits (_fit_rows_chunk, about 5 ms a run) are its largest part. Targets not widened.
+   Tried 2026-12-05 (session 44, not adopted): stopping a row's Levenberg-Marquardt at 16 times its rounding
+   floor instead of 1 (the floor is (eps max|G|)^2 K S; the answers' own rounding is larger, max|VQ| being 6 to
+   53 times max|G| at d = 32, H = 2, so most rows sit at 2 to 150 floors after one step and take a confirming
+   step that moves them by under 1 %): d = 32, H = 2 fell from 23.6 to 22.1 ms (ratio 2.38 -> 2.23, replay
+   9.9 ms, best of 9), d = 32, H = 4 from 84.4 to 80.8 ms (2.07 -> 1.98), d = 64, H = 12 by 6 to 7 % of CPU
+   time, but the heads' error at d = 64, H = 12, seed 0 grew from 1.84e-9 to 2.93e-9 (seed 3: 2.60e-9 to
+   2.56e-9): near the floor the cost barely moves while the parameters of an ill-conditioned row still do, so
+   the confirming step buys accuracy and the rule stays. The learner's oracle calls (blocks of ASK_BLOCK =
+   1024) took 10.9 ms against the replay's 9.5 ms at d = 32, H = 2; blocks of 2048, 4096 or one per ratio were
+   slower (11.9 to 12.1 ms), not faster.
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest

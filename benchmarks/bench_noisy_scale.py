@@ -63,6 +63,16 @@ fails on a quiet machine too: the sentence above ("holds on a quiet machine") he
 guard was not widened; the row stays a failed target until RGN itself gets faster (the last iteration's 5 % is not
 enough).
 
+Session 44 (2026-12-05, AMD EPYC, one BLAS thread): at cb97ea6, load 1.1, 70.9 CPU s against the oracle's 6.30,
+ratio 11.3; at aee4472, load 0.8, 71.5 against 6.36, ratio 11.2, the run saved to
+``data/results/bench_noisy_scale.json``, which chapter 04 cites. Tried, not adopted:
+the adjoint of ``_tangent_step`` in row chunks as the normal operator is (0.29 s per call either way: its two
+products run at the same speed whole or chunked); drawing the float32 design directly in float32
+(``rng.standard_normal(dtype=np.float32)``, 2.6 to 2.7 CPU s against 4.0 to 5.0 for the float64 draws rounded),
+which would change every RGN design and save under 3 % of the row, not the 10 % the guard needs. Under cProfile
+the tangent normal operator was 50 of 73 s (98 applications), the oracle 6.4, the design 5.0, the residual fits
+3.9, the spectral start 3.5, the adjoints 2.3.
+
 The rgn 1024:32 row missed the former target of 3x, and cannot meet it with this solver: its conjugate-gradient
 iterations alone (at least 87 at ``m = 2 n``, each 1/14 of the oracle) cost 6.3 oracle-times, and
 the design, the spectral start and the oracle 2.2 more (the accounting is in the docstring of
