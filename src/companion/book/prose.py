@@ -50,6 +50,7 @@ __all__ = [
     "TREND_WORDS",
     "TREND_SUBJECTS",
     "HEDGES",
+    "TREND_REASONING",
 ]
 
 
