@@ -346,25 +346,48 @@ def test_verify_noisy_with_zero_v_spends_only_the_length_one_queries():
 def test_verify_noisy_allowances_recomputed():
     head = random_single_head(3, seed=1)
     nW, nv = np.linalg.norm(head.W), np.linalg.norm(head.v)
-    for W_max, allowed_W, allowed_v, rtol in ((0.5 * nW, None, None, 100.0), (10 * nW, 1.0, 2.0, 1e-3)):
+    below_W, below_v = np.nextafter(nW, 0.0), np.nextafter(nv, 0.0)
+    cases = (
+        (0.5 * nW, None, None, 100.0, []),
+        (10 * nW, 0.5 * nW, 0.5 * nv, 1e-3, []),
+        (10 * nW, below_W, below_v, 1e-3, []),  # just inside: a bound below the norm is allowed
+        (10 * nW, nW, nv, 1e-3, ["W", "v"]),  # just outside: at the norm it certifies nothing
+        (10 * nW, 1.0, 2.0, 1e-3, ["W", "v"]),
+    )
+    for W_max, allowed_W, allowed_v, rtol, vacuous in cases:
         info = L.verify_noisy(
             ValueQueryOracle(head), head.W, head.v, 8, tau=0.0, W_max=W_max, rtol=rtol, seed=0,
             allowed_W=allowed_W, allowed_v=allowed_v,
         )
         m = min(nW, W_max)
-        exp_W = max(rtol * m, allowed_W or 0.0) + 1e-9 * m + 1e-12
-        exp_v = max(rtol * nv, allowed_v or 0.0) + 1e-9 * nv + 1e-12
+        exp_W = max(rtol * m, 0.0 if "W" in vacuous else allowed_W or 0.0) + 1e-9 * m + 1e-12
+        exp_v = max(rtol * nv, 0.0 if "v" in vacuous else allowed_v or 0.0) + 1e-9 * nv + 1e-12
         assert info["verify_allowed_W"] == pytest.approx(exp_W, rel=1e-12)
         assert info["verify_allowed_v"] == pytest.approx(exp_v, rel=1e-12)
+        assert info["verify_vacuous_bound"] == vacuous
+
+
+def test_verify_noisy_refuses_what_a_vacuous_bound_would_have_excused():
+    """The adversarial tester's case in miniature: a wrong W whose certified error is above rtol of
+    its norm but below the learner's bound; a bound at least the norm is not allowed, and the
+    refusal says why; a bound just below the norm still excuses it."""
+    target = random_single_head(3, W_norm=1.0, seed=3)
+    W_model = target.W + 0.5 * np.eye(3)
+    nW = np.linalg.norm(W_model)
+    oracle = ApproxValueQueryOracle(target, 1e-4, seed=0)
+    kw = dict(tau=1e-4, W_max=2.0, rtol=1e-3, seed=0)
+    info = L.verify_noisy(oracle, W_model, target.v, 40, allowed_W=np.nextafter(nW, 0.0), **kw)
+    assert 0 < info["verify_error_W"] < nW and info["verify_vacuous_bound"] == []
+    with pytest.raises(OracleInconsistentError, match=r"the learner's own error bound is at least that norm"):
+        L.verify_noisy(oracle, W_model, target.v, 40, allowed_W=nW, **kw)
 
 
 def test_verify_noisy_certified_v_error_is_the_largest_length_one_gap_minus_tau():
     d, n, tau, seed = 3, 8, 0.01, 4
     target = random_single_head(d, seed=2)
     v_model = target.v + np.array([0.3, 0.0, -0.2])
-    info = L.verify_noisy(
-        ValueQueryOracle(target), target.W, v_model, n, tau=tau, W_max=20.0, rtol=1.0, seed=seed, allowed_v=10.0, allowed_W=100.0
-    )
+    # rtol = 100: neither error refused (a bound of the learner's own at least the norm would not count)
+    info = L.verify_noisy(ValueQueryOracle(target), target.W, v_model, n, tau=tau, W_max=20.0, rtol=100.0, seed=seed)
     x = np.random.default_rng(seed).standard_normal((n // 4, d))
     x /= np.linalg.norm(x, axis=1)[:, None]
     expected = np.max(np.abs(x @ (target.v - v_model))) - tau

@@ -924,3 +924,25 @@ def test_lstsq_norm_refusal_just_inside_and_just_outside():
         _refuse_too_large(W, 4.0, 0.99, 1e-3)
     full = _lstsq_error_bound(np.array([0.1, 0.2]), 1e-3, 1e-3, np.array([1.0, 0.5]), 4.0, 0.5, 0, None)
     assert _lstsq_error_bound(np.array([0.1, 0.2]), 1e-3, 1e-3, np.array([1.0, 0.5]), 4.0, 0.5, 0, 1) == 2 * full
+
+
+def test_lstsq_refuses_two_heads_that_its_vacuous_bound_would_have_let_through():
+    """An adversarial tester's case: two heads behind an approximate oracle at tau = 2^-9 + 2^-25.
+    learn_robust_lstsq's own bound (3.25) exceeded ||W_hat||_F (1.53), so the check allowed a
+    certified error of 0.34 and returned a head off by 22 % on fresh queries. A bound at least the
+    norm certifies nothing: the check now holds the error to verify_rtol and refuses, saying why."""
+    from companion.attention import MultiHead
+    from companion.robust import learn_robust_lstsq, random_margin_head
+
+    d = 5
+    one = random_margin_head(d, W_max=2.0, mu=0.3, seed=0)
+    rng = np.random.default_rng(5)
+    W2 = rng.standard_normal((d, d))
+    W2 *= 1.5 / np.linalg.norm(W2)
+    two = MultiHead(np.stack([one.W, W2]), np.stack([one.v, 0.5 * rng.standard_normal(d)]))
+    oracle = ApproxValueQueryOracle(two, 2**-9 + 2**-25, noise="none")
+    with pytest.raises(OracleInconsistentError, match=r"the learner's own error bound is at least that norm"):
+        learn_robust_lstsq(oracle, W_max=2.0)
+    # the same oracle's single head (in the class) is still learned and verified
+    rec = learn_robust_lstsq(ApproxValueQueryOracle(one, 2**-9 + 2**-25, noise="none"), W_max=2.0)
+    assert rec.relative_errors(one)["W"] < 0.1

@@ -769,14 +769,19 @@ def verify_noisy(
     largest lower bounds are the certified errors. The model is refused if a certified error
     exceeds what the learner allows: ``max(allowed_W, rtol min(||W||_F, W_max))`` and
     ``max(allowed_v, rtol ||v||)`` (plus 1e-9 of the norm and 1e-12 for rounding), where
-    ``allowed_W``, ``allowed_v`` are the learner's own error bounds, if it has any.
+    ``allowed_W``, ``allowed_v`` are the learner's own error bounds, if it has any. A bound at
+    least the estimate's own norm (``allowed_W >= ||W||_F``) certifies nothing: any head, 0
+    among them, meets it. It is then not allowed: the error is held to ``rtol`` alone, and a
+    refusal says why (an adversarial tester found two heads, at ``tau`` = 2e-3, returned with
+    a certified error of 0.34 under a bound of 3.25 for ``||W||_F`` = 1.53).
 
     Returns
     -------
     dict
         ``n_verify_queries``, ``verify_error_W`` and ``verify_error_v`` (the certified lower bounds
         on ``||W - W*||_F`` and ``||v - v*||_2``, 0 when nothing is certified), ``verify_allowed_W``
-        and ``verify_allowed_v``.
+        and ``verify_allowed_v``, and ``verify_vacuous_bound``: the list of ``"W"``, ``"v"`` whose
+        bound from the learner was at least the estimate's norm and so was not allowed.
 
     Raises
     ------
@@ -793,8 +798,12 @@ def verify_noisy(
     # The allowance is the larger of the learner's own bound and rtol times the norm, plus a
     # rounding floor (an exact oracle, tau = 0, still leaves float64 rounding in t).
     nW, nv = min(float(np.linalg.norm(W)), float(W_max)), float(np.linalg.norm(v))
-    allowed_W = max(rtol * nW, 0.0 if allowed_W is None else float(allowed_W)) + 1e-9 * nW + 1e-12
-    allowed_v = max(rtol * nv, 0.0 if allowed_v is None else float(allowed_v)) + 1e-9 * nv + 1e-12
+    vacuous = {  # a learner's bound at least the estimate's norm certifies nothing: not allowed
+        "W": allowed_W is not None and float(allowed_W) >= float(np.linalg.norm(W)),
+        "v": allowed_v is not None and float(allowed_v) >= nv,
+    }
+    allowed_W = max(rtol * nW, 0.0 if allowed_W is None or vacuous["W"] else float(allowed_W)) + 1e-9 * nW + 1e-12
+    allowed_v = max(rtol * nv, 0.0 if allowed_v is None or vacuous["v"] else float(allowed_v)) + 1e-9 * nv + 1e-12
     rng = np.random.default_rng(seed)
     n_v = max(1, n // 4)
     n_w = n - n_v
@@ -831,11 +840,18 @@ def verify_noisy(
     }
     for name, err, allowed in (("W", err_W, allowed_W), ("v", err_v, allowed_v)):
         if err > allowed:
+            why = (
+                f" (rtol={rtol:g} of the estimate's norm: the learner's own error bound is at least that norm at "
+                f"this tau, so it certifies nothing and is not allowed)"
+                if vacuous[name]
+                else ""
+            )
             raise OracleInconsistentError(
                 MESSAGES["verify_noisy_failed"].format(
-                    n=n, name=name, err=err, allowed=allowed, tau=tau, W_max=W_max, what=what
+                    n=n, name=name, err=err, allowed=allowed, why=why, tau=tau, W_max=W_max, what=what
                 )
             )
+    info["verify_vacuous_bound"] = sorted(k for k, flag in vacuous.items() if flag)
     return info
 
 

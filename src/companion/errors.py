@@ -71,7 +71,7 @@ MESSAGES = {
     ),
     "verify_noisy_failed": (
         "verification failed: {n} fresh queries certify ||{name} - {name}*|| >= {err:.3g}, more than "
-        "the {allowed:.3g} allowed, for every target within tau={tau:.3g} of the answers with "
+        "the {allowed:.3g} allowed{why}, for every target within tau={tau:.3g} of the answers with "
         "||W*||_F <= W_max={W_max:g}. The oracle is not {what} (or errs by more than tau, or "
         "W_max is too small), or the learner failed on it. Pass verify=0 to get the estimate anyway."
     ),

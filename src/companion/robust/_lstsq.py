@@ -224,7 +224,8 @@ def learn_robust_lstsq(
         ``signs``, ``scales`` (the R values of b), ``v_scales`` (the R values of c), ``n_clipped``,
         ``tau``, ``rank``, ``eps_W_bound`` and ``eps_v_bound`` (the guarantee below, from the
         answers alone), and the verification's ``n_verify_queries``, ``verify_error_W``,
-        ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``.
+        ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``, ``verify_vacuous_bound``
+        (the errors, ``"W"`` or ``"v"``, whose own bound was at least the estimate's norm: not allowed).
 
     Raises
     ------

@@ -416,7 +416,8 @@ def learn_low_rank_noisy(
         error is certified) and ``excess_norm_W``
         (``max(||W||_F - W_max, 0)``, a lower bound on ``||W - W*||_F``), and the
         verification's ``n_verify_queries``, ``verify_error_W``,
-        ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``. ``n_queries`` counts the
+        ``verify_error_v``, ``verify_allowed_W``, ``verify_allowed_v``, ``verify_vacuous_bound`` (the errors
+        whose own bound was at least the estimate's norm, not allowed). ``n_queries`` counts the
         verification queries; ``n_learning_queries`` (``d + m``) leaves them out.
 
     Raises

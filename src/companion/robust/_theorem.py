@@ -399,7 +399,8 @@ def learn_robust(oracle, *, W_max, mu, verify=DEFAULT_VERIFY, verify_rtol=0.1, s
         ``eps_W_posterior`` (the same bound with the measured ``|v_hat_i|`` in place of ``mu``:
         ``LIPSCHITZ_6_1 tau (1 + (1 + a)/b) / (a b) sqrt(d sum_i v_hat_i^-2)``), and the
         verification's ``n_verify_queries``, ``verify_error_W``, ``verify_error_v``,
-        ``verify_allowed_W``, ``verify_allowed_v``.
+        ``verify_allowed_W``, ``verify_allowed_v``, ``verify_vacuous_bound`` (the errors, ``"W"`` or
+        ``"v"``, whose own bound was at least the estimate's norm: not allowed).
 
     Raises
     ------
