@@ -333,3 +333,9 @@ def test_float32_answers_name_the_probe_scale_queries_apart_from_saturated_re_me
     assert "saturated" not in rec.message
     exact_answers = learn_single_head(ValueQueryOracle(head))       # float64: no scale queries
     assert exact_answers.diagnostics["n_scale_queries"] == 0 and "scale" not in exact_answers.message
+
+
+def test_bias_true_on_a_constant_names_the_constant_not_zero():
+    """An adversarial tester's finding: bias=True on f = 0.7 said 'f is identically 0'."""
+    with pytest.raises(NotIdentifiableError, match=r"v~\[:d\], is 0, so f is the constant v0 = 0\.7 on every query"):
+        learn_single_head(ValueQueryOracle(lambda X: np.full(len(X), 0.7), d=3), bias=True)

@@ -153,3 +153,18 @@ def test_n_learning_queries_leaves_out_the_verification():
     assert rec.n_learning_queries == membership_query_count(3, 12) == rec.n_queries - 200
     rec0 = learn_membership(MembershipQueryOracle(target), W_max=8.0, bits=12, verify=0)
     assert rec0.diagnostics["n_verify_queries"] == 0 and rec0.n_learning_queries == rec0.n_queries
+
+
+def test_an_offset_head_stuck_at_the_edge_is_not_blamed_on_W_max_alone():
+    """An adversarial tester's finding: f + 0.1 (||W*|| about 3, W_max = 1e4) was told 'W_max is too
+    small, pass a larger W_max', which never helps; the message names both causes and how to tell."""
+    from companion.attention import SingleHead
+    from companion.errors import OracleInconsistentError
+    from companion.membership import MembershipQueryOracle, learn_membership
+
+    rng = np.random.default_rng(0)
+    head = SingleHead(rng.standard_normal((4, 4)), rng.standard_normal(4))
+    with pytest.raises(OracleInconsistentError, match=r"Either W_max=10000 is too small, or the oracle is not a "
+                                                      r"single head .*constant offset"):
+        learn_membership(MembershipQueryOracle(lambda X: head(X) + 0.1, d=4), W_max=1e4, bits=20)
+    assert np.linalg.norm(head.W) < 1e4

@@ -240,7 +240,7 @@ def test_depth_three_served_in_float32_refused_after_the_four_scale_probes():
     oracle = ValueQueryOracle(_Float32Network(random_relu_network(10, (8, 8, 8), seed=3)))
     with pytest.raises(PrecisionError, match="24 significant bits") as info:
         learn_relu_network(oracle, widths=(8, 8, 8))
-    assert "not a target outside ReLU networks" in str(info.value)
+    assert "cannot tell whether the target is also outside ReLU networks" in str(info.value)
     assert oracle.n_queries == 4
 
 

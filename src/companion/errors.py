@@ -43,6 +43,11 @@ MESSAGES = {
         "the recovered value vector v is 0, so f is identically 0 and no query can reveal W "
         "(Theorem 4.1, remark on v* = 0). Nothing about W is identifiable from this oracle."
     ),
+    "v_zero_biased": (
+        "the recovered token part of the value vector, v~[:d], is 0, so f is the constant v0 = {v0:.6g} "
+        "on every query and no query can reveal W or the score bias w (Theorem 4.1's remark on v* = 0, "
+        "on homogeneous tokens). Nothing about W is identifiable from this oracle."
+    ),
     "not_single_head": (
         "the oracle is not a single attention head: on {n} fresh random queries the recovered "
         "head disagrees with the oracle by up to {err:.3g} (tolerance {tol:.3g}). "

@@ -371,7 +371,8 @@ def learn_single_head(
     InvalidInputError
         For an unknown ``probes``, a bad ``scale``, or a negative ``verify``.
     NotIdentifiableError
-        If the recovered v is 0. Then f is identically 0, and no query reveals W.
+        If the recovered v is 0. Then f is identically 0 (with ``bias=True``: the constant
+        ``v0``, the token part of ``v~`` being 0), and no query reveals W.
     BudgetExceededError
         If the budget is below ``d + d**2 + verify``: raised before the first query. Re-measurements
         beyond that raise when they would pass the budget.
@@ -756,7 +757,7 @@ def _learn_biased(oracle, d, *, probes, c0, verify, verify_rtol, seed, precision
     y1 = np.asarray(oracle(X1), dtype=np.float64)
     v0, v = float(y1[0]), y1[1:] - y1[0]
     if not np.any(v):
-        raise NotIdentifiableError(MESSAGES["v_zero"] + " (Here the token part v~[:d] is 0.)")
+        raise NotIdentifiableError(MESSAGES["v_zero_biased"].format(v0=v0))
     U = probe_matrix(v, probes, seed=seed)
     uv = U @ v
 

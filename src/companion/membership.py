@@ -300,9 +300,12 @@ def learn_membership(oracle, *, W_max, bits=30, verify=200, verify_slack=2.0, se
         if bits >= 2 and np.any(stuck):
             k = int(np.flatnonzero(stuck)[0])
             raise OracleInconsistentError(
-                f"the bisection of logit {k} ended at the edge of [-S, S] with S={S[k]:.3g}: "
-                f"|u^T W x| exceeds ||u|| ||x|| W_max, so W_max={W_max:g} is too small (or the oracle "
-                "is not a single head). Pass a larger W_max."
+                f"the bisection of logit {k} ended at the edge of [-S, S] with S={S[k]:.3g}: no logit "
+                f"within ||u|| ||x|| W_max fits its labels. Either W_max={W_max:g} is too small, or the "
+                "oracle is not a single head whose labels are the signs of f (a constant offset or a "
+                "bias shifts every label, and then no logit fits at any W_max). If ||W*||_F <= W_max "
+                "is known, it is the oracle; else pass a larger W_max: a bisection that ends at the "
+                "edge again points to the oracle."
             )
         T = (0.5 * (lo + hi)).reshape(d, d)
         Uinv = np.linalg.inv(U)

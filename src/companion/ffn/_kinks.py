@@ -255,8 +255,9 @@ def _one_kink(a, b, gap, g_at, rtol, scale):
 
 
 #: The FFN learner locates kinks by intersecting lines through answers exact to float64 rounding:
-#: a refusal at float32 or coarser answers names the rounding, not a target outside the bias-free
-#: ReLU class (companion._learner.names_rounding, measured on one-token queries).
+#: a refusal at float32 or coarser answers names the rounding (companion._learner.names_rounding,
+#: measured on one-token queries), which alone makes it refuse; whether the target is also outside
+#: the class it cannot tell.
 def rounding_advice(learner, prec, err) -> str:
     """The refusal of an FFN learner (``learner``, its name) whose answers carry rounding
     ``prec`` (an ``AnswerPrecision``) coarser than float64's, naming the rounding; ``err``: the
@@ -265,7 +266,7 @@ def rounding_advice(learner, prec, err) -> str:
     return (
         f"{learner} refused, and {prec.describe()}: its kink search intersects lines through "
         "answers exact to float64 rounding, and rounding at this level bends every piece (the "
-        "search then finds kinks everywhere), so this refusal is the answers' rounding, not a "
-        f"target outside {cls}. No FFN learner here works from answers this "
-        f"coarse; ask a float64 server. (The search said: {err})"
+        "search then finds kinks everywhere), so the rounding alone makes it refuse, and this "
+        f"refusal cannot tell whether the target is also outside {cls}. No FFN learner here works "
+        f"from answers this coarse; ask a float64 server. (The search said: {err})"
     )

@@ -96,14 +96,18 @@ def verify_heads(oracle, model, n, *, rtol, seed, what):
 
 
 #: Both canonical-form routes fit sums of logistic terms to float64 rounding: a refusal at float32 or
-#: coarser answers names the rounding (companion._learner.names_rounding), not a wrong H.
+#: coarser answers names the rounding (companion._learner.names_rounding). Rounding at that level makes
+#: them refuse heads of their class too, so the refusal cannot tell a wrong H or a target outside the
+#: class from the rounding, and does not claim to (an adversarial tester's finding: three heads given
+#: H = 2, at float32, were said to be 'not a wrong H').
 fits_name_rounding = names_rounding(
     lambda learner, prec, err: (
         f"{learner} could not resolve the heads, and {prec.describe()}: its fits of logistic sums "
-        "need answers exact to float64 rounding, so this refusal is the answers' rounding, not a wrong "
-        "H or a target outside the class. At this precision use detect_multi_head(oracle, "
-        "precision=...) to tell one head from several; no canonical-form learner here works from "
-        f"answers this coarse. (The fit said: {err})"
+        "need answers exact to float64 rounding, and rounding at this level makes it refuse sums of "
+        "heads of its class too, so this refusal cannot tell the rounding from a wrong H or a target "
+        "outside the class. At this precision use detect_multi_head(oracle, precision=...) to tell one "
+        "head from several; no canonical-form learner here works from answers this coarse. "
+        f"(The fit said: {err})"
     )
 )
 

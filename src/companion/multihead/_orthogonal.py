@@ -142,13 +142,15 @@ def _grow_subspace(oracle, q, v, tol, max_probes):
 
 
 #: The orthogonal-heads learner reads each head's subspace off finite-difference Hessians (step 1e-3),
-#: which rounding at float32 swamps: a refusal there names the rounding, not non-orthogonal heads.
+#: which rounding at float32 swamps: a refusal there names the rounding, which alone makes it refuse
+#: (whether the heads are also not orthogonal it cannot tell).
 _orthogonal_rounding = names_rounding(
     lambda learner, prec, err: (
         f"{learner} refused, and {prec.describe()}: its subspaces come from finite-difference "
-        "Hessians of the answers (step ~1e-3), which rounding at this level swamps, so this refusal "
-        "is the answers' rounding, not heads outside mutually orthogonal subspaces. Ask a float64 "
-        f"server, or use detect_multi_head(oracle, precision=...). (The check said: {err})"
+        "Hessians of the answers (step ~1e-3), which rounding at this level swamps, so the rounding "
+        "alone makes it refuse, and this refusal cannot tell whether the heads are also outside "
+        "mutually orthogonal subspaces. Ask a float64 server, or use detect_multi_head(oracle, "
+        f"precision=...). (The check said: {err})"
     )
 )
 

@@ -248,13 +248,14 @@ def random_one_layer(d, m, *, rank=None, seed) -> OneLayerTransformer:
 
 
 #: The one-layer learner's FFN step locates kinks and its head step reads logits, both from answers
-#: exact to float64 rounding: a refusal at float32 or coarser answers names the rounding.
+#: exact to float64 rounding: a refusal at float32 or coarser answers names the rounding, which alone
+#: makes it refuse (whether the target is also outside the class it cannot tell).
 _one_layer_rounding = names_rounding(
     lambda learner, prec, err: (
         f"{learner} refused, and {prec.describe()}: its FFN step locates kinks and its head step "
-        "inverts softmax weights, both from answers exact to float64 rounding, so this refusal is "
-        "the answers' rounding, not a target outside the one-layer class. Ask a float64 server. "
-        f"(The step said: {err})"
+        "inverts softmax weights, both from answers exact to float64 rounding, so the rounding alone "
+        "makes it refuse, and this refusal cannot tell whether the target is also outside the "
+        f"one-layer class. Ask a float64 server. (The step said: {err})"
     ),
     one_token=True,
 )
