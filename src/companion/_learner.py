@@ -635,8 +635,13 @@ def verify_outputs(
         i = int(np.argmax(err / tol))
         exc = OracleInconsistentError(
             MESSAGES["verify_failed_rounding"].format(
-                n=n, err=float(err[i]), tol=tol[i], prec=precision.describe(), size=sizes[i],
-                u=precision.value, what=what,
+                n=n,
+                err=float(err[i]),
+                tol=tol[i],
+                prec=precision.describe(),
+                size=sizes[i],
+                u=precision.value,
+                what=what,
             )
         )
         exc.max_error, exc.tolerance = float(err[i]), float(tol[i])
