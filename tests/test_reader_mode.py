@@ -351,7 +351,7 @@ def test_the_intros_rerunning_block_fits_and_says_where_the_numbers_go():
     assert all("#" not in line for line in block if not line.startswith("#")), "a comment at a line's end"
     prose = " ".join(section.split())
     assert "into `runs/<chapter>.json`" in prose
-    assert "`data/results/<chapter>.json`, which only the book's build (`make execute`) writes" in prose
+    assert "`data/results/<chapter>.json`, which only `make execute` writes" in prose
 
 
 # -- strictness reaches the kernel: a notebook in both modes ----------------------------------------
