@@ -569,7 +569,7 @@ def verify_outputs(
     ``size`` bounds it: Theorem 4.1's, the sketch), it is measured too when the check passes on
     ``rtol`` alone with a disagreement ``COARSE_FACTOR`` times the float64 rounding tolerance or
     more (a float32 server under the float64 assumed), so that the result's floor and message say
-    what the answers carry. (A solver's learner, whose error is its tolerance, would spend 24
+    what the answers carry. (A solver's learner, whose error is its tolerance, would spend 32
     queries to find float64.)
 
     Returns
@@ -722,7 +722,7 @@ def names_rounding(advice, *, one_token=False):
 
     When the learner raises :class:`~companion.errors.OracleInconsistentError`, the answers'
     precision is looked up (stated by the oracle) or measured
-    (:func:`companion.oracles.measure_precision`, 24 queries, with ``seed + 7``) and, if it is
+    (:func:`companion.oracles.measure_precision`, 32 queries, with ``seed + 7``) and, if it is
     ``COARSE_FACTOR`` times float64's or coarser, :class:`~companion.errors.PrecisionError` is
     raised instead, with the message ``advice(learner_name, precision, error)``: the refusal is
     then the rounding, not the model. If no budget is left to measure, the original error stands.

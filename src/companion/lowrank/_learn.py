@@ -625,7 +625,7 @@ def _name_rounding(err, prec, method):
     ``"nuclear"`` (an equality-constrained program) and ``"rgn"`` (stopped at a relative residual of
     ``max(1e3 tol, 1e-8)``) fit the measurements exactly; answers with relative rounding ``u`` make
     them inconsistent at about ``u`` times the measurements' condition, which neither program
-    allows. The precision is the oracle's stated one, or measured now (24 queries, counted like
+    allows. The precision is the oracle's stated one, or measured now (32 queries, counted like
     verification). Returns (``err`` stands) for float64 answers or when no budget is left.
     """
     if not prec.known:

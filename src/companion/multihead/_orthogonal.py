@@ -222,7 +222,7 @@ def learn_orthogonal_heads(oracle, *, step=1e-3, tol=1e-6, verify=DEFAULT_VERIFY
         orthogonal subspaces.
     PrecisionError
         Instead of ``OracleInconsistentError`` when the answers carry float32 or coarser rounding
-        (stated, or measured after the refusal with 24 queries): the message names the rounding.
+        (stated, or measured after the refusal with 32 queries): the message names the rounding.
 
     Notes
     -----

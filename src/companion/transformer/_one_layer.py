@@ -373,7 +373,7 @@ def learn_one_layer(
         If the one-token answers are not a bias-free ReLU network (see
         :func:`~companion.ffn.learn_ffn`), or the antisymmetrised answers not a softmax head.
         (:class:`~companion.errors.PrecisionError` instead when the answers carry float32 or
-        coarser rounding, stated or measured after the refusal with 24 queries.)
+        coarser rounding, stated or measured after the refusal with 16 one-token queries.)
     PrecisionError
         If the FFN learner found two neurons' kinks closer than float64 resolves on every plane
         (from :func:`~companion.ffn.learn_ffn`); or if, with ``ffn_verify=0``, the whole-model
