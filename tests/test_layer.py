@@ -1697,3 +1697,15 @@ def test_the_pre_ln_readout_routes_seed_advice_names_a_block_no_later_seed_learn
     ]
     assert "try seed=2" in str(run.outcomes[1].error) and _PRE_SEEDS_NOT_ALL in str(run.outcomes[1].error)
     assert "failed at learner seeds 1 to 4" in _PRE_SEEDS_NOT_ALL
+
+
+def test_heads_refusal_with_H_wrong_by_one_names_the_H_given():
+    """An adversarial tester's finding: a residual block of 2 heads learned with H = 1 was refused as
+    'more heads than it resolves at this size, or not an attention layer', never naming the H given."""
+    from companion.errors import OracleInconsistentError
+    from companion.layer import learn_attention_layer, random_attention_layer
+    from companion.oracles import VectorQueryOracle
+
+    target = random_attention_layer(6, 2, residual=True, seed=2)
+    with pytest.raises(OracleInconsistentError, match=r"or the layer has other than the H = 1 heads given"):
+        learn_attention_layer(VectorQueryOracle(target), 1)

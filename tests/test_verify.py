@@ -681,3 +681,4 @@ def test_certified_errors_are_lower_bounds_on_draws(tau, noise):
             assert rec.diagnostics["verify_error_W"] <= np.linalg.norm(rec.W - head.W)
             assert rec.diagnostics["verify_error_v"] <= np.linalg.norm(rec.v - head.v)
             assert "certified errors at least" in rec.message and "within the oracle's tau" in rec.message
+            assert "lower bounds, none above the allowance: the check bounds no error from above" in rec.message

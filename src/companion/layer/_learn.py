@@ -502,11 +502,11 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
     except PrecisionError as exc:
         if o.float32:  # in-class heads it cannot resolve at float32 and a target outside the class both end here
             raise OracleInconsistentError(
-                f"{HEADS_UNRESOLVED}, at float32's precision (u = {o.u:.1e}): the float32 route's heads' learner "
-                f"on a readout (tol={FLOAT32_HEADS_TOL:g}) refused; measured once (2026-12-04), it resolves H = 2 at "
-                f"d = 6 and 8, not H = 4 or 8 at d = 8 (Keras 3 MultiHeadAttention in float32; from H = "
-                f"{JOINT_FROM} with H given the joint stage runs instead), and it ends here on a sliding-window "
-                f"mask or a second layer too. Nothing was returned. {chained_cause(exc, _FLOAT32_WHY)}"
+                f"{HEADS_UNRESOLVED}{_given_heads(o)}, at float32's precision (u = {o.u:.1e}): the float32 route's "
+                f"heads' learner on a readout (tol={FLOAT32_HEADS_TOL:g}) refused; measured once (2026-12-04), it "
+                f"resolves H = 2 at d = 6 and 8, not H = 4 or 8 at d = 8 (Keras 3 MultiHeadAttention in float32; "
+                f"from H = {JOINT_FROM} with H given the joint stage runs instead), and it ends here on a "
+                f"sliding-window mask or a second layer too. Nothing was returned. {chained_cause(exc, _FLOAT32_WHY)}"
             ) from exc
         raise PrecisionError(
             f"learn_attention_layer needs answers exact to float64 rounding; the heads' learner on a readout "
@@ -514,13 +514,24 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
         ) from None
     except OracleInconsistentError as exc:
         raise OracleInconsistentError(
-            f"{HEADS_UNRESOLVED}: the heads' learner on a random readout refused (e.g. H = 8 at d = 8 or 16, H = 3 "
-            f"behind a LayerNorm; or the target is not a sum of heads). Nothing was returned. It says: {exc}"
+            f"{HEADS_UNRESOLVED}{_given_heads(o)}: the heads' learner on a random readout refused (e.g. H = 8 at "
+            f"d = 8 or 16, H = 3 behind a LayerNorm; or the target is not a sum of heads). Nothing was returned. "
+            f"It says: {exc}"
         ) from None
     Ws = np.array(heads.Ws, dtype=np.float64)
     Ws[:, -1, :] = 0.0  # the last row is not identifiable (and the lifting makes it 0)
     Dinv = np.append(np.full(inner.d, 1.0 / rho), 1.0)
     return Dinv[None, :, None] * Ws * Dinv[None, None, :], learner
+
+
+def _given_heads(o: _Options) -> str:
+    """The clause a heads' refusal adds for the caller's ``H`` (or ``H_bound``): the layer may have other heads
+    than given (an adversarial tester's finding: H wrong by one was blamed on the learner's reach alone)."""
+    if o.H is not None:
+        return f", or the layer has other than the H = {o.H} heads given"
+    if o.H_bound is not None:
+        return f", or the layer has more heads than H_bound = {o.H_bound}"
+    return ""
 
 
 def _learn_heads_joint(oracle, Y1, o: _Options, rng, scales=JOINT_SCALE_STEPS):
