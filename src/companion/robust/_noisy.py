@@ -391,8 +391,9 @@ def learn_low_rank_noisy(
         A rank assumption broken below what the measurements resolve passes both: an adversarial
         tester's rank-3 head (third singular value 22 % of the first, ``d = 10``) learned with
         ``rank=2`` at ``tau = 1e-4`` came back 39 % off, ``fit_ratio`` 0.35, ``ambiguity_W`` 0, a
-        certified error of 0.25 against the allowed 0.40 (session 44; not fixed: these answers
-        cannot tell it from a rank-2 head).
+        certified error of 0.25 against the allowed 0.40 (session 44; not fixed: its rank-2 fit
+        stays within the measurements' error bounds, which admit a rank-2 head; fresh unit-scale
+        queries, which the check does not ask, showed predictions 51 % off).
     verify_rtol : float, default=0.1
         Relative error the check allows.
     seed : int, default=0
