@@ -525,13 +525,10 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
 
 
 def _given_heads(o: _Options) -> str:
-    """The clause a heads' refusal adds for the caller's ``H`` (or ``H_bound``): the layer may have other heads
-    than given (an adversarial tester's finding: H wrong by one was blamed on the learner's reach alone)."""
+    """A heads' refusal's clause for the caller's ``H`` or ``H_bound`` (H wrong by one was blamed on reach alone)."""
     if o.H is not None:
         return f", or the layer has other than the H = {o.H} heads given"
-    if o.H_bound is not None:
-        return f", or the layer has more heads than H_bound = {o.H_bound}"
-    return ""
+    return "" if o.H_bound is None else f", or the layer has more heads than H_bound = {o.H_bound}"
 
 
 def _learn_heads_joint(oracle, Y1, o: _Options, rng, scales=JOINT_SCALE_STEPS):
