@@ -399,3 +399,40 @@ def test_compare_a_run_with_the_committed_chapter(tmp_path, capsys):
     assert cli.main(["compare", str(other)]) == 2                          # not named after a chapter
     assert "unknown chapter 'mine'" in capsys.readouterr().err
     assert cli.main(["compare", str(other), "--chapter", "01"]) == 1
+
+
+# --- an adversarial tester's findings (session 44): valid JSON of the wrong structure -----------------
+
+
+def test_cite_refuses_a_results_file_of_the_wrong_structure_with_a_parameter_error(tmp_path):
+    import json as _json
+
+    from companion.book import cli
+    from companion.errors import ParameterError
+
+    good = _json.loads((results.repo_root() / "data" / "results" / "01_definitions.json").read_text(encoding="utf-8"))
+    name = sorted(good["values"])[0]
+    cases = {
+        "no_parameters": ({k: v for k, v in good.items() if k != "parameters"}, "KeyError: 'parameters'"),
+        "values_list": ({**good, "values": [1]}, "'values' is not a mapping"),
+        "entry_int": ({**good, "values": {name: 5}}, "AttributeError|TypeError"),
+    }
+    for label, (data, match) in cases.items():
+        path = tmp_path / f"{label}.json"
+        path.write_text(_json.dumps(data), encoding="utf-8")
+        with pytest.raises(ParameterError, match=rf"is not a results file written by .*({match})"):
+            cli.cite("01_definitions", name, results_file=path)
+    intact = tmp_path / "intact.json"
+    intact.write_text(_json.dumps(good), encoding="utf-8")
+    with pytest.raises(ParameterError, match="published no value 'no_such_name'"):
+        cli.cite("01_definitions", "no_such_name", results_file=intact)  # its own refusal is not re-wrapped
+
+
+def test_compare_refuses_json_that_is_not_a_notebook(tmp_path):
+    from companion.book import cli
+    from companion.errors import ParameterError
+
+    path = tmp_path / "01_definitions.ipynb"
+    path.write_text("{}", encoding="utf-8")
+    with pytest.raises(ParameterError, match="is not a Jupyter notebook"):
+        cli.compare_run(path)

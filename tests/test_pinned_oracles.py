@@ -347,3 +347,36 @@ def test_round_to_each_format():
 def test_measure_precision_of_a_zero_oracle_is_zero():
     m = O.measure_precision(O.ValueQueryOracle(lambda X: np.zeros(len(X)), d=2), n=2)
     assert m["u"] == m["u_spread"] == m["u_granularity"] == 0.0 and m["bits"] == 0 and m["format"] == "float64"
+
+
+# --- an adversarial tester's findings (session 44) -----------------------------------------------------
+
+
+def test_complex_answers_are_refused_not_cut_to_their_real_part():
+    with pytest.raises(OracleInconsistentError, match="returned complex answers for a batch of 1 queries"):
+        O.ValueQueryOracle(lambda X: np.ones(len(X)) * 1j, d=2)(np.ones((1, 1, 2)))
+
+
+def test_a_d_that_disagrees_with_the_model_and_a_record_that_is_not_a_bool_are_refused():
+    from companion.attention import random_single_head
+
+    head = random_single_head(3, seed=0)
+    assert O.ValueQueryOracle(head, d=3).d == 3  # agreeing: accepted
+    with pytest.raises(InvalidInputError, match=r"d=4 disagrees with the target's own d=3; omit d, or pass d=3"):
+        O.ValueQueryOracle(head, d=4)
+    with pytest.raises(InvalidInputError, match="record must be True or False; got 'no'"):
+        O.ValueQueryOracle(head, record="no")
+
+
+def test_a_readout_names_its_vector_oracles_budget():
+    from companion.attention import random_single_head
+    from companion.errors import BudgetExceededError
+    from companion.exact import learn_single_head
+
+    head = random_single_head(3, seed=0)
+    V = O.VectorQueryOracle(lambda X: np.stack([head(X), 2 * head(X)], axis=1), d=3, d_out=2, budget=10)
+    with pytest.raises(BudgetExceededError, match="only 10 left of its budget of 10"):
+        learn_single_head(V.readout([1, 0]))
+    with pytest.raises(BudgetExceededError, match="only 10 of the budget of 10 remain"):
+        V.readout([1, 0])(np.ones((11, 1, 3)))
+    assert V.readout([1, 0]).budget == 10

@@ -98,3 +98,72 @@ def test_a_failed_save_leaves_the_old_file_and_no_temporary(tmp_path):
     with pytest.raises(InvalidInputError):
         _rec(f=object()).save(path)
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["r.safetensors"]
+
+
+# --- an adversarial tester's findings (session 44): corrupted files, paths, permissions --------------
+
+
+def _learned_and_saved(tmp_path, name="r.safetensors"):
+    from companion.attention import random_single_head
+    from companion.exact import learn_single_head
+    from companion.oracles import ValueQueryOracle
+
+    rec = learn_single_head(ValueQueryOracle(random_single_head(3, seed=0)))
+    return rec, rec.save(tmp_path / name)
+
+
+def test_a_flipped_bit_in_the_arrays_is_refused_by_the_checksum(tmp_path):
+    rec, path = _learned_and_saved(tmp_path)
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0x10  # the last bytes are array data
+    path.write_bytes(bytes(raw))
+    with pytest.raises(InvalidInputError, match="do not match the checksum"):
+        companion.load(path)
+
+
+@pytest.mark.parametrize(
+    "meta, match", [("[1, 2]", "has format"), ('"text"', "has format"), ("{not json", "metadata is not JSON")]
+)
+def test_malformed_metadata_is_an_invalid_input_error(tmp_path, meta, match):
+    path = tmp_path / "m.safetensors"
+    save_file({"W": np.eye(2)}, str(path), metadata={"companion": meta})
+    with pytest.raises(InvalidInputError, match=match):
+        companion.load(path)
+
+
+def test_a_header_missing_its_fields_or_a_tensor_is_an_invalid_input_error(tmp_path):
+    path = tmp_path / "m.safetensors"
+    save_file({"W": np.eye(2)}, str(path), metadata={"companion": json.dumps({"format": _saved.FORMAT})})
+    with pytest.raises(InvalidInputError, match="lacks or mistypes class, fields, provenance"):
+        companion.load(path)
+    header = {"format": _saved.FORMAT, "class": "companion.recovery:Recovery", "provenance": {},
+              "fields": {"W": {"array": "missing"}}}
+    save_file({"W": np.eye(2)}, str(path), metadata={"companion": json.dumps(header)})
+    with pytest.raises(InvalidInputError, match="corrupted or not a result of this format"):
+        companion.load(path)
+
+
+def test_a_replaced_file_keeps_its_permissions_and_a_symlink_stays_a_link(tmp_path):
+    import os
+
+    rec, path = _learned_and_saved(tmp_path)
+    os.chmod(path, 0o600)
+    rec.save(path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(path)
+    rec.save(link)
+    assert link.is_symlink() and np.array_equal(companion.load(link).W, rec.W)
+
+
+def test_save_refuses_a_folder_and_names_the_user_path_when_it_cannot_write(tmp_path):
+    rec, path = _learned_and_saved(tmp_path)
+    for folder in (str(tmp_path) + "/", "", tmp_path):
+        with pytest.raises(InvalidInputError, match="is a folder; give a file path"):
+            rec.save(folder)
+    with pytest.raises(OSError, match=r"cannot save to '.*r\.safetensors/x\.st'"):
+        rec.save(path / "x.st")  # a path through a file
+    long = tmp_path / ("x" * 240 + ".st")  # a legal name whose temporary name must not be longer
+    assert rec.save(long) == long and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["r.safetensors", long.name]
+    )

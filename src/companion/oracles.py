@@ -327,7 +327,14 @@ class ValueQueryOracle:
                 raise InvalidInputError("the target has no attribute d; pass the input dimension as d=...")
         self.target = target
         self.d = check_int(d, "d", minimum=1)
+        own_d = getattr(target, "d", None)
+        if isinstance(own_d, (int, np.integer)) and int(own_d) != self.d:
+            raise InvalidInputError(
+                f"d={self.d} disagrees with the target's own d={int(own_d)}; omit d, or pass d={own_d}."
+            )
         self.budget = None if budget is None else check_int(budget, "budget", minimum=0)
+        if not isinstance(record, (bool, np.bool_)):
+            raise InvalidInputError(f"record must be True or False; got {record!r}.")
         self.record = bool(record)
         self.n_queries = 0
         self.log: list[tuple[np.ndarray, float]] = []
@@ -380,6 +387,11 @@ class ValueQueryOracle:
 
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
         out = self._call_target(X)
+        if np.asarray(out).dtype.kind == "c":  # numpy would drop the imaginary part with only a warning
+            raise OracleInconsistentError(
+                f"the target returned complex answers for a batch of {X.shape[0]} queries; a value-query target "
+                f"returns one real number per query, an array of shape ({X.shape[0]},) of floats."
+            )
         try:
             raw = np.asarray(out, dtype=np.float64)
         except (TypeError, ValueError):
@@ -567,6 +579,20 @@ class _Readout(ValueQueryOracle):
     @property
     def remaining(self):
         return self.vector.remaining
+
+    @property
+    def budget(self):
+        """The vector oracle's budget, which this view's queries spend (its messages name it)."""
+        return self.vector.budget
+
+    @budget.setter
+    def budget(self, value):  # ValueQueryOracle.__init__ sets None: the view has no budget of its own
+        if value is not None:
+            raise InvalidInputError("a readout's queries spend its VectorQueryOracle's budget; set the budget there.")
+
+    def require(self, n, *, learner="the learner"):
+        """The vector oracle's check: a readout's queries spend that oracle's budget (and count there)."""
+        self.vector.require(n, learner=learner)
 
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
         # the vector oracle has checked (and, in the test mode, perturbed) its answers already

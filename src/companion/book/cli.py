@@ -542,11 +542,27 @@ def cite(chapter: str, name: str | None, *, results_file=None) -> str:
         raise ParameterError(f"no results for {stem} at {path}; run the chapter first: {how}.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        values, chapter_of_file = data["values"], data["chapter"]
+        _, chapter_of_file = data["values"], data["chapter"]
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
         raise ParameterError(f"{path} is not a results file written by companion.book.results.publish.") from None
     if chapter_of_file != stem:
         raise ParameterError(f"{path} holds the results of {chapter_of_file}, not of {stem}.")
+    try:
+        return _cite_line(data, stem, name, path)
+    except ParameterError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:  # valid JSON, not a results file's structure
+        raise ParameterError(
+            f"{path} is not a results file written by companion.book.results.publish "
+            f"({type(exc).__name__}: {exc}); rerun the chapter to write it again."
+        ) from None
+
+
+def _cite_line(data, stem, name, path) -> str:
+    """:func:`cite`'s line (or list) from a results file's ``data``."""
+    values = data["values"]
+    if not isinstance(values, dict):
+        raise TypeError("'values' is not a mapping of names to entries")
     if name is None:  # companion cite 01: what can be cited, one line each
         width = max((len(k) for k in values), default=0)
         lines = [f"  {k:<{width}}  {values[k].get('text')} ({_what_it_is(values[k])})" for k in sorted(values)]
@@ -759,6 +775,10 @@ def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
         test = nbformat.read(notebook, as_version=4)
     except (OSError, ValueError) as exc:
         raise ParameterError(f"cannot read the notebook {notebook}: {getattr(exc, 'strerror', None) or exc}") from None
+    except Exception as exc:  # valid JSON that is no notebook: nbformat's conversion or schema errors
+        raise ParameterError(
+            f"{notebook} is not a Jupyter notebook ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})."
+        ) from None
     run_json = notebook.with_suffix(".json")
     notes = []
     try:
