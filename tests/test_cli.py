@@ -436,3 +436,11 @@ def test_compare_refuses_json_that_is_not_a_notebook(tmp_path):
     path.write_text("{}", encoding="utf-8")
     with pytest.raises(ParameterError, match="is not a Jupyter notebook"):
         cli.compare_run(path)
+
+
+def test_compare_of_a_missing_file_says_the_file_is_missing(tmp_path):
+    from companion.book import cli
+    from companion.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="no notebook at .*nonexist.ipynb"):
+        cli.compare_run(tmp_path / "nonexist.ipynb")

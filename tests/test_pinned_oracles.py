@@ -380,3 +380,16 @@ def test_a_readout_names_its_vector_oracles_budget():
     with pytest.raises(BudgetExceededError, match="only 10 of the budget of 10 remain"):
         V.readout([1, 0])(np.ones((11, 1, 3)))
     assert V.readout([1, 0]).budget == 10
+
+
+def test_a_target_returning_None_a_seed_beyond_uint64_and_a_non_bool_progress_are_named():
+    from companion.attention import random_single_head
+
+    with pytest.raises(OracleInconsistentError, match="the target returned None for a batch of 1 queries"):
+        O.ValueQueryOracle(lambda X: None, d=2)(np.ones((1, 1, 2)))
+    head = random_single_head(3, seed=0)
+    assert O.ApproxValueQueryOracle(head, 0.1, seed=2**64 - 1)(np.ones((1, 1, 3))).shape == (1,)  # just inside
+    with pytest.raises(InvalidInputError, match=r"seed=18446744073709551616 must be <= 18446744073709551615"):
+        O.ApproxValueQueryOracle(head, 0.1, seed=2**64)  # just outside: refused before any query
+    with pytest.raises(InvalidInputError, match="progress must be None, True or False; got 'no'"):
+        O.ValueQueryOracle(head, progress="no")

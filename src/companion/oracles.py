@@ -339,6 +339,8 @@ class ValueQueryOracle:
         self.n_queries = 0
         self.log: list[tuple[np.ndarray, float]] = []
         self.precision = None if precision is None else as_precision(precision)
+        if progress is not None and not isinstance(progress, (bool, np.bool_)):
+            raise InvalidInputError(f"progress must be None, True or False; got {progress!r}.")
         self.progress = None if progress is None else bool(progress)
 
     @property
@@ -387,6 +389,11 @@ class ValueQueryOracle:
 
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
         out = self._call_target(X)
+        if out is None:  # numpy would read None as NaN, and the message would blame a non-finite answer
+            raise OracleInconsistentError(
+                f"the target returned None for a batch of {X.shape[0]} queries; a value-query target returns one "
+                f"real number per query, an array of shape ({X.shape[0]},): does it return its result?"
+            )
         if np.asarray(out).dtype.kind == "c":  # numpy would drop the imaginary part with only a warning
             raise OracleInconsistentError(
                 f"the target returned complex answers for a batch of {X.shape[0]} queries; a value-query target "
@@ -733,7 +740,7 @@ class ApproxValueQueryOracle(ValueQueryOracle):
         super().__init__(target, d=d, budget=budget, record=record)
         # "none": the target's own answers (a served model), not a perturbation model
         self.noise = check_choice(noise, "noise", NOISE_MODELS + ("none",))
-        self.seed = check_int(seed, "seed", minimum=0)
+        self.seed = check_int(seed, "seed", minimum=0, maximum=2**64 - 1)  # mixed as a uint64 (_hash_uniform)
         self.digits = None
         if noise == "round":
             if digits is None:

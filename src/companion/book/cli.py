@@ -770,6 +770,8 @@ def compare_run(notebook, *, chapter=None) -> tuple[list[str], list[str]]:
     from .results import book_results_dir
 
     notebook = Path(notebook)
+    if not notebook.is_file():  # before the chapter is looked up: the file is what is missing
+        raise ParameterError(f"no notebook at {notebook}: give the path of a run's .ipynb (companion run -o ...).")
     committed = _chapter_of(notebook, chapter)
     try:
         test = nbformat.read(notebook, as_version=4)
