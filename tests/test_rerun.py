@@ -539,3 +539,26 @@ def test_pip_install_e_dot_runs_or_refuses_every_documented_command(tmp_path):
             "print(learn_single_head(ValueQueryOracle(t)).n_learning_queries)")
     lib = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=env, capture_output=True, text=True)
     assert lib.stdout.strip() == "20", lib.stderr[-2000:]
+
+
+def test_the_staging_notebook_is_written_atomically(tmp_path, monkeypatch):
+    """A fresh-clone run (session 44) kept nothing of an interrupted run: the stop had cut papermill's
+    save of the staging notebook mid-write. The child's local handler now writes a temporary file and
+    renames it: an interrupted write leaves the last complete save and no temporary file."""
+    from papermill.iorw import LocalHandler
+
+    from companion.book._execute import _make_writes_atomic
+
+    handler = LocalHandler()
+    _make_writes_atomic(handler)
+    path = tmp_path / "run.ipynb"
+    handler.write('{"cells": [1]}', str(path))
+    assert path.read_text() == '{"cells": [1]}'
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        handler.write('{"cells": [1, 2', str(path))
+    assert path.read_text() == '{"cells": [1]}' and [p.name for p in tmp_path.iterdir()] == ["run.ipynb"]

@@ -56,14 +56,45 @@ def main(spec_path: str) -> int:
         end_kernel()
 
 
+def _make_writes_atomic(handler) -> None:
+    """Make papermill's local I/O ``handler`` write atomically: the notebook goes to a temporary file in
+    its folder, then is renamed over it, so that a run stopped while papermill saves it (``stop`` above
+    exits at once) keeps the last complete save. A fresh-clone run kept nothing: the stop had cut the
+    staging notebook mid-write, and ``companion run`` could not read it (session 44). (papermill's
+    ``register`` cannot replace its local handler: ``get_handler`` takes the first one registered.)"""
+    import tempfile
+    import types
+
+    from papermill.utils import chdir
+
+    def write(self, buf, path):
+        with chdir(self._cwd):
+            folder = os.path.dirname(path) or "."
+            if not os.path.isdir(folder):
+                raise FileNotFoundError(f"output folder {folder} doesn't exist.")
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)[:32]}.", suffix=".tmp", dir=folder)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(buf)
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+
+    handler.write = types.MethodType(write, handler)
+
+
 def _run(spec: dict, km) -> int:
     import logging
 
     import papermill
+    from papermill.iorw import papermill_io
 
     # nbclient logs through papermill's logger ("Timeout waiting for execute reply"): the one line
     # of companion run says it, from the status written below
     logging.getLogger("papermill").addHandler(logging.NullHandler())
+    _make_writes_atomic(papermill_io.get_handler(spec["output"]))
 
     try:
         papermill.execute_notebook(
