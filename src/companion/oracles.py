@@ -265,7 +265,7 @@ class ValueQueryOracle:
         float64 batch of shape ``(B, N, d)`` and return an array of shape ``(B,)``, and expose its input
         dimension as ``target.d`` (or pass ``d``).
     d : int, default=None
-        Input dimension, if ``target`` has no attribute ``d``.
+        Input dimension, if ``target`` has no attribute ``d`` (if it has one, ``d`` must equal it).
     budget : int, default=None
         Largest number of queries the oracle will answer; ``None`` means unlimited.
     record : bool, default=False
@@ -301,11 +301,14 @@ class ValueQueryOracle:
     Raises
     ------
     InvalidInputError
-        When called with a query of the wrong shape, with NaN or inf, or an empty sequence.
+        At construction, for a ``d`` that disagrees with ``target.d``, or a ``record`` or
+        ``progress`` that is not a bool; when called with a query of the wrong shape, with NaN or
+        inf, or an empty sequence.
     BudgetExceededError
         When a call would take ``n_queries`` past ``budget``; nothing is answered or counted.
     OracleInconsistentError
-        When the target returns NaN or inf (a value-query oracle answers with finite reals).
+        When the target returns NaN or inf, complex numbers, None, or not one number per query (a
+        value-query oracle answers with finite reals).
 
     Examples
     --------
