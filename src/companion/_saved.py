@@ -31,7 +31,6 @@ import math
 import os
 import platform
 import subprocess
-import tempfile
 from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
@@ -39,6 +38,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ._atomic import write_atomic
 from .errors import InvalidInputError
 
 __all__ = ["FORMAT", "save", "load", "plain_state"]
@@ -249,31 +249,13 @@ def save(rec, path, *, parameters: Mapping[str, Any] | None = None) -> Path:
         raise InvalidInputError(f"parameters must be JSON (strings, finite numbers, lists, dicts): {exc}") from None
     data = to_bytes(enc.tensors, metadata={"companion": meta})
     target = Path(os.path.realpath(path))  # through a symbolic link: replace the file it points to
-    tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():
-            mode = target.stat().st_mode & 0o7777  # a file replaced keeps its permissions
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        # a short prefix: a temporary name longer than the file's own could pass the system's limit
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:32]}.", suffix=".tmp", dir=target.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        # a file replaced keeps its permissions
+        mode = target.stat().st_mode & 0o7777 if target.exists() else None
+        write_atomic(target, data, mode=mode)
     except OSError as exc:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
         raise type(exc)(exc.errno, f"cannot save to {str(path)!r}: {exc.strerror}") from exc
-    except BaseException:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 

@@ -62,25 +62,18 @@ def _make_writes_atomic(handler) -> None:
     exits at once) keeps the last complete save. A fresh-clone run kept nothing: the stop had cut the
     staging notebook mid-write, and ``companion run`` could not read it (session 44). (papermill's
     ``register`` cannot replace its local handler: ``get_handler`` takes the first one registered.)"""
-    import tempfile
     import types
 
     from papermill.utils import chdir
+
+    from .._atomic import write_atomic
 
     def write(self, buf, path):
         with chdir(self._cwd):
             folder = os.path.dirname(path) or "."
             if not os.path.isdir(folder):
                 raise FileNotFoundError(f"output folder {folder} doesn't exist.")
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)[:32]}.", suffix=".tmp", dir=folder)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(buf)
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            write_atomic(path, buf, fsync=False)  # a stopped process, not a lost disk: no fsync per cell
 
     handler.write = types.MethodType(write, handler)
 

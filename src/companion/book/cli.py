@@ -542,7 +542,9 @@ def cite(chapter: str, name: str | None, *, results_file=None) -> str:
         raise ParameterError(f"no results for {stem} at {path}; run the chapter first: {how}.")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        _, chapter_of_file = data["values"], data["chapter"]
+        chapter_of_file = data["chapter"]
+        if "values" not in data:
+            raise KeyError("values")
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
         raise ParameterError(f"{path} is not a results file written by companion.book.results.publish.") from None
     if chapter_of_file != stem:

@@ -64,12 +64,12 @@ import os
 import platform
 import re
 import subprocess
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
+from .._atomic import write_atomic
 from .._validation import check_int
 from ..errors import ClaimError, InvalidInputError
 
@@ -424,21 +424,7 @@ def _plain(value):
 
 def _write_atomic(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; results are for everyone to read
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def _path(chapter: str) -> Path:
@@ -607,10 +593,7 @@ def _watch_for_failure() -> None:
         if _state["before"] is None:
             path.unlink(missing_ok=True)
         else:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                f.write(_state["before"])
-            os.replace(tmp, path)
+            write_atomic(path, _state["before"])
 
     shell.events.register("post_run_cell", after_cell)
     shell._companion_watch = True
