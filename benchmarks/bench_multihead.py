@@ -132,6 +132,17 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    level): it stops early only when no pair moved, and stepping only the pairs above rounding
    level did not shorten it. From H = 5 on the interpolation is bit for bit main's
    (_rowstart.ACCEPT = 1e-9 was calibrated on the SVD's rounding).
+   Session 45 (2026-12-05, a fresh machine, main at bdf2013, one BLAS thread, load 0.2, the least of 15 runs):
+   d = 32, H = 2: the learner 16.3 ms, 7.8 of them in its oracle calls (13 calls: 8 blocks of ASK_BLOCK = 1024
+   or fewer queries of length 5, then the links' 4), 8.5 ms its own, against the replay's 6.7 ms (one batch per
+   length): ratio 2.27 to 2.43 over three runs of the script. Its own 8.5 ms are spread thin (about 4,800 Python
+   function calls a run under cProfile, the oracle's included): the rows' batched
+   Levenberg-Marquardt about 2.5 ms (3 steps; the gather of the normal matrices 0.35 ms a step, 32 Cholesky
+   solves 0.3), the start rows 1.4, the pairs' interpolation 1.1, the links 0.9, the labels 0.5, building the
+   queries 1.1. Passing 2x needs the learner within 13.4 ms, its own work under 5.6 ms: a third less. Any
+   speed-up of the target's own evaluation (its per-head deduplication of the last tokens sorts them, 2.7 ms of
+   the 7.8) lowers the replay as much as the learner and raises the ratio. d = 32, H = 4: 53.4 against 28.1 ms,
+   1.90 (passes on this host).
    Re-measured 2026-12-05 (main at 28a5ef2, AMD EPYC, ``make bench BENCH=bench_multihead`` alone, load 1.0):
    the counts route's time targets fail at d = 32, H = 2 (23 ms against the oracle's 10 ms, 2.31x by length,
    2.48x at the best block), d = 32, H = 4 (2.03x, 2.22x) and d = 64, H = 12 (2.00x, 3.52x); d = 64, H = 2 and 4

@@ -73,6 +73,19 @@ which would change every RGN design and save under 3 % of the row, not the 10 % 
 the tangent normal operator was 50 of 73 s (98 applications), the oracle 6.4, the design 5.0, the residual fits
 3.9, the spectral start 3.5, the adjoints 2.3.
 
+Session 45 (2026-12-05, a fresh machine, AMD EPYC, one BLAS thread, main at bdf2013, load 0.6): 52.6 CPU s against
+the oracle's 4.82, ratio 10.9, relative error of W 1.4e-13 (this host is faster, the ratio the same). Under cProfile
+(52.9 s): the tangent normal operator 35.4 s (98 applications, 0.36 s each: 4 m d r = 16.9 G float32 multiply-adds
+at 47 GMAC/s, this core's AVX2 peak), the oracle 4.8, the design 4.5, the residual fits 3.3, the spectral start
+2.6, the adjoints 1.5. Residuals per Gauss-Newton iteration 1.30, 0.41, 0.17, 4.3e-2, 3.0e-3, 1.5e-5, 1.5e-9,
+1.54e-13, 1.08e-13. What is left to cut, estimated and not adopted: the last iteration (8 inner iterations, 2.9 s,
+and its residual fit, 0.3 s) stops only because it finds the measurements' rounding, which nothing here knows in
+advance, and a stop at 1.54e-13 would trade the accuracy it still buys (a fittable part of about 1.1e-13) for 6 %;
+the float32 draws above save about 2 s; with both, about 47 s, 9.8 times the oracle, within the noise of the
+guard. The floor of the inner iterations alone (87 at 0.36 s, against the oracle's 4.8 s) is 6.5 oracle-times; a
+robust pass of the 10x guard on this host needs fewer inner iterations than the Marchenko-Pastur bound allows at
+``m = 2 n``, or a faster product than the core's peak: the row stays a failed target here.
+
 The rgn 1024:32 row missed the former target of 3x, and cannot meet it with this solver: its conjugate-gradient
 iterations alone (at least 87 at ``m = 2 n``, each 1/14 of the oracle) cost 6.3 oracle-times, and
 the design, the spectral start and the oracle 2.2 more (the accounting is in the docstring of
