@@ -140,8 +140,8 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    Levenberg-Marquardt about 2.5 ms (3 steps; the gather of the normal matrices 0.35 ms a step, 32 Cholesky
    solves 0.3), the start rows 1.4, the pairs' interpolation 1.1, the links 0.9, the labels 0.5, building the
    queries 1.1. Passing 2x needs the learner within 13.4 ms, its own work under 5.6 ms: a third less. Any
-   speed-up of the target's own evaluation (its per-head deduplication of the last tokens sorts them, 2.7 ms of
-   the 7.8) lowers the replay as much as the learner and raises the ratio. d = 32, H = 4: 53.4 against 28.1 ms,
+   speed-up of the target's own evaluation (its per-head deduplication of the last tokens sorts them: 2.7 ms a
+   run under cProfile) lowers the replay as much as the learner and raises the ratio. d = 32, H = 4: 53.4 against 28.1 ms,
    1.90 (passes on this host).
    Re-measured 2026-12-05 (main at 28a5ef2, AMD EPYC, ``make bench BENCH=bench_multihead`` alone, load 1.0):
    the counts route's time targets fail at d = 32, H = 2 (23 ms against the oracle's 10 ms, 2.31x by length,
