@@ -1150,16 +1150,20 @@ def test_a_faint_head_behind_a_post_ln_is_refused_and_another_seed_recovers_it()
 
 def test_a_post_ln_block_the_layernorms_inversion_defeats_is_refused_naming_it():
     """d = 24, H = 2, eps = 0.1 (random_attention_layer seed 1), in the class: its heads' stage fails (smallest gap
-    8.6e-6, above LOW_GAP); the refusal names the LayerNorm's inversion and the gap, and learner seed 1 recovers it."""
+    8.6e-6, above LOW_GAP); the refusal names the LayerNorm's inversion and the gap, and learner seed 1 recovers it.
+    Which stage fails is the rounding's (OpenBLAS's Sandybridge kernel: the verification, measured 2026-12-05)."""
     target = random_attention_layer(24, 2, residual=True, layernorm="post", eps=0.1, seed=1)
     with pytest.raises(
         OracleInconsistentError,
-        match=r"the LayerNorm's inversion costing the heads' stage its precision.*the heads failed; the smallest "
-        r"1 - \|z\|\^2/d_out seen was 8\.6e-06.*lifted readout.*try seed=1",
+        match=r"the LayerNorm's inversion costing the heads' stage its precision.*the (heads|verification) failed; "
+        r"the smallest 1 - \|z\|\^2/d_out seen was \d\.\de-0[56].*lifted readout.*try seed=1",
     ):
         learn_attention_layer(VectorQueryOracle(target), H=2, heads="readout")  # auto: the joint stage here
-    rec = learn_attention_layer(VectorQueryOracle(target), H=2, seed=1, heads="readout")
-    assert rec.diagnostics["verify_max_error"] < 1e-12
+    # learned at seed 1 (at seed 2 on Sandybridge's kernel, where seed 1 is refused the same way)
+    from companion.layer import try_seeds
+
+    run = try_seeds(VectorQueryOracle(target), range(1, 4), H=2, heads="readout", require=True)
+    assert run.recovery.diagnostics["verify_max_error"] < 1e-12 and len(run.refused) <= 1
 
 
 @pytest.mark.parametrize(
@@ -1740,3 +1744,45 @@ def test_heads_refusal_with_H_wrong_by_one_names_the_H_given():
     target = random_attention_layer(6, 2, residual=True, seed=2)
     with pytest.raises(OracleInconsistentError, match=r"or the layer has other than the H = 1 heads given"):
         learn_attention_layer(VectorQueryOracle(target), 1)
+
+
+def test_a_sliding_window_is_refused_on_long_verification_queries():
+    """An adversarial tester's sliding windows of 8 and 9 tokens (Mistral's and Gemma's local layers; with H given the
+    learner asks nothing longer than 8 tokens) were returned, verified on lengths 1 to 8, and off by 1.3 at N = 20. A
+    quarter of the verification queries now have lengths 9 to VERIFY_LONG_LEN = 64 (each length drawn as stated)."""
+    from companion.layer import VERIFY_LONG_LEN, VERIFY_LONG_SHARE, verify_queries
+
+    assert (VERIFY_LONG_LEN, VERIFY_LONG_SHARE) == (64, 0.25)
+    lengths = [len(x) for x in verify_queries(6, 32, seed=1)]
+    assert max(lengths[:24]) <= 8 and min(lengths[24:]) >= 9 and max(lengths[24:]) <= 64 and len(lengths) == 32
+    assert [len(x) > 8 for x in verify_queries(6, 2, seed=1)] == [False, True]
+    assert len(verify_queries(6, 1, seed=1)[0]) <= 8
+    layer = random_attention_layer(6, 2, residual=True, seed=0)
+    for window in (8, 9):
+        with pytest.raises(OracleInconsistentError, match="^not an attention layer.*on 32 fresh queries"):
+            learn_attention_layer(VectorQueryOracle(lambda X, w=window: layer(X[:, -w:]), d=6, d_out=6), H=2)
+    rec = learn_attention_layer(VectorQueryOracle(layer), H=2)
+    assert rec.diagnostics["verify_max_error"] < 1e-12
+
+
+def test_a_budget_refusal_inside_the_heads_stage_names_the_vector_oracles_budget():
+    """An adversarial tester's budget of 281 (H unknown) was refused with "...only 198 left of its budget of None.
+    Raise the budget to at least 4399", and 4399 was refused again: the heads' learner's lifted readout had no budget
+    of its own and counted only its queries. It now spends the vector oracle's budget and names it."""
+    target = random_attention_layer(6, 2, residual=True, seed=0)
+    oracle = VectorQueryOracle(target, budget=281)
+    with pytest.raises(BudgetExceededError) as info:
+        learn_attention_layer(oracle, H=None)
+    spent, needed = oracle.n_queries, info.value.needed
+    assert f"only {281 - spent} left of its budget of 281" in str(info.value)
+    assert f"Raise the budget to at least {spent + needed}." in str(info.value)
+
+
+def test_a_non_finite_answer_inside_a_stage_is_raised_as_it_is():
+    """An adversarial tester's target answering NaN on large tokens was refused as the heads' stage failing ("could not
+    resolve the heads ... or not an attention layer"), the real cause last: it is now the oracle's own refusal."""
+    layer = random_attention_layer(6, 2, residual=True, seed=0)
+    nan_on_large = VectorQueryOracle(lambda X: np.where(X[:, -1:, 0] > 1.5, np.nan, layer(X)), d=6, d_out=6)
+    with pytest.raises(OracleInconsistentError, match=r"^the oracle's target returned a non-finite answer \(nan\)"):
+        learn_attention_layer(nan_on_large, H=2)
+    assert learn_attention_layer.__name__ == "learn_attention_layer" and "Parameters" in learn_attention_layer.__doc__

@@ -170,7 +170,8 @@ def test_a_route_that_failed_for_the_gap_is_followed_by_the_row_space():
     rec = learn_attention_layer(oracle, H=2, seed=0)
     dg = rec.diagnostics
     assert dg["heads_learner"] == "joint, norms from the row space"
-    assert dg["directions_after"] == "the heads failed at gap 2.1e-08"
+    # which stage fails first is the rounding's (the least squares on OpenBLAS's Sandybridge kernel, 2026-12-05)
+    assert dg["directions_after"] in ("the heads failed at gap 2.1e-08", "the least squares failed at gap 2.1e-08")
     assert dg["verify_max_error"] < 1e-11
     assert rec.n_queries == oracle.n_queries  # the failed route's queries are counted
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import check_choice, check_int, check_real
-from .errors import MESSAGES, OracleInconsistentError
+from .errors import OracleInconsistentError, nonfinite_answer_error
 
 
 #: Floating-point formats of a served model, with the number of stored fraction bits.
@@ -356,7 +356,7 @@ def check_answers(y, n, *, d=None) -> np.ndarray:
     a = a.reshape(n)
     if not np.all(np.isfinite(a)):
         i = int(np.flatnonzero(~np.isfinite(a))[0])
-        raise OracleInconsistentError(MESSAGES["nonfinite_answer"].format(value=float(a[i]), index=i))
+        raise nonfinite_answer_error(a[i], i, n)
     return a
 
 

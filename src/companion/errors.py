@@ -27,6 +27,7 @@ __all__ = [
     "ClaimError",
     "PrecisionError",
     "MESSAGES",
+    "nonfinite_answer_error",
 ]
 
 #: Standard message templates, formatted with ``str.format`` by the raising code.
@@ -88,7 +89,7 @@ MESSAGES = {
         "(ValueQueryOracle(model)) can beat them (the book's page 'Your own model' measures it)."
     ),
     "nonfinite_answer": (
-        "the oracle's target returned a non-finite answer ({value!r}) for query {index}; "
+        "the oracle's target returned a non-finite answer ({value!r}) for query {index} of a batch of {n}; "
         "a value-query oracle must return finite reals. Either the target has a bug, or the "
         "query's entries or the target's parameters overflow its arithmetic (float64, or the "
         "format it computes in): check the target on that query, or scale the query down."
@@ -138,3 +139,11 @@ class ClaimError(CompanionError, AssertionError):
     and the book does not build with a sentence its own output contradicts. The message names the
     claim, the chapter and the text the prose would have shown.
     """
+
+
+def nonfinite_answer_error(value, index: int, n: int, extra: str = "") -> OracleInconsistentError:
+    """The oracles' refusal of a non-finite answer (query ``index`` of a batch of ``n``), marked ``non_finite = True``
+    so that a learner that chains a stage's error (``companion.layer``) raises it as it is, not as the stage's."""
+    err = OracleInconsistentError(MESSAGES["nonfinite_answer"].format(value=float(value), index=index, n=n) + extra)
+    err.non_finite = True  # type: ignore[attr-defined]
+    return err

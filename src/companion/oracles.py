@@ -47,7 +47,7 @@ import numpy as np
 
 from . import _progress
 from ._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
-from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError
+from .errors import MESSAGES, BudgetExceededError, InvalidInputError, OracleInconsistentError, nonfinite_answer_error
 from ._learner import OracleView, QueryCount
 from ._precision import (
     ANSWER_KINDS,
@@ -80,6 +80,7 @@ from ._precision import (  # noqa: F401
 __all__ = [
     "ValueQueryOracle",
     "VectorQueryOracle",
+    "VectorReadout",
     "ApproxValueQueryOracle",
     "AntisymmetrisedOracle",
     "NOISE_MODELS",
@@ -419,7 +420,7 @@ class ValueQueryOracle:
             )
         if not np.all(np.isfinite(y)):
             i = int(np.flatnonzero(~np.isfinite(y))[0])
-            raise OracleInconsistentError(MESSAGES["nonfinite_answer"].format(value=float(y[i]), index=i))
+            raise nonfinite_answer_error(y[i], i, y.shape[0])
         k = perturbation_ulps()
         return perturb(y, self._as_received(X), k) if k else y  # rounding the batch only in the test mode
 
@@ -544,9 +545,7 @@ class VectorQueryOracle(ValueQueryOracle):
             )
         if not np.all(np.isfinite(y)):
             i, j = (int(k) for k in np.argwhere(~np.isfinite(y))[0])
-            raise OracleInconsistentError(
-                MESSAGES["nonfinite_answer"].format(value=float(y[i, j]), index=i) + f" (Output entry {j}.)"
-            )
+            raise nonfinite_answer_error(y[i, j], i, B, f" (Output entry {j}.)")
         k = perturbation_ulps()
         return y * perturb(np.ones(B), self._as_received(X), k)[:, None] if k else y
 
@@ -579,12 +578,21 @@ class VectorQueryOracle(ValueQueryOracle):
         return f"{type(self).__name__}(d={self.d}, d_out={self.d_out}, n_queries={self.n_queries}{budget})"
 
 
-class _Readout(ValueQueryOracle):
-    """The scalar view of :meth:`VectorQueryOracle.readout`: answers ``c^T o*(X)``."""
+class VectorReadout(ValueQueryOracle):
+    """A scalar oracle that reads a :class:`VectorQueryOracle`, ``self.vector``, and spends its budget.
 
-    def __init__(self, vector, c):
-        super().__init__(lambda X: vector(X) @ c, d=vector.d, precision=vector.precision)
-        self.vector, self.c = vector, c
+    Its ``remaining``, ``budget`` and ``require`` are the vector oracle's, so a learner run on the view
+    is budgeted, and its messages name the budget, as on the vector oracle. The base of
+    :meth:`VectorQueryOracle.readout`'s view and of ``companion.layer``'s lifted readout; a subclass sets
+    ``self.vector`` after ``ValueQueryOracle.__init__`` (whose ``budget=None`` it accepts).
+
+    Raises
+    ------
+    InvalidInputError
+        If a budget other than None is set on the view: set it on the vector oracle.
+    """
+
+    vector: VectorQueryOracle
 
     @property
     def remaining(self):
@@ -603,6 +611,14 @@ class _Readout(ValueQueryOracle):
     def require(self, n, *, learner="the learner"):
         """The vector oracle's check: a readout's queries spend that oracle's budget (and count there)."""
         self.vector.require(n, learner=learner)
+
+
+class _Readout(VectorReadout):
+    """The scalar view of :meth:`VectorQueryOracle.readout`: answers ``c^T o*(X)``."""
+
+    def __init__(self, vector, c):
+        super().__init__(lambda X: vector(X) @ c, d=vector.d, precision=vector.precision)
+        self.vector, self.c = vector, c
 
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
         # the vector oracle has checked (and, in the test mode, perturbed) its answers already

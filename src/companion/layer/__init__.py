@@ -66,6 +66,7 @@ from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
 from ._directions import DIRECTIONS_FROM_GAP
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
+from ._verify import VERIFY_LONG_LEN, VERIFY_LONG_SHARE, verify_queries
 
 __all__ = [
     "AttentionLayer",
@@ -110,4 +111,7 @@ __all__ = [
     "MiniLMBlock",
     "load_block_reference",
     "BLOCK_FILE",
+    "VERIFY_LONG_LEN",
+    "VERIFY_LONG_SHARE",
+    "verify_queries",
 ]

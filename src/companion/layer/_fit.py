@@ -6,7 +6,7 @@ import numpy as np
 from scipy.linalg import solve
 
 from ..errors import InvalidInputError
-from ..oracles import ValueQueryOracle, unit_roundoff
+from ..oracles import VectorReadout, unit_roundoff
 from ._model import softmax
 
 __all__ = [
@@ -58,7 +58,7 @@ def polish_row_queries(d: int) -> int:
     return -(-POLISH_SCORE_MARGIN * d * (d + 1) // _MEAN_SCORE_DIFFERENCES)
 
 
-class LiftedReadout(ValueQueryOracle):
+class LiftedReadout(VectorReadout):
     """A scalar readout of a layer seen as a bias-free sum of heads in ``D = d + 1`` dimensions.
 
     A learner's token ``y = (z, t)`` in ``R^(d+1)`` is sent to the layer as
@@ -79,10 +79,6 @@ class LiftedReadout(ValueQueryOracle):
         u = u if precision is None else max(float(u), float(precision))
         super().__init__(self._lifted, d=vector.d + 1, precision=u)
         self.vector, self.c, self.g, self.g0 = vector, c, g, g0
-
-    @property
-    def remaining(self):
-        return self.vector.remaining
 
     def _lifted(self, Y: np.ndarray) -> np.ndarray:
         if Y.shape[1] == 1:

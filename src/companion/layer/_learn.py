@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .._learner import DEFAULT_VERIFY, QueryCount, build, random_queries, reserve, resolve_heads
+from .._learner import DEFAULT_VERIFY, QueryCount, build, reserve, resolve_heads
 from .._validation import check_choice, check_int, check_real
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from ..oracles import VectorQueryOracle, unit_roundoff
@@ -25,9 +25,13 @@ from ._directions import DIRECTIONS_MEASURED, NO_DIRECTIONS, ROW_SPACE, directio
 from ._directions import learn_post_directions
 from ._model import AttentionLayer, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
+from ._verify import verify_queries
 from ._norm import (
     GRID_ULPS,
+    OUTSIDE_BAND,
     PRECISION_BAND,
+    near_signature_message,
+    non_finite_first,
     ROUNDING_UNITS,
     LOW_GAP,
     MIN_GAP,
@@ -452,15 +456,9 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
     else:
         nearest = min(float(bent.max()), float(bent[3]), plane if Yall.shape[1] >= 4 else float("inf"))
         if nearest <= PRECISION_BAND:
-            raise PrecisionError(
-                "learn_attention_layer needs answers exact to float64 rounding, and these are not: the one-token "
-                f"answers fit an attention layer's signature (affine lines, or a LayerNorm's) to a relative "
-                f"{nearest:.1e} (lines {bent.max():.1e}, all-ones line {bent[3]:.1e}, hyperplane {plane:.1e}), far "
-                f"above what rounding at u = {u:.1e} explains ({level:.1e}) and below PRECISION_BAND = "
-                f"{PRECISION_BAND:.0e} (a GELU after the block misses them by 1e-2 or more): measured, the answers "
-                f"carry about {nearest:.0e} of precision, as a computation in float32 would (not served on a "
-                "format's grid, so the format is not named). Nothing was returned."
-            )
+            raise PrecisionError(near_signature_message(nearest, bent, plane, u, level, precision=True))
+        if nearest < OUTSIDE_BAND:
+            raise OracleInconsistentError(near_signature_message(nearest, bent, plane, u, level, precision=False))
         why = (
             f"and they show no LayerNorm signature (centred answers of full rank, deviation from a hyperplane "
             f"{plane:.1e}): a nonlinearity after the block (e.g. GELU)"
@@ -847,7 +845,7 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
 def _verify(oracle, layer, o: _Options) -> dict:
     if not o.verify:
         return {"n_verify_queries": 0}
-    Xv = random_queries(oracle.d, o.verify, seed=o.seed + 1)
+    Xv = verify_queries(oracle.d, o.verify, o.seed + 1)
     yv, yh = oracle(Xv), layer(Xv)
     err = np.linalg.norm(yv - yh, axis=1) / np.maximum(np.linalg.norm(yv, axis=1), np.finfo(float).tiny)
     k = int(np.argmax(err))
@@ -861,6 +859,7 @@ def _verify(oracle, layer, o: _Options) -> dict:
     return {"n_verify_queries": o.verify, "verify_max_error": float(err[k]), "verify_tolerance": rtol}
 
 
+@non_finite_first
 def learn_attention_layer(
     oracle,
     H=None,
@@ -904,8 +903,8 @@ def learn_attention_layer(
         whose heads come exact to rounding, the output maps' unknowns count too; in the float32 route above
         ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted).
     verify : int, default=32
-        Fresh random queries (lengths 1 to 8, tokens ``N(0, I_d / d)``) on which the result is
-        checked, counted apart; ``0`` opts out.
+        Fresh queries checking the result, counted apart (0 opts out): tokens ``N(0, I_d / d)``, lengths 1 to 8 and, for
+        a quarter, 9 to ``VERIFY_LONG_LEN`` = 64, where a sliding window (never asked with ``H`` given) shows.
     verify_rtol : float, default=None
         Largest accepted ``||o(X) - o_hat(X)||_2 / ||o(X)||_2``. None: 1e-8 for float64 answers, and
         ``FLOAT32_VERIFY_UNITS * u`` = 3.6e-6 (10 times the float32 floor, ``FLOAT32_FLOOR_UNITS``) for

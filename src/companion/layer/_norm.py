@@ -6,11 +6,12 @@ every no-verdict refusal of the layer's learner chains its failed stage by (:fun
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import OracleInconsistentError, PrecisionError
+from ..errors import CompanionError, OracleInconsistentError, PrecisionError
 from ..oracles import VectorQueryOracle
 
 __all__ = [
@@ -23,16 +24,20 @@ __all__ = [
     "Scaled",
     "ROUNDING_UNITS",
     "GRID_ULPS",
+    "GRID_MIN_DISTINCT",
     "PRECISION_BAND",
+    "OUTSIDE_BAND",
     "probe_lines",
     "line_deviations",
     "plane_deviation",
     "rounding_level",
+    "near_signature_message",
     "answer_format",
     "estimate_post_ln",
     "gap_message",
     "chained_cause",
     "inferred_gap_message",
+    "non_finite_first",
 ]
 
 #: Points per probe line (the token ``x0 + t e`` at ``t = -2 .. 2``).
@@ -49,11 +54,24 @@ ROUNDING_UNITS = 256
 #: Float64 ulps of slack within which an answer counts as on a coarser format's grid (:func:`answer_format`).
 GRID_ULPS = 64
 
+#: Fewest distinct nonzero answers from which :func:`answer_format` names a format: small integers and dyadic
+#: numbers lie on every grid, and an adversarial tester's constant targets (``np.ones``; an in-class layer without
+#: heads, ``b_O = arange(6)``) were called "served in bfloat16" (2026-12-05). A layer served in a coarse format
+#: answers its first probes with hundreds of distinct values. (This book's threshold.)
+GRID_MIN_DISTINCT = 8
+
 #: A target whose one-token answers miss every in-class signature (affine lines; a post-LN's hyperplane; a
 #: pre-LN's straight all-ones line) by at most this relative deviation is refused for its precision: its
 #: answers fit an attention layer to about that, as a float32 computation would, and the learner needs float64's.
 #: Measured (as ROUNDING_UNITS): a GELU after the block misses every signature by at least 1.0e-2 (relative).
 PRECISION_BAND = 1e-4
+
+#: Below this relative deviation (and above PRECISION_BAND) a target that misses every in-class signature is refused
+#: with no verdict, naming both causes: a nonlinearity after the block (a GELU misses them by at least 1.0e-2,
+#: measured as PRECISION_BAND) or answers of about that precision, which an adversarial tester's in-class layers
+#: computed in float16 or bfloat16 (off their grid, 1e-3 to 1e-2) and answers with relative noise 1e-4 gave, and
+#: were called "not an attention layer" (2026-12-05). At or above it the verdict stands.
+OUTSIDE_BAND = 1e-2
 
 #: Smallest ``1 - |z|^2 / d_out`` (``z`` the normalised vector) at which the answers still carry the norm of
 #: ``P u``: ``eps / (var(u) + eps)``. The norm comes back with a relative error of order ``2**-53 / gap``
@@ -121,6 +139,33 @@ def plane_deviation(Y: np.ndarray) -> float:
     return float(s[-1] / max(float(np.linalg.norm(Y)), np.finfo(float).tiny))
 
 
+def near_signature_message(nearest, bent, plane, u, level, *, precision: bool) -> str:
+    """The refusal of one-token answers that miss every in-class signature by ``nearest`` (relative), above what
+    rounding at ``u`` explains (``level``): below PRECISION_BAND (``precision=True``, the PrecisionError's text)
+    or below OUTSIDE_BAND (the no-verdict OracleInconsistentError's). Neither tells a coarse precision from a
+    target outside the class that bends the answers by that little; both say so."""
+    fit = (
+        f"the one-token answers miss an attention layer's signatures (affine lines, or a LayerNorm's) by a relative "
+        f"{nearest:.1e} (lines {np.max(bent):.1e}, all-ones line {bent[3]:.1e}, hyperplane {plane:.1e}), above what "
+        f"rounding at u = {u:.1e} explains ({level:.1e})"
+    )
+    if precision:
+        return (
+            f"learn_attention_layer needs answers exact to float64 rounding: {fit} and below PRECISION_BAND = "
+            f"{PRECISION_BAND:.0e} (a GELU after the block misses them by 1e-2 or more, measured). Either the "
+            f"answers carry about {nearest:.0e} of precision, as a computation in float32 would (not served on a "
+            "format's grid, so the format is not named), or the target bends them by that little (a smooth "
+            "nonlinearity after the block, e.g. a soft-capping tanh): this check does not tell the two apart. "
+            "Nothing was returned."
+        )
+    return (
+        f"learn_attention_layer could not learn this target: {fit} and below {OUTSIDE_BAND:.0e}, the least by which a "
+        "GELU after the block missed them (measured): either a target outside the class, or answers with only about "
+        "that precision (float16 or bfloat16 arithmetic, noise), which this check does not tell apart; an oracle that "
+        "states its precision= has it judged. Nothing was returned."
+    )
+
+
 def rounding_level(u: float) -> float:
     """The largest :func:`line_deviations` or :func:`plane_deviation` that rounding explains at precision ``u``.
 
@@ -162,7 +207,7 @@ def answer_format(Y: np.ndarray) -> tuple[str, float] | None:
     """
     Y = np.asarray(Y, dtype=np.float64)
     Y = Y[np.isfinite(Y) & (Y != 0.0)]
-    if Y.size == 0:
+    if np.unique(Y).size < GRID_MIN_DISTINCT:  # a few values (a constant target's) lie on every grid: no format
         return None
     for name, bits in (("bfloat16", 8), ("float16", 11), ("float32", 24)):
         if _on_grid(Y, bits):
@@ -329,3 +374,23 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
             f"{gap:.2g}, beyond rounding, {GAP_ROUNDING:.0e}), which no LayerNorm outputs"
         )
     return norm
+
+
+def non_finite_first(learner):
+    """Raise a stage's non-finite answer (``companion.errors.nonfinite_answer_error``) as it is: an adversarial tester's
+    NaN answers were reported as the heads' stage failing ("could not resolve the heads ... or not an attention
+    layer"), the real cause last."""
+
+    @functools.wraps(learner)
+    def run(*args, **kwargs):
+        try:
+            return learner(*args, **kwargs)
+        except CompanionError as exc:
+            cause: BaseException | None = exc
+            while cause is not None and not getattr(cause, "non_finite", False):
+                cause = cause.__cause__ or cause.__context__
+            if cause is None or cause is exc:
+                raise
+            raise cause from None
+
+    return run
