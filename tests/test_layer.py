@@ -1786,3 +1786,26 @@ def test_a_non_finite_answer_inside_a_stage_is_raised_as_it_is():
     with pytest.raises(OracleInconsistentError, match=r"^the oracle's target returned a non-finite answer \(nan\)"):
         learn_attention_layer(nan_on_large, H=2)
     assert learn_attention_layer.__name__ == "learn_attention_layer" and "Parameters" in learn_attention_layer.__doc__
+
+
+def test_the_readout_routes_refusal_advises_the_joint_stage_where_it_applies():
+    """An adversarial tester's in-class blocks refused by the readout route (W scaled by 5) were learned by
+    heads='joint', which the refusal did not name; it now does where the joint stage applies (H given, d_out >= H, no
+    pre-LN), and the joint stage learns the block. Float32 answers with heads='joint' are learned, not refused."""
+    base = random_attention_layer(6, 2, residual=True, seed=0)
+    steep = base.with_(Ws=base.Ws * 5)
+    with pytest.raises(OracleInconsistentError, match="heads='joint' \\(every output at once\\) may resolve them"):
+        learn_attention_layer(VectorQueryOracle(steep), H=2, heads="readout")
+    assert learn_attention_layer(VectorQueryOracle(steep), H=2, heads="joint").diagnostics["verify_max_error"] < 1e-10
+    f32 = VectorQueryOracle(lambda X: base(X).astype(np.float32).astype(float), d=6, d_out=6)
+    rec = learn_attention_layer(f32, H=2, heads="joint")
+    assert rec.diagnostics["heads_learner"] == "joint" and rec.diagnostics["verify_max_error"] < 1e-6
+
+
+def test_a_scalar_readout_given_to_the_vector_oracle_is_pointed_to_its_vector():
+    from companion.targets import from_callable
+
+    base = random_attention_layer(6, 2, residual=True, seed=0)
+    scalar = from_callable(lambda X: base(X), d=6, readout=np.ones(6))
+    with pytest.raises(OracleInconsistentError, match=r"give VectorQueryOracle its `\.vector`"):
+        VectorQueryOracle(scalar, d=6, d_out=6)(np.zeros((2, 3, 6)))

@@ -539,9 +539,15 @@ class VectorQueryOracle(ValueQueryOracle):
                 f"target returns real numbers, an array of shape {want}."
             ) from None
         if y.shape != want:
+            hint = (
+                " This target is a scalar readout of a model with vector outputs: give VectorQueryOracle its "
+                "`.vector` (e.g. VectorQueryOracle(from_keras(layer).vector))."
+                if y.shape == (B,) and callable(getattr(self.target, "vector", None))
+                else ""
+            )
             raise OracleInconsistentError(
                 f"the target returned an array of shape {y.shape} for a batch of {B} queries: a vector-query "
-                f"target returns d_out={self.d_out} numbers per query, an array of shape {want}."
+                f"target returns d_out={self.d_out} numbers per query, an array of shape {want}.{hint}"
             )
         if not np.all(np.isfinite(y)):
             i, j = (int(k) for k in np.argwhere(~np.isfinite(y))[0])

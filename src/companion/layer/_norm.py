@@ -38,6 +38,7 @@ __all__ = [
     "chained_cause",
     "inferred_gap_message",
     "non_finite_first",
+    "joint_advice",
 ]
 
 #: Points per probe line (the token ``x0 + t e`` at ``t = -2 .. 2``).
@@ -394,3 +395,14 @@ def non_finite_first(learner):
             raise cause from None
 
     return run
+
+
+def joint_advice(H, heads: str, inner) -> str:
+    """The readout route's refusal's advice where the joint stage could run instead: ``H`` given, ``d_out >= H``,
+    no pre-LN (``inner`` the exact oracle or the post-LN's :class:`Denormalised` view). An adversarial tester's
+    in-class blocks refused there (W scaled by 5 and 10) were learned by ``heads="joint"`` (2026-12-05)."""
+    if H is None or heads not in ("auto", "readout") or int(inner.d_out) < H:
+        return ""
+    if type(inner) not in (VectorQueryOracle, Denormalised):  # a pre-LN's normalised view: no joint stage
+        return ""
+    return "; heads='joint' (every output at once) may resolve them"
