@@ -1809,3 +1809,19 @@ def test_a_scalar_readout_given_to_the_vector_oracle_is_pointed_to_its_vector():
     scalar = from_callable(lambda X: base(X), d=6, readout=np.ones(6))
     with pytest.raises(OracleInconsistentError, match=r"give VectorQueryOracle its `\.vector`"):
         VectorQueryOracle(scalar, d=6, d_out=6)(np.zeros((2, 3, 6)))
+
+
+def test_a_verify_rtol_below_the_answers_rounding_is_named_not_the_target():
+    """An adversarial tester's verify_rtol = 1e-20 refused a correct layer (disagreement 2.4e-15) as "not an attention
+    layer": below float64's unit roundoff it is refused before any query; above it, a failed check within the answers'
+    rounding (256 u = 2.8e-14) names verify_rtol; just above the disagreement, the layer is learned."""
+    layer = random_attention_layer(6, 2, residual=True, seed=0)
+    oracle = VectorQueryOracle(layer)
+    with pytest.raises(InvalidInputError, match="below float64's unit roundoff"):
+        learn_attention_layer(oracle, H=2, verify_rtol=1e-20)
+    assert oracle.n_queries == 0
+    with pytest.raises(InvalidInputError, match="within what the answers' rounding explains .* raise it"):
+        learn_attention_layer(VectorQueryOracle(layer), H=2, verify_rtol=1.2e-16)
+    assert learn_attention_layer(VectorQueryOracle(layer), H=2, verify_rtol=1e-14).diagnostics["verify_max_error"] < 1e-14
+    with pytest.raises(InvalidInputError, match="no query token per row fits"):
+        learn_attention_layer(VectorQueryOracle(layer), H=10**6)

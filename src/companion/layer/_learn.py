@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .._learner import DEFAULT_VERIFY, QueryCount, build, reserve, resolve_heads
-from .._validation import check_choice, check_int, check_real
+from .._validation import check_choice, check_int
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
 from ..oracles import VectorQueryOracle, unit_roundoff
 from ..recovery import Recovery
@@ -25,7 +25,7 @@ from ._directions import DIRECTIONS_MEASURED, NO_DIRECTIONS, ROW_SPACE, directio
 from ._directions import learn_post_directions
 from ._model import AttentionLayer, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
-from ._verify import verify_queries
+from ._verify import check_verify_rtol, verify_layer
 from ._norm import (
     GRID_ULPS,
     OUTSIDE_BAND,
@@ -309,7 +309,7 @@ def _options(oracle, H, H_bound, residual, layernorm, polish_, verify, verify_rt
         layernorm,
         bool(polish_),
         check_int(verify, "verify", minimum=0),
-        None if verify_rtol is None else check_real(verify_rtol, "verify_rtol", minimum=0.0, strict=True),
+        None if verify_rtol is None else check_verify_rtol(verify_rtol),
         check_int(seed, "seed", minimum=0),
         heads=heads,
     )
@@ -844,20 +844,7 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
 
 
 def _verify(oracle, layer, o: _Options) -> dict:
-    if not o.verify:
-        return {"n_verify_queries": 0}
-    Xv = verify_queries(oracle.d, o.verify, o.seed + 1)
-    yv, yh = oracle(Xv), layer(Xv)
-    err = np.linalg.norm(yv - yh, axis=1) / np.maximum(np.linalg.norm(yv, axis=1), np.finfo(float).tiny)
-    k = int(np.argmax(err))
-    rtol = o.rtol
-    if not err[k] <= rtol:
-        at = f", {err[k] / o.u:.3g} u of float32" if o.float32 else ""
-        raise _refusal(
-            f"on {o.verify} fresh queries the recovered layer disagrees with the oracle by up to "
-            f"{err[k]:.3g} (relative{at}; tolerance {rtol:.3g})."
-        )
-    return {"n_verify_queries": o.verify, "verify_max_error": float(err[k]), "verify_tolerance": rtol}
+    return verify_layer(oracle, layer, o.verify, o.seed, o.rtol, o.u, o.float32, _refusal)
 
 
 @non_finite_first
@@ -944,7 +931,8 @@ def learn_attention_layer(
         If ``oracle`` is not an exact :class:`~companion.oracles.VectorQueryOracle`.
     InvalidInputError
         For bad parameters (``layernorm="pre"`` with ``d < 3``, ``"post"`` with ``d_out < 4``; ``heads="joint"``
-        without ``H``, with ``d_out < H`` or with a pre-LN).
+        without ``H``, with ``d_out < H`` or with a pre-LN; ``verify_rtol`` below float64's unit roundoff, and, after
+        the queries, above a disagreement within the float64 answers' rounding).
     BudgetExceededError
         If the budget is below the plan's count (raised before the first query).
     NotIdentifiableError

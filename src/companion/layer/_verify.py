@@ -5,10 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from .._learner import VERIFY_MAX_LEN, random_queries
+from .._validation import check_real
+from ..errors import InvalidInputError
+from ..oracles import unit_roundoff
+from ._norm import rounding_level
 
-__all__ = ["VERIFY_LONG_LEN", "VERIFY_LONG_SHARE", "verify_queries"]
+__all__ = ["VERIFY_LONG_LEN", "VERIFY_LONG_SHARE", "verify_queries", "check_verify_rtol", "verify_layer"]
 
-#: Longest of the layer's verification queries: a quarter of them (:data:`VERIFY_LONG_SHARE`) have lengths drawn
+#: Longest of the layer's verification queries: a quarter of them (``VERIFY_LONG_SHARE``) have lengths drawn
 #: from ``VERIFY_MAX_LEN + 1`` to this, the rest from 1 to ``VERIFY_MAX_LEN`` as every learner's. With ``H`` given the
 #: learner asks no sequence longer than 8 tokens, and an adversarial tester's targets that differ from an attention
 #: layer only on longer sequences (a sliding window of 8 or 9 tokens, as Mistral's and Gemma's local layers have, or
@@ -22,11 +26,46 @@ VERIFY_LONG_SHARE = 0.25
 
 
 def verify_queries(d: int, n: int, seed: int) -> list:
-    """The layer learner's ``n`` verification queries: :func:`~companion._learner.random_queries` of lengths 1 to
+    """The layer learner's ``n`` verification queries: ``companion._learner.random_queries`` of lengths 1 to
     ``VERIFY_MAX_LEN``, then ``round(VERIFY_LONG_SHARE n)`` (at least one when ``n >= 2``) of lengths
-    ``VERIFY_MAX_LEN + 1`` to :data:`VERIFY_LONG_LEN`, tokens ``N(0, I_d / d)``."""
+    ``VERIFY_MAX_LEN + 1`` to ``VERIFY_LONG_LEN``, tokens ``N(0, I_d / d)``."""
     n_long = 0 if n < 2 else max(1, int(round(VERIFY_LONG_SHARE * n)))
     short = random_queries(d, n - n_long, seed=seed)
     rng = np.random.default_rng([seed, 1])
     lengths = rng.integers(VERIFY_MAX_LEN + 1, VERIFY_LONG_LEN + 1, size=n_long)
     return short + [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in lengths]
+
+
+def check_verify_rtol(rtol) -> float:
+    """``verify_rtol`` at least float64's unit roundoff (an adversarial tester's 1e-20 refused a correct layer at
+    2.4e-15 as "not an attention layer"): no float64 answer meets a smaller one."""
+    rtol, u = check_real(rtol, "verify_rtol", minimum=0.0, strict=True), unit_roundoff("float64")
+    if rtol < u:
+        raise InvalidInputError(f"verify_rtol={rtol!r} is below float64's unit roundoff {u:.1e}: no answer meets it.")
+    return rtol
+
+
+def verify_layer(oracle, layer, n: int, seed: int, rtol: float, u: float, float32: bool, refusal) -> dict:
+    """The learned ``layer`` against ``oracle`` on :func:`verify_queries` (``n``, seed ``seed + 1``): the relative error
+    of each output vector at most ``rtol``, else ``refusal(cause)`` (the learner's verdict), or, where the largest
+    disagreement of float64 answers is within their rounding (:func:`~companion.layer._norm.rounding_level` of ``u``),
+    an InvalidInputError naming ``verify_rtol``: the tolerance asks more than the answers carry."""
+    if not n:
+        return {"n_verify_queries": 0}
+    Xv = verify_queries(oracle.d, n, seed + 1)
+    yv, yh = oracle(Xv), layer(Xv)
+    err = np.linalg.norm(yv - yh, axis=1) / np.maximum(np.linalg.norm(yv, axis=1), np.finfo(float).tiny)
+    k = int(np.argmax(err))
+    if not err[k] <= rtol:
+        at = f", {err[k] / u:.3g} u of float32" if float32 else ""
+        if not float32 and err[k] <= rounding_level(u):  # float64 answers: a verify_rtol below their rounding
+            raise InvalidInputError(
+                f"on {n} fresh queries the recovered layer disagrees with the oracle by up to {err[k]:.3g} (relative), "
+                f"within what the answers' rounding explains ({rounding_level(u):.1e}), and above verify_rtol="
+                f"{rtol:.3g}: the tolerance asks more than the answers carry; raise it. Nothing was returned."
+            )
+        raise refusal(
+            f"on {n} fresh queries the recovered layer disagrees with the oracle by up to "
+            f"{err[k]:.3g} (relative{at}; tolerance {rtol:.3g})."
+        )
+    return {"n_verify_queries": n, "verify_max_error": float(err[k]), "verify_tolerance": rtol}

@@ -43,6 +43,11 @@ def follow_up_count(d, H) -> int:
     return 4 * H * d * d - 2 * H + 1
 
 
+def _fitting(K: int) -> str:
+    """How many query tokens per row fit the count (an adversarial tester's H = 10**6 read "only -333324")."""
+    return f"only {K} query tokens per row fit" if K > 0 else "no query token per row fits"
+
+
 def rational_plan(d, H, *, spare_rows=2):
     """How :func:`learn_canonical_rational` spends ``4 H d^2 - 2 H + 1`` queries.
 
@@ -72,7 +77,7 @@ def rational_plan(d, H, *, spare_rows=2):
     K = (pairs - (d - 1) * n_link) // (d + spare_rows)
     if K < d + 1:
         raise InvalidInputError(
-            f"H={H} heads at d={d}: only {K} query tokens per row fit in 4Hd^2 - 2H + 1 = {budget} "
+            f"H={H} heads at d={d}: {_fitting(K)} in 4Hd^2 - 2H + 1 = {budget} "
             f"queries (need d + 1 = {d + 1}); use learn_canonical."
         )
     n_pairs = (d + spare_rows) * K + (d - 1) * n_link
@@ -134,7 +139,7 @@ def moment_plan(d, H, *, spare_rows=2):
             break
     if K < d + 1:
         raise InvalidInputError(
-            f"H={H} heads at d={d}: only {K} query tokens per row fit in 4Hd^2 - 2H + 1 = {budget} "
+            f"H={H} heads at d={d}: {_fitting(K)} in 4Hd^2 - 2H + 1 = {budget} "
             f"queries with the moment start (need d + 1 = {d + 1}); use start='pairs' or learn_canonical."
         )
     n_queries = d + S * (n_centres * (n_base + n_mom + K) + (d - 1 + spare_rows) * K)
