@@ -1822,6 +1822,25 @@ def test_a_verify_rtol_below_the_answers_rounding_is_named_not_the_target():
     assert oracle.n_queries == 0
     with pytest.raises(InvalidInputError, match="within what the answers' rounding explains .* raise it"):
         learn_attention_layer(VectorQueryOracle(layer), H=2, verify_rtol=1.2e-16)
-    assert learn_attention_layer(VectorQueryOracle(layer), H=2, verify_rtol=1e-14).diagnostics["verify_max_error"] < 1e-14
+    assert (
+        learn_attention_layer(VectorQueryOracle(layer), H=2, verify_rtol=1e-14).diagnostics["verify_max_error"] < 1e-14
+    )
     with pytest.raises(InvalidInputError, match="no query token per row fits"):
         learn_attention_layer(VectorQueryOracle(layer), H=10**6)
+
+
+def test_a_post_ln_at_d_out_below_4_is_refused_without_a_verdict():
+    """An adversarial tester's post-LN block at d_out = 3 (layernorm="auto") was called "not an attention layer ...
+    (e.g. GELU)": a post-LN's hyperplane is not read below d_out = 4, so the refusal names both causes; the block
+    without a LayerNorm is learned, and layernorm="post" is refused before any query."""
+    post = random_attention_layer(6, 2, d_out=3, layernorm="post", seed=0)
+    with pytest.raises(
+        OracleInconsistentError, match="^could not learn this target.*a post-LN block or a nonlinearity"
+    ):
+        learn_attention_layer(VectorQueryOracle(post), H=2)
+    plain = random_attention_layer(6, 2, d_out=3, seed=0)
+    assert learn_attention_layer(VectorQueryOracle(plain), H=2).diagnostics["verify_max_error"] < 1e-13
+    oracle = VectorQueryOracle(post)
+    with pytest.raises(InvalidInputError, match="d_out"):
+        learn_attention_layer(oracle, H=2, layernorm="post")
+    assert oracle.n_queries == 0

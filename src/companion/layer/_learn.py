@@ -456,6 +456,13 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         )
     else:
         nearest = min(float(bent.max()), float(bent[3]), plane if Yall.shape[1] >= 4 else float("inf"))
+        if Yall.shape[1] < 4 and o.layernorm == "auto":  # a post-LN's hyperplane is not read at d_out < 4
+            raise OracleInconsistentError(
+                f"could not learn this target: its one-token answers are not affine in the token (second differences "
+                f"{bent.max():.1e} of their size {at}), and at d_out = {Yall.shape[1]} a post-LN's signature is not "
+                "read (it needs d_out >= 4): a post-LN block or a nonlinearity after the block, not told apart here. "
+                "Nothing was returned."
+            )
         if nearest <= PRECISION_BAND:
             raise PrecisionError(near_signature_message(nearest, bent, plane, u, level, precision=True))
         if nearest < OUTSIDE_BAND:
