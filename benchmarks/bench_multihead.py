@@ -142,7 +142,8 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    queries 1.1. Passing 2x needs the learner within 13.4 ms, its own work under 5.6 ms: a third less. Any
    speed-up of the target's own evaluation (its per-head deduplication of the last tokens sorts them: 2.7 ms a
    run under cProfile) lowers the replay as much as the learner and raises the ratio. d = 32, H = 4: 53.4 against 28.1 ms,
-   1.90 (passes on this host).
+   1.90 (passes on this host). These under the Haswell kernel this machine sets; with OPENBLAS_CORETYPE and
+   OPENBLAS_L2_SIZE unset (SkylakeX's kernel), d = 32, H = 2: 16.3 ms against 7.3, 2.25.
    Re-measured 2026-12-05 (main at 28a5ef2, AMD EPYC, ``make bench BENCH=bench_multihead`` alone, load 1.0):
    the counts route's time targets fail at d = 32, H = 2 (23 ms against the oracle's 10 ms, 2.31x by length,
    2.48x at the best block), d = 32, H = 4 (2.03x, 2.22x) and d = 64, H = 12 (2.00x, 3.52x); d = 64, H = 2 and 4

@@ -84,7 +84,10 @@ advance, and a stop at 1.54e-13 would trade the accuracy it still buys (a fittab
 the float32 draws above save about 2 s; with both, about 47 s, 9.8 times the oracle, within the noise of the
 guard. The floor of the inner iterations alone (87 at 0.36 s, against the oracle's 4.8 s) is 6.5 oracle-times; a
 robust pass of the 10x guard on this host needs fewer inner iterations than the Marchenko-Pastur bound allows at
-``m = 2 n``, or a faster product than the core's peak: the row stays a failed target here.
+``m = 2 n``, or a faster product than the core's peak: the row stays a failed target here. These runs used the
+Haswell kernel this machine sets (``OPENBLAS_CORETYPE``); with both variables unset, as the machine's notes advise for
+benchmarks, OpenBLAS takes its SkylakeX (AVX-512) kernel and the row took 41.2 CPU s against the oracle's 3.14: 13.1
+times, worse, the oracle's float64 products gaining more than the float32 ones (same session).
 
 The rgn 1024:32 row missed the former target of 3x, and cannot meet it with this solver: its conjugate-gradient
 iterations alone (at least 87 at ``m = 2 n``, each 1/14 of the oracle) cost 6.3 oracle-times, and
