@@ -1765,11 +1765,13 @@ def test_a_sliding_window_is_refused_on_long_verification_queries():
     assert rec.diagnostics["verify_max_error"] < 1e-12
 
 
-def test_a_budget_refusal_inside_the_heads_stage_names_the_vector_oracles_budget():
+@pytest.mark.parametrize("kind", [None, "post", "pre"])
+def test_a_budget_refusal_inside_the_heads_stage_names_the_vector_oracles_budget(kind):
     """An adversarial tester's budget of 281 (H unknown) was refused with "...only 198 left of its budget of None.
-    Raise the budget to at least 4399", and 4399 was refused again: the heads' learner's lifted readout had no budget
-    of its own and counted only its queries. It now spends the vector oracle's budget and names it."""
-    target = random_attention_layer(6, 2, residual=True, seed=0)
+    Raise the budget to at least 4399", and 4399 was refused again: the heads' learner's lifted readout (and, behind a
+    LayerNorm, the views of the layer under it) had no budget of its own and counted only its queries. They now spend
+    the vector oracle's budget and name it (oracles.VectorReadout, oracles.VectorView)."""
+    target = random_attention_layer(6, 2, residual=True, layernorm=kind, eps=1e-3, seed=0)
     oracle = VectorQueryOracle(target, budget=281)
     with pytest.raises(BudgetExceededError) as info:
         learn_attention_layer(oracle, H=None)

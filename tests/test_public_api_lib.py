@@ -38,7 +38,7 @@ PUBLIC = {
     "oracles": [
         "ANSWER_KINDS", "AntisymmetrisedOracle", "ApproxValueQueryOracle", "FORMATS", "NOISE_MODELS",
         "PERTURB_ENV", "PERTURB_PATTERNS", "PERTURB_PATTERN_ENV", "PERTURB_SEED", "ValueQueryOracle",
-        "VectorQueryOracle", "VectorReadout", "as_precision", "check_answers", "measure_one_token_precision",
+        "VectorQueryOracle", "VectorReadout", "VectorView", "as_precision", "check_answers", "measure_one_token_precision",
         "measure_precision",
         "nearest_format", "perturb", "perturbation_pattern", "perturbation_ulps", "round_to", "significant_bits",
         "stated_precision", "unit_roundoff",

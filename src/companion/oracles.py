@@ -81,6 +81,7 @@ __all__ = [
     "ValueQueryOracle",
     "VectorQueryOracle",
     "VectorReadout",
+    "VectorView",
     "ApproxValueQueryOracle",
     "AntisymmetrisedOracle",
     "NOISE_MODELS",
@@ -351,6 +352,11 @@ class ValueQueryOracle:
     def remaining(self):
         return np.inf if self.budget is None else self.budget - self.n_queries
 
+    @property
+    def _spent(self) -> int:
+        """The queries counted against ``budget`` (a view's: its vector oracle's)."""
+        return self.n_queries
+
     def require(self, n, *, learner="the learner"):
         """Raise :class:`~companion.errors.BudgetExceededError` now if fewer than ``n`` queries remain.
 
@@ -438,7 +444,7 @@ class ValueQueryOracle:
         n = len(seqs)
         if n > self.remaining:
             raise BudgetExceededError(
-                MESSAGES["budget"].format(needed=n, remaining=self.remaining, budget=self.budget, used=self.n_queries)
+                MESSAGES["budget"].format(needed=n, remaining=self.remaining, budget=self.budget, used=self._spent)
             )
         y = apply_by_length(seqs, self._answer)
         self.n_queries += n
@@ -584,7 +590,36 @@ class VectorQueryOracle(ValueQueryOracle):
         return f"{type(self).__name__}(d={self.d}, d_out={self.d_out}, n_queries={self.n_queries}{budget})"
 
 
-class VectorReadout(ValueQueryOracle):
+class _SpendsVectorBudget:
+    """``remaining``, ``budget`` and ``require`` of ``self.vector``, a :class:`VectorQueryOracle` whose budget a view's
+    queries spend (:class:`VectorReadout`, :class:`VectorView`)."""
+
+    vector: VectorQueryOracle
+
+    @property
+    def remaining(self):
+        return self.vector.remaining
+
+    @property
+    def _spent(self) -> int:
+        return self.vector._spent
+
+    @property
+    def budget(self):
+        """The vector oracle's budget, which this view's queries spend (its messages name it)."""
+        return self.vector.budget
+
+    @budget.setter
+    def budget(self, value):  # ValueQueryOracle.__init__ sets None: the view has no budget of its own
+        if value is not None:
+            raise InvalidInputError("a view's queries spend its VectorQueryOracle's budget; set the budget there.")
+
+    def require(self, n, *, learner="the learner"):
+        """The vector oracle's check: a readout's queries spend that oracle's budget (and count there)."""
+        self.vector.require(n, learner=learner)
+
+
+class VectorReadout(_SpendsVectorBudget, ValueQueryOracle):
     """A scalar oracle that reads a :class:`VectorQueryOracle`, ``self.vector``, and spends its budget.
 
     Its ``remaining``, ``budget`` and ``require`` are the vector oracle's, so a learner run on the view
@@ -598,25 +633,17 @@ class VectorReadout(ValueQueryOracle):
         If a budget other than None is set on the view: set it on the vector oracle.
     """
 
-    vector: VectorQueryOracle
 
-    @property
-    def remaining(self):
-        return self.vector.remaining
+class VectorView(_SpendsVectorBudget, VectorQueryOracle):
+    """A vector oracle that asks a :class:`VectorQueryOracle`, ``self.vector``, and spends its budget (as
+    :class:`VectorReadout` does): the base of ``companion.layer``'s views of a layer (its tokens scaled, its
+    answers seen before a LayerNorm). A subclass sets ``self.vector`` after ``VectorQueryOracle.__init__``.
 
-    @property
-    def budget(self):
-        """The vector oracle's budget, which this view's queries spend (its messages name it)."""
-        return self.vector.budget
-
-    @budget.setter
-    def budget(self, value):  # ValueQueryOracle.__init__ sets None: the view has no budget of its own
-        if value is not None:
-            raise InvalidInputError("a readout's queries spend its VectorQueryOracle's budget; set the budget there.")
-
-    def require(self, n, *, learner="the learner"):
-        """The vector oracle's check: a readout's queries spend that oracle's budget (and count there)."""
-        self.vector.require(n, learner=learner)
+    Raises
+    ------
+    InvalidInputError
+        If a budget other than None is set on the view: set it on the vector oracle.
+    """
 
 
 class _Readout(VectorReadout):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CompanionError, OracleInconsistentError, PrecisionError
-from ..oracles import VectorQueryOracle
+from ..oracles import VectorQueryOracle, VectorView
 
 __all__ = [
     "MIN_GAP",
@@ -278,7 +278,7 @@ def inferred_gap_message(gap: float, cause: Exception, stage: str = "a later sta
     )
 
 
-class Denormalised(VectorQueryOracle):
+class Denormalised(VectorView):
     """The vector oracle seen before its post-LN: answers ``P u(X) / sqrt(eps)``, counted by the oracle."""
 
     def __init__(self, vector, norm: PostLN):
@@ -287,24 +287,16 @@ class Denormalised(VectorQueryOracle):
         )
         self.vector = vector
 
-    @property
-    def remaining(self):
-        return self.vector.remaining
-
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
         return self.target(X)  # the vector oracle has checked its answers
 
 
-class Scaled(VectorQueryOracle):
+class Scaled(VectorView):
     """A vector oracle asked at its tokens times ``rho``, counted by the oracle."""
 
     def __init__(self, vector, rho):
         super().__init__(lambda X: vector(rho * X), d=vector.d, d_out=vector.d_out, precision=vector.precision)
         self.vector = vector
-
-    @property
-    def remaining(self):
-        return self.vector.remaining
 
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
         return self.target(X)

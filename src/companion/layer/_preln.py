@@ -6,7 +6,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from ..errors import InvalidInputError, OracleInconsistentError
-from ..oracles import VectorQueryOracle
+from ..oracles import VectorView
 
 __all__ = ["PRE_PROBES", "sum_zero_basis", "estimate_pre_eps", "estimate_pre_skip", "Normalised", "pre_probe_count"]
 
@@ -77,7 +77,7 @@ def estimate_pre_skip(oracle, U, eps) -> np.ndarray:
     return S
 
 
-class Normalised(VectorQueryOracle):
+class Normalised(VectorView):
     """A pre-LN block seen on its normalised tokens: ``V`` of shape ``(B, N, d - 1)`` in the basis ``U``.
 
     The token ``n = U v`` (sum-zero, ``|n|^2 / d < 1``) is asked as ``x = n sqrt(eps / (1 - |n|^2 / d))``,
@@ -88,10 +88,6 @@ class Normalised(VectorQueryOracle):
     def __init__(self, vector, U, eps, S):
         super().__init__(self._answer_of, d=U.shape[1], d_out=vector.d_out, precision=vector.precision)
         self.vector, self.U, self.eps, self.S = vector, U, eps, S
-
-    @property
-    def remaining(self):
-        return self.vector.remaining
 
     def _answer_of(self, V):
         n = V @ self.U.T
