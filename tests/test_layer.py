@@ -991,7 +991,8 @@ def test_keras_float32_with_8_heads_is_learned_from_the_columns_start(keras32, s
 def test_keras_float32_with_8_heads_outside_the_class_is_refused(keras32, which):
     """The columns' start does not let a target outside the class through: a sliding-window mask over the last 3
     tokens and a second Keras layer end at the joint stage (fewer than 8 distinct columns, measured), a GELU at the
-    probes."""
+    probes: misses the signatures by 2.2e-2, within OUTSIDE_BAND = 5e-2 (where bfloat16 arithmetic was measured too),
+    so refused naming both causes, no verdict."""
     block = KerasBlock32(keras32, 8, 8, 2)
     if which == "masked":
         target = _Windowed(block, 3)
@@ -1000,7 +1001,8 @@ def test_keras_float32_with_8_heads_outside_the_class_is_refused(keras32, which)
     else:
         target = _After(block, "gelu")
     served = VectorQueryOracle(lambda X: target(X).astype(np.float32).astype(np.float64), d=8, d_out=8)
-    with pytest.raises(OracleInconsistentError, match="not an attention layer"):
+    refusal = "either a target outside the class, or answers" if which == "gelu" else "not an attention layer"
+    with pytest.raises(OracleInconsistentError, match=refusal):
         learn_attention_layer(served, H=8)
 
 
@@ -1747,37 +1749,24 @@ def test_heads_refusal_with_H_wrong_by_one_names_the_H_given():
 
 
 def test_a_sliding_window_is_refused_on_long_verification_queries():
-    """An adversarial tester's sliding windows of 8 and 9 tokens (Mistral's and Gemma's local layers; with H given the
-    learner asks nothing longer than 8 tokens) were returned, verified on lengths 1 to 8, and off by 1.3 at N = 20. A
-    quarter of the verification queries now have lengths 9 to VERIFY_LONG_LEN = 64 (each length drawn as stated)."""
+    """An adversarial tester's sliding windows of 8 and 9 tokens (with H given the learner asks nothing longer than 8
+    tokens) were returned, verified on lengths 1 to 8, and off by 1.3 at N = 20; a second tester's windows of 43 to 63
+    passed lengths drawn from 9 to 64. A quarter of the verification queries (at least one) now have lengths from 9 to
+    VERIFY_LONG_LEN = 256, spaced geometrically, the longest always among them: every window below 256 is seen."""
     from companion.layer import VERIFY_LONG_LEN, VERIFY_LONG_SHARE, verify_queries
+    from companion.layer._verify import long_lengths
 
-    assert (VERIFY_LONG_LEN, VERIFY_LONG_SHARE) == (64, 0.25)
+    assert (VERIFY_LONG_LEN, VERIFY_LONG_SHARE) == (256, 0.25)
+    assert long_lengths(8).tolist() == [9, 15, 23, 38, 61, 98, 159, 256] and long_lengths(1).tolist() == [256]
     lengths = [len(x) for x in verify_queries(6, 32, seed=1)]
-    assert max(lengths[:24]) <= 8 and min(lengths[24:]) >= 9 and max(lengths[24:]) <= 64 and len(lengths) == 32
-    assert [len(x) > 8 for x in verify_queries(6, 2, seed=1)] == [False, True]
-    assert len(verify_queries(6, 1, seed=1)[0]) <= 8
+    assert max(lengths[:24]) <= 8 and lengths[24:] == long_lengths(8).tolist() and len(lengths) == 32
+    assert [len(x) for x in verify_queries(6, 1, seed=1)] == [256] and verify_queries(6, 0, seed=1) == []
     layer = random_attention_layer(6, 2, residual=True, seed=0)
-    for window in (8, 9):
+    for window in (8, 9, 63, 255):
         with pytest.raises(OracleInconsistentError, match="^not an attention layer.*on 32 fresh queries"):
             learn_attention_layer(VectorQueryOracle(lambda X, w=window: layer(X[:, -w:]), d=6, d_out=6), H=2)
     rec = learn_attention_layer(VectorQueryOracle(layer), H=2)
     assert rec.diagnostics["verify_max_error"] < 1e-12
-
-
-@pytest.mark.parametrize("kind", [None, "post", "pre"])
-def test_a_budget_refusal_inside_the_heads_stage_names_the_vector_oracles_budget(kind):
-    """An adversarial tester's budget of 281 (H unknown) was refused with "...only 198 left of its budget of None.
-    Raise the budget to at least 4399", and 4399 was refused again: the heads' learner's lifted readout (and, behind a
-    LayerNorm, the views of the layer under it) had no budget of its own and counted only its queries. They now spend
-    the vector oracle's budget and name it (oracles.VectorReadout, oracles.VectorView)."""
-    target = random_attention_layer(6, 2, residual=True, layernorm=kind, eps=1e-3, seed=0)
-    oracle = VectorQueryOracle(target, budget=281)
-    with pytest.raises(BudgetExceededError) as info:
-        learn_attention_layer(oracle, H=None)
-    spent, needed = oracle.n_queries, info.value.needed
-    assert f"only {281 - spent} left of its budget of 281" in str(info.value)
-    assert f"Raise the budget to at least {spent + needed}." in str(info.value)
 
 
 def test_a_non_finite_answer_inside_a_stage_is_raised_as_it_is():

@@ -546,8 +546,8 @@ class VectorQueryOracle(ValueQueryOracle):
             ) from None
         if y.shape != want:
             hint = (
-                " This target is a scalar readout of a model with vector outputs: give VectorQueryOracle its "
-                "`.vector` (e.g. VectorQueryOracle(from_keras(layer).vector))."
+                " This target answers one number per query; if it reads a model with vector outputs, give "
+                "VectorQueryOracle its `.vector` (e.g. VectorQueryOracle(from_keras(layer).vector))."
                 if y.shape == (B,) and callable(getattr(self.target, "vector", None))
                 else ""
             )

@@ -352,7 +352,8 @@ def _plan(oracle, o: _Options) -> dict:
                     f"learn_attention_layer's heads' learner works in d + 1 = {d + 1} dimensions: {exc} "
                     "Here: call learn_attention_layer without H and H_bound (the robust route)."
                 ) from None
-    reserve(oracle, sum(plan.values()) + o.verify, "learn_attention_layer")
+    more = " (at least: without H the heads' stage, planned after the probes, asks thousands more)"  # a second tester
+    reserve(oracle, sum(plan.values()) + o.verify, "learn_attention_layer" + more * (o.H is None and o.H_bound is None))
     return plan
 
 
