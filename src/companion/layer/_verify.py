@@ -43,7 +43,7 @@ def long_lengths(k: int) -> np.ndarray:
 
 def verify_queries(d: int, n: int, seed: int) -> list:
     """The layer learner's ``n`` verification queries: ``companion._learner.random_queries`` of lengths 1 to
-    ``VERIFY_MAX_LEN``, then ``max(1, round(VERIFY_LONG_SHARE n))`` of the lengths :func:`long_lengths` (one of
+    ``VERIFY_MAX_LEN``, then ``max(1, round(VERIFY_LONG_SHARE n))`` of the lengths ``long_lengths`` gives (one of
     ``VERIFY_LONG_LEN`` tokens among them), tokens ``N(0, I_d / d)``."""
     if n < 1:
         return []
