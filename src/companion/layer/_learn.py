@@ -900,7 +900,7 @@ def learn_attention_layer(
         ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted).
     verify : int, default=32
         Fresh queries checking the result, counted apart (0 opts out): tokens ``N(0, I_d / d)``, lengths 1 to 8 and, for
-        a quarter, 9 to ``VERIFY_LONG_LEN`` = 64, where a sliding window (never asked with ``H`` given) shows.
+        a quarter, 9 to ``VERIFY_LONG_LEN`` = 256, where a sliding window (never asked with ``H`` given) shows.
     verify_rtol : float, default=None
         Largest accepted ``||o(X) - o_hat(X)||_2 / ||o(X)||_2``. None: 1e-8 for float64 answers, and
         ``FLOAT32_VERIFY_UNITS * u`` = 3.6e-6 (10 times the float32 floor, ``FLOAT32_FLOOR_UNITS``) for

@@ -26,8 +26,9 @@ __all__ = [
 #: 9 tokens, or scores scaled by ``log N``) were returned, verified on lengths 1 to 8, off by 0.3 to 3.4 at N = 20 to
 #: 32; with lengths drawn from 9 to 64 a window of 43 to 63 tokens still passed at the default seed (a second tester,
 #: 2026-12-05). A target that differs from an attention layer only on sequences longer than this (a window of 256
-#: tokens or more, as Mistral's 4,096) is not seen. Measured on in-class blocks, float64 and served in float32 (this
-#: module's tests): the long queries' errors are those of the short ones. (This book's rule.)
+#: tokens or more, as Mistral's 4,096) is not seen. Measured (2026-12-05, d = 8, H = 2, three blocks each without
+#: LayerNorm, behind a post-LN and a pre-LN in float64, and without LayerNorm served in float32; 400 queries each): the
+#: learned blocks' largest error on the long queries was at most that on the short ones. (This book's rule.)
 VERIFY_LONG_LEN = 256
 
 #: The share of the verification queries that are long (at least one).
