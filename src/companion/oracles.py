@@ -645,6 +645,9 @@ class VectorView(_SpendsVectorBudget, VectorQueryOracle):
         If a budget other than None is set on the view: set it on the vector oracle.
     """
 
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        return self.target(X)  # the vector oracle has checked (and, in the test mode, perturbed) its answers
+
 
 class _Readout(VectorReadout):
     """The scalar view of :meth:`VectorQueryOracle.readout`: answers ``c^T o*(X)``."""

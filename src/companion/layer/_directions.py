@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OracleInconsistentError
-from ..oracles import VectorQueryOracle
+from ..oracles import VectorView
 from ._joint import joint_plan, learn_heads_joint, scale_plan
 from ._model import centre
 
@@ -132,7 +132,7 @@ def directions_plan(d: int, H: int) -> int:
     return 2 * d + 1 + joint_plan(d, H, LINK_TOKENS) + scale_plan(d, H)
 
 
-class RowScaled(VectorQueryOracle):
+class RowScaled(VectorView):
     """The vector oracle seen before its post-LN, on one row's pair queries: answers ``P u(X) / s0`` (step 2).
 
     Every batch must be pair queries of one row (``n`` copies of ``x + delta`` then ``m`` of ``x``, one
@@ -145,13 +145,6 @@ class RowScaled(VectorQueryOracle):
         super().__init__(self._scaled, d=vector.d, d_out=vector.d_out, precision=vector.precision)
         self.vector, self.norm, self.A, self.c, self.H = vector, norm, A, c, int(H)
         self.misfits: list[float] = []
-
-    @property
-    def remaining(self):
-        return self.vector.remaining
-
-    def _evaluate(self, X: np.ndarray) -> np.ndarray:
-        return self.target(X)
 
     def _scaled(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X)

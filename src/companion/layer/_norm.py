@@ -297,9 +297,6 @@ class Denormalised(VectorView):
         )
         self.vector = vector
 
-    def _evaluate(self, X: np.ndarray) -> np.ndarray:
-        return self.target(X)  # the vector oracle has checked its answers
-
 
 class Scaled(VectorView):
     """A vector oracle asked at its tokens times ``rho``, counted by the oracle."""
@@ -307,9 +304,6 @@ class Scaled(VectorView):
     def __init__(self, vector, rho):
         super().__init__(lambda X: vector(rho * X), d=vector.d, d_out=vector.d_out, precision=vector.precision)
         self.vector = vector
-
-    def _evaluate(self, X: np.ndarray) -> np.ndarray:
-        return self.target(X)
 
 
 def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:

@@ -99,6 +99,3 @@ class Normalised(VectorView):
             )
         X = n * np.sqrt(self.eps / (1.0 - r))
         return self.vector(X) - X[:, -1, :] @ self.S.T
-
-    def _evaluate(self, X: np.ndarray) -> np.ndarray:
-        return self.target(X)
