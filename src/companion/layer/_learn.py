@@ -8,9 +8,8 @@ import numpy as np
 
 from .._learner import DEFAULT_VERIFY, QueryCount, build, reserve, resolve_heads
 from .._validation import check_choice, check_int
-from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError
+from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
 from ..oracles import VectorQueryOracle, unit_roundoff
-from ..recovery import Recovery
 from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, learn_heads_joint, scale_plan
 from ._fit import (
     LSTSQ_GATE,
@@ -23,10 +22,13 @@ from ._fit import (
 )
 from ._directions import DIRECTIONS_MEASURED, NO_DIRECTIONS, ROW_SPACE, directions_apply, directions_plan
 from ._directions import learn_post_directions
-from ._model import AttentionLayer, centre, information_floor
+from ._model import AttentionLayer, LayerRecovery, centre, information_floor
 from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._verify import check_verify_rtol, verify_layer
+from ._determinism import deterministic_first
 from ._norm import (
+    coarse_message,
+    float32_message,
     GRID_ULPS,
     OUTSIDE_BAND,
     PRECISION_BAND,
@@ -172,67 +174,6 @@ FLOAT32_LINK_TOKENS = 8
 FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class LayerRecovery(Recovery):
-    """A :class:`~companion.recovery.Recovery` for an attention layer.
-
-    Attributes
-    ----------
-    Ws : ndarray of shape (H, d + 1, d + 1)
-        The canonical heads' score matrices (last rows 0).
-    Ms : ndarray of shape (H, d_out, d + 1)
-        Their value-and-output maps (last columns 0).
-    b_O : ndarray of shape (d_out,)
-        The output bias of the canonical form.
-    skip : ndarray of shape (d_out, d) or None
-        The skip matrix found (the identity for a residual block), None when it is 0.
-    layernorm : {None, "post"}
-    gamma, beta : ndarray of shape (d_out,) or None
-        A post-LN's scale and shift.
-    eps : float or None
-        A post-LN's ``eps`` (1 by convention when the block has no identity skip: then it is not
-        identifiable, :func:`post_ln_symmetry`).
-    W : ndarray of shape (d + 1, d + 1)
-        ``sum_h W~_h``.
-    v : ndarray of shape (d_out,)
-        ``b_O``.
-    n_queries, message, diagnostics
-        As for :class:`~companion.recovery.Recovery`; counted on the vector oracle.
-    """
-
-    Ws: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
-    Ms: np.ndarray = None  # type: ignore[assignment]
-    b_O: np.ndarray = None  # type: ignore[assignment]
-    skip: np.ndarray | None = None
-    layernorm: str | None = None
-    gamma: np.ndarray | None = None
-    beta: np.ndarray | None = None
-    eps: float | None = None
-
-    @property
-    def layer(self) -> AttentionLayer:
-        """The recovered layer (canonical form) as an :class:`AttentionLayer`."""
-        return AttentionLayer(
-            self.Ws,
-            self.Ms,
-            self.b_O,
-            skip=self.skip,
-            layernorm=self.layernorm,
-            gamma=self.gamma,
-            beta=self.beta,
-            eps=self.eps,
-        )
-
-    @property
-    def model(self) -> AttentionLayer:
-        """Same as :attr:`layer`."""
-        return self.layer
-
-    @property
-    def n_heads(self) -> int:
-        return int(self.Ws.shape[0])
-
-
 def _refusal(cause: str) -> OracleInconsistentError:
     return OracleInconsistentError(
         "not an attention layer (heads with biases, output projection, skip, with or without a post-LN): "
@@ -268,9 +209,16 @@ class _Options:
 
 def _options(oracle, H, H_bound, residual, layernorm, polish_, verify, verify_rtol, seed, heads="auto") -> _Options:
     if not isinstance(oracle, VectorQueryOracle):
+        framework = callable(getattr(getattr(oracle, "target", None), "vector", None))  # a scalar view of a model
         raise TypeError(
             f"learn_attention_layer needs a companion.oracles.VectorQueryOracle (the layer's output vector); "
-            f"got {type(oracle).__name__}. Wrap the layer in VectorQueryOracle(layer)."
+            f"got {type(oracle).__name__}. "
+            + (
+                "It reads one number per query from a model with vector outputs: give VectorQueryOracle that "
+                "model's `.vector` (e.g. VectorQueryOracle(from_keras(layer).vector)), not its `.oracle()`."
+                if framework
+                else "Wrap the layer in VectorQueryOracle(layer)."
+            )
         )
     if getattr(oracle, "tau", 0.0):
         raise TypeError(f"learn_attention_layer needs an exact oracle; got tau={oracle.tau!r}.")
@@ -291,7 +239,7 @@ def _options(oracle, H, H_bound, residual, layernorm, polish_, verify, verify_rt
     if layernorm == "pre" and int(oracle.d) < 3:
         raise InvalidInputError(f"layernorm='pre' needs d >= 3 (the normalised tokens span d - 1); got d={oracle.d}.")
     if oracle.precision is not None and oracle.precision > unit_roundoff("float32"):
-        raise PrecisionError(_coarse_message(f"the oracle states a precision u={oracle.precision:.1e}"))
+        raise PrecisionError(coarse_message(f"the oracle states a precision u={oracle.precision:.1e}"))
     if not isinstance(polish_, (bool, np.bool_)):
         raise InvalidInputError(f"polish must be True or False; got {polish_!r}.")
     d, d_out = int(oracle.d), int(oracle.d_out)
@@ -379,27 +327,6 @@ def _pre_joint_applies(o: _Options, d: int, d_out: int) -> bool:
     return o.H is not None and d_out >= o.H and o.heads == "auto" and not o.float32 and d >= PRE_JOINT_FROM
 
 
-def _coarse_message(why: str) -> str:
-    return (
-        f"learn_attention_layer needs answers exact to float64 rounding, or served in float32 (its float32 route), "
-        f"and {why}: the route stops at precisions coarser than float32's (float16, bfloat16). Measured at "
-        "bfloat16's alone (2026-12-04; float16 not measured): forced through the float32 route's stages at "
-        "bfloat16's u = 2^-8, the heads' learner refused a d = 6, H = 2 residual block at tol 1e-3 and at 1e-2 (its "
-        "largest), learner seeds 0 to 2. Nothing was returned."
-    )
-
-
-def _float32_message(why: str) -> str:
-    """A refusal of the float32 route: what it does not reach, measured."""
-    return (
-        f"the answers are float32's (u = {unit_roundoff('float32'):.1e}), and {why}. The float32 route (this book's) "
-        "learns blocks without a LayerNorm whose heads are given (H or H_bound): measured (2026-12-04), behind a "
-        "post-LN its heads' stage resolved none of 12 float32 blocks (d = 6, H = 2, learner seeds 0 to 2); behind a "
-        "pre-LN it was not tried; and learn_canonical (H unknown) refuses H = 2, 4, 8 at d = 8. Nothing was "
-        "returned."
-    )
-
-
 def _find_layernorm(Yp, Yall, o: _Options, precision):
     """``None`` (one-token answers affine: no LayerNorm) or the post-LN read off the answers; refusals.
 
@@ -415,10 +342,10 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         else f"the oracle states a precision u={float(precision or 0.0):.1e}"
     )
     if fmt is not None and fmt[0] != "float32":
-        raise PrecisionError(_coarse_message(served))
+        raise PrecisionError(coarse_message(served))
     u = max(float(precision or 0.0), unit_roundoff("float64"), fmt[1] if fmt is not None else 0.0)
     if u > unit_roundoff("float64") and o.H is None and o.H_bound is None:
-        raise PrecisionError(_float32_message(f"{served}, but neither H nor H_bound is given"))
+        raise PrecisionError(float32_message(f"{served}, but neither H nor H_bound is given"))
     level = rounding_level(u)
     bent = line_deviations(Yp)
     plane = plane_deviation(Yall)
@@ -443,7 +370,7 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
     if (pre and o.layernorm in ("auto", "pre")) or (post and o.layernorm in ("auto", "post")):
         if u > unit_roundoff("float64"):
             kind = "pre" if pre else "post"
-            raise PrecisionError(_float32_message(f"{served}, and the block has a {kind}-LN (found from its answers)"))
+            raise PrecisionError(float32_message(f"{served}, and the block has a {kind}-LN (found from its answers)"))
         try:
             return ("pre" if pre else estimate_post_ln(Yp, Yall)), u  # the gap: the caller's
         except OracleInconsistentError as exc:
@@ -695,8 +622,11 @@ POST_HEADS_PRECISION = (
 )
 
 
-def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int, joint: bool = False) -> Exception:
-    """A post-LN stage failed: blamed on the LayerNorm's gap below LOW_GAP (measured), else no verdict."""
+def _post_unresolved(
+    exc: Exception, gap: float, stage: str, seed: int, joint: bool = False, advice: str = ""
+) -> Exception:
+    """A post-LN stage failed: blamed on the LayerNorm's gap below LOW_GAP (measured), else no verdict; ``advice``
+    (:func:`joint_advice`) where the joint stage could run instead of the readout route."""
     if gap < LOW_GAP:  # the LayerNorm's inversion costs the digits the later stages read
         err = PrecisionError(inferred_gap_message(gap, exc, stage, seed=seed))
         err.smallest_gap = gap  # type: ignore[attr-defined]  # for a caller that reports it
@@ -720,7 +650,8 @@ def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int, joint: b
         f"{POST_HEADS_PRECISION} "
         f"Scaled by HEADS_SCALE = {HEADS_SCALE} (to keep the LayerNorm's input variance small), a head can also be "
         "too faint in its readout: measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) "
-        f"end here, and another seed (another readout) recovers 2 of those 3: try seed={seed + 1}."
+        f"end here, and another seed (another readout) recovers 2 of those 3: try seed={seed + 1}"
+        + (f"{advice} (behind a post-LN it learned 30 of 30 blocks, H = 2, d = 8 to 32)." if advice else ".")
     )
 
 
@@ -759,7 +690,7 @@ def _pre_unresolved(exc: Exception, seed: int, joint: bool = False) -> OracleInc
         "Behind a pre-LN the heads' learner asks normalised tokens "
         f"scaled by PRE_HEADS_SCALE = {PRE_HEADS_SCALE}, which can leave a head too faint: measured (2026-12-03, "
         "60 pre-LN blocks, d 5 to 12, H 1 or 2, eps 1e-3 to 1, seeds 0 to 3), 2 end here and 23 are out of the "
-        "heads' stage's reach (an InvalidInputError) at their first seed, and all 60 are learned within 4 "
+        "heads' stage's reach (a SolverError) at their first seed, and all 60 are learned within 4 "
         f"consecutive seeds, though not every block is ({_PRE_SEEDS_NOT_ALL}): try seed={seed + 1}."
     )
 
@@ -811,6 +742,9 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
     kind, skip_err = _name_skip(S, ref, float(np.linalg.norm(S)), o)
     S = np.eye(d) if kind == "identity" else (np.zeros_like(S) if kind == "none" else S)
     inner, dv = Normalised(oracle, U, eps, S), d - 1
+    joint = _pre_joint_applies(o, d, int(oracle.d_out))
+    if not joint and (o.H is not None or o.H_bound is not None):  # the counts route in d dimensions: no seed's luck
+        _pre_reach(dv, o.H_plan)
     with count.stage("lstsq"):
         X1 = np.concatenate([np.zeros((1, 1, dv)), np.eye(dv)[:, None, :]])
         Y1 = inner(X1)
@@ -819,17 +753,16 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
         batches, answers = group_by_length(Xfit, inner(Xfit))
     try:
         with count.stage("heads"):
-            if _pre_joint_applies(o, d, int(oracle.d_out)):  # ordinary normalised tokens (PRE_JOINT_FROM)
+            if joint:  # ordinary normalised tokens (PRE_JOINT_FROM)
                 Ws, learner = _learn_heads_joint(inner, Y1, o, rng, scales=1)
             else:
                 Ws, learner = _learn_heads(inner, Y1, o, rho=PRE_HEADS_SCALE)
-    except InvalidInputError as exc:  # the block is in the class, but this size is out of the route's reach
-        raise InvalidInputError(
-            f"this pre-LN block is out of reach of learn_attention_layer's heads' stage on its d - 1 = {dv} "
-            f"normalised coordinates (not a verdict on the target): {exc} The reach depends on the heads' learner's "
-            "queries, drawn from the seed: measured, the 23 of 60 random pre-LN blocks out of reach at their first "
-            f"seed were all learned within 4 consecutive seeds, though not every block is ({_PRE_SEEDS_NOT_ALL}): "
-            f"try seed={o.seed + 1}."
+    except InvalidInputError as exc:  # a query no LayerNorm outputs: this seed's queries, not the target
+        raise SolverError(
+            f"this pre-LN block is out of reach of learn_attention_layer's heads' stage at this seed's queries (not "
+            f"a verdict on the target): {exc} The reach depends on the heads' learner's queries, drawn from the seed: "
+            "measured, the 23 of 60 random pre-LN blocks out of reach at their first seed were all learned within 4 "
+            f"consecutive seeds, though not every block is ({_PRE_SEEDS_NOT_ALL}): try seed={o.seed + 1}."
         ) from None
     try:
         with count.stage("polish"):
@@ -851,11 +784,26 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
     return layer, kind, skip_err, learner, fit
 
 
+def _pre_reach(dv: int, H: int) -> None:
+    """Refuse a pre-LN whose ``d - 1`` normalised coordinates are too few for the readout route's plan at ``H``."""
+    from ..multihead import rational_plan
+
+    try:
+        rational_plan(dv + 1, H)
+    except InvalidInputError as exc:
+        raise InvalidInputError(
+            f"behind the pre-LN found, the heads live in d - 1 = {dv} normalised coordinates, too few for H = {H} "
+            f"in the heads' learner's plan (in d = {dv + 1} dimensions: {exc}) at any seed (not a verdict on the "
+            "target). Here: call learn_attention_layer without H and H_bound (the robust route)."
+        ) from None
+
+
 def _verify(oracle, layer, o: _Options) -> dict:
     return verify_layer(oracle, layer, o.verify, o.seed, o.rtol, o.u, o.float32, _refusal)
 
 
 @non_finite_first
+@deterministic_first
 def learn_attention_layer(
     oracle,
     H=None,
@@ -940,7 +888,11 @@ def learn_attention_layer(
     InvalidInputError
         For bad parameters (``layernorm="pre"`` with ``d < 3``, ``"post"`` with ``d_out < 4``; ``heads="joint"``
         without ``H``, with ``d_out < H`` or with a pre-LN; ``verify_rtol`` below float64's unit roundoff, and, after
-        the queries, above a disagreement within the float64 answers' rounding).
+        the queries, above a disagreement within the float64 answers' rounding; a pre-LN found whose ``d - 1``
+        normalised coordinates are too few for ``H`` in the heads' learner's plan, at any seed).
+    SolverError
+        Behind a pre-LN, if the heads' learner asks, at this seed's queries, a normalised token that no LayerNorm
+        outputs (not a verdict on the target; the message names the next seed, as ``try_seeds`` follows).
     BudgetExceededError
         If the budget is below the plan's count (raised before the first query).
     NotIdentifiableError
@@ -960,7 +912,10 @@ def learn_attention_layer(
         affine and not a post-LN's (a GELU after the block; a pre-LN), the heads' learner failing,
         the least squares misfit, the skip not what ``residual`` states, or the verification failing
         (a mask, a second layer). Where an in-class block can end the same way (the heads' stage; behind a
-        LayerNorm, or in the float32 route, any later stage) the message names both causes, no verdict.
+        LayerNorm, or in the float32 route, any later stage) the message names both causes, no verdict. Before any
+        refusal after the first query stands, ``DETERMINISM_QUERIES`` = 8 queries are asked twice: where their
+        answers differ by more than ``DETERMINISM_RTOL`` (256 float32 units), the refusal names a non-deterministic
+        oracle (dropout left on; ``nondeterministic`` True), the stage's refusal chained (``layer._determinism``).
 
     Notes
     -----
@@ -1132,7 +1087,8 @@ def learn_attention_layer(
         if g < LOW_GAP and directions_apply(o.H, o.heads, int(oracle.d_out), g):  # failed for the gap: no norms
             return _learn_post_directions(oracle, norm, o, count, rng, d, g, after=f"the {stage} failed at gap {g:.1e}")
         if norm is not None and isinstance(exc, OracleInconsistentError):
-            raise _post_unresolved(exc, g, stage, o.seed, joint=post_joint) from exc
+            advice = "" if post_joint else joint_advice(o.H, o.heads, inner)
+            raise _post_unresolved(exc, g, stage, o.seed, joint=post_joint, advice=advice) from exc
         if o.float32 and stage in ("least squares", "verification") and isinstance(exc, OracleInconsistentError):
             raise _float32_unresolved(exc, stage, o.seed) from exc
         raise

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
 from ..errors import InvalidInputError
+from ..recovery import Recovery
 
 __all__ = [
+    "LayerRecovery",
     "AttentionLayer",
     "random_attention_layer",
     "information_floor",
@@ -612,3 +616,64 @@ def identifiable_parameters(d, H, d_out, *, skip="matrix", layernorm=None) -> tu
         return p, d_out
     p = H * d * (d + 1) + H * d_out * d + d_out + (d_out * d if skip == "matrix" else 0)
     return p, d_out
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class LayerRecovery(Recovery):
+    """A :class:`~companion.recovery.Recovery` for an attention layer.
+
+    Attributes
+    ----------
+    Ws : ndarray of shape (H, d + 1, d + 1)
+        The canonical heads' score matrices (last rows 0).
+    Ms : ndarray of shape (H, d_out, d + 1)
+        Their value-and-output maps (last columns 0).
+    b_O : ndarray of shape (d_out,)
+        The output bias of the canonical form.
+    skip : ndarray of shape (d_out, d) or None
+        The skip matrix found (the identity for a residual block), None when it is 0.
+    layernorm : {None, "post"}
+    gamma, beta : ndarray of shape (d_out,) or None
+        A post-LN's scale and shift.
+    eps : float or None
+        A post-LN's ``eps`` (1 by convention when the block has no identity skip: then it is not
+        identifiable, :func:`post_ln_symmetry`).
+    W : ndarray of shape (d + 1, d + 1)
+        ``sum_h W~_h``.
+    v : ndarray of shape (d_out,)
+        ``b_O``.
+    n_queries, message, diagnostics
+        As for :class:`~companion.recovery.Recovery`; counted on the vector oracle.
+    """
+
+    Ws: np.ndarray = None  # type: ignore[assignment]  # always given; a default because Recovery's fields have them
+    Ms: np.ndarray = None  # type: ignore[assignment]
+    b_O: np.ndarray = None  # type: ignore[assignment]
+    skip: np.ndarray | None = None
+    layernorm: str | None = None
+    gamma: np.ndarray | None = None
+    beta: np.ndarray | None = None
+    eps: float | None = None
+
+    @property
+    def layer(self) -> AttentionLayer:
+        """The recovered layer (canonical form) as an :class:`AttentionLayer`."""
+        return AttentionLayer(
+            self.Ws,
+            self.Ms,
+            self.b_O,
+            skip=self.skip,
+            layernorm=self.layernorm,
+            gamma=self.gamma,
+            beta=self.beta,
+            eps=self.eps,
+        )
+
+    @property
+    def model(self) -> AttentionLayer:
+        """Same as :attr:`layer`."""
+        return self.layer
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.Ws.shape[0])

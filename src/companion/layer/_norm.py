@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import CompanionError, OracleInconsistentError, PrecisionError
-from ..oracles import VectorQueryOracle, VectorView
+from ..oracles import VectorQueryOracle, VectorView, unit_roundoff
 
 __all__ = [
+    "coarse_message",
+    "float32_message",
     "MIN_GAP",
     "LOW_GAP",
     "GAP_ROUNDING",
@@ -402,3 +404,25 @@ def joint_advice(H, heads: str, inner) -> str:
     if type(inner) not in (VectorQueryOracle, Denormalised):  # a pre-LN's normalised view: no joint stage
         return ""
     return "; heads='joint' (every output at once) may resolve them"
+
+
+def coarse_message(why: str) -> str:
+    """A refusal of answers coarser than float32's: what the routes reach, measured."""
+    return (
+        f"learn_attention_layer needs answers exact to float64 rounding, or served in float32 (its float32 route), "
+        f"and {why}: the route stops at precisions coarser than float32's (float16, bfloat16). Measured at "
+        "bfloat16's alone (2026-12-04; float16 not measured): forced through the float32 route's stages at "
+        "bfloat16's u = 2^-8, the heads' learner refused a d = 6, H = 2 residual block at tol 1e-3 and at 1e-2 (its "
+        "largest), learner seeds 0 to 2. Nothing was returned."
+    )
+
+
+def float32_message(why: str) -> str:
+    """A refusal of the float32 route: what it does not reach, measured."""
+    return (
+        f"the answers are float32's (u = {unit_roundoff('float32'):.1e}), and {why}. The float32 route (this book's) "
+        "learns blocks without a LayerNorm whose heads are given (H or H_bound): measured (2026-12-04), behind a "
+        "post-LN its heads' stage resolved none of 12 float32 blocks (d = 6, H = 2, learner seeds 0 to 2); behind a "
+        "pre-LN it was not tried; and learn_canonical (H unknown) refuses H = 2, 4, 8 at d = 8. Nothing was "
+        "returned."
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._validation import check_int
-from ..errors import CompanionError, InvalidInputError, OracleInconsistentError, PrecisionError
+from ..errors import CompanionError, InvalidInputError, OracleInconsistentError, PrecisionError, SolverError
 from ..oracles import VectorQueryOracle
 from ._learn import LayerRecovery, learn_attention_layer
 
@@ -13,7 +13,7 @@ __all__ = ["SeedOutcome", "SeedRun", "try_seeds", "SEED_REFUSALS"]
 
 #: The refusals after which another learner seed is worth a try: each names its cause, and a block in the class
 #: can end there at one seed's queries (a head too faint in the readout, a post-LN's gap, a pre-LN's reach).
-SEED_REFUSALS = (OracleInconsistentError, PrecisionError, InvalidInputError)
+SEED_REFUSALS = (OracleInconsistentError, PrecisionError, SolverError)
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,12 @@ def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) ->
         If ``seeds`` is empty or holds a negative or non-integer seed, or ``options`` hold ``seed``
         (raised before the first query). A refusal of :func:`learn_attention_layer` raised before its
         first query (bad options, a stated precision it cannot use) is about the input, not the seed:
-        it is raised at once.
-    OracleInconsistentError, PrecisionError, InvalidInputError
-        With ``require=True``, the last seed's refusal when no seed is learned.
+        it is raised at once, as is a size out of the heads' learner's reach at any seed (an InvalidInputError
+        after the queries).
+    OracleInconsistentError, PrecisionError, SolverError
+        With ``require=True``, the last seed's refusal when no seed is learned. An oracle found not deterministic
+        (``companion.layer._determinism``; the error's ``nondeterministic`` is True) is no seed's luck: raised at
+        once.
     CompanionError
         Any other error of :func:`learn_attention_layer` (a budget exceeded, ...), at once.
 
@@ -169,7 +172,7 @@ def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) ->
         try:
             outcomes.append(SeedOutcome(s, recovery=learn_attention_layer(oracle, seed=s, **options)))
         except SEED_REFUSALS as exc:
-            if int(oracle.n_queries) == asked:  # refused before its first query: the input, not this seed's draws
+            if int(oracle.n_queries) == asked or getattr(exc, "nondeterministic", False):  # not this seed's draws
                 raise
             outcomes.append(SeedOutcome(s, error=exc))
             continue

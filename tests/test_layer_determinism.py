@@ -1,0 +1,91 @@
+"""The layer learner names a non-deterministic oracle (dropout left on) before any stage's refusal stands."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from companion.errors import CompanionError, OracleInconsistentError
+from companion.layer import learn_attention_layer, random_attention_layer, try_seeds
+from companion.layer._determinism import DETERMINISM_QUERIES, DETERMINISM_RTOL, nondeterminism
+from companion.oracles import VectorQueryOracle, unit_roundoff
+
+BLOCK = random_attention_layer(6, 2, residual=True, seed=0)
+
+
+class Dropout:
+    """The block with inverted dropout on its input tokens, a fresh mask at every call (training mode)."""
+
+    d = d_out = 6
+
+    def __init__(self, p, seed=5):
+        self.p, self.rng = p, np.random.default_rng(seed)
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=float)
+        return BLOCK(X * ((self.rng.random(X.shape) > self.p) / (1.0 - self.p)))
+
+
+class Drifting:
+    """The block, its answers scaled by ``1 + step * k`` at its ``k``-th call: deterministic within a call."""
+
+    d = d_out = 6
+
+    def __init__(self, step):
+        self.step, self.calls = step, 0
+
+    def __call__(self, X):
+        self.calls += 1
+        return BLOCK(np.asarray(X, dtype=float)) * (1.0 + self.step * self.calls)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_dropout_layer_is_refused_for_its_non_determinism_at_every_seed(seed):
+    """An adversarial tester's dropout target got a different verdict at each seed (2026-12-05); now one cause."""
+    oracle = VectorQueryOracle(Dropout(0.1), d=6, d_out=6)
+    with pytest.raises(OracleInconsistentError, match="not deterministic: asked the same 8 queries twice") as info:
+        learn_attention_layer(oracle, H=2, seed=seed)
+    assert info.value.nondeterministic is True
+    assert isinstance(info.value.__cause__, CompanionError)  # the stage's own refusal, chained
+    assert "model.eval()" in str(info.value) and "training=False" in str(info.value)
+
+
+def test_the_check_threshold_is_float32_rounding_times_rounding_units():
+    assert DETERMINISM_RTOL == pytest.approx(256 * float(unit_roundoff("float32")))
+    assert DETERMINISM_QUERIES == 8
+
+
+@pytest.mark.parametrize("factor, named", [(0.5, False), (2.0, True)])
+def test_answers_that_move_between_calls_just_inside_and_outside_the_threshold(factor, named):
+    """Answers scaled by 1 + k * step at call k differ by step (relative) between two calls: named above the
+    threshold only. The check asks 2 * DETERMINISM_QUERIES queries."""
+    oracle = VectorQueryOracle(Drifting(factor * DETERMINISM_RTOL), d=6, d_out=6)
+    found = nondeterminism(oracle, seed=0)
+    assert (found is not None) is named
+    assert oracle.n_queries == 2 * DETERMINISM_QUERIES
+    if named:
+        assert f"differ by up to {2.0 * DETERMINISM_RTOL / (1 + 2 * DETERMINISM_RTOL):.1e}" in str(found)
+
+
+def test_a_deterministic_oracle_passes_and_a_short_budget_skips_the_check():
+    assert nondeterminism(VectorQueryOracle(BLOCK), seed=3) is None
+    short = VectorQueryOracle(Dropout(0.5), d=6, d_out=6, budget=2 * DETERMINISM_QUERIES - 1)
+    assert nondeterminism(short, seed=0) is None and short.n_queries == 0
+
+
+def test_a_refusal_before_any_query_asks_no_check():
+    oracle = VectorQueryOracle(Dropout(0.1), d=6, d_out=6, budget=10)
+    with pytest.raises(CompanionError) as info:
+        learn_attention_layer(oracle, H=2)
+    assert oracle.n_queries == 0 and "not deterministic" not in str(info.value)
+
+
+def test_try_seeds_raises_non_determinism_at_once():
+    """Another seed cannot help a non-deterministic oracle: try_seeds raises it at the first seed."""
+    oracle = VectorQueryOracle(Dropout(0.1), d=6, d_out=6)
+    with pytest.raises(OracleInconsistentError, match="not deterministic"):
+        try_seeds(oracle, range(4), H=2)
+    single = VectorQueryOracle(Dropout(0.1), d=6, d_out=6)
+    with pytest.raises(OracleInconsistentError):
+        learn_attention_layer(single, H=2, seed=0)
+    assert oracle.n_queries == single.n_queries  # one seed's queries: the same draws, the same stop
