@@ -1856,3 +1856,18 @@ def test_a_post_ln_at_d_out_below_4_is_refused_without_a_verdict():
     with pytest.raises(InvalidInputError, match="d_out"):
         learn_attention_layer(oracle, H=2, layernorm="post")
     assert oracle.n_queries == 0
+
+
+def test_a_scalar_oracle_of_a_model_with_vector_outputs_is_pointed_to_its_vector():
+    """A second tester's finding: learn_attention_layer(from_keras(layer).oracle()) said to wrap "the layer" in a
+    VectorQueryOracle, where the model's ``.vector`` is meant."""
+    from companion.targets import from_callable
+
+    block = random_attention_layer(6, 2, residual=True, seed=0)
+    model = from_callable(block, 6, batched=True, readout=np.ones(6))
+    with pytest.raises(TypeError, match=r"give VectorQueryOracle that model's `\.vector` .*not its `\.oracle\(\)`"):
+        learn_attention_layer(model.oracle(), H=2)
+    with pytest.raises(TypeError, match=r"Wrap the layer in VectorQueryOracle\(layer\)\.$"):
+        learn_attention_layer(block, H=2)
+    rec = learn_attention_layer(VectorQueryOracle(model.vector, d=6, d_out=6), H=2)
+    assert rec.diagnostics["verify_max_error"] < 1e-12
