@@ -1871,3 +1871,36 @@ def test_a_scalar_oracle_of_a_model_with_vector_outputs_is_pointed_to_its_vector
         learn_attention_layer(block, H=2)
     rec = learn_attention_layer(VectorQueryOracle(model.vector, d=6, d_out=6), H=2)
     assert rec.diagnostics["verify_max_error"] < 1e-12
+
+
+@pytest.mark.parametrize("served", ["post-LN", "float32"])
+def test_a_verify_rtol_below_the_routes_reach_names_verify_rtol_not_the_block(served):
+    """A second tester's finding: a verify_rtol below what the post-LN or float32 route reaches (though above float64's
+    rounding) was refused as the block ("could not learn ... try seed=1"). Within the route's default tolerance it
+    now names verify_rtol; just above the error found, the same seed learns."""
+    from companion.layer import try_seeds
+
+    if served == "post-LN":
+        block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-3, seed=0)
+        make = lambda: VectorQueryOracle(block)  # noqa: E731
+    else:
+        block = random_attention_layer(6, 2, residual=True, seed=0)
+        make = lambda: VectorQueryOracle(lambda X: block(X).astype(np.float32), d=6, d_out=6)  # noqa: E731
+    run = try_seeds(make(), range(4), H=2, require=True)
+    seed, err = run.learned_seed, run.recovery.diagnostics["verify_max_error"]
+    with pytest.raises(InvalidInputError, match=r"within this route's default tolerance .* raise it") as info:
+        learn_attention_layer(make(), H=2, seed=seed, verify_rtol=err / 4)
+    assert f"above verify_rtol={err / 4:.3g}" in str(info.value)
+    rec = learn_attention_layer(make(), H=2, seed=seed, verify_rtol=err * 4)
+    assert rec.diagnostics["verify_max_error"] == err
+
+
+def test_a_window_behind_a_post_ln_without_H_is_not_blamed_on_eps_alone():
+    """A second tester's finding: a sliding window behind a post-LN (eps = 1e-3, H not given) got a PrecisionError
+    calling the eps "the likely cause". The gap below LOW_GAP makes eps a cause; the message now names both."""
+    block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-3, seed=0)
+    with pytest.raises(PrecisionError, match="inferred from the gap") as info:
+        learn_attention_layer(VectorQueryOracle(_Windowed(block, window=3)))
+    assert "eps can be the cause" in str(info.value) and "likely cause" not in str(info.value)
+    assert "A target outside the class (a mask, a second layer) ends here too" in str(info.value)
+    assert "no verdict is stated" in str(info.value)

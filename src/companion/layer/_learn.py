@@ -27,6 +27,9 @@ from ._preln import Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_c
 from ._verify import check_verify_rtol, verify_layer
 from ._determinism import deterministic_first
 from ._norm import (
+    SMALL_OUTPUTS,
+    UnitScaled,
+    output_scale,
     coarse_message,
     float32_message,
     GRID_ULPS,
@@ -799,7 +802,8 @@ def _pre_reach(dv: int, H: int) -> None:
 
 
 def _verify(oracle, layer, o: _Options) -> dict:
-    return verify_layer(oracle, layer, o.verify, o.seed, o.rtol, o.u, o.float32, _refusal)
+    default = replace(o, verify_rtol=None).rtol
+    return verify_layer(oracle, layer, o.verify, o.seed, o.rtol, o.u, o.float32, _refusal, default=default)
 
 
 @non_finite_first
@@ -879,7 +883,9 @@ def learn_attention_layer(
         stage's ``d + 1`` dimensions), ``information_floor`` (a dimension count, :func:`information_floor`),
         ``lstsq_residual``, ``lstsq_cond``, ``heads_learner``,
         ``polished``, ``polish_residual_before``, ``polish_residual``, ``n_verify_queries``,
-        ``verify_max_error``, ``verify_tolerance``.
+        ``verify_max_error``, ``verify_tolerance``, ``output_scale`` (1, or the power of 2 ``c`` the answers were
+        divided by where the first ones are all below 1e-4, SMALL_OUTPUTS: the block is learned on the answers
+        over ``c`` and its outputs scaled back; an identity skip found there is ``c I``, named ``"matrix"``).
 
     Raises
     ------
@@ -1029,6 +1035,9 @@ def learn_attention_layer(
         Y1 = oracle(X1)
         Xfit = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=plan["fit"])]
         Yfit = oracle(Xfit)
+    c = output_scale(np.concatenate([Yp, Y1, Yfit]))
+    if c != 1.0:  # answers far below unit size, which the heads' absolute floors would hide (SMALL_OUTPUTS)
+        oracle, Yp, Y1, Yfit = UnitScaled(oracle, c), Yp / c, Y1 / c, Yfit / c
     norm, u = _find_layernorm(Yp, np.concatenate([Yp, Y1, Yfit]), o, oracle.precision)
     o = replace(o, u=u)
     if norm == "pre" and o.heads == "joint":  # found from the answers (layernorm="auto")
@@ -1098,6 +1107,13 @@ def learn_attention_layer(
 
 def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verification, d, residual):
     """The :class:`LayerRecovery`: the canonical layer's fields, the counts per stage, the message."""
+    c = oracle.c if isinstance(oracle, UnitScaled) else 1.0
+    if c != 1.0:  # learned on the answers divided by c: the block's outputs scaled back
+        layer, kind, oracle = (
+            _scaled_back(layer, kind, c, residual),
+            "matrix" if kind == "identity" else kind,
+            oracle.vector,
+        )
     H_found = layer.n_heads
     diagnostics = {
         "n_heads": H_found,
@@ -1122,6 +1138,7 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
             layernorm=layer.layernorm,
         ),
         **fit,
+        "output_scale": c,
     }
     skip_text = "c I, normalised to I (eps assumes c = 1)" if kind == "multiple of identity" else kind
     diagnostics["skip_normalisation"] = SKIP_NORMALISATION if kind == "multiple of identity" else None
@@ -1130,6 +1147,11 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
         f"(the follow-up's scalar route for the heads, in d + 1 dimensions, would ask 4H(d+1)^2 - 2H + 1 = "
         f"{diagnostics['heads_route_count']} scalar queries; dimension count, with the skip as posed, "
         f"{diagnostics['information_floor']} vector queries)"
+        + (
+            f"; learned on its answers divided by c = {c:.1e} (below SMALL_OUTPUTS = {SMALL_OUTPUTS:g})"
+            if c != 1
+            else ""
+        )
     )
     fields = {k: getattr(layer, k) for k in ("Ws", "Ms", "b_O", "skip", "layernorm", "gamma", "beta", "eps")}
     W = layer.Ws.sum(axis=0) if H_found else np.zeros((d + 1, d + 1))
@@ -1144,6 +1166,19 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
         v=np.array(layer.b_O),
         **fields,
     )
+
+
+def _scaled_back(layer, kind: str, c: float, residual) -> AttentionLayer:
+    """The layer learned on answers divided by ``c``, its outputs times ``c``: a post-LN's ``gamma``, ``beta``, else
+    the output maps, bias and skip (an identity skip found is ``c I``, which ``residual=True`` refuses)."""
+    if layer.layernorm == "post":
+        return layer.with_(gamma=layer.gamma * c, beta=layer.beta * c)
+    if kind == "identity" and residual is True:
+        raise _refusal(
+            f"residual=True, but the fitted skip matrix is {c:.1e} I, not the identity: the target does not add x_N."
+        )
+    skip = None if layer.skip is None else layer.skip * c
+    return layer.with_(Ms=layer.Ms * c, b_O=layer.b_O * c, skip=skip)
 
 
 def _kim(d, H):
