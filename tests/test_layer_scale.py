@@ -1,4 +1,5 @@
-"""Blocks whose outputs are far below unit size are learned, not refused as "not an attention layer"."""
+"""Blocks the layer learner called "not an attention layer": outputs far below unit size (now learned), and refusals
+an in-class block can meet (a zero gamma entry, near-equal heads: now no verdict)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,73 @@ def test_unit_size_blocks_are_not_rescaled():
     rec = learn_attention_layer(VectorQueryOracle(random_attention_layer(6, 2, residual=True, seed=0)), H=2)
     assert rec.diagnostics["output_scale"] == 1.0 and "divided by" not in rec.message
     assert rec.diagnostics["skip"] == "identity"
+
+
+# --- refusals that an in-class block can meet name no verdict (an adversarial tester's findings, 2026-12-05) ------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_post_ln_with_a_zero_gamma_entry_is_refused_without_a_verdict(seed):
+    """gamma_3 = 0: output 3 is constant, its own hyperplane; it was "not an attention layer" (kappa^2 <= 0) at one
+    learner seed and "affine in the last token" at the other. Just outside (gamma_3 = 1e-6) the check is silent."""
+    block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-2, seed=0)
+    gamma = block.gamma.copy()
+    gamma[3] = 0.0
+    with pytest.raises(OracleInconsistentError, match=r"^could not learn this block: its output 3 is constant on all"):
+        learn_attention_layer(VectorQueryOracle(block.with_(gamma=gamma)), H=2, seed=seed)
+    gamma[3] = 1e-6
+    try:
+        learn_attention_layer(VectorQueryOracle(block.with_(gamma=gamma)), H=2, seed=seed)
+    except OracleInconsistentError as exc:
+        assert "is constant on all" not in str(exc)
+
+
+def test_near_equal_heads_under_H_bound_fail_their_check_without_a_verdict():
+    """Two heads 1e-6 apart, H_bound = 3: the check fails at 3.1e-7, which was called "not an attention layer"."""
+    block = random_attention_layer(8, 2, residual=True, seed=0)
+    Ws = block.Ws.copy()
+    Ws[1] = Ws[0] * (1 + 1e-6)
+    with pytest.raises(OracleInconsistentError, match=r"^could not verify the layer learned: .* below VERIFY_NEAR"):
+        learn_attention_layer(VectorQueryOracle(block.with_(Ws=Ws)), H_bound=3)
+
+
+@pytest.mark.parametrize("factor, verdict", [(0.5, False), (2.0, True)])
+def test_the_verification_band_just_inside_and_outside(factor, verdict):
+    from companion.layer._verify import VERIFY_NEAR, verify_layer
+
+    assert VERIFY_NEAR == 1e-4
+    block = random_attention_layer(6, 2, residual=True, seed=0)
+
+    def refusal(cause):
+        return OracleInconsistentError(f"not an attention layer: {cause}")
+
+    def off(X):
+        return block(X) * (1 + factor * VERIFY_NEAR)
+
+    with pytest.raises(OracleInconsistentError) as info:
+        verify_layer(VectorQueryOracle(block), off, 32, 0, 1e-8, 2.0**-53, False, refusal)
+    assert str(info.value).startswith("not an attention layer" if verdict else "could not verify the layer learned")
+
+
+def test_a_softmax_in_float32_inside_float64_answers_is_named_with_its_remedy():
+    """A second tester's finding: a block whose softmax runs in float32 (its float64 answers 6e-8 off) was refused
+    naming only a rank; the refusal now names float32's rounding and precision=2**-24, with which it is learned."""
+    block = random_attention_layer(6, 2, residual=True, seed=0)
+
+    def mixed(X):
+        X = np.asarray(X, dtype=float)
+        X = X[None] if X.ndim == 2 else X
+        Xt = np.concatenate([X, np.ones(X.shape[:2] + (1,))], axis=-1)
+        out = np.zeros((X.shape[0], block.d_out)) + block.b_O + X[:, -1, :] @ block.skip.T
+        for W, M in zip(block.Ws, block.Ms):
+            s = np.einsum("bnd,de,be->bn", Xt, W, Xt[:, -1, :]).astype(np.float32)
+            a = np.exp(s - s.max(axis=1, keepdims=True))
+            out += np.einsum("bn,bnd,od->bo", (a / a.sum(axis=1, keepdims=True)).astype(np.float64), Xt, M)
+        return out
+
+    with pytest.raises(OracleInconsistentError, match=r"exact only to float32's rounding.*precision=2\*\*-24"):
+        learn_attention_layer(VectorQueryOracle(mixed, d=6, d_out=6), H=2)
+    from companion.layer import try_seeds  # seeds 0 and 1 learned it, 2 refused (one machine, 2026-12-05)
+
+    rec = try_seeds(VectorQueryOracle(mixed, d=6, d_out=6, precision=2**-24), range(4), H=2, require=True).recovery
+    assert 1e-8 < rec.diagnostics["verify_max_error"] < rec.diagnostics["verify_tolerance"] < 4e-6

@@ -374,6 +374,15 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         if u > unit_roundoff("float64"):
             kind = "pre" if pre else "post"
             raise PrecisionError(float32_message(f"{served}, and the block has a {kind}-LN (found from its answers)"))
+        flat = np.flatnonzero(np.ptp(Yall, axis=0) <= level * max(1.0, float(np.max(np.abs(Yall)))))
+        if not pre and flat.size:  # an output constant on every answer lies on its own hyperplane, not the LN's
+            raise OracleInconsistentError(
+                f"could not learn this block: its output{'s' * (flat.size > 1)} {', '.join(map(str, flat[:5]))} "
+                f"{'are' if flat.size > 1 else 'is'} constant on all {len(Yall)} answers so far {at}, and the others "
+                "bend as behind a post-LN: a post-LN with gamma_i = 0 there (in the class, but this route reads gamma "
+                "off the hyperplane every output lies on, which a constant output hides), or a nonlinearity after a "
+                "block with such an output; not told apart here. Nothing was returned."
+            )
         try:
             return ("pre" if pre else estimate_post_ln(Yp, Yall)), u  # the gap: the caller's
         except OracleInconsistentError as exc:
@@ -452,8 +461,9 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
     except OracleInconsistentError as exc:
         raise OracleInconsistentError(
             f"{HEADS_UNRESOLVED}{_given_heads(o)}: the heads' learner on a random readout refused (e.g. H = 8 at "
-            f"d = 8 or 16, H = 3 behind a LayerNorm; or the target is not a sum of heads)"
-            f"{joint_advice(o.H, o.heads, inner)}. Nothing was returned. It says: {exc}"
+            f"d = 8 or 16, H = 3 behind a LayerNorm; or the target is not a sum of heads; or its float64 answers are "
+            f"exact only to float32's rounding: a softmax computed in float32 misfits by 1e-4 at d = 6, learned with "
+            f"precision=2**-24 on the oracle){joint_advice(o.H, o.heads, inner)}. Nothing was returned. It says: {exc}"
         ) from None
     Ws = np.array(heads.Ws, dtype=np.float64)
     Ws[:, -1, :] = 0.0  # the last row is not identifiable (and the lifting makes it 0)
@@ -917,7 +927,9 @@ def learn_attention_layer(
         If the target is outside the class; the message names the cause: one-token answers not
         affine and not a post-LN's (a GELU after the block; a pre-LN), the heads' learner failing,
         the least squares misfit, the skip not what ``residual`` states, or the verification failing
-        (a mask, a second layer). Where an in-class block can end the same way (the heads' stage; behind a
+        (a mask, a second layer; by less than ``VERIFY_NEAR`` = 1e-4 on float64 answers, no verdict: near-equal heads
+        end there; so does a post-LN with an output constant on every answer, ``gamma_i = 0``). Where an in-class block
+        can end the same way (the heads' stage; behind a
         LayerNorm, or in the float32 route, any later stage) the message names both causes, no verdict. Before any
         refusal after the first query stands, ``DETERMINISM_QUERIES`` = 8 queries are asked twice: where their
         answers differ by more than ``DETERMINISM_RTOL`` (256 float32 units), the refusal names a non-deterministic
