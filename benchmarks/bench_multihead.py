@@ -159,6 +159,19 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    the confirming step buys accuracy and the rule stays. The learner's oracle calls (blocks of ASK_BLOCK =
    1024) took 10.9 ms against the replay's 9.5 ms at d = 32, H = 2; blocks of 2048, 4096 or one per ratio were
    slower (11.9 to 12.1 ms), not faster.
+   Session 46 (2026-12-05, AMD EPYC, one BLAS thread, a helper's measurements in a scratch clone, load 0.1 to 2.8):
+   about 3 ms of the learner's 15 to 17 ms at d = 32, H = 2 are minor page faults (about 1,500 a run: 1,060 in its
+   own work, 450 inside its oracle calls): glibc returns the heap a run's freed temporaries leave at its top, and the
+   next run faults it in again. With MALLOC_TOP_PAD_=64MB the same run takes 14.3 to 14.5 ms (0 faults) against
+   17.1 to 17.5, and learner / replay is 13.8 / 7.1 ms, 1.94x. Whether they occur depends on the largest array the
+   process freed before: compare_counts_time.py with --cases 32,2 alone gives 16 ms (2.28x), after the larger cases'
+   warm-ups 13 ms (1.82x), for either revision. So this row's verdict is the allocator's state as much as the
+   learner's work. Not adopted: setting the allocator's trim and top pad for the bench (a choice of measurement the
+   issue did not make), and the helper's four bit-identical cuts (each row's normal matrix built and factorized in
+   place, one LAPACK posv per row, no tiled copy of X, PairDesign.XX formed only when a fallback reads it): 15.9 ->
+   15.3 ms, 2.18x -> 2.10x, 4 %, short of the third needed, for 234 changed lines. The compute left, faults suppressed
+   (ms a run): the rows' joint fits 2.55 (Cholesky solves 0.6), the start rows 1.38 (64 batched 32 x 32 LU solves
+   0.9), the pairs' fits 1.15, building the queries 0.7, the labels 0.49, the links 0.45.
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest
