@@ -1317,7 +1317,7 @@ def test_a_pre_ln_block_too_small_for_its_heads_stage_is_refused_without_a_verdi
     """d = 5, H = 2 pre-LN: the heads live in d - 1 = 4 coordinates, too few for two heads in the readout route's
     plan at any seed (it said "try seed=1" before): an input error naming the robust route, which learns it."""
     target = random_attention_layer(5, 2, residual=True, layernorm="pre", eps=1e-3, seed=0)
-    with pytest.raises(InvalidInputError, match="d - 1 = 4 .*at any seed .*not a verdict .*without H and H_bound") as e:
+    with pytest.raises(InvalidInputError, match="d - 1 = 4 .*at any seed .*not a verdict .*Without H and H_bound the robust route") as e:
         learn_attention_layer(VectorQueryOracle(target), H=2)
     assert "try seed" not in str(e.value)
     rec = learn_attention_layer(VectorQueryOracle(target))

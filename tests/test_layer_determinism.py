@@ -7,7 +7,7 @@ import pytest
 
 from companion.errors import CompanionError, OracleInconsistentError
 from companion.layer import learn_attention_layer, random_attention_layer, try_seeds
-from companion.layer._determinism import DETERMINISM_QUERIES, DETERMINISM_RTOL, nondeterminism
+from companion.layer._determinism import DETERMINISM_LEN, DETERMINISM_QUERIES, DETERMINISM_UNITS, nondeterminism
 from companion.oracles import VectorQueryOracle, unit_roundoff
 
 BLOCK = random_attention_layer(6, 2, residual=True, seed=0)
@@ -24,6 +24,16 @@ class Dropout:
     def __call__(self, X):
         X = np.asarray(X, dtype=float)
         return BLOCK(X * ((self.rng.random(X.shape) > self.p) / (1.0 - self.p)))
+
+
+class FixedKeyDropout:
+    """Dropout with the same mask at every call, drawn per batch position (Flax with a fixed dropout key)."""
+
+    d = d_out = 6
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=float)
+        return BLOCK(X * ((np.random.default_rng(0).random(X.shape) > 0.1) / 0.9))
 
 
 class Drifting:
@@ -43,33 +53,46 @@ class Drifting:
 def test_a_dropout_layer_is_refused_for_its_non_determinism_at_every_seed(seed):
     """An adversarial tester's dropout target got a different verdict at each seed (2026-12-05); now one cause."""
     oracle = VectorQueryOracle(Dropout(0.1), d=6, d_out=6)
-    with pytest.raises(OracleInconsistentError, match="not deterministic: asked the same 8 queries twice") as info:
+    with pytest.raises(OracleInconsistentError, match="not deterministic: asked the same 16 queries twice") as info:
         learn_attention_layer(oracle, H=2, seed=seed)
     assert info.value.nondeterministic is True
     assert isinstance(info.value.__cause__, CompanionError)  # the stage's own refusal, chained
     assert "model.eval()" in str(info.value) and "training=False" in str(info.value)
 
 
-def test_the_check_threshold_is_float32_rounding_times_rounding_units():
-    assert DETERMINISM_RTOL == pytest.approx(256 * float(unit_roundoff("float32")))
-    assert DETERMINISM_QUERIES == 8
+def test_a_mask_drawn_per_batch_position_is_seen_by_the_reversed_second_call():
+    """An adversarial tester's fixed-key dropout repeated exactly when the same batch was asked twice."""
+    with pytest.raises(OracleInconsistentError, match="not deterministic") as info:
+        learn_attention_layer(VectorQueryOracle(FixedKeyDropout(), d=6, d_out=6), H=2)
+    assert "in reverse order" in str(info.value)
 
 
+def test_the_check_constants():
+    assert (DETERMINISM_QUERIES, DETERMINISM_LEN, DETERMINISM_UNITS) == (16, 8, 256)
+
+
+@pytest.mark.parametrize("served", ["float64", "float32"])
 @pytest.mark.parametrize("factor, named", [(0.5, False), (2.0, True)])
-def test_answers_that_move_between_calls_just_inside_and_outside_the_threshold(factor, named):
-    """Answers scaled by 1 + k * step at call k differ by step (relative) between two calls: named above the
-    threshold only. The check asks 2 * DETERMINISM_QUERIES queries."""
-    oracle = VectorQueryOracle(Drifting(factor * DETERMINISM_RTOL), d=6, d_out=6)
+def test_answers_that_move_between_calls_just_inside_and_outside_the_threshold(served, factor, named):
+    """Answers scaled by 1 + k * step at call k differ by step (relative) between two calls: named above 256 times
+    their precision only (float64's, or float32's for answers on its grid). The check asks 2 * 16 queries."""
+    u = float(unit_roundoff(served))
+    drift = Drifting(factor * DETERMINISM_UNITS * u)
+    if served == "float32":  # the drifting answers rounded to float32: on its grid
+        oracle = VectorQueryOracle(lambda X: drift(X).astype(np.float32), d=6, d_out=6)
+    else:
+        oracle = VectorQueryOracle(drift, d=6, d_out=6)
     found = nondeterminism(oracle, seed=0)
     assert (found is not None) is named
     assert oracle.n_queries == 2 * DETERMINISM_QUERIES
     if named:
-        assert f"differ by up to {2.0 * DETERMINISM_RTOL / (1 + 2 * DETERMINISM_RTOL):.1e}" in str(found)
+        assert f"at their precision u = {u:.1e}" in str(found)
 
 
 def test_a_deterministic_oracle_passes_and_a_short_budget_skips_the_check():
     assert nondeterminism(VectorQueryOracle(BLOCK), seed=3) is None
     short = VectorQueryOracle(Dropout(0.5), d=6, d_out=6, budget=2 * DETERMINISM_QUERIES - 1)
+    assert DETERMINISM_LEN * DETERMINISM_QUERIES * 6 == 768  # tokens' entries a call: dropout at 1e-3 seen w.p. 0.78
     assert nondeterminism(short, seed=0) is None and short.n_queries == 0
 
 

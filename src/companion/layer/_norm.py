@@ -389,8 +389,10 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
         norms.append(zeta)
     sol = np.linalg.lstsq(np.array(rows), np.ones(len(rows)), rcond=None)[0]
     kappa2 = sol[4]
-    if not kappa2 > 0:
-        raise OracleInconsistentError(f"the post-LN fit gives kappa^2 = {kappa2:.3g} <= 0")
+    if not kappa2 > 0:  # a gamma_i near 0 ends here too: the learner states no verdict (flat_outputs)
+        err = OracleInconsistentError(f"the post-LN fit gives kappa^2 = {kappa2:.3g} <= 0")
+        err.flat_outputs = True  # type: ignore[attr-defined]
+        raise err
     gamma = 1.0 / (np.sqrt(kappa2) * n)
     if np.sum(gamma) < 0:
         gamma = -gamma

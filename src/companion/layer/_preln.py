@@ -51,10 +51,12 @@ def estimate_pre_eps(oracle, U, rng) -> float:
     sol = least_squares(residual, [start], xtol=1e-15, ftol=1e-15, gtol=1e-15, method="lm")
     fit = float(np.linalg.norm(sol.fun))
     if not fit < 1e-10:
-        raise OracleInconsistentError(
+        err = OracleInconsistentError(
             f"the one-token answers along a sum-zero line do not fit a pre-LN (relative residual {fit:.1e} at "
             f"eps = {10.0 ** sol.x[0]:.3g})"
         )
+        err.residual = fit  # type: ignore[attr-defined]  # the learner's verdict reads it
+        raise err
     return float(10.0 ** sol.x[0])
 
 
@@ -77,6 +79,11 @@ def estimate_pre_skip(oracle, U, eps) -> np.ndarray:
     return S
 
 
+#: The start of :class:`Normalised`'s refusal of a token no LayerNorm outputs (the learner reads it: this seed's
+#: queries, not the target).
+OUT_OF_REACH = "a pre-LN's normalised tokens have mean square below 1;"
+
+
 class Normalised(VectorView):
     """A pre-LN block seen on its normalised tokens: ``V`` of shape ``(B, N, d - 1)`` in the basis ``U``.
 
@@ -94,8 +101,8 @@ class Normalised(VectorView):
         r = (n * n).mean(axis=-1, keepdims=True)
         if not np.all(r < 1.0):
             raise InvalidInputError(
-                f"a pre-LN's normalised tokens have mean square below 1; a query of the heads' learner asks "
-                f"{float(r.max()):.3g}: this block is out of reach of learn_attention_layer's scaled heads' stage."
+                f"{OUT_OF_REACH} a query of the learner asks {float(r.max()):.3g}: this block is out of reach of "
+                "learn_attention_layer's queries on its normalised tokens."
             )
         X = n * np.sqrt(self.eps / (1.0 - r))
         return self.vector(X) - X[:, -1, :] @ self.S.T

@@ -51,13 +51,18 @@ def long_lengths(k: int) -> np.ndarray:
     return np.unique(np.round(np.geomspace(VERIFY_MAX_LEN + 1, VERIFY_LONG_LEN, k)).astype(int))
 
 
+def _n_long(n: int) -> int:
+    """How many of ``n`` verification queries are long (the last ones)."""
+    return max(1, int(round(VERIFY_LONG_SHARE * n)))
+
+
 def verify_queries(d: int, n: int, seed: int) -> list:
     """The layer learner's ``n`` verification queries: ``companion._learner.random_queries`` of lengths 1 to
     ``VERIFY_MAX_LEN``, then ``max(1, round(VERIFY_LONG_SHARE n))`` of the lengths ``long_lengths`` gives (one of
     ``VERIFY_LONG_LEN`` tokens among them), tokens ``N(0, I_d / d)``."""
     if n < 1:
         return []
-    n_long = max(1, int(round(VERIFY_LONG_SHARE * n)))
+    n_long = _n_long(n)
     short = random_queries(d, n - n_long, seed=seed)
     rng = np.random.default_rng([seed, 1])
     lengths = long_lengths(n_long)
@@ -80,7 +85,10 @@ def verify_layer(oracle, layer, n: int, seed: int, rtol: float, u: float, float3
     naming ``verify_rtol`` where the largest disagreement of float64 answers is within their rounding
     (:func:`~companion.layer._norm.rounding_level` of ``u``), or, for a ``verify_rtol`` below the route's ``default``
     tolerance, within that default (a second tester's post-LN and float32 blocks, refused as the block's "try
-    seed=1"): the tolerance asks more than the answers, or the route, carry."""
+    seed=1"): the tolerance asks more than the answers, or the route, carry. A failure on the long queries alone, the
+    short ones within ``rtol``, is ``refusal``'s verdict (a length-dependent target: measured, the learned in-class
+    blocks miss long queries by no more than short ones, ``VERIFY_LONG_LEN``); any other below ``VERIFY_NEAR`` on
+    float64 answers states no verdict."""
     if not n:
         return {"n_verify_queries": 0}
     Xv = verify_queries(oracle.d, n, seed + 1)
@@ -103,6 +111,13 @@ def verify_layer(oracle, layer, n: int, seed: int, rtol: float, u: float, float3
                 "Nothing was returned."
             )
         cause = f"on {n} fresh queries the recovered layer disagrees with the oracle by up to {err[k]:.3g} (relative"
+        short, long = float(np.max(err[: n - _n_long(n)], initial=0.0)), float(np.max(err[n - _n_long(n) :]))
+        if n > _n_long(n) and short <= rtol < long:  # in-class blocks miss long queries by no more than short ones
+            raise refusal(
+                f"{cause}{at}; tolerance {rtol:.3g}) on its {_n_long(n)} long queries (more than {VERIFY_MAX_LEN} "
+                f"tokens), while its {n - _n_long(n)} short ones agree to {short:.2g}: answers that depend on the "
+                "sequence's length as no attention layer's do (a sliding window, a temperature that grows with N)."
+            )
         if not float32 and err[k] < VERIFY_NEAR:  # small: no verdict
             raise OracleInconsistentError(
                 f"could not verify the layer learned: {cause}; tolerance {rtol:.3g}), below VERIFY_NEAR = "
