@@ -218,9 +218,15 @@ def test_a_pre_ln_out_of_reach_in_any_stage_is_a_solver_error():
     block = random_attention_layer(5, 1, residual=True, layernorm="pre", eps=1e-3, seed=0)
     run = try_seeds(VectorQueryOracle(block), range(1, 7), until_learned=False)
     kinds = [o.kind for o in run.outcomes]
-    assert set(kinds) <= {"learned", "SolverError"} and "learned" in kinds, kinds
+    # no bare InvalidInputError; under the 4-ulp perturbations seeds 2 and 3 end in the heads' stage instead,
+    # whose refusal states no verdict either
+    assert set(kinds) <= {"learned", "SolverError", "OracleInconsistentError"} and "learned" in kinds, kinds
+    assert "SolverError" in kinds
     for o in run.outcomes:
-        assert o.error is None or str(o.error).endswith(f"try seed={o.seed + 1}.")
+        if o.kind == "SolverError":
+            assert str(o.error).endswith(f"try seed={o.seed + 1}.")
+        elif o.error is not None:
+            assert not str(o.error).startswith("not an attention layer")
 
 
 def test_a_gelu_after_a_mean_centred_block_gets_a_framed_verdict():
