@@ -725,7 +725,10 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
         try:
             eps = estimate_pre_eps(oracle, U, rng)
         except OracleInconsistentError as exc:  # far off a pre-LN's: a verdict; near it, no verdict
-            if exc.residual >= OUTSIDE_BAND:  # type: ignore[attr-defined]
+            fit = getattr(exc, "residual", None)
+            if fit is None:  # the oracle's own refusal (a non-finite answer): as it is
+                raise
+            if fit >= OUTSIDE_BAND:
                 raise _refusal(
                     f"its one-token answers look like a pre-LN's (affine along the all-ones line), but {exc}."
                 ) from None
