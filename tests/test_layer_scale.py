@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from companion.errors import OracleInconsistentError
+from companion.errors import InvalidInputError, OracleInconsistentError
 from companion.layer import learn_attention_layer, random_attention_layer, try_seeds
 from companion.layer._norm import SMALL_OUTPUTS, output_scale
 from companion.oracles import VectorQueryOracle
@@ -243,3 +243,13 @@ def test_a_gelu_after_a_mean_centred_block_gets_a_framed_verdict():
     with pytest.raises(OracleInconsistentError, match=r"^not an attention layer .* look like a pre-LN's") as info:
         learn_attention_layer(VectorQueryOracle(gelu_after, d=6, d_out=6), H=2)
     assert str(info.value).endswith("Nothing was returned.")
+
+
+def test_the_pre_ln_size_refusals_measured_advice():
+    """The InvalidInputError for a pre-LN too small for H states what the robust route (without H) was measured to
+    reach: the d = 5, H = 2 block learned (tests/test_layer.py), and none of a d = 4, H = 1 block's seeds 0 to 5."""
+    block = random_attention_layer(4, 1, residual=True, layernorm="pre", eps=1e-3, seed=0)
+    with pytest.raises(InvalidInputError, match=r"none of a d = 4, H = 1 block's seeds 0 to 5"):
+        learn_attention_layer(VectorQueryOracle(block), H=1)
+    run = try_seeds(VectorQueryOracle(block), range(6), until_learned=False)
+    assert run.recovery is None and {o.kind for o in run.outcomes} == {"SolverError"}
