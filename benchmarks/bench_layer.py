@@ -37,9 +37,9 @@ book's:
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
 Session 46 (2026-12-05, AMD EPYC, one BLAS thread, ``--only "d=64 H=8 residual"`` three times in a row, the other
-core idle): 93,789 queries, fresh error 9.8e-14, peak RSS 267 MB; learner 2.61 to 2.76 CPU s against the oracle's
-1.53 to 1.71 s: 2.03x (FAIL), 1.52x and 1.81x. The oracle's own time moves by 12 % between identical runs, so this
-row's verdict is the run's more than the learner's.
+core idle): 93,789 queries, fresh error 9.8e-14, peak RSS 267 MB; 2.03x (FAIL), 1.52x and 1.81x (the last two:
+learner 2.61 and 2.76 CPU s against the oracle's 1.71 and 1.53 s). The oracle's own time moved by 12 % between
+identical runs, so this row's verdict is the run's as much as the learner's.
 
 Session 43, ``make bench`` at 28a5ef2 (AMD EPYC, one BLAS thread, the other core partly busy with the session's
 other work): d = 64, H = 8: 93,789 queries, learner 2.16 CPU s against the oracle's replay 1.09, 1.99x, peak RSS 278
