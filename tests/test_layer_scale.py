@@ -253,3 +253,25 @@ def test_the_pre_ln_size_refusals_measured_advice():
         learn_attention_layer(VectorQueryOracle(block), H=1)
     run = try_seeds(VectorQueryOracle(block), range(6), until_learned=False)
     assert run.recovery is None and {o.kind for o in run.outcomes} == {"SolverError"}
+
+
+def test_faint_heads_under_a_large_bias_are_named_a_precision_limit():
+    """An adversarial tester's m1: heads' maps times 1e-9 under an O(1) output bias were "heads unresolved". The heads
+    make 2.7e-6 of the answers at 1e-6: a PrecisionError naming the share; at 1e-4 with a residual (share 1.4e-4, just
+    above HEADS_VISIBLE) a refusal keeps the heads' message."""
+    from companion.errors import PrecisionError
+    from companion.layer._norm import HEADS_VISIBLE, heads_share
+
+    assert HEADS_VISIBLE == 1e-4
+    biased = random_attention_layer(6, 2, seed=1)
+    for seed in (0, 1):
+        with pytest.raises(PrecisionError, match=r"heads make at most 2\.7e-06 of the answers .*HEADS_VISIBLE"):
+            learn_attention_layer(VectorQueryOracle(biased.with_(Ms=biased.Ms * 1e-6)), H=2, seed=seed)
+    residual = random_attention_layer(6, 2, residual=True, seed=1)
+    with pytest.raises(OracleInconsistentError, match=r"^the heads' learner could not resolve"):
+        learn_attention_layer(VectorQueryOracle(residual.with_(Ms=residual.Ms * 1e-4)), H=2, seed=1)
+    X1 = np.concatenate([np.zeros((1, 1, 6)), np.eye(6)[:, None, :]])
+    Xfit = [np.random.default_rng(k).standard_normal((4, 6)) / np.sqrt(6) for k in range(8)]
+    affine = biased.with_(Ms=biased.Ms * 0)  # no head: the share is rounding
+    assert heads_share(affine(X1), Xfit, affine(Xfit)) < 1e-15
+    assert 1e-2 < heads_share(biased(X1), Xfit, biased(Xfit)) < 10

@@ -33,6 +33,9 @@ from ._refusals import PRE_JOINT_WHY as _PRE_JOINT_WHY
 from ._refusals import float32_unresolved as _float32_unresolved
 from ._refusals import joint_unresolved as _joint_unresolved
 from ._norm import (
+    HEADS_VISIBLE,
+    faint_heads_message,
+    heads_share,
     SMALL_OUTPUTS,
     UnitScaled,
     output_scale,
@@ -912,7 +915,8 @@ def learn_attention_layer(
         the precision) and ``PRECISION_BAND`` (a float32 computation not served on its grid). Also, where the
         norms cannot come from the row space (no ``H``, ``heads="readout"`` or ``d_out < H + 3``), if a
         post-LN's ``eps`` is too small to read the norm of its input (BERT's 1e-12; ``MIN_GAP``), or a stage
-        failed behind a post-LN after answers with a gap below ``LOW_GAP`` (measured).
+        failed behind a post-LN after answers with a gap below ``LOW_GAP`` (measured); or if the heads' stage failed
+        on float64 answers of which the heads make less than ``HEADS_VISIBLE`` = 1e-4 (``layer._norm.heads_share``).
     OracleInconsistentError
         If the target is outside the class; the message names the cause: one-token answers not
         affine and not a post-LN's (a GELU after the block; a pre-LN), the heads' learner failing,
@@ -1104,6 +1108,9 @@ def learn_attention_layer(
         g = norm.smallest_gap[0] if norm is not None else 1.0
         if g < LOW_GAP and directions_apply(o.H, o.heads, int(oracle.d_out), g):  # failed for the gap: no norms
             return _learn_post_directions(oracle, norm, o, count, rng, d, g, after=f"the {stage} failed at gap {g:.1e}")
+        share = heads_share(Y1, Xfit, Yfit) if norm is None and stage == "heads" and not o.float32 else 1.0
+        if isinstance(exc, OracleInconsistentError) and share < HEADS_VISIBLE:  # faint heads: float64's digits
+            raise PrecisionError(faint_heads_message(share)) from exc
         if norm is not None and isinstance(exc, OracleInconsistentError):
             advice = "" if post_joint else joint_advice(o.H, o.heads, inner)
             raise _post_unresolved(exc, g, stage, o.seed, joint=post_joint, advice=advice) from exc

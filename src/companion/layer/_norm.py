@@ -45,6 +45,9 @@ __all__ = [
     "SMALL_OUTPUTS",
     "UnitScaled",
     "output_scale",
+    "HEADS_VISIBLE",
+    "heads_share",
+    "faint_heads_message",
 ]
 
 #: Points per probe line (the token ``x0 + t e`` at ``t = -2 .. 2``).
@@ -456,4 +459,36 @@ def float32_message(why: str) -> str:
         "post-LN its heads' stage resolved none of 12 float32 blocks (d = 6, H = 2, learner seeds 0 to 2); behind a "
         "pre-LN it was not tried; and learn_canonical (H unknown) refuses H = 2, 4, 8 at d = 8. Nothing was "
         "returned."
+    )
+
+
+#: Below this share of the answers (:func:`heads_share`) a refusal of the heads' stage on float64 answers is named a
+#: precision limit (this book's threshold, measured 2026-12-05: ``random_attention_layer(6, 2, seed=1)``, its heads'
+#: maps scaled down under its O(1) output bias (share 2.7 times the scale) and the same block with a residual (1.4
+#: times); learner seeds 0 and 1): scaled by 1e-3, and by 1e-4 with the bias (share 2.7e-4), learned at both seeds;
+#: by 1e-4 with the residual (1.4e-4) and 1e-5 with the bias (2.7e-5), at one; by 1e-5 with the residual (1.4e-5) and
+#: below, at neither (adversarial testers' heads at 1e-6 to 1e-13 of the answers got "heads unresolved" or
+#: "affine").
+HEADS_VISIBLE = 1e-4
+
+
+def heads_share(Y1: np.ndarray, Xfit: list, Yfit: np.ndarray) -> float:
+    """How much of the answers the heads make: the largest ``||o(X) - (A x_N + a)||`` over the least squares' queries
+    ``Xfit`` (answers ``Yfit``), ``A x + a`` the one-token map read off ``Y1`` (answers at ``0`` and ``e_i``),
+    relative to the largest answer. A sum of heads mixes the tokens; the rest of the block is affine in ``x_N``."""
+    a, A = Y1[0], (Y1[1:] - Y1[0]).T
+    xN = np.array([x[-1] for x in Xfit])
+    top = max(float(np.max(np.linalg.norm(Yfit, axis=1))), np.finfo(float).tiny)
+    return float(np.max(np.linalg.norm(Yfit - (xN @ A.T + a), axis=1))) / top
+
+
+def faint_heads_message(share: float) -> str:
+    """The heads' stage refused answers of which the heads make only ``share``: float64 keeps few of their digits."""
+    digits = max(0.0, float(np.log10(share / 2.0**-53)))
+    return (
+        f"the heads' stage failed, and the heads make at most {share:.1e} of the answers (the rest of the block is "
+        f"affine in the last token), below HEADS_VISIBLE = {HEADS_VISIBLE:g}: float64 answers carry about "
+        f"{digits:.0f} digits of the heads, which is the likely cause (measured, this book's threshold; not a verdict "
+        "on the target). Larger heads against the output bias and skip, or the bias and skip removed from the "
+        "answers, give the heads' stage more digits. Nothing was returned."
     )
