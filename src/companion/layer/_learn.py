@@ -36,6 +36,7 @@ from ._norm import (
     HEADS_VISIBLE,
     faint_heads_message,
     heads_share,
+    one_token_affine,
     SMALL_OUTPUTS,
     UnitScaled,
     output_scale,
@@ -384,7 +385,8 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         if u > unit_roundoff("float64"):
             kind = "pre" if pre else "post"
             raise PrecisionError(float32_message(f"{served}, and the block has a {kind}-LN (found from its answers)"))
-        flat = np.flatnonzero(np.ptp(Yall, axis=0) <= level * max(1.0, float(np.max(np.abs(Yall)))))
+        spread, size = np.ptp(Yall, axis=0), float(np.max(np.abs(Yall)))  # each output's range, the answers' size
+        flat = np.flatnonzero(spread <= level * max(1.0, size))
         if not pre and flat.size:  # an output constant on every answer lies on its own hyperplane, not the LN's
             raise OracleInconsistentError(
                 f"could not learn this block: its output{'s' * (flat.size > 1)} {', '.join(map(str, flat[:5]))} "
@@ -398,11 +400,10 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         except OracleInconsistentError as exc:  # a gamma_i near 0 ends here too (an adversarial tester's 1e-9)
             if not getattr(exc, "flat_outputs", False):  # e.g. a mean square above 1: no LayerNorm outputs it
                 raise _refusal(f"its one-token answers look like a post-LN's, but {exc}.") from None
-            spread = np.ptp(Yall, axis=0)
             raise OracleInconsistentError(
                 f"could not learn this block: its one-token answers look like a post-LN's, but {exc}: a post-LN "
                 "whose gamma is near 0 in some outputs or in all (on these answers the outputs' ranges are "
-                f"{spread.min():.1e} to {spread.max():.1e}, the answers' size {np.max(np.abs(Yall)):.1e}), which "
+                f"{spread.min():.1e} to {spread.max():.1e}, the answers' size {size:.1e}), which "
                 "this route's fit of gamma does not read, or a nonlinearity that keeps the answers on a hyperplane; "
                 "not told apart here. Nothing was returned."
             ) from None
@@ -500,7 +501,7 @@ def _given_heads(o: _Options) -> str:
 def _learn_heads_joint(oracle, Y1, o: _Options, rng, scales=JOINT_SCALE_STEPS):
     """The heads' ``W~_h`` from all outputs jointly (:mod:`companion.layer._joint`; ``scales=1`` where larger tokens
     leave the route's reach: behind a pre-LN, on the gap's route); refusals name both causes."""
-    o1 = lambda X: Y1[0] + X @ (Y1[1:] - Y1[0])  # noqa: E731  # the one-token answers, affine in the token
+    o1 = one_token_affine(Y1)
     at = f", at float32's precision (u = {o.u:.1e})" if o.float32 else ""
     try:
         # float32: the fits at FLOAT32_HEADS_TOL, the rank above FLOAT32_RANK_UNITS u, FLOAT32_LINK_TOKENS

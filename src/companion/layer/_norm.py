@@ -47,6 +47,7 @@ __all__ = [
     "output_scale",
     "HEADS_VISIBLE",
     "heads_share",
+    "one_token_affine",
     "faint_heads_message",
 ]
 
@@ -472,14 +473,19 @@ def float32_message(why: str) -> str:
 HEADS_VISIBLE = 1e-4
 
 
+def one_token_affine(Y1: np.ndarray):
+    """The one-token answers as a function of the token, ``x -> a + x A^T``, affine in it: ``a``, ``A`` read off
+    ``Y1``, the answers at the token ``0`` and at ``e_1 .. e_d`` (shape ``(d + 1, d_out)``)."""
+    return lambda X: Y1[0] + X @ (Y1[1:] - Y1[0])
+
+
 def heads_share(Y1: np.ndarray, Xfit: list, Yfit: np.ndarray) -> float:
-    """How much of the answers the heads make: the largest ``||o(X) - (A x_N + a)||`` over the least squares' queries
-    ``Xfit`` (answers ``Yfit``), ``A x + a`` the one-token map read off ``Y1`` (answers at ``0`` and ``e_i``),
-    relative to the largest answer. A sum of heads mixes the tokens; the rest of the block is affine in ``x_N``."""
-    a, A = Y1[0], (Y1[1:] - Y1[0]).T
+    """How much of the answers the heads make: the largest ``||o(X) - o([x_N])||`` over the least squares' queries
+    ``Xfit`` (answers ``Yfit``), ``o([x])`` the one-token map read off ``Y1`` (:func:`one_token_affine`), relative to
+    the largest answer. A sum of heads mixes the tokens; the rest of the block is affine in ``x_N``."""
     xN = np.array([x[-1] for x in Xfit])
     top = max(float(np.max(np.linalg.norm(Yfit, axis=1))), np.finfo(float).tiny)
-    return float(np.max(np.linalg.norm(Yfit - (xN @ A.T + a), axis=1))) / top
+    return float(np.max(np.linalg.norm(Yfit - one_token_affine(Y1)(xN), axis=1))) / top
 
 
 def faint_heads_message(share: float) -> str:

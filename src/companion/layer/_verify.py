@@ -111,11 +111,12 @@ def verify_layer(oracle, layer, n: int, seed: int, rtol: float, u: float, float3
                 "Nothing was returned."
             )
         cause = f"on {n} fresh queries the recovered layer disagrees with the oracle by up to {err[k]:.3g} (relative"
-        short, long = float(np.max(err[: n - _n_long(n)], initial=0.0)), float(np.max(err[n - _n_long(n) :]))
-        if n > _n_long(n) and short <= rtol < long:  # in-class blocks miss long queries by no more than short ones
+        n_short = n - _n_long(n)  # verify_queries: the short queries first, then the long ones
+        short, long = float(np.max(err[:n_short], initial=0.0)), float(np.max(err[n_short:]))
+        if n_short and short <= rtol < long:  # in-class blocks miss long queries by no more than short ones
             raise refusal(
-                f"{cause}{at}; tolerance {rtol:.3g}) on its {_n_long(n)} long queries (more than {VERIFY_MAX_LEN} "
-                f"tokens), while its {n - _n_long(n)} short ones agree to {short:.2g}: answers that depend on the "
+                f"{cause}{at}; tolerance {rtol:.3g}) on its {n - n_short} long queries (more than {VERIFY_MAX_LEN} "
+                f"tokens), while its {n_short} short ones agree to {short:.2g}: answers that depend on the "
                 "sequence's length as no attention layer's do (a sliding window, a temperature that grows with N)."
             )
         if not float32 and err[k] < VERIFY_NEAR:  # small: no verdict
