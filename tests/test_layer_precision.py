@@ -121,14 +121,17 @@ def test_chapter_09s_default_blocks_are_learned_under_a_4_ulp_perturbation(patte
 
 
 @pytest.mark.parametrize("pattern", PERTURB_PATTERNS)
-def test_a_float32_post_ln_under_the_perturbation_is_refused_for_float32_not_as_outside_the_class(pattern):
+def test_a_float32_post_ln_under_the_perturbation_is_read_as_float32_not_as_outside_the_class(pattern):
     """The misdiagnosis: answers served in float32, then moved by 4 float64 ulps, are no longer float32
     numbers, and their post-LN hyperplane holds only to float32's precision. Before the fix: 'not an
-    attention layer ... no LayerNorm signature ... GELU' (hyperplane ratio about 1e-8 against 1e-9)."""
+    attention layer ... no LayerNorm signature ... GELU' (hyperplane ratio about 1e-8 against 1e-9). Since
+    2026-12-05 the float32 route learns such a block from the row space (measured: 39.8 u at each pattern)."""
     block = random_attention_layer(6, 2, layernorm="post", residual=True, eps=1e-3, seed=0)
     oracle = VectorQueryOracle(Perturbed(block, 4, pattern, cast=np.float32))
-    with pytest.raises(PrecisionError, match=r"answers so far are float32 numbers \(within 64 float64 ulps"):
-        learn_attention_layer(oracle, H=2)
+    rec = learn_attention_layer(oracle, H=2)
+    assert rec.diagnostics["verify_tolerance"] == 60 * 2.0**-24  # read as float32 answers
+    assert rec.diagnostics["heads_learner"] == "joint, norms from the row space"
+    assert rec.diagnostics["verify_max_error"] <= rec.diagnostics["verify_tolerance"]
 
 
 def test_bfloat16_answers_are_refused_naming_bfloat16():

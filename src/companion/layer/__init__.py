@@ -36,15 +36,17 @@ post-LN whose eps hides the norms, as BERT's 1e-12: the norms from the pair quer
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS
 from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, JOINT_SEPARATION, joint_plan, joint_separation
 from ._joint import TOKEN_SCALE as JOINT_TOKEN_SCALE
-from ._learn import (
+from ._float32 import (
     FLOAT32_FLOOR_UNITS,
     FLOAT32_HEADS_TOL,
     FLOAT32_LINK_TOKENS,
     FLOAT32_POLISH_MAX_UNKNOWNS,
     FLOAT32_RANK_UNITS,
     FLOAT32_SKIP_UNITS,
-    FLOAT32_UNRESOLVED,
     FLOAT32_VERIFY_UNITS,
+)
+from ._learn import (
+    FLOAT32_UNRESOLVED,
     HEADS_UNRESOLVED,
     LSTSQ_GATE_POST,
     POST_JOINT_FROM,

@@ -31,14 +31,19 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import OracleInconsistentError
-from ..oracles import VectorView
+from ..oracles import VectorView, unit_roundoff
+from ._fit import features, group_by_length, polish_directions, polish_row_queries
+from ._float32 import FLOAT32_POLISH_MAX_UNKNOWNS, joint_options
 from ._joint import joint_plan, learn_heads_joint, scale_plan
 from ._model import centre
+from ._norm import ROUNDING_UNITS
 
 __all__ = [
     "DIRECTIONS_FROM_GAP",
     "ROW_TOKENS",
     "ONE_TOKEN_TOL",
+    "one_token_tol",
+    "DIRECTIONS_MEASURED_FLOAT32",
     "one_token_map",
     "RowScaled",
     "post_ln_eps",
@@ -48,6 +53,9 @@ __all__ = [
     "ROW_SPACE",
     "NO_DIRECTIONS",
     "learn_post_directions",
+    "POLISH_QUERY_FACTOR",
+    "polish_plan",
+    "polish_post_directions",
 ]
 
 #: Behind a post-LN (float64 answers, H given) the learner takes the norms from the row space (this module)
@@ -57,13 +65,30 @@ DIRECTIONS_FROM_GAP = 1e-6
 
 #: The one-token map's collinearity misfit (:func:`one_token_map`) above which the answers are not an affine map
 #: seen through a LayerNorm: a gross check (the joint stage's fits and the verification certify the result).
-#: Measured: 4.5e-15 on a d = 16, H = 2 residual block at eps 1e-12.
+#: Measured: 4.5e-15 on a d = 16, H = 2 residual block at eps 1e-12. On answers of a coarser precision ``u``
+#: (float32's) the check is ``ROUNDING_UNITS u`` where that is larger (:func:`one_token_tol`): measured (2026-12-05),
+#: 1.7 u to 4.8 u on 24 residual post-LN blocks rounded to float32 (d = 8 to 48, H = 1 to 12, eps 1e-12 to 1e-3).
 ONE_TOKEN_TOL = 1e-9
+
+
+def one_token_tol(u: float) -> float:
+    """The one-token map's collinearity check at the answers' precision ``u``: ``ONE_TOKEN_TOL``, or
+    ``ROUNDING_UNITS u`` where that is larger (float32's ``u``: 1.5e-5)."""
+    return max(ONE_TOKEN_TOL, ROUNDING_UNITS * float(u))
+
 
 #: What this route that takes a post-LN's norms from the row space learned (this book's, measured; for a refusal).
 DIRECTIONS_MEASURED = (
     "120 residual post-LN blocks at eps 1e-12 and 1e-8, d 8 to 32, H 1 to 4, seeds 0 to 2, fresh errors up to "
     "2.4e-12; one at d = 32, H = 8 and one at d = 48, H = 12"
+)
+
+#: The same on float32 answers (this book's, measured 2026-12-05; learner seed 0, random_attention_layer residual
+#: post-LN blocks, their answers rounded to float32; ``u = 2**-24``).
+DIRECTIONS_MEASURED_FLOAT32 = (
+    "23 of 24 residual post-LN blocks rounded to float32 (d = 8 to 48, H = 1 to 12, eps 1e-12 to 1e-3, seeds 0 to "
+    "2; the other failed the verification at 81 u), predicting the exact block to 4 u to 56 u; none of H = 8 at "
+    "d = 32 and 64 (a row's joint fit misfit by 0.06 to 0.6), where the float32 route without LayerNorm fails too"
 )
 
 #: Why a post-LN whose eps hides the norms was not learned from its directions instead (MIN_GAP's refusal).
@@ -85,6 +110,13 @@ ROW_TOKENS = 8
 #: 6.8e-10, 4.9e-15 relative error of the scaled answers after 0, 1, 2 steps on a link's 8 tokens).
 ROW_FIT_TOKENS = 8
 ROW_ITERATIONS = 30
+
+#: The float32 polish (:func:`polish_post_directions`) asks this many times its unknowns over ``d_out - 2`` queries
+#: (each gives ``d_out - 2`` numbers past its centring and its scale), at least ``polish_row_queries(d)`` (this book's
+#: own). Measured (2026-12-05, Keras 3 MultiHeadAttention(use_bias=True) with the residual and LayerNormalization
+#: in float32, d = 16, H = 4, key_dim 4, eps 1e-3, seed 0): with 600 queries (2.5 times) the fresh error went from
+#: 360 u to 11.2 u, the polish's own residual from 76 u to 1.5 u (rms).
+POLISH_QUERY_FACTOR = 3
 
 #: Tokens per link (the joint stage's pairs at delta_0 + delta_i): its default, 2, leaves a link's two tokens'
 #: row space ill-determined. Measured (2026-12-04, d = 48, H = 12 residual post-LN block at eps 1e-12, seed 0):
@@ -132,6 +164,35 @@ def directions_plan(d: int, H: int) -> int:
     return 2 * d + 1 + joint_plan(d, H, LINK_TOKENS) + scale_plan(d, H)
 
 
+def polish_plan(d: int, d_out: int, H: int) -> int:
+    """The float32 polish's queries (0 where its unknowns, ``H d (d + 1) + ((H + 1) d + 1) d_out``, exceed
+    ``FLOAT32_POLISH_MAX_UNKNOWNS``)."""
+    n = H * d * (d + 1) + ((H + 1) * d + 1) * d_out
+    if n > FLOAT32_POLISH_MAX_UNKNOWNS:
+        return 0
+    return max(polish_row_queries(d), -(-POLISH_QUERY_FACTOR * n // max(1, d_out - 2)))
+
+
+def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float):
+    """``(Ws, Theta, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions` on
+    :func:`polish_plan`'s queries (lengths 2 to 8, tokens ``N(0, I / d)``), then ``eps`` again from their gaps
+    (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
+    nothing is asked and ``eps`` is None. ``info``: ``polished``, ``n_polish_queries``, the polish's relative rms
+    residual before and after, and the gap's ``median_gap`` and ``eps_rtol`` (``u / gap``) from its queries."""
+    d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
+    n = polish_plan(d, d_out, H)
+    if n == 0:
+        return Ws, Theta, None, {"polished": False, "n_polish_queries": 0}
+    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, 9, size=n)]
+    batches, answers = group_by_length(Xs, oracle(Xs))
+    Ws, Theta, before, after = polish_directions(Ws, Theta, batches, [directions(norm, Y) for Y in answers])
+    Pu = np.concatenate([(features(Ws, X) @ Theta) @ centre(d_out) for X in batches])
+    eps, gap = post_ln_eps(norm, np.concatenate(answers), Pu)
+    info = {"polished": True, "n_polish_queries": n, "polish_residual_before": before, "polish_residual_after": after}
+    info.update(median_gap=gap, eps_rtol=u / gap if gap > 0 else float("inf"))
+    return Ws, Theta, eps, info
+
+
 class RowScaled(VectorView):
     """The vector oracle seen before its post-LN, on one row's pair queries: answers ``P u(X) / s0`` (step 2).
 
@@ -141,9 +202,9 @@ class RowScaled(VectorView):
     cannot scale). ``misfits`` collects each batch's largest ``|Q (s w - c_x)| / |c_x|``.
     """
 
-    def __init__(self, vector, norm, A, c, H: int):
+    def __init__(self, vector, norm, A, c, H: int, u: float = float(unit_roundoff("float64"))):
         super().__init__(self._scaled, d=vector.d, d_out=vector.d_out, precision=vector.precision)
-        self.vector, self.norm, self.A, self.c, self.H = vector, norm, A, c, int(H)
+        self.vector, self.norm, self.A, self.c, self.H, self.u = vector, norm, A, c, int(H), float(u)
         self.misfits: list[float] = []
 
     def _scaled(self, X: np.ndarray) -> np.ndarray:
@@ -203,7 +264,7 @@ class RowScaled(VectorView):
             N = np.linalg.qr(N + B @ step[n:].reshape(H, m))[0]
             Q = np.linalg.qr(N, mode="complete")[0]
             B = Q[:, m:]
-            if np.max(np.abs(step[:n]) / np.abs(s)) <= 4 * np.finfo(float).eps:
+            if np.max(np.abs(step[:n]) / np.abs(s)) <= 8 * self.u:  # a step below the answers' precision
                 break
         return U @ B
 
@@ -229,34 +290,38 @@ def post_ln_eps(norm, Y: np.ndarray, Pu: np.ndarray) -> tuple[float, float]:
     return max(eps, 0.0), float(np.median(gap))
 
 
-def learn_post_directions(oracle, norm, H: int, rng):
+def learn_post_directions(oracle, norm, H: int, rng, u: float = float(unit_roundoff("float64"))):
     """``(Ws, Theta, eps, info)`` of a post-LN block from directions alone (steps 1 and 2), in units of ``s0``.
 
     ``Ws`` are the heads (the joint stage's), ``Theta = [M_1 .. M_H, S, b_O]`` (shape ``((H + 1) d + 1,
     d_out)``, centred: ``M_h[:, :d]`` from the rows' amplitude vectors, ``S = A - sum_h P M_h[:, :d]`` and
     ``b_O = c`` from the one-token map; the heads' value biases are in ``b_O``, as their weights sum to 1),
     ``eps`` the LayerNorm's in the same units (:func:`post_ln_eps`). ``info``: the one-token misfit, the rows'
-    largest scaling misfit, the median gap, the joint stage's misfits.
+    largest scaling misfit, the median gap, the joint stage's misfits, and ``eps_rtol``, ``u / gap``: ``eps``'s
+    relative precision as a rule of thumb (above 1, or ``inf`` where the median gap is at rounding, ``eps`` is not
+    determined; it moves the predictions by about the gap). ``u`` is the answers' precision: above float64's
+    (float32's), the joint stage takes the float32 route's settings (:func:`companion.layer._float32.joint_options`).
 
     Raises
     ------
     OracleInconsistentError
-        The one-token map misfits (``ONE_TOKEN_TOL``), or the joint stage refuses (on the scaled answers).
+        The one-token map misfits (:func:`one_token_tol`), or the joint stage refuses (on the scaled answers).
     """
     d, d_out = int(oracle.d), int(oracle.d_out)
     A, c, misfit, X1, Y1 = one_token_map(oracle, norm, rng)
-    if not misfit <= ONE_TOKEN_TOL:
+    if not misfit <= one_token_tol(u):
         raise OracleInconsistentError(
             f"the one-token answers' directions are not those of an affine map (collinearity misfit {misfit:.1e}, "
-            f"above ONE_TOKEN_TOL = {ONE_TOKEN_TOL:.0e})"
+            f"above {one_token_tol(u):.1e} at the answers' precision u = {u:.1e}: one_token_tol)"
         )
-    inner = RowScaled(oracle, norm, A, c, H)
-    Ws, info = learn_heads_joint(inner, lambda X: c + X @ A.T, H, rng, link_tokens=LINK_TOKENS)
+    inner = RowScaled(oracle, norm, A, c, H, u)
+    f32 = joint_options(u) if u > unit_roundoff("float64") else {"link_tokens": LINK_TOKENS}
+    Ws, info = learn_heads_joint(inner, lambda X: c + X @ A.T, H, rng, **f32)
     Mt = info.pop("amplitudes")
     S = A - centre(d_out) @ Mt.sum(axis=0)
     Theta = np.concatenate([Mt.transpose(0, 2, 1).reshape(H * d, d_out), S.T, c[None]])
     Pu = X1[:, 0] @ A.T + c
     eps, gap = post_ln_eps(norm, Y1, Pu)
     info.update(one_token_misfit=misfit, row_scaling_misfit=max(inner.misfits), median_gap=gap)
-    info["eps_rtol"] = 2.0**-53 / max(gap, 1e-300)  # eps's relative precision from the gap, as a rule of thumb
+    info["eps_rtol"] = u / gap if gap > 0 else float("inf")  # eps's relative precision, a rule of thumb
     return Ws, Theta, eps, info

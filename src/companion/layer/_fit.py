@@ -7,7 +7,7 @@ from scipy.linalg import solve
 
 from ..errors import InvalidInputError
 from ..oracles import VectorReadout, unit_roundoff
-from ._model import softmax
+from ._model import centre, softmax
 
 __all__ = [
     "LSTSQ_GATE",
@@ -17,6 +17,8 @@ __all__ = [
     "features",
     "fit_outputs",
     "polish",
+    "polish_directions",
+    "residual_and_jacobian",
     "group_by_length",
     "polish_row_queries",
 ]
@@ -131,7 +133,7 @@ def fit_outputs(Ws, batches, answers):
     return Theta, resid, full, cond
 
 
-def _residual_and_jacobian(Ws, Theta, Xs, Ys, jac):
+def residual_and_jacobian(Ws, Theta, Xs, Ys, jac):
     """``(r of shape (B, d_out), J_W of shape (B, d_out, H d (d + 1)) or None, Phi of shape (B, p))`` over the batches.
 
     ``r = Y - Phi Theta``; ``J_W`` is the derivative of ``Phi Theta`` in the heads' rows ``W~_h[:d, :]``; the
@@ -179,7 +181,7 @@ def polish(Ws, Theta, Xs, Ys, iters=4):
     H, d = Ws.shape[0], Ws.shape[1] - 1
     nW = H * d * (d + 1)
     scale = max(float(np.linalg.norm(np.concatenate([Y.reshape(-1) for Y in Ys]))), np.finfo(float).tiny)
-    r, J, Phi = _residual_and_jacobian(Ws, Theta, Xs, Ys, True)
+    r, J, Phi = residual_and_jacobian(Ws, Theta, Xs, Ys, True)
     Q, R = np.linalg.qr(Phi)
     first = best = float(np.linalg.norm(r)) / scale
     for it in range(iters):
@@ -199,7 +201,7 @@ def polish(Ws, Theta, Xs, Ys, iters=4):
         W_new = Ws.copy()
         W_new[:, :d, :] += step.reshape(H, d, d + 1)
         T_new = Theta + dT
-        r_new, _, Phi_new = _residual_and_jacobian(W_new, T_new, Xs, Ys, False)
+        r_new, _, Phi_new = residual_and_jacobian(W_new, T_new, Xs, Ys, False)
         res = float(np.linalg.norm(r_new)) / scale
         if not res < best:
             break
@@ -207,5 +209,70 @@ def polish(Ws, Theta, Xs, Ys, iters=4):
         if gain < 4.0 or it == iters - 1:  # at the rounding floor: another step gains nothing
             break
         Q, R = np.linalg.qr(Phi_new)
-        J = _residual_and_jacobian(Ws, Theta, Xs, Ys, True)[1]
+        J = residual_and_jacobian(Ws, Theta, Xs, Ys, True)[1]
+    return Ws, Theta, first, best
+
+
+def _direction_residual(Ws, Theta, Xs, What, jac):
+    """``(r, J)`` of :func:`polish_directions`: shapes ``(B d_out,)`` and ``(B d_out, H d (d + 1) + p d_out)`` or None.
+
+    ``r_k = (P - w_k w_k^T) u_k / |P u_k|`` for ``u = Phi Theta`` and unit directions ``w_k`` (rows of ``What``);
+    ``J`` its derivative with the denominator held fixed (its derivative adds ``O(|r|)``: the Kaufman
+    approximation of variable projection)."""
+    d_out, p = Theta.shape[1], Theta.shape[0]
+    zero = [np.zeros((X.shape[0], d_out)) for X in Xs]
+    r, JW, Phi = residual_and_jacobian(Ws, Theta, Xs, zero, jac)
+    v = -r @ centre(d_out)  # P u (r = -Phi Theta)
+    nv = np.linalg.norm(v, axis=1)[:, None]
+    res = (v - np.einsum("bo,bo->b", v, What)[:, None] * What) / nv
+    if not jac:
+        return res.reshape(-1), None
+    JW = JW - JW.mean(axis=1, keepdims=True)  # P J_W
+    JW -= What[:, :, None] * np.einsum("bo,bon->bn", What, JW)[:, None, :]
+    Proj = (centre(d_out)[None] - What[:, :, None] * What[:, None, :]) / nv[:, :, None]  # (B, d_out, d_out)
+    JT = np.einsum("bq,boc->boqc", Phi, Proj).reshape(Phi.shape[0], d_out, p * d_out)  # Theta[q, c] at q d_out + c
+    J = np.concatenate([JW / nv[:, :, None], JT], axis=2)
+    return res.reshape(-1), J.reshape(-1, J.shape[2])
+
+
+def polish_directions(Ws, Theta, Xs, directions, iters=8):
+    """Gauss-Newton on the heads' rows and ``Theta`` against the directions of a post-LN's answers (this book's own).
+
+    Behind a post-LN whose norms are not read (``companion.layer._directions``) a query's answer gives only the
+    direction ``w_k`` of ``P u_k`` (``u = Phi Theta``, ``P`` the centring). The residual
+    ``(P - w_k w_k^T) u_k / |P u_k|`` is the part of the predicted ``P u_k`` off that direction, relative: variable
+    projection (Golub & Pereyra 1973) of the per-query scales, with Kaufman's (1975) Jacobian. It is invariant to
+    scaling ``Theta``, so the steps are minimum-norm least squares (damped by ``1e-12`` of the normal matrix's
+    diagonal). ``Xs`` are batches ``(B, N, d)``, ``directions`` their answers' directions ``(B, d_out)``. Dense:
+    the Jacobian holds ``B d_out (H d (d + 1) + p d_out)`` floats, ``p = (H + 1) d + 1``. Returns ``(Ws, Theta,
+    relative residual before, after)``; a step that does not lower the residual is not taken, and the steps stop
+    when one gains less than a factor 1.01.
+    """
+    H, d = Ws.shape[0], Ws.shape[1] - 1
+    nW, d_out, p = H * d * (d + 1), Theta.shape[1], Theta.shape[0]
+    What = np.concatenate(directions)
+    What = What / np.linalg.norm(What, axis=1, keepdims=True)
+    r, J = _direction_residual(Ws, Theta, Xs, What, True)
+    first = best = float(np.linalg.norm(r)) / np.sqrt(What.shape[0])
+    for _ in range(iters):
+        colscale = np.maximum(np.linalg.norm(J, axis=0), np.finfo(float).tiny)
+        Js = J / colscale
+        A = Js.T @ Js
+        A[np.diag_indices_from(A)] *= 1.0 + 1e-12
+        try:
+            step = -solve(A, Js.T @ r, assume_a="pos") / colscale
+        except (np.linalg.LinAlgError, ValueError):
+            step = -np.linalg.lstsq(Js, r, rcond=None)[0] / colscale
+        del Js, A
+        W_new = Ws.copy()
+        W_new[:, :d, :] += step[:nW].reshape(H, d, d + 1)
+        T_new = Theta + step[nW:].reshape(p, d_out)
+        r_new = _direction_residual(W_new, T_new, Xs, What, False)[0]
+        res = float(np.linalg.norm(r_new)) / np.sqrt(What.shape[0])
+        if not res < best:
+            break
+        Ws, Theta, gain, best = W_new, T_new, best / res, res
+        if gain < 1.01:
+            break
+        r, J = _direction_residual(Ws, Theta, Xs, What, True)
     return Ws, Theta, first, best

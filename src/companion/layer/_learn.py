@@ -20,12 +20,20 @@ from ._fit import (
     polish,
     polish_row_queries,
 )
-from ._directions import DIRECTIONS_MEASURED, NO_DIRECTIONS, ROW_SPACE, directions_apply, directions_plan
-from ._directions import learn_post_directions
+from ._directions import DIRECTIONS_MEASURED, DIRECTIONS_MEASURED_FLOAT32, NO_DIRECTIONS, ROW_SPACE, directions_apply
+from ._directions import directions_plan, learn_post_directions, polish_plan, polish_post_directions
 from ._model import AttentionLayer, LayerRecovery, centre, information_floor
 from ._preln import OUT_OF_REACH, Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._verify import VERIFY_NEAR, check_verify_rtol, verify_layer
 from ._determinism import deterministic_first
+from ._float32 import (
+    FLOAT32_HEADS_TOL,
+    FLOAT32_LINK_TOKENS,
+    FLOAT32_POLISH_MAX_UNKNOWNS,
+    FLOAT32_SKIP_UNITS,
+    FLOAT32_VERIFY_UNITS,
+    joint_options,
+)
 from ._refusals import FLOAT32_UNRESOLVED  # noqa: F401  (re-exported: companion.layer, tests)
 from ._refusals import FLOAT32_WHY as _FLOAT32_WHY
 from ._refusals import POST_HEADS_PRECISION
@@ -48,7 +56,6 @@ from ._norm import (
     near_signature_message,
     joint_advice,
     non_finite_first,
-    ROUNDING_UNITS,
     LOW_GAP,
     MIN_GAP,
     PostLN,
@@ -131,60 +138,6 @@ SKIP_NORMALISATION = (
 
 #: Skip matrices within this fraction of their size of the identity (or of 0) are the identity (or none).
 SKIP_RTOL = 1e-8
-
-#: The float32 route (this book's): answers served in float32 (every answer on its grid, or a stated precision
-#: u = 2**-24) are learned when the block has no LayerNorm and its heads are given (H or H_bound). Its heads' fits
-#: accept this relative misfit of the readout (learn_canonical_rational's tol): a chosen value, not derived.
-#: Measured (2026-12-04): with it the heads' learner resolves H = 2 at d = 6 and 8 (Keras in float32, float64
-#: layers rounded to float32), the heads it returns (a parameter error, not the misfit) off by up to about 2e-3,
-#: which the polish refines (to 7e-8 relative on chapter 09's default block); the verification certifies.
-FLOAT32_HEADS_TOL = 1e-3
-
-#: The float32 floor (this book's, measured 2026-12-04), in units of u = 2**-24: the largest relative distance,
-#: over 200 fresh queries, between a layer served in float32 and the same weights computed in float64. Keras 3
-#: MultiHeadAttention(use_bias=True) in float32, H = 2, 4, 8, d = 6 to 16, seeds 0 and 1: 2.8 u to 5.6 u (median
-#: 1.2 u to 1.8 u); a float64 layer whose answers are rounded to float32: 0.72 u to 0.82 u. 6 is above them all.
-FLOAT32_FLOOR_UNITS = 6
-
-#: The float32 route's verification tolerance: 10 times the float32 floor, ``10 * FLOAT32_FLOOR_UNITS * u`` =
-#: 3.6e-6 relative (the issue's target, "within 10x of float32's floor"). Measured (2026-12-04, 200 fresh
-#: queries; H = 2 at d = 6 and 8, seeds 0 to 2, each learned within 3 learner seeds): blocks learned on float32
-#: answers predict their served answers to 1.8 u to 7.4 u (float64 layers rounded to float32, rounding 0.68 u to
-#: 0.82 u) and 6.5 u to 14.3 u (Keras 3 in float32, floors 3.2 u to 5.6 u); targets outside the
-#: class, given their true heads and fitted at float32 (a sliding-window mask, a second layer), misfit fresh
-#: queries by 1.2e7 u or more: the tolerance, 60 u, separates them by five orders of magnitude.
-FLOAT32_VERIFY_UNITS = 10 * FLOAT32_FLOOR_UNITS
-
-#: In the float32 route a fitted skip within this many u (times max(1, its scale)) of 0 or of the identity is named
-#: none or the identity (SKIP_RTOL's role at float64). Measured (2026-12-04, the 13 float32 blocks learned: Keras
-#: H = 2 at d = 6 and 8, seeds 0 to 2; float64 layers rounded to float32, d = 6 and 8): the fitted skip lies 1.6 u to
-#: 12.8 u from 0 or I; ROUNDING_UNITS (256) keeps a factor 20 above that.
-FLOAT32_SKIP_UNITS = ROUNDING_UNITS
-
-#: The float32 route's joint heads' stage counts a row space's singular values above this many u (relative to the
-#: largest) in its rank. Measured (2026-12-04, Keras 3 MultiHeadAttention in float32, key_dim 2, every row of the
-#: joint stage): the (H + 1)-th singular value, rounding, is 4.8 u to 14.5 u (H = 4 at d = 8, seeds 0 to 2, at d = 16,
-#: seed 0; H = 8 at d = 16, seeds 0 to 2); the H-th, a head, is 132 u at its smallest (H = 8, d = 8, seed 1, row 6:
-#: heads whose shifts along that row nearly agree; another draw of the rows at d = 8, seeds 0 to 2: 597 u and more).
-#: 64 keeps a factor 4.4 above the rounding and 2 below that head (ROUNDING_UNITS, 256, cut it).
-FLOAT32_RANK_UNITS = 64
-
-#: The float32 route's joint stage links its rows through this many tokens each (LINK_TOKENS, 2, at float64): the
-#: links' least squares carry float32's rounding, and more tokens determine them better. Measured (2026-12-04,
-#: Keras 3 in float32, H = 8, key_dim 2, d = 16, seed 0): with 2 tokens the largest link misfit was 3.7e-2, above
-#: the check's sqrt(FLOAT32_HEADS_TOL) = 3.2e-2; with 8, 1.5e-4 (seed 1: 1.8e-4; d = 8 to 12: 7.5e-5 to 3.9e-3;
-#: H = 4 at d = 8: 1.2e-5 to 4.9e-5). The plan reserves these tokens for every joint run (whether the answers are
-#: float32's is known only from them).
-FLOAT32_LINK_TOKENS = 8
-
-#: The float32 route polishes up to this many unknowns, the output maps' counted (at float64 POLISH_MAX_UNKNOWNS,
-#: 2500, counts the heads' rows only): unpolished, its heads keep float32's errors. Measured (2026-12-04, Keras 3
-#: in float32, H = 8, key_dim 2, seed 0, with the polish that formed the output maps' Jacobian too): at d = 12
-#: (2,556 unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh queries to
-#: 8.1 u (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u (floor 2.8 u), peak RSS 1.7 GB. That Jacobian's memory
-#: grew as the unknowns squared (2 * 5000**2 * 8 bytes = 400 MB at the cap); the polish now eliminates the output
-#: maps and holds ``B d_out H d (d + 1)`` floats (:data:`POLISH_MAX_UNKNOWNS`).
-FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 
 
 def _refusal(cause: str) -> OracleInconsistentError:
@@ -382,9 +335,12 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
             f"(second differences {bent[3]:.1e} of their size {at}): the target has no LayerNorm before its heads."
         )
     if (pre and o.layernorm in ("auto", "pre")) or (post and o.layernorm in ("auto", "post")):
-        if u > unit_roundoff("float64"):
+        # float32: a post-LN only from the row space's norms (its gap's norms lose u / gap), a pre-LN not at all
+        if u > unit_roundoff("float64") and (pre or not directions_apply(o.H, o.heads, Yall.shape[1], 0.0)):
             kind = "pre" if pre else "post"
-            raise PrecisionError(float32_message(f"{served}, and the block has a {kind}-LN (found from its answers)"))
+            need = "" if pre else ", and the row space's norms need H, d_out >= H + 3 and heads not 'readout'"
+            found = f"{served}, and the block has a {kind}-LN (found from its answers){need}"
+            raise PrecisionError(float32_message(found))
         spread, size = np.ptp(Yall, axis=0), float(np.max(np.abs(Yall)))  # each output's range, the answers' size
         flat = np.flatnonzero(spread <= level * max(1.0, size))
         if not pre and flat.size:  # an output constant on every answer lies on its own hyperplane, not the LN's
@@ -396,7 +352,7 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
                 "block with such an output; not told apart here. Nothing was returned."
             )
         try:
-            return ("pre" if pre else estimate_post_ln(Yp, Yall)), u  # the gap: the caller's
+            return ("pre" if pre else estimate_post_ln(Yp, Yall, u)), u  # the gap: the caller's
         except OracleInconsistentError as exc:  # a gamma_i near 0 ends here too (an adversarial tester's 1e-9)
             if not getattr(exc, "flat_outputs", False):  # e.g. a mean square above 1: no LayerNorm outputs it
                 raise _refusal(f"its one-token answers look like a post-LN's, but {exc}.") from None
@@ -505,8 +461,7 @@ def _learn_heads_joint(oracle, Y1, o: _Options, rng, scales=JOINT_SCALE_STEPS):
     at = f", at float32's precision (u = {o.u:.1e})" if o.float32 else ""
     try:
         # float32: the fits at FLOAT32_HEADS_TOL, the rank above FLOAT32_RANK_UNITS u, FLOAT32_LINK_TOKENS
-        f32 = {"tol": FLOAT32_HEADS_TOL, "rank_tol": FLOAT32_RANK_UNITS * o.u, "link_tokens": FLOAT32_LINK_TOKENS}
-        Ws, _ = learn_heads_joint(oracle, o1, o.H, rng, scales=scales, **(f32 if o.float32 else {}))
+        Ws, _ = learn_heads_joint(oracle, o1, o.H, rng, scales=scales, **(joint_options(o.u) if o.float32 else {}))
     except NotIdentifiableError as exc:
         raise NotIdentifiableError(
             f"the answers show no attention head: the layer is affine in the last token ({exc})"
@@ -696,29 +651,36 @@ _PRE_SEEDS_NOT_ALL = (
 def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: float, after: str = ""):
     """The :class:`LayerRecovery` of a post-LN block from directions (``after``: a failed route before it)."""
     H = int(o.H or 0)  # given: directions_apply checked it
-    reserve(oracle, directions_plan(d, H) + o.verify, "learn_attention_layer")
+    n_polish = polish_plan(d, int(oracle.d_out), H) if o.float32 else 0  # float32: the directions' polish
+    reserve(oracle, directions_plan(d, H) + n_polish + o.verify, "learn_attention_layer")
     try:
         with count.stage("heads"):
-            Ws, Theta, eps, info = learn_post_directions(oracle, norm, H, rng)
+            Ws, Theta, eps, info = learn_post_directions(oracle, norm, H, rng, o.u)
+        if n_polish:
+            with count.stage("polish"):
+                Ws, Theta, eps, polished = polish_post_directions(oracle, norm, Ws, Theta, rng, o.u)
+            info.update(polished)
         layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, eps=eps)
         n_learn = count.total
         verification = _verify(oracle, layer, o)
     except OracleInconsistentError as exc:
-        raise _directions_unresolved(exc, gap, o.seed) from exc
+        raise _directions_unresolved(exc, gap, o.seed, o.float32) from exc
     fit = {"polished": False, "n_polish_queries": 0, **info, "directions_after": after or None}
     return _result(oracle, layer, kind, skip_err, ROW_SPACE, fit, count, n_learn, verification, d, o.residual)
 
 
-def _directions_unresolved(exc: Exception, gap: float, seed: int) -> OracleInconsistentError:
+def _directions_unresolved(exc: Exception, gap: float, seed: int, float32: bool = False) -> OracleInconsistentError:
+    at32 = {"when": "2026-12-05", "learned": "on float32 answers learned"} if float32 else {}
     return _joint_unresolved(
         norm="post-LN",
         seen="scaled by their row space",
-        other="the row space's scaling failed",
+        other="the row space's scaling failed" + (", or the heads fitted at float32's precision are off" * float32),
         failed=f"): the smallest 1 - |z|^2/d_out seen was {gap:.1e}, so the norms came from the row space.",
         chained=chained_cause(exc, "does not account for the norms taken from the row space"),
         stage="the joint stage on the norms from the row space",
-        measured=DIRECTIONS_MEASURED,
+        measured=DIRECTIONS_MEASURED_FLOAT32 if float32 else DIRECTIONS_MEASURED,
         seed=seed,
+        **at32,
     )
 
 
@@ -1055,7 +1017,7 @@ def learn_attention_layer(
             "heads='auto'."
         )
     gap = float(np.min(norm.gaps(np.concatenate([Yp, Y1, Yfit])))) if isinstance(norm, PostLN) else 1.0
-    if directions_apply(o.H, o.heads, int(oracle.d_out), gap):
+    if directions_apply(o.H, o.heads, int(oracle.d_out), gap) or (o.float32 and isinstance(norm, PostLN)):
         return _learn_post_directions(oracle, norm, o, count, rng, d, gap)
     if not gap >= MIN_GAP:
         raise PrecisionError(f"{gap_message(gap)} {NO_DIRECTIONS}")

@@ -20,6 +20,7 @@ __all__ = [
     "MIN_GAP",
     "LOW_GAP",
     "GAP_ROUNDING",
+    "gap_rounding",
     "PROBE_POINTS",
     "PostLN",
     "Denormalised",
@@ -116,8 +117,18 @@ LOW_GAP = 1e-6
 
 #: A gap ``1 - |z|^2 / d_out`` below ``-GAP_ROUNDING`` is no rounding of a LayerNorm's (whose gap is at least 0):
 #: the answers are not a post-LN's (:func:`estimate_post_ln`). The gap is computed to about ``d_out`` ulps of 1;
-#: measured (2026-12-04): two residual post-LN blocks in sequence (d = 12, H = 2, eps 1e-12) give -0.16.
+#: measured (2026-12-04): two residual post-LN blocks in sequence (d = 12, H = 2, eps 1e-12) give -0.16. On answers
+#: of a coarser precision ``u`` (float32's) the bound is ``ROUNDING_UNITS u`` where that is larger
+#: (:func:`gap_rounding`): measured (2026-12-05, this book's), the smallest gap of float32 answers at eps 1e-12 was
+#: -0.55 u to -1.4 u (24 residual post-LN blocks rounded to float32, d = 8 to 48, H = 1 to 12) and -16.6 u (MiniLM's
+#: block computed in float32, ``MiniLMBlock("float32")``, 45,086 answers).
 GAP_ROUNDING = 1e-9
+
+
+def gap_rounding(u: float) -> float:
+    """The most negative gap that rounding explains at the answers' precision ``u``: ``GAP_ROUNDING``, or
+    ``ROUNDING_UNITS u`` where that is larger (float32's ``u``: 1.5e-5)."""
+    return max(GAP_ROUNDING, ROUNDING_UNITS * float(u))
 
 
 def probe_lines(d, rng) -> np.ndarray:
@@ -341,7 +352,7 @@ class Scaled(VectorView):
         self.vector = vector
 
 
-def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
+def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray, u: float = float(np.finfo(float).eps / 2)) -> PostLN:
     """``gamma`` and ``beta`` of a post-LN from one-token answers on probe lines (this book's own).
 
     1. The answers lie on the hyperplane ``sum_i (y_i - beta_i) / gamma_i = 0``: its normal ``n`` is
@@ -354,12 +365,13 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
        ``1 / (mu^2 m_k^2) + kappa^2 |zeta_k|^2 / d_out = 1`` is linear in ``(1 / mu^2, kappa^2)``.
 
     The sign of ``gamma`` is a symmetry (:func:`post_ln_symmetry`); it is chosen with ``sum(gamma) > 0``.
+    ``u`` is the answers' precision (float64's unit roundoff by default).
 
     Raises
     ------
     OracleInconsistentError
         If the answers do not fit (a ``kappa^2 <= 0``, a line's ``m_k`` of mixed signs, a gap below
-        ``-GAP_ROUNDING``).
+        ``-gap_rounding(u)``).
 
     Whether the gap carries the norms (``MIN_GAP``) is the caller's to judge: the learner takes them from the
     row space where it does not (:mod:`companion.layer._directions`), and refuses otherwise.
@@ -402,10 +414,10 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray) -> PostLN:
         gamma = -gamma
     norm = PostLN(gamma, beta)
     gap = float(np.min(norm.gaps(Y_all)))
-    if gap < -GAP_ROUNDING:
+    if gap < -gap_rounding(u):
         raise OracleInconsistentError(
             f"read as a post-LN's, an answer's normalised vector has a mean square above 1 (1 - |z|^2/d_out = "
-            f"{gap:.2g}, beyond rounding, {GAP_ROUNDING:.0e}), which no LayerNorm outputs"
+            f"{gap:.2g}, beyond rounding, {gap_rounding(u):.2g}), which no LayerNorm outputs"
         )
     return norm
 
@@ -456,10 +468,11 @@ def float32_message(why: str) -> str:
     """A refusal of the float32 route: what it does not reach, measured."""
     return (
         f"the answers are float32's (u = {unit_roundoff('float32'):.1e}), and {why}. The float32 route (this book's) "
-        "learns blocks without a LayerNorm whose heads are given (H or H_bound): measured (2026-12-04), behind a "
-        "post-LN its heads' stage resolved none of 12 float32 blocks (d = 6, H = 2, learner seeds 0 to 2); behind a "
-        "pre-LN it was not tried; and learn_canonical (H unknown) refuses H = 2, 4, 8 at d = 8. Nothing was "
-        "returned."
+        "learns blocks without a LayerNorm whose heads are given (H or H_bound), and post-LN blocks given H with "
+        "d_out >= H + 3, their norms from the row space (heads not 'readout'): measured (2026-12-04), behind a post-LN "
+        "the readout route's heads' stage resolved none of 12 float32 blocks (d = 6, H = 2, learner seeds 0 to 2); "
+        "behind a pre-LN no route was tried; and learn_canonical (H unknown) refuses H = 2, 4, 8 at d = 8. Nothing "
+        "was returned."
     )
 
 

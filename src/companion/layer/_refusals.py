@@ -58,12 +58,21 @@ PRE_JOINT_WHY = "does not account for a joint heads' stage that did not converge
 
 
 def joint_unresolved(
-    *, norm: str, seen: str, other: str, failed: str, chained: str, stage: str, measured: str, seed: int
+    *,
+    norm: str,
+    seen: str,
+    other: str,
+    failed: str,
+    chained: str,
+    stage: str,
+    measured: str,
+    seed: int,
+    when: str = "2026-12-04",
+    learned: str = "learned every in-class block tried",
 ) -> OracleInconsistentError:
     """The joint heads' stage behind a LayerNorm failed: the causes listed, no verdict, the measured reach."""
     return OracleInconsistentError(
         f"could not learn this {norm} block (its answers {seen} are not a sum of H heads: fewer or more heads than "
-        f"H, a mask, a second layer; or {other}{failed} {chained} Measured (2026-12-04), behind a {norm} {stage} "
-        f"learned every in-class block tried (random_attention_layer: {measured}): try seed={seed + 1}. "
-        "Nothing was returned."
+        f"H, a mask, a second layer; or {other}{failed} {chained} Measured ({when}), behind a {norm} {stage} "
+        f"{learned} (random_attention_layer: {measured}): try seed={seed + 1}. Nothing was returned."
     )

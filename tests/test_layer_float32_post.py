@@ -1,0 +1,257 @@
+"""A post-LN block served in float32: the norms from the row space at float32's precision (this book's own).
+
+The float32 route learns a post-LN block given H (d_out >= H + 3, heads not "readout") through
+``companion.layer._directions``, whatever its eps: the gap's norms would lose ``u / gap``. Its thresholds
+(``gap_rounding``, ``one_token_tol``) are tested just inside and just outside.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from companion.errors import OracleInconsistentError, PrecisionError
+from companion.layer import (
+    FLOAT32_POLISH_MAX_UNKNOWNS,
+    FLOAT32_VERIFY_UNITS,
+    learn_attention_layer,
+    random_attention_layer,
+)
+from companion.layer._directions import POLISH_QUERY_FACTOR, ROW_SPACE, one_token_tol, polish_plan
+from companion.layer._fit import polish_row_queries
+from companion.layer._norm import GAP_ROUNDING, ROUNDING_UNITS, estimate_post_ln, gap_rounding, probe_lines
+from companion.oracles import VectorQueryOracle, unit_roundoff
+
+U32 = 2.0**-24
+U64 = 2.0**-53
+
+
+def _rounded32(f):
+    return lambda X: np.asarray(f(X)).astype(np.float32).astype(np.float64)
+
+
+def _fresh(d, n=200, seed=99):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(1, 9, size=n)]
+
+
+def _error_u(a, b, X):
+    """Largest relative distance over the queries ``X``, in float32's u."""
+    ya, yb = a(X), b(X)
+    return float(np.max(np.linalg.norm(ya - yb, axis=1) / np.linalg.norm(yb, axis=1))) / U32
+
+
+def test_thresholds_scale_with_the_answers_precision():
+    assert unit_roundoff("float32") == U32 and unit_roundoff("float64") == U64
+    assert gap_rounding(U64) == GAP_ROUNDING == 1e-9  # float64: unchanged
+    assert gap_rounding(U32) == ROUNDING_UNITS * U32 == 256 * U32
+    assert one_token_tol(U64) == 1e-9 and one_token_tol(U32) == 256 * U32
+
+
+@pytest.mark.parametrize(
+    "d, H, eps, seed, bound, polished",
+    [(16, 3, 1e-12, 0, 4, True), (8, 2, 1e-3, 2, 4, True), (24, 4, 1e-12, 1, 30, False)],
+    ids=["d16-H3-bert-eps", "d8-H2-keras-eps", "d24-H4-unpolished"],
+)
+def test_a_post_ln_block_rounded_to_float32_is_learned_from_the_row_space(d, H, eps, seed, bound, polished):
+    """Measured (2026-12-05): fresh errors against the exact block 0.8 u and 0.9 u polished (their answers' own
+    rounding 0.7 u), 13.9 u unpolished (d = 24, H = 4: 5,304 unknowns, above FLOAT32_POLISH_MAX_UNKNOWNS);
+    ``bound`` is about twice each, rounded up (the verification allows 60 u)."""
+    block = random_attention_layer(d, H, residual=True, layernorm="post", eps=eps, seed=seed)
+    oracle = VectorQueryOracle(_rounded32(block), d=d, d_out=d)
+    rec = learn_attention_layer(oracle, H=H)
+    diag = rec.diagnostics
+    assert diag["heads_learner"] == ROW_SPACE and rec.n_heads == H and rec.model.layernorm == "post"
+    assert diag["skip"] == "multiple of identity"
+    assert diag["verify_tolerance"] == FLOAT32_VERIFY_UNITS * U32
+    assert diag["verify_max_error"] <= FLOAT32_VERIFY_UNITS * U32
+    assert diag["one_token_misfit"] <= one_token_tol(U32)
+    assert diag["polished"] is polished and diag["n_polish_queries"] == polish_plan(d, d, H)
+    if polished:
+        assert diag["polish_residual_after"] < diag["polish_residual_before"]
+    gap = diag["median_gap"]
+    assert diag["eps_rtol"] == (pytest.approx(U32 / gap) if gap > 0 else np.inf)
+    assert _error_u(rec.model, block, _fresh(d)) <= bound
+    if eps == 1e-12:  # the gap is below u: eps is not determined, and says so
+        assert diag["eps_rtol"] > 1
+
+
+def test_the_float32_polish_plan_and_its_cap():
+    """Unknowns ``H d (d + 1) + ((H + 1) d + 1) d_out``: 2,384 at d = 16, H = 4 (POLISH_QUERY_FACTOR = 3 times over
+    d_out - 2 = 14: 511 queries); 4,876 at d = 23 (inside FLOAT32_POLISH_MAX_UNKNOWNS = 5000), 5,304 at d = 24."""
+    assert POLISH_QUERY_FACTOR == 3 and FLOAT32_POLISH_MAX_UNKNOWNS == 5000
+    assert polish_plan(16, 16, 4) == 511
+    assert polish_plan(20, 20, 1) == polish_row_queries(20) == 210  # the score differences' floor (not 207)
+    assert polish_plan(23, 23, 4) == -(-3 * 4876 // 21) and polish_plan(24, 24, 4) == 0
+
+
+def test_float32_post_ln_needs_h_and_room_for_the_row_space():
+    post = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-3, seed=2)
+    oracle = lambda: VectorQueryOracle(_rounded32(post), d=8, d_out=8)  # noqa: E731
+    with pytest.raises(PrecisionError, match="float32 numbers.*neither H nor H_bound is given"):
+        learn_attention_layer(oracle())
+    with pytest.raises(PrecisionError, match="has a post-LN .*row space's norms need H, d_out >= H \\+ 3"):
+        learn_attention_layer(oracle(), H_bound=2)
+    with pytest.raises(PrecisionError, match="has a post-LN .*heads not 'readout'"):
+        learn_attention_layer(oracle(), H=2, heads="readout")
+    narrow = random_attention_layer(8, 2, d_out=4, layernorm="post", eps=1e-3, seed=0)  # d_out = 4 < H + 3
+    with pytest.raises(PrecisionError, match="has a post-LN .*row space's norms need H, d_out >= H \\+ 3"):
+        learn_attention_layer(VectorQueryOracle(_rounded32(narrow), d=8, d_out=4), H=2)
+    pre = random_attention_layer(8, 2, residual=True, layernorm="pre", eps=1e-3, seed=0)
+    with pytest.raises(PrecisionError, match="float32 numbers.*has a pre-LN \\(found from its answers\\)\\. "):
+        learn_attention_layer(VectorQueryOracle(_rounded32(pre), d=8, d_out=8), H=2)
+
+
+def _ln(y, gamma, beta, eps):
+    c = y - y.mean(axis=1, keepdims=True)
+    return gamma * c / np.sqrt((c * c).mean(axis=1, keepdims=True) + eps) + beta
+
+
+@pytest.mark.parametrize("which", ["masked-3", "masked-8", "more-heads", "two-layers", "gelu-before-ln", "gelu-after"])
+def test_targets_outside_the_class_behind_a_float32_post_ln_are_refused(which):
+    """Measured (2026-12-05, learner seeds 0 and 1): each refused, none returned. A verdict ("not an attention
+    layer") only where the answers miss a LayerNorm's outputs by far more than rounding (mean squares 1.19 and
+    1.64, against 1 + 1.5e-5); elsewhere the route's no-verdict refusal."""
+    d = 16
+    base = random_attention_layer(d, 3, residual=True, layernorm="post", eps=1e-12, seed=0)
+    bare = base.with_(layernorm=None, gamma=None, beta=None, eps=None)
+    gelu = lambda y: 0.5 * y * (1.0 + erf(y / np.sqrt(2.0)))  # noqa: E731
+    second = random_attention_layer(d, 2, residual=True, layernorm="post", eps=1e-12, seed=5)
+    target, cause = {
+        "masked-3": (lambda X: base(X[:, -3:]), "could not learn this post-LN block .*a mask"),
+        "masked-8": (lambda X: base(X[:, -8:]), "could not learn this post-LN block .*a mask"),
+        "more-heads": (
+            random_attention_layer(d, 4, residual=True, layernorm="post", eps=1e-12, seed=0),
+            "could not learn this post-LN block .*fewer or more heads than H",
+        ),
+        "two-layers": (
+            lambda X: second(np.stack([base(X[:, : i + 1]) for i in range(X.shape[1])], axis=1)),
+            "not an attention layer.*mean square above 1",
+        ),
+        "gelu-before-ln": (
+            lambda X: _ln(gelu(bare(X)), base.gamma, base.beta, 1e-12),
+            "not an attention layer.*mean square above 1",
+        ),
+        "gelu-after": (lambda X: gelu(base(X)), "miss an attention layer's signatures"),
+    }[which]
+    with pytest.raises(OracleInconsistentError, match=cause):
+        learn_attention_layer(VectorQueryOracle(_rounded32(target), d=d, d_out=d), H=3)
+
+
+@pytest.mark.parametrize("factor, raises", [(0.5, False), (2.0, True)], ids=["inside", "outside"])
+@pytest.mark.parametrize("u", [U64, U32], ids=["float64", "float32"])
+def test_gap_rounding_just_inside_and_outside(u, factor, raises):
+    """An answer whose normalised vector has mean square ``1 + factor * gap_rounding(u)``."""
+    d = 8
+    block = random_attention_layer(d, 2, residual=True, layernorm="post", eps=1e-3, seed=2)
+    rng = np.random.default_rng(0)
+    Yp = block(probe_lines(d, rng))
+    z = (Yp[0] - block.beta) / block.gamma
+    z *= np.sqrt(d * (1.0 + factor * gap_rounding(u))) / np.linalg.norm(z)
+    Y_all = np.concatenate([Yp, (block.beta + block.gamma * z)[None]])
+    if raises:
+        with pytest.raises(OracleInconsistentError, match="mean square above 1"):
+            estimate_post_ln(Yp, Y_all, u)
+    else:
+        norm = estimate_post_ln(Yp, Y_all, u)
+        assert np.allclose(norm.gamma, block.gamma, rtol=1e-9) and np.allclose(norm.beta, block.beta, atol=1e-9)
+
+
+@pytest.mark.parametrize("factor, raises", [(0.5, False), (2.0, True)], ids=["inside", "outside"])
+def test_one_token_tol_just_inside_and_outside_at_float32(monkeypatch, factor, raises):
+    """The one-token map's collinearity misfit set to ``factor * one_token_tol(u)`` on a float32 block."""
+    import companion.layer._directions as directions
+
+    real = directions.one_token_map
+
+    def forced(*args, **kw):
+        A, c, _, X, Y = real(*args, **kw)
+        return A, c, factor * one_token_tol(U32), X, Y
+
+    monkeypatch.setattr(directions, "one_token_map", forced)
+    block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-3, seed=2)
+    oracle = VectorQueryOracle(_rounded32(block), d=8, d_out=8)
+    if raises:
+        with pytest.raises(OracleInconsistentError, match="could not learn this post-LN block") as info:
+            learn_attention_layer(oracle, H=2)
+        assert "not those of an affine map" in str(info.value.__cause__)
+    else:
+        assert learn_attention_layer(oracle, H=2).diagnostics["one_token_misfit"] == factor * one_token_tol(U32)
+
+
+os.environ.setdefault("KERAS_BACKEND", "numpy")
+
+
+class KerasPostLN32:
+    """Keras 3 ``MultiHeadAttention(use_bias=True)``, the residual and ``LayerNormalization``: float32 throughout."""
+
+    def __init__(self, keras, d, heads, key_dim, eps, seed):
+        keras.utils.set_random_seed(seed)
+        self.mha = keras.layers.MultiHeadAttention(num_heads=heads, key_dim=key_dim, use_bias=True)
+        x = np.zeros((1, 2, d), np.float32)
+        self.mha(x, x)
+        rng = np.random.default_rng(seed)
+        self.mha.set_weights([w + 0.5 * rng.standard_normal(w.shape) for w in self.mha.get_weights()])
+        self.ln = keras.layers.LayerNormalization(epsilon=eps)
+        self.ln(np.zeros((1, d), np.float32))
+        g, b = self.ln.get_weights()
+        self.ln.set_weights([g + 0.1 * rng.standard_normal(g.shape), b + 0.1 * rng.standard_normal(b.shape)])
+        self.d = self.d_out = d
+
+    def __call__(self, X):
+        X = np.asarray(X, np.float32)
+        o = np.asarray(self.mha(query=X, value=X, key=X))[:, -1, :]
+        return np.asarray(self.ln(o + X[:, -1, :]), np.float64)
+
+
+@pytest.mark.parametrize(
+    "d, H, key_dim, eps, seed, fresh_u",
+    [(8, 2, 4, 1e-3, 0, 9.8), (16, 4, 4, 1e-3, 0, 6.7), (12, 3, 4, 1e-5, 0, 5.2), (24, 4, 6, 1e-12, 0, None)],
+    ids=["d8-H2", "d16-H4", "d12-H3", "d24-H4-unpolished"],
+)
+def test_keras_post_ln_in_float32(d, H, key_dim, eps, seed, fresh_u):
+    """Keras computes in float32 (a floor of a few u, not the rounding's 0.6 u). Measured (2026-12-05): polished,
+    each block predicts 200 fresh served answers to ``fresh_u`` u (before the polish the verification refused the
+    first two at 68 u and 135 u); at d = 24, H = 4 (5,304 unknowns, above the polish's cap) the verification
+    refuses at 153 u, with the no-verdict refusal that names both causes. Never a result the verification did not
+    pass, never a verdict on these in-class blocks."""
+    keras = pytest.importorskip("keras")
+    target = KerasPostLN32(keras, d, H, key_dim, eps, seed)
+    oracle = VectorQueryOracle(target, d=d, d_out=d)
+    if fresh_u is None:
+        with pytest.raises(OracleInconsistentError, match="^could not learn this post-LN block.*try seed=1"):
+            learn_attention_layer(oracle, H=H)
+        return
+    rec = learn_attention_layer(oracle, H=H)
+    assert rec.diagnostics["polished"] and rec.diagnostics["verify_max_error"] <= FLOAT32_VERIFY_UNITS * U32
+    assert _error_u(rec.model, VectorQueryOracle(target, d=d, d_out=d), _fresh(d)) <= 2 * fresh_u
+
+
+def test_polish_directions_recovers_a_block_from_its_answers_directions_alone():
+    """The stage alone (``layer._fit.polish_directions``): from the true heads and output maps moved by 1e-4, on
+    exact directions of ``P u`` (float64), the polish returns to the truth up to its scale, which directions do
+    not fix: the fitted ``P u`` is parallel to the true one on fresh queries to 1e-10."""
+    from companion.layer._fit import features, fit_outputs, group_by_length, polish_directions
+    from companion.layer._model import centre
+
+    d, H = 8, 2
+    bare = random_attention_layer(d, H, residual=True, seed=4).canonical()
+    rng = np.random.default_rng(1)
+    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, 9, size=300)]
+    batches, answers = group_by_length(Xs, bare(Xs))
+    Ws = bare.Ws
+    Theta = fit_outputs(Ws, batches, answers)[0]
+    P = centre(d)
+    dirs = [Y @ P for Y in answers]
+    W0 = Ws + 1e-4 * rng.standard_normal(Ws.shape) * (np.arange(d + 1) < d)[None, :, None]
+    T0 = Theta * (1 + 1e-4 * rng.standard_normal(Theta.shape))
+    W1, T1, before, after = polish_directions(W0, T0, batches, dirs)
+    assert before > 1e-6 and after < 1e-12
+    Xf, _ = group_by_length(_fresh(d, 50), np.zeros((50, d)))
+    for X in Xf:
+        true, fit = features(Ws, X) @ Theta @ P, features(W1, X) @ T1 @ P
+        cos = np.einsum("bo,bo->b", true, fit) / np.linalg.norm(true, axis=1) / np.linalg.norm(fit, axis=1)
+        assert np.max(1 - cos) < 1e-10
