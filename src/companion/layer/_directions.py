@@ -18,12 +18,19 @@ directions alone, up to one scale ``s0`` for every query, where the queries have
    scale solves ``s Q w = Q c_x``: ``s = <Q w, Q c_x> / |Q w|^2`` (:class:`RowScaled`). No query is added.
    It needs ``c_x`` outside ``R`` and the ``V_x`` to meet in ``R`` only: ``d_out >= H + 3``.
 
+On answers served in float32 the learner takes this route behind any post-LN (given ``H``), whatever the gap,
+with its thresholds at float32's ``u`` (:func:`one_token_tol`; the joint stage's
+:func:`~companion.layer._float32.joint_options`), and then polishes the heads and output maps on fresh queries'
+directions (:func:`polish_post_directions`, up to ``FLOAT32_POLISH_MAX_UNKNOWNS``), which a float32 route cannot
+skip: unpolished, a Keras block in float32 (d = 16, H = 4) predicted its answers to 135 u, polished to 6.7 u.
+
 The one scale ``s0`` is then fixed as for any post-LN: by the identity skip (``canonical``), and ``eps``
-follows from the gap, to about ``2**-53 / gap`` relative, which moves the predictions by about that error times
-the gap, at float64's rounding (``eps`` enters them as ``eps / var``). Unlike ``layer._norm.Denormalised``
-(the norm from the gap) the precision of the norms here does not depend on ``eps``. Random queries have no such
-structure: the route asks no least squares and no polish on them; ``M_h`` comes from the joint stage's amplitude
-vectors and the skip and bias from the one-token map.
+follows from the gap, to about ``u / gap`` relative (``u`` the answers' precision, ``2**-53`` at float64), which
+moves the predictions by about that error times the gap, at the answers' rounding (``eps`` enters them as
+``eps / var``). Unlike ``layer._norm.Denormalised`` (the norm from the gap) the precision of the norms here does
+not depend on ``eps``. Random queries have no such structure: at float64 the route asks no least squares and no
+polish on them; ``M_h`` comes from the joint stage's amplitude vectors and the skip and bias from the one-token map
+(the float32 polish fits random queries' directions only, never their norms).
 """
 
 from __future__ import annotations
@@ -83,11 +90,12 @@ DIRECTIONS_MEASURED = (
     "2.4e-12; one at d = 32, H = 8 and one at d = 48, H = 12"
 )
 
-#: The same on float32 answers (this book's, measured 2026-12-05; learner seed 0, random_attention_layer residual
-#: post-LN blocks, their answers rounded to float32; ``u = 2**-24``).
+#: The same on float32 answers (this book's, measured 2026-12-05; learner seed 0; ``u = 2**-24``).
 DIRECTIONS_MEASURED_FLOAT32 = (
-    "23 of 24 residual post-LN blocks rounded to float32 (d = 8 to 48, H = 1 to 12, eps 1e-12 to 1e-3, seeds 0 to "
-    "2; the other failed the verification at 81 u), predicting the exact block to 4 u to 56 u; none of H = 8 at "
+    "18 of 18 residual post-LN blocks rounded to float32 (d = 8 to 32, H = 1 to 4, eps 1e-12 to 1e-2, seeds 0 to "
+    "2), predicting the exact block to 0.8 u to 1.9 u where polished and 4 u to 20 u above the polish's cap; 3 of 3 "
+    "at d = 48, H = 12 (26 u to 38 u); Keras 3 MultiHeadAttention with LayerNormalization computed in float32, 3 of "
+    "4 (5.2 u to 9.8 u against its served answers; d = 24, H = 4, above the cap, refused at 153 u); none of H = 8 at "
     "d = 32 and 64 (a row's joint fit misfit by 0.06 to 0.6), where the float32 route without LayerNorm fails too"
 )
 

@@ -873,7 +873,8 @@ def learn_attention_layer(
         If the answers are neither exact to float64 rounding nor served in float32 (the float32 route): a
         stated ``precision`` coarser than float32's; every answer on the grid of bfloat16 or float16 (to
         within ``GRID_ULPS`` float64 ulps, so also through the oracles' perturbation test mode); float32
-        answers from a block with a LayerNorm, or without ``H`` and ``H_bound``; or one-token answers that
+        answers without ``H`` and ``H_bound``, from a block with a pre-LN, or with a post-LN where its norms cannot
+        come from the row space (no ``H``, ``heads="readout"`` or ``d_out < H + 3``); or one-token answers that
         fit the class's signatures only to a relative deviation between the rounding level (``ROUNDING_UNITS`` times
         the precision) and ``PRECISION_BAND`` (a float32 computation not served on its grid). Also, where the
         norms cannot come from the row space (no ``H``, ``heads="readout"`` or ``d_out < H + 3``), if a
@@ -933,7 +934,10 @@ def learn_attention_layer(
        fresh errors on 200 queries 5.2e-15 to 4.1e-13.
 
     7. The float32 route (this book's): answers on float32's grid, or a stated precision ``u = 2**-24``,
-       of a block without LayerNorm whose ``H`` (or ``H_bound``) is given. Signatures are judged at
+       of a block without LayerNorm whose ``H`` (or ``H_bound``) is given, or of a post-LN block given ``H`` with
+       ``d_out >= H + 3``: its norms from the row space at any ``eps``, then a polish on fresh queries' directions
+       (``companion.layer._directions``, where it is measured; Keras 3 ``MultiHeadAttention`` with the residual
+       and ``LayerNormalization`` in float32 is learned at d = 8, 12 and 16). Signatures are judged at
        ``ROUNDING_UNITS`` u = 256 u (a threshold measured on float64 answers); the heads' fits accept
        ``FLOAT32_HEADS_TOL`` = 1e-3 (chosen); the least squares' gate is ``LSTSQ_GATE_POST`` = 1e-1
        (measured on float64 post-LN blocks); the skip is named within ``FLOAT32_SKIP_UNITS`` u; a failure
