@@ -8,6 +8,7 @@ The float32 route learns a post-LN block given H (d_out >= H + 3, heads not "rea
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -15,12 +16,19 @@ from scipy.special import erf
 
 from companion.errors import OracleInconsistentError, PrecisionError
 from companion.layer import (
+    FLOAT32_HEADS_TOL,
     FLOAT32_POLISH_MAX_UNKNOWNS,
     FLOAT32_VERIFY_UNITS,
     learn_attention_layer,
     random_attention_layer,
 )
-from companion.layer._directions import POLISH_QUERY_FACTOR, ROW_SPACE, one_token_tol, polish_plan
+from companion.layer._directions import (
+    DIRECTIONS_RANK_UNITS,
+    POLISH_QUERY_FACTOR,
+    ROW_SPACE,
+    one_token_tol,
+    polish_plan,
+)
 from companion.layer._fit import polish_row_queries
 from companion.layer._norm import GAP_ROUNDING, ROUNDING_UNITS, estimate_post_ln, gap_rounding, probe_lines
 from companion.oracles import VectorQueryOracle, unit_roundoff
@@ -255,3 +263,39 @@ def test_polish_directions_recovers_a_block_from_its_answers_directions_alone():
         true, fit = features(Ws, X) @ Theta @ P, features(W1, X) @ T1 @ P
         cos = np.einsum("bo,bo->b", true, fit) / np.linalg.norm(true, axis=1) / np.linalg.norm(fit, axis=1)
         assert np.max(1 - cos) < 1e-10
+
+
+def test_the_row_space_rank_at_float32_counts_above_directions_rank_units(monkeypatch):
+    """The joint stage behind a float32 post-LN is given ``rank_tol = DIRECTIONS_RANK_UNITS u`` (4096 u)."""
+    import companion.layer._directions as directions
+
+    seen = {}
+    real = directions.learn_heads_joint
+
+    def spy(*args, **kw):
+        seen.update(kw)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(directions, "learn_heads_joint", spy)
+    block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-3, seed=2)
+    learn_attention_layer(VectorQueryOracle(_rounded32(block), d=8, d_out=8), H=2)
+    assert DIRECTIONS_RANK_UNITS == 4096 and seen["rank_tol"] == 4096 * U32
+    assert seen["tol"] == FLOAT32_HEADS_TOL and seen["link_tokens"] == 8
+
+
+@pytest.mark.parametrize("units, learned", [(40, False), (160, True)], ids=["below-rounding", "above-rounding"])
+def test_directions_rank_units_just_inside_and_outside_the_rounding(monkeypatch, units, learned):
+    """Row 0 of this block (d = 6, H = 1, eps 0.1, seed 1, rounded to float32) has its second singular value, the
+    scaled answers' rounding, at 4.7e-6 of the largest (79 u, measured; the third at 2.4e-6): counted in the rank
+    below it (refused, rank 2 or 3), not above."""
+    import companion.layer._directions as directions
+
+    monkeypatch.setattr(directions, "DIRECTIONS_RANK_UNITS", units)
+    block = random_attention_layer(6, 1, residual=True, layernorm="post", eps=0.1, seed=1)
+    oracle = VectorQueryOracle(_rounded32(block), d=6, d_out=6)
+    if learned:
+        assert learn_attention_layer(oracle, H=1, seed=1).n_heads == 1
+        return
+    with pytest.raises(OracleInconsistentError, match="could not learn this post-LN block") as info:
+        learn_attention_layer(oracle, H=1, seed=1)
+    assert re.search("span a row space of rank [23], not H = 1", str(info.value.__cause__))

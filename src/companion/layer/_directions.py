@@ -61,6 +61,7 @@ __all__ = [
     "NO_DIRECTIONS",
     "learn_post_directions",
     "POLISH_QUERY_FACTOR",
+    "DIRECTIONS_RANK_UNITS",
     "polish_plan",
     "polish_post_directions",
 ]
@@ -93,7 +94,8 @@ DIRECTIONS_MEASURED = (
 #: The same on float32 answers (this book's, measured 2026-12-05; learner seed 0; ``u = 2**-24``).
 DIRECTIONS_MEASURED_FLOAT32 = (
     "18 of 18 residual post-LN blocks rounded to float32 (d = 8 to 32, H = 1 to 4, eps 1e-12 to 1e-2, seeds 0 to "
-    "2), predicting the exact block to 0.8 u to 1.9 u where polished and 4 u to 20 u above the polish's cap; 3 of 3 "
+    "2), predicting the exact block to 0.8 u to 1.9 u where polished and 4 u to 20 u above the polish's cap; 84 of "
+    "84 at d = 5 to 12, H = 1 and 2, eps 1e-3 to 1, seeds 0 to 3 (learner seed = block seed), to 15.5 u; 3 of 3 "
     "at d = 48, H = 12 (26 u to 38 u); Keras 3 MultiHeadAttention with LayerNormalization computed in float32, 3 of "
     "4 (5.2 u to 9.8 u against its served answers; d = 24, H = 4, above the cap, refused at 153 u); none of H = 8 at "
     "d = 32 and 64 (a row's joint fit misfit by 0.06 to 0.6), where the float32 route without LayerNorm fails too"
@@ -118,6 +120,15 @@ ROW_TOKENS = 8
 #: 6.8e-10, 4.9e-15 relative error of the scaled answers after 0, 1, 2 steps on a link's 8 tokens).
 ROW_FIT_TOKENS = 8
 ROW_ITERATIONS = 30
+
+#: On float32 answers the joint stage counts the scaled answers' singular values above this many u (relative to the
+#: largest) in a row's rank, not ``FLOAT32_RANK_UNITS`` (64, measured on answers seen directly): the row scaling
+#: carries the directions' rounding into the norms. Measured (2026-12-05, the (H + 1)-th singular value of a row,
+#: rounding): 4.7e-6 to 1.0e-5 of the largest (79 u to 170 u) on blocks rounded to float32 (d = 6, H = 1 and 2, eps
+#: 1e-3 and 0.1, seed 1: refused at 64 u), 9.7e-5 (1,630 u) on MiniLM's block computed in float32; its smallest head,
+#: the H-th, at 6.6e-3 (1.1e5 u). 4096 lies 2.5 times above that rounding and 27 times below that head; a fainter
+#: head ends in a refusal (a rank below H), and one the count misses is the verification's to catch.
+DIRECTIONS_RANK_UNITS = 4096
 
 #: The float32 polish (:func:`polish_post_directions`) asks this many times its unknowns over ``d_out - 2`` queries
 #: (each gives ``d_out - 2`` numbers past its centring and its scale), at least ``polish_row_queries(d)`` (this book's
@@ -323,7 +334,9 @@ def learn_post_directions(oracle, norm, H: int, rng, u: float = float(unit_round
             f"above {one_token_tol(u):.1e} at the answers' precision u = {u:.1e}: one_token_tol)"
         )
     inner = RowScaled(oracle, norm, A, c, H, u)
-    f32 = joint_options(u) if u > unit_roundoff("float64") else {"link_tokens": LINK_TOKENS}
+    f32 = {"link_tokens": LINK_TOKENS}
+    if u > unit_roundoff("float64"):  # float32: the joint stage's settings, its rank above the scaled answers' noise
+        f32 = {**joint_options(u), "rank_tol": DIRECTIONS_RANK_UNITS * u}
     Ws, info = learn_heads_joint(inner, lambda X: c + X @ A.T, H, rng, **f32)
     Mt = info.pop("amplitudes")
     S = A - centre(d_out) @ Mt.sum(axis=0)
