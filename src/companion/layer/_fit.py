@@ -227,11 +227,15 @@ def _direction_residual(Ws, Theta, Xs, What, jac):
     res = (v - np.einsum("bo,bo->b", v, What)[:, None] * What) / nv
     if not jac:
         return res.reshape(-1), None
-    JW = JW - JW.mean(axis=1, keepdims=True)  # P J_W
+    B, nW = JW.shape[0], JW.shape[2]
+    J = np.empty((B, d_out, nW + p * d_out))  # filled in place: the Jacobian is the polish's memory
+    JW -= JW.mean(axis=1, keepdims=True)  # P J_W
     JW -= What[:, :, None] * np.einsum("bo,bon->bn", What, JW)[:, None, :]
+    np.divide(JW, nv[:, :, None], out=J[:, :, :nW])
+    del JW
     Proj = (centre(d_out)[None] - What[:, :, None] * What[:, None, :]) / nv[:, :, None]  # (B, d_out, d_out)
-    JT = np.einsum("bq,boc->boqc", Phi, Proj).reshape(Phi.shape[0], d_out, p * d_out)  # Theta[q, c] at q d_out + c
-    J = np.concatenate([JW / nv[:, :, None], JT], axis=2)
+    # Theta[q, c] at column q d_out + c
+    np.einsum("bq,boc->boqc", Phi, Proj, out=J[:, :, nW:].reshape(B, d_out, p, d_out))
     return res.reshape(-1), J.reshape(-1, J.shape[2])
 
 
@@ -244,7 +248,8 @@ def polish_directions(Ws, Theta, Xs, directions, iters=8):
     projection (Golub & Pereyra 1973) of the per-query scales, with Kaufman's (1975) Jacobian. It is invariant to
     scaling ``Theta``, so the steps are minimum-norm least squares (damped by ``1e-12`` of the normal matrix's
     diagonal). ``Xs`` are batches ``(B, N, d)``, ``directions`` their answers' directions ``(B, d_out)``. Dense:
-    the Jacobian holds ``B d_out (H d (d + 1) + p d_out)`` floats, ``p = (H + 1) d + 1``. Returns ``(Ws, Theta,
+    the Jacobian holds ``B d_out (H d (d + 1) + p d_out)`` floats, ``p = (H + 1) d + 1`` (measured 2026-12-05: the
+    learner's peak RSS 1.1 GB at d = 22, H = 4, 4,466 unknowns and 670 queries, 13 CPU s in all). Returns ``(Ws, Theta,
     relative residual before, after)``; a step that does not lower the residual is not taken, and the steps stop
     when one gains less than a factor 1.01.
     """
@@ -256,14 +261,14 @@ def polish_directions(Ws, Theta, Xs, directions, iters=8):
     first = best = float(np.linalg.norm(r)) / np.sqrt(What.shape[0])
     for _ in range(iters):
         colscale = np.maximum(np.linalg.norm(J, axis=0), np.finfo(float).tiny)
-        Js = J / colscale
-        A = Js.T @ Js
+        J /= colscale  # in place: J is formed again at the next step
+        A = J.T @ J
         A[np.diag_indices_from(A)] *= 1.0 + 1e-12
         try:
-            step = -solve(A, Js.T @ r, assume_a="pos") / colscale
+            step = -solve(A, J.T @ r, assume_a="pos") / colscale
         except (np.linalg.LinAlgError, ValueError):
-            step = -np.linalg.lstsq(Js, r, rcond=None)[0] / colscale
-        del Js, A
+            step = -np.linalg.lstsq(J, r, rcond=None)[0] / colscale
+        del J, A
         W_new = Ws.copy()
         W_new[:, :d, :] += step[:nW].reshape(H, d, d + 1)
         T_new = Theta + step[nW:].reshape(p, d_out)
