@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import OracleInconsistentError
+from ..errors import OracleInconsistentError, PrecisionError
 from ..oracles import VectorView, unit_roundoff
 from ._fit import features, group_by_length, polish_directions, polish_row_queries
 from ._float32 import FLOAT32_POLISH_MAX_UNKNOWNS, joint_options
 from ._joint import joint_plan, learn_heads_joint, scale_plan
 from ._model import centre
-from ._norm import ROUNDING_UNITS
+from ._norm import ROUNDING_UNITS, any_seed
 
 __all__ = [
     "DIRECTIONS_FROM_GAP",
@@ -65,6 +65,8 @@ __all__ = [
     "DIRECTIONS_RANK_UNITS",
     "polish_plan",
     "polish_post_directions",
+    "FLOAT32_POST_VERIFY",
+    "float32_post_reach",
 ]
 
 #: Behind a post-LN (float64 answers, H given) the learner takes the norms from the row space (this module)
@@ -183,6 +185,38 @@ def directions_plan(d: int, H: int) -> int:
     """The queries of this route beyond the first answers: the one-token map's ``2 d + 1`` and the joint stage's,
     its token scale's doublings reserved (:func:`companion.layer._joint.scale_plan`)."""
     return 2 * d + 1 + joint_plan(d, H, LINK_TOKENS) + scale_plan(d, H)
+
+
+#: Fresh queries of the verification behind a float32 post-LN (at least; 0 stays 0): the LayerNorm divides by
+#: ``sqrt(var(P u) + eps)``, so the few queries with a small variance carry the heads' float32 errors amplified.
+#: Measured (2026-12-05, an outside tester's in-class blocks rounded to float32, polished): verified on 32 queries at
+#: 8 u to 16 u, they missed 0.5 % to 1.4 % of 1,000 fresh ones by more than the 60 u allowed (up to 178 u), a tail
+#: that 32 queries miss with probability 0.64 to 0.85 and 1,024 with 6e-3 to 5e-7. The check is a sample, not a
+#: bound: a query's error grows about as ``1 / |P u|`` (the heads' absolute float32 errors over the norm the
+#: LayerNorm divides by), and queries with ``var(P u)`` a hundred times below the median are rare. Measured: an
+#: in-class block with d_out = 4 (d = 7, H = 1, no residual, eps 1e-5, seed 325, learner seed 1) is verified at 42 u
+#: on its 1,024 queries and misses 12 of 3,000 fresh ones (lengths 1 to 40) by more than 60 u, up to 475 u, each at
+#: a ``var(P u)`` below 2.4e-3 (median 0.15).
+FLOAT32_POST_VERIFY = 1024
+
+
+def float32_post_reach(H: int, d: int, d_out: int) -> None:
+    """Raise :class:`~companion.errors.PrecisionError` (marked ``any_seed``) where a float32 post-LN block is above
+    the polish's cap (:func:`polish_plan` is 0): unpolished, the route's heads keep float32's errors."""
+    if polish_plan(d, d_out, H):
+        return
+    n = H * d * (d + 1) + ((H + 1) * d + 1) * d_out
+    msg = (
+        "the answers are float32's and the block has a post-LN: the float32 route learns it from the row space's "
+        "norms and then polishes its heads and output maps on fresh queries' directions, up to "
+        f"FLOAT32_POLISH_MAX_UNKNOWNS = {FLOAT32_POLISH_MAX_UNKNOWNS:,} unknowns; this block has {n:,} (d = {d}, "
+        f"H = {H}, d_out = {d_out}). Unpolished, the heads keep float32's errors: measured (2026-12-05), blocks "
+        "rounded to float32 above the cap (d = 22 to 48) predicted fresh queries to 4 u to 122 u (u = 2**-24; the "
+        "verification allows 60 u), and a Keras block computed in float32 (d = 24, H = 4) missed its "
+        "verification by 153 u. Serve the block in float64, or learn it from float32 answers at most that size. "
+        "Nothing was asked beyond the first answers; nothing was returned."
+    )
+    raise any_seed(PrecisionError(msg))
 
 
 def polish_plan(d: int, d_out: int, H: int) -> int:
@@ -336,7 +370,7 @@ def learn_post_directions(oracle, norm, H: int, rng, u: float = float(unit_round
             f"above {one_token_tol(u):.1e} at the answers' precision u = {u:.1e}: one_token_tol)"
         )
     inner = RowScaled(oracle, norm, A, c, H, u)
-    f32 = {"link_tokens": LINK_TOKENS}
+    f32: dict = {"link_tokens": LINK_TOKENS}
     if u > unit_roundoff("float64"):  # float32: the joint stage's settings, its rank above the scaled answers' noise
         f32 = {**joint_options(u), "rank_tol": DIRECTIONS_RANK_UNITS * u}
     Ws, info = learn_heads_joint(inner, lambda X: c + X @ A.T, H, rng, **f32)

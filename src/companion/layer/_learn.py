@@ -21,7 +21,8 @@ from ._fit import (
     polish_row_queries,
 )
 from ._directions import DIRECTIONS_MEASURED, DIRECTIONS_MEASURED_FLOAT32, NO_DIRECTIONS, ROW_SPACE, directions_apply
-from ._directions import directions_plan, learn_post_directions, polish_plan, polish_post_directions
+from ._directions import FLOAT32_POST_VERIFY, directions_plan, float32_post_reach, learn_post_directions
+from ._directions import polish_plan, polish_post_directions
 from ._model import AttentionLayer, LayerRecovery, centre, information_floor
 from ._preln import OUT_OF_REACH, Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._verify import VERIFY_NEAR, check_verify_rtol, verify_layer
@@ -42,6 +43,7 @@ from ._refusals import float32_unresolved as _float32_unresolved
 from ._refusals import joint_unresolved as _joint_unresolved
 from ._norm import (
     HEADS_VISIBLE,
+    any_seed,
     faint_heads_message,
     heads_share,
     one_token_affine,
@@ -309,10 +311,10 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         else f"the oracle states a precision u={float(precision or 0.0):.1e}"
     )
     if fmt is not None and fmt[0] != "float32":
-        raise PrecisionError(coarse_message(served))
+        raise any_seed(PrecisionError(coarse_message(served)))
     u = max(float(precision or 0.0), unit_roundoff("float64"), fmt[1] if fmt is not None else 0.0)
     if u > unit_roundoff("float64") and o.H is None and o.H_bound is None:
-        raise PrecisionError(float32_message(f"{served}, but neither H nor H_bound is given"))
+        raise any_seed(PrecisionError(float32_message(f"{served}, but neither H nor H_bound is given")))
     level = rounding_level(u)
     bent = line_deviations(Yp)
     plane = plane_deviation(Yall)
@@ -340,7 +342,7 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
             kind = "pre" if pre else "post"
             need = "" if pre else ", and the row space's norms need H, d_out >= H + 3 and heads not 'readout'"
             found = f"{served}, and the block has a {kind}-LN (found from its answers){need}"
-            raise PrecisionError(float32_message(found))
+            raise any_seed(PrecisionError(float32_message(found)))
         spread, size = np.ptp(Yall, axis=0), float(np.max(np.abs(Yall)))  # each output's range, the answers' size
         flat = np.flatnonzero(spread <= level * max(1.0, size))
         if not pre and flat.size:  # an output constant on every answer lies on its own hyperplane, not the LN's
@@ -350,6 +352,16 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
                 "bend as behind a post-LN: a post-LN with gamma_i = 0 there (in the class, but this route reads gamma "
                 "off the hyperplane every output lies on, which a constant output hides), or a nonlinearity after a "
                 "block with such an output; not told apart here. Nothing was returned."
+            )
+        sv = np.linalg.svd(Yall - Yall.mean(axis=0), compute_uv=False) / max(float(np.linalg.norm(Yall)), 1e-300)
+        if not pre and sv[-2] <= level:  # the answers span less than the hyperplane: gamma is not read off them
+            raise OracleInconsistentError(
+                f"could not learn this block: its one-token answers look like a post-LN's, but they span fewer than "
+                f"d_out - 1 = {Yall.shape[1] - 1} affine dimensions (their two smallest singular values {sv[-2]:.1e} "
+                f"and {sv[-1]:.1e} of their size {at}), so the post-LN's hyperplane, from which gamma is read, is not "
+                "determined: a post-LN block whose heads' value maps and skip span fewer dimensions than d_out - 2 "
+                "(no residual, H d_h < d_out - 2), or a target outside the class; not told apart here. Nothing was "
+                "returned."
             )
         try:
             return ("pre" if pre else estimate_post_ln(Yp, Yall, u)), u  # the gap: the caller's
@@ -1021,7 +1033,11 @@ def learn_attention_layer(
             "heads='auto'."
         )
     gap = float(np.min(norm.gaps(np.concatenate([Yp, Y1, Yfit])))) if isinstance(norm, PostLN) else 1.0
-    if directions_apply(o.H, o.heads, int(oracle.d_out), gap) or (o.float32 and isinstance(norm, PostLN)):
+    if o.float32 and isinstance(norm, PostLN):  # float32: the row space's norms, then the polish (else refused)
+        float32_post_reach(int(o.H or 0), d, int(oracle.d_out))
+        o = replace(o, verify=max(o.verify, FLOAT32_POST_VERIFY) if o.verify else 0)
+        return _learn_post_directions(oracle, norm, o, count, rng, d, gap)
+    if directions_apply(o.H, o.heads, int(oracle.d_out), gap):
         return _learn_post_directions(oracle, norm, o, count, rng, d, gap)
     if not gap >= MIN_GAP:
         raise PrecisionError(f"{gap_message(gap)} {NO_DIRECTIONS}")

@@ -21,6 +21,8 @@ __all__ = [
     "LOW_GAP",
     "GAP_ROUNDING",
     "gap_rounding",
+    "any_seed",
+    "GAP_ROUNDING_UNITS",
     "PROBE_POINTS",
     "PostLN",
     "Denormalised",
@@ -118,17 +120,23 @@ LOW_GAP = 1e-6
 #: A gap ``1 - |z|^2 / d_out`` below ``-GAP_ROUNDING`` is no rounding of a LayerNorm's (whose gap is at least 0):
 #: the answers are not a post-LN's (:func:`estimate_post_ln`). The gap is computed to about ``d_out`` ulps of 1;
 #: measured (2026-12-04): two residual post-LN blocks in sequence (d = 12, H = 2, eps 1e-12) give -0.16. On answers
-#: of a coarser precision ``u`` (float32's) the bound is ``ROUNDING_UNITS u`` where that is larger
-#: (:func:`gap_rounding`): measured (2026-12-05, this book's), the smallest gap of float32 answers at eps 1e-12 was
-#: -0.55 u to -1.4 u (24 residual post-LN blocks rounded to float32, d = 8 to 48, H = 1 to 12) and -16.6 u (MiniLM's
-#: block computed in float32, ``MiniLMBlock("float32")``, 45,086 answers).
+#: of a coarser precision ``u`` (float32's) the bound is ``GAP_ROUNDING_UNITS u`` where that is larger
+#: (:func:`gap_rounding`): there the gap carries the rounding of ``gamma`` read off float32 answers, not only of the
+#: answers. Measured (2026-12-05, this book's): -0.55 u to -1.4 u (24 residual post-LN blocks rounded to float32,
+#: d = 8 to 48, H = 1 to 12, eps 1e-12), at most -36 u (432 blocks without residual, d_out = 4 to 6), -16.6 u
+#: (MiniLM's block computed in float32, 45,086 answers), and -5,300 u (an outside tester's in-class block, d = 7,
+#: H = 1, d_out = 4, eps 1e-5: gamma read 3.4e-5 off; at 256 u it got the verdict "not an attention layer").
 GAP_ROUNDING = 1e-9
+
+#: :func:`gap_rounding`'s factor of ``u`` (this book's): 2**16 u = 3.9e-3 at float32, 12 times the in-class -5,300 u
+#: above and 41 times below the outside-class -0.16 (a second layer; GELU before the LayerNorm: -0.64).
+GAP_ROUNDING_UNITS = 2**16
 
 
 def gap_rounding(u: float) -> float:
     """The most negative gap that rounding explains at the answers' precision ``u``: ``GAP_ROUNDING``, or
-    ``ROUNDING_UNITS u`` where that is larger (float32's ``u``: 1.5e-5)."""
-    return max(GAP_ROUNDING, ROUNDING_UNITS * float(u))
+    ``GAP_ROUNDING_UNITS u`` where that is larger (float32's ``u``: 3.9e-3)."""
+    return max(GAP_ROUNDING, GAP_ROUNDING_UNITS * float(u))
 
 
 def probe_lines(d, rng) -> np.ndarray:
@@ -462,6 +470,13 @@ def coarse_message(why: str) -> str:
         "bfloat16's u = 2^-8, the heads' learner refused a d = 6, H = 2 residual block at tol 1e-3 and at 1e-2 (its "
         "largest), learner seeds 0 to 2. Nothing was returned."
     )
+
+
+def any_seed(err: Exception) -> Exception:
+    """``err`` marked as no seed's luck (``err.any_seed = True``): a refusal after the first answers that every
+    learner seed would meet (the answers' precision, a size beyond a route's reach); ``try_seeds`` raises it at once."""
+    err.any_seed = True  # type: ignore[attr-defined]
+    return err
 
 
 def float32_message(why: str) -> str:

@@ -136,7 +136,8 @@ def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) ->
         (raised before the first query). A refusal of :func:`learn_attention_layer` raised before its
         first query (bad options, a stated precision it cannot use) is about the input, not the seed:
         it is raised at once, as is a size out of the heads' learner's reach at any seed (an InvalidInputError
-        after the queries).
+        after the queries) and a refusal marked ``any_seed`` (found from the first answers: their precision, a float32
+        post-LN beyond the polish's cap). A ``seeds`` that is not an iterable of int is an InvalidInputError too.
     OracleInconsistentError, PrecisionError, SolverError
         With ``require=True``, the last seed's refusal when no seed is learned. An oracle found not deterministic
         (``companion.layer._determinism``; the error's ``nondeterministic`` is True) is no seed's luck: raised at
@@ -163,7 +164,10 @@ def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) ->
         raise TypeError(f"try_seeds needs a companion.oracles.VectorQueryOracle; got {type(oracle).__name__}.")
     if "seed" in options:
         raise InvalidInputError("try_seeds sets the learner's seed itself: pass the seeds as `seeds`.")
-    seeds = [check_int(s, "seed", minimum=0) for s in seeds]
+    try:
+        seeds = [check_int(s, "seed", minimum=0) for s in seeds]
+    except TypeError:  # not iterable
+        raise InvalidInputError(f"seeds must be an iterable of int (e.g. range(4)); got {seeds!r}.") from None
     if not seeds:
         raise InvalidInputError("seeds is empty: give at least one learner seed (e.g. range(4)).")
     outcomes = []
@@ -172,7 +176,8 @@ def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) ->
         try:
             outcomes.append(SeedOutcome(s, recovery=learn_attention_layer(oracle, seed=s, **options)))
         except SEED_REFUSALS as exc:
-            if int(oracle.n_queries) == asked or getattr(exc, "nondeterministic", False):  # not this seed's draws
+            if int(oracle.n_queries) == asked or getattr(exc, "nondeterministic", False) or getattr(exc, "any_seed", 0):
+                # not this seed's draws: about the input, an oracle not deterministic, or every seed's refusal
                 raise
             outcomes.append(SeedOutcome(s, error=exc))
             continue
