@@ -353,3 +353,14 @@ def test_a_float32_gamma_read_off_small_outputs_is_not_called_outside_the_class(
         assert str(exc).startswith("could not learn this post-LN block") and "try seed=1" in str(exc)
         return
     assert rec.diagnostics["verify_max_error"] <= FLOAT32_VERIFY_UNITS * U32
+
+
+def test_a_float32_target_near_the_signatures_is_told_the_float32_routes_need():
+    """An outside tester's query-dependent scale, served in float32: its PrecisionError said the learner "needs
+    answers exact to float64 rounding" and blamed a computation not served on a format's grid, though every answer
+    was a float32 number."""
+    base = random_attention_layer(12, 2, residual=True, layernorm="post", eps=1e-5, seed=0)
+    target = lambda X: base(X) * (1 + 0.01 * np.tanh(X[:, -1, :1]))  # noqa: E731
+    with pytest.raises(PrecisionError, match="^its float32 route needs answers within float32's rounding") as info:
+        learn_attention_layer(VectorQueryOracle(_rounded32(target), d=12, d_out=12), H=2)
+    assert "float64" not in str(info.value) and "query-dependent scale" in str(info.value)

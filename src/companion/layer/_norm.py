@@ -188,13 +188,17 @@ def near_signature_message(nearest, bent, plane, u, level, *, precision: bool) -
         f"rounding at u = {u:.1e} explains ({level:.1e})"
     )
     if precision:
+        if u > unit_roundoff("float64"):  # float32 answers (an outside tester's were told float64 was needed)
+            need = "its float32 route needs answers within float32's rounding"
+            source = "as a less precise computation would"
+        else:
+            need = "learn_attention_layer needs answers exact to float64 rounding"
+            source = "as a computation in float32 would (not served on a format's grid, so the format is not named)"
         return (
-            f"learn_attention_layer needs answers exact to float64 rounding: {fit} and below PRECISION_BAND = "
-            f"{PRECISION_BAND:.0e} (a GELU after the block misses them by 1e-2 or more, measured). Either the "
-            f"answers carry about {nearest:.0e} of precision, as a computation in float32 would (not served on a "
-            "format's grid, so the format is not named), or the target bends them by that little (a smooth "
-            "nonlinearity after the block, e.g. a soft-capping tanh): this check does not tell the two apart. "
-            "Nothing was returned."
+            f"{need}: {fit} and below PRECISION_BAND = {PRECISION_BAND:.0e} (a GELU after the block misses them by "
+            f"1e-2 or more, measured). Either the answers carry about {nearest:.0e} of precision, {source}, or the "
+            "target bends them by that little (a smooth nonlinearity after the block, e.g. a soft-capping tanh, or a "
+            "query-dependent scale): this check does not tell the two apart. Nothing was returned."
         )
     return (
         f"learn_attention_layer could not learn this target: {fit} and below OUTSIDE_BAND = {OUTSIDE_BAND:.0e} (a GELU "
