@@ -208,5 +208,5 @@ def test_answers_near_the_signatures_are_refused_with_both_causes(monkeypatch):
     with pytest.raises(OracleInconsistentError, match="could not learn this target"):
         learn_attention_layer(VectorQueryOracle(f16.target, d=6, d_out=6), H=2)
     capped = VectorQueryOracle(lambda X: 30 * np.tanh(layer(X) / 30), d=6, d_out=6)
-    with pytest.raises(PrecisionError, match="soft-capping tanh\\): this check does not tell the two apart"):
+    with pytest.raises(PrecisionError, match="query-dependent scale\\): this check does not tell the two apart"):
         learn_attention_layer(capped, H=2)
