@@ -97,11 +97,11 @@ DIRECTIONS_MEASURED = (
 #: The same on float32 answers (this book's, measured 2026-12-05; learner seed 0; ``u = 2**-24``).
 DIRECTIONS_MEASURED_FLOAT32 = (
     "18 of 18 residual post-LN blocks rounded to float32 (d = 8 to 32, H = 1 to 4, eps 1e-12 to 1e-2, seeds 0 to "
-    "2), predicting the exact block to 0.8 u to 1.9 u where polished and 4 u to 20 u above the polish's cap; 84 of "
-    "84 at d = 5 to 12, H = 1 and 2, eps 1e-3 to 1, seeds 0 to 3 (learner seed = block seed), to 15.5 u; 3 of 3 "
-    "at d = 48, H = 12 (26 u to 38 u); Keras 3 MultiHeadAttention with LayerNormalization computed in float32, 3 of "
-    "4 (5.2 u to 9.8 u against its served answers; d = 24, H = 4, above the cap, refused at 153 u); none of H = 8 at "
-    "d = 32 and 64 (a row's joint fit misfit by 0.06 to 0.6), where the float32 route without LayerNorm fails too"
+    "2), predicting the exact block to 0.8 u to 1.9 u where polished; 84 of 84 at d = 5 to 12, H = 1 and 2, eps "
+    "1e-3 to 1, seeds 0 to 3 (learner seed = block seed), to 15.5 u; Keras 3 MultiHeadAttention with "
+    "LayerNormalization computed in float32, 3 of 3 below the polish's cap (5.2 u to 9.8 u against its served "
+    "answers). Measured before blocks above the cap were refused: 4 u to 20 u there, d = 48, H = 12 at 26 u to "
+    "38 u, and none of H = 8 at d = 32 and 64 (a row's joint fit misfit by 0.06 to 0.6)"
 )
 
 #: Why a post-LN whose eps hides the norms was not learned from its directions instead (MIN_GAP's refusal).
@@ -214,7 +214,8 @@ def float32_post_reach(H: int, d: int, d_out: int) -> None:
         "rounded to float32 above the cap (d = 22 to 48) predicted fresh queries to 4 u to 122 u (u = 2**-24; the "
         "verification allows 60 u), and a Keras block computed in float32 (d = 24, H = 4) missed its "
         "verification by 153 u. Serve the block in float64, or learn it from float32 answers at most that size. "
-        "Nothing was asked beyond the first answers; nothing was returned."
+        "Nothing was asked beyond the first answers (and the determinism check's, companion.layer._determinism); "
+        "nothing was returned."
     )
     raise any_seed(PrecisionError(msg))
 
