@@ -64,6 +64,7 @@ __all__ = [
     "POLISH_QUERY_FACTOR",
     "DIRECTIONS_RANK_UNITS",
     "polish_plan",
+    "polish_unknowns",
     "polish_post_directions",
     "FLOAT32_POST_VERIFY",
     "float32_post_reach",
@@ -205,7 +206,7 @@ def float32_post_reach(H: int, d: int, d_out: int) -> None:
     the polish's cap (:func:`polish_plan` is 0): unpolished, the route's heads keep float32's errors."""
     if polish_plan(d, d_out, H):
         return
-    n = H * d * (d + 1) + ((H + 1) * d + 1) * d_out
+    n = polish_unknowns(d, d_out, H)
     msg = (
         "the answers are float32's and the block has a post-LN: the float32 route learns it from the row space's "
         "norms and then polishes its heads and output maps on fresh queries' directions, up to "
@@ -220,10 +221,15 @@ def float32_post_reach(H: int, d: int, d_out: int) -> None:
     raise any_seed(PrecisionError(msg))
 
 
+def polish_unknowns(d: int, d_out: int, H: int) -> int:
+    """The float32 polish's unknowns: the heads' rows ``H d (d + 1)`` and ``Theta``'s ``((H + 1) d + 1) d_out``."""
+    return H * d * (d + 1) + ((H + 1) * d + 1) * d_out
+
+
 def polish_plan(d: int, d_out: int, H: int) -> int:
-    """The float32 polish's queries (0 where its unknowns, ``H d (d + 1) + ((H + 1) d + 1) d_out``, exceed
+    """The float32 polish's queries (0 where its unknowns, :func:`polish_unknowns`, exceed
     ``FLOAT32_POLISH_MAX_UNKNOWNS``)."""
-    n = H * d * (d + 1) + ((H + 1) * d + 1) * d_out
+    n = polish_unknowns(d, d_out, H)
     if n > FLOAT32_POLISH_MAX_UNKNOWNS:
         return 0
     return max(polish_row_queries(d), -(-POLISH_QUERY_FACTOR * n // max(1, d_out - 2)))

@@ -222,7 +222,8 @@ def _direction_residual(Ws, Theta, Xs, What, jac):
     d_out, p = Theta.shape[1], Theta.shape[0]
     zero = [np.zeros((X.shape[0], d_out)) for X in Xs]
     r, JW, Phi = residual_and_jacobian(Ws, Theta, Xs, zero, jac)
-    v = -r @ centre(d_out)  # P u (r = -Phi Theta)
+    P = centre(d_out)
+    v = -r @ P  # P u (r = -Phi Theta)
     nv = np.linalg.norm(v, axis=1)[:, None]
     res = (v - np.einsum("bo,bo->b", v, What)[:, None] * What) / nv
     if not jac:
@@ -233,7 +234,7 @@ def _direction_residual(Ws, Theta, Xs, What, jac):
     JW -= What[:, :, None] * np.einsum("bo,bon->bn", What, JW)[:, None, :]
     np.divide(JW, nv[:, :, None], out=J[:, :, :nW])
     del JW
-    Proj = (centre(d_out)[None] - What[:, :, None] * What[:, None, :]) / nv[:, :, None]  # (B, d_out, d_out)
+    Proj = (P[None] - What[:, :, None] * What[:, None, :]) / nv[:, :, None]  # (B, d_out, d_out)
     # Theta[q, c] at column q d_out + c
     np.einsum("bq,boc->boqc", Phi, Proj, out=J[:, :, nW:].reshape(B, d_out, p, d_out))
     return res.reshape(-1), J.reshape(-1, J.shape[2])

@@ -71,6 +71,7 @@ from ._norm import (
     estimate_post_ln,
     line_deviations,
     plane_deviation,
+    centred_singular_values,
     probe_lines,
     rounding_level,
 )
@@ -317,7 +318,8 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         raise any_seed(PrecisionError(float32_message(f"{served}, but neither H nor H_bound is given")))
     level = rounding_level(u)
     bent = line_deviations(Yp)
-    plane = plane_deviation(Yall)
+    sv = centred_singular_values(Yall)  # the hyperplane's deviation, and below, whether the answers span it
+    plane = plane_deviation(Yall, sv)
     at = f"(rounding at the answers' precision u = {u:.1e} explains up to {level:.1e})"
     if np.all(bent <= level):
         if o.layernorm in ("post", "pre"):
@@ -353,7 +355,6 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
                 "off the hyperplane every output lies on, which a constant output hides), or a nonlinearity after a "
                 "block with such an output; not told apart here. Nothing was returned."
             )
-        sv = np.linalg.svd(Yall - Yall.mean(axis=0), compute_uv=False) / max(float(np.linalg.norm(Yall)), 1e-300)
         if not pre and sv[-2] <= level:  # the answers span less than the hyperplane: gamma is not read off them
             raise OracleInconsistentError(
                 f"could not learn this block: its one-token answers look like a post-LN's, but they span fewer than "

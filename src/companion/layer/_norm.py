@@ -21,6 +21,7 @@ __all__ = [
     "LOW_GAP",
     "GAP_ROUNDING",
     "gap_rounding",
+    "centred_singular_values",
     "any_seed",
     "GAP_ROUNDING_UNITS",
     "PROBE_POINTS",
@@ -164,17 +165,22 @@ def line_deviations(Y: np.ndarray) -> np.ndarray:
     return second / max(size, np.finfo(float).tiny)
 
 
-def plane_deviation(Y: np.ndarray) -> float:
+def centred_singular_values(Y: np.ndarray) -> np.ndarray:
+    """The singular values of the centred answers ``(n, d_out)`` over ``||Y||_F``, largest first."""
+    s = np.linalg.svd(Y - Y.mean(axis=0), compute_uv=False)
+    return s / max(float(np.linalg.norm(Y)), np.finfo(float).tiny)
+
+
+def plane_deviation(Y: np.ndarray, s: np.ndarray | None = None) -> float:
     """``sigma_min`` of the centred answers ``(n, d_out)`` over ``||Y||_F``: rounding on an affine hyperplane.
 
     Answers ``Y + E`` correct to a relative ``u`` have ``||E||_2 <= ||E||_F <= u ||Y||_F``, so by Weyl's
     inequality answers on a hyperplane give at most about ``u`` (centring adds at most as much again).
-    ``nan`` with ``n <= d_out`` or ``d_out < 2``.
+    ``nan`` with ``n <= d_out`` or ``d_out < 2``. ``s``: :func:`centred_singular_values` of ``Y``, if computed.
     """
     if Y.shape[0] <= Y.shape[1] or Y.shape[1] < 2:
         return float("nan")
-    s = np.linalg.svd(Y - Y.mean(axis=0), compute_uv=False)
-    return float(s[-1] / max(float(np.linalg.norm(Y)), np.finfo(float).tiny))
+    return float((centred_singular_values(Y) if s is None else s)[-1])
 
 
 def near_signature_message(nearest, bent, plane, u, level, *, precision: bool) -> str:
