@@ -1,0 +1,131 @@
+"""learn_low_rank_noisy's consistency check: measurements outside their error bounds (W* violates none).
+
+Two defects it fixes, each reproduced first: an in-class head returned 68 % off and "verified" (the
+second start was skipped because the weighted residual was small, although 23 measurements lay
+outside their bounds), and heads of rank above ``rank`` returned 28 % to 103 % off with nothing in
+the message.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from companion.errors import OracleInconsistentError
+from companion.oracles import ApproxValueQueryOracle
+from companion.robust import learn_low_rank_noisy, random_margin_head
+from companion.robust._noisy import VIOLATION_SLACK, _check_consistent, _violated, _violation_error
+
+
+def _learn(d, rank, r, seed, tau=1e-4, **kw):
+    head = random_margin_head(d, W_max=4.0, mu=0.1, rank=rank, seed=seed)
+    rec = learn_low_rank_noisy(ApproxValueQueryOracle(head, tau), r, W_max=4.0, **kw)
+    return head, rec
+
+
+def test_second_start_when_measurements_are_violated():
+    """In class, d = 10, rank 2: the sqrt-weighted run ended 68 % off with fit_ratio 0.26 and 23
+    measurements outside their bounds; the spectral start, now run on any violation, is kept."""
+    head, rec = _learn(10, 2, 2, seed=6)
+    err = np.linalg.norm(rec.W - head.W) / np.linalg.norm(head.W)
+    assert err < 0.06  # 0.68 before
+    assert rec.diagnostics["start"] == "spectral"
+    assert rec.diagnostics["n_violated"] == 0 and rec.diagnostics["violation_error_W"] == 0.0
+    assert "outside their error bounds" not in rec.message
+
+
+def test_rank_above_the_assumed_one_is_said():
+    """A rank-3 head learned with rank=2 (d = 10, tau = 1e-4): 28 % off; 7 of 108 measurements lie
+    outside their bounds, which prove an error below the allowance: returned, and the message says so."""
+    head, rec = _learn(10, 3, 2, seed=0)
+    D = rec.diagnostics
+    assert np.linalg.norm(rec.W - head.W) / np.linalg.norm(head.W) > 0.25
+    assert D["n_violated"] == 7
+    assert 0.05 < D["violation_error_W"] < D["verify_allowed_W"]
+    assert "7 of 108 measurements lie outside their error bounds" in rec.message
+    assert "not consistent with every answer" in rec.message
+    # the proof is a lower bound on the true error
+    assert D["violation_error_W"] <= np.linalg.norm(rec.W - head.W)
+
+
+def test_rank_above_the_assumed_one_is_refused_when_proven():
+    """A rank-3 head learned with rank=1 (d = 10): the violated measurements prove an error above
+    verify_rtol times the norm; with verify=0 the fit comes back, with the clause."""
+    with pytest.raises(OracleInconsistentError, match=r"outside their error bounds.*rank\(W\*\) > 1 \(raise rank\)"):
+        _learn(10, 3, 1, seed=1)
+    head, rec = _learn(10, 3, 1, seed=1, verify=0)
+    assert rec.diagnostics["violation_error_W"] > 0.1 * np.linalg.norm(rec.W)
+    assert "outside their error bounds" in rec.message
+
+
+def test_violated_threshold():
+    delta = np.ones(4)
+    res = np.array([1.0, 1.0 + 0.5 * VIOLATION_SLACK, -(1.0 + 2 * VIOLATION_SLACK), 0.3])
+    assert _violated(res, delta).tolist() == [2]
+
+
+def test_violation_error_single_and_joint():
+    rng = np.random.default_rng(0)
+    d = 5
+    A, B = rng.standard_normal((3, d)), rng.standard_normal((3, d))
+    res, delta = np.array([3.0, 0.1, -0.2]), np.array([1.0, 1.0, 1.0])
+    one = _violation_error(A, B, res, delta, np.array([0]))
+    assert one == pytest.approx(2.0 / (np.linalg.norm(A[0]) * np.linalg.norm(B[0])), rel=1e-12)
+    # two measurements of the same a b^T violated the same way prove more than either alone
+    A2, B2 = np.vstack([A[0], A[0]]), np.vstack([B[0], B[0]])
+    both = _violation_error(A2, B2, np.array([3.0, 3.0]), np.ones(2), np.array([0, 1]))
+    assert both == pytest.approx(one, rel=1e-12)  # the same constraint twice: no more
+    assert _violation_error(A, B, res, delta, np.array([], dtype=int)) == 0.0
+
+
+def test_violation_error_branches_agree():
+    """The Gram branch (violations <= d) and the d x d branch give the same bound."""
+    rng = np.random.default_rng(1)
+    m, d = 12, 4
+    A, B = rng.standard_normal((m, d)), rng.standard_normal((m, d))
+    res, delta = rng.standard_normal(m) * 3, np.full(m, 0.5)
+    idx = _violated(res, delta)
+    assert idx.size > d
+    mu = -np.sign(res[idx]) * (np.abs(res[idx]) - delta[idx])
+    direct = np.sum(mu**2) / np.linalg.norm(A[idx].T @ (mu[:, None] * B[idx]))
+    assert _violation_error(A, B, res, delta, idx) == pytest.approx(direct, rel=1e-12)
+    small = idx[:d]
+    mu = mu[:d]
+    direct = np.sum(mu**2) / np.linalg.norm(A[small].T @ (mu[:, None] * B[small]))
+    assert _violation_error(A, B, res, delta, small) == pytest.approx(direct, rel=1e-12)
+
+
+def test_violation_error_is_a_lower_bound():
+    """Whatever the answers within their bounds, the proof never exceeds ||W_hat - W*||_F."""
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        d, m = 6, 40
+        A, B = rng.standard_normal((m, d)), rng.standard_normal((m, d))
+        W_star = rng.standard_normal((d, d))
+        W_hat = W_star + rng.standard_normal((d, d)) * rng.uniform(0.01, 2.0)
+        delta = rng.uniform(0.05, 1.0, m)
+        t = np.einsum("kd,de,ke->k", A, W_star, B) + delta * rng.uniform(-1, 1, m)
+        res = np.einsum("kd,de,ke->k", A, W_hat, B) - t
+        bound = _violation_error(A, B, res, delta, _violated(res, delta))
+        assert bound <= np.linalg.norm(W_hat - W_star) * (1 + 1e-12)
+
+
+def test_refusal_threshold_just_inside_and_outside():
+    """The refusal is at rtol min(||W||_F, W_max): one violated measurement proves (|res| - delta) / (||a|| ||b||)."""
+    d = 3
+    A, B = np.eye(d)[:1], np.eye(d)[:1]  # ||a|| ||b|| = 1
+    W = np.eye(d)  # ||W||_F = sqrt(3)
+    allowed = 0.1 * np.sqrt(3)
+    for proof, raises in ((allowed * (1 - 1e-6), False), (allowed * (1 + 1e-6), True)):
+        res, delta = np.array([1.0 + proof]), np.array([1.0])
+        info = {}
+        if raises:
+            with pytest.raises(OracleInconsistentError, match="above the allowed"):
+                _check_consistent(A, B, res, delta, W, info, r=1, tau=1e-4, W_max=4.0, rtol=0.1, refuse=True)
+        else:
+            clause = _check_consistent(A, B, res, delta, W, info, r=1, tau=1e-4, W_max=4.0, rtol=0.1, refuse=True)
+            assert "1 of 1 measurements lie outside" in clause
+        assert info["n_violated"] == 1 and info["violation_error_W"] == pytest.approx(proof, rel=1e-9)
+    # refuse=False (verify=0) never raises
+    assert _check_consistent(A, B, np.array([5.0]), np.array([1.0]), W, {}, r=1, tau=1e-4, W_max=4.0, rtol=0.1,
+                             refuse=False)
