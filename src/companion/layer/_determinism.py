@@ -4,13 +4,14 @@ Every learner here assumes a deterministic oracle. A layer served with dropout l
 oracle that adds fresh noise to each answer, breaks that assumption at every stage, and the stage that first
 notices names a cause of its own: an adversarial tester's dropout target got a different verdict at each seed
 (2026-12-05: "not an attention layer", a precision band, the heads unresolved). So before a refusal stands,
-:func:`deterministic_first` asks ``DETERMINISM_QUERIES`` queries twice, in two calls, the second in the reverse
-order (a mask drawn per batch position, as dropout under a fixed key, differs then), and where the answers differ by
-more than their rounding explains (``DETERMINISM_UNITS`` times their precision: float32's on float32's grid, else
-float64's or the one the oracle states), raises that cause instead, the stage's refusal chained to it. The check
-costs ``2 * DETERMINISM_QUERIES`` queries, on a refusal only (a learned result is verified on fresh queries, which a
-non-deterministic oracle does not pass), and is skipped where the budget has fewer left. Dropout that rare (a rate
-of 1e-4 over the check's tokens) can go unseen; answers that depend on the batch's statistics are not seen.
+:func:`deterministic_first` asks ``DETERMINISM_QUERIES`` queries twice: in one call, then in two calls of half of
+them, each in the reverse order (a mask drawn per batch position, as dropout under a fixed key, differs then, and so
+do answers computed from the batch's statistics, as a BatchNorm in training mode computes them), and where the
+answers differ by more than their rounding explains (``DETERMINISM_UNITS`` times their precision: float32's on
+float32's grid, else float64's or the one the oracle states), raises that cause instead, the stage's refusal chained
+to it. The check costs ``2 * DETERMINISM_QUERIES`` queries, on a refusal only (a learned result is verified on
+fresh queries, which a non-deterministic oracle does not pass), and is skipped where the budget has fewer left.
+Dropout that rare (a rate of 1e-4 over the check's tokens) can go unseen.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def nondeterminism(oracle, seed: int) -> OracleInconsistentError | None:
     Parameters
     ----------
     oracle : VectorQueryOracle
-        The oracle (its budget spent by ``2 * DETERMINISM_QUERIES`` queries).
+        The oracle (its budget spent by ``2 * DETERMINISM_QUERIES`` queries, in three calls).
     seed : int
         The learner's seed; the queries are drawn from ``numpy.random.default_rng([seed, 1])``.
 
@@ -73,9 +74,17 @@ def nondeterminism(oracle, seed: int) -> OracleInconsistentError | None:
         return None
     d = int(oracle.d)
     X = np.random.default_rng([seed, 1]).standard_normal((DETERMINISM_QUERIES, DETERMINISM_LEN, d)) / np.sqrt(d)
+    half = DETERMINISM_QUERIES // 2
     try:
         first = np.asarray(oracle(X.copy()), dtype=float).reshape(DETERMINISM_QUERIES, -1)
-        second = np.asarray(oracle(X[::-1].copy()), dtype=float).reshape(DETERMINISM_QUERIES, -1)[::-1]
+        # the second time in two calls of half the queries, each reversed: every query at another batch position,
+        # and in a batch of other queries (answers computed from the batch's statistics differ then)
+        second = np.concatenate(
+            [
+                np.asarray(oracle(X[lo:hi][::-1].copy()), dtype=float).reshape(hi - lo, -1)[::-1]
+                for lo, hi in ((0, half), (half, DETERMINISM_QUERIES))
+            ]
+        )
     except CompanionError:  # a budget, a non-finite answer: the stage's refusal stands as it is
         return None
     fmt = answer_format(first)
@@ -87,11 +96,12 @@ def nondeterminism(oracle, seed: int) -> OracleInconsistentError | None:
         return None
     err = OracleInconsistentError(
         f"the oracle is not deterministic: asked the same {DETERMINISM_QUERIES} queries twice (the second time in "
-        f"reverse order), its answers differ by up to {worst:.1e} relative, more than their rounding explains "
-        f"({DETERMINISM_UNITS} u = {rtol:.1e} at their precision u = {u:.1e}). "
-        "learn_attention_layer assumes the same query always gets the same answer: serve the layer in inference "
-        "mode (dropout off: model.eval() in PyTorch, training=False in Keras) and without sampled noise. The stage "
-        "that stopped on it is chained below. Nothing was returned."
+        f"reverse order, in two calls of {half}), its answers differ by up to {worst:.1e} relative, more than their "
+        f"rounding explains ({DETERMINISM_UNITS} u = {rtol:.1e} at their precision u = {u:.1e}). "
+        "learn_attention_layer assumes the same query always gets the same answer, whatever else the batch holds: "
+        "serve the layer in inference mode (dropout off and normalisation by running statistics: model.eval() in "
+        "PyTorch, training=False in Keras) and without sampled noise. The stage that stopped on it is chained "
+        "below. Nothing was returned."
     )
     err.nondeterministic = True  # type: ignore[attr-defined]  # try_seeds raises it at once: no seed's luck
     return err
