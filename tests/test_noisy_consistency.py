@@ -14,7 +14,8 @@ import pytest
 from companion.errors import OracleInconsistentError
 from companion.oracles import ApproxValueQueryOracle
 from companion.robust import learn_low_rank_noisy, random_margin_head
-from companion.robust._noisy import VIOLATION_SLACK, _check_consistent, _violated, _violation_error
+from companion.robust import VIOLATION_SLACK
+from companion.robust._noisy import _check_consistent, _violated, _violation_error
 
 
 def _learn(d, rank, r, seed, tau=1e-4, **kw):
@@ -59,6 +60,7 @@ def test_rank_above_the_assumed_one_is_refused_when_proven():
 
 
 def test_violated_threshold():
+    assert VIOLATION_SLACK == 1e-9
     delta = np.ones(4)
     res = np.array([1.0, 1.0 + 0.5 * VIOLATION_SLACK, -(1.0 + 2 * VIOLATION_SLACK), 0.3])
     assert _violated(res, delta).tolist() == [2]

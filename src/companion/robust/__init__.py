@@ -67,6 +67,7 @@ from ._noisy import (  # noqa: F401
     START_RUN_INNER_RTOL,
     START_RUN_RTOL,
     UNDETERMINED_RATIO,
+    VIOLATION_SLACK,
 )
 from ._theorem import THEOREM_6_2_CONSTANT, margin_rounding  # noqa: F401
 
