@@ -126,8 +126,45 @@ def test_refusal_threshold_just_inside_and_outside():
                 _check_consistent(A, B, res, delta, W, info, r=1, tau=1e-4, W_max=4.0, rtol=0.1, refuse=True)
         else:
             clause = _check_consistent(A, B, res, delta, W, info, r=1, tau=1e-4, W_max=4.0, rtol=0.1, refuse=True)
-            assert "1 of 1 measurements lie outside" in clause
+            assert "1 of 1 measurements lies outside" in clause
         assert info["n_violated"] == 1 and info["violation_error_W"] == pytest.approx(proof, rel=1e-9)
     # refuse=False (verify=0) never raises
     assert _check_consistent(A, B, np.array([5.0]), np.array([1.0]), W, {}, r=1, tau=1e-4, W_max=4.0, rtol=0.1,
                              refuse=False)
+
+
+def test_a_run_consistent_with_every_answer_is_kept_over_a_smaller_residual():
+    """An adversarial tester's case: the sqrt-weighted run (1.01 % off, one measurement outside its bound) was kept
+    over the spectral run (0.87 % off, none) by its smaller residual; now the consistent run is kept."""
+    h = random_margin_head(8, W_max=4.0, mu=0.05, rank=2, seed=940908)
+    rec = learn_low_rank_noisy(ApproxValueQueryOracle(h, 1.0423187405658102e-05, noise="worst"), 3, W_max=4.0, seed=85)
+    assert rec.diagnostics["start"] == "spectral" and rec.diagnostics["n_violated"] == 0
+    assert np.linalg.norm(rec.W - h.W) / np.linalg.norm(h.W) < 0.009
+    assert "outside their error bounds" not in rec.message
+
+
+def test_the_bounds_of_the_check_cover_float64_rounding():
+    """At tau = 1e-15 the bounds at tau alone were broken by W* itself (1.02 times, an adversarial tester's d = 2
+    head); the check's bounds add each answer's rounding, as verify_noisy does."""
+    from companion.exact import read_value_vector
+    from companion.robust._noisy import _measure_noisy, _plan_noisy
+
+    h = random_margin_head(2, W_max=2.0, mu=0.01, rank=1, seed=7)
+    oracle = ApproxValueQueryOracle(h, 1e-15, noise="worst")
+    plan = _plan_noisy(2, 1e-15, 1, W_max=2.0, tau=None, n_measurements=None, method="rgn", logit_max=0.5,
+                       solver_eps=1e-7, max_iter=30, verify=0, verify_rtol=0.1, seed=0)
+    rops = _measure_noisy(oracle, read_value_vector(oracle), plan, np.random.default_rng(0))
+    res = np.einsum("kd,de,ke->k", rops.A, h.W, rops.B) - rops.t
+    assert np.max(np.abs(res) / rops.delta) > 1.0  # the bounds at tau alone: broken by W*
+    assert _violated(res, rops.delta_rounded).size == 0
+    assert np.all(rops.delta_rounded >= rops.delta)
+
+
+def test_the_undetermined_refusal_counts_the_measurements_outside_their_bounds():
+    """It said "although the fit is within the answers' rounding" while a measurement lay outside its bound."""
+    h = random_margin_head(4, W_max=2.0, mu=0.05, rank=2, seed=576611)
+    oracle = ApproxValueQueryOracle(h, 0.0013268478635237789, noise="worst")
+    with pytest.raises(Exception, match=r"fit_ratio=0\.18; 1 of 45 measurements outside their bounds") as info:
+        learn_low_rank_noisy(oracle, 3, W_max=2.0, seed=89)
+    assert type(info.value).__name__ == "PrecisionError"
+    assert "within the answers' rounding" not in str(info.value)
