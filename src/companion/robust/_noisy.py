@@ -465,8 +465,10 @@ def learn_low_rank_noisy(
         from the spectral start, made only if the first fit is not consistent with every answer, fits better) and
         ``fit_ratio`` (rgn: the weighted residual ``sum_k w_k r_k^2`` over ``sum_k w_k delta_k^2``,
         at most 1 for a global minimiser when the assumptions hold), ``max_violation``
-        (``max_k |<a_k b_k^T, W> - t_k| / delta_k``, at most 1 for ``W*``), with ``"rgn"`` and
-        ``tau > 0`` ``n_violated`` (the measurements above ``1 + VIOLATION_SLACK`` times their bound)
+        (``max_k |<a_k b_k^T, W> - t_k| / delta_k``, at most 1 for ``W*`` but for float64's rounding,
+        which ``delta_k`` leaves out: an adversarial tester's ``W*`` reached 1.44 at ``tau <= 1e-14``),
+        with ``"rgn"`` and ``tau > 0`` ``n_violated`` (the measurements above ``1 + VIOLATION_SLACK``
+        times their bound with the answers' rounding added, which ``W*`` meets)
         and ``violation_error_W`` (the lower bound on ``||W - W*||_F`` that they prove, by weak
         duality; 0 when none is), ``singular_values``
         (top ``r + 1`` of ``W``), with ``tau > 0`` ``ambiguity_W`` (a lower bound on how far
@@ -818,8 +820,8 @@ def _check_consistent(A, B, res, delta, W, info, *, r, tau, W_max, rtol, refuse)
         )
     return (
         f"; {idx.size} of {len(res)} measurements {'lies' if idx.size == 1 else 'lie'} outside their error bounds "
-        f"(the largest {worst:.3g} "
-        f"times its bound), which W* meets: the fit is not consistent with every answer, and they prove "
+        f"(the largest {worst:.3g} times its bound), which W* meets: the fit is not consistent with every answer, "
+        "and they prove "
         f"||W_hat - W*||_F >= {err:.2g}, within the allowance. A least-squares fit can leave a bound when "
         f"the answers err by up to tau, inside the assumptions; rank(W*) > {r} or an oracle farther than "
         "tau does it too"
