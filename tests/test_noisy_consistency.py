@@ -45,6 +45,7 @@ def test_rank_above_the_assumed_one_is_said():
     assert 0.05 < D["violation_error_W"] < D["verify_allowed_W"]
     assert "7 of 108 measurements lie outside their error bounds" in rec.message
     assert "not consistent with every answer" in rec.message
+    assert "within the allowance" in rec.message
     # the proof is a lower bound on the true error
     assert D["violation_error_W"] <= np.linalg.norm(rec.W - head.W)
 
@@ -57,6 +58,7 @@ def test_rank_above_the_assumed_one_is_refused_when_proven():
     head, rec = _learn(10, 3, 1, seed=1, verify=0)
     assert rec.diagnostics["violation_error_W"] > 0.1 * np.linalg.norm(rec.W)
     assert "outside their error bounds" in rec.message
+    assert "above the allowed" in rec.message and "within the allowance" not in rec.message
 
 
 def test_violated_threshold():
