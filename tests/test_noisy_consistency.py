@@ -170,3 +170,45 @@ def test_the_undetermined_refusal_counts_the_measurements_outside_their_bounds()
         learn_low_rank_noisy(oracle, 3, W_max=2.0, seed=89)
     assert type(info.value).__name__ == "PrecisionError"
     assert "within the answers' rounding" not in str(info.value)
+
+
+def test_the_least_determined_tangent_directions_find_a_farther_consistent_head():
+    """In class (d = 10, rank 1, tau = 1e-4, answers off by their whole tau): returned 15 % off with nothing said,
+    the search along W_hat's own directions finding a consistent head 0.22 away (allowance 0.4). Along the
+    least-determined tangent directions one lies 0.67 away: the message says the result is not certified."""
+    from companion.robust import AMBIGUITY_DIRECTIONS, AMBIGUITY_SVD_MAX
+
+    assert (AMBIGUITY_DIRECTIONS, AMBIGUITY_SVD_MAX) == (4, 2_000_000)
+    h = random_margin_head(10, W_max=4.0, mu=0.1, rank=1, seed=1)
+    rec = learn_low_rank_noisy(ApproxValueQueryOracle(h, 1e-4, noise="worst"), 1, W_max=4.0)
+    assert rec.diagnostics["ambiguity_W"] > 0.6 > rec.diagnostics["verify_allowed_W"]
+    assert "not certified to verify_rtol=0.1" in rec.message
+
+
+def test_the_farther_head_is_a_consistent_head_of_rank_r():
+    """What _tangent_ambiguity returns is checked as a whole: rank r, norm within W_max, every bound met."""
+    from companion.exact import read_value_vector
+    from companion.robust._noisy import _fit_rgn, _measure_noisy, _plan_noisy, _tangent_ambiguity
+
+    h = random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
+    oracle = ApproxValueQueryOracle(h, 1e-4)
+    plan = _plan_noisy(10, 1e-4, 2, W_max=4.0, tau=None, n_measurements=None, method="rgn", logit_max=0.5,
+                       solver_eps=1e-7, max_iter=30, verify=0, verify_rtol=0.1, seed=0)
+    rops = _measure_noisy(oracle, read_value_vector(oracle), plan, np.random.default_rng(0))
+    W, _, _, factors, _ = _fit_rgn(rops, plan)
+    dist, far = _tangent_ambiguity(rops.A, rops.B, rops.t, rops.delta, factors, W_max=4.0)
+    assert dist > 0.1 and far is not None
+    assert np.linalg.matrix_rank(far, tol=1e-9) == 2 and np.linalg.norm(far) <= 4.0
+    assert np.all(np.abs(np.einsum("kd,de,ke->k", rops.A, far, rops.B) - rops.t) <= rops.delta)
+    assert dist == pytest.approx(np.linalg.norm(far - W), rel=1e-9)
+    # above the size cap the search is skipped
+    import companion.robust._noisy as noisy
+
+    cap = noisy.AMBIGUITY_SVD_MAX
+    try:
+        noisy.AMBIGUITY_SVD_MAX = rops.A.shape[0] * 2 * 10 * 2 - 1
+        assert _tangent_ambiguity(rops.A, rops.B, rops.t, rops.delta, factors, W_max=4.0) == (0.0, None)
+        noisy.AMBIGUITY_SVD_MAX = rops.A.shape[0] * 2 * 10 * 2
+        assert _tangent_ambiguity(rops.A, rops.B, rops.t, rops.delta, factors, W_max=4.0)[0] == dist
+    finally:
+        noisy.AMBIGUITY_SVD_MAX = cap

@@ -59,7 +59,9 @@ from ._theorem import (
 # Public names of robust.py outside __all__, read as companion.robust.X as before the split (the
 # learner reads them in its private module: a test that changes one patches that module).
 from ._noisy import (  # noqa: F401
+    AMBIGUITY_DIRECTIONS,
     AMBIGUITY_SLACK,
+    AMBIGUITY_SVD_MAX,
     FIT_SLACK,
     NOISY_OVERSAMPLING,
     OWN_VIOLATION_MARGIN,
