@@ -175,13 +175,13 @@ def test_the_undetermined_refusal_counts_the_measurements_outside_their_bounds()
 def test_the_least_determined_tangent_directions_find_a_farther_consistent_head():
     """In class (d = 10, rank 1, tau = 1e-4, answers off by their whole tau): returned 15 % off with nothing said,
     the search along W_hat's own directions finding a consistent head 0.22 away (allowance 0.4). Along the
-    least-determined tangent directions one lies 0.80 away: the message says the result is not certified."""
+    least-determined tangent directions one lies 0.98 away: the message says the result is not certified."""
     from companion.robust import AMBIGUITY_DIRECTIONS, AMBIGUITY_SVD_MAX
 
     assert (AMBIGUITY_DIRECTIONS, AMBIGUITY_SVD_MAX) == (4, 2_000_000)
     h = random_margin_head(10, W_max=4.0, mu=0.1, rank=1, seed=1)
     rec = learn_low_rank_noisy(ApproxValueQueryOracle(h, 1e-4, noise="worst"), 1, W_max=4.0)
-    assert rec.diagnostics["ambiguity_W"] > 0.75 > 0.4 > rec.diagnostics["verify_allowed_W"]
+    assert rec.diagnostics["ambiguity_W"] > 0.9 and rec.diagnostics["verify_allowed_W"] < 0.41
     assert "not certified to verify_rtol=0.1" in rec.message
 
 
