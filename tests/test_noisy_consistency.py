@@ -212,3 +212,62 @@ def test_the_farther_head_is_a_consistent_head_of_rank_r():
         assert _tangent_ambiguity(rops.A, rops.B, rops.t, rops.delta, factors, W_max=4.0)[0] == dist
     finally:
         noisy.AMBIGUITY_SVD_MAX = cap
+
+
+def test_the_search_scales_its_heads_to_W_max_when_W_hat_is_above_it():
+    """An outside tester's blind spot: ||W_hat||_F = 8.57 > W_max = 8 left no allowed point near W_hat, and a fit 33 %
+    off came back with nothing said; heads scaled down to W_max (and checked against every bound) find 1.17."""
+    h = random_margin_head(16, W_max=8.0, mu=0.5 / np.sqrt(16), rank=1, seed=0)
+    rec = learn_low_rank_noisy(ApproxValueQueryOracle(h, 1e-4, noise="worst"), 16, W_max=8.0)
+    assert np.linalg.norm(rec.W) > 8.0
+    assert rec.diagnostics["ambiguity_W"] > 1.0 > 0.81 > rec.diagnostics["verify_allowed_W"]
+    assert "not certified to verify_rtol=0.1" in rec.message
+
+
+def test_exact_answers_left_unfitted_are_refused():
+    """tau = 0, d = 48, rank 2 at m = r (2d - r): Gauss-Newton stalled at a relative residual of 4.36 and the fit,
+    186 % off, came back "verified" (an outside tester's case). In-class fits of exact answers end at 5e-12 at most."""
+    from companion.attention import SingleHead
+    from companion.oracles import ValueQueryOracle
+    from companion.robust import EXACT_RESIDUAL
+
+    assert EXACT_RESIDUAL == 1e-8
+    rng = np.random.default_rng(0)
+    d = 48
+    W = rng.standard_normal((d, 2)) @ rng.standard_normal((d, 2)).T  # the tester's draws
+    W *= 3.0 / np.linalg.norm(W)
+    v = rng.choice([-1, 1], d) * (0.3 + 0.7 * rng.random(d)) / np.sqrt(d)
+    head = SingleHead(W, v)
+    with pytest.raises(OracleInconsistentError, match=r"tau=0 .* relative residual 4\.36 .* stop: stalled"):
+        learn_low_rank_noisy(ValueQueryOracle(head), 2, W_max=4.0, n_measurements=2 * (2 * d - 2))
+    rec = learn_low_rank_noisy(ValueQueryOracle(head), 2, W_max=4.0, n_measurements=2 * (2 * d - 2), verify=0)
+    assert rec.diagnostics["residual"] == pytest.approx(4.36, abs=0.01)
+    assert np.linalg.norm(rec.W - W) / 3.0 > 1.5  # 186 % off
+    # in class at the default m: fitted to rounding, far inside the threshold
+    ok = learn_low_rank_noisy(ValueQueryOracle(random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)), 2, W_max=4.0)
+    assert ok.diagnostics["residual"] < 1e-3 * EXACT_RESIDUAL
+
+
+def test_exact_residual_threshold_just_inside_and_outside(monkeypatch):
+    import companion.robust._noisy as noisy
+
+    head = random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
+    from companion.oracles import ValueQueryOracle
+
+    res = learn_low_rank_noisy(ValueQueryOracle(head), 2, W_max=4.0, verify=0).diagnostics["residual"]
+    monkeypatch.setattr(noisy, "EXACT_RESIDUAL", res * (1 + 1e-6))
+    learn_low_rank_noisy(ValueQueryOracle(head), 2, W_max=4.0)
+    monkeypatch.setattr(noisy, "EXACT_RESIDUAL", res * (1 - 1e-6))
+    with pytest.raises(OracleInconsistentError, match="tau=0"):
+        learn_low_rank_noisy(ValueQueryOracle(head), 2, W_max=4.0)
+
+
+def test_the_tangent_search_skips_exact_answers():
+    """With a bound delta_k = 0 (tau = 0) there is no weighting to search by; it used to raise inside eigh."""
+    from companion.robust._noisy import _tangent_ambiguity
+
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((30, 5)), rng.standard_normal((30, 5))
+    F, G = rng.standard_normal((5, 1)), rng.standard_normal((1, 5))
+    t = np.einsum("kd,de,ke->k", A, F @ G, B)
+    assert _tangent_ambiguity(A, B, t, np.zeros(30), (F, G), W_max=4.0) == (0.0, None)
