@@ -322,7 +322,7 @@ def _tangent_ambiguity(A, B, t, delta, factors, *, W_max) -> tuple:
     )
     K /= delta[:, None]
     # the least-determined directions: the bottom eigenvectors of K^T K (a direction need not be exact,
-    # every point on it is checked; 3 to 4 times faster than an SVD of K at d = 96, r = 4)
+    # every point on it is checked; with an SVD of K instead the learner took 1.28 s, not 1.10 s, at d = 96, r = 4)
     _, bottom = eigh(K.T @ K, subset_by_index=[0, min(AMBIGUITY_DIRECTIONS, K.shape[1]) - 1])
 
     def allowed(X, Y, s):
