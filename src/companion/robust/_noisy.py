@@ -307,6 +307,12 @@ def _tangent_ambiguity(A, B, t, delta, factors, *, W_max) -> tuple:
     the gauge left in (numerically arbitrary directions where the design vanishes), 11 to 8; without
     the scaling to ``W_max``, 11 to 2.
     """
+    with _one_blas_thread():  # small SVDs and products: with two threads they spin-wait (2.1 times the CPU time)
+        return _tangent_search(A, B, t, delta, factors, W_max)
+
+
+def _tangent_search(A, B, t, delta, factors, W_max) -> tuple:
+    """The body of :func:`_tangent_ambiguity`, under its one BLAS thread."""
     m, d = A.shape
     U, sv, V = factor_svd(*factors)
     r = len(sv)
@@ -334,8 +340,8 @@ def _tangent_ambiguity(A, B, t, delta, factors, *, W_max) -> tuple:
         if norm > W_max:  # to just inside W_max: the head returned is checked as it is
             ss = ss * (W_max / norm * (1.0 - 4 * np.finfo(float).eps))
         fit = np.einsum("kr,kr->k", (A @ Us) * ss, B @ Vs)
-        ok = float(np.linalg.norm((Us * ss) @ Vs.T)) <= W_max and bool(np.all(np.abs(fit - t) <= delta))
-        return ok, (Us * ss) @ Vs.T
+        head = (Us * ss) @ Vs.T
+        return float(np.linalg.norm(head)) <= W_max and bool(np.all(np.abs(fit - t) <= delta)), head
 
     best, far = 0.0, None
     grid = 2.0 * W_max * 2.0 ** (-0.5 * np.arange(16))
@@ -353,13 +359,6 @@ def _tangent_ambiguity(A, B, t, delta, factors, *, W_max) -> tuple:
             if float(np.linalg.norm(head - W_hat)) > best:
                 best, far = float(np.linalg.norm(head - W_hat)), head
     return best, far
-
-
-def _tangent_ambiguity_one_thread(A, B, t, delta, factors, *, W_max) -> float:
-    """:func:`_tangent_ambiguity`'s distance, with one BLAS thread (its SVDs are small: several threads
-    spin-wait, measured 2.1 times the learner's CPU time over 648 runs at d = 6 to 24 on 2 cores)."""
-    with _one_blas_thread():
-        return _tangent_ambiguity(A, B, t, delta, factors, W_max=W_max)[0]
 
 
 def _nuclear_ambiguity(A, B, t, delta, w, W, r, *, W_max, max_iter):
@@ -872,18 +871,18 @@ def _fit_rgn(rops, plan):
         half = (Uh[:, :r], sh[:r], Vh[:, :r])
         W, info = solve_weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=half, low=low)
         info["start"] = "sqrt-weighted"
-        res = rop_apply_factors(A, B, *info["factors"]) - t
-        violated = _violated(res, rops.delta_rounded).size
-        if plan.tau == 0 or _fit_ratio(res, rops.delta, w) > SKIP_SECOND_START_FIT or violated:
+        fit = rop_apply_factors(A, B, *info["factors"])  # O(m d r): W = F G never applied
+        violated = _violated(fit - t, rops.delta_rounded).size
+        if plan.tau == 0 or _fit_ratio(fit - t, rops.delta, w) > SKIP_SECOND_START_FIT or violated:
             W1, info1 = solve_weighted_rgn(A, B, t, w, r, max_iter=max_iter, start=spectral, low=low)
-            violated1 = _violated(rop_apply_factors(A, B, *info1["factors"]) - t, rops.delta_rounded).size
+            fit1 = rop_apply_factors(A, B, *info1["factors"])
+            violated1 = _violated(fit1 - t, rops.delta_rounded).size
             # a run consistent with every answer first (as W* is), then the smaller weighted residual
             if (plan.tau > 0 and violated and not violated1) or (
                 (plan.tau == 0 or bool(violated) == bool(violated1)) and info1["residual"] < info["residual"]
             ):
-                W, info = W1, dict(info1, start="spectral")
+                W, info, fit = W1, dict(info1, start="spectral"), fit1
     factors = info.pop("factors")
-    fit = rop_apply_factors(A, B, *factors)  # O(m d r): W = F G never applied
     info["converged"] = info["stop"] != "max_iter"
     return W, info, fit, factors, f"weighted rank-{r} least squares (Riemannian Gauss-Newton)"
 
@@ -972,7 +971,7 @@ def _certify_noisy(rops, plan, W, fit, factors, info) -> str:
         )
         info["ambiguity_W"] = max(
             _ambiguity(A, B, fit - t, delta, factors, W_max=W_max),
-            _tangent_ambiguity_one_thread(A, B, t, delta, factors, W_max=W_max),
+            _tangent_ambiguity(A, B, t, delta, factors, W_max=W_max)[0],
         )
     info["excess_norm_W"] = max(float(np.linalg.norm(W)) - W_max, 0.0)
     return inconsistent + _check_determined(
