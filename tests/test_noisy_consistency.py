@@ -11,11 +11,36 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import companion.robust._noisy as noisy
+from companion.attention import SingleHead
 from companion.errors import OracleInconsistentError
-from companion.oracles import ApproxValueQueryOracle
-from companion.robust import learn_low_rank_noisy, random_margin_head
-from companion.robust import VIOLATION_SLACK
-from companion.robust._noisy import _check_consistent, _violated, _violation_error
+from companion.exact import read_value_vector
+from companion.oracles import ApproxValueQueryOracle, ValueQueryOracle
+from companion.robust import (
+    AMBIGUITY_DIRECTIONS,
+    AMBIGUITY_SVD_MAX,
+    EXACT_RESIDUAL,
+    VIOLATION_SLACK,
+    learn_low_rank_noisy,
+    random_margin_head,
+)
+from companion.robust._noisy import (
+    _check_consistent,
+    _fit_rgn,
+    _measure_noisy,
+    _plan_noisy,
+    _tangent_ambiguity,
+    _violated,
+    _violation_error,
+)
+
+
+def _measured(oracle, r, *, W_max):
+    """The learner's stage 2 on ``oracle`` (its plan at the defaults, verify=0): ``(rops, plan)``."""
+    d, tau = int(oracle.d), float(oracle.tau)
+    plan = _plan_noisy(d, tau, r, W_max=W_max, tau=None, n_measurements=None, method="rgn", logit_max=0.5,
+                       solver_eps=1e-7, max_iter=30, verify=0, verify_rtol=0.1, seed=0)
+    return _measure_noisy(oracle, read_value_vector(oracle), plan, np.random.default_rng(0)), plan
 
 
 def _learn(d, rank, r, seed, tau=1e-4, **kw):
@@ -148,14 +173,9 @@ def test_a_run_consistent_with_every_answer_is_kept_over_a_smaller_residual():
 def test_the_bounds_of_the_check_cover_float64_rounding():
     """At tau = 1e-15 the bounds at tau alone were broken by W* itself (1.02 times, an adversarial tester's d = 2
     head); the check's bounds add each answer's rounding, as verify_noisy does."""
-    from companion.exact import read_value_vector
-    from companion.robust._noisy import _measure_noisy, _plan_noisy
 
     h = random_margin_head(2, W_max=2.0, mu=0.01, rank=1, seed=7)
-    oracle = ApproxValueQueryOracle(h, 1e-15, noise="worst")
-    plan = _plan_noisy(2, 1e-15, 1, W_max=2.0, tau=None, n_measurements=None, method="rgn", logit_max=0.5,
-                       solver_eps=1e-7, max_iter=30, verify=0, verify_rtol=0.1, seed=0)
-    rops = _measure_noisy(oracle, read_value_vector(oracle), plan, np.random.default_rng(0))
+    rops, _ = _measured(ApproxValueQueryOracle(h, 1e-15, noise="worst"), 1, W_max=2.0)
     res = np.einsum("kd,de,ke->k", rops.A, h.W, rops.B) - rops.t
     assert np.max(np.abs(res) / rops.delta) > 1.0  # the bounds at tau alone: broken by W*
     assert _violated(res, rops.delta_rounded).size == 0
@@ -176,7 +196,6 @@ def test_the_least_determined_tangent_directions_find_a_farther_consistent_head(
     """In class (d = 10, rank 1, tau = 1e-4, answers off by their whole tau): returned 15 % off with nothing said,
     the search along W_hat's own directions finding a consistent head 0.22 away (allowance 0.4). Along the
     least-determined tangent directions one lies 0.98 away: the message says the result is not certified."""
-    from companion.robust import AMBIGUITY_DIRECTIONS, AMBIGUITY_SVD_MAX
 
     assert (AMBIGUITY_DIRECTIONS, AMBIGUITY_SVD_MAX) == (4, 2_000_000)
     h = random_margin_head(10, W_max=4.0, mu=0.1, rank=1, seed=1)
@@ -187,14 +206,9 @@ def test_the_least_determined_tangent_directions_find_a_farther_consistent_head(
 
 def test_the_farther_head_is_a_consistent_head_of_rank_r():
     """What _tangent_ambiguity returns is checked as a whole: rank r, norm within W_max, every bound met."""
-    from companion.exact import read_value_vector
-    from companion.robust._noisy import _fit_rgn, _measure_noisy, _plan_noisy, _tangent_ambiguity
 
     h = random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
-    oracle = ApproxValueQueryOracle(h, 1e-4)
-    plan = _plan_noisy(10, 1e-4, 2, W_max=4.0, tau=None, n_measurements=None, method="rgn", logit_max=0.5,
-                       solver_eps=1e-7, max_iter=30, verify=0, verify_rtol=0.1, seed=0)
-    rops = _measure_noisy(oracle, read_value_vector(oracle), plan, np.random.default_rng(0))
+    rops, plan = _measured(ApproxValueQueryOracle(h, 1e-4), 2, W_max=4.0)
     W, _, _, factors, _ = _fit_rgn(rops, plan)
     dist, far = _tangent_ambiguity(rops.A, rops.B, rops.t, rops.delta, factors, W_max=4.0)
     assert dist > 0.1 and far is not None
@@ -202,7 +216,6 @@ def test_the_farther_head_is_a_consistent_head_of_rank_r():
     assert np.all(np.abs(np.einsum("kd,de,ke->k", rops.A, far, rops.B) - rops.t) <= rops.delta)
     assert dist == pytest.approx(np.linalg.norm(far - W), rel=1e-9)
     # above the size cap the search is skipped
-    import companion.robust._noisy as noisy
 
     cap = noisy.AMBIGUITY_SVD_MAX
     try:
@@ -227,9 +240,6 @@ def test_the_search_scales_its_heads_to_W_max_when_W_hat_is_above_it():
 def test_exact_answers_left_unfitted_are_refused():
     """tau = 0, d = 48, rank 2 at m = r (2d - r): Gauss-Newton stalled at a relative residual of 4.36 and the fit,
     186 % off, came back "verified" (an outside tester's case). In-class fits of exact answers end at 5e-12 at most."""
-    from companion.attention import SingleHead
-    from companion.oracles import ValueQueryOracle
-    from companion.robust import EXACT_RESIDUAL
 
     assert EXACT_RESIDUAL == 1e-8
     rng = np.random.default_rng(0)
@@ -249,10 +259,8 @@ def test_exact_answers_left_unfitted_are_refused():
 
 
 def test_exact_residual_threshold_just_inside_and_outside(monkeypatch):
-    import companion.robust._noisy as noisy
 
     head = random_margin_head(10, W_max=4.0, mu=0.1, rank=2, seed=0)
-    from companion.oracles import ValueQueryOracle
 
     res = learn_low_rank_noisy(ValueQueryOracle(head), 2, W_max=4.0, verify=0).diagnostics["residual"]
     monkeypatch.setattr(noisy, "EXACT_RESIDUAL", res * (1 + 1e-6))
@@ -264,7 +272,6 @@ def test_exact_residual_threshold_just_inside_and_outside(monkeypatch):
 
 def test_the_tangent_search_skips_exact_answers():
     """With a bound delta_k = 0 (tau = 0) there is no weighting to search by; it used to raise inside eigh."""
-    from companion.robust._noisy import _tangent_ambiguity
 
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((30, 5)), rng.standard_normal((30, 5))
