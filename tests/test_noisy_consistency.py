@@ -153,7 +153,7 @@ def test_refusal_threshold_just_inside_and_outside():
                 _check_consistent(A, B, res, delta, W, info, r=1, tau=1e-4, W_max=4.0, rtol=0.1, refuse=True)
         else:
             clause = _check_consistent(A, B, res, delta, W, info, r=1, tau=1e-4, W_max=4.0, rtol=0.1, refuse=True)
-            assert "1 of 1 measurements lies outside" in clause
+            assert "1 of 1 measurements lies outside its error bound (the largest" in clause
         assert info["n_violated"] == 1 and info["violation_error_W"] == pytest.approx(proof, rel=1e-9)
     # refuse=False (verify=0) never raises
     assert _check_consistent(A, B, np.array([5.0]), np.array([1.0]), W, {}, r=1, tau=1e-4, W_max=4.0, rtol=0.1,
