@@ -47,6 +47,7 @@ from ._norm import (
     faint_heads_message,
     heads_share,
     one_token_affine,
+    LARGE_OUTPUTS,
     SMALL_OUTPUTS,
     UnitScaled,
     output_scale,
@@ -162,7 +163,7 @@ class _Options:
     verify_rtol: float | None
     seed: int
     u: float = float(unit_roundoff("float64"))  # the answers' precision; above float64's: the float32 route
-    output_scale: float = 1.0  # the answers learned are the oracle's over this (SMALL_OUTPUTS)
+    output_scale: float = 1.0  # the answers learned are the oracle's over this (SMALL_OUTPUTS, LARGE_OUTPUTS)
     heads: str = "auto"  # the heads' stage: "joint" (all outputs), "readout" (one random readout), "auto"
 
     @property
@@ -863,8 +864,9 @@ def learn_attention_layer(
         ``lstsq_residual``, ``lstsq_cond``, ``heads_learner``,
         ``polished``, ``polish_residual_before``, ``polish_residual``, ``n_verify_queries``,
         ``verify_max_error``, ``verify_tolerance``, ``output_scale`` (1, or the power of 2 ``c`` the answers were
-        divided by where the first ones are all below 1e-4, SMALL_OUTPUTS: the block is learned on the answers
-        over ``c`` and its outputs scaled back; an identity skip found there is ``c I``, named ``"matrix"``).
+        divided by where the first ones are all below 1e-4, SMALL_OUTPUTS, or one is above 1e2, LARGE_OUTPUTS: the block
+        is learned on the answers over ``c`` and its outputs scaled back; an identity skip found there is ``c I``,
+        named ``"matrix"``).
 
     Raises
     ------
@@ -1023,7 +1025,7 @@ def learn_attention_layer(
         Xfit = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=plan["fit"])]
         Yfit = oracle(Xfit)
     c = output_scale(np.concatenate([Yp, Y1, Yfit]))
-    if c != 1.0:  # answers far below unit size, which the heads' absolute floors would hide (SMALL_OUTPUTS)
+    if c != 1.0:  # answers far from unit size, which absolute floors would misjudge (SMALL_OUTPUTS, LARGE_OUTPUTS)
         oracle, Yp, Y1, Yfit = UnitScaled(oracle, c), Yp / c, Y1 / c, Yfit / c
         o = replace(o, output_scale=c)
     norm, u = _find_layernorm(Yp, np.concatenate([Yp, Y1, Yfit]), o, oracle.precision)
@@ -1144,7 +1146,8 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
         f"{diagnostics['heads_route_count']} scalar queries; dimension count, with the skip as posed, "
         f"{diagnostics['information_floor']} vector queries)"
         + (
-            f"; learned on its answers divided by c = {c:.1e} (below SMALL_OUTPUTS = {SMALL_OUTPUTS:g})"
+            f"; learned on its answers divided by c = {c:.1e} ("
+            + (f"below SMALL_OUTPUTS = {SMALL_OUTPUTS:g})" if c < 1 else f"above LARGE_OUTPUTS = {LARGE_OUTPUTS:g})")
             if c != 1
             else ""
         )
