@@ -70,6 +70,7 @@ def test_rank_above_the_assumed_one_is_said():
     assert 0.05 < D["violation_error_W"] < D["verify_allowed_W"]
     assert "7 of 108 measurements lie outside their error bounds" in rec.message
     assert "not consistent with every answer" in rec.message
+    assert rec.message.startswith("recovered, with the caveats after the method, ")
     assert "within the allowance" in rec.message
     # the proof is a lower bound on the true error
     assert D["violation_error_W"] <= np.linalg.norm(rec.W - head.W)
@@ -168,6 +169,7 @@ def test_a_run_consistent_with_every_answer_is_kept_over_a_smaller_residual():
     assert rec.diagnostics["start"] == "spectral" and rec.diagnostics["n_violated"] == 0
     assert np.linalg.norm(rec.W - h.W) / np.linalg.norm(h.W) < 0.009
     assert "outside their error bounds" not in rec.message
+    assert rec.message.startswith("recovered a rank-3 W")  # no caveat, none said first
 
 
 def test_the_bounds_of_the_check_cover_float64_rounding():
@@ -202,6 +204,7 @@ def test_the_least_determined_tangent_directions_find_a_farther_consistent_head(
     rec = learn_low_rank_noisy(ApproxValueQueryOracle(h, 1e-4, noise="worst"), 1, W_max=4.0)
     assert rec.diagnostics["ambiguity_W"] > 0.9 and rec.diagnostics["verify_allowed_W"] < 0.41
     assert "not certified to verify_rtol=0.1" in rec.message
+    assert rec.message.startswith("recovered, with the caveats after the method, a rank-")
 
 
 def test_the_farther_head_is_a_consistent_head_of_rank_r():
@@ -235,6 +238,7 @@ def test_the_search_scales_its_heads_to_W_max_when_W_hat_is_above_it():
     assert np.linalg.norm(rec.W) > 8.0
     assert rec.diagnostics["ambiguity_W"] > 1.0 > 0.81 > rec.diagnostics["verify_allowed_W"]
     assert "not certified to verify_rtol=0.1" in rec.message
+    assert rec.message.startswith("recovered, with the caveats after the method, a rank-")
 
 
 def test_exact_answers_left_unfitted_are_refused():

@@ -477,8 +477,8 @@ def test_check_determined_thresholds_at_equality():
     W = np.diag([3.0, 4.0, 0.0])  # ||W||_F = 5
     kw = dict(W_max=4.0, rtol=0.1, r=2, m=40, tau=1e-3, max_iter=30)
     size = min(5.0, 4.0)
-    allowed = 0.1 * size * (1 + 1e-9) + 1e-12
-    undet = 1.0 * size * (1 + 1e-9)
+    allowed = 0.1 * size + 1e-9 * size + 1e-12  # verify_noisy's allowance (companion._learner.error_allowance)
+    undet = 1.0 * size + 1e-9 * size + 1e-12
     assert robust._noisy._check_determined(_info(allowed, 0.0), W, **kw) == ""
     with pytest.raises(PrecisionError):
         robust._noisy._check_determined(_info(float(np.nextafter(allowed, 1)), 0.0), W, **kw)
@@ -491,7 +491,32 @@ def test_check_determined_thresholds_at_equality():
     assert "not determined" in robust._noisy._check_determined(_info(0.0, undet), W, refuse=False, **kw)
     # size = min(||W||_F, W_max): with W_max = 10 the size is ||W||_F = 5
     kw10 = dict(kw, W_max=10.0)
-    assert robust._noisy._check_determined(_info(0.1 * 5.0 * (1 + 1e-9) + 1e-12, 0.0), W, **kw10) == ""
+    assert robust._noisy._check_determined(_info(0.1 * 5.0 + 1e-9 * 5.0 + 1e-12, 0.0), W, **kw10) == ""
+    with pytest.raises(PrecisionError):
+        robust._noisy._check_determined(_info(float(np.nextafter(0.1 * 5.0 + 1e-9 * 5.0 + 1e-12, 1)), 0.0), W, **kw10)
+
+
+def test_the_three_noisy_allowances_are_one_rule():
+    """verify_noisy, the consistency check and the determination check allowed 1e-9 of the norm, 1e-9 of rtol times it,
+    and no 1e-12 (session 48's review): one helper now serves all three, and each refuses just above its value."""
+    from companion._learner import ALLOWANCE_SLACK, error_allowance
+
+    assert ALLOWANCE_SLACK == 1e-9 and robust.AMBIGUITY_SLACK == ALLOWANCE_SLACK
+    assert error_allowance(0.1, 4.0) == 0.1 * 4.0 + 1e-9 * 4.0 + 1e-12
+    assert error_allowance(0.1, 4.0, own=0.7) == 0.7 + 1e-9 * 4.0 + 1e-12
+    assert error_allowance(0.1, 4.0, own=0.2) == error_allowance(0.1, 4.0)  # rtol times the size wins
+    allowed = error_allowance(0.1, float(np.sqrt(3)))  # _check_consistent at ||W||_F = sqrt(3) < W_max
+    A = B = np.eye(3)[:1]
+    for proof, raises in ((allowed, False), (float(np.nextafter(allowed, 1)) + 1e-15, True)):
+        res = np.array([1.0 + proof])
+        kw = dict(r=1, tau=1e-4, W_max=4.0, rtol=0.1, refuse=True)
+        if raises:
+            with pytest.raises(OracleInconsistentError, match="above the allowed"):
+                robust._noisy._check_consistent(A, B, res, np.array([1.0]), np.eye(3), {}, **kw)
+        else:
+            assert "within the allowance" in robust._noisy._check_consistent(
+                A, B, res, np.array([1.0]), np.eye(3), {}, **kw
+            )
 
 
 def test_noisy_nuclear_rank_check_at_rtol_exactly():

@@ -762,6 +762,20 @@ def names_rounding(advice, *, one_token=False):
     return decorate
 
 
+#: Relative slack of every noisy learner's error allowance (:func:`error_allowance`): float64 rounding at the edge.
+ALLOWANCE_SLACK = 1e-9
+
+
+def error_allowance(rtol: float, size: float, own: float | None = None) -> float:
+    """The error a noisy learner allows in an estimate of size ``size``: ``max(rtol size, own)``, plus
+    ``ALLOWANCE_SLACK size + 1e-12`` for rounding (an exact oracle, ``tau = 0``, still leaves float64 rounding).
+
+    ``size`` is ``min(||W_hat||_F, W_max)`` for ``W`` and ``||v||`` for ``v``; ``own`` is the learner's own error
+    bound, if it has one. One rule for :func:`verify_noisy`'s refusal and ``companion.robust``'s consistency and
+    determination checks, so that the three allow the same error."""
+    return max(rtol * size, 0.0 if own is None else float(own)) + ALLOWANCE_SLACK * size + 1e-12
+
+
 #: The relative float64 rounding :func:`verify_noisy` allows in every answer on top of ``tau``
 #: (``2**-40``, 4096 ulps of 1): the target's, the oracle's and the check's own arithmetic.
 CERTIFY_ROUNDING = 2.0**-40
@@ -786,7 +800,7 @@ def verify_noisy(
     A quarter of the queries (at least one) are length-1, the rest rank-one projections. The
     largest lower bounds are the certified errors. The model is refused if a certified error
     exceeds what the learner allows: ``max(allowed_W, rtol min(||W||_F, W_max))`` and
-    ``max(allowed_v, rtol ||v||)`` (plus 1e-9 of the norm and 1e-12 for rounding), where
+    ``max(allowed_v, rtol ||v||)`` (plus 1e-9 of the norm and 1e-12 for rounding: :func:`error_allowance`), where
     ``allowed_W``, ``allowed_v`` are the learner's own error bounds, if it has any. A bound at
     least the estimate's own norm (``allowed_W >= ||W||_F``) certifies nothing: any head, 0
     among them, meets it. It is then not allowed: the error is held to ``rtol`` alone, and a
@@ -813,15 +827,13 @@ def verify_noisy(
 
     d = int(oracle.d)
     tau_v = tau if tau_v is None else tau_v
-    # The allowance is the larger of the learner's own bound and rtol times the norm, plus a
-    # rounding floor (an exact oracle, tau = 0, still leaves float64 rounding in t).
     nW, nv = min(float(np.linalg.norm(W)), float(W_max)), float(np.linalg.norm(v))
     vacuous = {  # a learner's bound at least the estimate's norm certifies nothing: not allowed
         "W": allowed_W is not None and float(allowed_W) >= float(np.linalg.norm(W)),
         "v": allowed_v is not None and float(allowed_v) >= nv,
     }
-    allowed_W = max(rtol * nW, 0.0 if allowed_W is None or vacuous["W"] else float(allowed_W)) + 1e-9 * nW + 1e-12
-    allowed_v = max(rtol * nv, 0.0 if allowed_v is None or vacuous["v"] else float(allowed_v)) + 1e-9 * nv + 1e-12
+    allowed_W = error_allowance(rtol, nW, None if vacuous["W"] else allowed_W)
+    allowed_v = error_allowance(rtol, nv, None if vacuous["v"] else allowed_v)
     rng = np.random.default_rng(seed)
     n_v = max(1, n // 4)
     n_w = n - n_v

@@ -8,7 +8,16 @@ import numpy as np
 from scipy.linalg import eigh
 from scipy.special import expit, logit
 
-from .._learner import CERTIFY_ROUNDING, DEFAULT_VERIFY, build, check_verify, reserve, verify_noisy
+from .._learner import (
+    ALLOWANCE_SLACK,
+    CERTIFY_ROUNDING,
+    DEFAULT_VERIFY,
+    build,
+    check_verify,
+    error_allowance,
+    reserve,
+    verify_noisy,
+)
 from .._streaming import answer_rop
 from .._validation import check_choice, check_int, check_real
 from ..errors import NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
@@ -73,14 +82,16 @@ _NOISY_MESSAGES = {
         "||W_hat - W*||_F >= {err:.3g}, above the allowed {allowed:.3g} (verify_rtol times the "
         "norm). Gauss-Newton found no rank-{r} head within the bounds from either start: "
         "rank(W*) > {r} (raise rank), ||W*||_F > W_max, the oracle errs by more than tau, or it is "
-        "not a single head; or both runs stopped in wrong minima (try another seed or method='nuclear'). "
+        "not a single head; or both runs stopped in wrong minima (try another seed, which redraws the measurements, "
+        "or method='nuclear'). "
         "verify=0 returns the fit."
     ),
     "exact_residual": (
         "with tau=0 (answers taken as exact) the rank-{r} fit leaves a relative residual {res:.3g} on its "
         "m={m} measurements (Gauss-Newton's stop: {stop}), far above float64's rounding: it is not W*. "
         "Gauss-Newton stopped in a wrong minimum (m near r(2d - r) leaves it little room: raise "
-        "n_measurements or try another seed), rank(W*) > {r}, or the answers are not exact (pass their tau). "
+        "n_measurements or try another seed, which redraws the measurements), rank(W*) > {r}, or the answers are "
+        "not exact (pass their tau). "
         "verify=0 returns the fit."
     ),
     "fit": (
@@ -88,7 +99,7 @@ _NOISY_MESSAGES = {
         "one a head with rank(W*) <= {r} and ||W*||_F <= W_max={W_max:g} answering within "
         "tau={tau:.3g} can leave (at most 1): rank(W*) > {r} (raise rank), ||W*||_F > W_max, the "
         "oracle errs by more than tau, or it is not a single head; or Gauss-Newton stopped in a "
-        "wrong minimum (try another seed or method='nuclear')."
+        "wrong minimum (try another seed, which redraws the measurements, or method='nuclear')."
     ),
 }
 
@@ -200,8 +211,9 @@ def _check_fit(res, delta, w, *, r, tau, W_max, refuse=True) -> float:
 #: (issue 22, item 5: a MiniLM head in float16 and bfloat16).
 UNDETERMINED_RATIO = 1.0
 
-#: Relative margin of the thresholds of :func:`_check_determined` (float64 rounding at the edge).
-AMBIGUITY_SLACK = 1e-9
+#: Relative margin of the thresholds of :func:`_check_determined` (float64 rounding at the edge): the slack of every
+#: noisy learner's allowance, ``companion._learner.ALLOWANCE_SLACK``, under the name this package exported first.
+AMBIGUITY_SLACK = ALLOWANCE_SLACK
 
 
 #: Relative margin by which :func:`_widened` passes a point's own largest violation.
@@ -457,26 +469,27 @@ def _check_determined(info, W, *, W_max, rtol, r, m, tau, max_iter, refuse=True)
 
     Undetermined: ``excess_norm_W`` exceeds the verification's allowance
     ``rtol min(||W||_F, W_max)`` (a proven error, as :func:`companion._learner.verify_noisy`
-    refuses), or ``ambiguity_W`` reaches ``UNDETERMINED_RATIO min(||W||_F, W_max)``; both times
-    ``1 + AMBIGUITY_SLACK``. Then it raises, or without ``refuse`` returns the clause
+    refuses), or ``ambiguity_W`` reaches ``UNDETERMINED_RATIO min(||W||_F, W_max)``; both plus
+    ``AMBIGUITY_SLACK`` of the size and ``1e-12`` (``companion._learner.error_allowance``, verify_noisy's
+    rule). Then it raises, or without ``refuse`` returns the clause
     ``"; not determined by the answers: ..."``. Otherwise it returns ``""``, or, if
     ``ambiguity_W`` exceeds the allowance, a clause that says no error below it is certified.
     """
     size = min(float(np.linalg.norm(W)), W_max)
-    allowed = rtol * size * (1 + AMBIGUITY_SLACK) + 1e-12
+    allowed = error_allowance(rtol, size)
     head = f"a rank-{r} head with ||W||_F <= W_max={W_max:g} within every bound delta_k lies"
     if info["excess_norm_W"] > allowed:
         evidence = (
             f"||W_hat||_F exceeds W_max={W_max:g}, so ||W_hat - W*||_F >= {info['excess_norm_W']:.3g}, "
             f"more than the {allowed:.3g} the verification allows (verify_rtol={rtol:g})"
         )
-    elif info["ambiguity_W"] >= UNDETERMINED_RATIO * size * (1 + AMBIGUITY_SLACK):
+    elif info["ambiguity_W"] >= error_allowance(UNDETERMINED_RATIO, size):
         evidence = (
             f"{head} ||W - W_hat||_F={info['ambiguity_W']:.3g} from W_hat, at least "
             f"{UNDETERMINED_RATIO:g} x min(||W_hat||_F, W_max)={size:.3g}"
         )
     elif info["ambiguity_W"] > allowed:
-        return f"; not certified to verify_rtol={rtol:g}: {head} {info['ambiguity_W']:.2g} from W"
+        return f"; not certified to verify_rtol={rtol:g}: {head} {info['ambiguity_W']:.4g} from W"
     else:
         return ""
     if not refuse:
@@ -633,7 +646,7 @@ def learn_low_rank_noisy(
     PrecisionError
         Either method, ``tau > 0``, ``verify > 0``: if ``excess_norm_W`` exceeds
         ``verify_rtol min(||W||_F, W_max)``, or ``ambiguity_W`` reaches
-        ``UNDETERMINED_RATIO min(||W||_F, W_max)`` (both times ``1 + AMBIGUITY_SLACK``): the
+        ``UNDETERMINED_RATIO min(||W||_F, W_max)`` (both plus ``AMBIGUITY_SLACK`` of it and 1e-12): the
         answers, at their precision ``tau`` and this ``m``, do not determine ``W*`` (say, a
         MiniLM head served in float16). More measurements or a smaller ``tau`` are needed;
         ``verify=0`` returns the estimate anyway, and says in its message that it is not
@@ -701,12 +714,15 @@ def learn_low_rank_noisy(
         # at most 1 for W*: a larger value certifies W != W*
         diagnostics["max_violation"] = float(np.max(np.abs(fit - rops.t) / rops.delta))
     diagnostics["singular_values"] = np.linalg.svd(W, compute_uv=False)[: plan.r + 1]
+    # a caveat (not consistent with every answer, not certified, not determined) is said first, not only in the middle
+    # of a message that ends "verified" (a new user's reading, 2026-12-05)
     message = (
-        f"recovered a rank-{plan.r} W and v from {d} + {plan.m} approximate value queries "
+        ("recovered, with the caveats after the method, " if undetermined else "recovered ")
+        + f"a rank-{plan.r} W and v from {d} + {plan.m} approximate value queries "
         f"(tau={plan.tau:.3g}): {plan.m} Gaussian rank-one projections, {how}"
     )
     if rops.n_clipped:
-        message += f"; {rops.n_clipped} weights clipped to Lemma 6.1's window"
+        message += f"; {rops.n_clipped} weight{'s' if rops.n_clipped > 1 else ''} clipped to Lemma 6.1's window"
     if not diagnostics.get("converged", True):
         message += f"; Gauss-Newton stopped at max_iter={plan.max_iter} before its stopping rule"
     checked = verify_noisy(
@@ -923,7 +939,7 @@ def _check_consistent(A, B, res, delta, W, info, *, r, tau, W_max, rtol, refuse)
     if not idx.size:
         return ""
     worst = float(np.max(np.abs(res[idx]) / delta[idx]))
-    allowed = rtol * min(float(np.linalg.norm(W)), W_max) * (1.0 + VIOLATION_SLACK)
+    allowed = error_allowance(rtol, min(float(np.linalg.norm(W)), W_max))
     if refuse and err > allowed:
         raise OracleInconsistentError(
             _NOISY_MESSAGES["violated"].format(
