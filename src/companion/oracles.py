@@ -321,6 +321,9 @@ class ValueQueryOracle:
     (1.0, 1, 2)
     """
 
+    #: Called with every batch asked and its answers while a learner keeps its queries (``layer._determinism``).
+    _observer = None
+
     tau = 0.0
 
     def __init__(self, target, *, d=None, budget=None, record=False, precision=None, progress=None):
@@ -449,6 +452,8 @@ class ValueQueryOracle:
         y = apply_by_length(seqs, self._answer)
         self.n_queries += n
         _progress.advance(self, n)
+        if self._observer is not None:  # a learner keeping its queries to ask them again (layer._determinism)
+            self._observer(seqs, y)
         if self.record:
             self.log.extend((np.array(x), self._one(a)) for x, a in zip(seqs, y))
         return self._one(y[0]) if single else y
