@@ -284,3 +284,76 @@ def test_bad_inputs_are_refused_with_advice():
         targets.from_torch(TorchMHA(4, 1, bias=True)).truth.errors(exact.learn_single_head(t.oracle()))
     with pytest.raises(InvalidInputError, match=r"\(B, N, d=4\)"):
         t.vector(np.zeros((2, 4)))
+
+
+# ----------------------------------------------------------------------------- a chapter 08 reader's findings (2026-12-05)
+
+class _BF16Tensor(_Tensor):
+    """A torch bfloat16 tensor's behaviour: its ``.numpy()`` raises (NumPy has no bfloat16), ``.float()`` converts."""
+
+    def __init__(self, a):
+        super().__init__(np.asarray(a, dtype=np.float32))
+        self.dtype = "torch.bfloat16"
+
+    def numpy(self):
+        raise TypeError("Got unsupported ScalarType BFloat16")
+
+    def float(self):
+        return _Tensor(self.a)
+
+
+def test_a_torch_bfloat16_tensor_is_read_through_float32():
+    """A bfloat16 nn.MultiheadAttention crashed in from_torch (TypeError in .numpy()); it now refuses as the chapter
+    says (a PrecisionError at bfloat16's rounding, measured with torch 2.13 in a scratch environment)."""
+    out = targets._to_numpy(_BF16Tensor([1.5, -2.0]))
+    assert out.dtype == np.float32 and out.tolist() == [1.5, -2.0]
+
+
+def test_a_framework_oracle_passes_progress_and_keeps_its_precision():
+    target = targets.from_callable(lambda x: float(x.sum()), 3, dtype="float32")
+    oracle = target.oracle(progress=False)
+    assert oracle.progress is False and oracle.precision == target.oracle().precision == 2.0**-24
+
+
+def test_a_keras_float64_layer_returning_float32_states_float32():
+    """Keras 3.15's MultiHeadAttention with dtype="float64" returns float32 arrays on the numpy backend: the adapter
+    stated float64, and the learners measured the answers' rounding (or refused) instead of being told."""
+    keras = pytest.importorskip("keras")
+    layer = keras.layers.MultiHeadAttention(num_heads=1, key_dim=2, dtype="float64")
+    layer(query=np.zeros((1, 1, 6)), value=np.zeros((1, 2, 6)), key=np.zeros((1, 2, 6)))
+    returned = np.asarray(layer(query=np.zeros((1, 1, 6)), value=np.zeros((1, 2, 6)), key=np.zeros((1, 2, 6)))).dtype
+    target = targets.from_keras(layer)
+    assert target.dtype == returned.name  # float32 on this Keras; float64 where a Keras returns float64
+    assert layer.compute_dtype == "float64"
+
+
+def test_a_bfloat16_keras_layer_saturating_is_named_a_precision_limit_not_a_verdict():
+    """Keras MultiHeadAttention computing in bfloat16 (d = 16, key_dim = 2): learn_low_rank's weights stayed saturated
+    and it said "the oracle does not behave like a softmax head"; the stated rounding explains it (a PrecisionError)."""
+    keras = pytest.importorskip("keras")
+    from companion import lowrank
+    from companion.errors import PrecisionError
+
+    keras.utils.set_random_seed(0)
+    layer = keras.layers.MultiHeadAttention(num_heads=1, key_dim=2, use_bias=False, dtype="bfloat16")
+    x = np.zeros((1, 2, 16), np.float32)
+    layer(x[:, -1:], x)
+    with pytest.raises(PrecisionError, match=r"stayed saturated .* stated to carry rounding u=0.0039 \(bfloat16\)"):
+        lowrank.learn_low_rank(targets.from_keras(layer).oracle(), 2)
+
+
+def test_a_float64_target_whose_weights_stay_saturated_keeps_its_verdict():
+    """Just outside the renaming: a hard-max head (not a softmax) answering in float64 keeps the verdict."""
+    from companion import lowrank
+    from companion.attention import random_single_head
+    from companion.oracles import ValueQueryOracle
+
+    head = random_single_head(6, rank=2, seed=0)
+
+    def hardmax(X):
+        X = np.asarray(X, dtype=float)
+        s = np.einsum("bnd,de,be->bn", X, head.W, X[:, -1, :])
+        return np.einsum("bnd,d->bn", X, head.v)[np.arange(len(X)), np.argmax(s, axis=1)]
+
+    with pytest.raises(OracleInconsistentError, match="does not behave like a softmax head"):
+        lowrank.learn_low_rank(ValueQueryOracle(hardmax, d=6), 2)

@@ -38,7 +38,7 @@ import numpy as np
 from ._validation import check_int
 from .attention import MultiHead, SingleHead
 from .errors import InvalidInputError
-from .oracles import ValueQueryOracle
+from .oracles import ValueQueryOracle, unit_roundoff
 
 __all__ = ["FrameworkTarget", "MergedHeads", "from_callable", "from_keras", "from_flax", "from_torch"]
 
@@ -212,9 +212,12 @@ class FrameworkTarget:
         Y = self.vector(X)
         return Y[:, 0] if self.readout is None else Y @ self.readout
 
-    def oracle(self, *, budget=None, record=False) -> ValueQueryOracle:
-        """A :class:`~companion.oracles.ValueQueryOracle` on this target, stating its precision."""
-        return ValueQueryOracle(self, d=self.d, budget=budget, record=record, precision=self.precision)
+    def oracle(self, *, budget=None, record=False, progress=None) -> ValueQueryOracle:
+        """A :class:`~companion.oracles.ValueQueryOracle` on this target, stating its precision (``progress`` as
+        :class:`~companion.oracles.ValueQueryOracle` takes it: ``False`` silences the progress bar)."""
+        return ValueQueryOracle(
+            self, d=self.d, budget=budget, record=record, precision=self.precision, progress=progress
+        )
 
     def __repr__(self):
         return f"FrameworkTarget({self.name}, d={self.d}, d_out={self.d_out}, dtype={self.dtype})"
@@ -334,9 +337,14 @@ def from_keras(layer, *, readout=None, seed=0) -> FrameworkTarget:
     def vector(X):
         return np.asarray(layer(query=X[:, -1:, :], value=X, key=X))[:, 0, :]
 
-    return FrameworkTarget(
-        vector, d, d_out, readout=r, dtype=str(layer.compute_dtype), truth=truth, name=f"keras {type(layer).__name__}"
-    )
+    name = f"keras {type(layer).__name__}"
+    target = FrameworkTarget(vector, d, d_out, readout=r, dtype=str(layer.compute_dtype), truth=truth, name=name)
+    # a layer can return a coarser format than it computes in (Keras 3.15's MultiHeadAttention with dtype="float64"
+    # returns float32 on the numpy and jax backends): the answers carry the coarser one's rounding, which is stated
+    returned = np.asarray(vector(target._cast(np.zeros((1, 2, d))))).dtype.name
+    if returned in _FORMATS and unit_roundoff(returned) > unit_roundoff(target.dtype):
+        target = FrameworkTarget(vector, d, d_out, readout=r, dtype=returned, truth=truth, name=name)
+    return target
 
 
 def from_flax(apply, params, *, readout=None, seed=0) -> FrameworkTarget:
@@ -403,6 +411,8 @@ def _to_numpy(t) -> np.ndarray:
         t = t.detach()
     if hasattr(t, "cpu"):
         t = t.cpu()
+    if str(getattr(t, "dtype", "")) == "torch.bfloat16":  # NumPy has no bfloat16: torch's .numpy() refuses it
+        t = t.float()  # exact: every bfloat16 is a float32
     if hasattr(t, "numpy"):
         t = t.numpy()
     return np.asarray(t)
@@ -475,6 +485,8 @@ def from_torch(module, *, readout=None, seed=0) -> FrameworkTarget:
         q, kv = X[:, -1:, :], X
         if not batch_first:
             q, kv = q.transpose(1, 0, 2), kv.transpose(1, 0, 2)
+        if q.dtype.kind == "V" or q.dtype.name == "bfloat16":  # ml_dtypes' bfloat16, which torch cannot read:
+            q, kv = q.astype(np.float32), kv.astype(np.float32)  # exact; new_tensor casts back to the module's dtype
         q, kv = Win.new_tensor(np.ascontiguousarray(q)), Win.new_tensor(np.ascontiguousarray(kv))
         out = _to_numpy(module(q, kv, kv, need_weights=False)[0])
         return out[:, 0, :] if batch_first else out[0]

@@ -511,7 +511,11 @@ def _gaussian_stage(solve):
         # the solver uses as it is, with no float64 copy (half the memory and its page faults)
         A, B = gaussian_rop_design(d, m, v, rng, dtype=np.float32 if plan.method == "rgn" else np.float64)
         with count.stage("measure"):
-            t, info = measure_bilinear(oracle, A, B, v, scale=plan.scale)
+            try:
+                t, info = measure_bilinear(oracle, A, B, v, scale=plan.scale)
+            except OracleInconsistentError as err:
+                _name_saturation_rounding(err, prec)
+                raise
         diagnostics = dict(n_measurements=m, n_requeries=info["n_requeries"], max_abs_logit=info["max_abs_logit"])
         try:
             W, sinfo = solve(A, B, t, plan)
@@ -617,6 +621,30 @@ def _auto_method(d, rank, n_measurements) -> tuple[str, str]:
 #: bfloat16. A residual above this many u is not the rounding's (an adversarial tester's case: rank 2
 #: assumed of a full-rank head at float32, residual 0.349 = 5.9e6 u, had been blamed on the rounding).
 RGN_ROUNDING_UNITS = 1e3
+
+
+def _name_saturation_rounding(err, prec):
+    """Raise :class:`PrecisionError` if coarse answers explain weights that stayed saturated (``err``).
+
+    A weight re-measured at a smaller scale ``c`` is read from ``y / c``, whose rounding grows as ``c`` shrinks: at
+    bfloat16 (``u = 2**-8``) a Keras layer's weights stayed outside the band after 40 re-measurements, and the
+    learner said "the oracle does not behave like a softmax head" (an outside reader, 2026-12-05). The precision is
+    the oracle's stated one, or measured now (32 queries); float64 answers, or no budget left, leave ``err``.
+    """
+    if "stayed saturated" not in str(err):
+        return
+    if not prec.known:
+        try:
+            prec.measure()
+        except CompanionError:
+            return
+    if prec.rounding or prec.noise:  # as companion._learner.names_rounding judges: COARSE_FACTOR times float64's
+        raise PrecisionError(
+            f"{err.args[0].split(';')[0]}, and {prec.describe()}: a weight re-measured at a smaller scale is read "
+            "from the answer divided by that scale, whose rounding keeps it out of the band, so the rounding alone "
+            "explains it; this refusal is not a verdict on the target. Serve the model at float32 or finer (then "
+            "method='sketch'), or use companion.robust.learn_low_rank_noisy with tau at the answers' rounding."
+        ) from err
 
 
 def _name_rounding(err, prec, method):
