@@ -167,3 +167,21 @@ def test_save_refuses_a_folder_and_names_the_user_path_when_it_cannot_write(tmp_
     assert rec.save(long) == long and sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["r.safetensors", long.name]
     )
+
+
+def test_numpy_scalars_in_parameters_are_saved_as_numbers(tmp_path):
+    """A reader passed parameters={"d": np.int64(5)} and got "int64 is not JSON serializable"; other objects are still
+    refused."""
+    import numpy as np
+
+    from companion import exact, load
+    from companion.attention import random_single_head
+    from companion.errors import InvalidInputError
+    from companion.oracles import ValueQueryOracle
+
+    rec = exact.learn_single_head(ValueQueryOracle(random_single_head(3, seed=0)))
+    path = rec.save(tmp_path / "r.safetensors", parameters={"d": np.int64(3), "tau": np.float32(0.5)})
+    params = load(path).provenance["parameters"]
+    assert params["d"] == 3 and type(params["d"]) is int and params["tau"] == 0.5
+    with pytest.raises(InvalidInputError, match="parameters must be JSON"):
+        rec.save(tmp_path / "s.safetensors", parameters={"x": object()})

@@ -213,6 +213,14 @@ def _provenance(parameters) -> dict:
     }
 
 
+def _numpy_scalar(value):
+    """A NumPy scalar (``np.int64(5)``, ``np.float32(0.5)``) as the Python number it holds, for ``parameters``: a
+    reader passing ``d=np.int64(5)`` got "int64 is not JSON serializable"."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def save(rec, path, *, parameters: Mapping[str, Any] | None = None) -> Path:
     """Write ``rec`` to ``path`` (safetensors plus JSON metadata; the module docstring has the format).
 
@@ -243,7 +251,8 @@ def save(rec, path, *, parameters: Mapping[str, Any] | None = None) -> Path:
     header = {"format": FORMAT, "class": _class_name(rec), "fields": enc.fields(rec, "")}
     header["checksum"] = _checksum(enc.tensors)
     try:
-        header["provenance"] = json.loads(json.dumps(_provenance(dict(parameters or {})), allow_nan=False))
+        provenance = json.dumps(_provenance(dict(parameters or {})), allow_nan=False, default=_numpy_scalar)
+        header["provenance"] = json.loads(provenance)
         meta = json.dumps(header, allow_nan=False, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"parameters must be JSON (strings, finite numbers, lists, dicts): {exc}") from None

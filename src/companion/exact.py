@@ -810,7 +810,7 @@ def _learn_biased(oracle, d, *, probes, c0, verify, verify_rtol, seed, precision
     kappa_W = probe_floor(U, lu, T[:, :d], C[:, :d], v, uv, W_full[:d, :d])
     message = (
         f"recovered the identifiable rows of W~ and v~ from (d + 1)^2 = {d1 * d1} value queries on "
-        "homogeneous tokens (x, 1) (Theorem 4.1 with biases); last row of W~ set to 0"
+        "homogeneous tokens (x, 1) (this book's extension of Theorem 4.1 to biases); last row of W~ set to 0"
         + (f"; {n_requeries} re-measurements" if n_requeries else "")
     )
     head = SingleHead(W_full, v_full)
