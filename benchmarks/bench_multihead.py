@@ -172,6 +172,17 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    15.3 ms, 2.18x -> 2.10x, 4 %, short of the third needed, for 234 changed lines. The compute left, faults suppressed
    (ms a run): the rows' joint fits 2.55 (Cholesky solves 0.6), the start rows 1.38 (64 batched 32 x 32 LU solves
    0.9), the pairs' fits 1.15, building the queries 0.7, the labels 0.49, the links 0.45.
+   Session 49 (2026-12-05, AMD EPYC, one BLAS thread, main at 1ffbc31, ``--canonical-only --d 32 64``): d = 32, H = 2
+   15.3 ms against the replay's 6.83, 2.25 by length (2.15 CPU), FAIL; every other time target passed. A helper's study
+   in a scratch clone (strace markers per stage): the heap grows past glibc's trim threshold twice a run (the pairs'
+   queries and their oracle temporaries, about 3.3 MB; the rows' Gauss-Newton, about 3.5 MB) and is trimmed after
+   each, so the next run faults it in again (1,580 to 1,730 minor faults a run). Reusing the rows' normal-matrix
+   buffers across steps, building each query block from X and the row deltas (no tiled copy), and blocks of 768
+   queries took the faults to 0 and the learner to 13.2 ms, learned models, queries and answers bit for bit those
+   of main: 1.91, 2.02 and 1.98 in three invocations of this bench's flow, the oracle's replay moving between 6.5 and
+   7.4 ms. compare_counts_time.py (after larger cases' warm-ups, where main faults no more either) gave 1.97 to 2.12
+   against main's 1.93 to 2.04: slower there by 0.3 to 0.5 ms (12 oracle calls a run instead of 8). Not adopted: the
+   verdict stays the allocator's state as much as the learner's.
 
 1. learn_canonical (general heads, this book's construction): for each d, H = 1, 2, ... until a
    run fails (raises, or the canonical form is off by more than 1e-8 relative); prints the largest

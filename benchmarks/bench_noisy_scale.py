@@ -89,6 +89,18 @@ Haswell kernel this machine sets (``OPENBLAS_CORETYPE``); with both variables un
 benchmarks, OpenBLAS takes its SkylakeX (AVX-512) kernel and the row took 41.2 CPU s against the oracle's 3.14: 13.1
 times, worse, the oracle's float64 products gaining more than the float32 ones (same session).
 
+Session 49 (2026-12-05, AMD EPYC, one BLAS thread, main at 1ffbc31, load 0.8): 50.8 CPU s against the oracle's 4.63,
+ratio 11.0. Under cProfile (53.0 s): the tangent normal operator 35.1 s (98 applications, 0.358 s each), the design
+4.66, the oracle 4.9, the residual fits 3.18, the spectral start 2.54, the adjoints 1.53. A microbenchmark of the
+normal operator's four float32 products on this host: 0.33 to 0.35 s whatever the row chunk (256 to 4,096 rows), the
+products alone 0.329 to 0.375 s, i.e. 50 GMAC/s against 59 for a square float32 product: the skinny products are at 85 %
+of the square ones, and the operator's Python overhead is under 5 %. Tried together in a scratch clone, not adopted:
+native float32 draws of the design and a stop at ``tol = 2.27e-13`` (64 sqrt(d) u, above the measurements' rounding
+floor, measured at 24 to 43 sqrt(d) u for d = 128 to 1024, two heads each, and 131 sqrt(d) u for one d = 64 head):
+9.24 and 9.89 times in two runs, 9.08 with the stop alone, while the oracle's own time moved from 4.6 to 5.4 s
+between runs of the same queries; the stop also returns W to 1.5e-13 to 2.8e-13 instead of 1.4e-13. A pass that
+depends on the run is no guard, so the row stays a failed target on this host, with neither change landed.
+
 The rgn 1024:32 row missed the former target of 3x, and cannot meet it with this solver: its conjugate-gradient
 iterations alone (at least 87 at ``m = 2 n``, each 1/14 of the oracle) cost 6.3 oracle-times, and
 the design, the spectral start and the oracle 2.2 more (the accounting is in the docstring of
