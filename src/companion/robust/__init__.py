@@ -33,7 +33,7 @@ Layer: one of the paper's sections (§6), above the shared numerics it uses with
 The package (private modules; this ``__init__`` re-exports the public names, so
 ``companion.robust.X`` is the import path):
 
-* ``_theorem``: Lemma 6.1, Theorem 6.2 and :func:`learn_robust`, as the paper states them;
+* ``_theorem``: Lemma 6.1, Theorem 6.2's algorithm and :func:`learn_robust` (the constant 80 is the proof's);
 * ``_lstsq``: the best probe scale and :func:`learn_robust_lstsq`;
 * ``_noisy``: :func:`learn_low_rank_noisy`, its solver table and its certificates.
 """

@@ -22,7 +22,8 @@ from ._theorem import (
 
 
 def entry_error_bound(b, *, tau, mu, W_max, a=0.5, probe_norm=1.0):
-    """Theorem 6.2's worst-case bound on ``|W_hat_ij - W*_ij|`` when the probe scale is ``b``.
+    """The worst-case bound of Theorem 6.2's proof on ``|W_hat_ij - W*_ij|``, its steps carried out exactly for a
+    probe scale ``b`` (this book's computation).
 
     The proof of Theorem 6.2 carried out for any ``b`` instead of ``1/W_max``: with
     ``x = a b probe_norm W_max`` the largest logit, clip to ``[sigma(-x), sigma(x)]``, and

@@ -1,4 +1,4 @@
-"""Lemma 6.1 and Theorem 6.2 as the paper states them: the clipped inversion, the tolerance, the learner (private).
+"""Lemma 6.1 and Theorem 6.2's algorithm: the clipped inversion, the proof's tolerance, the learner (private).
 
 Re-exported by :mod:`companion.robust`; read the package's docstring first.
 """
@@ -24,7 +24,7 @@ TAU_CLIP = float(expit(-0.5))
 #: which Lemma 6.1 rounds up to 5.
 LIPSCHITZ_6_1 = 1.0 / (TAU_CLIP * (1.0 - TAU_CLIP))
 
-#: The constant of Theorem 6.2's tolerance tau <= mu eps_W / (C W_max^2 d).
+#: The constant of the tolerance in Theorem 6.2's proof, tau <= mu eps_W / (C W_max^2 d) (the theorem states O(.)).
 THEOREM_6_2_CONSTANT = 80.0
 
 _MARGIN_MESSAGE = (
@@ -215,7 +215,8 @@ def sufficient_tolerance(*, mu, eps_W, eps_v, W_max, d) -> float:
 
 
 def guaranteed_error(tau, *, mu, W_max, d):
-    """The accuracies Theorem 6.2 guarantees at tolerance ``tau``: the inverse of :func:`sufficient_tolerance`.
+    """The accuracies Theorem 6.2's proof guarantees at tolerance ``tau``, its condition inverted (this book's): the
+    inverse of :func:`sufficient_tolerance`.
 
     Parameters
     ----------
