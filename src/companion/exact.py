@@ -353,7 +353,8 @@ def learn_single_head(
     -------
     Recovery
         ``W`` of shape (d, d), ``v`` of shape (d,); ``n_queries`` equals ``d + d**2`` plus
-        re-measurements plus ``verify`` (``n_learning_queries`` leaves out the ``verify``).
+        re-measurements, the precision measurement's queries (``n_precision_queries``, where ``u`` is
+        measured) and ``verify`` (``n_learning_queries`` leaves out the last two).
         Precision diagnostics: ``precision`` (the ``u`` used), ``precision_source``,
         ``precision_format``, ``n_precision_queries``, ``precision_kind`` (what a measurement
         found: rounding, noise, outside the class), ``floor_W`` and ``floor_v`` (the relative

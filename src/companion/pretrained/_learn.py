@@ -61,8 +61,9 @@ def learn_homogeneous_head(
     Recovery
         ``W`` of shape (d + 1, d + 1): the identifiable first ``d`` rows, and a zero last row
         (the canonical representative); ``v`` of shape (d + 1,). ``n_queries`` equals
-        ``(d + 1)**2`` plus re-measurements plus ``verify`` (``n_learning_queries`` leaves out the
-        ``verify``). ``diagnostics``: ``probes`` (d, d), ``cond_probes``, ``n_requeries``,
+        ``(d + 1)**2`` plus re-measurements, the precision measurement's queries
+        (``n_precision_queries``, where ``u`` is measured) and ``verify`` (``n_learning_queries`` leaves out
+        the last two). ``diagnostics``: ``probes`` (d, d), ``cond_probes``, ``n_requeries``,
         ``n_scale_queries`` (0: the homogeneous probes keep their scale), ``max_abs_logit``,
         ``identifiable`` (the string ``"W[:d, :], v"``), ``n_verify_queries``
         and, with ``verify``, ``verify_max_error`` and ``verify_tolerance``; the answers'
