@@ -131,6 +131,14 @@ def _finish(fig, ax, *, xlabel, ylabel, logy, title) -> None:
     fig.tight_layout()
 
 
+def _tick_label(v: float) -> str:
+    """``"4"``, ``"1e-07"``; a power of two below 1 as ``2^-k`` (a unit roundoff: ``0.000488281`` and ``0.00390625``
+    ran into each other on chapter 07's axis, an outside reader found)."""
+    if 0 < v < 1 and np.log2(v) == np.round(np.log2(v)):
+        return f"$2^{{{int(np.round(np.log2(v)))}}}$"
+    return f"{v:g}"
+
+
 def _log_ticks_at(axis, values, max_ticks: int = 8) -> None:
     """Label a log axis at the data's own abscissae (``4 8 16 32 64``) when there are few of them,
     and never at minor ticks: over about one decade matplotlib labels the minor ticks too, and
@@ -140,7 +148,7 @@ def _log_ticks_at(axis, values, max_ticks: int = 8) -> None:
     vals = np.unique(values[np.isfinite(values) & (values > 0)])
     if 1 < len(vals) <= max_ticks:
         axis.set_major_locator(FixedLocator(vals.tolist()))
-        axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        axis.set_major_formatter(FuncFormatter(lambda v, _pos: _tick_label(v)))
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -230,9 +238,11 @@ def singular_values(
     """
     with plt.rc_context(STYLE):
         fig, ax = _canvas(ax)
-        for label, values in spectra.items():
+        for k, (label, values) in enumerate(spectra.items()):
             s = np.sort(np.asarray(values, dtype=float))[::-1]
-            ax.semilogy(np.arange(1, len(s) + 1), np.maximum(s, FLOAT64_EPS * 1e-3), label=label)
+            # the colour cycle has 10 colours: lines beyond it are dashed, then dotted (12 heads shared colours)
+            style = ("-", "--", ":")[(k // 10) % 3]
+            ax.semilogy(np.arange(1, len(s) + 1), np.maximum(s, FLOAT64_EPS * 1e-3), style, label=label)
         if rank_line is not None:
             ax.axvline(rank_line + 0.5, color="0.4", linestyle="--", linewidth=1, label=f"rank {rank_line}")
         ax.set_xlabel("index")
