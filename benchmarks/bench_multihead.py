@@ -58,7 +58,7 @@ BLAS runs on ``--threads`` threads (default 1, through threadpoolctl), learner a
    8.9e-8 only; H = 9, 10, 12 to 6.2e-10, 6.8e-10, 7.0e-9). The table of 2026-12-01 below is
    before the moment start.
    Measured 2026-12-01 13:57 UTC on the shared 2-core machine (load average about 7; the time
-   ratios moved by up to 2x between runs of the same commit: d = 64, H = 4 gave 2.11, 2.95, 5.77):
+   ratios moved by up to 2.7x between runs of the same commit: d = 64, H = 4 gave 2.11, 2.95, 5.77):
      d  H  queries  / count  longest  learner s  oracle s  ratio
      8  2      416    0.817        5      0.027  0.000338     80
     16  4    3,576    0.875        9     0.0792    0.0108   7.32

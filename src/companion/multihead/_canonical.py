@@ -178,8 +178,8 @@ def learn_canonical(
 
     Notes
     -----
-    This book's construction (not in [1]_; [2]_ proves a different algorithm). A query of ``n``
-    copies of ``u = x + delta`` followed by ``m`` copies of ``x`` gives every head the weight
+    This book's construction (not in [1]_; [2]_'s algorithm, known from its abstract only, is not
+    public). A query of ``n`` copies of ``u = x + delta`` followed by ``m`` copies of ``x`` gives every head the weight
     ``sigma(log(n/m) + l_h)`` on the copies, ``l_h = delta^T W_h x``, so
 
         VQ - x^T v = sum_h c_h sigma(log(n/m) + l_h),   c_h = delta^T v_h
