@@ -57,8 +57,6 @@ ALLOW_VERDICTS = {
 #: expression: its reason). Issue 38: such a sentence about a result must show a checked value.
 ALLOW_TRENDS = {
     r"The model follows": "'follows' means 'conforms to' the paper's definition, not a law a run shows",
-    r"a ratio above \$1\$ can come from": "a possible cause, labelled as this book's reading and not "
-                                           "measured; the ratio is published beside it, not a trend",
     r"let the library shrink \$c\$": "what the library does (measure_bilinear's rule), not a result",
 }
 
