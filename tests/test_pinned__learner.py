@@ -557,3 +557,16 @@ def test_verify_noisy_certified_W_error_recomputed_from_the_docstring():
     expected = np.max(gap / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1)))
     assert expected > 0
     assert info["verify_error_W"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_ensure_known_measures_once_and_keeps_the_diagnosis_without_budget():
+    from companion.attention import random_single_head
+    from companion.oracles import ValueQueryOracle
+
+    head = random_single_head(4, seed=0)
+    stated = L.AnswerPrecision(ValueQueryOracle(head, precision="float32"))
+    assert stated.ensure_known() and stated.n_queries == 0 and stated.source == "stated"
+    broke = L.AnswerPrecision(ValueQueryOracle(head, budget=0))
+    assert not broke.ensure_known() and not broke.known
+    measured = L.AnswerPrecision(ValueQueryOracle(head))
+    assert measured.ensure_known() and measured.source == "measured" and measured.n_queries > 0

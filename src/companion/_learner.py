@@ -266,6 +266,17 @@ class AnswerPrecision:
         self.n_queries += m["n_queries"]
         return True
 
+    def ensure_known(self, *, one_token=False) -> bool:
+        """Measure ``u`` (:meth:`measure`) unless it is known; False if no budget is left to measure it (the
+        caller then keeps its own diagnosis)."""
+        if self.known:
+            return True
+        try:
+            self.measure(one_token=one_token)
+        except CompanionError:
+            return False
+        return True
+
     def measure_first(self, needed, *, always=False) -> bool:
         """Measure ``u`` before learning, if nobody stated it, it is cheap, and the budget has room.
 
@@ -744,11 +755,8 @@ def names_rounding(advice, *, one_token=False):
                 return body(oracle, *args, seed=seed, **kwargs)
             except OracleInconsistentError as err:
                 prec = AnswerPrecision(oracle, seed=seed + 7)
-                if not prec.known:
-                    try:
-                        prec.measure(one_token=one_token)
-                    except CompanionError:  # no budget left to measure: keep the original diagnosis
-                        raise err from None
+                if not prec.ensure_known(one_token=one_token):  # no budget left to measure: keep the diagnosis
+                    raise err from None
                 if prec.rounding or prec.noise:
                     raise PrecisionError(advice(learner, prec, err)) from err
                 if prec.kind == "outside":

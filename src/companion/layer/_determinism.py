@@ -81,6 +81,8 @@ class KeptQueries:
         self.limit, self.bytes, self.count = limit, 0, 0
 
     def __call__(self, seqs, y) -> None:
+        if self.bytes >= self.limit:  # full: nothing more is kept (no per-call sum on the oracle's path)
+            return
         size = seqs.nbytes if isinstance(seqs, np.ndarray) else sum(x.nbytes for x in seqs)
         if self.bytes + size > self.limit:
             return

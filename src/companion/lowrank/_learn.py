@@ -25,7 +25,6 @@ from .._learner import (
 from .._validation import check_choice, check_int, check_real
 from ..errors import (
     MESSAGES,
-    CompanionError,
     InvalidInputError,
     NotIdentifiableError,
     OracleInconsistentError,
@@ -633,11 +632,8 @@ def _name_saturation_rounding(err, prec):
     """
     if "stayed saturated" not in str(err):
         return
-    if not prec.known:
-        try:
-            prec.measure()
-        except CompanionError:
-            return
+    if not prec.ensure_known():
+        return
     if prec.rounding or prec.noise:  # as companion._learner.names_rounding judges: COARSE_FACTOR times float64's
         raise PrecisionError(
             f"{err.args[0].split(';')[0]}, and {prec.describe()}: a weight re-measured at a smaller scale is read "
@@ -656,11 +652,8 @@ def _name_rounding(err, prec, method):
     allows. The precision is the oracle's stated one, or measured now (32 queries, counted like
     verification). Returns (``err`` stands) for float64 answers or when no budget is left.
     """
-    if not prec.known:
-        try:
-            prec.measure()
-        except CompanionError:
-            return
+    if not prec.ensure_known():
+        return
     residual = getattr(err, "residual", None)
     if prec.rounding and residual is not None and residual > RGN_ROUNDING_UNITS * prec.value:
         err.args = (
