@@ -1157,6 +1157,24 @@ def test_minilm_blocks_plan_is_refused_before_any_query_below_its_budget():
     assert oracle.n_queries == 0
 
 
+def test_without_H_the_plan_reserves_the_robust_heads_stage_before_any_query():
+    """Without H or H_bound the plan counts the robust heads' route (learn_canonical's plan at d + 1 = 6, its
+    H_plan = 8, less its 6 length-1 queries, which the basis answers): 3,312 of the 3,558 reserved, which a session
+    found missing (the learner then ran out of budget in the heads' stage, its probes' queries spent). Measured: the
+    run below asks 2,838. One query short of the reservation is refused before the first query; at it, it runs."""
+    from companion.multihead import canonical_plan
+
+    target = random_attention_layer(5, 1, seed=0)
+    assert canonical_plan(6, verify=0) - 6 == 3312
+    oracle = VectorQueryOracle(target, budget=3557)
+    with pytest.raises(BudgetExceededError, match=r"at least: without H.*needs 3558 queries") as info:
+        learn_attention_layer(oracle)
+    assert info.value.needed == 3558 and oracle.n_queries == 0
+    oracle = VectorQueryOracle(target, budget=3558)
+    rec = learn_attention_layer(oracle)
+    assert rec.n_heads == 1 and oracle.n_queries == 2838
+
+
 def test_a_faint_head_behind_a_post_ln_is_refused_and_another_seed_recovers_it():
     target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-2, seed=1)
     with pytest.raises(OracleInconsistentError, match="Behind a post-LN .* too faint .* try seed=1"):

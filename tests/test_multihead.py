@@ -230,6 +230,18 @@ def test_learn_orthogonal_heads_refuses_an_over_budget_run_before_the_first_quer
     assert short.n_queries == 0
 
 
+def test_canonical_plan_is_learn_canonicals_own_reservation():
+    # One count serves learn_canonical's reservation and the layer learner's plan without H: 4 length-1 queries,
+    # 8 tokens x 12 counts per row for 4 rows, 3 links x 12 counts for 3 rows, 16 fresh ones.
+    assert mh.canonical_plan(4, 2, verify=16) == 4 + 4 * 8 * 12 + 3 * 3 * 12 + 16 == 512
+    assert mh.canonical_plan(4, verify=0) == 4 + 4 * 8 * 36 + 3 * 4 * 36 == 1588  # H_plan = 8: 36 counts, 4 links
+    target = mh.random_multi_head(4, 2, seed=0)
+    short = ValueQueryOracle(target, budget=511)
+    with pytest.raises(BudgetExceededError, match="learn_canonical needs 512 queries"):
+        mh.learn_canonical(short, 2, verify=16)
+    assert short.n_queries == 0
+
+
 def test_learn_orthogonal_heads_reserves_the_worst_case_when_subspaces_do_not_fill():
     # 3 of 4 dimensions used: the run asks 4 + 20 + 12 = 36, the reservation is the worst case 40.
     rng = np.random.default_rng(3)

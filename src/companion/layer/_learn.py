@@ -236,7 +236,7 @@ def _options(oracle, H, H_bound, residual, layernorm, polish_, verify, verify_rt
 
 def _plan(oracle, o: _Options) -> dict:
     """The queries of each stage, reserved on the oracle before the first one."""
-    from ..multihead import rational_plan
+    from ..multihead import canonical_plan, rational_plan
 
     d, d_out = int(oracle.d), int(oracle.d_out)
     plan = {"probe": 4 * PROBE_POINTS, "basis": d + 1, "fit": o.H_plan * d + 8}
@@ -271,7 +271,9 @@ def _plan(oracle, o: _Options) -> dict:
                     f"learn_attention_layer's heads' learner works in d + 1 = {d + 1} dimensions: {exc} "
                     "Here: call learn_attention_layer without H and H_bound (the robust route)."
                 ) from None
-    more = " (at least: without H the heads' stage, planned after the probes, asks thousands more)"  # a second tester
+    if o.H is None and o.H_bound is None:  # the robust route's plan (H_plan = 8) on the lifted readout, whose
+        plan["heads"] = canonical_plan(d + 1, verify=0) - (d + 1)  # length-1 queries the basis answers
+    more = " (at least: without H the robust heads' route may redraw rows and draw more tokens)"
     reserve(oracle, sum(plan.values()) + o.verify, "learn_attention_layer" + more * (o.H is None and o.H_bound is None))
     return plan
 
@@ -881,7 +883,9 @@ def learn_attention_layer(
         Behind a pre-LN, if the heads' learner asks, at this seed's queries, a normalised token that no LayerNorm
         outputs (not a verdict on the target; the message names the next seed, as ``try_seeds`` follows).
     BudgetExceededError
-        If the budget is below the plan's count (raised before the first query).
+        If the budget is below the plan's count (raised before the first query). Without ``H`` and ``H_bound``
+        the plan counts the robust heads' route's planned queries (``multihead.canonical_plan(d + 1)``); where it
+        redraws rows or draws more tokens it asks more, and may run out of budget in the heads' stage.
     NotIdentifiableError
         If the readout shows no head (the layer is affine in ``x_N``).
     PrecisionError

@@ -38,7 +38,7 @@ The package's private modules, one per topic (import the public names from here)
 ``_identifiability``      Proposition 7.1's constructions, the canonical form, random targets
 ``_detection``            :func:`detect_multi_head`, :func:`verify_model`
 ``_orthogonal``           :func:`learn_orthogonal_heads`
-``_canonical``            the robust canonical route, :func:`learn_canonical`
+``_canonical``            the robust canonical route, :func:`learn_canonical` (its plan, :func:`canonical_plan`)
 ``_counts``               the counts route, :func:`learn_canonical_rational`
 ``_route``                its counts and plans (:func:`rational_plan`, :func:`moment_plan`), tokens, result
 ``_pairstart``            its pair start; ``_rowstart``: the shared-amplitude start behind it
@@ -55,7 +55,7 @@ inversion), the skeleton (``_learner``) and the shared numerics (its isolation q
 
 from __future__ import annotations
 
-from ._canonical import learn_canonical
+from ._canonical import canonical_plan, learn_canonical
 from ._common import MultiHeadRecovery
 from ._counts import learn_canonical_rational
 from ._detection import Detection, detect_multi_head, verify_model
@@ -106,6 +106,7 @@ __all__ = [
     "follow_up_count",
     "rational_plan",
     "moment_plan",
+    "canonical_plan",
     "MOMENT_FROM",
     "WEAK_CENTRE",
     # research-only diagnostics of the counts route

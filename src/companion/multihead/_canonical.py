@@ -5,6 +5,7 @@ This book's construction; :func:`companion.multihead.learn_canonical`.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -219,7 +220,7 @@ def learn_canonical(
     n, m = count_pairs(opts.n_points, opts.max_len)
     n_x, n_link = int(np.ceil(opts.oversample * d)), max(3, int(np.ceil(2 * opts.H_plan**2 / opts.n_points)))
     if hasattr(oracle, "require"):
-        oracle.require(d + d * n_x * n.size + (d - 1) * n_link * n.size + opts.verify, learner="learn_canonical")
+        oracle.require(_planned(d, opts), learner="learn_canonical")
     count = QueryCount(oracle)
     rng = np.random.default_rng(opts.seed)
     design, P, Xs = make_design(oracle, rng, d, opts, n, m, n_x, n_link)
@@ -242,6 +243,31 @@ def learn_canonical(
         "max_link_error": max(link_err, default=0.0),
     }
     return canonical_result(oracle, count, model, diagnostics, opts)
+
+
+def canonical_plan(d: int, H=None, *, verify: int = 64) -> int:
+    """The queries :func:`learn_canonical` reserves at dimension ``d`` with its default options.
+
+    ``d`` length-1 queries, ``ceil(oversample d)`` tokens' pairs for each of the ``d`` rows and
+    the links' pairs for ``d - 1`` rows, at ``n_points`` counts each (``H_plan`` = ``H``, or 8
+    when ``H`` is None), and ``verify`` fresh ones. A lower bound where rows are redrawn or draw
+    more tokens (up to ``max_tokens_factor d``, its parameters).
+
+    Examples
+    --------
+    >>> canonical_plan(4, 2, verify=0)
+    496
+    """
+    defaults = {k: v.default for k, v in inspect.signature(learn_canonical).parameters.items() if k not in ("oracle",)}
+    defaults.update(H=H, verify=verify)
+    return _planned(check_int(d, "d", minimum=1), check_options(**defaults))
+
+
+def _planned(d: int, opts) -> int:
+    """:func:`canonical_plan`'s count for checked options."""
+    n, _ = count_pairs(opts.n_points, opts.max_len)
+    n_x, n_link = int(np.ceil(opts.oversample * d)), max(3, int(np.ceil(2 * opts.H_plan**2 / opts.n_points)))
+    return d + d * n_x * n.size + (d - 1) * n_link * n.size + opts.verify
 
 
 @dataclass(frozen=True)
