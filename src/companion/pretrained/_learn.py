@@ -40,9 +40,9 @@ def learn_homogeneous_head(
         Probe vectors in R^d, as :func:`companion.exact.probe_matrix` builds them from ``v``
         (the first ``d`` entries of ``v~``).
     scale : float, default=1.0
-        Starting scale ``c > 0`` of the token part. A probe whose attention weight leaves
-        ``[SATURATION, 1 - SATURATION]`` is re-measured at a smaller ``c`` (one extra query each,
-        in ``diagnostics["n_requeries"]``).
+        Starting scale ``t > 0`` of the token part (``t`` of chapter 07's homogeneous queries). A probe whose
+        attention weight leaves ``[SATURATION, 1 - SATURATION]`` is re-measured at a smaller ``t`` (one extra query
+        each, in ``diagnostics["n_requeries"]``).
     verify : int, default=32
         Fresh random homogeneous queries (lengths 1 to 8, every token ending in 1; never used for
         learning) on which the recovered head is compared with the oracle; 0 opts out. It turns an
