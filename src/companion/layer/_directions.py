@@ -21,9 +21,9 @@ directions alone, up to one scale ``s0`` for every query, where the queries have
 On answers served in float32 the learner takes this route behind any post-LN (given ``H``), whatever the gap,
 with its thresholds at float32's ``u`` (:func:`one_token_tol`; the joint stage's
 :func:`~companion.layer._float32.joint_options`), and then polishes the heads and output maps on fresh queries'
-directions (:func:`polish_post_directions`, up to ``FLOAT32_POLISH_MAX_UNKNOWNS``), which a float32 route cannot
-skip: unpolished, a Keras block in float32 (d = 16, H = 4) missed its verification queries by 135 u; polished,
-it predicts 200 fresh served answers to 6.7 u.
+directions (:func:`polish_post_directions`: dense up to ``FLOAT32_POLISH_MAX_UNKNOWNS``, matrix-free above, up
+to ``FLOAT32_POST_POLISH_MAX_UNKNOWNS``), which a float32 route cannot skip: unpolished, a Keras block in float32
+(d = 16, H = 4) missed its verification queries by 135 u; polished, it predicts 200 fresh served answers to 6.7 u.
 
 The one scale ``s0`` is then fixed as for any post-LN: by the identity skip (``canonical``), and ``eps``
 follows from the gap, to about ``u / gap`` relative (``u`` the answers' precision, ``2**-53`` at float64), which
@@ -40,8 +40,8 @@ import numpy as np
 
 from ..errors import OracleInconsistentError, PrecisionError
 from ..oracles import VectorView, unit_roundoff
-from ._fit import features, group_by_length, polish_directions, polish_row_queries
-from ._float32 import FLOAT32_POLISH_MAX_UNKNOWNS, joint_options
+from ._fit import features, group_by_length, polish_directions, polish_directions_free, polish_row_queries
+from ._float32 import FLOAT32_POLISH_MAX_UNKNOWNS, FLOAT32_POST_POLISH_MAX_UNKNOWNS, joint_options
 from ._joint import joint_plan, learn_heads_joint, scale_plan
 from ._model import centre
 from ._norm import ROUNDING_UNITS, any_seed
@@ -101,8 +101,9 @@ DIRECTIONS_MEASURED_FLOAT32 = (
     "2), predicting the exact block to 0.8 u to 1.9 u where polished; 84 of 84 at d = 5 to 12, H = 1 and 2, eps "
     "1e-3 to 1, seeds 0 to 3 (learner seed = block seed), to 15.5 u; Keras 3 MultiHeadAttention with "
     "LayerNormalization computed in float32, 3 of 3 below the polish's cap (5.2 u to 9.8 u against its served "
-    "answers). Measured before blocks above the cap were refused: 4 u to 20 u there, d = 48, H = 12 at 26 u to "
-    "38 u, and none of H = 8 at d = 32 and 64 (a row's joint fit misfit by 0.06 to 0.6)"
+    "answers). Above the dense polish's 5,000 unknowns, polished matrix-free: 5 of 5 at d = 24 to 48, H = 4 to 12 "
+    "(to 1.1 u to 1.7 u; unpolished 20 u to 54 u, one refused). None of H = 8 at d = 32 and 64 (a row's joint fit "
+    "misfit by 0.06 to 0.6)"
 )
 
 #: Why a post-LN whose eps hides the norms was not learned from its directions instead (MIN_GAP's refusal).
@@ -203,20 +204,23 @@ FLOAT32_POST_VERIFY = 1024
 
 def float32_post_reach(H: int, d: int, d_out: int) -> None:
     """Raise :class:`~companion.errors.PrecisionError` (marked ``any_seed``) where a float32 post-LN block is above
-    the polish's cap (:func:`polish_plan` is 0): unpolished, the route's heads keep float32's errors."""
+    the polish's cap, ``FLOAT32_POST_POLISH_MAX_UNKNOWNS`` (:func:`polish_plan` is 0): unpolished, the route's heads
+    keep float32's errors."""
     if polish_plan(d, d_out, H):
         return
     n = polish_unknowns(d, d_out, H)
     msg = (
         "the answers are float32's and the block has a post-LN: the float32 route learns it from the row space's "
-        "norms and then polishes its heads and output maps on fresh queries' directions, up to "
-        f"FLOAT32_POLISH_MAX_UNKNOWNS = {FLOAT32_POLISH_MAX_UNKNOWNS:,} unknowns; this block has {n:,} (d = {d}, "
-        f"H = {H}, d_out = {d_out}). Unpolished, the heads keep float32's errors: measured (2026-12-05), blocks "
-        "rounded to float32 above the cap (d = 22 to 48) predicted fresh queries to 4 u to 122 u (u = 2**-24; the "
-        "verification allows 60 u), and a Keras block computed in float32 (d = 24, H = 4) missed its "
-        "verification by 153 u. Serve the block in float64, or learn it from float32 answers at most that size. "
-        "Nothing was asked beyond the first answers (and the determinism check's, companion.layer._determinism); "
-        "nothing was returned."
+        "norms and then polishes its heads and output maps on fresh queries' directions (dense up to "
+        f"FLOAT32_POLISH_MAX_UNKNOWNS = {FLOAT32_POLISH_MAX_UNKNOWNS:,} unknowns, matrix-free above), up to "
+        f"FLOAT32_POST_POLISH_MAX_UNKNOWNS = {FLOAT32_POST_POLISH_MAX_UNKNOWNS:,} unknowns; this block has {n:,} "
+        f"(d = {d}, H = {H}, d_out = {d_out}). Unpolished, the heads keep float32's errors: measured (2026-12-05), "
+        "blocks rounded to float32 (d = 22 to 48) unpolished predicted fresh queries to 4 u to 122 u (u = 2**-24; the "
+        "verification allows 60 u), and a Keras block computed in float32 (d = 24, H = 4) missed its verification by "
+        "153 u; polished, 0.8 u to 1.9 u. At the cap the polish costs about 200 CPU s and 1.3 GB (its products timed "
+        "at d = 200, H = 12); MiniLM's block (3,691,392 unknowns) would take about 2,700 CPU s and 8 GB. Serve the "
+        "block in float64, or learn it from float32 answers at most that size. Nothing was asked beyond the first "
+        "answers (and the determinism check's, companion.layer._determinism); nothing was returned."
     )
     raise any_seed(PrecisionError(msg))
 
@@ -228,29 +232,37 @@ def polish_unknowns(d: int, d_out: int, H: int) -> int:
 
 def polish_plan(d: int, d_out: int, H: int) -> int:
     """The float32 polish's queries (0 where its unknowns, :func:`polish_unknowns`, exceed
-    ``FLOAT32_POLISH_MAX_UNKNOWNS``)."""
+    ``FLOAT32_POST_POLISH_MAX_UNKNOWNS``)."""
     n = polish_unknowns(d, d_out, H)
-    if n > FLOAT32_POLISH_MAX_UNKNOWNS:
+    if n > FLOAT32_POST_POLISH_MAX_UNKNOWNS:
         return 0
     return max(polish_row_queries(d), -(-POLISH_QUERY_FACTOR * n // max(1, d_out - 2)))
 
 
 def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float):
-    """``(Ws, Theta, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions` on
+    """``(Ws, Theta, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions` (up to
+    ``FLOAT32_POLISH_MAX_UNKNOWNS``; above, :func:`~companion.layer._fit.polish_directions_free`) on
     :func:`polish_plan`'s queries (lengths 2 to 8, tokens ``N(0, I / d)``), then ``eps`` again from their gaps
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
     nothing is asked and ``eps`` is None. ``info``: ``polished``, ``n_polish_queries``, the polish's relative rms
-    residual before and after, and the gap's ``median_gap`` and ``eps_rtol`` (``u / gap``) from its queries."""
+    residual before and after, ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), and the
+    gap's ``median_gap`` and ``eps_rtol`` (``u / gap``) from its queries."""
     d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
     n = polish_plan(d, d_out, H)
     if n == 0:
         return Ws, Theta, None, {"polished": False, "n_polish_queries": 0}
     Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, 9, size=n)]
     batches, answers = group_by_length(Xs, oracle(Xs))
-    Ws, Theta, before, after = polish_directions(Ws, Theta, batches, [directions(norm, Y) for Y in answers])
+    dirs = [directions(norm, Y) for Y in answers]
+    free = polish_unknowns(d, d_out, H) > FLOAT32_POLISH_MAX_UNKNOWNS
+    if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns
+        Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs)
+    else:
+        Ws, Theta, before, after = polish_directions(Ws, Theta, batches, dirs)
     Pu = np.concatenate([(features(Ws, X) @ Theta) @ centre(d_out) for X in batches])
     eps, gap = post_ln_eps(norm, np.concatenate(answers), Pu)
     info = {"polished": True, "n_polish_queries": n, "polish_residual_before": before, "polish_residual_after": after}
+    info["polish_lsmr_iterations"] = steps["lsmr_iterations"] if free else None
     info.update(median_gap=gap, eps_rtol=u / gap if gap > 0 else float("inf"))
     return Ws, Theta, eps, info
 

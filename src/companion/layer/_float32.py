@@ -16,6 +16,7 @@ __all__ = [
     "FLOAT32_RANK_UNITS",
     "FLOAT32_LINK_TOKENS",
     "FLOAT32_POLISH_MAX_UNKNOWNS",
+    "FLOAT32_POST_POLISH_MAX_UNKNOWNS",
     "joint_options",
 ]
 
@@ -64,14 +65,37 @@ FLOAT32_RANK_UNITS = 64
 #: float32's is known only from them).
 FLOAT32_LINK_TOKENS = 8
 
-#: The float32 route polishes up to this many unknowns, the output maps' counted (at float64 POLISH_MAX_UNKNOWNS,
-#: 2500, counts the heads' rows only): unpolished, its heads keep float32's errors. Measured (2026-12-04, Keras 3
-#: in float32, H = 8, key_dim 2, seed 0, with the polish that formed the output maps' Jacobian too): at d = 12
-#: (2,556 unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh queries to
-#: 8.1 u (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u (floor 2.8 u), peak RSS 1.7 GB. That Jacobian's memory
-#: grew as the unknowns squared (2 * 5000**2 * 8 bytes = 400 MB at the cap); the polish now eliminates the output
-#: maps and holds ``B d_out H d (d + 1)`` floats (:data:`POLISH_MAX_UNKNOWNS`).
+#: The float32 route's dense polishes take up to this many unknowns, the output maps' counted (at float64
+#: POLISH_MAX_UNKNOWNS, 2500, counts the heads' rows only): without LayerNorm the block is left unpolished above it;
+#: behind a post-LN the polish of fresh queries' directions runs matrix-free above it (up to
+#: FLOAT32_POST_POLISH_MAX_UNKNOWNS). Measured (2026-12-04, Keras 3 in float32, H = 8, key_dim 2, seed 0, with the
+#: polish that formed the output maps' Jacobian too): at d = 12 (2,556 unknowns) unpolished the verification failed at
+#: 309 u, polished the layer predicts 200 fresh queries to 8.1 u (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u
+#: (floor 2.8 u), peak RSS 1.7 GB. That Jacobian's memory grew as the unknowns squared (2 * 5000**2 * 8 bytes =
+#: 400 MB at the cap); the polish now eliminates the output maps and holds ``B d_out H d (d + 1)`` floats
+#: (:data:`POLISH_MAX_UNKNOWNS`). Behind a post-LN at d = 24, H = 4 (5,304 unknowns, 724 queries) the dense polish took
+#: 20 CPU s and a peak RSS of 1.6 GB, the matrix-free one 0.1 s and 0.11 GB, to 1.21 u and 1.16 u on 1,000 fresh
+#: queries (measured 2026-12-05). Below the cap the two agree (d = 8, H = 2; d = 16, H = 3; d = 22, H = 4: dense 2.55 u,
+#: 1.40 u, 1.41 u, matrix-free 2.57 u, 1.56 u, 1.38 u; at d = 22 dense 13 CPU s and 1.17 GB, matrix-free 0.08 s and
+#: 0.11 GB); the dense polish is kept there, its results unchanged.
 FLOAT32_POLISH_MAX_UNKNOWNS = 5000
+
+#: Behind a post-LN the float32 route polishes up to this many unknowns (``polish_unknowns``: ``H d (d + 1)`` and
+#: the output maps') on fresh queries' directions, matrix-free above FLOAT32_POLISH_MAX_UNKNOWNS
+#: (``_fit.polish_directions_free``: LSMR on closed-form Jacobian products), and refuses by rule above it: unpolished
+#: the heads keep float32's errors. Measured (2026-12-05, one BLAS thread, residual post-LN random_attention_layer
+#: blocks rounded to float32, learner seed 0, 1,000 fresh queries against the exact block): d = 24, H = 4; d = 24,
+#: H = 5 (eps 1e-8, seed 497); d = 32, H = 4 (seeds 0 and 1); d = 48, H = 12 (58,224 unknowns, 3,798 queries):
+#: 20.1 u to 53.6 u unpolished (one refused by its verification), 1.08 u to 1.72 u polished (verified at 0.89 u to
+#: 1.54 u on 1,024 queries), with 43 to 58 LSMR iterations in the first Gauss-Newton step and 10 to 32 in all in the
+#: next one or two; at d = 48, H = 12 the polish took 2.8 CPU s (the whole run 40 s, the oracle's own 1.5 s; peak RSS
+#: 0.43 GB). Its cost is about 65 products of ``O(B (H d (d + 1) + p d_out))`` flops, ``B`` its queries, and its
+#: memory ``B p`` floats (the features): timed on random data (one LSMR iteration, a product each way) at
+#: d = d_out = 200, H = 12 (1,002,600 unknowns, 20,100 queries) 2.8 s an iteration, 11 s to set up, peak RSS 1.3 GB:
+#: about 200 CPU s at the cap. At MiniLM's block (d = 384, H = 12, 3,691,392 unknowns, 73,920 queries): 41 s an
+#: iteration, 166 s to set up, 8.0 GB, so about 2,700 CPU s, above the oracle's 1,376 s for the whole learner's run
+#: (data/results/minilm_block_float32.json); MiniLM stays above the cap.
+FLOAT32_POST_POLISH_MAX_UNKNOWNS = 1_000_000
 
 
 def joint_options(u: float) -> dict:
