@@ -93,14 +93,22 @@ def test_a_post_ln_block_rounded_to_float32_is_learned_from_the_row_space(d, H, 
 def test_the_float32_polish_plan_and_its_cap():
     """Unknowns ``H d (d + 1) + ((H + 1) d + 1) d_out``: 2,384 at d = 16, H = 4 (POLISH_QUERY_FACTOR = 3 times over
     d_out - 2 = 14: 511 queries); 4,876 at d = 23 (a dense polish, inside FLOAT32_POLISH_MAX_UNKNOWNS = 5000), 5,304 at
-    d = 24 (matrix-free, 724 queries); 992,612 at d = 199, H = 12 (inside FLOAT32_POST_POLISH_MAX_UNKNOWNS =
-    1,000,000; the score differences' floor, 19,900 queries), 1,002,600 at d = 200 (none: refused)."""
-    assert POLISH_QUERY_FACTOR == 3 and FLOAT32_POLISH_MAX_UNKNOWNS == 5000
-    assert FLOAT32_POST_POLISH_MAX_UNKNOWNS == 1_000_000
+    d = 24 (matrix-free, 724 queries); MiniLM's 3,691,392 at d = 384, H = 12 (matrix-free, queries of lengths 2 to
+    FREE_POLISH_MAX_LEN = 32, whose score differences' floor, 18,480, is below the output maps' 28,990; lengths 2 to
+    8 would need 73,920); 4,005,200 at d = 400 (above FLOAT32_POST_POLISH_MAX_UNKNOWNS = 4,000,000: none)."""
+    from companion.layer._directions import FREE_POLISH_MAX_LEN
+
+    assert POLISH_QUERY_FACTOR == 3 and FLOAT32_POLISH_MAX_UNKNOWNS == 5000 and FREE_POLISH_MAX_LEN == 32
+    assert FLOAT32_POST_POLISH_MAX_UNKNOWNS == 4_000_000
     assert polish_plan(16, 16, 4) == 511
     assert polish_plan(20, 20, 1) == polish_row_queries(20) == 210  # the score differences' floor (not 207)
     assert polish_plan(23, 23, 4) == -(-3 * 4876 // 21) and polish_plan(24, 24, 4) == -(-3 * 5304 // 22) == 724
-    assert polish_plan(199, 199, 12) == polish_row_queries(199) == 19_900 and polish_plan(200, 200, 12) == 0
+    assert polish_row_queries(384, 32) == 18_480 and polish_row_queries(384) == 73_920
+    assert polish_plan(384, 384, 12) == -(-3 * 3_691_392 // 382) == 28_990
+    assert polish_plan(399, 399, 12) > 0 and polish_plan(400, 400, 12) == 0
+    # d = 60, H = 1, d_out = 200 (27,860 unknowns): the matrix-free floor binds, 2 * 60 * 61 * 2 / 32 = 458 queries
+    # of lengths 2 to 32 against the output maps' 3 * 27,860 / 198 = 423
+    assert polish_plan(60, 200, 1) == polish_row_queries(60, 32) == 458
 
 
 def test_float32_post_ln_needs_h_and_room_for_the_row_space():
@@ -312,16 +320,16 @@ def test_above_the_polish_cap_a_float32_post_ln_is_refused_for_every_seed():
     from companion.layer._directions import float32_post_reach
 
     float32_post_reach(4, 24, 24)  # 5,304 unknowns: polished matrix-free
-    float32_post_reach(12, 199, 199)  # 992,612
-    with pytest.raises(PrecisionError, match="this block has 1,002,600 \\(d = 200, H = 12, d_out = 200\\)"):
-        float32_post_reach(12, 200, 200)
-    block = random_attention_layer(200, 12, residual=True, layernorm="post", eps=1e-8, seed=497)
-    oracle = VectorQueryOracle(_rounded32(block), d=200, d_out=200)
-    cap = "FLOAT32_POST_POLISH_MAX_UNKNOWNS = 1,000,000 unknowns; this block has"
+    float32_post_reach(12, 399, 399)  # 3,985,212
+    with pytest.raises(PrecisionError, match="this block has 4,005,200 \\(d = 400, H = 12, d_out = 400\\)"):
+        float32_post_reach(12, 400, 400)
+    block = random_attention_layer(400, 12, residual=True, layernorm="post", eps=1e-8, seed=497)
+    oracle = VectorQueryOracle(_rounded32(block), d=400, d_out=400)
+    cap = "FLOAT32_POST_POLISH_MAX_UNKNOWNS = 4,000,000 unknowns; this block has"
     with pytest.raises(PrecisionError, match=cap) as info:
         try_seeds(oracle, range(4), H=12)
-    # raised at the first seed, from its first answers (2,882 at d = 200, measured; four seeds would ask 4 times that)
-    assert info.value.any_seed and oracle.n_queries < 4000
+    # raised at the first seed, from its first answers (four seeds would ask 4 times as many)
+    assert info.value.any_seed and oracle.n_queries < 8000
 
 
 def test_try_seeds_refuses_seeds_that_are_not_an_iterable():

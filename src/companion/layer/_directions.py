@@ -62,6 +62,7 @@ __all__ = [
     "NO_DIRECTIONS",
     "learn_post_directions",
     "POLISH_QUERY_FACTOR",
+    "FREE_POLISH_MAX_LEN",
     "DIRECTIONS_RANK_UNITS",
     "polish_plan",
     "polish_unknowns",
@@ -143,6 +144,13 @@ DIRECTIONS_RANK_UNITS = 4096
 #: 6.7 u.
 POLISH_QUERY_FACTOR = 3
 
+#: The matrix-free polish (above ``FLOAT32_POLISH_MAX_UNKNOWNS``) asks queries of lengths 2 to this, not 2 to 8
+#: (this book's choice): each LSMR product costs about the same per query whatever its length (``B (H d (d + 1) +
+#: p d_out)`` flops; the tokens enter through ``B N H d`` only), and a query of ``n`` tokens carries ``n - 1`` score
+#: differences, so longer queries meet ``polish_row_queries``' floor with fewer of them: at MiniLM's size (d = 384,
+#: H = 12) the floor falls from 73,920 queries to 18,480, below the output maps' 28,990, which then bind.
+FREE_POLISH_MAX_LEN = 32
+
 #: Tokens per link (the joint stage's pairs at delta_0 + delta_i): its default, 2, leaves a link's two tokens'
 #: row space ill-determined. Measured (2026-12-04, d = 48, H = 12 residual post-LN block at eps 1e-12, seed 0):
 #: with 2 the rows could not be linked (misfit 8.9). 8 is the float32 route's, which every joint plan reserves.
@@ -217,9 +225,9 @@ def float32_post_reach(H: int, d: int, d_out: int) -> None:
         f"(d = {d}, H = {H}, d_out = {d_out}). Unpolished, the heads keep float32's errors: measured (2026-12-05), "
         "blocks rounded to float32 (d = 22 to 48) unpolished predicted fresh queries to 4 u to 122 u (u = 2**-24; the "
         "verification allows 60 u), and a Keras block computed in float32 (d = 24, H = 4) missed its verification by "
-        "153 u; polished, 0.8 u to 1.9 u. At the cap the polish costs about 200 CPU s and 1.3 GB (its products timed "
-        "at d = 200, H = 12); MiniLM's block (3,691,392 unknowns) would take about 2,700 CPU s and 8 GB. Serve the "
-        "block in float64, or learn it from float32 answers at most that size. Nothing was asked beyond the first "
+        "153 u; polished, 0.8 u to 1.9 u. At MiniLM's size (3,691,392 unknowns) the polish was timed at about 1,150 "
+        "CPU s and 4.1 GB; its memory grows about as d**4. Serve the block in float64, or learn it from float32 "
+        "answers at most the cap's size. Nothing was asked beyond the first "
         "answers (and the determinism check's, companion.layer._determinism); nothing was returned."
     )
     raise any_seed(PrecisionError(msg))
@@ -236,13 +244,20 @@ def polish_plan(d: int, d_out: int, H: int) -> int:
     n = polish_unknowns(d, d_out, H)
     if n > FLOAT32_POST_POLISH_MAX_UNKNOWNS:
         return 0
-    return max(polish_row_queries(d), -(-POLISH_QUERY_FACTOR * n // max(1, d_out - 2)))
+    rows = polish_row_queries(d, _polish_max_len(n))
+    return max(rows, -(-POLISH_QUERY_FACTOR * n // max(1, d_out - 2)))
+
+
+def _polish_max_len(n: int) -> int:
+    """The polish queries' longest length at ``n`` unknowns: ``FREE_POLISH_MAX_LEN`` on the matrix-free polish."""
+    return FREE_POLISH_MAX_LEN if n > FLOAT32_POLISH_MAX_UNKNOWNS else 8
 
 
 def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float):
     """``(Ws, Theta, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions` (up to
     ``FLOAT32_POLISH_MAX_UNKNOWNS``; above, :func:`~companion.layer._fit.polish_directions_free`) on
-    :func:`polish_plan`'s queries (lengths 2 to 8, tokens ``N(0, I / d)``), then ``eps`` again from their gaps
+    :func:`polish_plan`'s queries (lengths 2 to 8, or to ``FREE_POLISH_MAX_LEN`` above ``FLOAT32_POLISH_MAX_UNKNOWNS``;
+    tokens ``N(0, I / d)``), then ``eps`` again from their gaps
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
     nothing is asked and ``eps`` is None. ``info``: ``polished``, ``n_polish_queries``, the polish's relative rms
     residual before and after, ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), and the
@@ -251,10 +266,11 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float):
     n = polish_plan(d, d_out, H)
     if n == 0:
         return Ws, Theta, None, {"polished": False, "n_polish_queries": 0}
-    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, 9, size=n)]
+    longest = _polish_max_len(polish_unknowns(d, d_out, H))
+    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, longest + 1, size=n)]
     batches, answers = group_by_length(Xs, oracle(Xs))
     dirs = [directions(norm, Y) for Y in answers]
-    free = polish_unknowns(d, d_out, H) > FLOAT32_POLISH_MAX_UNKNOWNS
+    free = longest > 8
     if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns
         Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs)
     else:

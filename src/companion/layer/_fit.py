@@ -47,17 +47,15 @@ POLISH_MAX_UNKNOWNS = 2500
 #: H = 1: 6.8e-11 to 2.4e-10, against 9.2e-16 to 1.5e-15.
 POLISH_SCORE_MARGIN = 2
 
-#: The mean score differences ``n - 1`` of a query of length ``n`` drawn uniformly from 2 to 8.
-_MEAN_SCORE_DIFFERENCES = 4
 
+def polish_row_queries(d: int, max_len: int = 8) -> int:
+    """Multi-token queries (lengths 2 to ``max_len``, even) whose ``n - 1`` score differences total
+    ``POLISH_SCORE_MARGIN d (d + 1)``: ``max_len / 2`` differences a query on average.
 
-def polish_row_queries(d: int) -> int:
-    """Multi-token queries (lengths 2 to 8) whose ``n - 1`` score differences total ``POLISH_SCORE_MARGIN d (d + 1)``.
-
-    >>> polish_row_queries(32)
-    528
+    >>> polish_row_queries(32), polish_row_queries(32, max_len=32)
+    (528, 132)
     """
-    return -(-POLISH_SCORE_MARGIN * d * (d + 1) // _MEAN_SCORE_DIFFERENCES)
+    return -(-POLISH_SCORE_MARGIN * d * (d + 1) * 2 // max_len)
 
 
 class LiftedReadout(VectorReadout):

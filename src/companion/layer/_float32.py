@@ -82,20 +82,21 @@ FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 
 #: Behind a post-LN the float32 route polishes up to this many unknowns (``polish_unknowns``: ``H d (d + 1)`` and
 #: the output maps') on fresh queries' directions, matrix-free above FLOAT32_POLISH_MAX_UNKNOWNS
-#: (``_fit.polish_directions_free``: LSMR on closed-form Jacobian products), and refuses by rule above it: unpolished
-#: the heads keep float32's errors. Measured (2026-12-05, one BLAS thread, residual post-LN random_attention_layer
-#: blocks rounded to float32, learner seed 0, 1,000 fresh queries against the exact block): d = 24, H = 4; d = 24,
-#: H = 5 (eps 1e-8, seed 497); d = 32, H = 4 (seeds 0 and 1); d = 48, H = 12 (58,224 unknowns, 3,798 queries):
-#: 20.1 u to 53.6 u unpolished (one refused by its verification), 1.08 u to 1.72 u polished (verified at 0.89 u to
-#: 1.54 u on 1,024 queries), with 43 to 58 LSMR iterations in the first Gauss-Newton step and 10 to 32 in all in the
-#: next one or two; at d = 48, H = 12 the polish took 2.8 CPU s (the whole run 40 s, the oracle's own 1.5 s; peak RSS
-#: 0.43 GB). Its cost is about 65 products of ``O(B (H d (d + 1) + p d_out))`` flops, ``B`` its queries, and its
-#: memory ``B p`` floats (the features): timed on random data (one LSMR iteration, a product each way) at
-#: d = d_out = 200, H = 12 (1,002,600 unknowns, 20,100 queries) 2.8 s an iteration, 11 s to set up, peak RSS 1.3 GB:
-#: about 200 CPU s at the cap. At MiniLM's block (d = 384, H = 12, 3,691,392 unknowns, 73,920 queries): 41 s an
-#: iteration, 166 s to set up, 8.0 GB, so about 2,700 CPU s, above the oracle's 1,376 s for the whole learner's run
-#: (data/results/minilm_block_float32.json); MiniLM stays above the cap.
-FLOAT32_POST_POLISH_MAX_UNKNOWNS = 1_000_000
+#: (``_fit.polish_directions_free``: LSMR on closed-form Jacobian products, queries of lengths 2 to
+#: ``FREE_POLISH_MAX_LEN``), and refuses by rule above it: unpolished the heads keep float32's errors. Measured
+#: (2026-12-05, one BLAS thread, residual post-LN random_attention_layer blocks rounded to float32, learner seed 0,
+#: 1,000 fresh queries against the exact block): d = 24, H = 4; d = 24, H = 5 (eps 1e-8, seed 497); d = 32, H = 4
+#: (seeds 0 and 1); d = 48, H = 12 (58,224 unknowns, 3,798 queries): 20.1 u to 53.6 u unpolished (one refused by its
+#: verification), 0.91 u to 1.35 u polished (verified at 0.93 u to 1.69 u on 1,024 queries), with 37 to 48 LSMR
+#: iterations in the first Gauss-Newton step and 7 to 20 in the next one or two; at d = 48, H = 12 the polish took
+#: 3.2 CPU s (the whole run 42 s; peak RSS 0.43 GB). With lengths 2 to 8 the same blocks polished to 1.08 u to 1.72 u.
+#: Its cost is about 65 products of ``O(B (H d (d + 1) + p d_out))`` flops, ``B`` its queries, and its memory ``B p``
+#: floats (the features) and ``B N H d`` (the attention weights). Timed on random data of MiniLM's shape (d = d_out =
+#: 384, H = 12, 3,691,392 unknowns, its plan's 28,990 queries of lengths 2 to 32): 110 s to set up (the heads'
+#: column norms 88 s), 15.8 s an LSMR iteration, peak RSS 4.1 GB, so about 1,150 CPU s in all, against the oracle's
+#: own 1,376 s for the rest of the learner's run (data/results/minilm_block_float32.json). The cap lies above
+#: MiniLM's block; past it the memory grows as ``B p``, about ``d^4`` floats.
+FLOAT32_POST_POLISH_MAX_UNKNOWNS = 4_000_000
 
 
 def joint_options(u: float) -> dict:

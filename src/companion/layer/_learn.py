@@ -833,7 +833,7 @@ def learn_attention_layer(
         whose heads come exact to rounding, the output maps' unknowns count too; in the float32 route above
         ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted; behind a float32 post-LN the
         polish of directions runs matrix-free above it, and the block is refused above
-        ``FLOAT32_POST_POLISH_MAX_UNKNOWNS`` = 1,000,000).
+        ``FLOAT32_POST_POLISH_MAX_UNKNOWNS`` = 4,000,000).
     verify : int, default=32
         Fresh queries checking the result, counted apart (0 opts out): tokens ``N(0, I_d / d)``, lengths 1 to 8 and, for
         a quarter, 9 to ``VERIFY_LONG_LEN`` = 256, where a sliding window (never asked with ``H`` given) shows.
