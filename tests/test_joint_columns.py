@@ -151,31 +151,40 @@ def test_separation_is_the_closest_heads_rms_shift_difference():
     assert J.joint_separation(shifts[:, :1])[0] == np.inf
 
 
-def _restart_calls(monkeypatch, misfits, pencil, fitted):
-    """The starts :func:`J._restarted` asks for rows of the given misfits (tol 1e-3): each start's fit is stubbed to
-    misfit ``fitted[early]``."""
+def _restart_calls(monkeypatch, misfits, pencil, fitted, used=4, need=0):
+    """The starts :func:`J._restarted` asks for rows of the given misfits (tol 1e-3, each row using ``used`` of its 4
+    tokens): each start's fit is stubbed to misfit ``fitted[early]``, a fit of C on every token to ``fitted["all"]``
+    (with every token used)."""
     H, tol, calls = 2, 1e-3, []
 
     def columns(Z, r, H_, early=True):
         calls.append((int(Z[0, 0, 0]), early))
         return np.eye(H)
 
-    def als(Z, C, r):
-        m = fitted[calls[-1][1]]
-        return C, np.ones((1, 4, H)), np.ones((1, 4, H)), np.array([m]), np.array([4])
+    def als(Z, C, r, lm_tokens=J.LM_TOKENS):
+        if lm_tokens != J.LM_TOKENS:
+            calls.append(("all", lm_tokens))
+        m = fitted["all" if lm_tokens != J.LM_TOKENS else calls[-1][1]]
+        return (
+            C,
+            np.ones((1, 4, H)),
+            np.ones((1, 4, H)),
+            np.array([m]),
+            np.array([4 if lm_tokens != J.LM_TOKENS else used]),
+        )
 
     monkeypatch.setattr(J, "_start_C_columns", columns)
     monkeypatch.setattr(J, "_als", als)
     B = len(misfits)
     Z = np.arange(B, dtype=float)[:, None, None, None] * np.ones((B, 4, 2 * H, H))  # Z[i, 0, 0, 0] = i
-    fit = (np.zeros((B, H, H)), np.ones((B, 4, H)), np.ones((B, 4, H)), np.array(misfits, float), np.full(B, 4))
-    out = J._restarted(Z, None, H, fit, tol, np.array(pencil))
+    fit = (np.zeros((B, H, H)), np.ones((B, 4, H)), np.ones((B, 4, H)), np.array(misfits, float), np.full(B, used))
+    out = J._restarted(Z, None, H, fit, tol, np.array(pencil), need)
     return calls, out[3]
 
 
 @pytest.mark.parametrize("factor, restarted", [(0.99, False), (1.01, True)])
 def test_a_row_is_fitted_again_only_when_it_misfits_above_tol(monkeypatch, factor, restarted):
-    calls, mis = _restart_calls(monkeypatch, [1e-7, factor * 1e-3], [True, True], {True: 1e-7, False: 1e-7})
+    calls, mis = _restart_calls(monkeypatch, [1e-7, factor * 1e-3], [True, True], {True: 1e-7, False: 1e-7, "all": 1.0})
     assert calls == ([(1, True)] if restarted else [])
     assert mis[0] == 1e-7 and mis[1] == (1e-7 if restarted else factor * 1e-3)
 
@@ -184,12 +193,21 @@ def test_a_restart_takes_the_columns_then_every_start_and_keeps_the_best_fit(mon
     """A row the pencils started: the column start with its early stop, then without; a row the column start
     started: without its early stop only. A restart's fit replaces the row's only where it misfits less, and the
     first row that still misfits ends the restarts."""
-    calls, mis = _restart_calls(monkeypatch, [0.5, 0.5], [True, False], {True: 0.7, False: 2e-4})
-    assert calls == [(0, True), (0, False), (1, False)]
+    calls, mis = _restart_calls(monkeypatch, [0.5, 0.5], [True, False], {True: 0.7, False: 2e-4, "all": 1.0})
+    assert calls == [(0, True), ("all", 4), (0, False), (1, False)]  # a start's fit above tol: C on every token
     assert list(mis) == [2e-4, 2e-4]
-    calls, mis = _restart_calls(monkeypatch, [0.5, 0.5], [True, True], {True: 0.7, False: 0.6})
+    calls, mis = _restart_calls(monkeypatch, [0.5, 0.5], [True, True], {True: 0.7, False: 0.6, "all": 0.65})
     assert list(mis) == [0.5, 0.5]  # no start did better: the row keeps its fit
-    assert calls == [(0, True), (0, False)]  # and the stage refuses it: row 1 is not restarted
+    assert calls == [(0, True), ("all", 4), (0, False), ("all", 4)]  # the stage refuses it: row 1 is not restarted
+
+
+@pytest.mark.parametrize("used, refitted", [(4, False), (3, True)])
+def test_a_row_within_tol_that_uses_too_few_tokens_fits_c_on_every_token(monkeypatch, used, refitted):
+    """MiniLM in float32 (row 20, measured 2026-12-05): misfit 1.1e-4 within tol, but C fitted on LM_TOKENS tokens
+    left 15 tokens at 10 to 20 times the median misfit, and the row used 394 of 409 tokens, below the 397 it needs;
+    C on every token from that fit: 1.2e-5, all 409 used."""
+    calls, mis = _restart_calls(monkeypatch, [1e-4], [False], {False: 1.0, "all": 1e-5}, used=used, need=4)
+    assert calls == ([("all", 4)] if refitted else []) and mis[0] == (1e-5 if refitted else 1e-4)
 
 
 def test_float32_rows_started_at_a_local_minimum_are_fitted_again(monkeypatch):

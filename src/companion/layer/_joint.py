@@ -577,11 +577,12 @@ def _joint_lm(Z, C, r, logp, iters=30):
     return C, logp
 
 
-def _als(Z, C, r):
+def _als(Z, C, r, lm_tokens=LM_TOKENS):
     """The rows' fits from their starts: log-poles per token with ``C`` fixed, then all jointly (:func:`_joint_lm`).
 
     ``Z`` of shape ``(B, K, R, H)`` (``B`` rows, fitted together in one array pass, each stopping on its own),
-    ``C`` ``(B, H, H)``. Returns ``(C, poles (B, K, H), weights (B, K, H), misfit (B,), tokens used (B,))``.
+    ``C`` ``(B, H, H)``; the joint fits run on ``lm_tokens`` tokens of a row. Returns ``(C, poles (B, K, H),
+    weights (B, K, H), misfit (B,), tokens used (B,))``.
     """
     B, K, R, H = Z.shape
     Z2 = np.sum(Z**2, axis=(2, 3))  # (B, K)
@@ -613,9 +614,9 @@ def _als(Z, C, r):
         worst = np.where(use, np.min(np.sum(_psi(r, np.exp(fresh)) ** 2, axis=2), axis=2), -np.inf)
         order = np.argsort(-worst, axis=1)
         n_use = np.sum(use, axis=1)
-        full = n_use >= LM_TOKENS
+        full = n_use >= lm_tokens
         if np.any(full):
-            sel = order[full, :LM_TOKENS]
+            sel = order[full, :lm_tokens]
             Zs = np.take_along_axis(Za[full], sel[:, :, None, None], axis=1)
             C[act[full]] = _joint_lm(Zs, Ca[full], r, np.take_along_axis(fresh[full], sel[:, :, None], axis=1))[0]
         for j in np.flatnonzero(~full):  # a row with fewer usable tokens: alone
@@ -632,35 +633,52 @@ def _als(Z, C, r):
     return C, p, sens, misfit, np.sum(use, axis=1)
 
 
-def _restarted(Z, r, H, fit, tol, pencil):
-    """The rows' fits (``fit``, :func:`_als`'s tuple for ``Z`` of shape ``(B, K, R, H)``) with each row whose misfit
-    is above ``tol`` fitted again from more starts until one fits (this book's own): a row its tokens' pencils
-    started (``pencil``, ``(B,)`` bool) from the column start (:func:`_start_C_columns`), then any row from the
-    column start without its early stop (every start of its ``COLUMN_TOKENS`` tokens). Each row keeps its best fit;
-    rows within ``tol`` are not touched, and ``tol`` is not moved: a restart finds a fit, never a looser test. The
-    first row that still misfits ends the restarts (the stage refuses it: a target outside the class costs one
-    row's restarts, 1.5 CPU s at MiniLM's size, measured).
+def _restarted(Z, r, H, fit, tol, pencil, need=0):
+    """The rows' fits (``fit``, :func:`_als`'s tuple for ``Z`` of shape ``(B, K, R, H)``) with each row that fails
+    (misfit above ``tol``, or fewer than ``need`` tokens used) fitted again until it passes (this book's own): a row
+    within ``tol`` fits ``C`` on every token from its fit; a row above it restarts from the column start
+    (:func:`_start_C_columns`), with its early stop if the tokens' pencils started the row (``pencil``, ``(B,)``
+    bool), then without (every start of its ``COLUMN_TOKENS`` tokens), each start's fit refitted on every token if
+    it fails. Each row keeps its best fit; rows that pass are not touched, and neither ``tol`` nor ``need`` moves: a
+    restart finds a fit, never a looser test. The first row that still fails ends the restarts (the stage refuses
+    it: a target outside the class costs one row's restarts, about 1.5 CPU s at MiniLM's size, measured).
 
     Measured (2026-12-05, the float32 route's settings, the stage's rows at learner seed 0): on random blocks
     rounded to float32 (d = 32 and 64, H = 8, seeds 0 to 2, with and without the residual) the pencils started 0 to
     5 of a stage's rows at local minima (misfits 0.08 to 0.63), where the truth's poles and C fit every row at
-    3.8e-8 to 1.1e-7 (and no stage of the six at d = 32 passed); restarted, every row fitted at 9.0e-8 to 4.1e-7.
-    On MiniLM's block computed in float32 (d = 384, H = 12; rows 0 to 60) the column start of rows 9, 29, 49 and 56
+    3.8e-8 to 1.1e-7 (no stage of the six at d = 32 passed); restarted, every row fitted at 9.0e-8 to 4.1e-7.
+    MiniLM's block computed in float32 (d = 384, H = 12, need 397 of 409 tokens; rows 0 to 60, the truth's poles
+    and C at 1.5e-5 to 7.6e-5): 7 rows failed. Rows 9, 29, 49, 56 misfit by 0.031 to 0.12, their column starts
     stopped early at a spurious minimum (row 9: eleven heads at 1.8e-6 to 1.3e-5 and a twelfth fit at 1.76e-4,
-    inside COLUMN_SPREAD of the best) and the rows misfit by 0.031 to 0.12; without the early stop every row fitted
-    at 2.9e-5 to 3.0e-4 (row 9 at 8.8e-5, as from the truth's poles and C), the truth's poles at 1.5e-5 to 7.6e-5."""
+    inside COLUMN_SPREAD of the best); without the early stop they fitted at 4.2e-5 to 1.1e-4. Rows 20, 28, 47
+    fitted at 1.1e-4 to 1.8e-4 but used 394 to 396 tokens (C on LM_TOKENS tokens left the others at 10 to 20 times
+    the median misfit); C on every token: 1.2e-5 to 1.8e-5, all 409 used. The whole run (rows 0 to 383) stopped at
+    row 20 before the second rule."""
     C, p, sens, mis, used = fit
-    for i in np.flatnonzero(~(mis <= tol)):
-        for early in (True, False) if pencil[i] else (False,):
-            Ci = _start_C_columns(Z[i], r, H, early=early)
-            if Ci is None:
-                continue
-            new = _als(Z[i][None], Ci[None], r)
-            if new[3][0] < mis[i]:
+    K = Z.shape[1]
+
+    def fails(m, u):
+        return not (m <= tol and u >= need)
+
+    for i in np.flatnonzero(~(mis <= tol) | (used < need)):
+        # a fit within tol that uses too few tokens: C on every token, from it (C on LM_TOKENS tokens follows
+        # their rounding); a fit above tol: the column starts
+        starts = (["fit"] if mis[i] <= tol else []) + ([True] if pencil[i] else []) + [False]
+        for start in starts:
+            if start == "fit":
+                new = _als(Z[i][None], C[i][None], r, K)
+            else:  # the column start, with its early stop (True) or without
+                Ci = _start_C_columns(Z[i], r, H, early=start)
+                if Ci is None:
+                    continue
+                new = _als(Z[i][None], Ci[None], r)
+                if fails(new[3][0], new[4][0]):
+                    new = _als(Z[i][None], new[0], r, K)
+            if (fails(new[3][0], new[4][0]), new[3][0]) < (fails(mis[i], used[i]), mis[i]):
                 C[i], p[i], sens[i], mis[i], used[i] = (a[0] for a in new)
-            if mis[i] <= tol:
+            if not fails(mis[i], used[i]):
                 break
-        if not mis[i] <= tol:  # the stage refuses its first row that misfits: no later row is restarted
+        if fails(mis[i], used[i]):  # the stage refuses its first row that still fails: no later row is restarted
             break
     return C, p, sens, mis, used
 
@@ -808,9 +826,10 @@ def learn_heads_joint(
             )
         C[i] = Ci
     # a row whose fit misfits is fitted again from more starts (float32's rows, :func:`_restarted`)
-    C, p, sens, misfits, n_used = _restarted(Z, r, H, _als(Z, C, r), tol, pencil)
+    need = d + 1 + EXTRA_TOKENS // 2  # tokens a row's fit must use (the shifts' least squares)
+    C, p, sens, misfits, n_used = _restarted(Z, r, H, _als(Z, C, r), tol, pencil, need)
     for i in range(d):
-        if not misfits[i] <= tol or n_used[i] < d + 1 + EXTRA_TOKENS // 2:
+        if not misfits[i] <= tol or n_used[i] < need:
             raise OracleInconsistentError(
                 f"row {i}: the joint fit of {H} heads over {n_used[i]} of its {n_tok} tokens (shared poles, "
                 f"amplitude vectors) misfits by {misfits[i]:.2e} relative (tol={tol:g}; at least "
