@@ -380,9 +380,11 @@ def test_a_float32_target_near_the_signatures_is_told_the_float32_routes_need():
 
 
 def test_the_matrix_free_polish_products_are_the_dense_jacobians():
-    """``_DirectionOperator``'s products ``J v``, ``J^T y`` and its heads' column norms against the dense Jacobian
-    of ``_direction_residual`` (the Kaufman approximation both use), off the truth so that nothing vanishes."""
-    from companion.layer._fit import _direction_residual, _DirectionOperator, fit_outputs, group_by_length
+    """``_PolishOperator``'s products ``J v``, ``J^T y`` and its heads' column norms against the dense Jacobian
+    of ``_direction_residual`` (the Kaufman approximation both use), off the truth so that nothing vanishes; and on
+    the answers (no LayerNorm) against ``residual_and_jacobian``'s."""
+    from companion.layer._fit import _direction_residual, _PolishOperator, fit_outputs, group_by_length
+    from companion.layer._fit import residual_and_jacobian
     from companion.layer._model import centre
 
     d, H = 6, 2
@@ -395,10 +397,19 @@ def test_the_matrix_free_polish_products_are_the_dense_jacobians():
     dirs = [Y @ centre(d) for Y in answers]
     dirs = [w / np.linalg.norm(w, axis=1, keepdims=True) for w in dirs]
     r, J = _direction_residual(Ws, Theta, batches, np.concatenate(dirs), True)
-    op = _DirectionOperator(Ws, Theta, batches, dirs)
+    op = _PolishOperator(Ws, Theta, batches, dirs)
     nW, p = H * d * (d + 1), Theta.shape[0]
     x, y = rng.standard_normal(J.shape[1]), rng.standard_normal(J.shape[0])
     assert np.max(np.abs(op.residual() - r)) < 1e-14
+    assert np.max(np.abs(op.matvec(x[:nW].reshape(H, d, d + 1), x[nW:].reshape(p, d)) - J @ x)) < 1e-13
+    gW, gT = op.rmatvec(y)
+    assert np.max(np.abs(np.concatenate([gW.ravel(), gT.ravel()]) - J.T @ y)) < 1e-13
+    assert np.max(np.abs(op.column_norms().ravel() - np.linalg.norm(J[:, :nW], axis=0))) < 1e-13
+    # the same operator on the answers themselves (no LayerNorm): residual Phi Theta - Y, J = [J_W, Phi (x) I]
+    r, JW, Phi = residual_and_jacobian(Ws, Theta, batches, answers, True)
+    J = np.concatenate([JW, np.einsum("bq,oc->boqc", Phi, np.eye(d)).reshape(-1, d, p * d)], axis=2).reshape(-1, nW + p * d)
+    op = _PolishOperator(Ws, Theta, batches, Ys=answers)
+    assert np.max(np.abs(op.residual() + r.ravel())) < 1e-14
     assert np.max(np.abs(op.matvec(x[:nW].reshape(H, d, d + 1), x[nW:].reshape(p, d)) - J @ x)) < 1e-13
     gW, gT = op.rmatvec(y)
     assert np.max(np.abs(np.concatenate([gW.ravel(), gT.ravel()]) - J.T @ y)) < 1e-13

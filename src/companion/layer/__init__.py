@@ -66,7 +66,8 @@ from ._model import (
     random_attention_layer,
 )
 from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
-from ._directions import DIRECTIONS_FROM_GAP, DIRECTIONS_RANK_UNITS, FLOAT32_POST_VERIFY
+from ._directions import DIRECTIONS_FROM_GAP, DIRECTIONS_RANK_UNITS, FLOAT32_POST_VERIFY, FREE_POLISH_MAX_LEN
+from ._directions import polish_plan as float32_polish_plan
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
 from ._verify import VERIFY_LONG_LEN, VERIFY_LONG_SHARE, verify_queries
@@ -95,6 +96,8 @@ __all__ = [
     "FLOAT32_UNRESOLVED",
     "DIRECTIONS_RANK_UNITS",
     "FLOAT32_POST_VERIFY",
+    "FREE_POLISH_MAX_LEN",
+    "float32_polish_plan",
     "LSTSQ_GATE_POST",
     "ROUNDING_UNITS",
     "layer_norm",

@@ -144,11 +144,12 @@ DIRECTIONS_RANK_UNITS = 4096
 #: 6.7 u.
 POLISH_QUERY_FACTOR = 3
 
-#: The matrix-free polish (above ``FLOAT32_POLISH_MAX_UNKNOWNS``) asks queries of lengths 2 to this, not 2 to 8
-#: (this book's choice): each LSMR product costs about the same per query whatever its length (``B (H d (d + 1) +
-#: p d_out)`` flops; the tokens enter through ``B N H d`` only), and a query of ``n`` tokens carries ``n - 1`` score
-#: differences, so longer queries meet ``polish_row_queries``' floor with fewer of them: at MiniLM's size (d = 384,
-#: H = 12) the floor falls from 73,920 queries to 18,480, below the output maps' 28,990, which then bind.
+#: The matrix-free polishes (above ``FLOAT32_POLISH_MAX_UNKNOWNS``: here, and without LayerNorm in
+#: ``layer._learn._outputs`` since 2026-12-05) ask queries of lengths 2 to this, not 2 to 8 (this book's choice): each
+#: LSMR product costs about the same per query whatever its length (``B (H d (d + 1) + p d_out)`` flops; the tokens
+#: enter through ``B N H d`` only), and a query of ``n`` tokens carries ``n - 1`` score differences, so longer queries
+#: meet ``polish_row_queries``' floor with fewer of them: at MiniLM's size (d = 384, H = 12) the floor falls from 73,920
+#: queries to 18,480, below the output maps' 28,990, which then bind.
 FREE_POLISH_MAX_LEN = 32
 
 #: Tokens per link (the joint stage's pairs at delta_0 + delta_i): its default, 2, leaves a link's two tokens'

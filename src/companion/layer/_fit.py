@@ -18,6 +18,8 @@ __all__ = [
     "fit_outputs",
     "polish",
     "polish_directions",
+    "polish_directions_free",
+    "polish_free",
     "residual_and_jacobian",
     "group_by_length",
     "polish_row_queries",
@@ -282,31 +284,39 @@ def polish_directions(Ws, Theta, Xs, directions, iters=8):
     return Ws, Theta, first, best
 
 
-class _DirectionOperator:
-    """The Jacobian of :func:`polish_directions`'s residual as products only (matrix-free; this book's own).
+class _PolishOperator:
+    """The Jacobian of a polish's residual as products only (matrix-free; this book's own): of
+    :func:`polish_directions`'s (``What`` given) or of :func:`polish`'s on the answers themselves (``Ys`` given).
 
-    Built at ``(Ws, Theta)`` on batches ``Xs`` with unit directions ``What`` (per batch). With ``u = Phi Theta``,
-    ``v = P u`` and ``Proj_k = (I - w_k w_k^T) P``, the residual is ``Proj_k u_k / |v_k|`` and a step
-    ``(dW, dTheta)`` moves ``u_k`` by ``sum_h M_h^T sum_n alpha_n (x_n - xbar_h) x_n^T dW_h x~_N + dTheta^T phi_k``
-    (``M_h`` the rows ``Theta[h d:(h + 1) d]``): each product is a few matrix products of ``O(B (H d (d + 1) +
-    p d_out))`` flops; the Jacobian's entries (``B d_out`` times as many) are never formed.
+    Built at ``(Ws, Theta)`` on batches ``Xs`` with unit directions ``What`` or answers ``Ys`` (per batch). With
+    ``u = Phi Theta``, ``v = P u`` and ``Proj_k = (I - w_k w_k^T) P``, the directions' residual is
+    ``Proj_k u_k / |v_k|``; the answers' is ``u_k - y_k`` (``Proj_k = I``, no ``1 / |v_k|``). A step ``(dW, dTheta)``
+    moves ``u_k`` by ``sum_h M_h^T sum_n alpha_n (x_n - xbar_h) x_n^T dW_h x~_N + dTheta^T phi_k`` (``M_h`` the
+    rows ``Theta[h d:(h + 1) d]``): each product is a few matrix products of ``O(B (H d (d + 1) + p d_out))``
+    flops; the Jacobian's entries (``B d_out`` times as many) are never formed.
     """
 
-    def __init__(self, Ws, Theta, Xs, What):
+    def __init__(self, Ws, Theta, Xs, What=None, Ys=None):
+        if (What is None) == (Ys is None):
+            raise ValueError("_PolishOperator takes directions What or answers Ys, one of them")
         self.H, self.d = Ws.shape[0], Ws.shape[1] - 1
         self.p, self.d_out = Theta.shape
         self.Theta, self.M = Theta, Theta[: self.H * self.d]
         self.batches = []
-        for X, W in zip(Xs, What):
+        for i, X in enumerate(Xs):
             B, H, d = X.shape[0], self.H, self.d
             xN = np.concatenate([X[:, -1, :], np.ones((B, 1))], axis=1)
             q = (xN @ Ws.transpose(2, 0, 1).reshape(d + 1, -1)).reshape(B, H, d + 1)  # W~_h x~_N
             alpha = softmax(q[:, :, :d] @ X.transpose(0, 2, 1) + q[:, :, d:])  # (B, H, N)
             phi = np.concatenate([(alpha @ X).reshape(B, H * d), xN], axis=1)  # xbar_h, then x~_N
             v = phi @ Theta
-            v -= v.mean(axis=1, keepdims=True)
-            nv = np.linalg.norm(v, axis=1)
-            r = (v - np.einsum("bo,bo->b", v, W)[:, None] * W) / nv[:, None]
+            if What is None:  # the answers: u - y, nothing projected or scaled
+                W, nv, r = None, None, v - Ys[i]
+            else:
+                W = What[i]
+                v -= v.mean(axis=1, keepdims=True)
+                nv = np.linalg.norm(v, axis=1)
+                r = (v - np.einsum("bo,bo->b", v, W)[:, None] * W) / nv[:, None]
             self.batches.append((X, xN, alpha, phi, W, nv, r))
 
     def residual(self):
@@ -314,12 +324,16 @@ class _DirectionOperator:
 
     @staticmethod
     def _proj(y, W, nv):
-        """``(I - w w^T) P y / |v|`` per query."""
+        """``(I - w w^T) P y / |v|`` per query (``y`` itself on the answers)."""
+        if W is None:
+            return y
         y = y - y.mean(axis=1, keepdims=True)
         return (y - np.einsum("bo,bo->b", y, W)[:, None] * W) / nv[:, None]
 
     @staticmethod
     def _proj_t(y, W, nv):
+        if W is None:
+            return y
         y = (y - np.einsum("bo,bo->b", y, W)[:, None] * W) / nv[:, None]
         return y - y.mean(axis=1, keepdims=True)
 
@@ -355,35 +369,40 @@ class _DirectionOperator:
         """``|J e_j|`` over the heads' rows, shape ``(H, d, d + 1)``, in closed form.
 
         A head's column ``(a, c)`` is ``x~_N[c] Proj_k Z_hk diag(alpha) X[:, a] / |v_k|`` with
-        ``Z_hk[:, n] = M_h^T (x_n - xbar_h)``: ``B N d d_out`` flops per head (``N`` the tokens)."""
+        ``Z_hk[:, n] = M_h^T (x_n - xbar_h)`` (``Proj_k = I``, no ``1 / |v_k|`` on the answers): ``B N d d_out``
+        flops per head (``N`` the tokens)."""
         H, d = self.H, self.d
         cW = np.zeros((H, d, d + 1))
         for X, xN, alpha, phi, W, nv, _ in self.batches:
             for h in range(H):
                 Z = (X - phi[:, None, h * d : (h + 1) * d]) @ self.M[h * d : (h + 1) * d]  # (B, N, d_out)
-                Z -= Z.mean(axis=2, keepdims=True)
-                Z -= (Z @ W[:, :, None]) * W[:, None, :]
+                if W is not None:
+                    Z -= Z.mean(axis=2, keepdims=True)
+                    Z -= (Z @ W[:, :, None]) * W[:, None, :]
                 Y = alpha[:, h, :, None] * X  # (B, N, d)
-                q = np.einsum("bna,bna->ba", (Z @ Z.transpose(0, 2, 1)) @ Y, Y) / (nv * nv)[:, None]
+                q = np.einsum("bna,bna->ba", (Z @ Z.transpose(0, 2, 1)) @ Y, Y)
+                if W is not None:
+                    q /= (nv * nv)[:, None]
                 cW[h] += q.T @ (xN * xN)
         return np.sqrt(cW)
 
     def gram(self):
         """``sum_k phi_k phi_k^T / |v_k|^2``, ``(p, p)``: ``Theta``'s block of the normal matrix is about it
-        times ``I - 1 1^T / d_out`` (the directions' rank-one parts aside)."""
+        times ``I - 1 1^T / d_out`` (the directions' rank-one parts aside); on the answers ``Phi^T Phi`` times
+        ``I`` exactly."""
         G = np.zeros((self.p, self.p))
         for _, _, _, phi, _, nv, _ in self.batches:
-            A = phi / nv[:, None]
+            A = phi if nv is None else phi / nv[:, None]
             G += A.T @ A
         return G
 
 
 def polish_directions_free(Ws, Theta, Xs, directions, iters=8, lsmr_iters=100, lsmr_tol=1e-3):
     """:func:`polish_directions` matrix-free: each Gauss-Newton step by LSMR (Fong & Saunders 2011,
-    ``scipy.sparse.linalg.lsmr``) on :class:`_DirectionOperator`'s products (this book's own).
+    ``scipy.sparse.linalg.lsmr``) on :class:`_PolishOperator`'s products (this book's own).
 
     Preconditioned on the right, once at the start: the heads' rows by their columns' norms, ``Theta`` by the
-    Cholesky factor ``L`` of its Gram matrix (:meth:`_DirectionOperator.gram`, column-scaled by ``D``):
+    Cholesky factor ``L`` of its Gram matrix (:meth:`_PolishOperator.gram`, column-scaled by ``D``):
     ``dTheta = D^-1 L^-T y``, so that its block is near-orthonormal (its columns, the features, are strongly
     correlated). Memory ``O(B N H d + B p + p^2)`` floats, not ``B d_out`` times the unknowns. Same residual, same
     acceptance as :func:`polish_directions`; returns ``(Ws, Theta, relative residual before, after, info)``,
@@ -395,16 +414,32 @@ def polish_directions_free(Ws, Theta, Xs, directions, iters=8, lsmr_iters=100, l
     and 1.27 u; at 1e-2, 69 and 58 in six and four steps, to 1.87 u and 1.45 u. A Kronecker-factored (K-FAC-like)
     preconditioner of each head's block took as many iterations as its columns' norms.
     """
+    What = [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]
+    scale = np.sqrt(sum(W.shape[0] for W in What))
+    return _polish_free(Ws, Theta, Xs, {"What": What}, scale, iters, lsmr_iters, lsmr_tol)
+
+
+def polish_free(Ws, Theta, Xs, Ys, iters=8, lsmr_iters=100, lsmr_tol=1e-3):
+    """:func:`polish` matrix-free (this book's own): the answers' residual ``Phi Theta - Y`` (no projection, no
+    scaling), by :func:`polish_directions_free`'s LSMR steps, preconditioning and acceptance (a step that does not
+    lower the residual is not taken; the steps stop when one gains less than a factor 1.01), on the same
+    :class:`_PolishOperator`. Returns ``(Ws, Theta, relative residual before, after, info)``, the residuals
+    relative to ``|Y|`` as :func:`polish`'s, ``info`` the LSMR iterations per step."""
+    scale = max(float(np.linalg.norm(np.concatenate([Y.reshape(-1) for Y in Ys]))), np.finfo(float).tiny)
+    return _polish_free(Ws, Theta, Xs, {"Ys": Ys}, scale, iters, lsmr_iters, lsmr_tol)
+
+
+def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol):
+    """Gauss-Newton by LSMR on :class:`_PolishOperator` built on ``data`` (``What`` or ``Ys``); residuals over
+    ``scale``."""
     from scipy.linalg import cho_factor, solve_triangular
     from scipy.sparse.linalg import LinearOperator, lsmr
 
     H, d = Ws.shape[0], Ws.shape[1] - 1
     nW, (p, d_out) = H * d * (d + 1), Theta.shape
-    What = [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]
-    n = sum(W.shape[0] for W in What)
-    op = _DirectionOperator(Ws, Theta, Xs, What)
+    op = _PolishOperator(Ws, Theta, Xs, **data)
     r = op.residual()
-    first = best = float(np.linalg.norm(r)) / np.sqrt(n)
+    first = best = float(np.linalg.norm(r)) / scale
     tiny = np.finfo(float).tiny
     sW = 1.0 / np.maximum(op.column_norms(), tiny)
     G = op.gram()
@@ -445,9 +480,9 @@ def polish_directions_free(Ws, Theta, Xs, directions, iters=8, lsmr_iters=100, l
         W_new = Ws.copy()
         W_new[:, :d, :] += dW
         T_new = Theta + dT
-        op = _DirectionOperator(W_new, T_new, Xs, What)
+        op = _PolishOperator(W_new, T_new, Xs, **data)
         r_new = op.residual()
-        res = float(np.linalg.norm(r_new)) / np.sqrt(n)
+        res = float(np.linalg.norm(r_new)) / scale
         if not res < best:
             break
         Ws, Theta, r, gain, best = W_new, T_new, r_new, best / res, res

@@ -66,35 +66,47 @@ FLOAT32_RANK_UNITS = 64
 FLOAT32_LINK_TOKENS = 8
 
 #: The float32 route's dense polishes take up to this many unknowns, the output maps' counted (at float64
-#: POLISH_MAX_UNKNOWNS, 2500, counts the heads' rows only): without LayerNorm the block is left unpolished above it;
-#: behind a post-LN the polish of fresh queries' directions runs matrix-free above it (up to
-#: FLOAT32_POST_POLISH_MAX_UNKNOWNS). Measured (2026-12-04, Keras 3 in float32, H = 8, key_dim 2, seed 0, with the
-#: polish that formed the output maps' Jacobian too): at d = 12 (2,556 unknowns) unpolished the verification failed at
-#: 309 u, polished the layer predicts 200 fresh queries to 8.1 u (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u
-#: (floor 2.8 u), peak RSS 1.7 GB. That Jacobian's memory grew as the unknowns squared (2 * 5000**2 * 8 bytes =
-#: 400 MB at the cap); the polish now eliminates the output maps and holds ``B d_out H d (d + 1)`` floats
-#: (:data:`POLISH_MAX_UNKNOWNS`). Behind a post-LN at d = 24, H = 4 (5,304 unknowns, 724 queries) the dense polish took
-#: 20 CPU s and a peak RSS of 1.6 GB, the matrix-free one 0.1 s and 0.11 GB, to 1.21 u and 1.16 u on 1,000 fresh
-#: queries (measured 2026-12-05). Below the cap the two agree (d = 8, H = 2; d = 16, H = 3; d = 22, H = 4: dense 2.55 u,
-#: 1.40 u, 1.41 u, matrix-free 2.57 u, 1.56 u, 1.38 u; at d = 22 dense 13 CPU s and 1.17 GB, matrix-free 0.08 s and
-#: 0.11 GB); the dense polish is kept there, its results unchanged.
+#: POLISH_MAX_UNKNOWNS, 2500, counts the heads' rows only); above it the polish runs matrix-free (up to
+#: FLOAT32_POST_POLISH_MAX_UNKNOWNS): behind a post-LN on fresh queries' directions, without LayerNorm on the answers
+#: themselves (``_fit.polish_free``, the same operator; until 2026-12-05 such a block was left unpolished). Measured
+#: (2026-12-04, Keras 3 in float32, H = 8, key_dim 2, seed 0, with the polish that formed the output maps' Jacobian
+#: too): at d = 12 (2,556 unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh
+#: queries to 8.1 u (floor 3.0 u); at d = 16 (4,496 unknowns), 6.6 u (floor 2.8 u), peak RSS 1.7 GB. That Jacobian's
+#: memory grew as the unknowns squared (2 * 5000**2 * 8 bytes = 400 MB at the cap); the polish now eliminates the output
+#: maps and holds ``B d_out H d (d + 1)`` floats (:data:`POLISH_MAX_UNKNOWNS`). Behind a post-LN at d = 24, H = 4
+#: (5,304 unknowns, 724 queries) the dense polish took 20 CPU s and a peak RSS of 1.6 GB, the matrix-free one 0.1 s and
+#: 0.11 GB, to 1.21 u and 1.16 u on 1,000 fresh queries (measured 2026-12-05). Below the cap the two agree (d = 8,
+#: H = 2; d = 16, H = 3; d = 22, H = 4: dense 2.55 u, 1.40 u, 1.41 u, matrix-free 2.57 u, 1.56 u, 1.38 u; at d = 22
+#: dense 13 CPU s and 1.17 GB, matrix-free 0.08 s and 0.11 GB); the dense polish is kept there, its results unchanged.
+#: Without LayerNorm (measured 2026-12-05, one BLAS thread, random_attention_layer blocks with H = 8 rounded to float32,
+#: with and without the residual, seeds 0 to 2, learner seed 0, 500 fresh queries against the exact block): at d = 32
+#: (17,696 unknowns) and d = 64 (70,208) unpolished all 12 were refused by their verification at 65 u to 103 u (heads
+#: about 1e-6 off); polished matrix-free (842 and 1,674 queries of lengths 2 to 32; LSMR 34 to 59 iterations a
+#: Gauss-Newton step, three steps) all 12 verified at 1.00 u to 1.54 u, 1.48 u to 1.92 u from the exact block, in 1.9 to
+#: 6.4 CPU s for the whole run (1.2 s to 3.2 s refused before), peak RSS unchanged (0.16 GB, 0.29 GB). Keras 3
+#: MultiHeadAttention in float32 (its jax backend), H = 8, key_dim 2, d = 32, seed 0: refused before, now verified at
+#: 9.2 u and 12.7 u from its served answers on 200 fresh queries (floor 2.5 u; 45 CPU s, 2.0 GB with Keras); a
+#: sliding-window mask over the last 3 or 6 tokens of the d = 32 block, given its true heads and so polished, misfits
+#: 500 fresh queries by 3.7e7 u or more.
 FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 
-#: Behind a post-LN the float32 route polishes up to this many unknowns (``polish_unknowns``: ``H d (d + 1)`` and
-#: the output maps') on fresh queries' directions, matrix-free above FLOAT32_POLISH_MAX_UNKNOWNS
+#: Behind a post-LN the float32 route polishes up to this many unknowns (``polish_unknowns``: ``H d (d + 1)`` and the
+#: output maps') on fresh queries' directions, matrix-free above FLOAT32_POLISH_MAX_UNKNOWNS
 #: (``_fit.polish_directions_free``: LSMR on closed-form Jacobian products, queries of lengths 2 to
-#: ``FREE_POLISH_MAX_LEN``), and refuses by rule above it: unpolished the heads keep float32's errors. Measured
+#: ``FREE_POLISH_MAX_LEN``), and refuses by rule above it: unpolished the heads keep float32's errors. Without LayerNorm
+#: the matrix-free polish of the answers (``_fit.polish_free``) takes the same cap; above it the block is left
+#: unpolished, for the verification to judge (the plan's queries are reserved before the answers show float32). Measured
 #: (2026-12-05, one BLAS thread, residual post-LN random_attention_layer blocks rounded to float32, learner seed 0,
-#: 1,000 fresh queries against the exact block): d = 24, H = 4; d = 24, H = 5 (eps 1e-8, seed 497); d = 32, H = 4
-#: (seeds 0 and 1); d = 48, H = 12 (58,224 unknowns, 3,798 queries): 20.1 u to 53.6 u unpolished (one refused by its
+#: 1,000 fresh queries against the exact block): d = 24, H = 4; d = 24, H = 5 (eps 1e-8, seed 497); d = 32, H = 4 (seeds
+#: 0 and 1); d = 48, H = 12 (58,224 unknowns, 3,798 queries): 20.1 u to 53.6 u unpolished (one refused by its
 #: verification), 0.91 u to 1.35 u polished (verified at 0.93 u to 1.69 u on 1,024 queries), with 37 to 48 LSMR
 #: iterations in the first Gauss-Newton step and 7 to 20 in the next one or two; at d = 48, H = 12 the polish took
 #: 3.2 CPU s (the whole run 42 s; peak RSS 0.43 GB). With lengths 2 to 8 the same blocks polished to 1.08 u to 1.72 u.
 #: Its cost is about 65 products of ``O(B (H d (d + 1) + p d_out))`` flops, ``B`` its queries, and its memory ``B p``
-#: floats (the features) and ``B N H d`` (the attention weights). Timed on random data of MiniLM's shape (d = d_out =
-#: 384, H = 12, 3,691,392 unknowns, its plan's 28,990 queries of lengths 2 to 32): 110 s to set up (the heads'
-#: column norms 88 s), 15.8 s an LSMR iteration, peak RSS 4.1 GB, so about 1,150 CPU s in all, against the oracle's
-#: own 1,376 s for the rest of the learner's run (data/results/minilm_block_float32.json). The cap lies above
+#: floats (the features) and ``B N H d`` (the attention weights). Timed on random data of MiniLM's shape
+#: (d = d_out = 384, H = 12, 3,691,392 unknowns, its plan's 28,990 queries of lengths 2 to 32): 110 s to set up (the
+#: heads' column norms 88 s), 15.8 s an LSMR iteration, peak RSS 4.1 GB, so about 1,150 CPU s in all, against the
+#: oracle's own 1,376 s for the rest of the learner's run (data/results/minilm_block_float32.json). The cap lies above
 #: MiniLM's block; past it the memory grows as ``B p``, about ``d^4`` floats.
 FLOAT32_POST_POLISH_MAX_UNKNOWNS = 4_000_000
 

@@ -11,18 +11,11 @@ from .._validation import check_choice, check_int
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
 from ..oracles import VectorQueryOracle, unit_roundoff
 from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, learn_heads_joint, scale_plan
-from ._fit import (
-    LSTSQ_GATE,
-    POLISH_MAX_UNKNOWNS,
-    LiftedReadout,
-    fit_outputs,
-    group_by_length,
-    polish,
-    polish_row_queries,
-)
+from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, group_by_length, polish, polish_free
+from ._fit import polish_row_queries
 from ._directions import DIRECTIONS_MEASURED, DIRECTIONS_MEASURED_FLOAT32, NO_DIRECTIONS, ROW_SPACE, directions_apply
 from ._directions import FLOAT32_POST_VERIFY, directions_plan, float32_post_reach, learn_post_directions
-from ._directions import polish_plan, polish_post_directions
+from ._directions import FREE_POLISH_MAX_LEN, polish_plan, polish_post_directions
 from ._model import AttentionLayer, LayerRecovery, centre, information_floor
 from ._preln import OUT_OF_REACH, Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._verify import VERIFY_NEAR, check_verify_rtol, verify_layer
@@ -31,6 +24,7 @@ from ._float32 import (
     FLOAT32_HEADS_TOL,
     FLOAT32_LINK_TOKENS,
     FLOAT32_POLISH_MAX_UNKNOWNS,
+    FLOAT32_POST_POLISH_MAX_UNKNOWNS,
     FLOAT32_SKIP_UNITS,
     FLOAT32_VERIFY_UNITS,
     joint_options,
@@ -245,6 +239,8 @@ def _plan(oracle, o: _Options) -> dict:
     plan["polish"] = max(0, 2 * information_floor(d, o.H_plan, d_out) - plan["fit"]) if o.polish else 0
     if o.polish and o.H_plan * d * (d + 1) <= max(POLISH_MAX_UNKNOWNS, FLOAT32_POLISH_MAX_UNKNOWNS):
         plan["polish"] = max(plan["polish"], polish_row_queries(d) - plan["fit"])
+    elif o.polish:  # only the float32 route's matrix-free polish runs here, on lengths 2 to FREE_POLISH_MAX_LEN
+        plan["polish"] = max(plan["polish"], polish_row_queries(d, FREE_POLISH_MAX_LEN) - plan["fit"])
     plan["heads"] = 0
     if o.layernorm == "pre":  # the eps fit and skip lines, and the least squares on the normalised tokens
         plan["pre"] = pre_probe_count(d) + d + o.H_plan * (d - 1) + 8
@@ -526,10 +522,17 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
     # entries, 4,496 in all) 0.2 CPU s unpolished, verified at 9.9e-14, against 10.8 s polished (1.0e-15); d = 24,
     # H = 3: 0.1 s (3.7e-13) against 6.1 s (1.2e-15)
     n_unknowns = Ws.shape[0] * d * (d + 1) + (Theta.size if o.float32 or joint else 0)
-    if n_polish and n_unknowns <= (FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS):
-        Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=n_polish)]
+    free = o.float32 and FLOAT32_POLISH_MAX_UNKNOWNS < n_unknowns <= FLOAT32_POST_POLISH_MAX_UNKNOWNS  # matrix-free
+    if n_polish and (free or n_unknowns <= (FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS)):
+        longest = FREE_POLISH_MAX_LEN if free else 8
+        Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, longest + 1, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
-        Ws, Theta, before, after = polish(Ws, Theta, batches + Xs, answers + Ys, iters=4 if gate == LSTSQ_GATE else 8)
+        if free:  # the directions' operator on the answers, queries of lengths 2 to FREE_POLISH_MAX_LEN
+            Ws, Theta, before, after, steps = polish_free(Ws, Theta, batches + Xs, answers + Ys)
+            info["polish_lsmr_iterations"] = steps["lsmr_iterations"]
+        else:
+            iters = 4 if gate == LSTSQ_GATE else 8
+            Ws, Theta, before, after = polish(Ws, Theta, batches + Xs, answers + Ys, iters=iters)
         info.update(polished=True, n_polish_queries=n_polish, polish_residual_before=before, polish_residual=after)
     return Ws, Theta, info
 
@@ -830,10 +833,12 @@ def learn_attention_layer(
         polish can run (``POLISH_SCORE_MARGIN``: twice ``d (d + 1)`` score differences for the heads' rows;
         skipped above ``POLISH_MAX_UNKNOWNS`` = 2500
         heads' rows' entries ``H d (d + 1)``, the output maps eliminated in each step; after the joint heads' stage,
-        whose heads come exact to rounding, the output maps' unknowns count too; in the float32 route above
-        ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted; behind a float32 post-LN the
-        polish of directions runs matrix-free above it, and the block is refused above
-        ``FLOAT32_POST_POLISH_MAX_UNKNOWNS`` = 4,000,000).
+        whose heads come exact to rounding, the output maps' unknowns count too). The float32 route polishes
+        densely up to ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted, and matrix-free
+        above it up to ``FLOAT32_POST_POLISH_MAX_UNKNOWNS`` = 4,000,000 (LSMR on queries of lengths 2 to
+        ``FREE_POLISH_MAX_LEN`` = 32): without LayerNorm on the answers (at least ``polish_row_queries(d, 32) -
+        (H d + 8)`` fresh queries), unpolished above that cap; behind a post-LN on fresh queries' directions,
+        refused above it.
     verify : int, default=32
         Fresh queries checking the result, counted apart (0 opts out): tokens ``N(0, I_d / d)``, lengths 1 to 8 and, for
         a quarter, 9 to ``VERIFY_LONG_LEN`` = 256, where a sliding window (never asked with ``H`` given) shows.
@@ -970,7 +975,9 @@ def learn_attention_layer(
        float64 layers rounded to float32: 1.8 u to 7.4 u, see ``FLOAT32_VERIFY_UNITS``);
        ``H = 4`` and 8 were refused by the readout route's heads' learner. The joint route (step 8: its rank
        counted above ``FLOAT32_RANK_UNITS`` u, its fits at ``FLOAT32_HEADS_TOL``, its rows linked through
-       ``FLOAT32_LINK_TOKENS`` tokens, polished up to ``FLOAT32_POLISH_MAX_UNKNOWNS`` unknowns; measured
+       ``FLOAT32_LINK_TOKENS`` tokens, polished densely up to ``FLOAT32_POLISH_MAX_UNKNOWNS`` unknowns and
+       matrix-free above, since 2026-12-05: random blocks with ``H = 8`` at ``d = 32`` and 64 rounded to
+       float32, refused unpolished at 65 u to 103 u, now verified at 1.0 u to 1.5 u; measured
        2026-12-04, key_dim 2, learner seed 0, on 200 fresh queries) learns ``H = 4`` at ``d = 8`` (seeds 0 to 2:
        10.6 u, 12.4 u, 7.7 u, floors 4.2 u, 5.6 u, 4.1 u) and ``H = 8`` at ``d = 8`` (seeds 0 to 2: 7.3 u,
        15.4 u, 12.7 u, floors 3.3 u, 4.5 u, 5.7 u; 13 to 14 CPU s), ``d = 10`` and 12 (seed 0: 7.6 u and 8.1 u,
