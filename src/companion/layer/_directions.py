@@ -240,7 +240,7 @@ def polish_unknowns(d: int, d_out: int, H: int) -> int:
 
 
 def polish_plan(d: int, d_out: int, H: int) -> int:
-    """The float32 polish's queries (0 where its unknowns, :func:`polish_unknowns`, exceed
+    """The float32 polish's queries (0 where its unknowns, ``polish_unknowns``, exceed
     ``FLOAT32_POST_POLISH_MAX_UNKNOWNS``)."""
     n = polish_unknowns(d, d_out, H)
     if n > FLOAT32_POST_POLISH_MAX_UNKNOWNS:
