@@ -157,8 +157,8 @@ def _restart_calls(monkeypatch, misfits, pencil, fitted, used=4, need=0):
     (with every token used)."""
     H, tol, calls = 2, 1e-3, []
 
-    def columns(Z, r, H_, early=True):
-        calls.append((int(Z[0, 0, 0]), early))
+    def columns(Z, r, H_, early=True, first=0):
+        calls.append((int(Z[0, 0, 0]), early) if first == 0 else (int(Z[0, 0, 0]), early, first))
         return np.eye(H)
 
     def als(Z, C, r, lm_tokens=J.LM_TOKENS):
@@ -199,6 +199,18 @@ def test_a_restart_takes_the_columns_then_every_start_and_keeps_the_best_fit(mon
     calls, mis = _restart_calls(monkeypatch, [0.5, 0.5], [True, True], {True: 0.7, False: 0.6, "all": 0.65})
     assert list(mis) == [0.5, 0.5]  # no start did better: the row keeps its fit
     assert calls == [(0, True), ("all", 4), (0, False), ("all", 4)]  # the stage refuses it: row 1 is not restarted
+
+
+def test_a_restart_then_takes_the_column_start_on_the_next_tokens(monkeypatch):
+    """MiniLM in float32 (row 362, measured 2026-12-05): no start of its first COLUMN_TOKENS = 64 tokens reached
+    one head (whose column fits them at 1.6e-5), and the row misfit by 1.45e-2 after both column starts; the column
+    start on tokens 64 to 127 found all twelve heads and the row fitted at 1.7e-4 (403 of 409 tokens used). The
+    windows are whole: a row of 4 tokens at COLUMN_TOKENS = 2 has one more, from token 2."""
+    monkeypatch.setattr(J, "COLUMN_TOKENS", 2)
+    fitted = {True: 0.7, False: 0.6, "all": 0.65}
+    calls, mis = _restart_calls(monkeypatch, [0.5], [True], fitted)
+    assert calls == [(0, True), ("all", 4), (0, False), ("all", 4), (0, False, 2), ("all", 4)]
+    assert list(mis) == [0.5]
 
 
 @pytest.mark.parametrize("used, refitted", [(4, False), (3, True)])

@@ -387,7 +387,7 @@ def _distinct(Y, mis, H):
     return chosen
 
 
-def _start_C_columns(Z, r, H, early=True):
+def _start_C_columns(Z, r, H, early=True, first=0):
     """``C`` from the columns of ``C^{-1}``, each fitted on all the row's tokens at once (:func:`_fit_columns`).
 
     Column ``h`` of ``C^{-1}`` turns every token's ``Z_k`` into one pole's ``phi(r, p_kh)``: ``C`` is shared by
@@ -397,9 +397,10 @@ def _start_C_columns(Z, r, H, early=True):
     ``H`` best distinct ones (:func:`_distinct`) give ``C``. None if fewer than ``H`` are distinct. The starts
     come ``COLUMN_START_TOKENS`` tokens' at a time; the start stops early once the ``H`` best distinct fits'
     misfits lie within a factor ``COLUMN_SPREAD`` (a spurious minimum is far above the heads'); with
-    ``early=False`` it takes every start of its ``COLUMN_TOKENS`` tokens (:func:`_restarted`).
+    ``early=False`` it takes every start of its ``COLUMN_TOKENS`` tokens (:func:`_restarted`), and ``first`` the
+    tokens ``first`` to ``first + COLUMN_TOKENS`` (the first ones by default; :func:`_restarted` tries the others).
     """
-    Z = Z[:COLUMN_TOKENS]  # a subset of the row's tokens starts and fits the columns (C is the row's)
+    Z = Z[first : first + COLUMN_TOKENS]  # a subset of the row's tokens starts and fits the columns (C is the row's)
     Bs, mis, Ys = np.empty((0, H)), np.empty(0), np.empty((0, Z.shape[0] * Z.shape[1]))
     for a in range(0, len(Z), COLUMN_START_TOKENS):
         Za = Z[a : a + COLUMN_START_TOKENS]
@@ -638,9 +639,10 @@ def _restarted(Z, r, H, fit, tol, pencil, need=0):
     (misfit above ``tol``, or fewer than ``need`` tokens used) fitted again until it passes (this book's own): a row
     within ``tol`` fits ``C`` on every token from its fit; a row above it restarts from the column start
     (:func:`_start_C_columns`), with its early stop if the tokens' pencils started the row (``pencil``, ``(B,)``
-    bool), then without (every start of its ``COLUMN_TOKENS`` tokens), each start's fit refitted on every token if
-    it fails. Each row keeps its best fit; rows that pass are not touched, and neither ``tol`` nor ``need`` moves: a
-    restart finds a fit, never a looser test. The first row that still fails ends the restarts (the stage refuses
+    bool), then without (every start of its ``COLUMN_TOKENS`` tokens), then without on each later window of
+    ``COLUMN_TOKENS`` tokens, each start's fit refitted on every token if it fails. Each row keeps its best fit;
+    rows that pass are not touched, and neither ``tol`` nor ``need`` moves: a restart finds a fit, never a looser
+    test. The first row that still fails ends the restarts (the stage refuses
     it: a target outside the class costs one row's restarts, about 1.5 CPU s at MiniLM's size, measured).
 
     Measured (2026-12-05, the float32 route's settings, the stage's rows at learner seed 0): on random blocks
@@ -653,7 +655,10 @@ def _restarted(Z, r, H, fit, tol, pencil, need=0):
     inside COLUMN_SPREAD of the best); without the early stop they fitted at 4.2e-5 to 1.1e-4. Rows 20, 28, 47
     fitted at 1.1e-4 to 1.8e-4 but used 394 to 396 tokens (C on LM_TOKENS tokens left the others at 10 to 20 times
     the median misfit); C on every token: 1.2e-5 to 1.8e-5, all 409 used. The whole run (rows 0 to 383) stopped at
-    row 20 before the second rule."""
+    row 20 before the second rule, and at row 362 with it (data/results/minilm_block_float32.json): no start of its
+    first 64 tokens reached one head, whose column fits them at 1.6e-5; the column start on tokens 64 to 127 found
+    all twelve, and the row fitted at 1.7e-4 (403 of 409 tokens used). A target outside the class costs the
+    windows' starts too (five more at MiniLM's size; none where a row has at most 2 ``COLUMN_TOKENS`` tokens)."""
     C, p, sens, mis, used = fit
     K = Z.shape[1]
 
@@ -662,13 +667,14 @@ def _restarted(Z, r, H, fit, tol, pencil, need=0):
 
     for i in np.flatnonzero(~(mis <= tol) | (used < need)):
         # a fit within tol that uses too few tokens: C on every token, from it (C on LM_TOKENS tokens follows
-        # their rounding); a fit above tol: the column starts
-        starts = (["fit"] if mis[i] <= tol else []) + ([True] if pencil[i] else []) + [False]
+        # their rounding); a fit above tol: the column starts, then on the row's later windows of tokens
+        windows = [(False, a) for a in range(COLUMN_TOKENS, K - COLUMN_TOKENS + 1, COLUMN_TOKENS)]
+        starts = (["fit"] if mis[i] <= tol else []) + ([(True, 0)] if pencil[i] else []) + [(False, 0)] + windows
         for start in starts:
             if start == "fit":
                 new = _als(Z[i][None], C[i][None], r, K)
-            else:  # the column start, with its early stop (True) or without
-                Ci = _start_C_columns(Z[i], r, H, early=start)
+            else:  # the column start, with its early stop (True) or without, on the tokens from start[1]
+                Ci = _start_C_columns(Z[i], r, H, early=start[0], first=start[1])
                 if Ci is None:
                     continue
                 new = _als(Z[i][None], Ci[None], r)
