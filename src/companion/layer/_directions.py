@@ -63,6 +63,7 @@ __all__ = [
     "learn_post_directions",
     "POLISH_QUERY_FACTOR",
     "FREE_POLISH_MAX_LEN",
+    "polish_max_len",
     "DIRECTIONS_RANK_UNITS",
     "polish_plan",
     "polish_unknowns",
@@ -245,12 +246,13 @@ def polish_plan(d: int, d_out: int, H: int) -> int:
     n = polish_unknowns(d, d_out, H)
     if n > FLOAT32_POST_POLISH_MAX_UNKNOWNS:
         return 0
-    rows = polish_row_queries(d, _polish_max_len(n))
+    rows = polish_row_queries(d, polish_max_len(n))
     return max(rows, -(-POLISH_QUERY_FACTOR * n // max(1, d_out - 2)))
 
 
-def _polish_max_len(n: int) -> int:
-    """The polish queries' longest length at ``n`` unknowns: ``FREE_POLISH_MAX_LEN`` on the matrix-free polish."""
+def polish_max_len(n: int) -> int:
+    """The float32 polish queries' longest length at ``n`` unknowns: 8 on the dense polish, ``FREE_POLISH_MAX_LEN``
+    on the matrix-free one (above ``FLOAT32_POLISH_MAX_UNKNOWNS``)."""
     return FREE_POLISH_MAX_LEN if n > FLOAT32_POLISH_MAX_UNKNOWNS else 8
 
 
@@ -267,11 +269,11 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float):
     n = polish_plan(d, d_out, H)
     if n == 0:
         return Ws, Theta, None, {"polished": False, "n_polish_queries": 0}
-    longest = _polish_max_len(polish_unknowns(d, d_out, H))
-    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, longest + 1, size=n)]
+    unknowns = polish_unknowns(d, d_out, H)
+    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, polish_max_len(unknowns) + 1, size=n)]
     batches, answers = group_by_length(Xs, oracle(Xs))
     dirs = [directions(norm, Y) for Y in answers]
-    free = longest > 8
+    free = unknowns > FLOAT32_POLISH_MAX_UNKNOWNS
     if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns
         Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs)
     else:

@@ -15,7 +15,7 @@ from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, g
 from ._fit import polish_row_queries
 from ._directions import DIRECTIONS_MEASURED, DIRECTIONS_MEASURED_FLOAT32, NO_DIRECTIONS, ROW_SPACE, directions_apply
 from ._directions import FLOAT32_POST_VERIFY, directions_plan, float32_post_reach, learn_post_directions
-from ._directions import FREE_POLISH_MAX_LEN, polish_plan, polish_post_directions
+from ._directions import FREE_POLISH_MAX_LEN, polish_max_len, polish_plan, polish_post_directions
 from ._model import AttentionLayer, LayerRecovery, centre, information_floor
 from ._preln import OUT_OF_REACH, Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._verify import VERIFY_NEAR, check_verify_rtol, verify_layer
@@ -524,7 +524,7 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
     n_unknowns = Ws.shape[0] * d * (d + 1) + (Theta.size if o.float32 or joint else 0)
     free = o.float32 and FLOAT32_POLISH_MAX_UNKNOWNS < n_unknowns <= FLOAT32_POST_POLISH_MAX_UNKNOWNS  # matrix-free
     if n_polish and (free or n_unknowns <= (FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS)):
-        longest = FREE_POLISH_MAX_LEN if free else 8
+        longest = polish_max_len(n_unknowns) if o.float32 else 8
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, longest + 1, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
         if free:  # the directions' operator on the answers, queries of lengths 2 to FREE_POLISH_MAX_LEN

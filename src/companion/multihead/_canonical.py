@@ -217,8 +217,7 @@ def learn_canonical(
         max_tokens_factor=max_tokens_factor, row_retries=row_retries, tol=tol, verify=verify,
         verify_rtol=verify_rtol, seed=seed,
     )  # fmt: skip
-    n, m = count_pairs(opts.n_points, opts.max_len)
-    n_x, n_link = int(np.ceil(opts.oversample * d)), max(3, int(np.ceil(2 * opts.H_plan**2 / opts.n_points)))
+    n, m, n_x, n_link = _design_counts(d, opts)
     if hasattr(oracle, "require"):
         oracle.require(_planned(d, opts), learner="learn_canonical")
     count = QueryCount(oracle)
@@ -258,15 +257,22 @@ def canonical_plan(d: int, H=None, *, verify: int = 64) -> int:
     >>> canonical_plan(4, 2, verify=0)
     496
     """
-    defaults = {k: v.default for k, v in inspect.signature(learn_canonical).parameters.items() if k not in ("oracle",)}
+    defaults = {k: v.default for k, v in inspect.signature(learn_canonical).parameters.items() if k != "oracle"}
     defaults.update(H=H, verify=verify)
     return _planned(check_int(d, "d", minimum=1), check_options(**defaults))
 
 
+def _design_counts(d: int, opts) -> tuple:
+    """``(n, m, n_x, n_link)``: the counts ``(n, m)`` of each pair, the query tokens per row and the link
+    tokens, for checked options."""
+    n, m = count_pairs(opts.n_points, opts.max_len)
+    n_x, n_link = int(np.ceil(opts.oversample * d)), max(3, int(np.ceil(2 * opts.H_plan**2 / opts.n_points)))
+    return n, m, n_x, n_link
+
+
 def _planned(d: int, opts) -> int:
     """:func:`canonical_plan`'s count for checked options."""
-    n, _ = count_pairs(opts.n_points, opts.max_len)
-    n_x, n_link = int(np.ceil(opts.oversample * d)), max(3, int(np.ceil(2 * opts.H_plan**2 / opts.n_points)))
+    n, _, n_x, n_link = _design_counts(d, opts)
     return d + d * n_x * n.size + (d - 1) * n_link * n.size + opts.verify
 
 
