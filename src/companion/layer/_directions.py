@@ -22,7 +22,7 @@ On answers served in float32 the learner takes this route behind any post-LN (gi
 with its thresholds at float32's ``u`` (:func:`one_token_tol`; the joint stage's
 :func:`~companion.layer._float32.joint_options`), and then polishes the heads and output maps on fresh queries'
 directions (:func:`polish_post_directions`: dense up to ``FLOAT32_POLISH_MAX_UNKNOWNS``, matrix-free above, up
-to ``FLOAT32_POST_POLISH_MAX_UNKNOWNS``), which a float32 route cannot skip: unpolished, a Keras block in float32
+to ``FLOAT32_FREE_POLISH_MAX_UNKNOWNS``), which a float32 route cannot skip: unpolished, a Keras block in float32
 (d = 16, H = 4) missed its verification queries by 135 u; polished, it predicts 200 fresh served answers to 6.7 u.
 
 The one scale ``s0`` is then fixed as for any post-LN: by the identity skip (``canonical``), and ``eps``
@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import OracleInconsistentError, PrecisionError
 from ..oracles import VectorView, unit_roundoff
 from ._fit import features, group_by_length, polish_directions, polish_directions_free, polish_row_queries
-from ._float32 import FLOAT32_POLISH_MAX_UNKNOWNS, FLOAT32_POST_POLISH_MAX_UNKNOWNS, joint_options
+from ._float32 import FLOAT32_POLISH_MAX_UNKNOWNS, FLOAT32_FREE_POLISH_MAX_UNKNOWNS, joint_options
 from ._joint import joint_plan, learn_heads_joint, scale_plan
 from ._model import centre
 from ._norm import ROUNDING_UNITS, any_seed
@@ -97,14 +97,16 @@ DIRECTIONS_MEASURED = (
     "2.4e-12; one at d = 32, H = 8 and one at d = 48, H = 12"
 )
 
-#: The same on float32 answers (this book's, measured 2026-12-05; learner seed 0; ``u = 2**-24``).
+#: The same on float32 answers (this book's, measured 2026-12-05, H = 8 after the restarts of ``_joint._restarted``;
+#: learner seed 0 or the block's; ``u = 2**-24``).
 DIRECTIONS_MEASURED_FLOAT32 = (
     "18 of 18 residual post-LN blocks rounded to float32 (d = 8 to 32, H = 1 to 4, eps 1e-12 to 1e-2, seeds 0 to "
     "2), predicting the exact block to 0.8 u to 1.9 u where polished; 84 of 84 at d = 5 to 12, H = 1 and 2, eps "
     "1e-3 to 1, seeds 0 to 3 (learner seed = block seed), to 15.5 u; Keras 3 MultiHeadAttention with "
     "LayerNormalization computed in float32, 3 of 3 below the polish's cap (5.2 u to 9.8 u against its served "
     "answers). Above the dense polish's 5,000 unknowns, polished matrix-free: 5 of 5 at d = 24 to 48, H = 4 to 12 "
-    "(to 1.1 u to 1.7 u; unpolished 20 u to 54 u, one refused). None of H = 8 at d = 32 and 64 (a row's joint fit "
+    "(to 1.1 u to 1.7 u; unpolished 20 u to 54 u, one refused); 6 of 6 at H = 8, d = 32 and 64, eps 1e-12, seeds 0 "
+    "to 2, to 0.74 u to 0.90 u on 200 fresh queries (none before the joint stage's restarts: a row's joint fit "
     "misfit by 0.06 to 0.6)"
 )
 
@@ -214,7 +216,7 @@ FLOAT32_POST_VERIFY = 1024
 
 def float32_post_reach(H: int, d: int, d_out: int) -> None:
     """Raise :class:`~companion.errors.PrecisionError` (marked ``any_seed``) where a float32 post-LN block is above
-    the polish's cap, ``FLOAT32_POST_POLISH_MAX_UNKNOWNS`` (:func:`polish_plan` is 0): unpolished, the route's heads
+    the polish's cap, ``FLOAT32_FREE_POLISH_MAX_UNKNOWNS`` (:func:`polish_plan` is 0): unpolished, the route's heads
     keep float32's errors."""
     if polish_plan(d, d_out, H):
         return
@@ -223,7 +225,7 @@ def float32_post_reach(H: int, d: int, d_out: int) -> None:
         "the answers are float32's and the block has a post-LN: the float32 route learns it from the row space's "
         "norms and then polishes its heads and output maps on fresh queries' directions (dense up to "
         f"FLOAT32_POLISH_MAX_UNKNOWNS = {FLOAT32_POLISH_MAX_UNKNOWNS:,} unknowns, matrix-free above), up to "
-        f"FLOAT32_POST_POLISH_MAX_UNKNOWNS = {FLOAT32_POST_POLISH_MAX_UNKNOWNS:,} unknowns; this block has {n:,} "
+        f"FLOAT32_FREE_POLISH_MAX_UNKNOWNS = {FLOAT32_FREE_POLISH_MAX_UNKNOWNS:,} unknowns; this block has {n:,} "
         f"(d = {d}, H = {H}, d_out = {d_out}). Unpolished, the heads keep float32's errors: measured (2026-12-05), "
         "blocks rounded to float32 (d = 22 to 48) unpolished predicted fresh queries to 4 u to 122 u (u = 2**-24; the "
         "verification allows 60 u), and a Keras block computed in float32 (d = 24, H = 4) missed its verification by "
@@ -242,9 +244,9 @@ def polish_unknowns(d: int, d_out: int, H: int) -> int:
 
 def polish_plan(d: int, d_out: int, H: int) -> int:
     """The float32 polish's queries (0 where its unknowns, ``polish_unknowns``, exceed
-    ``FLOAT32_POST_POLISH_MAX_UNKNOWNS``)."""
+    ``FLOAT32_FREE_POLISH_MAX_UNKNOWNS``)."""
     n = polish_unknowns(d, d_out, H)
-    if n > FLOAT32_POST_POLISH_MAX_UNKNOWNS:
+    if n > FLOAT32_FREE_POLISH_MAX_UNKNOWNS:
         return 0
     rows = polish_row_queries(d, polish_max_len(n))
     return max(rows, -(-POLISH_QUERY_FACTOR * n // max(1, d_out - 2)))

@@ -16,7 +16,7 @@ __all__ = [
     "FLOAT32_RANK_UNITS",
     "FLOAT32_LINK_TOKENS",
     "FLOAT32_POLISH_MAX_UNKNOWNS",
-    "FLOAT32_POST_POLISH_MAX_UNKNOWNS",
+    "FLOAT32_FREE_POLISH_MAX_UNKNOWNS",
     "joint_options",
 ]
 
@@ -67,7 +67,7 @@ FLOAT32_LINK_TOKENS = 8
 
 #: The float32 route's dense polishes take up to this many unknowns, the output maps' counted (at float64
 #: POLISH_MAX_UNKNOWNS, 2500, counts the heads' rows only); above it the polish runs matrix-free (up to
-#: FLOAT32_POST_POLISH_MAX_UNKNOWNS): behind a post-LN on fresh queries' directions, without LayerNorm on the answers
+#: FLOAT32_FREE_POLISH_MAX_UNKNOWNS): behind a post-LN on fresh queries' directions, without LayerNorm on the answers
 #: themselves (``_fit.polish_free``, the same operator; until 2026-12-05 such a block was left unpolished). Measured
 #: (2026-12-04, Keras 3 in float32, H = 8, key_dim 2, seed 0, with the polish that formed the output maps' Jacobian
 #: too): at d = 12 (2,556 unknowns) unpolished the verification failed at 309 u, polished the layer predicts 200 fresh
@@ -90,8 +90,9 @@ FLOAT32_LINK_TOKENS = 8
 #: 500 fresh queries by 3.7e7 u or more.
 FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 
-#: Behind a post-LN the float32 route polishes up to this many unknowns (``polish_unknowns``: ``H d (d + 1)`` and the
-#: output maps') on fresh queries' directions, matrix-free above FLOAT32_POLISH_MAX_UNKNOWNS
+#: The float32 route's matrix-free polish takes up to this many unknowns (``polish_unknowns``: ``H d (d + 1)`` and the
+#: output maps'; named FLOAT32_POST_POLISH_MAX_UNKNOWNS until 2026-12-05). Behind a post-LN it polishes on fresh
+#: queries' directions, matrix-free above FLOAT32_POLISH_MAX_UNKNOWNS
 #: (``_fit.polish_directions_free``: LSMR on closed-form Jacobian products, queries of lengths 2 to
 #: ``FREE_POLISH_MAX_LEN``), and refuses by rule above it: unpolished the heads keep float32's errors. Without LayerNorm
 #: the matrix-free polish of the answers (``_fit.polish_free``) takes the same cap; above it the block is left
@@ -108,7 +109,7 @@ FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 #: heads' column norms 88 s), 15.8 s an LSMR iteration, peak RSS 4.1 GB, so about 1,150 CPU s in all, against the
 #: oracle's own 1,376 s for the rest of the learner's run (data/results/minilm_block_float32.json). The cap lies above
 #: MiniLM's block; past it the memory grows as ``B p``, about ``d^4`` floats.
-FLOAT32_POST_POLISH_MAX_UNKNOWNS = 4_000_000
+FLOAT32_FREE_POLISH_MAX_UNKNOWNS = 4_000_000
 
 
 def joint_options(u: float) -> dict:

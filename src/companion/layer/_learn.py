@@ -24,7 +24,7 @@ from ._float32 import (
     FLOAT32_HEADS_TOL,
     FLOAT32_LINK_TOKENS,
     FLOAT32_POLISH_MAX_UNKNOWNS,
-    FLOAT32_POST_POLISH_MAX_UNKNOWNS,
+    FLOAT32_FREE_POLISH_MAX_UNKNOWNS,
     FLOAT32_SKIP_UNITS,
     FLOAT32_VERIFY_UNITS,
     joint_options,
@@ -522,7 +522,7 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
     # entries, 4,496 in all) 0.2 CPU s unpolished, verified at 9.9e-14, against 10.8 s polished (1.0e-15); d = 24,
     # H = 3: 0.1 s (3.7e-13) against 6.1 s (1.2e-15)
     n_unknowns = Ws.shape[0] * d * (d + 1) + (Theta.size if o.float32 or joint else 0)
-    free = o.float32 and FLOAT32_POLISH_MAX_UNKNOWNS < n_unknowns <= FLOAT32_POST_POLISH_MAX_UNKNOWNS  # matrix-free
+    free = o.float32 and FLOAT32_POLISH_MAX_UNKNOWNS < n_unknowns <= FLOAT32_FREE_POLISH_MAX_UNKNOWNS  # matrix-free
     if n_polish and (free or n_unknowns <= (FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS)):
         longest = polish_max_len(n_unknowns) if o.float32 else 8
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, longest + 1, size=n_polish)]
@@ -835,7 +835,7 @@ def learn_attention_layer(
         heads' rows' entries ``H d (d + 1)``, the output maps eliminated in each step; after the joint heads' stage,
         whose heads come exact to rounding, the output maps' unknowns count too). The float32 route polishes
         densely up to ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted, and matrix-free
-        above it up to ``FLOAT32_POST_POLISH_MAX_UNKNOWNS`` = 4,000,000 (LSMR on queries of lengths 2 to
+        above it up to ``FLOAT32_FREE_POLISH_MAX_UNKNOWNS`` = 4,000,000 (LSMR on queries of lengths 2 to
         ``FREE_POLISH_MAX_LEN`` = 32): without LayerNorm on the answers (at least ``polish_row_queries(d, 32) -
         (H d + 8)`` fresh queries), unpolished above that cap; behind a post-LN on fresh queries' directions,
         refused above it.
