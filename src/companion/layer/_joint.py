@@ -665,21 +665,21 @@ def _restarted(Z, r, H, fit, tol, pencil, need=0):
     def fails(m, u):
         return not (m <= tol and u >= need)
 
-    for i in np.flatnonzero(~(mis <= tol) | (used < need)):
-        # a fit within tol that uses too few tokens: C on every token, from it (C on LM_TOKENS tokens follows
-        # their rounding); a fit above tol: the column starts, then on the row's later windows of tokens
-        windows = [(False, a) for a in range(COLUMN_TOKENS, K - COLUMN_TOKENS + 1, COLUMN_TOKENS)]
-        starts = (["fit"] if mis[i] <= tol else []) + ([(True, 0)] if pencil[i] else []) + [(False, 0)] + windows
-        for start in starts:
-            if start == "fit":
-                new = _als(Z[i][None], C[i][None], r, K)
-            else:  # the column start, with its early stop (True) or without, on the tokens from start[1]
-                Ci = _start_C_columns(Z[i], r, H, early=start[0], first=start[1])
-                if Ci is None:
-                    continue
+    windows = [(False, a) for a in range(COLUMN_TOKENS, K - COLUMN_TOKENS + 1, COLUMN_TOKENS)]
+
+    def refits(i):
+        """Row ``i``'s new fits, in order, each computed only when the one before it fails."""
+        if mis[i] <= tol:  # within tol, too few tokens used: C on every token, from its fit (C on LM_TOKENS
+            yield _als(Z[i][None], C[i][None], r, K)  # tokens follows their rounding)
+        # the column start with its early stop (True) or without, on the tokens from ``first``
+        for early, first in ([(True, 0)] if pencil[i] else []) + [(False, 0)] + windows:
+            Ci = _start_C_columns(Z[i], r, H, early=early, first=first)
+            if Ci is not None:
                 new = _als(Z[i][None], Ci[None], r)
-                if fails(new[3][0], new[4][0]):
-                    new = _als(Z[i][None], new[0], r, K)
+                yield _als(Z[i][None], new[0], r, K) if fails(new[3][0], new[4][0]) else new
+
+    for i in np.flatnonzero(~(mis <= tol) | (used < need)):
+        for new in refits(i):
             if (fails(new[3][0], new[4][0]), new[3][0]) < (fails(mis[i], used[i]), mis[i]):
                 C[i], p[i], sens[i], mis[i], used[i] = (a[0] for a in new)
             if not fails(mis[i], used[i]):
