@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import OracleInconsistentError, PrecisionError
 from ..oracles import VectorView, unit_roundoff
-from ._fit import features, group_by_length, polish_directions, polish_directions_free, polish_row_queries
+from ._fit import FIT_MAX_LEN, features, group_by_length, polish_directions, polish_directions_free, polish_row_queries
 from ._float32 import FLOAT32_POLISH_MAX_UNKNOWNS, FLOAT32_FREE_POLISH_MAX_UNKNOWNS, joint_options
 from ._joint import joint_plan, learn_heads_joint, scale_plan
 from ._model import centre
@@ -253,9 +253,9 @@ def polish_plan(d: int, d_out: int, H: int) -> int:
 
 
 def polish_max_len(n: int) -> int:
-    """The float32 polish queries' longest length at ``n`` unknowns: 8 on the dense polish, ``FREE_POLISH_MAX_LEN``
-    on the matrix-free one (above ``FLOAT32_POLISH_MAX_UNKNOWNS``)."""
-    return FREE_POLISH_MAX_LEN if n > FLOAT32_POLISH_MAX_UNKNOWNS else 8
+    """The float32 polish queries' longest length at ``n`` unknowns: ``FIT_MAX_LEN`` (8) on the dense polish,
+    ``FREE_POLISH_MAX_LEN`` on the matrix-free one (above ``FLOAT32_POLISH_MAX_UNKNOWNS``)."""
+    return FREE_POLISH_MAX_LEN if n > FLOAT32_POLISH_MAX_UNKNOWNS else FIT_MAX_LEN
 
 
 def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float):

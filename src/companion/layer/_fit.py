@@ -37,20 +37,24 @@ LSTSQ_GATE = 1e-6
 #: 260 MB a copy.
 POLISH_MAX_UNKNOWNS = 2500
 
-#: The polish's multi-token queries (the least squares' and its own, lengths 2 to 8) carry at least this many times
-#: ``d (d + 1)`` score differences (this book's own): a query of ``n`` tokens shows each head's rows ``W~_h[:d, :]``
-#: only through its ``n - 1`` free attention weights, ``H (n - 1)`` numbers for ``H d (d + 1)`` unknowns whatever
-#: ``d_out`` is, so below ``sum (n - 1) = d (d + 1)`` the Gauss-Newton step has a null space: it fits its queries to
-#: rounding and fresh ones worse than its start. Measured (2026-12-04, random_attention_layer residual pre-LN,
-#: d = 32, H = 1, eps 1e-3, seeds 0 to 2, learner seed 0): with the information floor's count alone (195 queries,
-#: about 780 differences for 992 unknowns) the polish fitted its queries to 3.0e-16 and fresh ones to 1.1e-8 to
-#: 1.3e-7 (unpolished 4.0e-8 to 6.6e-7); two were verified (6e-9 on 32 queries, tolerance 1e-8) though 200 fresh
-#: queries were off by 1.1e-8 and 1.9e-8. With 587 queries: 4.4e-14 to 1.3e-13. Without LayerNorm at d = 32,
-#: H = 1: 6.8e-11 to 2.4e-10, against 9.2e-16 to 1.5e-15.
+#: The polish's multi-token queries (the least squares' and its own, lengths 2 to ``FIT_MAX_LEN``) carry at least this
+#: many times ``d (d + 1)`` score differences (this book's own): a query of ``n`` tokens shows each head's rows
+#: ``W~_h[:d, :]`` only through its ``n - 1`` free attention weights, ``H (n - 1)`` numbers for ``H d (d + 1)`` unknowns
+#: whatever ``d_out`` is, so below ``sum (n - 1) = d (d + 1)`` the Gauss-Newton step has a null space: it fits its
+#: queries to rounding and fresh ones worse than its start. Measured (2026-12-04, random_attention_layer residual
+#: pre-LN, d = 32, H = 1, eps 1e-3, seeds 0 to 2, learner seed 0): with the information floor's count alone (195
+#: queries, about 780 differences for 992 unknowns) the polish fitted its queries to 3.0e-16 and fresh ones to 1.1e-8 to
+#: 1.3e-7 (unpolished 4.0e-8 to 6.6e-7); two were verified (6e-9 on 32 queries, tolerance 1e-8) though 200 fresh queries
+#: were off by 1.1e-8 and 1.9e-8. With 587 queries: 4.4e-14 to 1.3e-13. Without LayerNorm at d = 32, H = 1: 6.8e-11 to
+#: 2.4e-10, against 9.2e-16 to 1.5e-15.
 POLISH_SCORE_MARGIN = 2
 
+#: The longest of the least squares' and the dense polish's multi-token queries (lengths 2 to this; this book's
+#: choice). The matrix-free float32 polish asks longer ones (``layer._directions.FREE_POLISH_MAX_LEN``).
+FIT_MAX_LEN = 8
 
-def polish_row_queries(d: int, max_len: int = 8) -> int:
+
+def polish_row_queries(d: int, max_len: int = FIT_MAX_LEN) -> int:
     """Multi-token queries (lengths 2 to ``max_len``, even) whose ``n - 1`` score differences total
     ``POLISH_SCORE_MARGIN d (d + 1)``: ``max_len / 2`` differences a query on average.
 

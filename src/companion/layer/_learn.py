@@ -12,7 +12,7 @@ from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistent
 from ..oracles import VectorQueryOracle, unit_roundoff
 from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, learn_heads_joint, scale_plan
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, group_by_length, polish, polish_free
-from ._fit import polish_row_queries
+from ._fit import FIT_MAX_LEN, polish_row_queries
 from ._directions import DIRECTIONS_MEASURED, DIRECTIONS_MEASURED_FLOAT32, NO_DIRECTIONS, ROW_SPACE, directions_apply
 from ._directions import FLOAT32_POST_VERIFY, directions_plan, float32_post_reach, learn_post_directions
 from ._directions import FREE_POLISH_MAX_LEN, polish_max_len, polish_plan, polish_post_directions
@@ -524,7 +524,7 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
     n_unknowns = Ws.shape[0] * d * (d + 1) + (Theta.size if o.float32 or joint else 0)
     free = o.float32 and FLOAT32_POLISH_MAX_UNKNOWNS < n_unknowns <= FLOAT32_FREE_POLISH_MAX_UNKNOWNS  # matrix-free
     if n_polish and (free or n_unknowns <= (FLOAT32_POLISH_MAX_UNKNOWNS if o.float32 else POLISH_MAX_UNKNOWNS)):
-        longest = polish_max_len(n_unknowns) if o.float32 else 8
+        longest = polish_max_len(n_unknowns) if o.float32 else FIT_MAX_LEN
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, longest + 1, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
         if free:  # the directions' operator on the answers, queries of lengths 2 to FREE_POLISH_MAX_LEN
@@ -732,7 +732,7 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
     with count.stage("lstsq"):
         X1 = np.concatenate([np.zeros((1, 1, dv)), np.eye(dv)[:, None, :]])
         Y1 = inner(X1)
-        lengths = rng.integers(2, 9, size=o.H_plan * dv + 8)
+        lengths = rng.integers(2, FIT_MAX_LEN + 1, size=o.H_plan * dv + 8)
         Xfit = [rng.standard_normal((int(n), dv)) / np.sqrt(dv) for n in lengths]
         batches, answers = group_by_length(Xfit, inner(Xfit))
     with count.stage("heads"):
@@ -1035,7 +1035,8 @@ def learn_attention_layer(
     with count.stage("lstsq"):
         X1 = np.concatenate([np.zeros((1, 1, d)), np.eye(d)[:, None, :]])
         Y1 = oracle(X1)
-        Xfit = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, 9, size=plan["fit"])]
+        lengths = rng.integers(2, FIT_MAX_LEN + 1, size=plan["fit"])
+        Xfit = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in lengths]
         Yfit = oracle(Xfit)
     c = output_scale(np.concatenate([Yp, Y1, Yfit]))
     if c != 1.0:  # answers far from unit size, which absolute floors would misjudge (SMALL_OUTPUTS, LARGE_OUTPUTS)
