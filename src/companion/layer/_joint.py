@@ -151,7 +151,7 @@ LINK_TOKENS = 2
 #: A row whose link coefficients miss a permutation by more than the link's tolerance (``sqrt(tol)``) is linked
 #: all the same when the permutation's own terms (coefficients one) fit its pair answers within that tolerance
 #: (relative) and every transposition of the permutation fits them at least this many times worse (this book's own
-#: rule, :func:`_link`): then the answers tell the permutation from each of its neighbours, which is what a link
+#: rule, ``_joint._link``): then the answers tell the permutation from each of its neighbours, which is what a link
 #: needs, while the coefficients' least squares is ill-conditioned along swaps of heads whose shifts lie close (the
 #: amplitudes of the candidate terms are additive, ``Gamma_h(0) + Gamma_g(i)``, so two swapped pairs' terms differ
 #: only through their shifts). Measured (2026-12-05, MiniLM layer 0 computed in float32, learner seed 0, the rows
