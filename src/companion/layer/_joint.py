@@ -895,7 +895,7 @@ def learn_heads_joint(
     # H = 5, head_dim 1)
     XL = rng.standard_normal((link_tokens, d)) * (scale / np.sqrt(d))
     XLt = np.concatenate([XL, np.ones((link_tokens, 1))], axis=1)
-    link_err, swapped, refused = 0.0, [], None
+    link_err, swapped = 0.0, []
     for i in range(1, d):
         GL = oracle(_pair_queries(D[0] + D[i], XL, H)).reshape(link_tokens, 2 * H, -1) - o1(XL)[:, None, :]
         shifts = (XLt @ rows[0].T)[:, :, None] + (XLt @ rows[i].T)[:, None, :]  # (L, h, g)
@@ -903,20 +903,17 @@ def learn_heads_joint(
         amp = gammas[0][:, None, :] + gammas[i][None, :, :]  # (h, g, d_out)
         perm, linked, st = _link(Phi, amp, GL, np.sqrt(tol))
         link_err = max(link_err, st["coef"])
-        if not linked:
-            refused = (i, st)  # the first row that could not be linked: no later row is asked
-            break
+        if not linked:  # the first row that could not be linked: no later row is asked
+            raise OracleInconsistentError(
+                f"row {i} could not be linked to row 0: the coefficients of its pair answers miss a permutation by "
+                f"{st['coef']:.2e} (tol {np.sqrt(tol):.2g}), and with coefficients one the permutation fits them to "
+                f"{st['fit']:.2e} relative, its best transposition to {st['swap']:.2e} (a link needs a fit within "
+                f"{np.sqrt(tol):.2g} and every transposition at least LINK_SWAP_RATIO = {LINK_SWAP_RATIO:g} times "
+                "worse)"
+            )
         if "fit" in st:  # linked by its fit against its transpositions (LINK_SWAP_RATIO)
             swapped.append(st["swap"] / st["fit"])
         rows[i], gammas[i] = rows[i][perm], gammas[i][perm]
-    if refused is not None:
-        i, st = refused
-        raise OracleInconsistentError(
-            f"row {i} could not be linked to row 0: the coefficients of its pair answers miss a permutation by "
-            f"{st['coef']:.2e} (tol {np.sqrt(tol):.2g}), and with coefficients one the permutation fits them to "
-            f"{st['fit']:.2e} relative, its best transposition to {st['swap']:.2e} (a link needs a fit within "
-            f"{np.sqrt(tol):.2g} and every transposition at least LINK_SWAP_RATIO = {LINK_SWAP_RATIO:g} times worse)"
-        )
     Ws = np.zeros((H, d + 1, d + 1))
     Ws[:, :d, :] = np.einsum("ia,ihb->hab", D, np.stack(rows))
     info = {"joint_max_row_misfit": float(np.max(misfits)), "joint_link_misfit": link_err, "joint_tokens": n_tok}
