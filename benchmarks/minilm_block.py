@@ -94,6 +94,9 @@ def run(seed: int, dtype: str = "float64") -> dict:
         token_scale=float(dg["joint_token_scale"]),
         median_gap=float(dg["median_gap"]),
     )
+    for key in ("n_polish_queries", "polish_lsmr_iterations", "joint_links_by_fit", "verify_scaled_max_error"):
+        if key in dg:  # the float32 route's polish, links and its verification's share at the token scale
+            row[key] = dg[key]
     return row
 
 

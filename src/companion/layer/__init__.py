@@ -70,7 +70,7 @@ from ._directions import DIRECTIONS_FROM_GAP, DIRECTIONS_RANK_UNITS, FLOAT32_POS
 from ._directions import polish_plan as float32_polish_plan
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
-from ._verify import VERIFY_LONG_LEN, VERIFY_LONG_SHARE, verify_queries
+from ._verify import VERIFY_LONG_LEN, VERIFY_LONG_SHARE, VERIFY_SCALED_SHARE, verify_queries
 
 __all__ = [
     "AttentionLayer",
@@ -123,5 +123,6 @@ __all__ = [
     "BLOCK_FILE",
     "VERIFY_LONG_LEN",
     "VERIFY_LONG_SHARE",
+    "VERIFY_SCALED_SHARE",
     "verify_queries",
 ]

@@ -258,11 +258,12 @@ def polish_max_len(n: int) -> int:
     return FREE_POLISH_MAX_LEN if n > FLOAT32_POLISH_MAX_UNKNOWNS else FIT_MAX_LEN
 
 
-def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float):
+def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float = 1.0):
     """``(Ws, Theta, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions` (up to
     ``FLOAT32_POLISH_MAX_UNKNOWNS``; above, :func:`~companion.layer._fit.polish_directions_free`) on
     :func:`polish_plan`'s queries (lengths 2 to 8, or to ``FREE_POLISH_MAX_LEN`` above ``FLOAT32_POLISH_MAX_UNKNOWNS``;
-    tokens ``N(0, I / d)``), then ``eps`` again from their gaps
+    tokens ``N(0, scale^2 I / d)``, ``scale`` the joint stage's token scale: :data:`POLISH_AT_TOKEN_SCALE`), then
+    ``eps`` again from their gaps
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
     nothing is asked and ``eps`` is None. ``info``: ``polished``, ``n_polish_queries``, the polish's relative rms
     residual before and after, ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), and the
@@ -272,7 +273,8 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float):
     if n == 0:
         return Ws, Theta, None, {"polished": False, "n_polish_queries": 0}
     unknowns = polish_unknowns(d, d_out, H)
-    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, polish_max_len(unknowns) + 1, size=n)]
+    lengths = rng.integers(2, polish_max_len(unknowns) + 1, size=n)
+    Xs = [rng.standard_normal((int(m), d)) * (scale / np.sqrt(d)) for m in lengths]
     batches, answers = group_by_length(Xs, oracle(Xs))
     dirs = [directions(norm, Y) for Y in answers]
     free = unknowns > FLOAT32_POLISH_MAX_UNKNOWNS

@@ -30,11 +30,8 @@ from ._float32 import (
     joint_options,
 )
 from ._refusals import FLOAT32_UNRESOLVED  # noqa: F401  (re-exported: companion.layer, tests)
-from ._refusals import FLOAT32_WHY as _FLOAT32_WHY
-from ._refusals import POST_HEADS_PRECISION
-from ._refusals import PRE_JOINT_WHY as _PRE_JOINT_WHY
-from ._refusals import float32_unresolved as _float32_unresolved
-from ._refusals import joint_unresolved as _joint_unresolved
+from ._refusals import POST_HEADS_PRECISION, FLOAT32_WHY as _FLOAT32_WHY, PRE_JOINT_WHY as _PRE_JOINT_WHY
+from ._refusals import float32_unresolved as _float32_unresolved, joint_unresolved as _joint_unresolved
 from ._norm import (
     HEADS_VISIBLE,
     any_seed,
@@ -136,6 +133,7 @@ SKIP_NORMALISATION = (
 
 #: Skip matrices within this fraction of their size of the identity (or of 0) are the identity (or none).
 SKIP_RTOL = 1e-8
+_SCALE = "joint_token_scale"  # float32 behind a post-LN: the polish's and the verification's share's
 
 
 def _refusal(cause: str) -> OracleInconsistentError:
@@ -596,6 +594,7 @@ def _assemble(Ws, Theta, norm, o: _Options, d: int, polished: bool = True, eps: 
     kind, err = _name_skip(S, ref, float(np.linalg.norm(Theta)), o, polished, unit=unit)
     if norm is not None and kind == "identity":
         kind = "multiple of identity"  # normalised to I (SKIP_NORMALISATION): not a finding
+        S = ref  # c P itself, scaled to I by canonical() (float32's, c P to FLOAT32_SKIP_UNITS u, kept a unit norm)
     S = None if kind == "none" else (np.eye(d) / unit if kind == "identity" and norm is None else S)
     layer = AttentionLayer(Ws, Ms, b, skip=S, **ln).canonical(atol=SKIP_RTOL if norm is not None else 1e-9)
     return layer, kind, err
@@ -677,12 +676,14 @@ def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: f
             Ws, Theta, eps, info = learn_post_directions(oracle, norm, H, rng, o.u)
         if n_polish:
             with count.stage("polish"):
-                Ws, Theta, eps, polished = polish_post_directions(oracle, norm, Ws, Theta, rng, o.u)
+                Ws, Theta, eps, polished = polish_post_directions(oracle, norm, Ws, Theta, rng, o.u, info[_SCALE])
             info.update(polished)
         layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, eps=eps)
         n_learn = count.total
-        verification = _verify(oracle, layer, o)
+        verification = _verify(oracle, layer, o, scale=info[_SCALE] if o.float32 else 1.0)
     except OracleInconsistentError as exc:
+        if getattr(exc, "scaled", False):  # float32's share at the token scale alone failed (VERIFY_SCALED_SHARE)
+            raise
         raise _directions_unresolved(exc, gap, o.seed, o.float32) from exc
     fit = {"polished": False, "n_polish_queries": 0, **info, "directions_after": after or None}
     return _result(oracle, layer, kind, skip_err, ROW_SPACE, fit, count, n_learn, verification, d, o.residual)
@@ -785,10 +786,10 @@ def _pre_reach(dv: int, H: int) -> None:
         ) from None
 
 
-def _verify(oracle, layer, o: _Options) -> dict:
+def _verify(oracle, layer, o: _Options, scale: float = 1.0) -> dict:
     # the route's default where it stops short of float64's rounding (behind a LayerNorm, or float32 answers)
     default = replace(o, verify_rtol=None).rtol if layer.layernorm is not None or o.float32 else None
-    return verify_layer(oracle, layer, o.verify, o.seed, o.rtol, o.u, o.float32, _refusal, default=default)
+    return verify_layer(oracle, layer, o.verify, o.seed, o.rtol, o.u, o.float32, _refusal, default=default, scale=scale)
 
 
 @non_finite_first
@@ -837,11 +838,13 @@ def learn_attention_layer(
         densely up to ``FLOAT32_POLISH_MAX_UNKNOWNS`` = 5000 unknowns, the output maps' counted, and matrix-free
         above it up to ``FLOAT32_FREE_POLISH_MAX_UNKNOWNS`` = 4,000,000 (LSMR on queries of lengths 2 to
         ``FREE_POLISH_MAX_LEN`` = 32): without LayerNorm on the answers (at least ``polish_row_queries(d, 32) -
-        (H d + 8)`` fresh queries), unpolished above that cap; behind a post-LN on fresh queries' directions,
-        refused above it.
+        (H d + 8)`` fresh queries), unpolished above that cap; behind a post-LN on fresh queries' directions (tokens
+        times the joint stage's token scale), refused above it.
     verify : int, default=32
         Fresh queries checking the result, counted apart (0 opts out): tokens ``N(0, I_d / d)``, lengths 1 to 8 and, for
-        a quarter, 9 to ``VERIFY_LONG_LEN`` = 256, where a sliding window (never asked with ``H`` given) shows.
+        a quarter, 9 to ``VERIFY_LONG_LEN`` = 256, where a sliding window (never asked with ``H`` given) shows. On
+        float32 answers behind a post-LN a quarter of the short ones (``VERIFY_SCALED_SHARE``) have tokens times the
+        joint stage's token scale, where the heads' errors show.
     verify_rtol : float, default=None
         Largest accepted ``||o(X) - o_hat(X)||_2 / ||o(X)||_2``. None: 1e-8 for float64 answers, and
         ``FLOAT32_VERIFY_UNITS * u`` = 3.6e-6 (10 times the float32 floor, ``FLOAT32_FLOOR_UNITS``) for

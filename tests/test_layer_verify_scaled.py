@@ -1,0 +1,98 @@
+"""The float32 post-LN route's verification at the joint stage's token scale (``VERIFY_SCALED_SHARE``, this book's).
+
+MiniLM layer 0 served in float32 came back verified at 46 u on ``N(0, I / d)`` tokens, its heads 2.0e-3 off, and
+16,000 u off ``transformers``' outputs on real embeddings: its score differences at small tokens were too small to show
+the heads' error. A quarter of the short verification queries now have tokens at the scale at which the joint stage
+told the heads apart, where the score errors are ``s^2`` times larger.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from companion.errors import OracleInconsistentError
+from companion.layer import VERIFY_SCALED_SHARE, learn_attention_layer, random_attention_layer, verify_queries
+from companion.layer._verify import _n_long, verify_layer
+from companion.oracles import VectorQueryOracle
+
+U32 = 2.0**-24
+
+
+def test_the_scaled_share_is_the_last_quarter_of_the_short_queries():
+    assert VERIFY_SCALED_SHARE == 0.25
+    plain, scaled = verify_queries(6, 32, seed=3), verify_queries(6, 32, seed=3, scale=16.0)
+    n_short = 32 - _n_long(32)  # 24 short, 8 long
+    assert n_short == 24 and len(scaled) == len(plain) == 32
+    for i, (a, b) in enumerate(zip(plain, scaled)):  # the last 6 short ones times 16, the rest as they were
+        assert np.array_equal(b, a * 16.0 if 18 <= i < 24 else a)
+    # at least one, whatever n; none at scale 1
+    assert sum(not np.array_equal(a, b) for a, b in zip(verify_queries(6, 2, 0), verify_queries(6, 2, 0, 4.0))) == 1
+    assert all(np.array_equal(a, b) for a, b in zip(verify_queries(6, 9, 0), verify_queries(6, 9, 0, 1.0)))
+
+
+def _perturbed(layer, a):
+    """``layer``'s answers off by ``a |x_N|^4`` relative: about ``a`` on ``N(0, I / d)`` tokens, ``s^4`` times more on
+    tokens ``s`` times larger."""
+
+    def f(Xs):
+        Y = layer(Xs)
+        r = np.array([np.sum(np.asarray(X)[-1] ** 2) ** 2 for X in Xs])
+        return Y * (1.0 + a * r)[:, None]
+
+    return f
+
+
+@pytest.mark.parametrize("scale", [4.0, 16.0])
+def test_a_layer_off_on_larger_tokens_only_is_refused_naming_both_causes(scale):
+    """The same layer passes with the share at scale 1 and fails at ``scale``; the threshold just inside and outside."""
+    block = random_attention_layer(6, 2, residual=True, layernorm="post", seed=0)
+    oracle = VectorQueryOracle(block)
+    rtol = 60 * U32
+    refusal = OracleInconsistentError
+    off = _perturbed(block, 1e-7)  # |x|^4 about 1 on N(0, I / d) tokens: 1e-7 relative there, scale^4 times more
+    assert verify_layer(oracle, off, 32, 0, rtol, U32, True, refusal)["verify_max_error"] <= rtol
+    with pytest.raises(OracleInconsistentError, match="times larger") as info:
+        verify_layer(oracle, off, 32, 0, rtol, U32, True, refusal, scale=scale)
+    assert info.value.scaled and "a cap on the scores" in str(info.value) and f"s = {scale:g}" in str(info.value)
+    # the scaled share's own error, reported, and within the tolerance just inside
+    got = verify_layer(oracle, block, 32, 0, rtol, U32, True, refusal, scale=scale)
+    assert got["verify_token_scale"] == scale and got["verify_scaled_max_error"] <= got["verify_max_error"] < 1e-12
+    Xv = verify_queries(6, 32, 1, scale)[18:24]
+    worst = float(np.max(np.linalg.norm(off(Xv) - block(Xv), axis=1) / np.linalg.norm(block(Xv), axis=1)))
+    assert verify_layer(oracle, off, 32, 0, worst * 1.001, U32, True, refusal, scale=scale)["verify_max_error"] == (
+        pytest.approx(worst, rel=1e-9)
+    )
+    with pytest.raises(OracleInconsistentError, match="times larger"):
+        verify_layer(oracle, off, 32, 0, worst * 0.999, U32, True, refusal, scale=scale)
+
+
+def _soft_capped(block, cap):
+    """``block`` with every score ``s`` replaced by ``cap tanh(s / cap)`` (Gemma 2's logit soft-capping), answers
+    rounded to float32: nearly the block on small tokens, not an attention layer on larger ones."""
+
+    def f(X):
+        X = np.asarray(X, float)
+        Xt = np.concatenate([X, np.ones(X.shape[:-1] + (1,))], -1)
+        s = cap * np.tanh(np.einsum("bnk,hkl,bl->bhn", Xt, block.Ws, Xt[:, -1]) / cap)
+        a = np.exp(s - s.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        u = np.einsum("bhn,bnk,hok->bo", a, Xt, block.Ms) + block.b_O + X[:, -1] @ block.skip.T
+        u -= u.mean(-1, keepdims=True)
+        y = u / np.sqrt((u**2).mean(-1, keepdims=True) + block.eps) * block.gamma + block.beta
+        return y.astype(np.float32).astype(float)
+
+    return f
+
+
+def test_scores_soft_capped_far_out_are_refused_on_the_scaled_share():
+    """Measured (2026-12-05, d = 32, H = 8, seed 0, float32 answers): with the scores capped at 3,000 the learned block
+    agreed with the target to 3.3e-6 on ``N(0, I / d)`` tokens, inside the 3.58e-6 tolerance (returned, before the
+    scaled share), and missed it by 8.4e-6 on the tokens twice as large: refused, both causes named. Capped at 1e9 the
+    block is learned (1.5 u); at 1,000 the joint stage refuses."""
+    block = random_attention_layer(32, 8, residual=True, layernorm="post", eps=1e-12, seed=0)
+    with pytest.raises(OracleInconsistentError, match="2 times larger.*a cap on the scores") as info:
+        learn_attention_layer(VectorQueryOracle(_soft_capped(block, 3000.0), d=32, d_out=32), H=8)
+    assert info.value.scaled and "agrees to 3.3e-06" in str(info.value)
+    rec = learn_attention_layer(VectorQueryOracle(_soft_capped(block, 1e9), d=32, d_out=32), H=8)
+    assert rec.diagnostics["verify_max_error"] <= 3 * U32 and rec.diagnostics["verify_token_scale"] == 2
