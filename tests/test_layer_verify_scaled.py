@@ -1,8 +1,8 @@
 """The float32 post-LN route's verification at the joint stage's token scale (``VERIFY_SCALED_SHARE``, this book's).
 
 MiniLM layer 0 served in float32 came back verified at 46 u on ``N(0, I / d)`` tokens, its heads 2.0e-3 off, and
-16,000 u off ``transformers``' outputs on real embeddings: its score differences at small tokens were too small to show
-the heads' error. A quarter of the short verification queries now have tokens at the scale at which the joint stage
+16,000 u off ``transformers``' outputs on the reference's ``N(0, I)`` tokens (norm about 20): its score differences at
+small tokens were too small to show the heads' error. A quarter of the short verification queries now have tokens at the scale at which the joint stage
 told the heads apart, where the score errors are ``s^2`` times larger.
 """
 

@@ -50,7 +50,7 @@ VERIFY_NEAR = 1e-4
 #: The score differences grow as ``s^2``: a block whose heads carry float32's error is seen there and not on
 #: ``N(0, I_d / d)`` tokens. Measured (2026-12-05, MiniLM layer 0 served in float32, this learner at 5fc9973): a
 #: block verified at 46 u on ``N(0, I_d / d)`` tokens, its heads 2.0e-3 off, was 16,000 u off ``transformers``'
-#: outputs on real embeddings (tokens of norm about 20; the joint stage's scale was 16). (This book's rule.)
+#: outputs on the reference's ``N(0, I_d)`` tokens (norm about 20; the joint stage's scale was 16). (This book's rule.)
 VERIFY_SCALED_SHARE = 0.25
 
 
