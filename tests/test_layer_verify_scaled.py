@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from companion.errors import OracleInconsistentError
-from companion.layer import VERIFY_SCALED_SHARE, learn_attention_layer, random_attention_layer, verify_queries
+from companion.layer import (
+    VERIFY_SCALED_SHARE,
+    AttentionLayer,
+    learn_attention_layer,
+    random_attention_layer,
+    verify_queries,
+)
 from companion.layer._verify import _n_long, verify_layer
 from companion.oracles import VectorQueryOracle
 
@@ -96,3 +102,41 @@ def test_scores_soft_capped_far_out_are_refused_on_the_scaled_share():
     assert info.value.scaled and "agrees to 3.3e-06" in str(info.value)
     rec = learn_attention_layer(VectorQueryOracle(_soft_capped(block, 1e9), d=32, d_out=32), H=8)
     assert rec.diagnostics["verify_max_error"] <= 3 * U32 and rec.diagnostics["verify_token_scale"] == 2
+
+
+def _faint(d, H, factor, seed):
+    """A post-LN block whose heads' matrices are ``factor`` times a random block's: scores that barely spread on
+    ``N(0, I / d)`` tokens, as MiniLM's (0.05 there against 3.6 on ``N(0, I)`` tokens, chapter 09)."""
+    b = random_attention_layer(d, H, residual=True, layernorm="post", eps=1e-12, seed=seed)
+    return AttentionLayer(b.Ws * factor, b.Ms, b.b_O, b.skip, layernorm="post", gamma=b.gamma, beta=b.beta, eps=b.eps)
+
+
+def _off_u(model, block, d, scale, seed=5):
+    X = np.random.default_rng(seed).standard_normal((100, 8, d)) * (scale / np.sqrt(d))
+    return float(np.max(np.linalg.norm(model(X) - block(X), axis=1) / np.linalg.norm(block(X), axis=1))) / U32
+
+
+def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_refused(monkeypatch):
+    """Measured (2026-12-05, d = 64, H = 8, the heads 0.03 times a random block's, seed 1, float32 answers): the joint
+    stage took token scale 8; polished on ``N(0, I / d)`` tokens the block was off by 91.5 u on the verification's
+    scaled share (refused), polished at the token scale it is verified at 4.3 u and within 3.7 u of the exact block at
+    token scales 1 to 16. At 0.05 times (scale 4) the unscaled polish's block was 27 u off at scale 4 and 200 u at
+    16, the scaled one's 0.7 u and 4.5 u."""
+    import companion.layer._directions as directions
+    import companion.layer._learn as learn
+
+    block = _faint(64, 8, 0.03, seed=1)
+
+    def oracle():
+        return VectorQueryOracle(lambda X: block(X).astype(np.float32).astype(float), d=64, d_out=64)
+
+    rec = learn_attention_layer(oracle(), H=8)
+    diag = rec.diagnostics
+    assert diag["joint_token_scale"] == diag["verify_token_scale"] == 8
+    assert diag["verify_max_error"] <= 9 * U32
+    assert max(_off_u(rec.model, block, 64, s) for s in (1, 2, 4, 8, 16)) <= 8
+    unscaled = directions.polish_post_directions
+    monkeypatch.setattr(learn, "polish_post_directions", lambda *a: unscaled(*a[:6], 1.0))
+    with pytest.raises(OracleInconsistentError, match="8 times larger") as info:
+        learn_attention_layer(oracle(), H=8)
+    assert info.value.scaled
