@@ -842,9 +842,8 @@ def learn_attention_layer(
         times the joint stage's token scale), refused above it.
     verify : int, default=32
         Fresh queries checking the result, counted apart (0 opts out): tokens ``N(0, I_d / d)``, lengths 1 to 8 and, for
-        a quarter, 9 to ``VERIFY_LONG_LEN`` = 256, where a sliding window (never asked with ``H`` given) shows. On
-        float32 answers behind a post-LN a quarter of the short ones (``VERIFY_SCALED_SHARE``) have tokens times the
-        joint stage's token scale, where the heads' errors show.
+        a quarter, 9 to ``VERIFY_LONG_LEN`` = 256, where a sliding window (never asked with ``H`` given) shows; float32
+        behind a post-LN: a quarter of the short ones at the joint stage's token scale (``VERIFY_SCALED_SHARE``).
     verify_rtol : float, default=None
         Largest accepted ``||o(X) - o_hat(X)||_2 / ||o(X)||_2``. None: 1e-8 for float64 answers, and
         ``FLOAT32_VERIFY_UNITS * u`` = 3.6e-6 (10 times the float32 floor, ``FLOAT32_FLOOR_UNITS``) for
@@ -875,7 +874,8 @@ def learn_attention_layer(
         stage's ``d + 1`` dimensions), ``information_floor`` (a dimension count, :func:`information_floor`),
         ``lstsq_residual``, ``lstsq_cond``, ``heads_learner``,
         ``polished``, ``polish_residual_before``, ``polish_residual``, ``n_verify_queries``,
-        ``verify_max_error``, ``verify_tolerance``, ``output_scale`` (1, or the power of 2 ``c`` the answers were
+        ``verify_max_error``, ``verify_tolerance`` (on float32 behind a post-LN also ``verify_token_scale`` and
+        ``verify_scaled_max_error``, the scaled share's), ``output_scale`` (1, or the power of 2 ``c`` the answers were
         divided by where the first ones are all below 1e-4, SMALL_OUTPUTS, or one is above 1e2, LARGE_OUTPUTS: the block
         is learned on the answers over ``c`` and its outputs scaled back; an identity skip found there is ``c I``,
         named ``"matrix"``).
@@ -914,7 +914,8 @@ def learn_attention_layer(
         If the target is outside the class; the message names the cause: one-token answers not
         affine and not a post-LN's (a GELU after the block; a pre-LN), the heads' learner failing,
         the least squares misfit, the skip not what ``residual`` states, or the verification failing
-        (a mask, a second layer; on the long queries alone, a length-dependent target; otherwise, by less than
+        (a mask, a second layer; on the long queries alone, a length-dependent target; on the float32 post-LN route's
+        scaled share alone, both causes, heads resolved only on small tokens or scores capped; otherwise, by less than
         ``VERIFY_NEAR`` = 1e-4 on float64 answers, and the least squares by less than it, no verdict: near-equal heads
         end there; so does a post-LN with an output (nearly) constant, ``gamma_i`` near 0). Where an in-class block
         can end the same way (the heads' stage; behind a LayerNorm, or in the float32 route, any later stage) the
