@@ -336,6 +336,7 @@ LEARNERS = [
         # a scalar oracle of the same layer: the learner needs the output vector
         wrong_oracle=lambda target: VectorQueryOracle(target).readout(np.ones(target.d_out)),
         outside=lambda: _vector(_Gelu(layer.random_attention_layer(6, 2, residual=True, seed=2))),
+        conditional=frozenset({"verify_token_scale", "verify_scaled_max_error"}),  # float32 behind a post-LN
         not_keys=frozenset({"identity", "none", "matrix", "model", "layer"})),
 ]
 
