@@ -2,8 +2,8 @@
 
 MiniLM layer 0 served in float32 came back verified at 46 u on ``N(0, I / d)`` tokens, its heads 2.0e-3 off, and
 16,000 u off ``transformers``' outputs on the reference's ``N(0, I)`` tokens (norm about 20): its score differences at
-small tokens were too small to show the heads' error. A quarter of the short verification queries now have tokens at the scale at which the joint stage
-told the heads apart, where the score errors are ``s^2`` times larger.
+small tokens were too small to show the heads' error. A quarter of the short verification queries now have tokens at
+the scale at which the joint stage told the heads apart, where the score errors are ``s^2`` times larger.
 """
 
 from __future__ import annotations
