@@ -262,11 +262,14 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     """``(Ws, Theta, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions` (up to
     ``FLOAT32_POLISH_MAX_UNKNOWNS``; above, :func:`~companion.layer._fit.polish_directions_free`) on
     :func:`polish_plan`'s queries (lengths 2 to 8, or to ``FREE_POLISH_MAX_LEN`` above ``FLOAT32_POLISH_MAX_UNKNOWNS``;
-    tokens ``N(0, scale^2 I / d)``, ``scale`` the joint stage's token scale, where the heads' errors move the answers
-    ``scale^2`` times more: this book's choice; measured 2026-12-05 on d = 64, H = 8 blocks whose heads are 0.05 and
-    0.03 times a random block's, their scores barely spread on ``N(0, I / d)`` tokens as MiniLM's: polished on those
-    tokens, 27 u and 200 u off the exact block at token scales 4 and 16, and refused on the verification's scaled
-    share; at the token scale, 4 and 8, within 4.5 u and 3.7 u at scales 1 to 16), then ``eps`` again from their gaps
+    each query's tokens ``N(0, t^2 I / d)``, ``t`` log-uniform from 1 to ``scale``, the joint stage's token scale:
+    the range the verification checks, where the heads' errors move the answers up to ``scale^2`` times more; this
+    book's choice, measured 2026-12-05 on d = 64, H = 8 blocks whose heads are 0.05, 0.03 and 0.015 times a random
+    block's, their scores barely spread on ``N(0, I / d)`` tokens as MiniLM's, token scales 4, 8 and 16: polished at
+    ``t = 1`` they were 27 u and 200 u off the exact block at token scales 4 and 16, or refused on the verification's
+    scaled share (the last two); all at ``t = scale``, within 4.5 u, 3.7 u and 40 u at scales 1 to 16 (the last, 40 u,
+    at scale 1); log-uniform, within 24 u, 14 u and 9.8 u (at scale 16; at most 3.2 u, 2.0 u, 9.8 u up to ``scale``)),
+    then ``eps`` again from their gaps
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
     nothing is asked and ``eps`` is None. ``info``: ``polished``, ``n_polish_queries``, the polish's relative rms
     residual before and after, ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), and the
@@ -277,7 +280,8 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
         return Ws, Theta, None, {"polished": False, "n_polish_queries": 0}
     unknowns = polish_unknowns(d, d_out, H)
     lengths = rng.integers(2, polish_max_len(unknowns) + 1, size=n)
-    Xs = [rng.standard_normal((int(m), d)) * (scale / np.sqrt(d)) for m in lengths]
+    scales = np.exp(rng.uniform(0.0, np.log(scale), size=n))  # log-uniform from 1 to scale
+    Xs = [rng.standard_normal((int(m), d)) * (t / np.sqrt(d)) for m, t in zip(lengths, scales)]
     batches, answers = group_by_length(Xs, oracle(Xs))
     dirs = [directions(norm, Y) for Y in answers]
     free = unknowns > FLOAT32_POLISH_MAX_UNKNOWNS
