@@ -432,7 +432,8 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
     (2026-12-05, learner seed 0): polished by LSMR (43, 23 and 9 iterations in three Gauss-Newton steps), its residual
     from 1.4e-6 to 2.2e-8, verified at 1.10 u on 1,024 queries, 1.08 u from the exact block on 1,000 fresh ones;
     the bounds are about three times. With a quarter of the short verification queries at the joint stage's token
-    scale 2 (VERIFY_SCALED_SHARE), verified at 3.19 u, all of it on those: bound 7 u."""
+    scale 2 (VERIFY_SCALED_SHARE) and the polish's scales log-uniform from 1 to 2, verified at 1.73 u, on those:
+    bound 5 u (3.19 u when the polish asked every token at scale 2)."""
     block = random_attention_layer(24, 5, residual=True, layernorm="post", eps=1e-8, seed=497)
     oracle = VectorQueryOracle(_rounded32(block), d=24, d_out=24)
     rec = learn_attention_layer(oracle, H=5)
@@ -440,5 +441,5 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
     assert diag["polished"] and diag["n_polish_queries"] == polish_plan(24, 24, 5) == 884
     assert len(diag["polish_lsmr_iterations"]) >= 1
     assert diag["polish_residual_after"] < 3e-2 * diag["polish_residual_before"]
-    assert diag["verify_max_error"] == diag["verify_scaled_max_error"] <= 7 * U32
+    assert diag["verify_max_error"] == diag["verify_scaled_max_error"] <= 5 * U32
     assert _error_u(rec.model, block, _fresh(24)) <= 3

