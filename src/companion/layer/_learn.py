@@ -839,7 +839,7 @@ def learn_attention_layer(
         above it up to ``FLOAT32_FREE_POLISH_MAX_UNKNOWNS`` = 4,000,000 (LSMR on queries of lengths 2 to
         ``FREE_POLISH_MAX_LEN`` = 32): without LayerNorm on the answers (at least ``polish_row_queries(d, 32) -
         (H d + 8)`` fresh queries), unpolished above that cap; behind a post-LN on fresh queries' directions (tokens
-        times the joint stage's token scale), refused above it.
+        at scales log-uniform from 1 to the joint stage's token scale), refused above it.
     verify : int, default=32
         Fresh queries checking the result, counted apart (0 opts out): tokens ``N(0, I_d / d)``, lengths 1 to 8 and, for
         a quarter, 9 to ``VERIFY_LONG_LEN`` = 256, where a sliding window (never asked with ``H`` given) shows; float32
