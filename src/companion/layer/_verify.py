@@ -123,6 +123,9 @@ def verify_layer(
     yv, yh = oracle(Xv), layer(Xv)
     err = np.linalg.norm(yv - yh, axis=1) / np.maximum(np.linalg.norm(yv, axis=1), np.finfo(float).tiny)
     k = int(np.argmax(err))
+    n_short = n - _n_long(n)  # verify_queries: the short queries first (the scaled ones last), then the long ones
+    n_plain = n_short - _n_scaled(n, scale)
+    plain, scaled = float(np.max(err[:n_plain], initial=0.0)), float(np.max(err[n_plain:n_short], initial=0.0))
     if not err[k] <= rtol:
         at = f", {err[k] / u:.3g} u of float32" if float32 else ""
         if not float32 and err[k] <= rounding_level(u):  # float64 answers: a verify_rtol below their rounding
@@ -139,9 +142,6 @@ def verify_layer(
                 "Nothing was returned."
             )
         cause = f"on {n} fresh queries the recovered layer disagrees with the oracle by up to {err[k]:.3g} (relative"
-        n_short = n - _n_long(n)  # verify_queries: the short queries first (the scaled ones last), then the long ones
-        n_plain = n_short - _n_scaled(n, scale)
-        plain, scaled = float(np.max(err[:n_plain], initial=0.0)), float(np.max(err[n_plain:n_short], initial=0.0))
         if n_plain and plain <= rtol < scaled:  # seen only where the scores' differences are s^2 times larger
             raise _scaled_failure(
                 f"{cause}{at}; tolerance {rtol:.3g}) on its {n_short - n_plain} queries whose tokens are {scale:g} "
@@ -168,7 +168,5 @@ def verify_layer(
         raise refusal(f"{cause}{at}; tolerance {rtol:.3g}).")
     out = {"n_verify_queries": n, "verify_max_error": float(err[k]), "verify_tolerance": rtol}
     if scale != 1.0:  # the scaled share's own largest error, and its scale
-        n_short = n - _n_long(n)
-        scaled = float(np.max(err[n_short - _n_scaled(n, scale) : n_short]))
         out.update(verify_token_scale=scale, verify_scaled_max_error=scaled)
     return out
