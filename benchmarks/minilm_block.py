@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import resource
 import subprocess
 import sys
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
         record = {
             "measured": datetime.date.today().isoformat(),
             "commit": commit + ("-dirty" if dirty.stdout.strip() else ""),
-            "blas_threads": "OPENBLAS_NUM_THREADS=1",
+            "blas_threads": f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}",
             **row,
         }
         write_atomic(Path(args.record), record)
