@@ -117,6 +117,19 @@ def test_answers_that_move_between_calls_just_inside_and_outside_the_threshold(s
         assert f"at their precision u = {u:.1e}" in str(found)
 
 
+@pytest.mark.parametrize("factor, hinted", [(0.9, True), (1.1, False)])
+def test_float64_answers_moving_by_float32_rounding_are_pointed_to_the_stated_precision(factor, hinted):
+    """A new user's block computed in float32, its LayerNorm in float64 (answers off float32's grid), was refused as
+    non-deterministic with advice on dropout: moves up to 256 float32 units now also name precision='float32'
+    (just inside), larger ones do not (just outside)."""
+    u32 = float(unit_roundoff("float32"))
+    found = nondeterminism(VectorQueryOracle(Drifting(factor * DETERMINISM_UNITS * u32 / 2), d=6, d_out=6), seed=0)
+    assert found is not None and ("precision='float32'" in str(found)) is hinted
+    assert "Serve the layer in inference mode" in str(found) or "Otherwise, serve the layer" in str(found)
+    stated = VectorQueryOracle(Drifting(0.9 * DETERMINISM_UNITS * u32 / 2), d=6, d_out=6, precision="float32")
+    assert nondeterminism(stated, seed=0) is None
+
+
 def test_a_deterministic_oracle_passes_and_a_short_budget_skips_the_check():
     assert nondeterminism(VectorQueryOracle(BLOCK), seed=3) is None
     short = VectorQueryOracle(Dropout(0.5), d=6, d_out=6, budget=2 * DETERMINISM_QUERIES - 1)

@@ -103,13 +103,23 @@ def _differs(first, second, oracle, asked: str) -> OracleInconsistentError | Non
     worst = float(np.max(np.linalg.norm(first - second, axis=1) / scale))
     if not worst > rtol:
         return None
+    u32 = float(unit_roundoff("float32"))
+    # a float32 computation whose reduction order follows the batch, its answers then widened off float32's grid (a
+    # new user's float32 block with a float64 LayerNorm was told to turn dropout off): the precision not stated
+    f32 = (
+        "Differences this small are also what float32 arithmetic gives when its order of summation changes with the "
+        "batch: if the layer computes in float32, say so, VectorQueryOracle(..., precision='float32'), and they are "
+        "judged at float32's rounding. Otherwise, "
+        if u < u32 and worst <= DETERMINISM_UNITS * u32
+        else ""
+    )
     err = OracleInconsistentError(
         f"the oracle is not deterministic: {asked}, its answers differ by up to {worst:.1e} relative, more than their "
         f"rounding explains ({DETERMINISM_UNITS} u = {rtol:.1e} at their precision u = {u:.1e}). "
-        "learn_attention_layer assumes the same query always gets the same answer, whatever else the batch holds: "
-        "serve the layer in inference mode (dropout off and normalisation by running statistics: model.eval() in "
-        "PyTorch, training=False in Keras) and without sampled noise. The stage that stopped on it is chained "
-        "below. Nothing was returned."
+        "learn_attention_layer assumes the same query always gets the same answer, whatever else the batch holds. "
+        f"{f32 + 'serve' if f32 else 'Serve'} the layer in inference mode (dropout off and normalisation by running "
+        "statistics: model.eval() in PyTorch, training=False in Keras) and without sampled noise. The stage that "
+        "stopped on it is chained below. Nothing was returned."
     )
     err.nondeterministic = True  # type: ignore[attr-defined]  # try_seeds raises it at once: no seed's luck
     return err
