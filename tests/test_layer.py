@@ -16,6 +16,7 @@ from companion.errors import (
     PrecisionError,
     SolverError,
 )
+from companion.attention import random_single_head
 from companion.exact import learn_single_head
 from companion.layer import (
     FLOAT32_FLOOR_UNITS,
@@ -27,6 +28,7 @@ from companion.layer import (
     LOW_GAP,
     MIN_GAP,
     AttentionLayer,
+    directions_route_plan,
     identifiable_parameters,
     MiniLMBlock,
     load_block_reference,
@@ -1161,15 +1163,18 @@ def test_minilm_block_is_what_transformers_computes():
 def test_minilm_blocks_plan_is_refused_before_any_query_below_its_budget():
     """MiniLM's whole block is no longer refused for its eps (its norms come from the row space): the plan, the
     joint heads' stage's 3,842,880 queries (float32 links reserved), its token scale's four doublings at most (39,264:
-    the recorded run used three) and the first stages', binds instead (benchmarks/minilm_block.py runs it). A budget
-    one query short of the plan is refused before any query."""
+    the recorded run used three) and the first stages', binds instead (benchmarks/minilm_block.py runs it). The plan
+    counts the largest path the answers may take: that route failing at a small gap, then the row space's route
+    (``directions_route_plan``; MiniLM's first answers take it at once). A budget one query short of the plan is
+    refused before any query."""
     plan = 20 + 385 + (12 * 384 + 8) + joint_plan(384, 12, FLOAT32_LINK_TOKENS) + scale_plan(384, 12)
     assert scale_plan(384, 12) == 4 * 2 * 12 * 409
     oracle = VectorQueryOracle(minilm_block(), budget=plan)
-    with pytest.raises(BudgetExceededError, match="needs 3901807 queries") as info:
+    with pytest.raises(BudgetExceededError, match="needs 7784752 queries") as info:
         learn_attention_layer(oracle, H=12)
-    assert info.value.needed == 3901807 > plan and oracle.n_queries == 0
-    oracle = VectorQueryOracle(minilm_block(), budget=3901806)
+    assert info.value.needed == 3901807 + directions_route_plan(384, 384, 12, 32, False) and oracle.n_queries == 0
+    assert 3901807 > plan
+    oracle = VectorQueryOracle(minilm_block(), budget=7784751)
     with pytest.raises(BudgetExceededError):
         learn_attention_layer(oracle, H=12)
     assert oracle.n_queries == 0
@@ -1843,6 +1848,18 @@ def test_a_non_finite_answer_inside_a_stage_is_raised_as_it_is():
     nan_on_large = VectorQueryOracle(lambda X: np.where(X[:, -1:, 0] > 1.5, np.nan, layer(X)), d=6, d_out=6)
     with pytest.raises(OracleInconsistentError, match=r"^the oracle's target returned a non-finite answer \(nan\)"):
         learn_attention_layer(nan_on_large, H=2)
+    # a new user's loop over __cause__ and __context__ hung (NaN on queries longer than 8 tokens, behind a post-LN):
+    # the error was raised inside the handler of the error whose chain led back to it; the chain now ends
+    post = random_attention_layer(8, 2, residual=True, layernorm="post", eps=0.1, seed=1)
+    nan_on_long = VectorQueryOracle(lambda X: post(X) * (1.0 if X.shape[1] <= 8 else np.nan), d=8, d_out=8)
+    with pytest.raises(OracleInconsistentError, match=r"^the oracle's target returned a non-finite answer") as info:
+        learn_attention_layer(nan_on_long, H=2)
+    seen, link = [], info.value
+    while link is not None and len(seen) < 50:
+        assert all(link is not x for x in seen)
+        seen.append(link)
+        link = link.__cause__ or link.__context__
+    assert link is None
     assert learn_attention_layer.__name__ == "learn_attention_layer" and "Parameters" in learn_attention_layer.__doc__
 
 
@@ -1950,3 +1967,66 @@ def test_a_window_behind_a_post_ln_without_H_is_not_blamed_on_eps_alone():
     assert "eps can be the cause" in str(info.value) and "likely cause" not in str(info.value)
     assert "A target outside the class (a mask, a second layer) ends here too" in str(info.value)
     assert "no verdict is stated" in str(info.value)
+
+
+def test_relative_errors_compares_canonical_forms_with_heads_matched():
+    """LayerRecovery.relative_errors (the new user's crash: it read W and v, which AttentionLayer lacks)."""
+    import dataclasses
+
+    target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=0.1, seed=0)
+    rec = learn_attention_layer(VectorQueryOracle(target), H=2, heads="joint")
+    errs = rec.relative_errors(target)
+    assert sorted(errs) == ["Ms", "Ws", "b_O", "beta", "eps", "gamma", "skip"]
+    assert max(errs.values()) < 1e-8
+    # the same function with its heads in the other order: matched, not compared by position
+    swapped = target.with_(Ws=target.Ws[::-1], Ms=target.Ms[::-1])
+    assert rec.relative_errors(swapped) == pytest.approx(errs, abs=1e-12)
+    # a known error in one head's token rows: the canonical Ws error is its norm over all heads'
+    truth = target.canonical()
+    delta = np.zeros_like(rec.Ws)
+    delta[1, :8, :] = 1e-3 * np.random.default_rng(1).standard_normal((8, 9))
+    off = dataclasses.replace(rec, Ws=rec.Ws + delta).relative_errors(target)
+    want = np.linalg.norm(delta) / np.linalg.norm(truth.Ws)
+    assert off["Ws"] == pytest.approx(want, rel=1e-6)
+    assert off["Ms"] == pytest.approx(errs["Ms"], abs=1e-12)
+    with pytest.raises(InvalidInputError, match=r"heads, no skip, layernorm\) .* \(8, 8, 2, False, 'post'\)"):
+        rec.relative_errors(random_attention_layer(8, 3, residual=True, layernorm="post", seed=0))
+    with pytest.raises(InvalidInputError, match="compares against an AttentionLayer; got SingleHead"):
+        rec.relative_errors(random_single_head(8, seed=0))
+
+
+def test_a_post_ln_budget_is_refused_before_the_first_query_at_its_largest_path():
+    """A new user's post-LN block (d = 8, H = 2, eps 1e-5) with a budget between the plan then counted (783) and
+    what its path asked spent 585 queries before a BudgetExceededError: a route failed at a small gap and the row
+    space's route followed, which the plan did not count. The plan now counts that path; one query less is refused
+    with nothing asked, and the plan's budget is enough."""
+    target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-5, seed=1)
+    probe = VectorQueryOracle(target, budget=1)
+    with pytest.raises(BudgetExceededError, match="a route that fails at a small gap, then a post-LN's norms") as info:
+        learn_attention_layer(probe, H=2)
+    needed = info.value.needed
+    d, H = 8, 2
+    first = 4 * 5 + (d + 1) + (H * d + 8) + 2 * information_floor(d, H, d) - (H * d + 8)  # probe, basis, fit, polish
+    heads = rational_plan(d + 1, H)["n_queries"] - (d + 1)  # the readout route's (the joint stage's from H = 3)
+    assert directions_route_plan(d, d, H, 32, False) == 2 * d + 1 + joint_plan(d, H, 8) + scale_plan(d, H) + 32  # 8 links
+    assert needed == first + heads + 32 + directions_route_plan(d, d, H, 32, False) == 2640
+    short = VectorQueryOracle(target, budget=needed - 1)
+    with pytest.raises(BudgetExceededError):
+        learn_attention_layer(short, H=2)
+    assert short.n_queries == 0
+    rec = learn_attention_layer(VectorQueryOracle(target, budget=needed), H=2)
+    assert rec.diagnostics["heads_learner"] == "joint, norms from the row space" and rec.n_queries == 1914 < needed
+    # without a LayerNorm to find, the plan is the direct route's
+    with pytest.raises(BudgetExceededError) as plain:
+        learn_attention_layer(VectorQueryOracle(target, budget=1), H=2, layernorm="none")
+    assert plain.value.needed == first + heads + 32 == 783
+
+
+@pytest.mark.parametrize("eps, error", [(0.1, OracleInconsistentError), (1e-5, PrecisionError)])
+def test_a_post_ln_refused_without_h_names_h(eps, error):
+    """A new user's post-LN blocks were refused without H at every seed, told to try another seed or a larger eps;
+    with H they are learned. The refusal now says H was not given (its measurement is this block's)."""
+    target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=eps, seed=1)
+    with pytest.raises(error, match=r"H was not given: behind a post-LN .* give H, the number of heads"):
+        learn_attention_layer(VectorQueryOracle(target))
+    assert learn_attention_layer(VectorQueryOracle(target), H=2).diagnostics["verify_max_error"] < 1e-8

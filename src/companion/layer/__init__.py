@@ -67,7 +67,7 @@ from ._model import (
 )
 from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
 from ._directions import DIRECTIONS_FROM_GAP, DIRECTIONS_RANK_UNITS, FLOAT32_POST_VERIFY, FREE_POLISH_MAX_LEN
-from ._directions import polish_plan as float32_polish_plan
+from ._directions import directions_route_plan, polish_plan as float32_polish_plan
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
 from ._verify import VERIFY_LONG_LEN, VERIFY_LONG_SHARE, VERIFY_SCALED_SHARE, verify_queries
@@ -97,6 +97,7 @@ __all__ = [
     "DIRECTIONS_RANK_UNITS",
     "FLOAT32_POST_VERIFY",
     "FREE_POLISH_MAX_LEN",
+    "directions_route_plan",
     "float32_polish_plan",
     "LSTSQ_GATE_POST",
     "ROUNDING_UNITS",

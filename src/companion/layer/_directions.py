@@ -201,6 +201,21 @@ def directions_plan(d: int, H: int) -> int:
     return 2 * d + 1 + joint_plan(d, H, LINK_TOKENS) + scale_plan(d, H)
 
 
+def directions_route_plan(d: int, d_out: int, H: int, verify: int, float32: bool) -> int:
+    """The row space's route's queries after the first answers: ``directions_plan``'s, on float32 answers the
+    polish's (``float32_polish_plan``), and its verification's (at least ``FLOAT32_POST_VERIFY`` on float32's).
+
+    ``learn_attention_layer``'s up-front plan adds it where a post-LN may take this route (this book's own count).
+
+    Examples
+    --------
+    >>> directions_route_plan(8, 8, 2, 32, False)  # 2 d + 1, the joint stage's 1,280 and 528 doublings, 32
+    1857
+    """
+    n_polish = polish_plan(d, d_out, H) if float32 else 0
+    return directions_plan(d, H) + n_polish + (max(verify, FLOAT32_POST_VERIFY) if float32 and verify else verify)
+
+
 #: Fresh queries of the verification behind a float32 post-LN (at least; 0 stays 0): the LayerNorm divides by
 #: ``sqrt(var(P u) + eps)``, so the few queries with a small variance carry the heads' float32 errors amplified.
 #: Measured (2026-12-05, an outside tester's in-class blocks rounded to float32, polished): verified on 32 queries at

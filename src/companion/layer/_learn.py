@@ -14,23 +14,16 @@ from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, lear
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, group_by_length, polish, polish_free
 from ._fit import FIT_MAX_LEN, polish_row_queries
 from ._directions import DIRECTIONS_MEASURED, DIRECTIONS_MEASURED_FLOAT32, NO_DIRECTIONS, ROW_SPACE, directions_apply
-from ._directions import FLOAT32_POST_VERIFY, directions_plan, float32_post_reach, learn_post_directions
+from ._directions import FLOAT32_POST_VERIFY, directions_route_plan, float32_post_reach, learn_post_directions
 from ._directions import FREE_POLISH_MAX_LEN, polish_max_len, polish_plan, polish_post_directions
 from ._model import AttentionLayer, LayerRecovery, centre, information_floor
 from ._preln import OUT_OF_REACH, Normalised, estimate_pre_eps, estimate_pre_skip, pre_probe_count, sum_zero_basis
 from ._verify import VERIFY_NEAR, check_verify_rtol, verify_layer
 from ._determinism import deterministic_first
-from ._float32 import (
-    FLOAT32_HEADS_TOL,
-    FLOAT32_LINK_TOKENS,
-    FLOAT32_POLISH_MAX_UNKNOWNS,
-    FLOAT32_FREE_POLISH_MAX_UNKNOWNS,
-    FLOAT32_SKIP_UNITS,
-    FLOAT32_VERIFY_UNITS,
-    joint_options,
-)
+from ._float32 import FLOAT32_HEADS_TOL, FLOAT32_LINK_TOKENS, FLOAT32_POLISH_MAX_UNKNOWNS, FLOAT32_SKIP_UNITS
+from ._float32 import FLOAT32_FREE_POLISH_MAX_UNKNOWNS, FLOAT32_VERIFY_UNITS, joint_options
 from ._refusals import FLOAT32_UNRESOLVED  # noqa: F401  (re-exported: companion.layer, tests)
-from ._refusals import POST_HEADS_PRECISION, FLOAT32_WHY as _FLOAT32_WHY, PRE_JOINT_WHY as _PRE_JOINT_WHY
+from ._refusals import POST_HEADS_PRECISION, POST_NO_H, FLOAT32_WHY as _FLOAT32_WHY, PRE_JOINT_WHY as _PRE_JOINT_WHY
 from ._refusals import float32_unresolved as _float32_unresolved, joint_unresolved as _joint_unresolved
 from ._norm import (
     HEADS_VISIBLE,
@@ -191,9 +184,7 @@ def _options(oracle, H, H_bound, residual, layernorm, polish_, verify, verify_rt
     check_choice(layernorm, "layernorm", ("auto", "none", "post", "pre"))
     check_choice(heads, "heads", ("auto", "joint", "readout"))
     if heads == "joint" and H is None:
-        raise InvalidInputError(
-            "heads='joint' needs H (the joint route reads H off no bound); give H, or heads='auto'."
-        )
+        raise InvalidInputError("heads='joint' needs H (the joint route reads H off no bound); give H or heads='auto'.")
     if heads == "joint" and int(oracle.d_out) < H:
         raise InvalidInputError(
             f"heads='joint' needs d_out >= H (the heads' amplitude vectors span H dimensions of the outputs); got "
@@ -268,7 +259,12 @@ def _plan(oracle, o: _Options) -> dict:
     if o.H is None and o.H_bound is None:  # the robust route's plan (H_plan = 8) on the lifted readout, whose
         plan["heads"] = canonical_plan(d + 1, verify=0) - (d + 1)  # length-1 queries the basis answers
     more = " (at least: without H the robust heads' route may redraw rows and draw more tokens)"
-    reserve(oracle, sum(plan.values()) + o.verify, "learn_attention_layer" + more * (o.H is None and o.H_bound is None))
+    more, total = more * (o.H is None and o.H_bound is None), sum(plan.values()) + o.verify
+    if o.layernorm in ("auto", "post") and directions_apply(o.H, o.heads, d_out, 0.0):  # a small gap may take the
+        f32 = (oracle.precision or 0.0) > unit_roundoff("float64")  # row space's route, after a route failed there
+        more = " (at most: a route that fails at a small gap, then a post-LN's norms from the row space)"
+        total += directions_route_plan(d, d_out, int(o.H or 0), o.verify, f32)
+    reserve(oracle, total, "learn_attention_layer" + more)
     return plan
 
 
@@ -600,13 +596,12 @@ def _assemble(Ws, Theta, norm, o: _Options, d: int, polished: bool = True, eps: 
     return layer, kind, err
 
 
-def _post_unresolved(
-    exc: Exception, gap: float, stage: str, seed: int, joint: bool = False, advice: str = ""
-) -> Exception:
+def _post_unresolved(exc: Exception, gap: float, stage: str, seed: int, joint=False, advice="", no_h=False):
     """A post-LN stage failed: blamed on the LayerNorm's gap below LOW_GAP (measured), else no verdict; ``advice``
-    (:func:`joint_advice`) where the joint stage could run instead of the readout route."""
+    (:func:`joint_advice`) where the joint stage could run instead of the readout route; ``no_h``: H not given."""
+    tail = POST_NO_H if no_h else ""
     if gap < LOW_GAP:  # the LayerNorm's inversion costs the digits the later stages read
-        err = PrecisionError(inferred_gap_message(gap, exc, stage, seed=seed))
+        err = PrecisionError(inferred_gap_message(gap, exc, stage, seed=seed) + tail)
         err.smallest_gap = gap  # type: ignore[attr-defined]  # for a caller that reports it
         return err
     if joint:  # the joint heads' stage on the denormalised answers (POST_JOINT_FROM)
@@ -630,6 +625,7 @@ def _post_unresolved(
         "too faint in its readout: measured, 3 of 36 random post-LN blocks (d 5 to 12, H 1 or 2, eps 1e-3 or 1e-2) "
         f"end here, and another seed (another readout) recovers 2 of those 3: try seed={seed + 1}"
         + (f"{advice} (behind a post-LN it learned 30 of 30 blocks, H = 2, d = 8 to 32)." if advice else ".")
+        + tail
     )
 
 
@@ -670,7 +666,7 @@ def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: f
     """The :class:`LayerRecovery` of a post-LN block from directions (``after``: a failed route before it)."""
     H = int(o.H or 0)  # given: directions_apply checked it
     n_polish = polish_plan(d, int(oracle.d_out), H) if o.float32 else 0  # float32: the directions' polish
-    reserve(oracle, directions_plan(d, H) + n_polish + o.verify, "learn_attention_layer")
+    reserve(oracle, directions_route_plan(d, int(oracle.d_out), H, o.verify, o.float32), "learn_attention_layer")
     try:
         with count.stage("heads"):
             Ws, Theta, eps, info = learn_post_directions(oracle, norm, H, rng, o.u)
@@ -818,7 +814,8 @@ def learn_attention_layer(
         Number of heads of the canonical form, if known.
     H_bound : int, default=None
         A known upper bound on it (then the heads' learner finds ``H``). With neither, the robust
-        route :func:`companion.multihead.learn_canonical` detects it (more and longer queries).
+        route :func:`companion.multihead.learn_canonical` detects it (more and longer queries); behind a
+        post-LN give ``H``: its joint stage and row-space norms need it (``POST_NO_H``, measured).
     residual : {"auto", True, False}, default="auto"
         The skip matrix ``S`` is always fitted, never assumed. ``"auto"`` returns it as found
         (``None`` when it is 0); ``True`` / ``False`` also check that it is the identity / 0 and
@@ -893,8 +890,11 @@ def learn_attention_layer(
         Behind a pre-LN, if the heads' learner asks, at this seed's queries, a normalised token that no LayerNorm
         outputs (not a verdict on the target; the message names the next seed, as ``try_seeds`` follows).
     BudgetExceededError
-        If the budget is below the plan's count (raised before the first query). Without ``H`` and ``H_bound``
-        the plan counts the robust heads' route's planned queries (``multihead.canonical_plan(d + 1)``); where it
+        If the budget is below the plan's count (raised before the first query). With ``H`` and ``layernorm``
+        ``"auto"`` or ``"post"`` it counts the largest path the answers may take (a route that fails at a small gap,
+        then a post-LN's norms from the row space); float32 answers the oracle's ``precision`` does not state add
+        the float32 polish's queries when found (raised then, before that route's first query). Without ``H`` and
+        ``H_bound`` the plan counts the robust heads' route's (``multihead.canonical_plan(d + 1)``); where it
         redraws rows or draws more tokens it asks more, and may run out of budget in the heads' stage.
     NotIdentifiableError
         If the readout shows no head (the layer is affine in ``x_N``).
@@ -1117,7 +1117,7 @@ def learn_attention_layer(
             raise PrecisionError(faint_heads_message(share)) from exc
         if norm is not None and isinstance(exc, OracleInconsistentError):
             advice = "" if post_joint else joint_advice(o.H, o.heads, inner)
-            raise _post_unresolved(exc, g, stage, o.seed, joint=post_joint, advice=advice) from exc
+            raise _post_unresolved(exc, g, stage, o.seed, post_joint, advice, o.H is None) from exc
         if o.float32 and stage in ("least squares", "verification") and isinstance(exc, OracleInconsistentError):
             raise _float32_unresolved(exc, stage, o.seed) from exc
         raise

@@ -632,12 +632,13 @@ class LayerRecovery(Recovery):
         The output bias of the canonical form.
     skip : ndarray of shape (d_out, d) or None
         The skip matrix found (the identity for a residual block), None when it is 0.
-    layernorm : {None, "post"}
-    gamma, beta : ndarray of shape (d_out,) or None
-        A post-LN's scale and shift.
+    layernorm : {None, "post", "pre"}
+    gamma, beta : ndarray of shape (d_out,) (post-LN), (d,) (pre-LN) or None
+        The LayerNorm's scale and shift; a pre-LN's are folded into the heads in canonical form (ones and
+        zeros, :func:`pre_ln_symmetry`).
     eps : float or None
-        A post-LN's ``eps`` (1 by convention when the block has no identity skip: then it is not
-        identifiable, :func:`post_ln_symmetry`).
+        The LayerNorm's ``eps``; a post-LN's is 1 by convention when the block has no identity skip (then it
+        is not identifiable, :func:`post_ln_symmetry`).
     W : ndarray of shape (d + 1, d + 1)
         ``sum_h W~_h``.
     v : ndarray of shape (d_out,)
@@ -677,3 +678,66 @@ class LayerRecovery(Recovery):
     @property
     def n_heads(self) -> int:
         return int(self.Ws.shape[0])
+
+    def relative_errors(self, target) -> dict:
+        """Relative errors against a known layer, canonical form against canonical form (evaluation only).
+
+        Both layers are put in canonical form (:meth:`AttentionLayer.canonical`) and their heads matched
+        by the smallest total ``||W~_g - W~_h||_F`` (the canonical form is unique up to the heads' order;
+        its lexicographic sort can order two close heads differently).
+
+        Parameters
+        ----------
+        target : AttentionLayer
+            The layer behind the oracle, in any form (e.g. :meth:`AttentionLayer.from_native`).
+
+        Returns
+        -------
+        dict
+            Python floats ``||est - ref||_F / ||ref||_F`` (the absolute error for a zero reference) for
+            ``"Ws"`` (all heads), ``"Ms"``, ``"b_O"``, and, where the target has them, ``"skip"``,
+            ``"gamma"``, ``"beta"`` and ``"eps"``.
+
+        Raises
+        ------
+        InvalidInputError
+            If ``target`` is not an :class:`AttentionLayer`, or its canonical form differs from the
+            recovered one in ``d``, ``d_out``, its number of heads, its skip or its LayerNorm.
+
+        Examples
+        --------
+        >>> from companion.layer import learn_attention_layer, random_attention_layer
+        >>> from companion.oracles import VectorQueryOracle
+        >>> target = random_attention_layer(8, 2, seed=0)
+        >>> rec = learn_attention_layer(VectorQueryOracle(target), H=2)
+        >>> errors = rec.relative_errors(target)
+        >>> sorted(errors), errors["Ws"] < 1e-8
+        (['Ms', 'Ws', 'b_O'], True)
+        """
+        from scipy.optimize import linear_sum_assignment
+
+        if not isinstance(target, AttentionLayer):
+            raise InvalidInputError(
+                f"relative_errors compares against an AttentionLayer; got {type(target).__name__}. Build one "
+                "from the target's weights with AttentionLayer.from_native."
+            )
+        ref, est = target.canonical(), self.layer.canonical()
+        mine = (est.d, est.d_out, est.n_heads, est.skip is None, est.layernorm)
+        theirs = (ref.d, ref.d_out, ref.n_heads, ref.skip is None, ref.layernorm)
+        if mine != theirs:
+            raise InvalidInputError(
+                "cannot compare: (d, d_out, heads, no skip, layernorm) of the recovered layer's canonical form "
+                f"are {mine}, the target's {theirs}; pass the layer the oracle was built on."
+            )
+        cost = np.linalg.norm(est.Ws[:, None] - ref.Ws[None], axis=(2, 3))
+        order = linear_sum_assignment(cost)[1]  # est head i matches ref head order[i]
+        pairs = {"Ws": (est.Ws, ref.Ws[order]), "Ms": (est.Ms, ref.Ms[order]), "b_O": (est.b_O, ref.b_O)}
+        for name in ("skip", "gamma", "beta", "eps"):
+            if getattr(ref, name) is not None:
+                pairs[name] = (getattr(est, name), getattr(ref, name))
+        out = {}
+        for name, (e, r) in pairs.items():
+            nrm = float(np.linalg.norm(r))
+            err = float(np.linalg.norm(np.asarray(e, dtype=float) - np.asarray(r, dtype=float)))
+            out[name] = err / nrm if nrm > 0 else err
+        return out

@@ -464,7 +464,9 @@ def non_finite_first(learner):
                 cause = cause.__cause__ or cause.__context__
             if cause is None or cause is exc:
                 raise
-            raise cause from None
+        # raised after the handler, not in it: there Python would set its __context__ to the error whose chain
+        # leads back to it, a cycle that a loop over __cause__ and __context__ never leaves (a new user's hung)
+        raise cause
 
     return run
 

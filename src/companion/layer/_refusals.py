@@ -9,6 +9,7 @@ __all__ = [
     "FLOAT32_UNRESOLVED",
     "FLOAT32_WHY",
     "POST_HEADS_PRECISION",
+    "POST_NO_H",
     "PRE_JOINT_WHY",
     "float32_unresolved",
     "joint_unresolved",
@@ -51,6 +52,16 @@ POST_HEADS_PRECISION = (
     "from the exact pre-LN answers, and through the LayerNorm by 7e-4 at d = 16, 1e-2 at d = 24 and up to 0.37 at "
     "d = 32; none of the 6 blocks at d = 16 fails, 6 of the 12 at d = 24 and 32 end here (smallest gaps 1.1e-6 to "
     "1.5e-5; a seventh, at 8.6e-7, is refused for its gap), and learner seed 1 recovers 5 of those 6."
+)
+
+
+#: Appended to a post-LN refusal where ``H`` was not given (a new user's blocks were refused at every seed, the advice
+#: "try seed" or a larger eps; measured 2026-12-06, learner seed 0).
+POST_NO_H = (
+    " H was not given: behind a post-LN the routes that resolve such blocks (the joint heads' stage, the row space's "
+    "norms) need it; give H, the number of heads. Measured (2026-12-06): random_attention_layer(8, 2, residual=True, "
+    "layernorm='post', seed=1) at eps 1e-3, 1e-5 and 0.1 was refused without H and learned with H=2 (with H_bound=3, "
+    "2 of the 3)."
 )
 
 
