@@ -107,8 +107,9 @@ FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 #: floats (the features) and ``B N H d`` (the attention weights). Timed on random data of MiniLM's shape
 #: (d = d_out = 384, H = 12, 3,691,392 unknowns, its plan's 28,990 queries of lengths 2 to 32): 110 s to set up (the
 #: heads' column norms 88 s), 15.8 s an LSMR iteration, peak RSS 4.1 GB, so about 1,150 CPU s in all, against the
-#: oracle's own 1,376 s for the rest of the learner's run (data/results/minilm_block_float32.json). The cap lies above
-#: MiniLM's block; past it the memory grows as ``B p``, about ``d^4`` floats.
+#: oracle's own 1,376 s for the rest of the learner's run (the run at 6372251, in git's history of
+#: data/results/minilm_block_float32.json). The cap lies above MiniLM's block; past it the memory grows as ``B p``,
+#: about ``d^4`` floats.
 FLOAT32_FREE_POLISH_MAX_UNKNOWNS = 4_000_000
 
 

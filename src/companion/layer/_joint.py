@@ -157,8 +157,9 @@ LINK_TOKENS = 2
 #: only through their shifts). Measured (2026-12-05, MiniLM layer 0 computed in float32, learner seed 0, the rows
 #: of its joint stage captured before the links, FLOAT32_LINK_TOKENS): all 383 links chose the permutation of the
 #: true heads (each row's heads labelled by the nearest true head), 63 of them with coefficients 0.032 to 0.134
-#: from it (the run stopped there, ``data/results/minilm_block_float32.json`` before this rule); the permutations
-#: fitted the pair answers to 4.3e-4 to 1.8e-3 and their best transposition at least 7.3 times worse (median 18).
+#: from it (the run stopped there, ``data/results/minilm_block_float32_bda7623.json``, before this rule); the
+#: permutations fitted the pair answers to 4.3e-4 to 1.8e-3 and their best transposition at least 7.3 times worse
+#: (median 18).
 LINK_SWAP_RATIO = 3.0
 
 
@@ -669,7 +670,8 @@ def _restarted(Z, r, H, fit, tol, pencil, need=0):
     inside COLUMN_SPREAD of the best); without the early stop they fitted at 4.2e-5 to 1.1e-4. Rows 20, 28, 47
     fitted at 1.1e-4 to 1.8e-4 but used 394 to 396 tokens (C on LM_TOKENS tokens left the others at 10 to 20 times
     the median misfit); C on every token: 1.2e-5 to 1.8e-5, all 409 used. The whole run (rows 0 to 383) stopped at
-    row 20 before the second rule, and at row 362 with it (data/results/minilm_block_float32.json): no start of its
+    row 20 before the second rule, and at row 362 with it (the run at ccedba4, in git's history of
+    data/results/minilm_block_float32.json): no start of its
     first 64 tokens reached one head, whose column fits them at 1.6e-5; the column start on tokens 64 to 127 found
     all twelve, and the row fitted at 1.7e-4 (403 of 409 tokens used). A target outside the class costs the
     windows' starts too (five more at MiniLM's size; none where a row has at most 2 ``COLUMN_TOKENS`` tokens)."""
