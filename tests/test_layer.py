@@ -2030,3 +2030,21 @@ def test_a_post_ln_refused_without_h_names_h(eps, error):
     with pytest.raises(error, match=r"H was not given: behind a post-LN .* give H, the number of heads"):
         learn_attention_layer(VectorQueryOracle(target))
     assert learn_attention_layer(VectorQueryOracle(target), H=2).diagnostics["verify_max_error"] < 1e-8
+
+
+def test_a_layernorm_without_its_parameters_names_which_are_missing():
+    """A new user read "got gamma=False, beta=False" for parameters not given (None)."""
+    with pytest.raises(InvalidInputError, match=r"got gamma None, beta given, eps=1e-05\.$"):
+        AttentionLayer(np.zeros((1, 5, 5)), np.zeros((1, 4, 5)), np.zeros(4), layernorm="post", beta=np.zeros(4), eps=1e-5)
+
+
+def test_a_float32_readout_refusal_with_h_given_names_the_joint_stage():
+    """A new user's float32 blocks (d = 8, H = 2) refused by the readout route were learned with heads='joint', which
+    that refusal did not name; it now does, with H given."""
+    target = random_attention_layer(8, 2, residual=True, seed=2)
+    served = VectorQueryOracle(lambda X: target(X).astype(np.float32), d=8, d_out=8)
+    with pytest.raises(OracleInconsistentError, match="with H given, heads='joint' runs the joint stage at any H"):
+        learn_attention_layer(served, H=2)
+    served = VectorQueryOracle(lambda X: target(X).astype(np.float32), d=8, d_out=8)
+    rec = learn_attention_layer(served, H=2, heads="joint")
+    assert rec.diagnostics["verify_max_error"] <= FLOAT32_VERIFY_UNITS * 2.0**-24

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
-from scipy.linalg import solve
+from scipy.linalg import LinAlgWarning, solve
 
 from ..errors import InvalidInputError
 from ..oracles import VectorReadout, unit_roundoff
@@ -196,8 +198,10 @@ def polish(Ws, Theta, Xs, Ys, iters=4):
         colscale = np.maximum(np.linalg.norm(Jp, axis=0), np.finfo(float).tiny)
         Js = Jp / colscale
         del Jp
-        try:
-            step = solve(Js.T @ Js, Js.T @ rp, assume_a="pos") / colscale
+        try:  # ill-conditioned normal equations warn (a new user saw it): the accepted step is judged on the residual
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", LinAlgWarning)
+                step = solve(Js.T @ Js, Js.T @ rp, assume_a="pos") / colscale
         except (np.linalg.LinAlgError, ValueError):
             step = np.linalg.lstsq(Js, rp, rcond=None)[0] / colscale
         del Js

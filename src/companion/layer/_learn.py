@@ -25,6 +25,7 @@ from ._float32 import FLOAT32_FREE_POLISH_MAX_UNKNOWNS, FLOAT32_VERIFY_UNITS, jo
 from ._refusals import FLOAT32_UNRESOLVED  # noqa: F401  (re-exported: companion.layer, tests)
 from ._refusals import POST_HEADS_PRECISION, POST_NO_H, FLOAT32_WHY as _FLOAT32_WHY, PRE_JOINT_WHY as _PRE_JOINT_WHY
 from ._refusals import float32_unresolved as _float32_unresolved, joint_unresolved as _joint_unresolved
+from ._refusals import float32_readout_unresolved
 from ._norm import (
     HEADS_VISIBLE,
     any_seed,
@@ -429,13 +430,8 @@ def _learn_heads(inner, Y1, o: _Options, rho=1.0):
         ) from None
     except PrecisionError as exc:
         if o.float32:  # in-class heads it cannot resolve at float32 and a target outside the class both end here
-            raise OracleInconsistentError(
-                f"{HEADS_UNRESOLVED}{_given_heads(o)}, at float32's precision (u = {o.u:.1e}): the float32 route's "
-                f"heads' learner on a readout (tol={FLOAT32_HEADS_TOL:g}) refused; measured once (2026-12-04), it "
-                f"resolves H = 2 at d = 6 and 8, not H = 4 or 8 at d = 8 (Keras 3 MultiHeadAttention in float32; "
-                f"from H = {JOINT_FROM} with H given the joint stage runs instead), and it ends here on a "
-                f"sliding-window mask or a second layer too. Nothing was returned. {chained_cause(exc, _FLOAT32_WHY)}"
-            ) from exc
+            why = f"{HEADS_UNRESOLVED}{_given_heads(o)}, at float32's precision (u = {o.u:.1e})"
+            raise float32_readout_unresolved(why, o.H, JOINT_FROM, chained_cause(exc, _FLOAT32_WHY)) from exc
         raise PrecisionError(
             f"learn_attention_layer needs answers exact to float64 rounding; the heads' learner on a readout "
             f"says: {exc}"

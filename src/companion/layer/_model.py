@@ -138,7 +138,8 @@ class AttentionLayer:
             if n < 2 or gamma is None or beta is None or eps is None:
                 raise InvalidInputError(
                     f"layernorm={layernorm!r} needs gamma and beta of shape ({n},) and eps >= 0, over {n} >= 2 "
-                    f"entries; got gamma={gamma is not None}, beta={beta is not None}, eps={eps!r}."
+                    f"entries; got gamma {'given' if gamma is not None else 'None'}, beta "
+                    f"{'given' if beta is not None else 'None'}, eps={eps!r}."
                 )
             self.gamma = as_float_array(gamma, "gamma", ndim=1, shape=(n,)).copy()
             self.beta = as_float_array(beta, "beta", ndim=1, shape=(n,)).copy()

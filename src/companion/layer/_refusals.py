@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..errors import OracleInconsistentError
+from ._float32 import FLOAT32_HEADS_TOL
 from ._norm import chained_cause
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "POST_HEADS_PRECISION",
     "POST_NO_H",
     "PRE_JOINT_WHY",
+    "float32_readout_unresolved",
     "float32_unresolved",
     "joint_unresolved",
 ]
@@ -36,6 +38,22 @@ def float32_unresolved(exc: Exception, stage: str, seed: int) -> OracleInconsist
         "float32, fails the least squares' gate at learner seed 0 (relative residual 0.15) and is learned at "
         "seed 1; the same block with a sliding-window mask over its last 3 tokens is refused at each of learner "
         f"seeds 0 to 7. One refusal cannot tell the two apart: try seed={seed + 1}."
+    )
+
+
+def float32_readout_unresolved(why: str, H, joint_from: int, chained: str) -> OracleInconsistentError:
+    """The float32 route's heads' learner on a readout refused: no verdict; with ``H`` given, ``heads='joint'``."""
+    joint = (
+        "; with H given, heads='joint' runs the joint stage at any H (measured 2026-12-06: a new user's three float32 "
+        "blocks, d = 8, H = 2, refused here at learner seed 0, were learned with it at 3.4 u to 5.5 u)"
+        if H is not None
+        else ""
+    )
+    return OracleInconsistentError(
+        f"{why}: the float32 route's heads' learner on a readout (tol={FLOAT32_HEADS_TOL:g}) refused; measured once "
+        "(2026-12-04), it resolves H = 2 at d = 6 and 8, not H = 4 or 8 at d = 8 (Keras 3 MultiHeadAttention in "
+        f"float32; from H = {joint_from} with H given the joint stage runs instead{joint}), and it ends here on a "
+        f"sliding-window mask or a second layer too. Nothing was returned. {chained}"
     )
 
 
