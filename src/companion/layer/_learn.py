@@ -370,12 +370,13 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
                 "this route's fit of gamma does not read, or a nonlinearity that keeps the answers on a hyperplane; "
                 "not told apart here. Nothing was returned."
             ) from None
-    if post:
-        why = f"they lie on an affine hyperplane (deviation {plane:.1e}): a post-LN, and layernorm='none'"
-    elif bent[3] <= level:
-        why = (
-            "they are affine along the all-ones direction only: the signature of a pre-LN (x_N + o(LN(X)), "
-            "as GPT-2), and layernorm='none'"
+    if post or pre:  # a LayerNorm's signature the caller's layernorm excludes (a new user read "a mask would do this")
+        sig = f"lie on an affine hyperplane (deviation {plane:.1e}), a post-LN's signature" if post else "are affine "
+        sig += "" if post else "along the all-ones direction only, the signature of a pre-LN (x_N + o(LN(X)), as GPT-2)"
+        raise OracleInconsistentError(
+            f"layernorm={o.layernorm!r}, but the one-token answers are not affine in the token (second differences "
+            f"{bent.max():.1e} of their size {at}) and {sig}: if the block has that LayerNorm, pass layernorm='auto' "
+            f"(or {'post' if post else 'pre'!r}); a nonlinearity after the block can show it too. Nothing was returned."
         )
     else:
         nearest = min(float(bent.max()), float(bent[3]), plane if Yall.shape[1] >= 4 else float("inf"))
@@ -1155,7 +1156,8 @@ def _result(oracle, layer, kind, skip_err, learner, fit, count, n_learn, verific
     skip_text = "c I, normalised to I (eps assumes c = 1)" if kind == "multiple of identity" else kind
     diagnostics["skip_normalisation"] = SKIP_NORMALISATION if kind == "multiple of identity" else None
     message = (
-        f"found {H_found} heads, skip {skip_text}, layernorm {layer.layernorm}, from {n_learn} vector queries "
+        f"found {H_found} head{'s' * (H_found != 1)}, skip {skip_text}, layernorm {layer.layernorm}, from {n_learn} "
+        "vector queries "
         f"(the follow-up's scalar route for the heads, in d + 1 dimensions, would ask 4H(d+1)^2 - 2H + 1 = "
         f"{diagnostics['heads_route_count']} scalar queries; dimension count, with the skip as posed, "
         f"{diagnostics['information_floor']} vector queries)"
