@@ -37,7 +37,7 @@ from ..errors import (
     SolverError,
 )
 from ..oracles import unit_roundoff
-from ._norm import ROUNDING_UNITS, answer_format
+from ._norm import ROUNDING_UNITS, answer_format, non_finite_cause
 
 __all__ = [
     "DETERMINISM_QUERIES",
@@ -204,7 +204,7 @@ def deterministic_first(learner):
         try:
             return learner(oracle, *args, **kwargs)
         except _REFUSALS as exc:
-            if asked is None or oracle.n_queries == asked or getattr(exc, "non_finite", False):
+            if asked is None or oracle.n_queries == asked or non_finite_cause(exc) is not None:  # anywhere in its chain
                 raise
             if observed:
                 del oracle._observer  # the checks' own queries are not kept

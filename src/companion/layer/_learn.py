@@ -44,6 +44,7 @@ from ._norm import (
     near_signature_message,
     joint_advice,
     non_finite_first,
+    non_finite_cause,
     LOW_GAP,
     MIN_GAP,
     PostLN,
@@ -1107,7 +1108,8 @@ def learn_attention_layer(
         verification = _verify(oracle, layer, o)
     except (OracleInconsistentError, PrecisionError) as exc:  # a PrecisionError: the gap below MIN_GAP, or rounding
         g = norm.smallest_gap[0] if norm is not None else 1.0
-        if g < LOW_GAP and directions_apply(o.H, o.heads, int(oracle.d_out), g):  # failed for the gap: no norms
+        nan = non_finite_cause(exc) is not None  # an answer the oracle refused: no other route (a new user's 3,876)
+        if g < LOW_GAP and not nan and directions_apply(o.H, o.heads, int(oracle.d_out), g):  # for the gap: no norms
             return _learn_post_directions(oracle, norm, o, count, rng, d, g, after=f"the {stage} failed at gap {g:.1e}")
         share = heads_share(Y1, Xfit, Yfit) if norm is None and stage == "heads" and not o.float32 else 1.0
         if isinstance(exc, OracleInconsistentError) and share < HEADS_VISIBLE:  # faint heads: float64's digits

@@ -45,6 +45,7 @@ __all__ = [
     "chained_cause",
     "inferred_gap_message",
     "non_finite_first",
+    "non_finite_cause",
     "joint_advice",
     "SMALL_OUTPUTS",
     "LARGE_OUTPUTS",
@@ -449,6 +450,13 @@ def estimate_post_ln(Y_lines: np.ndarray, Y_all: np.ndarray, u: float = float(np
     return norm
 
 
+def non_finite_cause(exc: BaseException | None) -> BaseException | None:
+    """The oracle's non-finite answer refusal in ``exc``'s chain (``__cause__``, else ``__context__``), or None."""
+    while exc is not None and not getattr(exc, "non_finite", False):
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
 def non_finite_first(learner):
     """Raise a stage's non-finite answer (``companion.errors.nonfinite_answer_error``) as it is: an adversarial tester's
     NaN answers were reported as the heads' stage failing ("could not resolve the heads ... or not an attention
@@ -459,9 +467,7 @@ def non_finite_first(learner):
         try:
             return learner(*args, **kwargs)
         except CompanionError as exc:
-            cause: BaseException | None = exc
-            while cause is not None and not getattr(cause, "non_finite", False):
-                cause = cause.__cause__ or cause.__context__
+            cause = non_finite_cause(exc)
             if cause is None or cause is exc:
                 raise
         # raised after the handler, not in it: there Python would set its __context__ to the error whose chain
