@@ -2054,3 +2054,11 @@ def test_a_float32_readout_refusal_with_h_given_names_the_joint_stage():
     served = VectorQueryOracle(lambda X: target(X).astype(np.float32), d=8, d_out=8)
     rec = learn_attention_layer(served, H=2, heads="joint")
     assert rec.diagnostics["verify_max_error"] <= FLOAT32_VERIFY_UNITS * 2.0**-24
+
+
+def test_a_pre_ln_with_three_heads_below_the_joint_stage_says_another_seed_is_unlikely_to_help():
+    """A new user's pre-LN blocks with H = 3 at d = 12 were refused at every seed, each refusal advising the next seed;
+    measured since: 10 of 10 random blocks (d = 8 to 15) at learner seeds 0 to 2. The refusal now says so."""
+    target = random_attention_layer(8, 3, residual=True, layernorm="pre", eps=1e-3, seed=0)
+    with pytest.raises(OracleInconsistentError, match="with H = 3 none was learned: 10 of 10 blocks, d = 8 to 15"):
+        learn_attention_layer(VectorQueryOracle(target), H=3)
