@@ -25,6 +25,14 @@ def _summary(value) -> str:
     return repr(value)
 
 
+def relative_error(est, ref) -> float:
+    """``||est - ref|| / ||ref||`` (Frobenius), the absolute error where ``ref`` is 0: ``relative_errors``' entries."""
+    ref = np.asarray(ref, dtype=np.float64)
+    err = float(np.linalg.norm(np.asarray(est, dtype=np.float64) - ref))
+    nrm = float(np.linalg.norm(ref))
+    return err / nrm if nrm > 0 else err
+
+
 @dataclass(frozen=True, eq=False)
 class Recovery:
     """What a learner recovered from an oracle, with the queries it spent.
@@ -154,9 +162,7 @@ class Recovery:
                     f"cannot compare: the recovered {name} has shape {est.shape}, the target's "
                     f"{ref.shape}; pass the target the oracle was built on."
                 )
-            err = float(np.linalg.norm(est - ref))
-            nrm = float(np.linalg.norm(ref))
-            out[name] = err / nrm if nrm > 0 else err
+            out[name] = relative_error(est, ref)
         return out
 
     def __repr__(self):

@@ -8,7 +8,7 @@ import numpy as np
 
 from .._validation import apply_by_length, as_float_array, as_sequences, check_choice, check_int, check_real
 from ..errors import InvalidInputError
-from ..recovery import Recovery
+from ..recovery import Recovery, relative_error
 
 __all__ = [
     "LayerRecovery",
@@ -736,9 +736,4 @@ class LayerRecovery(Recovery):
         for name in ("skip", "gamma", "beta", "eps"):
             if getattr(ref, name) is not None:
                 pairs[name] = (getattr(est, name), getattr(ref, name))
-        out = {}
-        for name, (e, r) in pairs.items():
-            nrm = float(np.linalg.norm(r))
-            err = float(np.linalg.norm(np.asarray(e, dtype=float) - np.asarray(r, dtype=float)))
-            out[name] = err / nrm if nrm > 0 else err
-        return out
+        return {name: relative_error(e, r) for name, (e, r) in pairs.items()}
