@@ -25,7 +25,7 @@ from ._float32 import FLOAT32_FREE_POLISH_MAX_UNKNOWNS, FLOAT32_VERIFY_UNITS, jo
 from ._refusals import FLOAT32_UNRESOLVED  # noqa: F401  (re-exported: companion.layer, tests)
 from ._refusals import POST_HEADS_PRECISION, POST_NO_H, FLOAT32_WHY as _FLOAT32_WHY, PRE_JOINT_WHY as _PRE_JOINT_WHY
 from ._refusals import float32_unresolved as _float32_unresolved, joint_unresolved as _joint_unresolved
-from ._refusals import float32_readout_unresolved
+from ._refusals import float32_readout_unresolved, layernorm_excluded
 from ._norm import (
     HEADS_VISIBLE,
     any_seed,
@@ -371,14 +371,8 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
                 "this route's fit of gamma does not read, or a nonlinearity that keeps the answers on a hyperplane; "
                 "not told apart here. Nothing was returned."
             ) from None
-    if post or pre:  # a LayerNorm's signature the caller's layernorm excludes (a new user read "a mask would do this")
-        sig = f"lie on an affine hyperplane (deviation {plane:.1e}), a post-LN's signature" if post else "are affine "
-        sig += "" if post else "along the all-ones direction only, the signature of a pre-LN (x_N + o(LN(X)), as GPT-2)"
-        raise OracleInconsistentError(
-            f"layernorm={o.layernorm!r}, but the one-token answers are not affine in the token (second differences "
-            f"{bent.max():.1e} of their size {at}) and {sig}: if the block has that LayerNorm, pass layernorm='auto' "
-            f"(or {'post' if post else 'pre'!r}); a nonlinearity after the block can show it too. Nothing was returned."
-        )
+    if post or pre:  # a LayerNorm's signature the caller's layernorm excludes
+        raise layernorm_excluded(o.layernorm, post, plane, float(bent.max()), at)
     else:
         nearest = min(float(bent.max()), float(bent[3]), plane if Yall.shape[1] >= 4 else float("inf"))
         if Yall.shape[1] < 4 and o.layernorm == "auto":  # a post-LN's hyperplane is not read at d_out < 4

@@ -15,6 +15,7 @@ __all__ = [
     "float32_readout_unresolved",
     "float32_unresolved",
     "joint_unresolved",
+    "layernorm_excluded",
 ]
 
 
@@ -54,6 +55,21 @@ def float32_readout_unresolved(why: str, H, joint_from: int, chained: str) -> Or
         "(2026-12-04), it resolves H = 2 at d = 6 and 8, not H = 4 or 8 at d = 8 (Keras 3 MultiHeadAttention in "
         f"float32; from H = {joint_from} with H given the joint stage runs instead{joint}), and it ends here on a "
         f"sliding-window mask or a second layer too. Nothing was returned. {chained}"
+    )
+
+
+def layernorm_excluded(layernorm: str, post: bool, plane: float, bent: float, at: str) -> OracleInconsistentError:
+    """One-token answers with a post-LN's (``post``) or a pre-LN's signature that ``layernorm`` excludes: the option
+    is named, with no verdict (a new user read "not an attention layer ... a mask would do this" there)."""
+    sig = (
+        f"lie on an affine hyperplane (deviation {plane:.1e}), a post-LN's signature"
+        if post
+        else "are affine along the all-ones direction only, the signature of a pre-LN (x_N + o(LN(X)), as GPT-2)"
+    )
+    return OracleInconsistentError(
+        f"layernorm={layernorm!r}, but the one-token answers are not affine in the token (second differences "
+        f"{bent:.1e} of their size {at}) and {sig}: if the block has that LayerNorm, pass layernorm='auto' "
+        f"(or {'post' if post else 'pre'!r}); a nonlinearity after the block can show it too. Nothing was returned."
     )
 
 
