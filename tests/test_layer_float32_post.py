@@ -286,7 +286,7 @@ def test_polish_directions_recovers_a_block_from_its_answers_directions_alone():
 
 
 def test_the_row_space_rank_at_float32_counts_above_directions_rank_units(monkeypatch):
-    """The joint stage behind a float32 post-LN is given ``rank_tol = DIRECTIONS_RANK_UNITS u`` (4096 u)."""
+    """The joint stage behind a float32 post-LN is given ``rank_tol = DIRECTIONS_RANK_UNITS u`` (16,384 u)."""
     import companion.layer._directions as directions
 
     seen = {}
@@ -299,7 +299,7 @@ def test_the_row_space_rank_at_float32_counts_above_directions_rank_units(monkey
     monkeypatch.setattr(directions, "learn_heads_joint", spy)
     block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-3, seed=2)
     learn_attention_layer(VectorQueryOracle(_rounded32(block), d=8, d_out=8), H=2)
-    assert DIRECTIONS_RANK_UNITS == 4096 and seen["rank_tol"] == 4096 * U32
+    assert DIRECTIONS_RANK_UNITS == 16384 and seen["rank_tol"] == 16384 * U32
     assert seen["tol"] == FLOAT32_HEADS_TOL and seen["link_tokens"] == 8
 
 
@@ -319,6 +319,25 @@ def test_directions_rank_units_just_inside_and_outside_the_rounding(monkeypatch,
     with pytest.raises(OracleInconsistentError, match="could not learn this post-LN block") as info:
         learn_attention_layer(oracle, H=1, seed=1)
     assert re.search("span a row space of rank [23], not H = 1", str(info.value.__cause__))
+
+
+@pytest.mark.parametrize("units, scale", [(2_500_000, 2.0), (3_700_000, 4.0)], ids=["head-above", "head-below"])
+def test_the_first_row_doubles_its_token_scale_while_its_rank_is_below_h(monkeypatch, units, scale):
+    """Row 0 of this block (d = 8, H = 2, eps 0.1, seed 0, rounded to float32) has its second singular value, a
+    head, at 3.55e6 u of the largest at token scale 2 (measured; the other rows' at 2.78e6 u and above): a
+    threshold above it doubles the first row's scale (``_joint._token_scale``), where the heads stand out more, and
+    the block is learned at scale 4 (before this rule the row was refused at rank 1); one below every row's keeps
+    scale 2. 3.7e6 u is just above that head (MiniLM's block served in float32 had its row 0's 12th head at
+    14,319 u at scale 2, below ``DIRECTIONS_RANK_UNITS``)."""
+    import companion.layer._directions as directions
+
+    monkeypatch.setattr(directions, "DIRECTIONS_RANK_UNITS", units)
+    block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=0.1, seed=0)
+    oracle = VectorQueryOracle(_rounded32(block), d=8, d_out=8)
+    rec = learn_attention_layer(oracle, H=2, seed=0)
+    assert rec.n_heads == 2 and rec.diagnostics["joint_token_scale"] == scale
+    assert oracle.n_queries == {2.0: 2546, 4.0: 2678}[scale]  # one more first row of 2 H (d + 1 + 24) queries
+    assert _error_u(rec.model, block, np.random.default_rng(5).standard_normal((100, 3, 8)) / np.sqrt(8)) < 40
 
 
 def test_above_the_polish_cap_a_float32_post_ln_is_refused_for_every_seed():

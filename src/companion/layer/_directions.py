@@ -101,8 +101,10 @@ DIRECTIONS_MEASURED = (
 #: learner seed 0 or the block's; ``u = 2**-24``).
 DIRECTIONS_MEASURED_FLOAT32 = (
     "18 of 18 residual post-LN blocks rounded to float32 (d = 8 to 32, H = 1 to 4, eps 1e-12 to 1e-2, seeds 0 to "
-    "2), predicting the exact block to 0.8 u to 1.9 u where polished; 84 of 84 at d = 5 to 12, H = 1 and 2, eps "
-    "1e-3 to 1, seeds 0 to 3 (learner seed = block seed), to 15.5 u; Keras 3 MultiHeadAttention with "
+    "2), predicting the exact block to 0.8 u to 1.9 u where polished; 83 of 84 at d = 5 to 11, H = 1 and 2, eps "
+    "1e-3, 0.1 and 1, seeds 0 and 1 (learner seed = block seed), to 25.9 u on 200 fresh queries (re-measured "
+    "2026-12-06; the other, d = 5, H = 2, eps 1e-3, seed 0, was refused by the verification at 157 u and learned at "
+    "learner seeds 1 to 3); Keras 3 MultiHeadAttention with "
     "LayerNormalization computed in float32, 3 of 3 below the polish's cap (5.2 u to 9.8 u against its served "
     "answers). Above the dense polish's 5,000 unknowns, polished matrix-free: 5 of 5 at d = 24 to 48, H = 4 to 12 "
     "(to 1.1 u to 1.7 u; unpolished 20 u to 54 u, one refused); 6 of 6 at H = 8, d = 32 and 64, eps 1e-12, seeds 0 "
@@ -133,11 +135,19 @@ ROW_ITERATIONS = 30
 #: On float32 answers the joint stage counts the scaled answers' singular values above this many u (relative to the
 #: largest) in a row's rank, not ``FLOAT32_RANK_UNITS`` (64, measured on answers seen directly): the row scaling
 #: carries the directions' rounding into the norms. Measured (2026-12-05, the (H + 1)-th singular value of a row,
-#: rounding): 4.7e-6 to 1.0e-5 of the largest (79 u to 170 u) on blocks rounded to float32 (d = 6, H = 1 and 2, eps
-#: 1e-3 and 0.1, seed 1: refused at 64 u), 9.7e-5 (1,630 u) on MiniLM's block computed in float32; its smallest head,
-#: the H-th, at 6.6e-3 (1.1e5 u). 4096 lies 2.5 times above that rounding and 27 times below that head; a fainter
-#: head ends in a refusal (a rank below H), and one the count misses is the verification's to catch.
-DIRECTIONS_RANK_UNITS = 4096
+#: rounding): 79 u to 170 u on blocks rounded to float32 (d = 6, H = 1 and 2, eps 1e-3 and 0.1, seed 1: refused at
+#: 64 u); 1,630 u on row 0 of MiniLM's block computed in float32, so it was set to 4,096 first. Raised to 16,384
+#: (2026-12-06) after MiniLM's whole run at 4,096 was refused at row 216, whose (H + 1)-th was 5,400 u on two BLAS
+#: threads (data/results/minilm_block_float32.json; 3,446 u on one, the largest of 381 rows logged, median 1,558 u:
+#: data/results/minilm_block_float32_rows.json): the rounding there is systematic and grows with the token scale,
+#: a head's singular value faster (``_joint._token_scale``, which doubles the scale while a first row's rank is below
+#: H). The heads, the H-th, re-measured on 2026-12-06 (one BLAS thread, learner seed = block seed): 111,137 u and above
+#: on 107 random blocks rounded to float32 (d = 5 to 64, H = 1 to 12, eps 1e-12 to 1, their (H + 1)-th at 176 u or
+#: below), 267,825 u and above on the 4 Keras blocks of the tests (computed in float32, rounding 36 u or below), 70,274
+#: u on MiniLM's rows at its scale 16 (14,319 u on row 0 at scale 2). 16,384 lies 3.0 times above the largest rounding
+#: seen and 4.3 times below the faintest head at the scale its stage ran at; a fainter head ends in a refusal (a rank
+#: below H), and one the count misses is the verification's to catch.
+DIRECTIONS_RANK_UNITS = 16384
 
 #: The float32 polish (:func:`polish_post_directions`) asks this many times its unknowns over ``d_out - 2`` queries
 #: (each gives ``d_out - 2`` numbers past its centring and its scale), at least ``polish_row_queries(d)`` (this book's
