@@ -279,12 +279,29 @@ def test_a_general_skip_matrix_is_found_not_assumed():
 
 def test_residual_option_checks_what_was_found():
     plain = random_attention_layer(6, 1, seed=3)
-    with pytest.raises(OracleInconsistentError, match="residual=True, but the fitted skip matrix is not the identity"):
+    with pytest.raises(OracleInconsistentError, match=r"^residual=True, but the fitted skip matrix is 0 \(\|\|S\|\|_F"):
         learn_attention_layer(VectorQueryOracle(plain), H=1, residual=True)
     rec = learn_attention_layer(
         VectorQueryOracle(random_attention_layer(6, 1, residual=True, seed=3)), H=1, residual=True
     )
     assert rec.model.residual and rec.diagnostics["skip_error"] < 1e-9
+
+
+@pytest.mark.parametrize(
+    "layernorm, eps", [(None, 1e-3), ("post", 1e-3), ("post", 1e-12), ("pre", 1e-3)], ids=["plain", "post", "bert", "pre"]
+)
+def test_residual_false_on_a_residual_block_names_the_option_on_every_route(layernorm, eps):
+    """A new user's finding: residual=False on a residual post-LN block was refused with "could not learn this
+    post-LN block (... or not an attention layer)", its chained cause (the skip) called not applicable. The skip
+    found is the identity: the refusal names the option, on the gap's route, the row space's (eps 1e-12) and
+    pre-LN's too, and states no other cause."""
+    block = random_attention_layer(8, 2, residual=True, layernorm=layernorm, eps=eps, seed=0)
+    with pytest.raises(OracleInconsistentError) as info:
+        learn_attention_layer(VectorQueryOracle(block, d=8, d_out=8), H=2, residual=False)
+    text = str(info.value)
+    assert re.match(r"residual=False, but the fitted skip matrix is the identity \(\|\|S - I\|\|_F = \S+\): the target "
+                    r"adds x_N\. Pass residual='auto' \(the default\) or True\. Nothing was returned\.$", text), text
+    assert float(re.search(r"= (\S+)\)", text).group(1)) < 1e-9
 
 
 def test_without_polish_the_heads_fits_set_the_error():

@@ -25,7 +25,7 @@ from ._float32 import FLOAT32_FREE_POLISH_MAX_UNKNOWNS, FLOAT32_VERIFY_UNITS, jo
 from ._refusals import FLOAT32_UNRESOLVED  # noqa: F401  (re-exported: companion.layer, tests)
 from ._refusals import POST_HEADS_PRECISION, POST_NO_H, FLOAT32_WHY as _FLOAT32_WHY, PRE_JOINT_WHY as _PRE_JOINT_WHY
 from ._refusals import float32_unresolved as _float32_unresolved, joint_unresolved as _joint_unresolved
-from ._refusals import float32_readout_unresolved, layernorm_excluded
+from ._refusals import float32_readout_unresolved, layernorm_excluded, option_conflict
 from ._norm import (
     HEADS_VISIBLE,
     any_seed,
@@ -545,6 +545,8 @@ def _name_skip(S, ref, scale, o: _Options, polished: bool = True, unit: float = 
             "error: an in-class block can end here too, or the target does not "
             f"{'add x_N' if o.residual else 'leave out x_N'}. Nothing was returned."
         )
+    if o.residual is not None and o.residual != "auto" and kind == ("none" if o.residual else "identity"):
+        raise option_conflict(o.residual, err * unit)
     if o.residual is True and kind != "identity":
         off = unit * float(np.linalg.norm(S - ref)) if ref is not None else float("nan")
         raise OracleInconsistentError(
@@ -670,7 +672,7 @@ def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: f
         n_learn = count.total
         verification = _verify(oracle, layer, o, scale=info[_SCALE] if o.float32 else 1.0)
     except OracleInconsistentError as exc:
-        if getattr(exc, "scaled", False):  # float32's share at the token scale alone failed (VERIFY_SCALED_SHARE)
+        if getattr(exc, "scaled", False) or getattr(exc, "option_conflict", False):  # VERIFY_SCALED_SHARE's; residual
             raise
         raise _directions_unresolved(exc, gap, o.seed, o.float32) from exc
     fit = {"polished": False, "n_polish_queries": 0, **info, "directions_after": after or None}
@@ -1101,6 +1103,8 @@ def learn_attention_layer(
         stage = "verification"
         verification = _verify(oracle, layer, o)
     except (OracleInconsistentError, PrecisionError) as exc:  # a PrecisionError: the gap below MIN_GAP, or rounding
+        if getattr(exc, "option_conflict", False):  # residual contradicts the skip found: the option's refusal
+            raise
         g = norm.smallest_gap[0] if norm is not None else 1.0
         nan = non_finite_cause(exc) is not None  # an answer the oracle refused: no other route (a new user's 3,876)
         if g < LOW_GAP and not nan and directions_apply(o.H, o.heads, int(oracle.d_out), g):  # for the gap: no norms

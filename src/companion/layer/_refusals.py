@@ -1,4 +1,5 @@
-"""The layer learner's refusals that state no verdict, where an in-class block can end too (this book's wording)."""
+"""The layer learner's refusals that state no verdict, where an in-class block can end too, and the one that names an
+option the answers contradict (this book's wording)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ __all__ = [
     "float32_unresolved",
     "joint_unresolved",
     "layernorm_excluded",
+    "option_conflict",
 ]
 
 
@@ -121,3 +123,16 @@ def joint_unresolved(
         f"H, a mask, a second layer; or {other}{failed} {chained} Measured ({when}), behind a {norm} {stage} "
         f"{learned} (random_attention_layer: {measured}): try seed={seed + 1}. Nothing was returned."
     )
+
+
+def option_conflict(residual: bool, err: float) -> OracleInconsistentError:
+    """The fitted skip is what the other value of ``residual`` names, to the skip's tolerance: the option is wrong,
+    not the target. Every route passes this refusal on as it is (its ``option_conflict``)."""
+    found, target, other = ("0", "adds no x_N", "False") if residual else ("the identity", "adds x_N", "True")
+    what = "||S||_F" if residual else "||S - I||_F"
+    exc = OracleInconsistentError(
+        f"residual={residual}, but the fitted skip matrix is {found} ({what} = {err:.1e}): the target {target}. "
+        f"Pass residual='auto' (the default) or {other}. Nothing was returned."
+    )
+    exc.option_conflict = True  # type: ignore[attr-defined]
+    return exc
