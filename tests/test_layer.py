@@ -2022,7 +2022,8 @@ def test_a_post_ln_budget_is_refused_before_the_first_query_at_its_largest_path(
     """A new user's post-LN block (d = 8, H = 2, eps 1e-5) with a budget between the plan then counted (783) and
     what its path asked spent 585 queries before a BudgetExceededError: a route failed at a small gap and the row
     space's route followed, which the plan did not count. The plan now counts that path; one query less is refused
-    with nothing asked, and the plan's budget is enough."""
+    with nothing asked, and the plan's budget is enough. The path's own count moves with the arithmetic (1,914 on
+    OpenBLAS's Haswell kernel, 2,008 on SkylakeX: where the first route fails), the plan's does not."""
     target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-5, seed=1)
     probe = VectorQueryOracle(target, budget=1)
     with pytest.raises(BudgetExceededError, match="a route that fails at a small gap, then a post-LN's norms") as info:
@@ -2038,7 +2039,7 @@ def test_a_post_ln_budget_is_refused_before_the_first_query_at_its_largest_path(
         learn_attention_layer(short, H=2)
     assert short.n_queries == 0
     rec = learn_attention_layer(VectorQueryOracle(target, budget=needed), H=2)
-    assert rec.diagnostics["heads_learner"] == "joint, norms from the row space" and rec.n_queries == 1914 < needed
+    assert rec.diagnostics["heads_learner"] == "joint, norms from the row space" and 1900 < rec.n_queries < needed
     # without a LayerNorm to find, the plan is the direct route's
     with pytest.raises(BudgetExceededError) as plain:
         learn_attention_layer(VectorQueryOracle(target, budget=1), H=2, layernorm="none")

@@ -173,6 +173,27 @@ def test_targets_outside_the_class_behind_a_float32_post_ln_are_refused(which):
         learn_attention_layer(VectorQueryOracle(_rounded32(target), d=d, d_out=d), H=3)
 
 
+@pytest.mark.parametrize("layernorm", [None, "post"])
+def test_a_gelu_served_in_float32_with_its_precision_stated_gets_the_verdict(layernorm):
+    """A new user's finding: a GELU after a block, served in float32, with precision='float32' stated, was told
+    that "an oracle that states its precision= has it judged". Stated, the precision rules a coarse computation
+    out (its rounding explains 1.5e-5; the GELU misses the signatures by 1.1e-2 and 1.2e-2 here): "not an
+    attention layer at the oracle's stated precision", naming a misstated precision as the other cause. Unstated,
+    the answers on float32's grid may come from a coarser computation: still no verdict."""
+    gelu = lambda y: 0.5 * y * (1.0 + erf(y / np.sqrt(2.0)))  # noqa: E731
+    block = random_attention_layer(8, 2, residual=True, layernorm=layernorm, eps=1e-3, seed=0)
+    target = _rounded32(lambda X: gelu(block(X)))
+    stated = VectorQueryOracle(target, d=8, d_out=8, precision="float32")
+    with pytest.raises(OracleInconsistentError) as info:
+        learn_attention_layer(stated, H=2)
+    text = str(info.value)
+    assert text.startswith("not an attention layer at the oracle's stated precision: the one-token answers miss")
+    times = float(re.search(r"explains \(1\.5e-05\), ([\d,]+) times that", text).group(1).replace(",", ""))
+    assert 500 < times < 1000 and "answers coarser than the oracle states" in text and stated.n_queries == 138
+    with pytest.raises(OracleInconsistentError, match="either a target outside the class, or answers with only"):
+        learn_attention_layer(VectorQueryOracle(target, d=8, d_out=8), H=2)
+
+
 @pytest.mark.parametrize("factor, raises", [(0.5, False), (2.0, True)], ids=["inside", "outside"])
 @pytest.mark.parametrize("u", [U64, U32], ids=["float64", "float32"])
 def test_gap_rounding_just_inside_and_outside(u, factor, raises):

@@ -385,7 +385,9 @@ def _find_layernorm(Yp, Yall, o: _Options, precision):
         if nearest <= PRECISION_BAND:
             raise PrecisionError(near_signature_message(nearest, bent, plane, u, level, precision=True))
         if nearest < OUTSIDE_BAND:
-            raise OracleInconsistentError(near_signature_message(nearest, bent, plane, u, level, precision=False))
+            raise OracleInconsistentError(
+                near_signature_message(nearest, bent, plane, u, level, precision=False, stated=precision is not None)
+            )
         why = (
             f"and they show no LayerNorm signature (centred answers of full rank, deviation from a hyperplane "
             f"{plane:.1e}): a nonlinearity after the block (e.g. GELU)"

@@ -185,11 +185,14 @@ def plane_deviation(Y: np.ndarray, s: np.ndarray | None = None) -> float:
     return float((centred_singular_values(Y) if s is None else s)[-1])
 
 
-def near_signature_message(nearest, bent, plane, u, level, *, precision: bool) -> str:
+def near_signature_message(nearest, bent, plane, u, level, *, precision: bool, stated: bool = False) -> str:
     """The refusal of one-token answers that miss every in-class signature by ``nearest`` (relative), above what
     rounding at ``u`` explains (``level``): below PRECISION_BAND (``precision=True``, the PrecisionError's text)
     or below OUTSIDE_BAND (the no-verdict OracleInconsistentError's). Neither tells a coarse precision from a
-    target outside the class that bends the answers by that little; both say so."""
+    target outside the class that bends the answers by that little; both say so. ``stated``: the oracle states
+    its precision, which then rules the coarse precision out (a new user's GELU served in float32 was told to
+    state it): above PRECISION_BAND the text is a verdict, on the condition that the answers are as precise as
+    stated."""
     fit = (
         f"the one-token answers miss an attention layer's signatures (affine lines, or a LayerNorm's) by a relative "
         f"{nearest:.1e} (lines {np.max(bent):.1e}, all-ones line {bent[3]:.1e}, hyperplane {plane:.1e}), above what "
@@ -207,6 +210,13 @@ def near_signature_message(nearest, bent, plane, u, level, *, precision: bool) -
             f"1e-2 or more, measured). Either the answers carry about {nearest:.0e} of precision, {source}, or the "
             "target bends them by that little (a smooth nonlinearity after the block, e.g. a soft-capping tanh, or a "
             "query-dependent scale): this check does not tell the two apart. Nothing was returned."
+        )
+    if stated:
+        return (
+            f"not an attention layer at the oracle's stated precision: {fit}, {nearest / level:,.0f} times that: a "
+            "nonlinearity after the block (a GELU misses them by 1e-2 or more, measured), or answers coarser than "
+            "the oracle states (bfloat16 arithmetic served as float32 missed them by up to 1.3e-2, measured). "
+            "Nothing was returned."
         )
     return (
         f"learn_attention_layer could not learn this target: {fit} and below OUTSIDE_BAND = {OUTSIDE_BAND:.0e} (a GELU "
