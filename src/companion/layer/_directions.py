@@ -133,20 +133,22 @@ ROW_FIT_TOKENS = 8
 ROW_ITERATIONS = 30
 
 #: On float32 answers the joint stage counts the scaled answers' singular values above this many u (relative to the
-#: largest) in a row's rank, not ``FLOAT32_RANK_UNITS`` (64, measured on answers seen directly): the row scaling
-#: carries the directions' rounding into the norms. Measured (2026-12-05, the (H + 1)-th singular value of a row,
-#: rounding): 79 u to 170 u on blocks rounded to float32 (d = 6, H = 1 and 2, eps 1e-3 and 0.1, seed 1: refused at
-#: 64 u); 1,630 u on row 0 of MiniLM's block computed in float32, so it was set to 4,096 first. Raised to 16,384
-#: (2026-12-06) after MiniLM's whole run at 4,096 was refused at row 216, whose (H + 1)-th was 5,400 u on two BLAS
-#: threads (data/results/minilm_block_float32.json; 3,446 u on one, the largest of 381 rows logged, median 1,558 u:
-#: data/results/minilm_block_float32_rows.json): the rounding there is systematic and grows with the token scale,
-#: a head's singular value faster (``_joint._token_scale``, which doubles the scale while a first row's rank is below
-#: H). The heads, the H-th, re-measured on 2026-12-06 (one BLAS thread, learner seed = block seed): 111,137 u and above
-#: on 107 random blocks rounded to float32 (d = 5 to 64, H = 1 to 12, eps 1e-12 to 1, their (H + 1)-th at 176 u or
+#: largest) in a row's rank, not ``FLOAT32_RANK_UNITS`` (64, measured on answers seen directly): the row scaling carries
+#: the directions' rounding into the norms. Measured (2026-12-05, the (H + 1)-th singular value of a row, rounding): 79
+#: u to 170 u on blocks rounded to float32 (d = 6, H = 1 and 2, eps 1e-3 and 0.1, seed 1: refused at 64 u); 1,630 u on
+#: row 0 of MiniLM's block computed in float32, so it was set to 4,096 first. Raised to 16,384 (2026-12-06) after
+#: MiniLM's whole run at 4,096 was refused at row 216, whose (H + 1)-th was 3.2e-4 of the largest (5,369 u) on two BLAS
+#: threads (data/results/minilm_block_float32_9a28bce.json; 3,446 u on one, the largest of 381 rows logged, median 1,558
+#: u: data/results/minilm_block_float32_rows_9a28bce.json): the rounding there is systematic and grows with the token
+#: scale, a head's singular value faster (``_joint._token_scale``, which doubles the scale while a first row's rank is
+#: below H). The heads, the H-th, re-measured on 2026-12-06 (one BLAS thread, learner seed = block seed): 111,137 u and
+#: above on 107 random blocks rounded to float32 (d = 5 to 64, H = 1 to 12, eps 1e-12 to 1, their (H + 1)-th at 176 u or
 #: below), 267,825 u and above on the 4 Keras blocks of the tests (computed in float32, rounding 36 u or below), 70,274
-#: u on MiniLM's rows at its scale 16 (14,319 u on row 0 at scale 2). 16,384 lies 3.0 times above the largest rounding
+#: u on MiniLM's rows at its scale 16 (14,319 u on row 0 at scale 2). 16,384 lies 3.1 times above the largest rounding
 #: seen and 4.3 times below the faintest head at the scale its stage ran at; a fainter head ends in a refusal (a rank
-#: below H), and one the count misses is the verification's to catch.
+#: below H), and one the count misses is the verification's to catch. MiniLM's whole run at 16,384 on two BLAS threads
+#: (data/results/minilm_block_float32.json, its rows in data/results/minilm_block_float32_rows.json) counted every row's
+#: rank as 12, its (H + 1)-th at most 5,336 u and its H-th at least 70,253 u, and stopped at the links.
 DIRECTIONS_RANK_UNITS = 16384
 
 #: The float32 polish (:func:`polish_post_directions`) asks this many times its unknowns over ``d_out - 2`` queries

@@ -788,7 +788,7 @@ def _token_scale(oracle, delta, X0, o1, H, r, rank_tol, out, scale, tol, scales=
     shift grows with the scale. A rank below ``H`` doubles the scale too: a head's singular value grows with
     the scale, the answers' rounding less (measured on MiniLM's block served in float32, row 0, in u of its
     largest: the 12th 14,319, 28,499, 56,411, 111,533 at scales 2, 4, 8, 16; the 13th 512, 764, 756, 1,631; one BLAS
-    thread, data/results/minilm_block_float32_rows.json).
+    thread, data/results/minilm_block_float32_rows_9a28bce.json).
     Returns ``(scale, the row at that scale as :func:`_row` gives it)``; a row that shows no head or a rank above
     ``H``, or the last scale's row, is returned at once, for the caller's checks."""
     d = X0.shape[1]
