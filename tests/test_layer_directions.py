@@ -103,6 +103,40 @@ def test_the_gauss_newton_refinement_is_what_reaches_rounding(monkeypatch):
     assert refined < 1e-12 < 1e-10 < start
 
 
+@pytest.mark.parametrize("absorbs", [1, 2], ids=["refit-helps", "refit-absorbs-too"])
+def test_a_row_space_that_takes_in_a_tokens_one_token_answer_is_refitted_without_it(monkeypatch, absorbs):
+    """MiniLM served in float32 (two BLAS threads, the run at b84b139): the refinement of row 153's link batch took
+    token 6's c_x into the row space (1.0e-7 of it left off); its scales came out 0.0016 to 0.0097 against about
+    11, at a batch misfit of 2.5e-5, and the link failed. Here the first ``absorbs`` fits are made to take in
+    token 2's: once, the refit without it scales every query to rounding; twice, a refusal that names it."""
+    import companion.layer._directions as D
+
+    block, oracle, norm, bare, rng = _setup(d=16, H=4)
+    d, H = 16, 4
+    A, c, *_ = one_token_map(oracle, norm, rng)
+    X = rng.standard_normal((ROW_FIT_TOKENS, d)) * 2 / np.sqrt(d)
+    Q = _pair_queries(np.eye(d)[3], X, H)
+    truth = bare(Q) @ centre(d)
+    real, calls = D.RowScaled._refine, []
+
+    def absorbing(self, w, cx, which, R, fit_tokens=None):
+        calls.append(fit_tokens)
+        R = real(self, w, cx, which, R, fit_tokens)
+        if len(calls) > absorbs:
+            return R
+        return np.linalg.qr(np.column_stack([R[:, : H - 1], cx[2]]))[0]  # token 2's c_x in the row space
+
+    monkeypatch.setattr(D.RowScaled, "_refine", absorbing)
+    inner = RowScaled(oracle, norm, A, c, H)
+    if absorbs == 2:
+        with pytest.raises(OracleInconsistentError, match="took token 2's one-token answer into the row space"):
+            inner(Q)
+        return
+    out = inner(Q)
+    assert calls[0] is None and 2 not in calls[1] and len(calls[1]) == ROW_FIT_TOKENS - 1
+    assert _rel(out * (truth[0] @ out[0]) / (out[0] @ out[0]), truth) < 1e-12
+
+
 @pytest.mark.parametrize(
     "H, heads, d_out, gap, applies",
     [

@@ -132,23 +132,33 @@ ROW_TOKENS = 8
 ROW_FIT_TOKENS = 8
 ROW_ITERATIONS = 30
 
+#: A token whose one-token answer ``c_x`` lies this close to the row space (``|Q c_x| / |c_x|`` below it, ``Q`` the
+#: projection off it) leaves its queries' scales undetermined: ``RowScaled`` refits the row space without it, and
+#: refuses if that does not help (this book's threshold). Measured (2026-12-06, MiniLM served in float32, two BLAS
+#: threads, the run at b84b139): the refinement of row 153's link batch (8 tokens) converged to a row space that took
+#: in token 6's ``c_x`` (1.0e-7 of it left off), whose 24 scales came out 0.0016 to 0.0097 against 10.4 to 11.8 for
+#: the others, with the batch's misfit at 2.5e-5; the link then failed (coefficients 151 off a permutation). The
+#: other batches of that run measured (rows 0 and 153, their first rows' batches, the links): 0.39 and above.
+ABSORBED_OFF = 1e-2
+
 #: On float32 answers the joint stage counts the scaled answers' singular values above this many u (relative to the
 #: largest) in a row's rank, not ``FLOAT32_RANK_UNITS`` (64, measured on answers seen directly): the row scaling carries
 #: the directions' rounding into the norms. Measured (2026-12-05, the (H + 1)-th singular value of a row, rounding): 79
 #: u to 170 u on blocks rounded to float32 (d = 6, H = 1 and 2, eps 1e-3 and 0.1, seed 1: refused at 64 u); 1,630 u on
 #: row 0 of MiniLM's block computed in float32, so it was set to 4,096 first. Raised to 16,384 (2026-12-06) after
-#: MiniLM's whole run at 4,096 was refused at row 216, whose (H + 1)-th was 3.2e-4 of the largest (5,369 u) on two BLAS
-#: threads (data/results/minilm_block_float32_9a28bce.json; 3,446 u on one, the largest of 381 rows logged, median 1,558
-#: u: data/results/minilm_block_float32_rows_9a28bce.json): the rounding there is systematic and grows with the token
-#: scale, a head's singular value faster (``_joint._token_scale``, which doubles the scale while a first row's rank is
-#: below H). The heads, the H-th, re-measured on 2026-12-06 (one BLAS thread, learner seed = block seed): 111,137 u and
-#: above on 107 random blocks rounded to float32 (d = 5 to 64, H = 1 to 12, eps 1e-12 to 1, their (H + 1)-th at 176 u or
-#: below), 267,825 u and above on the 4 Keras blocks of the tests (computed in float32, rounding 36 u or below), 70,274
-#: u on MiniLM's rows at its scale 16 (14,319 u on row 0 at scale 2). 16,384 lies 3.1 times above the largest rounding
-#: seen and 4.3 times below the faintest head at the scale its stage ran at; a fainter head ends in a refusal (a rank
-#: below H), and one the count misses is the verification's to catch. MiniLM's whole run at 16,384 on two BLAS threads
-#: (data/results/minilm_block_float32.json, its rows in data/results/minilm_block_float32_rows.json) counted every row's
-#: rank as 12, its (H + 1)-th at most 5,336 u and its H-th at least 70,253 u, and stopped at the links.
+#: MiniLM's whole run at 4,096 was refused at row 216, whose (H + 1)-th was 3.2e-4 of the largest (about 5,400 u) on two
+#: BLAS threads (data/results/minilm_block_float32_9a28bce.json; 3,446 u on one, the largest of 381 rows logged, median
+#: 1,558 u: data/results/minilm_block_float32_rows_9a28bce.json): the rounding there is systematic and grows with the
+#: token scale, a head's singular value faster (``_joint._token_scale``, which doubles the scale while a first row's
+#: rank is below H). The heads, the H-th, re-measured on 2026-12-06 (one BLAS thread, learner seed = block seed):
+#: 111,137 u and above on 107 random blocks rounded to float32 (d = 5 to 64, H = 1 to 12, eps 1e-12 to 1, their (H +
+#: 1)-th at 176 u or below), 267,825 u and above on the 4 Keras blocks of the tests (computed in float32, rounding 36 u
+#: or below), 70,274 u on MiniLM's rows at its scale 16 (14,319 u on row 0 at scale 2). 16,384 lies about 3 times above
+#: the largest rounding seen and 4.3 times below the faintest head at the scale its stage ran at; a fainter head ends in
+#: a refusal (a rank below H), and one the count misses is the verification's to catch. MiniLM's whole run at 16,384 on
+#: two BLAS threads (data/results/minilm_block_float32.json, its rows in data/results/minilm_block_float32_rows.json)
+#: counted every row's rank as 12, its (H + 1)-th at most 5,336 u and its H-th at least 70,253 u, and stopped at the
+#: links.
 DIRECTIONS_RANK_UNITS = 16384
 
 #: The float32 polish (:func:`polish_post_directions`) asks this many times its unknowns over ``d_out - 2`` queries
@@ -350,12 +360,29 @@ class RowScaled(VectorView):
         if np.any(counts < 2 * self.H):
             raise OracleInconsistentError(f"the row-space scaling needs {2 * self.H} pair queries per token")
         cx = tokens @ self.A.T + self.c  # (K, d_out)
-        R = self._refine(w, cx, which, self._row_space(w, which, len(tokens)))
+        R0 = self._row_space(w, which, len(tokens))
+        R = self._refine(w, cx, which, R0)
+        off = self._off(cx, R)
+        if np.any(off < ABSORBED_OFF):  # a token's c_x taken into R: its scales undetermined; refit without it
+            R = self._refine(w, cx, which, R0, np.flatnonzero(off >= ABSORBED_OFF)[:ROW_FIT_TOKENS])
+            off = self._off(cx, R)
+            if np.any(off < ABSORBED_OFF):
+                k = int(np.argmin(off))
+                raise OracleInconsistentError(
+                    f"the row-space scaling took token {k}'s one-token answer into the row space ({off[k]:.1e} of "
+                    f"it left off the row space, ABSORBED_OFF = {ABSORBED_OFF:g}) when refitted without it: its "
+                    "queries' scales are undetermined"
+                )
         out = self._scales(w, cx[which], R)[:, None] * w
         g = cx[which] - out  # lies in R up to the misfit
         left = g - (g @ R) @ R.T
         self.misfits.append(float(np.max(np.linalg.norm(left, axis=1) / np.linalg.norm(cx[which], axis=1))))
         return out
+
+    @staticmethod
+    def _off(cx, R):
+        """Per token the share of ``c_x`` off the row space ``R``: ``|Q c_x| / |c_x|``."""
+        return np.linalg.norm(cx - (cx @ R) @ R.T, axis=1) / np.linalg.norm(cx, axis=1)
 
     @staticmethod
     def _scales(w, c, R):
@@ -364,7 +391,7 @@ class RowScaled(VectorView):
         Qc = c - (c @ R) @ R.T
         return np.einsum("bo,bo->b", Qw, Qc) / np.einsum("bo,bo->b", Qw, Qw)
 
-    def _refine(self, w, cx, which, R):
+    def _refine(self, w, cx, which, R, fit_tokens=None):
         """The row space refined by Gauss-Newton on ``ROW_FIT_TOKENS`` tokens' queries, jointly in their scales
         and ``R``, in the span of their directions and ``c_x`` (dimension ``k`` = tokens + H).
 
@@ -373,11 +400,13 @@ class RowScaled(VectorView):
         Alternating least squares (the scales given ``R``, then ``R`` from the scaled answers) converges
         linearly, slowly where a token's ``H + 1`` dimensions are ill-conditioned: measured (d = 48, H = 12), 8
         tokens needed a thousand alternations to reach rounding."""
-        H, sub = self.H, which < ROW_FIT_TOKENS
+        H = self.H
+        fit_tokens = np.arange(min(ROW_FIT_TOKENS, len(cx))) if fit_tokens is None else np.asarray(fit_tokens)
+        sub = np.isin(which, fit_tokens)
         ws, cs = w[sub], cx[which[sub]]
-        K = int(np.count_nonzero(np.bincount(which[sub])))
+        K = len(fit_tokens)
         k = min(K + H, int(w.shape[1]) - 1)  # the centred answers span at most d_out - 1 dimensions
-        U = np.linalg.svd(np.concatenate([ws, cx[:K]]), full_matrices=False)[2][:k].T  # (d_out, k)
+        U = np.linalg.svd(np.concatenate([ws, cx[fit_tokens]]), full_matrices=False)[2][:k].T  # (d_out, k)
         ws, cs = ws @ U, cs @ U
         Q = np.linalg.qr(U.T @ R, mode="complete")[0]
         B, N = Q[:, :H], Q[:, H:]
