@@ -66,7 +66,8 @@ from ._model import (
     random_attention_layer,
 )
 from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
-from ._directions import DIRECTIONS_FROM_GAP, DIRECTIONS_RANK_UNITS, FLOAT32_POST_VERIFY, FREE_POLISH_MAX_LEN
+from ._directions import ABSORBED_OFF, DIRECTIONS_FROM_GAP, DIRECTIONS_RANK_UNITS, FLOAT32_POST_VERIFY
+from ._directions import FREE_POLISH_MAX_LEN
 from ._directions import directions_route_plan, polish_plan as float32_polish_plan
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
@@ -95,6 +96,7 @@ __all__ = [
     "FLOAT32_SKIP_UNITS",
     "FLOAT32_UNRESOLVED",
     "DIRECTIONS_RANK_UNITS",
+    "ABSORBED_OFF",
     "FLOAT32_POST_VERIFY",
     "FREE_POLISH_MAX_LEN",
     "directions_route_plan",

@@ -65,6 +65,7 @@ __all__ = [
     "FREE_POLISH_MAX_LEN",
     "polish_max_len",
     "DIRECTIONS_RANK_UNITS",
+    "ABSORBED_OFF",
     "polish_plan",
     "polish_unknowns",
     "polish_post_directions",
