@@ -548,7 +548,7 @@ def _name_skip(S, ref, scale, o: _Options, polished: bool = True, unit: float = 
             f"{'add x_N' if o.residual else 'leave out x_N'}. Nothing was returned."
         )
     if o.residual is not None and o.residual != "auto" and kind == ("none" if o.residual else "identity"):
-        raise option_conflict(o.residual, err * unit)
+        raise option_conflict(o.residual is True, err * unit)
     if o.residual is True and kind != "identity":
         off = unit * float(np.linalg.norm(S - ref)) if ref is not None else float("nan")
         raise OracleInconsistentError(
