@@ -376,20 +376,24 @@ class RowScaled(VectorView):
                 )
         out = self._scales(w, cx[which], R)[:, None] * w
         g = cx[which] - out  # lies in R up to the misfit
-        left = g - (g @ R) @ R.T
+        left = self._off_row_space(g, R)
         self.misfits.append(float(np.max(np.linalg.norm(left, axis=1) / np.linalg.norm(cx[which], axis=1))))
         return out
 
     @staticmethod
+    def _off_row_space(X, R):
+        """``Q X``: the rows of ``X`` projected off the row space ``R`` (orthonormal columns)."""
+        return X - (X @ R) @ R.T
+
+    @staticmethod
     def _off(cx, R):
         """Per token the share of ``c_x`` off the row space ``R``: ``|Q c_x| / |c_x|``."""
-        return np.linalg.norm(cx - (cx @ R) @ R.T, axis=1) / np.linalg.norm(cx, axis=1)
+        return np.linalg.norm(RowScaled._off_row_space(cx, R), axis=1) / np.linalg.norm(cx, axis=1)
 
     @staticmethod
     def _scales(w, c, R):
         """``s = <Q w, Q c> / |Q w|^2`` per query, ``Q`` the projection off ``R``."""
-        Qw = w - (w @ R) @ R.T
-        Qc = c - (c @ R) @ R.T
+        Qw, Qc = RowScaled._off_row_space(w, R), RowScaled._off_row_space(c, R)
         return np.einsum("bo,bo->b", Qw, Qc) / np.einsum("bo,bo->b", Qw, Qw)
 
     def _refine(self, w, cx, which, R, fit_tokens=None):

@@ -547,7 +547,7 @@ def _name_skip(S, ref, scale, o: _Options, polished: bool = True, unit: float = 
             "error: an in-class block can end here too, or the target does not "
             f"{'add x_N' if o.residual else 'leave out x_N'}. Nothing was returned."
         )
-    if o.residual is not None and o.residual != "auto" and kind == ("none" if o.residual else "identity"):
+    if o.residual in (True, False) and kind == ("none" if o.residual else "identity"):
         raise option_conflict(o.residual is True, err * unit)
     if o.residual is True and kind != "identity":
         off = unit * float(np.linalg.norm(S - ref)) if ref is not None else float("nan")

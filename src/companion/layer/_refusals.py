@@ -128,8 +128,9 @@ def joint_unresolved(
 def option_conflict(residual: bool, err: float) -> OracleInconsistentError:
     """The fitted skip is what the other value of ``residual`` names, to the skip's tolerance: the option is wrong,
     not the target. Every route passes this refusal on as it is (its ``option_conflict``)."""
-    found, target, other = ("0", "adds no x_N", "False") if residual else ("the identity", "adds x_N", "True")
-    what = "||S||_F" if residual else "||S - I||_F"
+    found, what, target, other = (
+        ("0", "||S||_F", "adds no x_N", "False") if residual else ("the identity", "||S - I||_F", "adds x_N", "True")
+    )
     exc = OracleInconsistentError(
         f"residual={residual}, but the fitted skip matrix is {found} ({what} = {err:.1e}): the target {target}. "
         f"Pass residual='auto' (the default) or {other}. Nothing was returned."
