@@ -11,7 +11,7 @@ machine the oracle's own time dominates (about 4.5 CPU s a row of 9,816 queries,
 this is a recorded run, not a chapter's default (chapter 09 reads the record).
 
 Reported and recorded (atomically, with the commit and the BLAS kernel): the outcome, the queries per stage, CPU
-seconds (the float32 polish's own among them), peak RSS, the learner's verification, the learned block against
+seconds, peak RSS, the learner's verification, the learned block against
 ``transformers``' own float64 outputs on the reference's fixed inputs (``layer.load_block_reference``, made
 independently in a scratch environment) and against the emulation on fresh queries, the recovered eps and the
 canonical heads against the true ones.
@@ -46,27 +46,12 @@ def run(seed: int, dtype: str = "float64") -> dict:
 
     from bench_layer import Timed  # the oracle's own CPU seconds, summed inside the run
 
-    from companion.layer import _learn
-
     emulation = minilm_block()
     block = emulation if dtype == "float64" else MiniLMBlock(dtype)  # as served: numpy's float32 arithmetic
     timed = Timed(block, 384)
     oracle = VectorQueryOracle(timed)
     t0 = time.process_time()
     row = {"seed": seed, "dtype": dtype}
-    polish = _learn.polish_post_directions  # the float32 route's last stage, timed on its own
-
-    def timed_polish(*args, **kwargs):
-        c0, o0, q0 = time.process_time(), timed.seconds, oracle.n_queries
-        print(f"polish starts at {q0} queries, {c0 - t0:.0f} CPU s", flush=True)
-        try:
-            return polish(*args, **kwargs)
-        finally:
-            row["polish_cpu_s"], row["polish_oracle_s"] = time.process_time() - c0, timed.seconds - o0
-            row["polish_queries"] = int(oracle.n_queries - q0)
-            print(f"polish ends: {row['polish_cpu_s']:.0f} CPU s, {row['polish_queries']} queries", flush=True)
-
-    _learn.polish_post_directions = timed_polish
     try:
         rec = learn_attention_layer(oracle, H=12, seed=seed)
     except errors.CompanionError as exc:
@@ -74,8 +59,6 @@ def run(seed: int, dtype: str = "float64") -> dict:
         row["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}" if exc.__cause__ is not None else None
         row["cpu_s"], row["oracle_s"] = time.process_time() - t0, timed.seconds
         return row
-    finally:
-        _learn.polish_post_directions = polish
     row["cpu_s"] = time.process_time() - t0
     row["oracle_s"] = timed.seconds
     row["ratio"] = row["cpu_s"] / timed.seconds

@@ -288,7 +288,9 @@ def test_residual_option_checks_what_was_found():
 
 
 @pytest.mark.parametrize(
-    "layernorm, eps", [(None, 1e-3), ("post", 1e-3), ("post", 1e-12), ("pre", 1e-3)], ids=["plain", "post", "bert", "pre"]
+    "layernorm, eps",
+    [(None, 1e-3), ("post", 1e-3), ("post", 1e-12), ("pre", 1e-3)],
+    ids=["plain", "post", "bert", "pre"],
 )
 def test_residual_false_on_a_residual_block_names_the_option_on_every_route(layernorm, eps):
     """A new user's finding: residual=False on a residual post-LN block was refused with "could not learn this
@@ -299,8 +301,11 @@ def test_residual_false_on_a_residual_block_names_the_option_on_every_route(laye
     with pytest.raises(OracleInconsistentError) as info:
         learn_attention_layer(VectorQueryOracle(block, d=8, d_out=8), H=2, residual=False)
     text = str(info.value)
-    assert re.match(r"residual=False, but the fitted skip matrix is the identity \(\|\|S - I\|\|_F = \S+\): the target "
-                    r"adds x_N\. Pass residual='auto' \(the default\) or True\. Nothing was returned\.$", text), text
+    assert re.match(
+        r"residual=False, but the fitted skip matrix is the identity \(\|\|S - I\|\|_F = \S+\): the target "
+        r"adds x_N\. Pass residual='auto' \(the default\) or True\. Nothing was returned\.$",
+        text,
+    ), text
     assert float(re.search(r"= (\S+)\)", text).group(1)) < 1e-9
 
 
@@ -357,8 +362,14 @@ def test_other_targets_outside_the_class_are_refused(which, cause):
     else:
         target = _TwoLayers(random_attention_layer(6, 2, residual=True, seed=2), random_attention_layer(6, 2, seed=3))
     oracle = VectorQueryOracle(target)
-    with pytest.raises(OracleInconsistentError, match=f"not an attention layer.*({cause})"):
+    with pytest.raises(OracleInconsistentError, match=SEES_POSITIONS) as info:
         learn_attention_layer(oracle, H=2)
+    assert re.search(f"not an attention layer.*({cause})", str(info.value.__cause__))  # the stage's, chained
+
+
+#: The order check's verdict (``layer._determinism.order_dependence``), raised before a stage's refusal stands on a
+#: target that sees positions (a mask by position, causal layers stacked), that stage's refusal chained to it.
+SEES_POSITIONS = "^not an attention layer: its answer at the last token changes when the tokens before it are put in"
 
 
 class _Windowed:
@@ -429,8 +440,10 @@ def test_targets_outside_the_class_served_in_float32_are_refused_with_a_cause(wh
     else:
         target, cause = _After(base, "gelu"), "not an attention layer.*not affine in the token.*GELU"
     oracle = VectorQueryOracle(lambda X: target(X).astype(np.float32).astype(np.float64), d=6, d_out=6)
-    with pytest.raises(OracleInconsistentError, match=cause):
+    with pytest.raises(OracleInconsistentError, match=SEES_POSITIONS if which != "gelu" else cause) as info:
         learn_attention_layer(oracle, H=2)
+    if which != "gelu":  # the heads' stage refusal, chained
+        assert re.search(cause, str(info.value.__cause__))
 
 
 @pytest.mark.parametrize("which", ["in-class", "masked-6", "masked-3"])
@@ -562,15 +575,20 @@ def test_berts_eps_is_learned_from_the_row_space_and_refused_without_h():
     with pytest.raises(PrecisionError, match="post-LN's eps is too small.*Given H"):
         learn_attention_layer(VectorQueryOracle(target), H_bound=2)
     # a new user read "not an attention layer ... a mask would do this" here: the option is named instead
-    with pytest.raises(OracleInconsistentError, match="^layernorm='none', but .* a post-LN's signature: if the block "
-                       "has that LayerNorm, pass layernorm='auto' \\(or 'post'\\)") as info:
+    with pytest.raises(
+        OracleInconsistentError,
+        match="^layernorm='none', but .* a post-LN's signature: if the block "
+        "has that LayerNorm, pass layernorm='auto' \\(or 'post'\\)",
+    ) as info:
         learn_attention_layer(VectorQueryOracle(target), H=2, layernorm="none")
     assert "not an attention layer" not in str(info.value)
 
 
 def test_pre_ln_options_check_what_is_found():
     pre = _PreLN(random_attention_layer(6, 2, seed=2))
-    with pytest.raises(OracleInconsistentError, match="^layernorm='none', but .* signature of a pre-LN .* \\(or 'pre'\\)"):
+    with pytest.raises(
+        OracleInconsistentError, match="^layernorm='none', but .* signature of a pre-LN .* \\(or 'pre'\\)"
+    ):
         learn_attention_layer(VectorQueryOracle(pre), H=2, layernorm="none")
     with pytest.raises(
         OracleInconsistentError, match="layernorm='pre', but .* affine .* no LayerNorm before its heads"
@@ -1278,12 +1296,13 @@ def test_a_masked_block_behind_a_post_ln_is_refused_by_the_joint_stage_naming_bo
     joint stage's refusal behind a post-LN names the mask among the causes and the gap seen (6.8e-4)."""
     target = random_attention_layer(8, 3, residual=True, layernorm="post", eps=1e-2, seed=0)
     masked = VectorQueryOracle(lambda X: target(np.asarray(X)[:, -3:, :]), d=8, d_out=8)
-    with pytest.raises(
-        OracleInconsistentError,
-        match=r"could not learn this post-LN block \(its answers seen before the LayerNorm are not a sum of H heads: "
-        r"fewer or more heads than H, a mask.*the heads failed; the smallest 1 - \|z\|\^2/d_out seen was 6\.8e-04",
-    ):
+    with pytest.raises(OracleInconsistentError, match=SEES_POSITIONS) as info:
         learn_attention_layer(masked, H=3)
+    assert re.search(  # the joint stage's refusal, chained
+        r"could not learn this post-LN block \(its answers seen before the LayerNorm are not a sum of H heads: "
+        r"fewer or more heads than H, a mask.*the heads failed; the smallest 1 - \|z\|\^2/d_out seen was 6\.8e-04",
+        str(info.value.__cause__),
+    )
 
 
 @pytest.mark.parametrize(
@@ -1387,7 +1406,9 @@ def test_a_pre_ln_block_too_small_for_its_heads_stage_is_refused_without_a_verdi
     """d = 5, H = 2 pre-LN: the heads live in d - 1 = 4 coordinates, too few for two heads in the readout route's
     plan at any seed (it said "try seed=1" before): an input error naming the robust route, which learns it."""
     target = random_attention_layer(5, 2, residual=True, layernorm="pre", eps=1e-3, seed=0)
-    with pytest.raises(InvalidInputError, match="d - 1 = 4 .*at any seed .*not a verdict .*Without H and H_bound the robust route") as e:
+    with pytest.raises(
+        InvalidInputError, match="d - 1 = 4 .*at any seed .*not a verdict .*Without H and H_bound the robust route"
+    ) as e:
         learn_attention_layer(VectorQueryOracle(target), H=2)
     assert "try seed" not in str(e.value)
     rec = learn_attention_layer(VectorQueryOracle(target))
@@ -1470,10 +1491,9 @@ def test_a_masked_pre_ln_block_is_refused_by_the_joint_stage():
     on the normalised tokens refuses it, naming the mask among the causes (no verdict); nothing is returned."""
     target = random_attention_layer(16, 2, layernorm="pre", residual=True, eps=1e-3, seed=0)
     masked = VectorQueryOracle(lambda X: target(np.asarray(X)[:, -3:, :]), d=16, d_out=16)
-    with pytest.raises(
-        OracleInconsistentError, match=r"^the heads' learner could not resolve .*joint heads' stage.*a mask"
-    ):
+    with pytest.raises(OracleInconsistentError, match=SEES_POSITIONS) as info:
         learn_attention_layer(masked, H=2)
+    assert re.search(r"^the heads' learner could not resolve .*joint heads' stage.*a mask", str(info.value.__cause__))
 
 
 @pytest.mark.slow  # the readout route's refusal, polished first: about 12 CPU s
@@ -1770,9 +1790,10 @@ def test_joint_heads_stage_refusals_name_the_cause():
     assert str(info.value).startswith(HEADS_UNRESOLVED)
     three = random_attention_layer(8, 3, residual=True, seed=0)
     masked = VectorQueryOracle(lambda Xs: three(np.asarray(Xs)[:, -3:]), d=8, d_out=8)
-    with pytest.raises(OracleInconsistentError) as info:
+    with pytest.raises(OracleInconsistentError, match=SEES_POSITIONS) as info:
         learn_attention_layer(masked, H=3)
-    assert str(info.value).startswith(HEADS_UNRESOLVED) and "joint heads' stage" in str(info.value)
+    stage = str(info.value.__cause__)  # the joint stage's refusal, chained to the order check's verdict
+    assert stage.startswith(HEADS_UNRESOLVED) and "joint heads' stage" in stage
 
 
 def test_heads_option_is_checked_before_the_first_query():
@@ -1854,9 +1875,10 @@ def test_a_sliding_window_is_refused_on_long_verification_queries():
     assert max(lengths[:24]) <= 8 and lengths[24:] == long_lengths(8).tolist() and len(lengths) == 32
     assert [len(x) for x in verify_queries(6, 1, seed=1)] == [256] and verify_queries(6, 0, seed=1) == []
     layer = random_attention_layer(6, 2, residual=True, seed=0)
-    for window in (8, 9, 63, 255):
-        with pytest.raises(OracleInconsistentError, match="^not an attention layer.*on 32 fresh queries"):
+    for window in (8, 9, 63, 255):  # the verification refuses; the order check then names the cause (2026-12-06)
+        with pytest.raises(OracleInconsistentError, match=SEES_POSITIONS) as info:
             learn_attention_layer(VectorQueryOracle(lambda X, w=window: layer(X[:, -w:]), d=6, d_out=6), H=2)
+        assert re.search("^not an attention layer.*on 32 fresh queries", str(info.value.__cause__))
     rec = learn_attention_layer(VectorQueryOracle(layer), H=2)
     assert rec.diagnostics["verify_max_error"] < 1e-12
 
@@ -1985,11 +2007,13 @@ def test_a_window_behind_a_post_ln_without_H_is_not_blamed_on_eps_alone():
     """A second tester's finding: a sliding window behind a post-LN (eps = 1e-3, H not given) got a PrecisionError
     calling the eps "the likely cause". The gap below LOW_GAP makes eps a cause; the message now names both."""
     block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-3, seed=0)
-    with pytest.raises(PrecisionError, match="inferred from the gap") as info:
+    with pytest.raises(OracleInconsistentError, match=SEES_POSITIONS) as info:
         learn_attention_layer(VectorQueryOracle(_Windowed(block, window=3)))
-    assert "eps can be the cause" in str(info.value) and "likely cause" not in str(info.value)
-    assert "A target outside the class (a mask, a second layer) ends here too" in str(info.value)
-    assert "no verdict is stated" in str(info.value)
+    stage = info.value.__cause__  # since 2026-12-06 the order check names the window; the stage's refusal chained
+    assert isinstance(stage, PrecisionError) and "inferred from the gap" in str(stage)
+    assert "eps can be the cause" in str(stage) and "likely cause" not in str(stage)
+    assert "A target outside the class (a mask, a second layer) ends here too" in str(stage)
+    assert "no verdict is stated" in str(stage)
 
 
 def test_relative_errors_compares_canonical_forms_with_heads_matched():
@@ -2032,7 +2056,9 @@ def test_a_post_ln_budget_is_refused_before_the_first_query_at_its_largest_path(
     d, H = 8, 2
     first = 4 * 5 + (d + 1) + (H * d + 8) + 2 * information_floor(d, H, d) - (H * d + 8)  # probe, basis, fit, polish
     heads = rational_plan(d + 1, H)["n_queries"] - (d + 1)  # the readout route's (the joint stage's from H = 3)
-    assert directions_route_plan(d, d, H, 32, False) == 2 * d + 1 + joint_plan(d, H, 8) + scale_plan(d, H) + 32  # 8 links
+    assert (
+        directions_route_plan(d, d, H, 32, False) == 2 * d + 1 + joint_plan(d, H, 8) + scale_plan(d, H) + 32
+    )  # 8 links
     assert needed == first + heads + 32 + directions_route_plan(d, d, H, 32, False) == 2640
     short = VectorQueryOracle(target, budget=needed - 1)
     with pytest.raises(BudgetExceededError):
@@ -2059,7 +2085,9 @@ def test_a_post_ln_refused_without_h_names_h(eps, error):
 def test_a_layernorm_without_its_parameters_names_which_are_missing():
     """A new user read "got gamma=False, beta=False" for parameters not given (None)."""
     with pytest.raises(InvalidInputError, match=r"got gamma None, beta given, eps=1e-05\.$"):
-        AttentionLayer(np.zeros((1, 5, 5)), np.zeros((1, 4, 5)), np.zeros(4), layernorm="post", beta=np.zeros(4), eps=1e-5)
+        AttentionLayer(
+            np.zeros((1, 5, 5)), np.zeros((1, 4, 5)), np.zeros(4), layernorm="post", beta=np.zeros(4), eps=1e-5
+        )
 
 
 def test_a_float32_readout_refusal_with_h_given_names_the_joint_stage():

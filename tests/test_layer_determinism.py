@@ -71,7 +71,9 @@ class Drifting:
 def test_a_dropout_layer_is_refused_for_its_non_determinism_at_every_seed(seed):
     """An adversarial tester's dropout target got a different verdict at each seed (2026-12-05); now one cause."""
     oracle = VectorQueryOracle(Dropout(0.1), d=6, d_out=6)
-    with pytest.raises(OracleInconsistentError, match=r"not deterministic: asked again the \d+ queries it kept") as info:
+    with pytest.raises(
+        OracleInconsistentError, match=r"not deterministic: asked again the \d+ queries it kept"
+    ) as info:
         learn_attention_layer(oracle, H=2, seed=seed)
     assert info.value.nondeterministic is True
     assert isinstance(info.value.__cause__, CompanionError)  # the stage's own refusal, chained
@@ -174,7 +176,9 @@ def test_rare_dropout_is_named_from_the_learners_own_queries_asked_again(seed, b
     """Output dropout at 1e-4 (2026-12-05, dropout seeds 0 to 19): 4 of 20 runs were refused, each with a stage's own
     cause, which the 32 queries of the check did not correct; the learner's kept queries, asked again, name it."""
     oracle = VectorQueryOracle(OutputDropout(1e-4, seed))
-    with pytest.raises(OracleInconsistentError, match=r"^the oracle is not deterministic: asked again the (\d+)") as info:
+    with pytest.raises(
+        OracleInconsistentError, match=r"^the oracle is not deterministic: asked again the (\d+)"
+    ) as info:
         learn_attention_layer(oracle, H=2)
     assert str(info.value.__cause__).startswith(before)  # the stage's refusal, chained
     kept = int(str(info.value).split("asked again the ")[1].split()[0])
@@ -211,3 +215,129 @@ def test_a_learned_block_leaves_no_observer_behind():
     oracle = VectorQueryOracle(BLOCK)
     learn_attention_layer(oracle, H=2)
     assert oracle._observer is None
+
+
+# The order check: a deterministic target that sees positions (order_dependence; this book's).
+
+from companion.layer._determinism import ORDER_QUERIES, order_dependence, order_lengths  # noqa: E402
+
+U32 = float(unit_roundoff("float32"))
+
+
+class FirstBeforeLast:
+    """The block, its answers scaled by ``1 + c`` where the first token's first coordinate exceeds that of the token
+    before the last: reversing the tokens before the last swaps those two, so each answer changes by ``c`` or
+    ``c / (1 + c)`` relative, ``c`` at the largest (a target that sees positions, by a chosen amount)."""
+
+    d = d_out = 6
+
+    def __init__(self, c):
+        self.c = c
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=float)
+        return BLOCK(X) * (1.0 + self.c * (X[:, 0, 0] > X[:, -2, 0]))[:, None]
+
+
+class Positional:
+    """The block on its tokens plus fixed positional encodings (``0.3 N(0, 1)`` entries, 256 positions)."""
+
+    d = d_out = 6
+    P = 0.3 * np.random.default_rng(5).standard_normal((256, 6))
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=float)
+        return BLOCK(X + self.P[: X.shape[1]])
+
+
+class Windowed:
+    """The block seeing only the last ``w`` tokens (a sliding-window mask)."""
+
+    d = d_out = 6
+
+    def __init__(self, w):
+        self.w = w
+
+    def __call__(self, X):
+        return BLOCK(np.asarray(X, dtype=float)[:, -self.w :])
+
+
+class CausalTwoLayers:
+    """A second block over the first one's outputs at every position, each seeing the tokens up to it (causal)."""
+
+    d = d_out = 6
+    second = random_attention_layer(6, 2, seed=3)
+
+    def __call__(self, X):
+        X = np.asarray(X, dtype=float)
+        return self.second(np.stack([BLOCK(X[:, : i + 1]) for i in range(X.shape[1])], axis=1))
+
+
+def test_the_order_check_constants_and_lengths():
+    assert ORDER_QUERIES == 16
+    assert order_lengths().tolist() == [3, 4, 4, 5, 6, 7, 7, 8, 9, 15, 23, 38, 61, 98, 159, 256]
+
+
+@pytest.mark.parametrize("served", ["float64", "float32"])
+@pytest.mark.parametrize("factor, named", [(0.9, False), (1.1, True)])
+def test_answers_that_change_with_the_order_just_inside_and_outside_the_threshold(served, factor, named):
+    """Named above 256 times float32's unit roundoff for float32 answers and for float64 ones (a float32 computation
+    widened to float64 changes with its order of summation up to that much), not below; 2 * 16 queries asked."""
+    target = FirstBeforeLast(factor * DETERMINISM_UNITS * U32)
+    served_target = target if served == "float64" else (lambda X: target(X).astype(np.float32))
+    oracle = VectorQueryOracle(served_target, d=6, d_out=6)
+    found = order_dependence(oracle, seed=0)
+    assert (found is not None) is named and oracle.n_queries == 2 * ORDER_QUERIES
+    if named:
+        assert str(found).startswith("not an attention layer: its answer at the last token changes")
+        assert f"256 u = {DETERMINISM_UNITS * U32:.1e}" in str(found) and found.any_seed is True
+
+
+def test_float64_answers_changing_by_float32_rounding_are_no_verdict_but_larger_ones_are():
+    """Between 256 float64 units and 256 float32 units a change is no verdict (a float32 computation changes that
+    much with its order); 1e-3 relative is."""
+    assert order_dependence(VectorQueryOracle(FirstBeforeLast(1e3 * DETERMINISM_UNITS * 2.0**-53)), seed=0) is None
+    assert order_dependence(VectorQueryOracle(FirstBeforeLast(1e-3)), seed=0) is not None
+
+
+def test_blocks_of_the_class_pass_the_order_check():
+    """Reversing the tokens before the last changes an in-class block's answer by rounding only (measured 2026-12-06:
+    float64 blocks 3.1 u to 13.5 u of float64's; MiniLM's block served in float32 7.8 u of float32's)."""
+    from companion.layer import MiniLMBlock
+
+    for kw in ({}, {"layernorm": "post", "eps": 1e-12}, {"layernorm": "pre", "eps": 1e-5}):
+        block = random_attention_layer(8, 2, residual=True, seed=1, **kw)
+        assert order_dependence(VectorQueryOracle(block), seed=0) is None
+    served = VectorQueryOracle(MiniLMBlock("float32"))
+    assert order_dependence(served, seed=0) is None and served.n_queries == 2 * ORDER_QUERIES
+    short = VectorQueryOracle(Positional(), d=6, d_out=6, budget=2 * ORDER_QUERIES - 1)
+    assert order_dependence(short, seed=0) is None and short.n_queries == 0
+
+
+@pytest.mark.parametrize(
+    "target, shortest",
+    [(Positional(), 3), (Windowed(3), 4), (Windowed(8), 9), (Windowed(200), 256), (CausalTwoLayers(), 3)],
+    ids=["positional", "window-3", "window-8", "window-200", "causal-two-layers"],
+)
+def test_a_target_that_sees_positions_is_refused_with_that_cause(target, shortest):
+    """Before (2026-12-05): a block with positional encodings behind a post-LN was refused by the row-space route
+    without a verdict; a window of 3 and a causal second layer by the heads' learner naming both causes; windows of
+    8 to 255 by the verification's long queries, as length-dependent. The order check names the cause, and the
+    shortest reversed query that changed bounds a window: a window of w tokens is seen from w + 1."""
+    oracle = VectorQueryOracle(target, d=6, d_out=6)
+    with pytest.raises(OracleInconsistentError, match="^not an attention layer: its answer at the last token") as info:
+        learn_attention_layer(oracle, H=2)
+    assert f"the shortest that changed has {shortest})" in str(info.value) and info.value.order_shortest == shortest
+    assert f"by up to {info.value.order_change:.1e} relative" in str(info.value) and info.value.order_change > 1e-3
+    assert "positional encodings" in str(info.value) and "sliding window" in str(info.value)
+    assert isinstance(info.value.__cause__, CompanionError)  # the stage's own refusal, chained
+
+
+def test_try_seeds_raises_an_order_dependent_target_at_once():
+    oracle = VectorQueryOracle(Windowed(3), d=6, d_out=6)
+    with pytest.raises(OracleInconsistentError, match="changes when the tokens before it are put in reverse order"):
+        try_seeds(oracle, range(4), H=2)
+    single = VectorQueryOracle(Windowed(3), d=6, d_out=6)
+    with pytest.raises(OracleInconsistentError):
+        learn_attention_layer(single, H=2, seed=0)
+    assert oracle.n_queries == single.n_queries

@@ -20,6 +20,15 @@ asks them again (:func:`replay_differs`): a dropped entry among them shows as an
 seeds): 4 runs were refused, 2 as "not an attention layer" and 2 with the heads unresolved, none named
 non-deterministic by the 32 queries alone; with the replay all 4 are (the other 16 are learned: their dropped
 entries, if any, did not break a stage).
+
+A deterministic oracle can still answer from outside the class in a way no stage names: positional encodings added
+to the tokens, a mask by position (a sliding window), causal layers stacked. Every block of the class answers the same
+at the last token whatever the order of the tokens before it (its heads' softmax runs over all of them, with no
+positions). So before a refusal stands, and after the two checks above find the oracle deterministic,
+:func:`order_dependence` asks ``ORDER_QUERIES`` queries (lengths from 3 to ``VERIFY_LONG_LEN``), then each with its
+earlier tokens in reverse order, and where an answer changes by more than ``DETERMINISM_UNITS`` times its precision,
+refuses with that verdict, the stage's refusal chained (this book's check; a window of ``w`` tokens is seen by every
+query longer than ``w``).
 """
 
 from __future__ import annotations
@@ -36,8 +45,10 @@ from ..errors import (
     PrecisionError,
     SolverError,
 )
+from .._learner import VERIFY_MAX_LEN
 from ..oracles import unit_roundoff
 from ._norm import ROUNDING_UNITS, answer_format, non_finite_cause
+from ._verify import VERIFY_LONG_LEN
 
 __all__ = [
     "DETERMINISM_QUERIES",
@@ -47,6 +58,9 @@ __all__ = [
     "KeptQueries",
     "replay_differs",
     "nondeterminism",
+    "ORDER_QUERIES",
+    "order_lengths",
+    "order_dependence",
     "deterministic_first",
 ]
 
@@ -92,15 +106,21 @@ class KeptQueries:
         self.count += len(kept)
 
 
-def _differs(first, second, oracle, asked: str) -> OracleInconsistentError | None:
-    """The refusal naming a non-deterministic oracle where answers to the same queries differ beyond their rounding."""
+def _change(first, second, oracle) -> tuple[float, float, np.ndarray]:
+    """The answers' precision ``u`` (the oracle's stated one, float32's on float32's grid, at least float64's), the
+    rounding's bound ``DETERMINISM_UNITS * u`` and each query's relative change ``||y_1 - y_2|| / ||y_1||``."""
     first = np.asarray(first, dtype=float).reshape(len(first), -1)
     second = np.asarray(second, dtype=float).reshape(len(second), -1)
     fmt = answer_format(first)
     u = max(float(oracle.precision or 0.0), float(unit_roundoff("float64")), fmt[1] if fmt is not None else 0.0)
-    rtol = DETERMINISM_UNITS * u
     scale = np.maximum(np.linalg.norm(first, axis=1), np.finfo(float).tiny)
-    worst = float(np.max(np.linalg.norm(first - second, axis=1) / scale))
+    return u, DETERMINISM_UNITS * u, np.linalg.norm(first - second, axis=1) / scale
+
+
+def _differs(first, second, oracle, asked: str) -> OracleInconsistentError | None:
+    """The refusal naming a non-deterministic oracle where answers to the same queries differ beyond their rounding."""
+    u, rtol, change = _change(first, second, oracle)
+    worst = float(np.max(change))
     if not worst > rtol:
         return None
     u32 = float(unit_roundoff("float32"))
@@ -188,10 +208,90 @@ def nondeterminism(oracle, seed: int) -> OracleInconsistentError | None:
     return _differs(first, second, oracle, asked)
 
 
+#: Queries the order check asks twice, the second time with the tokens before the last in reverse order: half of
+#: them of 3 to ``DETERMINISM_LEN`` tokens, half from ``VERIFY_MAX_LEN + 1`` to ``VERIFY_LONG_LEN`` (256) tokens,
+#: spaced geometrically (:func:`order_lengths`).
+ORDER_QUERIES = 16
+
+
+def order_lengths() -> np.ndarray:
+    """The order check's ``ORDER_QUERIES`` query lengths, shortest first (every length at least 3: reversing the
+    tokens before the last moves at least two of them)."""
+    short = np.linspace(3, DETERMINISM_LEN, ORDER_QUERIES // 2).round().astype(int)
+    long = np.geomspace(VERIFY_MAX_LEN + 1, VERIFY_LONG_LEN, ORDER_QUERIES - len(short)).round().astype(int)
+    return np.concatenate([short, long])
+
+
+def order_dependence(oracle, seed: int) -> OracleInconsistentError | None:
+    """Ask ``ORDER_QUERIES`` queries, then each with its tokens before the last reversed; the refusal naming a target
+    that sees positions where an answer changes, or None (this book's check).
+
+    An attention layer of the class answers ``sum_h alpha(X, W~_h)^T X~ M_h^T + b_O + S x_N`` (or a LayerNorm of it,
+    or of its tokens): the same for every order of ``x_1, ..., x_{N-1}``, exactly, and to the rounding of a changed
+    order of summation in floating point.
+
+    Parameters
+    ----------
+    oracle : VectorQueryOracle
+        The oracle (its budget spent by ``2 * ORDER_QUERIES`` queries, in two calls). Call it on a deterministic
+        oracle only (:func:`nondeterminism` first): noise would read as order.
+    seed : int
+        The learner's seed; the tokens are drawn ``N(0, I_d / d)`` from ``numpy.random.default_rng([seed, 2])``.
+
+    Returns
+    -------
+    OracleInconsistentError or None
+        The refusal, "not an attention layer", naming the largest relative change and the shortest query length that
+        changed (its attributes ``order_change`` and ``order_shortest``; ``any_seed`` True: no learner seed helps), or
+        None when every answer agrees to
+        ``DETERMINISM_UNITS`` times its precision (as :func:`nondeterminism` judges; on float64 answers, a change
+        within ``DETERMINISM_UNITS`` times float32's is no verdict either: a float32 computation widened to float64
+        changes that much with the order), when the budget has fewer than ``2 * ORDER_QUERIES`` queries left, or
+        when asking raised a CompanionError.
+    """
+    remaining = oracle.remaining
+    if remaining is not None and remaining < 2 * ORDER_QUERIES:
+        return None
+    d = int(oracle.d)
+    rng = np.random.default_rng([seed, 2])
+    lengths = order_lengths()
+    X = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in lengths]
+    reordered = [np.concatenate([x[-2::-1], x[-1:]]) for x in X]
+    try:
+        first = np.asarray(oracle(X), dtype=float).reshape(len(X), -1)
+        second = np.asarray(oracle(reordered), dtype=float).reshape(len(X), -1)
+    except CompanionError:  # a budget, a non-finite answer: the stage's refusal stands as it is
+        return None
+    u, _, change = _change(first, second, oracle)
+    u32 = float(unit_roundoff("float32"))
+    at = f"their precision u = {u:.1e}"
+    if u < u32:  # float64 answers: a float32 computation widened to float64 changes with its order of summation
+        u, at = u32, f"float32's u = {u32:.1e}: a float32 computation widened to float64 changes that much"
+    bound = DETERMINISM_UNITS * u
+    moved = change > bound
+    if not moved.any():
+        return None
+    err = OracleInconsistentError(
+        f"not an attention layer: its answer at the last token changes when the tokens before it are put in reverse "
+        f"order, by up to {float(np.max(change)):.1e} relative ({int(moved.sum())} of {len(X)} queries of 3 to "
+        f"{int(lengths[-1])} tokens; the shortest that changed has {int(lengths[np.argmax(moved)])}), more than "
+        f"rounding explains ({DETERMINISM_UNITS} u = {bound:.1e} at {at}). A block of the class (heads with a "
+        "softmax over all the tokens, an output projection, a skip, a LayerNorm) answers the same for any order of "
+        "them: this target sees positions (positional encodings added to the tokens, a mask by position such as a "
+        "sliding window, or causal layers stacked). The stage that stopped on it is chained below. Nothing was "
+        "returned."
+    )
+    err.any_seed = True  # type: ignore[attr-defined]  # try_seeds raises it at once: no seed's luck
+    err.order_change = float(np.max(change))  # type: ignore[attr-defined]
+    err.order_shortest = int(lengths[np.argmax(moved)])  # type: ignore[attr-defined]
+    return err
+
+
 def deterministic_first(learner):
     """Run :func:`replay_differs` on the queries ``learner(oracle, ..., seed=...)`` asked (kept as it asks them), then
-    :func:`nondeterminism`, before a refusal of it stands: raise the first refusal they give (the stage's chained)
-    where the answers to repeated queries differ, else the stage's own. Refusals raised before the first query
+    :func:`nondeterminism`, then :func:`order_dependence`, before a refusal of it stands: raise the first refusal they
+    give (the stage's chained) where the answers to repeated queries differ or change with the order of the tokens,
+    else the stage's own. Refusals raised before the first query
     (arguments, budget) and non-finite answers are raised as they are."""
 
     @functools.wraps(learner)
@@ -209,7 +309,8 @@ def deterministic_first(learner):
             if observed:
                 del oracle._observer  # the checks' own queries are not kept
                 observed = False
-            found = replay_differs(oracle, kept) or nondeterminism(oracle, int(kwargs.get("seed", 0)))
+            seed = int(kwargs.get("seed", 0))
+            found = replay_differs(oracle, kept) or nondeterminism(oracle, seed) or order_dependence(oracle, seed)
             if found is None:
                 raise
             raise found from exc

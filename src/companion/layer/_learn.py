@@ -915,10 +915,11 @@ def learn_attention_layer(
         ``VERIFY_NEAR`` = 1e-4 on float64 answers, and the least squares by less than it, no verdict: near-equal heads
         end there; so does a post-LN with an output (nearly) constant, ``gamma_i`` near 0). Where an in-class block
         can end the same way (the heads' stage; behind a LayerNorm, or in the float32 route, any later stage) the
-        message names both causes, no verdict. Before any refusal after the first query stands,
-        ``DETERMINISM_QUERIES`` = 16 queries are asked twice: where their answers differ by more than
-        ``DETERMINISM_UNITS`` = 256 times their precision, the refusal names a non-deterministic oracle (dropout left
-        on; ``nondeterministic`` True), the stage's refusal chained (``layer._determinism``).
+        message names both causes, no verdict. Before any refusal after the first query stands, ``layer._determinism``
+        asks ``DETERMINISM_QUERIES`` = 16 queries twice and ``ORDER_QUERIES`` = 16 with the tokens before the last
+        reversed: answers that differ beyond their rounding (``DETERMINISM_UNITS`` = 256 units) name an oracle that is
+        not deterministic (dropout left on; ``nondeterministic`` True) or a target that sees positions ("not an
+        attention layer": positional encodings, a mask by position, causal layers stacked), the stage's refusal chained.
 
     Notes
     -----
@@ -958,7 +959,6 @@ def learn_attention_layer(
        with and without residual): 48 of 48 recovered, fresh-query errors below 1e-14; (2026-12-04, residual,
        seeds 0 to 2, learner seed 0) d = 8, 16, 24 and 32, H = 1 and 2, eps 1e-5, 1e-3 and 0.1: 72 of 72,
        fresh errors on 200 queries 5.2e-15 to 4.1e-13.
-
     7. The float32 route (this book's): answers on float32's grid, or a stated precision ``u = 2**-24``,
        of a block without LayerNorm whose ``H`` (or ``H_bound``) is given, or of a post-LN block given ``H`` with
        ``d_out >= H + 3``: its norms from the row space at any ``eps``, then a polish on fresh queries' directions

@@ -133,11 +133,12 @@ def try_seeds(oracle, seeds, *, until_learned=True, require=False, **options) ->
         If ``oracle`` is not a :class:`~companion.oracles.VectorQueryOracle`.
     InvalidInputError
         If ``seeds`` is empty or holds a negative or non-integer seed, or ``options`` hold ``seed``
-        (raised before the first query). A refusal of :func:`learn_attention_layer` raised before its
-        first query (bad options, a stated precision it cannot use) is about the input, not the seed:
-        it is raised at once, as is a size out of the heads' learner's reach at any seed (an InvalidInputError
-        after the queries) and a refusal marked ``any_seed`` (found from the first answers: their precision, a float32
-        post-LN beyond the polish's cap). A ``seeds`` that is not an iterable of int is an InvalidInputError too.
+        (raised before the first query). A refusal of :func:`learn_attention_layer` raised before its first query
+        (bad options, a stated precision it cannot use) is about the input, not the seed: it is raised at once, as
+        is a size out of the heads' learner's reach at any seed (an InvalidInputError after the queries) and a
+        refusal marked ``any_seed`` (found from the first answers: their precision, a float32 post-LN beyond the
+        polish's cap; or a target that sees positions, ``layer._determinism.order_dependence``). A ``seeds`` that is
+        not an iterable of int is an InvalidInputError too.
     OracleInconsistentError, PrecisionError, SolverError
         With ``require=True``, the last seed's refusal when no seed is learned. An oracle found not deterministic
         (``companion.layer._determinism``; the error's ``nondeterministic`` is True) is no seed's luck: raised at
