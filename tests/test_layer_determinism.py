@@ -300,9 +300,10 @@ def test_float64_answers_changing_by_float32_rounding_are_no_verdict_but_larger_
     assert order_dependence(VectorQueryOracle(FirstBeforeLast(1e-3)), seed=0) is not None
 
 
-def test_blocks_of_the_class_pass_the_order_check():
+def test_blocks_of_the_class_pass_the_order_check_and_a_short_budget_skips_it():
     """Reversing the tokens before the last changes an in-class block's answer by rounding only (measured 2026-12-06:
-    float64 blocks 3.1 u to 13.5 u of float64's; MiniLM's block served in float32 7.8 u of float32's)."""
+    float64 blocks 3.1 u to 13.5 u of float64's, under the check's 256 u of float32's for float64 answers; MiniLM's
+    block served in float32 7.8 u of float32's, under 256 u). With fewer than 32 queries left it asks none."""
     from companion.layer import MiniLMBlock
 
     for kw in ({}, {"layernorm": "post", "eps": 1e-12}, {"layernorm": "pre", "eps": 1e-5}):

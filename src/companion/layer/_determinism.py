@@ -22,13 +22,14 @@ non-deterministic by the 32 queries alone; with the replay all 4 are (the other 
 entries, if any, did not break a stage).
 
 A deterministic oracle can still answer from outside the class in a way no stage names: positional encodings added
-to the tokens, a mask by position (a sliding window), causal layers stacked. Every block of the class answers the same
-at the last token whatever the order of the tokens before it (its heads' softmax runs over all of them, with no
-positions). So before a refusal stands, and after the two checks above find the oracle deterministic,
-:func:`order_dependence` asks ``ORDER_QUERIES`` queries (lengths from 3 to ``VERIFY_LONG_LEN``), then each with its
-earlier tokens in reverse order, and where an answer changes by more than ``DETERMINISM_UNITS`` times its precision,
-refuses with that verdict, the stage's refusal chained (this book's check; a window of ``w`` tokens is seen by every
-query longer than ``w``).
+to the tokens, a mask by position (a sliding window), causal layers stacked. Every block of the class answers the
+same at the last token whatever the order of the tokens before it (its heads' softmax runs over all of them, with no
+positions). So before a refusal stands, and after the two checks above have not named the oracle (found it
+deterministic, or were skipped for the budget), :func:`order_dependence` asks ``ORDER_QUERIES`` queries (lengths
+from 3 to ``VERIFY_LONG_LEN``), then each with its earlier tokens in reverse order, and where an answer changes by
+more than ``DETERMINISM_UNITS`` times its precision (on float64 answers, float32's: a float32 computation widened to
+float64 changes that much with its order of summation), refuses with that verdict, the stage's refusal chained (this
+book's check; a window of ``w`` tokens is seen by every query longer than ``w``).
 """
 
 from __future__ import annotations
@@ -276,10 +277,10 @@ def order_dependence(oracle, seed: int) -> OracleInconsistentError | None:
         f"order, by up to {float(np.max(change)):.1e} relative ({int(moved.sum())} of {len(X)} queries of 3 to "
         f"{int(lengths[-1])} tokens; the shortest that changed has {int(lengths[np.argmax(moved)])}), more than "
         f"rounding explains ({DETERMINISM_UNITS} u = {bound:.1e} at {at}). A block of the class (heads with a "
-        "softmax over all the tokens, an output projection, a skip, a LayerNorm) answers the same for any order of "
-        "them: this target sees positions (positional encodings added to the tokens, a mask by position such as a "
-        "sliding window, or causal layers stacked). The stage that stopped on it is chained below. Nothing was "
-        "returned."
+        "softmax over all the tokens, an output projection, a skip, a LayerNorm) answers the same, to rounding, for "
+        "any order of the tokens before the last: this target sees positions (positional encodings added to the "
+        "tokens, a mask by position such as a sliding window, or causal layers stacked). The stage that stopped on "
+        "it is chained below. Nothing was returned."
     )
     err.any_seed = True  # type: ignore[attr-defined]  # try_seeds raises it at once: no seed's luck
     err.order_change = float(np.max(change))  # type: ignore[attr-defined]

@@ -39,8 +39,9 @@ def float32_unresolved(exc: Exception, stage: str, seed: int) -> OracleInconsist
         "Measured once (2026-12-04, one machine): chapter "
         "09's default residual block (d = 6, H = 2, random_attention_layer seed 0), in the class, served in "
         "float32, fails the least squares' gate at learner seed 0 (relative residual 0.15) and is learned at "
-        "seed 1; the same block with a sliding-window mask over its last 3 tokens is refused at each of learner "
-        f"seeds 0 to 7. One refusal cannot tell the two apart: try seed={seed + 1}."
+        "seed 1; the same block with a sliding-window mask over its last 3 tokens fails a stage at each of learner "
+        "seeds 0 to 7 (since 2026-12-06 the order check, layer._determinism, then names the mask; this refusal "
+        f"passed it). One stage's refusal cannot tell the two apart: try seed={seed + 1}."
     )
 
 
