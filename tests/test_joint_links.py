@@ -105,8 +105,9 @@ def test_heads_the_answers_cannot_tell_apart_are_not_linked():
 
 
 def test_the_stage_stops_at_the_first_row_it_cannot_link_and_names_its_numbers(monkeypatch):
-    """A residual block (d = 8, H = 3, seed 0) whose third row's link is refused: the stage asks no later row's
-    link queries, and the message gives the row and the three numbers."""
+    """A residual block (d = 8, H = 3, seed 0) whose third row's link is refused, to row 0 and through the rows
+    before it (rows 2 and 1: LINK_RETRIES reaches back to row 1): the stage asks no later row's link queries, and the
+    message gives the row, the three numbers and each try's."""
     block = random_attention_layer(8, 3, residual=True, seed=0)
     oracle = VectorQueryOracle(block)
     link, calls = J._link, []
@@ -125,7 +126,46 @@ def test_the_stage_stops_at_the_first_row_it_cannot_link_and_names_its_numbers(m
     assert "row 3 could not be linked to row 0" in message
     assert "miss a permutation by 2.50e-01" in message and "fits them to 1.50e-03" in message
     assert "best transposition to 2.50e-03" in message and "LINK_SWAP_RATIO = 3" in message
-    assert len(calls) == 3  # rows 1, 2 and 3; none after
+    told = "coefficients 2.50e-01 off, fit 1.50e-03, best transposition 2.50e-03"
+    assert f"Nor through the rows before it (LINK_RETRIES = 3): row 2: {told}; row 1: {told}." in message
+    assert len(calls) == 5  # rows 1, 2 and 3, then row 3 through rows 2 and 1; none after
+
+
+@pytest.mark.parametrize("refused", [3, 6])
+def test_a_row_that_cannot_link_to_row_0_is_linked_through_a_row_before_it(monkeypatch, refused):
+    """LINK_RETRIES (this book's rule; MiniLM served in float32 stopped at row 297, 2026-12-06): row 3's (or 6's)
+    link to row 0 refused, it links through the row just before it, already in row 0's order, with one try's
+    2 H L = 48 queries more (H = 3, the row-space route's L = 8 link tokens), and the block learned is the one learned without the refusal
+    (a post-LN block at BERT's eps: its norms from the row space, whose route reports the joint stage's links)."""
+    assert J.LINK_RETRIES == 3
+    block = random_attention_layer(8, 3, residual=True, layernorm="post", eps=1e-12, seed=0)
+    plain = learn_attention_layer(VectorQueryOracle(block), H=3)
+    link, calls = J._link, []
+
+    def refuse_row_0_link(Phi, amp, GL, tol_link):
+        calls.append(1)
+        perm, linked, st = link(Phi, amp, GL, tol_link)
+        if len(calls) == refused:  # the refused row's link to row 0 (rows 1, 2, ... before it)
+            return perm, False, {"coef": 0.25, "fit": 1.5e-3, "swap": 2.5e-3}
+        return perm, linked, st
+
+    monkeypatch.setattr(J, "_link", refuse_row_0_link)
+    rec = learn_attention_layer(VectorQueryOracle(block), H=3)
+    assert rec.diagnostics["joint_links_through"] == 1 and plain.diagnostics["joint_links_through"] == 0
+    from companion.layer._directions import LINK_TOKENS
+
+    assert LINK_TOKENS == 8 and rec.n_queries == plain.n_queries + 2 * 3 * LINK_TOKENS and len(calls) == 7 + 1
+    assert np.array_equal(rec.model.Ws, plain.model.Ws)
+    assert rec.diagnostics["verify_max_error"] == plain.diagnostics["verify_max_error"] < 1e-11
+
+
+def test_link_retries_stop_where_the_budget_has_fewer_queries_left():
+    """A try needs 2 H L queries: with fewer left none is asked, and the row is refused as before."""
+    class Few:
+        remaining = 2 * 3 * 2 - 1
+
+    perm, tried, j = J._linked_through(Few(), None, None, 5, np.zeros((2, 4)), [np.zeros((3, 5))] * 6, None, None, 0.1)
+    assert perm is None and tried == [] and j is None
 
 
 def test_a_learned_post_ln_block_reports_its_links():
@@ -135,4 +175,5 @@ def test_a_learned_post_ln_block_reports_its_links():
     rec = learn_attention_layer(VectorQueryOracle(block), H=3)
     diag = rec.diagnostics
     assert diag["joint_links_by_fit"] == 0 and diag["joint_link_swap_ratio"] == np.inf
+    assert diag["joint_links_through"] == 0
     assert diag["joint_link_misfit"] <= np.sqrt(1e-9)

@@ -34,7 +34,15 @@ post-LN whose eps hides the norms, as BERT's 1e-12: the norms from the pair quer
 """
 
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS
-from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, JOINT_SEPARATION, LINK_SWAP_RATIO, joint_plan, joint_separation
+from ._joint import (
+    JOINT_FROM,
+    JOINT_SCALE_STEPS,
+    JOINT_SEPARATION,
+    LINK_RETRIES,
+    LINK_SWAP_RATIO,
+    joint_plan,
+    joint_separation,
+)
 from ._joint import TOKEN_SCALE as JOINT_TOKEN_SCALE
 from ._float32 import (
     FLOAT32_FLOOR_UNITS,
@@ -110,6 +118,7 @@ __all__ = [
     "JOINT_FROM",
     "JOINT_SEPARATION",
     "JOINT_SCALE_STEPS",
+    "LINK_RETRIES",
     "LINK_SWAP_RATIO",
     "JOINT_TOKEN_SCALE",
     "joint_separation",
