@@ -166,13 +166,14 @@ LINK_SWAP_RATIO = 3.0
 #: Rows a row that cannot be linked to row 0 tries to link through instead, the rows just before it, already linked
 #: (this book's own rule): a pair at ``delta_j + delta_i`` ties row ``i``'s heads to row ``j``'s, which are in row
 #: 0's order, through terms other than row 0's, where two of row ``i``'s heads whose terms with row 0's lie close can
-#: lie apart; each link is judged by the same rule (``sqrt(tol)``, ``LINK_SWAP_RATIO``), and each try asks the link's
-#: ``2 H`` pair queries at each link token again (skipped where the budget has fewer left). Measured (2026-12-06,
-#: MiniLM layer 0 served in float32, learner seed 0, two BLAS threads, commit 161c582): 296 rows linked to row 0 by
-#: their fit, the smallest ratio of a transposition's fit to the permutation's 3.73 among them, and row 297 was
-#: refused at 2.96 (fit 5.1e-3, its best transposition 1.5e-2; data/results/minilm_block_float32.json). Reproduced
-#: on rows 0 and 294 to 297 alone (the same queries; data/results/minilm_block_float32_link297.json): through row
-#: 296 the ratio is 2.15, through row 295 3.21, linked; the three links chose one permutation.
+#: lie apart; each link is judged by the same rule (``sqrt(tol)``, ``LINK_SWAP_RATIO``), and each try asks ``2 H``
+#: new pair queries, at ``delta_j + delta_i``, at each link token (none where the budget has fewer left). Measured
+#: (2026-12-06, MiniLM layer 0 served in float32, learner seed 0, two BLAS threads, commit 161c582): 296 rows linked
+#: to row 0, 295 of them by their fit (one by its coefficients), the smallest ratio of a transposition's fit to the
+#: permutation's 3.73 among those, and row 297 was refused at 2.96 (fit 5.1e-3, its best transposition 1.5e-2;
+#: data/results/minilm_block_float32.json). Reproduced on rows 0 and 294 to 297 alone (the same queries;
+#: data/results/minilm_block_float32_link297.json): through row 296 the ratio is 2.15, through row 295 3.21,
+#: linked; the three links chose one permutation, that of the true heads.
 LINK_RETRIES = 3
 
 
