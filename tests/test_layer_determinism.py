@@ -146,12 +146,18 @@ def test_a_refusal_before_any_query_asks_no_check():
     assert oracle.n_queries == 0 and "not deterministic" not in str(info.value)
 
 
-def test_try_seeds_raises_non_determinism_at_once():
-    """Another seed cannot help a non-deterministic oracle: try_seeds raises it at the first seed."""
-    oracle = VectorQueryOracle(Dropout(0.1), d=6, d_out=6)
-    with pytest.raises(OracleInconsistentError, match="not deterministic"):
+@pytest.mark.parametrize(
+    "make, cause",
+    [(lambda: Dropout(0.1), "not deterministic"), (lambda: Windowed(3), "changes when the tokens before it are put in")],
+    ids=["dropout", "window-3"],
+)
+def test_try_seeds_raises_a_verdict_no_seed_changes_at_once(make, cause):
+    """Another seed cannot help a non-deterministic oracle or a target that sees positions (the order check):
+    try_seeds raises it at the first seed."""
+    oracle = VectorQueryOracle(make(), d=6, d_out=6)
+    with pytest.raises(OracleInconsistentError, match=cause):
         try_seeds(oracle, range(4), H=2)
-    single = VectorQueryOracle(Dropout(0.1), d=6, d_out=6)
+    single = VectorQueryOracle(make(), d=6, d_out=6)
     with pytest.raises(OracleInconsistentError):
         learn_attention_layer(single, H=2, seed=0)
     assert oracle.n_queries == single.n_queries  # one seed's queries: the same draws, the same stop
@@ -332,13 +338,3 @@ def test_a_target_that_sees_positions_is_refused_with_that_cause(target, shortes
     assert f"by up to {info.value.order_change:.1e} relative" in str(info.value) and info.value.order_change > 1e-3
     assert "positional encodings" in str(info.value) and "sliding window" in str(info.value)
     assert isinstance(info.value.__cause__, CompanionError)  # the stage's own refusal, chained
-
-
-def test_try_seeds_raises_an_order_dependent_target_at_once():
-    oracle = VectorQueryOracle(Windowed(3), d=6, d_out=6)
-    with pytest.raises(OracleInconsistentError, match="changes when the tokens before it are put in reverse order"):
-        try_seeds(oracle, range(4), H=2)
-    single = VectorQueryOracle(Windowed(3), d=6, d_out=6)
-    with pytest.raises(OracleInconsistentError):
-        learn_attention_layer(single, H=2, seed=0)
-    assert oracle.n_queries == single.n_queries
