@@ -46,10 +46,9 @@ from ..errors import (
     PrecisionError,
     SolverError,
 )
-from .._learner import VERIFY_MAX_LEN
 from ..oracles import unit_roundoff
 from ._norm import ROUNDING_UNITS, answer_format, non_finite_cause
-from ._verify import VERIFY_LONG_LEN
+from ._verify import long_lengths
 
 __all__ = [
     "DETERMINISM_QUERIES",
@@ -219,8 +218,7 @@ def order_lengths() -> np.ndarray:
     """The order check's ``ORDER_QUERIES`` query lengths, shortest first (every length at least 3: reversing the
     tokens before the last moves at least two of them)."""
     short = np.linspace(3, DETERMINISM_LEN, ORDER_QUERIES // 2).round().astype(int)
-    long = np.geomspace(VERIFY_MAX_LEN + 1, VERIFY_LONG_LEN, ORDER_QUERIES - len(short)).round().astype(int)
-    return np.concatenate([short, long])
+    return np.concatenate([short, long_lengths(ORDER_QUERIES - len(short))])  # the verification's long lengths
 
 
 def order_dependence(oracle, seed: int) -> OracleInconsistentError | None:
@@ -272,10 +270,11 @@ def order_dependence(oracle, seed: int) -> OracleInconsistentError | None:
     moved = change > bound
     if not moved.any():
         return None
+    worst, shortest = float(np.max(change)), int(lengths[np.argmax(moved)])
     err = OracleInconsistentError(
         f"not an attention layer: its answer at the last token changes when the tokens before it are put in reverse "
-        f"order, by up to {float(np.max(change)):.1e} relative ({int(moved.sum())} of {len(X)} queries of 3 to "
-        f"{int(lengths[-1])} tokens; the shortest that changed has {int(lengths[np.argmax(moved)])}), more than "
+        f"order, by up to {worst:.1e} relative ({int(moved.sum())} of {len(X)} queries of 3 to "
+        f"{int(lengths[-1])} tokens; the shortest that changed has {shortest}), more than "
         f"rounding explains ({DETERMINISM_UNITS} u = {bound:.1e} at {at}). A block of the class (heads with a "
         "softmax over all the tokens, an output projection, a skip, a LayerNorm) answers the same, to rounding, for "
         "any order of the tokens before the last: this target sees positions (positional encodings added to the "
@@ -283,8 +282,7 @@ def order_dependence(oracle, seed: int) -> OracleInconsistentError | None:
         "it is chained below. Nothing was returned."
     )
     err.any_seed = True  # type: ignore[attr-defined]  # try_seeds raises it at once: no seed's luck
-    err.order_change = float(np.max(change))  # type: ignore[attr-defined]
-    err.order_shortest = int(lengths[np.argmax(moved)])  # type: ignore[attr-defined]
+    err.order_change, err.order_shortest = worst, shortest  # type: ignore[attr-defined]
     return err
 
 
