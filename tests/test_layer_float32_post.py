@@ -438,7 +438,8 @@ def test_the_matrix_free_polish_products_are_the_dense_jacobians():
     """``_PolishOperator``'s products ``J v``, ``J^T y`` and its heads' column norms against the dense Jacobian
     of ``_direction_residual`` (the Kaufman approximation both use), off the truth so that nothing vanishes; and on
     the answers (no LayerNorm) against ``residual_and_jacobian``'s."""
-    from companion.layer._fit import _direction_residual, _PolishOperator, fit_outputs, group_by_length
+    from companion.layer._fit import FREE_POLISH_PRODUCTS, _direction_residual, _PolishOperator, fit_outputs
+    from companion.layer._fit import group_by_length
     from companion.layer._fit import residual_and_jacobian
     from companion.layer._model import centre
 
@@ -460,6 +461,18 @@ def test_the_matrix_free_polish_products_are_the_dense_jacobians():
     gW, gT = op.rmatvec(y)
     assert np.max(np.abs(np.concatenate([gW.ravel(), gT.ravel()]) - J.T @ y)) < 1e-13
     assert np.max(np.abs(op.column_norms().ravel() - np.linalg.norm(J[:, :nW], axis=0))) < 1e-13
+    # products in float32 (FREE_POLISH_PRODUCTS, the polishes' own): the residual float64's to the bit, the products
+    # and column norms to float32's rounding (relative 1e-9 to 1e-5: rounded, not wrong), the Gram matrix float64's
+    assert FREE_POLISH_PRODUCTS is np.float32
+    op32 = _PolishOperator(Ws, Theta, batches, dirs, products=[X.astype(np.float32) for X in batches])
+    assert np.array_equal(op32.residual(), op.residual())
+    rel = lambda a, b: float(np.max(np.abs(a - b)) / np.max(np.abs(b)))  # noqa: E731
+    Jx = op32.matvec(x[:nW].reshape(H, d, d + 1), x[nW:].reshape(p, d))
+    assert Jx.dtype == np.float64 and 1e-9 < rel(Jx, J @ x) < 1e-5
+    gW, gT = op32.rmatvec(y)
+    assert gW.dtype == gT.dtype == np.float64 and 1e-9 < rel(np.concatenate([gW.ravel(), gT.ravel()]), J.T @ y) < 1e-5
+    assert 1e-9 < rel(op32.column_norms().ravel(), np.linalg.norm(J[:, :nW], axis=0)) < 1e-5
+    assert rel(op32.gram(), op.gram()) < 1e-6 and op32.gram().dtype == np.float64
     # the same operator on the answers themselves (no LayerNorm): residual Phi Theta - Y, J = [J_W, Phi (x) I]
     r, JW, Phi = residual_and_jacobian(Ws, Theta, batches, answers, True)
     J = np.concatenate([JW, np.einsum("bq,oc->boqc", Phi, np.eye(d)).reshape(-1, d, p * d)], axis=2).reshape(-1, nW + p * d)
