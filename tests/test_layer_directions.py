@@ -214,6 +214,32 @@ def test_a_route_that_failed_for_the_gap_is_followed_by_the_row_space():
     assert rec.n_queries == oracle.n_queries  # the failed route's queries are counted
 
 
+@pytest.mark.parametrize(
+    "residual, seed, after", [(False, 0, "the verification failed at gap 2.5e-06"), (True, 1, "the heads failed at gap")]
+)
+def test_a_route_that_failed_above_low_gap_is_followed_by_the_row_space(residual, seed, after):
+    """eps 1e-3 at d = 8: the norms from the gap fail above LOW_GAP (smallest gaps 2.5e-6 and 3.9e-6), which left
+    these two blocks refused with no verdict until 2026-12-06 (5 of 108 post-LN blocks, d = 8 and 12, H = 1 to 3,
+    eps 1e-3 to 0.1, seeds 0 to 2, with and without the residual; measured then). Now any failed stage of the gap's
+    route is followed by the row space's, where it applies: all 108 learned, fresh queries within 3.6e-11. Given
+    residual=True, the block without one was refused for "the skip failed", the option's own message only chained;
+    now the row space's route finds the skip 0 and the option's refusal is the message."""
+    block = random_attention_layer(8, 2, layernorm="post", residual=residual, eps=1e-3, seed=seed)
+    oracle = VectorQueryOracle(block)
+    rec = learn_attention_layer(oracle, H=2)
+    dg = rec.diagnostics
+    assert dg["heads_learner"] == "joint, norms from the row space" and dg["directions_after"].startswith(after)
+    assert LOW_GAP < float(dg["directions_after"].rsplit(" ", 1)[1]) < 4 * LOW_GAP
+    assert dg["skip"] == ("multiple of identity" if residual else "none") and dg["verify_max_error"] < 1e-11
+    rng = np.random.default_rng(3)
+    assert max(_rel(rec.model(X), block(X)) for X in (rng.standard_normal((50, n, 8)) / np.sqrt(8) for n in (1, 9))) < 1e-10
+    assert rec.n_queries == oracle.n_queries  # the failed route's queries are counted
+    if not residual:
+        with pytest.raises(OracleInconsistentError, match=r"^residual=True, but the fitted skip matrix is 0 \(") as info:
+            learn_attention_layer(VectorQueryOracle(block), H=2, residual=True)
+        assert getattr(info.value, "option_conflict", False)
+
+
 def test_berts_eps_without_h_is_refused_and_names_the_other_route():
     block = random_attention_layer(12, 2, residual=True, layernorm="post", eps=1e-12, seed=0)
     with pytest.raises(PrecisionError, match="post-LN's eps is too small.*Given H .* row space instead"):
@@ -302,16 +328,14 @@ def test_served_in_bfloat16_berts_eps_is_refused_for_the_format():
 def test_a_gap_below_min_gap_in_a_later_stage_is_followed_by_the_row_space(monkeypatch):
     """The gap's route raises PrecisionError when a later answer's gap falls below MIN_GAP (de-normalising it);
     where the norms can come from the row space the learner takes that route instead of refusing. Forced here
-    on an eps = 1e-2 block by raising the thresholds (MIN_GAP inside the de-normalisation, LOW_GAP and
-    DIRECTIONS_FROM_GAP in the learner's choice); without the route (heads="readout") the PrecisionError stays."""
+    on an eps = 1e-2 block by raising the thresholds (MIN_GAP inside the de-normalisation, DIRECTIONS_FROM_GAP in
+    the learner's choice); without the route (heads="readout") the PrecisionError stays."""
     import companion.layer._directions as D
-    import companion.layer._learn as L
     import companion.layer._norm as N
 
     block = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-2, seed=0)
     # measured: the first answers' smallest gap 2.1e-3, the heads' scaled queries' 2.1e-5
     monkeypatch.setattr(N, "MIN_GAP", 1e-4)  # the heads' queries' de-normalisation is refused
-    monkeypatch.setattr(L, "LOW_GAP", 1e-3)
     monkeypatch.setattr(D, "DIRECTIONS_FROM_GAP", 1e-4)  # not from the start: the first answers' gap is above
     rec = learn_attention_layer(VectorQueryOracle(block), H=2)
     assert rec.diagnostics["heads_learner"] == "joint, norms from the row space"

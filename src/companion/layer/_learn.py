@@ -13,7 +13,7 @@ from ..oracles import VectorQueryOracle, unit_roundoff
 from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, learn_heads_joint, scale_plan
 from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, group_by_length, polish, polish_free
 from ._fit import FIT_MAX_LEN, polish_row_queries
-from ._directions import DIRECTIONS_MEASURED, DIRECTIONS_MEASURED_FLOAT32, NO_DIRECTIONS, ROW_SPACE, directions_apply
+from ._directions import NO_DIRECTIONS, ROW_SPACE, directions_apply
 from ._directions import FLOAT32_POST_VERIFY, directions_route_plan, float32_post_reach, learn_post_directions
 from ._directions import FREE_POLISH_MAX_LEN, polish_max_len, polish_plan, polish_post_directions
 from ._model import AttentionLayer, LayerRecovery, centre, information_floor
@@ -25,7 +25,8 @@ from ._float32 import FLOAT32_FREE_POLISH_MAX_UNKNOWNS, FLOAT32_VERIFY_UNITS, jo
 from ._refusals import FLOAT32_UNRESOLVED  # noqa: F401  (re-exported: companion.layer, tests)
 from ._refusals import POST_HEADS_PRECISION, POST_NO_H, FLOAT32_WHY as _FLOAT32_WHY, PRE_JOINT_WHY as _PRE_JOINT_WHY
 from ._refusals import float32_unresolved as _float32_unresolved, joint_unresolved as _joint_unresolved
-from ._refusals import float32_readout_unresolved, layernorm_excluded, option_conflict
+from ._refusals import directions_unresolved as _directions_unresolved, float32_readout_unresolved, layernorm_excluded
+from ._refusals import option_conflict
 from ._norm import (
     HEADS_VISIBLE,
     any_seed,
@@ -262,9 +263,9 @@ def _plan(oracle, o: _Options) -> dict:
         plan["heads"] = canonical_plan(d + 1, verify=0) - (d + 1)  # length-1 queries the basis answers
     more = " (at least: without H the robust heads' route may redraw rows and draw more tokens)"
     more, total = more * (o.H is None and o.H_bound is None), sum(plan.values()) + o.verify
-    if o.layernorm in ("auto", "post") and directions_apply(o.H, o.heads, d_out, 0.0):  # a small gap may take the
-        f32 = (oracle.precision or 0.0) > unit_roundoff("float64")  # row space's route, after a route failed there
-        more = " (at most: a route that fails at a small gap, then a post-LN's norms from the row space)"
+    if o.layernorm in ("auto", "post") and directions_apply(o.H, o.heads, d_out, 0.0):  # a small gap, or a failed
+        f32 = (oracle.precision or 0.0) > unit_roundoff("float64")  # stage on the gap's norms, takes the row space's
+        more = " (at most: a post-LN route that fails, then its norms from the row space)"
         total += directions_route_plan(d, d_out, int(o.H or 0), o.verify, f32)
     reserve(oracle, total, "learn_attention_layer" + more)
     return plan
@@ -676,24 +677,9 @@ def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: f
     except OracleInconsistentError as exc:
         if getattr(exc, "scaled", False) or getattr(exc, "option_conflict", False):  # VERIFY_SCALED_SHARE's; residual
             raise
-        raise _directions_unresolved(exc, gap, o.seed, o.float32) from exc
+        raise _directions_unresolved(exc, gap, o.seed, o.float32, after) from exc
     fit = {"polished": False, "n_polish_queries": 0, **info, "directions_after": after or None}
     return _result(oracle, layer, kind, skip_err, ROW_SPACE, fit, count, n_learn, verification, d, o.residual)
-
-
-def _directions_unresolved(exc: Exception, gap: float, seed: int, float32: bool = False) -> OracleInconsistentError:
-    at32 = {"when": "2026-12-05", "learned": "on float32 answers learned"} if float32 else {}
-    return _joint_unresolved(
-        norm="post-LN",
-        seen="scaled by their row space",
-        other="the row space's scaling failed" + (", or the heads fitted at float32's precision are off" * float32),
-        failed=f"): the smallest 1 - |z|^2/d_out seen was {gap:.1e}, so the norms came from the row space.",
-        chained=chained_cause(exc, "does not account for the norms taken from the row space"),
-        stage="the joint stage on the norms from the row space",
-        measured=DIRECTIONS_MEASURED_FLOAT32 if float32 else DIRECTIONS_MEASURED,
-        seed=seed,
-        **at32,
-    )
 
 
 def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
@@ -887,7 +873,7 @@ def learn_attention_layer(
         outputs (not a verdict on the target; the message names the next seed, as ``try_seeds`` follows).
     BudgetExceededError
         If the budget is below the plan's count (raised before the first query). With ``H`` and ``layernorm``
-        ``"auto"`` or ``"post"`` it counts the largest path the answers may take (a route that fails at a small gap,
+        ``"auto"`` or ``"post"`` it counts the largest path the answers may take (a post-LN route that fails,
         then a post-LN's norms from the row space); float32 answers the oracle's ``precision`` does not state add
         the float32 polish's queries when found (raised then, before that route's first query). Without ``H`` and
         ``H_bound`` the plan counts the robust heads' route's (``multihead.canonical_plan(d + 1)``); where it
@@ -946,8 +932,9 @@ def learn_attention_layer(
        residual block, which fixes ``eps`` under the normalisation that the skip's multiple of ``I`` is 1
        (``SKIP_NORMALISATION``: ``diagnostics["skip"]`` is then ``"multiple of identity"``); without an
        identity skip ``eps`` is not identifiable and set to 1. Below ``DIRECTIONS_FROM_GAP`` (BERT's eps), or
-       after a stage failed below ``LOW_GAP``, with ``H`` given and ``d_out >= H + 3``, the norms come from the
-       pair queries' row space instead, unpolished (``companion.layer._directions``, this book's own).
+       after a stage on the gap's norms failed (at any gap since 2026-12-06), with ``H`` given and
+       ``d_out >= H + 3``, the norms come from the pair queries' row space instead (``companion.layer._directions``,
+       this book's own).
     6. A pre-LN (``S x_N + o(LN(X))``): ``eps`` by variable projection from one-token answers
        ``t v`` (``t`` from 1e-8 to 10), ``S`` from one-token lines in units of ``sqrt(eps)``; then
        the layer is asked on chosen normalised tokens ``n`` (``x = n sqrt(eps / (1 - |n|^2 / d))``
@@ -1109,7 +1096,7 @@ def learn_attention_layer(
             raise
         g = norm.smallest_gap[0] if norm is not None else 1.0
         nan = non_finite_cause(exc) is not None  # an answer the oracle refused: no other route (a new user's 3,876)
-        if g < LOW_GAP and not nan and directions_apply(o.H, o.heads, int(oracle.d_out), g):  # for the gap: no norms
+        if norm is not None and not nan and directions_apply(o.H, o.heads, int(oracle.d_out), 0.0):  # the row space's
             return _learn_post_directions(oracle, norm, o, count, rng, d, g, after=f"the {stage} failed at gap {g:.1e}")
         share = heads_share(Y1, Xfit, Yfit) if norm is None and stage == "heads" and not o.float32 else 1.0
         if isinstance(exc, OracleInconsistentError) and share < HEADS_VISIBLE:  # faint heads: float64's digits

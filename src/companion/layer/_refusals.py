@@ -4,6 +4,7 @@ option the answers contradict (this book's wording)."""
 from __future__ import annotations
 
 from ..errors import OracleInconsistentError
+from ._directions import DIRECTIONS_MEASURED, DIRECTIONS_MEASURED_FLOAT32
 from ._float32 import FLOAT32_HEADS_TOL
 from ._norm import chained_cause
 
@@ -13,6 +14,7 @@ __all__ = [
     "POST_HEADS_PRECISION",
     "POST_NO_H",
     "PRE_JOINT_WHY",
+    "directions_unresolved",
     "float32_readout_unresolved",
     "float32_unresolved",
     "joint_unresolved",
@@ -138,3 +140,25 @@ def option_conflict(residual: bool, err: float) -> OracleInconsistentError:
     )
     exc.option_conflict = True  # type: ignore[attr-defined]
     return exc
+
+
+def directions_unresolved(exc: Exception, gap: float, seed: int, float32: bool = False, after: str = ""):
+    """The row space's route behind a post-LN failed: the causes listed, no verdict, the measured reach (an
+    :class:`OracleInconsistentError`); ``after``: the failure of the norms from the gap that sent the learner here."""
+    at32 = {"when": "2026-12-05", "learned": "on float32 answers learned"} if float32 else {}
+    why = (
+        f"{after} on the norms from the gap, so they came from the row space instead"
+        if after
+        else (f"the smallest 1 - |z|^2/d_out seen was {gap:.1e}, so the norms came from the row space")
+    )
+    return joint_unresolved(
+        norm="post-LN",
+        seen="scaled by their row space",
+        other="the row space's scaling failed" + (", or the heads fitted at float32's precision are off" * float32),
+        failed=f"): {why}.",
+        chained=chained_cause(exc, "does not account for the norms taken from the row space"),
+        stage="the joint stage on the norms from the row space",
+        measured=DIRECTIONS_MEASURED_FLOAT32 if float32 else DIRECTIONS_MEASURED,
+        seed=seed,
+        **at32,
+    )
