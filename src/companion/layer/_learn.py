@@ -942,10 +942,7 @@ def learn_attention_layer(
        ``S x_N``: an attention layer again, learned by steps 2 to 4 (heads on tokens scaled by
        ``PRE_HEADS_SCALE``; from ``d = PRE_JOINT_FROM`` = 16, with ``heads="auto"`` and ``H`` given, by the
        joint stage of step 8 on ordinary normalised tokens). ``gamma`` and ``beta`` are folded into the heads
-       (:func:`pre_ln_symmetry`). Measured (seeds 0 to 2, d 5 to 10, H 1 or 2, eps 1e-5 and 1e-12,
-       with and without residual): 48 of 48 recovered, fresh-query errors below 1e-14; (2026-12-04, residual,
-       seeds 0 to 2, learner seed 0) d = 8, 16, 24 and 32, H = 1 and 2, eps 1e-5, 1e-3 and 0.1: 72 of 72,
-       fresh errors on 200 queries 5.2e-15 to 4.1e-13.
+       (:func:`pre_ln_symmetry`).
     7. The float32 route (this book's): answers on float32's grid, or a stated precision ``u = 2**-24``,
        of a block without LayerNorm whose ``H`` (or ``H_bound``) is given, or of a post-LN block given ``H`` with
        ``d_out >= H + 3``: its norms from the row space at any ``eps``, then a polish on fresh queries' directions
@@ -956,26 +953,7 @@ def learn_attention_layer(
        (measured on float64 post-LN blocks); the skip is named within ``FLOAT32_SKIP_UNITS`` u; a failure
        after the heads' stage names both causes (``FLOAT32_UNRESOLVED``); the verification's default tolerance is
        ``FLOAT32_VERIFY_UNITS`` u = 3.6e-6, 10 times the float32 floor (``FLOAT32_FLOOR_UNITS`` u,
-       measured on Keras 3 layers served in float32). Measured (2026-12-04): Keras
-       ``MultiHeadAttention(use_bias=True)`` in float32 with ``H = 2`` at ``d = 6`` and 8 is learned
-       (within 3 learner seeds), predicting its served answers to 6.5 u to 14.3 u (floors 3.2 u to 5.6 u;
-       float64 layers rounded to float32: 1.8 u to 7.4 u, see ``FLOAT32_VERIFY_UNITS``);
-       ``H = 4`` and 8 were refused by the readout route's heads' learner. The joint route (step 8: its rank
-       counted above ``FLOAT32_RANK_UNITS`` u, its fits at ``FLOAT32_HEADS_TOL``, its rows linked through
-       ``FLOAT32_LINK_TOKENS`` tokens, polished densely up to ``FLOAT32_POLISH_MAX_UNKNOWNS`` unknowns and
-       matrix-free above, since 2026-12-05: random blocks with ``H = 8`` at ``d = 32`` and 64 rounded to
-       float32, refused unpolished at 65 u to 103 u, now verified at 1.0 u to 1.5 u; measured
-       2026-12-04, key_dim 2, learner seed 0, on 200 fresh queries) learns ``H = 4`` at ``d = 8`` (seeds 0 to 2:
-       10.6 u, 12.4 u, 7.7 u, floors 4.2 u, 5.6 u, 4.1 u) and ``H = 8`` at ``d = 8`` (seeds 0 to 2: 7.3 u,
-       15.4 u, 12.7 u, floors 3.3 u, 4.5 u, 5.7 u; 13 to 14 CPU s), ``d = 10`` and 12 (seed 0: 7.6 u and 8.1 u,
-       floors 4.6 u and 3.0 u) and ``d = 16`` (seeds 0 and 1: 6.6 u and 8.5 u, floors 2.8 u and 3.3 u; 50 CPU s,
-       13,047 queries, peak RSS 1.7 GB with Keras, the polish's Jacobian). At ``H = 8`` no token's Loewner pencil
-       resolves the 8 poles under float32's rounding: the rows start from the columns of ``C^{-1}`` fitted over all
-       their tokens (:func:`companion.layer._joint._start_C_columns`). ``d = 16``, ``H = 4`` (key_dim 4, 2,384
-       unknowns) is polished now: 8.5 u, 13.1 u, 11.9 u at seeds 0 to 2 (floors 3.3 u, 3.9 u, 4.8 u; it was
-       43 u to 90 u unpolished). Targets outside the class, with their true heads given, misfit by 1.2e7 u
-       or more; a mask over the last 3 tokens, a second layer and a GELU after a Keras ``H = 8`` block (float32,
-       ``d = 8``) are refused.
+       measured on Keras 3 layers served in float32).
 
     8. The joint heads' stage (this book's, ``heads="joint"``; :mod:`companion.layer._joint`). For
        ``n`` copies of ``x + delta`` then ``m`` of ``x``, the answer less ``o([x])`` is
@@ -985,23 +963,12 @@ def learn_attention_layer(
        poles by a Loewner pencil per token, ``C`` (the amplitudes in it) shared by the row's tokens,
        then Levenberg-Marquardt on ``C`` and every token's log-poles together; the shifts ``-log p_h``
        are linear in ``x~`` (a least squares per head); rows are linked through pairs at
-       ``delta_0 + delta_i``. ``2 H (d (d + 25) + 2 (d - 1))`` queries (``joint_plan``), of length
+       ``delta_0 + delta_i`` (a row that fails, through one of the ``LINK_RETRIES`` rows before it).
+       ``2 H (d (d + 25) + 2 (d - 1))`` queries (``joint_plan``), of length
        ``2 H + 1`` (the float32 route's links ask ``2 H (d - 1) 8``, not ``2 H (d - 1) 2``: the plan reserves
-       those in every joint run). Measured (2026-12-04, ``random_attention_layer`` seeds 0 and 1, residual, one BLAS
-       thread): learned at ``d = 8``, 16 and 32 for every ``H`` from 3 to 8 (36 of 36), fresh errors
-       7.4e-16 to 5.1e-13. The readout route refused ``H = 6`` to 8 at ``d = 8``, ``H = 7, 8`` at
-       ``d = 16`` and ``H = 3`` to 8 at ``d = 32`` (the last with "not an attention layer", a false
-       verdict; hence ``JOINT_FROM`` = 3). At ``d = 64``, ``H = 8`` (bench_layer's row): learned from
-       93,789 queries (fresh error 8.2e-14, 3.3 times the oracle's own time), where the readout route
-       refused after 130,317.
+       those in every joint run).
 
-    Measured (seed ``d + H`` of :func:`random_attention_layer`, 2026-12-03, one BLAS thread), no
-    LayerNorm: learning queries 313, 627, 927 at ``d = 8``, ``H = 1, 2, 3`` (``4Hd^2 - 2H + 1``:
-    255, 509, 763), 2,215 and 3,297 at ``d = 16``, ``H = 2, 3``, against information floors of 18
-    to 100 queries; fresh-query relative errors 6e-16 to 3.4e-15, in 0.1 to 3.4 s (plus 20
-    probes since). Above ``POLISH_MAX_UNKNOWNS`` no polish is made: at ``d = 32``, ``H = 4`` (4,224
-    heads' rows' entries) the check refuses it at 6.8e-8 (measured when the cap was 2000 on all unknowns, which
-    also left ``d = 24``, ``H = 3`` unpolished: verified at 9.3e-9).
+    What each route was measured to reach is in the package's documentation (``help(companion.layer)``).
 
     Examples
     --------
