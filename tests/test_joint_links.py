@@ -168,12 +168,20 @@ def test_link_retries_stop_where_the_budget_has_fewer_queries_left():
     assert perm is None and tried == [] and j is None
 
 
-def test_a_learned_post_ln_block_reports_its_links():
-    """Behind a post-LN (norms from the row space) the stage's link diagnostics reach the recovery: at float64 every
-    row links by its coefficients (measured 2026-12-05, d = 8, H = 3, eps 1e-12, seed 0)."""
-    block = random_attention_layer(8, 3, residual=True, layernorm="post", eps=1e-12, seed=0)
+@pytest.mark.parametrize(
+    "d, layernorm, learner",
+    [(8, "post", "joint, norms from the row space"), (8, None, "joint"), (16, "pre", "joint"), (21, "post", "joint")],
+    ids=["post-ln-row-space", "no-layernorm", "pre-ln", "post-ln-gap"],
+)
+def test_a_learned_block_reports_its_links(d, layernorm, learner):
+    """Every route that runs the joint stage passes its diagnostics (links, token scale) to the recovery: at float64
+    every row links by its coefficients (measured 2026-12-05, d = 8, H = 3, eps 1e-12, seed 0, behind a post-LN).
+    Until 2026-12-06 only the post-LN row-space route passed them; the others dropped them."""
+    eps = 1e-12 if d == 8 and layernorm == "post" else 1e-3
+    block = random_attention_layer(d, 3, residual=True, layernorm=layernorm, eps=eps if layernorm else None, seed=0)
     rec = learn_attention_layer(VectorQueryOracle(block), H=3)
     diag = rec.diagnostics
+    assert diag["heads_learner"] == learner
     assert diag["joint_links_by_fit"] == 0 and diag["joint_link_swap_ratio"] == np.inf
-    assert diag["joint_links_through"] == 0
-    assert diag["joint_link_misfit"] <= np.sqrt(1e-9)
+    assert diag["joint_links_through"] == 0 and "amplitudes" not in diag
+    assert diag["joint_link_misfit"] <= np.sqrt(1e-9) and diag["joint_token_scale"] >= J.TOKEN_SCALE

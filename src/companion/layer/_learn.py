@@ -456,13 +456,14 @@ def _given_heads(o: _Options) -> str:
 
 
 def _learn_heads_joint(oracle, Y1, o: _Options, rng, scales=JOINT_SCALE_STEPS):
-    """The heads' ``W~_h`` from all outputs jointly (:mod:`companion.layer._joint`; ``scales=1`` where larger tokens
-    leave the route's reach: behind a pre-LN, on the gap's route); refusals name both causes."""
+    """``(Ws, "joint", info)``: the heads' ``W~_h`` from all outputs jointly (:mod:`companion.layer._joint`;
+    ``scales=1`` where larger tokens leave the route's reach: behind a pre-LN, on the gap's route), and the stage's
+    diagnostics but its amplitudes (for ``rec.diagnostics``); refusals name both causes."""
     o1 = one_token_affine(Y1)
     at = f", at float32's precision (u = {o.u:.1e})" if o.float32 else ""
     try:
         # float32: the fits at FLOAT32_HEADS_TOL, the rank above FLOAT32_RANK_UNITS u, FLOAT32_LINK_TOKENS
-        Ws, _ = learn_heads_joint(oracle, o1, o.H, rng, scales=scales, **(joint_options(o.u) if o.float32 else {}))
+        Ws, info = learn_heads_joint(oracle, o1, o.H, rng, scales=scales, **(joint_options(o.u) if o.float32 else {}))
     except NotIdentifiableError as exc:
         raise NotIdentifiableError(
             f"the answers show no attention head: the layer is affine in the last token ({exc})"
@@ -475,7 +476,7 @@ def _learn_heads_joint(oracle, Y1, o: _Options, rng, scales=JOINT_SCALE_STEPS):
             "second layer); a misfit with rank H, a target outside the class or a fit that did not converge. "
             "Nothing was returned."
         ) from None
-    return Ws, "joint"
+    return Ws, "joint", {k: v for k, v in info.items() if k != "amplitudes"}
 
 
 def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ_GATE, joint=False):
@@ -716,13 +717,14 @@ def _learn_pre(oracle, o: _Options, plan, count, rng, d: int):
         batches, answers = group_by_length(Xfit, inner(Xfit))
     with count.stage("heads"):
         if joint:  # ordinary normalised tokens (PRE_JOINT_FROM)
-            Ws, learner = _learn_heads_joint(inner, Y1, o, rng, scales=1)
+            Ws, learner, joint_info = _learn_heads_joint(inner, Y1, o, rng, scales=1)
         else:
-            Ws, learner = _learn_heads(inner, Y1, o, rho=PRE_HEADS_SCALE)
+            (Ws, learner), joint_info = _learn_heads(inner, Y1, o, rho=PRE_HEADS_SCALE), {}
     try:
         with count.stage("polish"):
             data = ([X1] + batches, [Y1] + answers)
             Ws, Theta, fit = _outputs(inner, Ws, *data, plan["polish"], o, rng, LSTSQ_GATE_POST, learner == "joint")
+        fit.update(joint_info)
         Ms, S_v, b = _split(Theta, Ws.shape[0], dv)
         if np.linalg.norm(S_v) > SKIP_RTOL * max(1.0, float(np.linalg.norm(Theta))):
             raise _refusal(
@@ -1035,12 +1037,12 @@ def learn_attention_layer(
     try:
         with count.stage("heads"):
             if norm is None and _joint_applies(o, int(oracle.d_out)):
-                Ws, learner = _learn_heads_joint(oracle, Y1, o, rng)
+                Ws, learner, joint_info = _learn_heads_joint(oracle, Y1, o, rng)
             elif post_joint:
                 # ordinary tokens x, x + delta: the LayerNorm's input variance stays small (POST_JOINT_FROM)
-                Ws, learner = _learn_heads_joint(inner, Y1, o, rng, scales=1)
+                Ws, learner, joint_info = _learn_heads_joint(inner, Y1, o, rng, scales=1)
             else:
-                Ws, learner = _learn_heads(inner, Y1, o, rho=1.0 if norm is None else HEADS_SCALE)
+                (Ws, learner), joint_info = _learn_heads(inner, Y1, o, rho=1.0 if norm is None else HEADS_SCALE), {}
         stage = "least squares"
         with count.stage("polish"):
             Ws, Theta, fit = _outputs(
@@ -1054,6 +1056,7 @@ def learn_attention_layer(
                 gate=LSTSQ_GATE if norm is None and not o.float32 else LSTSQ_GATE_POST,
                 joint=learner == "joint",
             )
+        fit.update(joint_info)  # the joint stage's diagnostics (its links, token scale), where it ran
         stage = "skip"
         layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, fit["polished"])
         stage = "verification"
