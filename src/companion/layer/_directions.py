@@ -157,7 +157,7 @@ ABSORBED_OFF = 1e-2
 #: or below), 70,274 u on MiniLM's rows at its scale 16 (14,319 u on row 0 at scale 2). 16,384 lies about 3 times above
 #: the largest rounding seen and 4.3 times below the faintest head at the scale its stage ran at; a fainter head ends in
 #: a refusal (a rank below H), and one the count misses is the verification's to catch. MiniLM's whole run at 16,384 on
-#: two BLAS threads (data/results/minilm_block_float32.json, its rows in data/results/minilm_block_float32_rows.json)
+#: two BLAS threads (data/results/minilm_block_float32_161c582.json, its rows in its _rows_161c582.json)
 #: counted every row's rank as 12, its (H + 1)-th at most 5,336 u and its H-th at least 70,253 u, and stopped at the
 #: links.
 DIRECTIONS_RANK_UNITS = 16384
@@ -267,8 +267,8 @@ def float32_post_reach(H: int, d: int, d_out: int) -> None:
         f"(d = {d}, H = {H}, d_out = {d_out}). Unpolished, the heads keep float32's errors: measured (2026-12-05), "
         "blocks rounded to float32 (d = 22 to 48) unpolished predicted fresh queries to 4 u to 122 u (u = 2**-24; the "
         "verification allows 60 u), and a Keras block computed in float32 (d = 24, H = 4) missed its verification by "
-        "153 u; polished, 0.8 u to 1.9 u. At MiniLM's size (3,691,392 unknowns) the polish was timed at about 1,150 "
-        "CPU s and 4.1 GB; its memory grows about as d**4. Serve the block in float64, or learn it from float32 "
+        "153 u; polished, 0.8 u to 1.9 u. At MiniLM's size (3,691,392 unknowns) the polish took 4,000 CPU s and "
+        "5.8 GB (2026-12-06); its memory grows about as d**4. Serve the block in float64, or learn it from float32 "
         "answers at most the cap's size. Nothing was asked beyond the first "
         "answers (and the determinism check's, companion.layer._determinism); nothing was returned."
     )

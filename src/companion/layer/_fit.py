@@ -22,6 +22,7 @@ __all__ = [
     "polish_directions",
     "polish_directions_free",
     "polish_free",
+    "FREE_POLISH_STEPS",
     "residual_and_jacobian",
     "group_by_length",
     "polish_row_queries",
@@ -63,6 +64,12 @@ FIT_MAX_LEN = 8
 #: residual 2.01e-6 to 2.17e-8 both; verified at 1.45 u, 0.60 u from the exact block on 500 fresh queries), the polish
 #: in 6.7 CPU s and 4.0 s; the features' memory is halved.
 FREE_POLISH_PRODUCTS = np.float32
+
+#: The most Gauss-Newton steps a matrix-free polish takes (each an LSMR solve; this book's choice). Measured
+#: (2026-12-06): the blocks of ``layer._float32``'s documentation stop after two or three steps, each gaining less
+#: than a factor 1.01 after; MiniLM's block served in float32 took all 8, its last gaining 1.03
+#: (data/results/minilm_block_float32_rows.json).
+FREE_POLISH_STEPS = 8
 
 
 def polish_row_queries(d: int, max_len: int = FIT_MAX_LEN) -> int:
@@ -422,7 +429,7 @@ class _PolishOperator:
         return G
 
 
-def polish_directions_free(Ws, Theta, Xs, directions, iters=8, lsmr_iters=100, lsmr_tol=1e-3):
+def polish_directions_free(Ws, Theta, Xs, directions, iters=None, lsmr_iters=100, lsmr_tol=1e-3):
     """:func:`polish_directions` matrix-free: each Gauss-Newton step by LSMR (Fong & Saunders 2011,
     ``scipy.sparse.linalg.lsmr``) on :class:`_PolishOperator`'s products (this book's own).
 
@@ -444,7 +451,7 @@ def polish_directions_free(Ws, Theta, Xs, directions, iters=8, lsmr_iters=100, l
     return _polish_free(Ws, Theta, Xs, {"What": What}, scale, iters, lsmr_iters, lsmr_tol)
 
 
-def polish_free(Ws, Theta, Xs, Ys, iters=8, lsmr_iters=100, lsmr_tol=1e-3):
+def polish_free(Ws, Theta, Xs, Ys, iters=None, lsmr_iters=100, lsmr_tol=1e-3):
     """:func:`polish` matrix-free (this book's own): the answers' residual ``Phi Theta - Y`` (no projection, no
     scaling), by :func:`polish_directions_free`'s LSMR steps, preconditioning and acceptance (a step that does not
     lower the residual is not taken; the steps stop when one gains less than a factor 1.01), on the same
@@ -462,6 +469,7 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol):
 
     H, d = Ws.shape[0], Ws.shape[1] - 1
     nW, (p, d_out) = H * d * (d + 1), Theta.shape
+    iters = FREE_POLISH_STEPS if iters is None else iters
     products = [X.astype(FREE_POLISH_PRODUCTS) for X in Xs]  # cast once: each step builds its operator again
     op = _PolishOperator(Ws, Theta, Xs, products=products, **data)
     r = op.residual()

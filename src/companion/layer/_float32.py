@@ -108,8 +108,11 @@ FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 #: (d = d_out = 384, H = 12, 3,691,392 unknowns, its plan's 28,990 queries of lengths 2 to 32): 110 s to set up (the
 #: heads' column norms 88 s), 15.8 s an LSMR iteration, peak RSS 4.1 GB, so about 1,150 CPU s in all, against the
 #: oracle's own 1,376 s for the rest of the learner's run (the run at 6372251, in git's history of
-#: data/results/minilm_block_float32.json). The cap lies above MiniLM's block; past it the memory grows as ``B p``,
-#: about ``d^4`` floats.
+#: data/results/minilm_block_float32.json). That estimate was low: MiniLM's whole run at ffec805 (2026-12-06, two
+#: BLAS threads, the products in float32 since, ``_fit.FREE_POLISH_PRODUCTS``) polished for 4,000 CPU s, its 8
+#: Gauss-Newton steps (``FREE_POLISH_STEPS``, all of them) taking 454 LSMR iterations at about 7.7 CPU s, 87 s for the
+#: preconditioner, peak RSS 5.8 GB (data/results/minilm_block_float32_rows.json), and its block was refused by the
+#: verification. The cap lies above MiniLM's block; past it the memory grows as ``B p``, about ``d^4`` floats.
 FLOAT32_FREE_POLISH_MAX_UNKNOWNS = 4_000_000
 
 

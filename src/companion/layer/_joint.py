@@ -171,7 +171,7 @@ LINK_SWAP_RATIO = 3.0
 #: (2026-12-06, MiniLM layer 0 served in float32, learner seed 0, two BLAS threads, commit 161c582): 296 rows linked
 #: to row 0, 295 of them by their fit (one by its coefficients), the smallest ratio of a transposition's fit to the
 #: permutation's 3.73 among those, and row 297 was refused at 2.96 (fit 5.1e-3, its best transposition 1.5e-2;
-#: data/results/minilm_block_float32.json). Reproduced on rows 0 and 294 to 297 alone (the same queries;
+#: data/results/minilm_block_float32_161c582.json). Reproduced on rows 0 and 294 to 297 alone (the same queries;
 #: data/results/minilm_block_float32_link297.json): through row 296 the ratio is 2.15, through row 295 3.21,
 #: linked; the three links chose one permutation, that of the true heads.
 LINK_RETRIES = 3
