@@ -502,3 +502,21 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
     assert diag["polish_residual_after"] < 3e-2 * diag["polish_residual_before"]
     assert diag["verify_max_error"] == diag["verify_scaled_max_error"] <= 5 * U32
     assert _error_u(rec.model, block, _fresh(24)) <= 3
+
+
+@pytest.mark.parametrize("steps, bound", [(1, 30), (2, 4)])
+def test_the_matrix_free_polish_takes_at_most_free_polish_steps(monkeypatch, steps, bound):
+    """FREE_POLISH_STEPS = 8 Gauss-Newton steps at most (MiniLM served in float32 took all 8, 2026-12-06). The
+    d = 24, H = 5 block above takes 3 by itself (measured 2026-12-06: LSMR 38, 48 and 15 iterations, verified at
+    1.7 u); capped at 1 or 2 it stops there, verified at 15.3 u and 1.9 u (the bounds about twice)."""
+    from companion.layer import FREE_POLISH_STEPS
+    from companion.layer import _fit
+
+    assert FREE_POLISH_STEPS == 8
+    monkeypatch.setattr(_fit, "FREE_POLISH_STEPS", steps)
+    block = random_attention_layer(24, 5, residual=True, layernorm="post", eps=1e-8, seed=497)
+    rec = learn_attention_layer(VectorQueryOracle(_rounded32(block), d=24, d_out=24), H=5)
+    diag = rec.diagnostics
+    assert len(diag["polish_lsmr_iterations"]) == steps
+    assert diag["polish_residual_after"] < diag["polish_residual_before"]
+    assert diag["verify_max_error"] <= bound * U32
