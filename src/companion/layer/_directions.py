@@ -309,9 +309,11 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     at scale 1); log-uniform, within 24 u, 14 u and 9.8 u (at scale 16; at most 3.2 u, 2.0 u, 9.8 u up to ``scale``)),
     then ``eps`` again from their gaps
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
-    nothing is asked and ``eps`` is None. ``info``: ``polished``, ``n_polish_queries``, the polish's relative rms
-    residual before and after, ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), and the
-    gap's ``median_gap`` and ``eps_rtol`` (``u / gap``) from its queries."""
+    nothing is asked and ``eps`` is None. The matrix-free polish weights each query's residual by
+    ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted). ``info``:
+    ``polished``, ``n_polish_queries``, the polish's relative rms residual before and after (weighted as the polish
+    weights it), ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), and the gap's
+    ``median_gap`` and ``eps_rtol`` (``u / gap``) from its queries."""
     d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
     n = polish_plan(d, d_out, H)
     if n == 0:
@@ -323,8 +325,9 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     batches, answers = group_by_length(Xs, oracle(Xs))
     dirs = [directions(norm, Y) for Y in answers]
     free = unknowns > FLOAT32_POLISH_MAX_UNKNOWNS
-    if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns
-        Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs)
+    if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns; each query weighted by its scale
+        t_batches = group_by_length(Xs, scales)[1]
+        Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs, scales=t_batches)
     else:
         Ws, Theta, before, after = polish_directions(Ws, Theta, batches, dirs)
     Pu = np.concatenate([(features(Ws, X) @ Theta) @ centre(d_out) for X in batches])

@@ -71,6 +71,19 @@ FREE_POLISH_PRODUCTS = np.float32
 #: by a factor 1.03 (data/results/minilm_block_float32_rows.json).
 FREE_POLISH_STEPS = 8
 
+#: The matrix-free directions' polish weights each query's residual by ``t^-FREE_POLISH_SCALE_POWER``, ``t`` the
+#: query's token scale (``polish_directions_free``'s ``scales``; this book's rule). A change of the heads' rows moves a
+#: query's direction by about ``t^2`` times more at token scale ``t``: unweighted, the queries at the largest scales
+#: hold nearly all of the heads' rows' weight in the least squares, and LSMR, each step stopped at a relative 1e-3,
+#: leaves the heads' error where those few queries barely constrain it. Measured (2026-12-06, this book's proxy of
+#: MiniLM's polish: post-LN residual blocks rounded to float32, heads 0.015 to 0.1 times a random block's, start 3% off
+#: per head, queries of lengths 2 to 32 at scales log-uniform from 1 to 16; d = 64, H = 8 (seeds 0, 1), d = 48, H = 12,
+#: d = 32 and 24, H = 4): powers 0 / 1 / 2 left the heads 1.7e-5 / 1.0e-7 / 3.2e-7 off (d = 64, H = 8, seed 0), the
+#: residual 52 / 1.1 / 5.4 times its value at the truth, in 636 / 314 / 182 LSMR iterations; power 1 was the most
+#: accurate in all seven cases and the fastest of powers 0 and 1 in each (at scale 4, where power 0 also reaches the
+#: floor, both did).
+FREE_POLISH_SCALE_POWER = 1
+
 
 def polish_row_queries(d: int, max_len: int = FIT_MAX_LEN) -> int:
     """Multi-token queries (lengths 2 to ``max_len``, even) whose ``n - 1`` score differences total
@@ -319,14 +332,17 @@ class _PolishOperator:
     rows ``Theta[h d:(h + 1) d]``): each product is a few matrix products of ``O(B (H d (d + 1) + p d_out))``
     flops; the Jacobian's entries (``B d_out`` times as many) are never formed.
 
-    The residual is float64's. The products, the column norms and the features they use are in the dtype of
+    ``weights`` (per batch, ``(B,)``; directions only) multiply each query's residual, and so its row of the
+    Jacobian. The residual is float64's. The products, the column norms and the features they use are in the dtype of
     ``products`` (the batches cast, once a polish; float64's ``Xs`` where None); the Gram matrix is accumulated in
     float64 whatever the products' dtype.
     """
 
-    def __init__(self, Ws, Theta, Xs, What=None, Ys=None, products=None):
+    def __init__(self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None):
         if (What is None) == (Ys is None):
             raise ValueError("_PolishOperator takes directions What or answers Ys, one of them")
+        if weights is not None and What is None:
+            raise ValueError("_PolishOperator weighs the directions' residual only (weights with What)")
         self.H, self.d = Ws.shape[0], Ws.shape[1] - 1
         self.p, self.d_out = Theta.shape
         products = Xs if products is None else products
@@ -346,6 +362,8 @@ class _PolishOperator:
                 W = What[i]
                 v -= v.mean(axis=1, keepdims=True)
                 nv = np.linalg.norm(v, axis=1)
+                if weights is not None:  # query k's residual times w_k: its |v_k| over w_k, in every product
+                    nv = nv / weights[i]
                 r = (v - np.einsum("bo,bo->b", v, W)[:, None] * W) / nv[:, None]
             xN, alpha, phi = xN.astype(dtype), alpha.astype(dtype), phi.astype(dtype)
             self.batches.append((Xp, xN, alpha, phi, W, nv, r))
@@ -429,7 +447,7 @@ class _PolishOperator:
         return G
 
 
-def polish_directions_free(Ws, Theta, Xs, directions, iters=None, lsmr_iters=100, lsmr_tol=1e-3):
+def polish_directions_free(Ws, Theta, Xs, directions, iters=None, lsmr_iters=100, lsmr_tol=1e-3, scales=None):
     """:func:`polish_directions` matrix-free: each Gauss-Newton step by LSMR (Fong & Saunders 2011,
     ``scipy.sparse.linalg.lsmr``) on :class:`_PolishOperator`'s products (this book's own).
 
@@ -437,8 +455,10 @@ def polish_directions_free(Ws, Theta, Xs, directions, iters=None, lsmr_iters=100
     Cholesky factor ``L`` of its Gram matrix (:meth:`_PolishOperator.gram`, column-scaled by ``D``):
     ``dTheta = D^-1 L^-T y``, so that its block is near-orthonormal (its columns, the features, are strongly
     correlated). Memory ``O(B N H d + B p + p^2)`` floats, not ``B d_out`` times the unknowns. Same residual, same
-    acceptance as :func:`polish_directions`; returns ``(Ws, Theta, relative residual before, after, info)``,
-    ``info`` the LSMR iterations per step.
+    acceptance as :func:`polish_directions`; with ``scales`` (per batch, ``(B,)``: each query's token scale ``t``)
+    each query's residual is weighted by ``t^-FREE_POLISH_SCALE_POWER`` (the reason and the measurements are the
+    constant's) and the residuals returned are the weighted one's rms. Returns ``(Ws, Theta, relative residual
+    before, after, info)``, ``info`` the LSMR iterations per step.
 
     Each step is inexact, LSMR stopped at ``lsmr_tol`` (its ``atol`` and ``btol``) or ``lsmr_iters``. Measured
     (2026-12-05, the float32 route's polish at d = 32, H = 4 and d = 48, H = 12, against 1,000 fresh queries' exact
@@ -447,8 +467,12 @@ def polish_directions_free(Ws, Theta, Xs, directions, iters=None, lsmr_iters=100
     preconditioner of each head's block took as many iterations as its columns' norms.
     """
     What = [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]
-    scale = np.sqrt(sum(W.shape[0] for W in What))
-    return _polish_free(Ws, Theta, Xs, {"What": What}, scale, iters, lsmr_iters, lsmr_tol)
+    if scales is None:
+        scale = np.sqrt(sum(W.shape[0] for W in What))
+        return _polish_free(Ws, Theta, Xs, {"What": What}, scale, iters, lsmr_iters, lsmr_tol)
+    weights = [np.asarray(t, dtype=float) ** -FREE_POLISH_SCALE_POWER for t in scales]
+    scale = np.sqrt(sum(float(w @ w) for w in weights))  # the weighted residual's rms
+    return _polish_free(Ws, Theta, Xs, {"What": What, "weights": weights}, scale, iters, lsmr_iters, lsmr_tol)
 
 
 def polish_free(Ws, Theta, Xs, Ys, iters=None, lsmr_iters=100, lsmr_tol=1e-3):
