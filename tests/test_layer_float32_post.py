@@ -492,7 +492,9 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
     from 1.4e-6 to 2.2e-8, verified at 1.10 u on 1,024 queries, 1.08 u from the exact block on 1,000 fresh ones;
     the bounds are about three times. With a quarter of the short verification queries at the joint stage's token
     scale 2 (VERIFY_SCALED_SHARE) and the polish's scales log-uniform from 1 to 2, verified at 1.73 u, on those:
-    bound 5 u (3.19 u when the polish asked every token at scale 2)."""
+    bound 5 u (3.19 u when the polish asked every token at scale 2). With each polish query weighted by its token
+    scale (FREE_POLISH_SCALE_POWER, 2026-12-06): LSMR 35, 39 and 12, residual 2.5e-6 to 2.2e-8, verified at 1.67 u,
+    0.73 u from the exact block."""
     block = random_attention_layer(24, 5, residual=True, layernorm="post", eps=1e-8, seed=497)
     oracle = VectorQueryOracle(_rounded32(block), d=24, d_out=24)
     rec = learn_attention_layer(oracle, H=5)
@@ -508,7 +510,9 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
 def test_the_matrix_free_polish_takes_at_most_free_polish_steps(monkeypatch, steps, bound):
     """FREE_POLISH_STEPS = 8 Gauss-Newton steps at most (MiniLM served in float32 took all 8, 2026-12-06). The
     d = 24, H = 5 block above takes 3 by itself (measured 2026-12-06: LSMR 38, 48 and 15 iterations, verified at
-    1.7 u); capped at 1 or 2 it stops there, verified at 15.3 u and 1.9 u (the bounds about twice)."""
+    1.7 u); capped at 1 or 2 it stops there, verified at 15.3 u and 1.9 u (the bounds about twice). With the polish's
+    queries weighted (FREE_POLISH_SCALE_POWER, 2026-12-06): 35, 39 and 12 iterations, 1.67 u; capped, 13.9 u and
+    1.65 u."""
     from companion.layer import FREE_POLISH_STEPS
     from companion.layer import _fit
 
