@@ -76,15 +76,16 @@ FREE_POLISH_STEPS = 8
 #: query's direction by about ``t^2`` times more at token scale ``t``: unweighted, the queries at the largest scales
 #: hold nearly all of the heads' rows' weight in the least squares, and LSMR, each step stopped at a relative 1e-3,
 #: leaves the heads' error where those few queries barely constrain it. Measured (2026-12-06, this book's proxy of
-#: MiniLM's polish: post-LN residual blocks rounded to float32, heads 0.015 to 0.1 times a random block's, start 3% off
-#: per head, queries of lengths 2 to 32 at scales log-uniform from 1 to 16; d = 64, H = 8 (seeds 0, 1), d = 48, H = 12,
-#: d = 32 and 24, H = 4): powers 0 / 1 / 2 left the heads 1.7e-5 / 1.0e-7 / 3.2e-7 off (d = 64, H = 8, seed 0), the
-#: residual 52 / 1.1 / 5.4 times its value at the truth, in 636 / 314 / 182 LSMR iterations; power 1 was the most
-#: accurate in all seven cases and the fastest of powers 0 and 1 in each (at scale 4, where power 0 also reaches the
-#: floor, both did). At MiniLM's size (served in float32; the polish re-run from a recorded run's inputs,
-#: data/results/minilm_polish_diagnosis.json) the heads came 14 times closer (median) and the residual to 1.003 times
-#: the true block's, yet fresh queries at scale 16 were 40,691 u off: there the polish's queries, not its weighting,
-#: limit the heads.
+#: MiniLM's polish, its script and every row in data/results/minilm_polish_diagnosis.json: post-LN residual blocks
+#: rounded to float32, heads 0.015 to 0.1 times a random block's, start 3% off per head (one case 6%), queries of
+#: lengths 2 to 32 at scales log-uniform from 1 to 16 (one case 8, one 4)): at d = 64, H = 8, powers 0 / 1 / 2 left
+#: the heads 1.7e-5 / 1.0e-7 / 3.2e-7 off, the residual 52 / 1.1 / 5.4 times its value at the truth, in 636 / 314 /
+#: 182 LSMR iterations. Powers 0 and 1 were compared in eight cases (d = 64, H = 8 with five head sizes, scales and
+#: starts; d = 48, H = 12; d = 32 and 24, H = 4): in the seven at scale 8 or 16, power 1 left the heads 15 to 300 times
+#: closer in 0.42 to 0.58 times the iterations; at scale 4 both reached the truth's residual (heads 5.1e-7 and 4.6e-7).
+#: At MiniLM's size (served in float32; the polish re-run from a recorded run's inputs, the same file) the heads came
+#: 14 times closer (median) and the residual to 1.003 times the true block's, yet fresh queries at scale 16 were
+#: 40,691 u off: there the polish's queries, not its weighting, limit the heads.
 FREE_POLISH_SCALE_POWER = 1
 
 
