@@ -23,6 +23,7 @@ __all__ = [
     "polish_directions_free",
     "polish_free",
     "FREE_POLISH_STEPS",
+    "FREE_POLISH_SCALE_POWER",
     "residual_and_jacobian",
     "group_by_length",
     "polish_row_queries",
@@ -472,10 +473,10 @@ def polish_directions_free(Ws, Theta, Xs, directions, iters=None, lsmr_iters=100
     """
     What = [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]
     if scales is None:
-        scale = np.sqrt(sum(W.shape[0] for W in What))
-        return _polish_free(Ws, Theta, Xs, {"What": What}, scale, iters, lsmr_iters, lsmr_tol)
-    weights = [np.asarray(t, dtype=float) ** -FREE_POLISH_SCALE_POWER for t in scales]
-    scale = np.sqrt(sum(float(w @ w) for w in weights))  # the weighted residual's rms
+        weights, scale = None, np.sqrt(sum(W.shape[0] for W in What))
+    else:
+        weights = [np.asarray(t, dtype=float) ** -FREE_POLISH_SCALE_POWER for t in scales]
+        scale = np.sqrt(sum(float(w @ w) for w in weights))  # the weighted residual's rms
     return _polish_free(Ws, Theta, Xs, {"What": What, "weights": weights}, scale, iters, lsmr_iters, lsmr_tol)
 
 
