@@ -512,6 +512,7 @@ def test_float32_block_above_the_dense_polish_without_layernorm_is_polished_matr
     rec = learn_attention_layer(served, H=8)
     diag = rec.diagnostics
     assert diag["polished"] and diag["heads_learner"] == "joint" and len(diag["polish_lsmr_iterations"]) >= 1
+    assert diag["polish_rank"] == 4  # d_h = d / H: the heads' rows factored (_fit.head_rank)
     assert diag["polish_residual"] < 3e-2 * diag["polish_residual_before"]
     assert diag["verify_max_error"] <= 3 * U32
     assert floor_and_error(block, rec.model, 32) <= 4
@@ -2057,7 +2058,9 @@ def test_a_post_ln_budget_is_refused_before_the_first_query_at_its_largest_path(
     OpenBLAS's Haswell kernel, 2,008 on SkylakeX: where the first route fails), the plan's does not."""
     target = random_attention_layer(8, 2, residual=True, layernorm="post", eps=1e-5, seed=1)
     probe = VectorQueryOracle(target, budget=1)
-    with pytest.raises(BudgetExceededError, match="a post-LN route that fails, then its norms from the row space") as info:
+    with pytest.raises(
+        BudgetExceededError, match="a post-LN route that fails, then its norms from the row space"
+    ) as info:
         learn_attention_layer(probe, H=2)
     needed = info.value.needed
     d, H = 8, 2

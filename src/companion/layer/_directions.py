@@ -40,7 +40,15 @@ import numpy as np
 
 from ..errors import OracleInconsistentError, PrecisionError
 from ..oracles import VectorView, unit_roundoff
-from ._fit import FIT_MAX_LEN, features, group_by_length, polish_directions, polish_directions_free, polish_row_queries
+from ._fit import (
+    FIT_MAX_LEN,
+    features,
+    group_by_length,
+    head_rank,
+    polish_directions,
+    polish_directions_free,
+    polish_row_queries,
+)
 from ._float32 import FLOAT32_POLISH_MAX_UNKNOWNS, FLOAT32_FREE_POLISH_MAX_UNKNOWNS, joint_options
 from ._joint import joint_plan, learn_heads_joint, scale_plan
 from ._model import centre
@@ -310,10 +318,12 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     then ``eps`` again from their gaps
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
     nothing is asked and ``eps`` is None. The matrix-free polish weights each query's residual by
-    ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted). ``info``:
+    ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted), and takes
+    the heads' rows factored at their common rank where :func:`~companion.layer._fit.head_rank` finds one. ``info``:
     ``polished``, ``n_polish_queries``, the polish's relative rms residual before and after (weighted as the polish
-    weights it), ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), and the gap's
-    ``median_gap`` and ``eps_rtol`` (``u / gap``) from its queries."""
+    weights it), ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), ``polish_rank`` (the
+    factored heads' rank; None unfactored or dense), and the gap's ``median_gap`` and ``eps_rtol`` (``u / gap``) from
+    its queries."""
     d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
     n = polish_plan(d, d_out, H)
     if n == 0:
@@ -327,13 +337,15 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     free = unknowns > FLOAT32_POLISH_MAX_UNKNOWNS
     if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns; each query weighted by its scale
         t_batches = group_by_length(Xs, scales)[1]
-        Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs, scales=t_batches)
+        rank = head_rank(Ws)  # heads of a common rank: factored, r (2 d + 1) unknowns a head
+        Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs, scales=t_batches, rank=rank)
     else:
         Ws, Theta, before, after = polish_directions(Ws, Theta, batches, dirs)
     Pu = np.concatenate([(features(Ws, X) @ Theta) @ centre(d_out) for X in batches])
     eps, gap = post_ln_eps(norm, np.concatenate(answers), Pu)
     info = {"polished": True, "n_polish_queries": n, "polish_residual_before": before, "polish_residual_after": after}
     info["polish_lsmr_iterations"] = steps["lsmr_iterations"] if free else None
+    info["polish_rank"] = steps["rank"] if free else None
     info.update(median_gap=gap, eps_rtol=u / gap if gap > 0 else float("inf"))
     return Ws, Theta, eps, info
 

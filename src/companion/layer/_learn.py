@@ -11,8 +11,18 @@ from .._validation import check_choice, check_int
 from ..errors import InvalidInputError, NotIdentifiableError, OracleInconsistentError, PrecisionError, SolverError
 from ..oracles import VectorQueryOracle, unit_roundoff
 from ._joint import JOINT_FROM, JOINT_SCALE_STEPS, LINK_TOKENS, joint_plan, learn_heads_joint, scale_plan
-from ._fit import LSTSQ_GATE, POLISH_MAX_UNKNOWNS, LiftedReadout, fit_outputs, group_by_length, polish, polish_free
-from ._fit import FIT_MAX_LEN, polish_row_queries
+from ._fit import (
+    FIT_MAX_LEN,
+    LSTSQ_GATE,
+    POLISH_MAX_UNKNOWNS,
+    LiftedReadout,
+    fit_outputs,
+    group_by_length,
+    head_rank,
+    polish,
+    polish_free,
+    polish_row_queries,
+)
 from ._directions import NO_DIRECTIONS, ROW_SPACE, directions_apply
 from ._directions import FLOAT32_POST_VERIFY, directions_route_plan, float32_post_reach, learn_post_directions
 from ._directions import FREE_POLISH_MAX_LEN, polish_max_len, polish_plan, polish_post_directions
@@ -517,8 +527,8 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, longest + 1, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
         if free:  # the directions' operator on the answers, queries of lengths 2 to FREE_POLISH_MAX_LEN
-            Ws, Theta, before, after, steps = polish_free(Ws, Theta, batches + Xs, answers + Ys)
-            info["polish_lsmr_iterations"] = steps["lsmr_iterations"]
+            Ws, Theta, before, after, steps = polish_free(Ws, Theta, batches + Xs, answers + Ys, rank=head_rank(Ws))
+            info.update(polish_lsmr_iterations=steps["lsmr_iterations"], polish_rank=steps["rank"])
         else:
             iters = 4 if gate == LSTSQ_GATE else 8
             Ws, Theta, before, after = polish(Ws, Theta, batches + Xs, answers + Ys, iters=iters)
