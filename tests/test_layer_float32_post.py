@@ -16,6 +16,7 @@ from scipy.special import erf
 
 from companion.errors import OracleInconsistentError, PrecisionError
 from companion.layer import (
+    AttentionLayer,
     FLOAT32_HEADS_TOL,
     FLOAT32_POLISH_MAX_UNKNOWNS,
     FLOAT32_FREE_POLISH_MAX_UNKNOWNS,
@@ -31,7 +32,7 @@ from companion.layer._directions import (
     one_token_tol,
     polish_plan,
 )
-from companion.layer._fit import HEAD_RANK_GAP, polish_row_queries
+from companion.layer._fit import HEAD_OWN_GAP, HEAD_RANK_GAP, polish_row_queries
 from companion.layer._norm import GAP_ROUNDING, GAP_ROUNDING_UNITS, estimate_post_ln, gap_rounding, probe_lines
 from companion.oracles import VectorQueryOracle, unit_roundoff
 
@@ -641,20 +642,62 @@ def test_the_factored_heads_step_is_the_product_rule_and_its_adjoint():
 @pytest.mark.parametrize("gap, want", [(HEAD_RANK_GAP * 1.05, 4), (HEAD_RANK_GAP / 1.05, None)])
 def test_head_rank_names_a_rank_at_its_gap_only(gap, want):
     """HEAD_RANK_GAP just inside and outside: heads of d = 16 whose singular values fall by ``gap`` after the fourth
-    and by about 1.1 elsewhere; above ``d // 4`` no rank is looked for, whatever the gap."""
+    and by about 1.1 elsewhere; above ``d // 4`` no rank is looked for, whatever the gap; a head of rank 2 (gap 900)
+    among them makes a common gap, and every head is factored at its own largest gap's rank, 4, or more."""
     from companion.layer._fit import head_rank
 
-    rng = np.random.default_rng(0)
-    d, H = 16, 3
-    s = np.concatenate([[1.0, 0.9, 0.8, 0.7], 0.7 / gap * 0.9 ** np.arange(d - 4)])
-    Ws = np.zeros((H, d + 1, d + 1))
-    for h in range(H):
-        U = np.linalg.qr(rng.standard_normal((d, d)))[0]
-        V = np.linalg.qr(rng.standard_normal((d + 1, d)))[0]
-        Ws[h, :d] = (U * s) @ V.T
-    assert head_rank(Ws) == want
+    d = 16
+    s4 = np.concatenate([[1.0, 0.9, 0.8, 0.7], 0.7 / gap * 0.9 ** np.arange(d - 4)])
     s5 = np.concatenate([[1.0, 0.9, 0.8, 0.7, 0.6], 1e-6 * 0.9 ** np.arange(d - 5)])
-    for h in range(H):
+    s2 = np.concatenate([[1.0, 0.9], 1e-3 * 0.9 ** np.arange(d - 2)])
+    assert head_rank(_heads([s4, s4, s4], d)) == want
+    assert head_rank(_heads([s5, s5, s5], d)) is None  # rank 5 > d // 4
+    assert head_rank(_heads([s2, s4, s4], d)) == 4  # a rank-2 head makes a common gap; none is cut below its own
+    assert head_rank(_heads([s4, s2, s2], d)) == 4  # the common gap at 2, the rank-4 head's own at 4
+
+
+def _heads(spectra, d, seed=0):
+    """Heads' rows ``(H, d + 1, d + 1)`` of the given singular values (one row of ``spectra`` a head), random bases."""
+    rng = np.random.default_rng(seed)
+    Ws = np.zeros((len(spectra), d + 1, d + 1))
+    for h, s in enumerate(spectra):
         U, V = np.linalg.qr(rng.standard_normal((d, d)))[0], np.linalg.qr(rng.standard_normal((d + 1, d)))[0]
-        Ws[h, :d] = (U * s5) @ V.T
-    assert head_rank(Ws) is None  # rank 5 > d // 4
+        Ws[h, :d] = (U * s) @ V.T
+    return Ws
+
+
+@pytest.mark.parametrize("gap, want", [(HEAD_OWN_GAP * 1.05, 4), (HEAD_OWN_GAP / 1.05, None)])
+def test_head_rank_needs_every_head_to_show_its_own_gap(gap, want):
+    """HEAD_OWN_GAP just inside and outside: two heads fall by 10 after their fourth singular value, the third by
+    ``gap`` (the heads' mean gap about 5.8 either way, above HEAD_RANK_GAP); a head of rank 16 at d = 32 (above
+    ``d // 4``, no gap up to it) beside heads of rank 4 leaves every head unfactored."""
+    from companion.layer._fit import head_rank
+
+    d = 16
+    head = lambda g: np.concatenate([[1.0, 0.9, 0.8, 0.7], 0.7 / g * 0.9 ** np.arange(d - 4)])  # noqa: E731
+    assert head_rank(_heads([head(10.0), head(10.0), head(gap)], d)) == want
+    d = 32
+    low = np.concatenate([[1.0, 0.9, 0.8, 0.7], 1e-4 * 0.9 ** np.arange(d - 4)])
+    full = np.concatenate([0.95 ** np.arange(16), 1e-4 * 0.9 ** np.arange(d - 16)])
+    assert head_rank(_heads([low, low], d)) == 4
+    assert head_rank(_heads([low, low, full], d)) is None
+
+
+@pytest.mark.parametrize("head_dim, ranks, rank", [(12, (4, 12, 12), 12), (16, (4, 4, 16), None)])
+def test_heads_of_different_sizes_are_factored_at_the_largest_or_not_at_all(head_dim, ranks, rank):
+    """Heads of different ranks behind a post-LN, d = 48, served in float32 (a framework's heads share one size; these
+    do not). Measured (2026-12-06, learner seed 0, 1,000 fresh queries): ranks 4, 12, 12 factored at 12 (LSMR 41,
+    30, 26, 16), verified at 1.27 u, 0.70 u from the exact block; ranks 4, 4, 16 (above ``d // 4``) unfactored (59,
+    18), verified at 2.62 u, 0.70 u. The bounds are about twice."""
+    base = random_attention_layer(48, 3, head_dim=head_dim, residual=True, layernorm="post", eps=1e-3, seed=0)
+    Ws = base.Ws.copy()
+    for h, r in enumerate(ranks):
+        U, s, Vt = np.linalg.svd(Ws[h, :48], full_matrices=False)
+        Ws[h, :48] = (U[:, :r] * s[:r]) @ Vt[:r]
+    block = AttentionLayer(
+        Ws, base.Ms, base.b_O, base.skip, layernorm="post", gamma=base.gamma, beta=base.beta, eps=1e-3
+    )
+    rec = learn_attention_layer(VectorQueryOracle(_rounded32(block), d=48, d_out=48), H=3)
+    assert rec.diagnostics["polish_rank"] == rank
+    assert rec.diagnostics["verify_max_error"] <= 5 * U32
+    assert _error_u(rec.model, block, _fresh(48)) <= 1.5

@@ -25,6 +25,7 @@ __all__ = [
     "FREE_POLISH_STEPS",
     "FREE_POLISH_SCALE_POWER",
     "HEAD_RANK_GAP",
+    "HEAD_OWN_GAP",
     "head_rank",
     "residual_and_jacobian",
     "group_by_length",
@@ -100,14 +101,24 @@ FREE_POLISH_SCALE_POWER = 1
 #: 10 and 3.4.
 HEAD_RANK_GAP = 4
 
+#: The least gap ``s_r / s_(r+1)`` of a single head's rows at which :func:`head_rank` takes ``r`` as that head's own
+#: rank (this book's choice): below :data:`HEAD_RANK_GAP`, as one head's gap is noisier than the heads' mean.
+#: Measured (2026-12-06) on the heads before MiniLM's polish: their gaps at ``r = 32`` are 3.9 to 34.5; a rank-16
+#: head of a random block shows none up to ``d / 4``.
+HEAD_OWN_GAP = 2
+
 
 def head_rank(Ws) -> int | None:
-    """The heads' common rank: the ``r`` (1 to ``d // 4``) of the largest gap ``s_r / s_(r+1)`` in the heads' rows'
-    singular values (geometric mean over the heads), if it is at least ``HEAD_RANK_GAP``; else None (this book's own).
+    """The rank at which the matrix-free polish factors every head's rows, or None (this book's own).
 
-    ``Ws`` has shape ``(H, d + 1, d + 1)``, the rows ``Ws[:, :d, :]`` read. Above ``d // 4`` the factored heads
-    (:func:`polish_directions_free`'s ``rank``) would save less than half the unknowns, and a near-square noise
-    matrix's last singular values are far apart: no rank is looked for there.
+    Two conditions, on the heads' rows' singular values ``s_1 >= s_2 >= ...`` up to ``k = d // 4`` (above it the
+    factors would save less than half the unknowns, and a near-square noise matrix's last singular values are far
+    apart): the heads share a gap, ``s_k / s_(k+1)`` at least ``HEAD_RANK_GAP`` in geometric mean over the heads at
+    some ``k``; and every head shows its own, its rank the largest ``k`` with ``s_k / s_(k+1)`` at least
+    ``HEAD_OWN_GAP``. The rank is the largest head's, so that no head is cut below its own rank (heads of different
+    sizes are factored at the largest); a head with no gap of its own up to ``d // 4`` leaves all unfactored.
+
+    ``Ws`` has shape ``(H, d + 1, d + 1)``, the rows ``Ws[:, :d, :]`` read.
 
     >>> rng = np.random.default_rng(0)
     >>> W = np.zeros((2, 13, 13)); W[:, :12, :] = rng.standard_normal((2, 12, 2)) @ rng.standard_normal((2, 2, 13))
@@ -120,10 +131,15 @@ def head_rank(Ws) -> int | None:
     if top < 1:
         return None
     s = np.linalg.svd(Ws[:, :d, :], compute_uv=False)[:, : top + 1]
-    tiny = np.finfo(float).tiny
-    gaps = np.mean(np.log(np.maximum(s[:, :-1], tiny) / np.maximum(s[:, 1:], tiny)), axis=0)
-    r = int(np.argmax(gaps)) + 1
-    return r if gaps[r - 1] >= np.log(HEAD_RANK_GAP) else None
+    # zero below numpy.linalg.matrix_rank's tolerance (s_1 (d + 1) eps): rounding's ratios are no gaps
+    s = np.maximum(s, np.maximum(s[:, :1] * (d + 1) * np.finfo(float).eps, np.finfo(float).tiny))
+    logs = np.log(s[:, :-1] / s[:, 1:])  # (H, d // 4)
+    if np.max(logs.mean(axis=0)) < np.log(HEAD_RANK_GAP):
+        return None
+    own = logs >= np.log(HEAD_OWN_GAP)
+    if not np.all(own.any(axis=1)):
+        return None
+    return int(np.max(top - np.argmax(own[:, ::-1], axis=1)))
 
 
 def polish_row_queries(d: int, max_len: int = FIT_MAX_LEN) -> int:
