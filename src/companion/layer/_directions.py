@@ -44,7 +44,7 @@ from ._fit import (
     FIT_MAX_LEN,
     features,
     group_by_length,
-    head_rank,
+    head_ranks,
     polish_directions,
     polish_directions_free,
     polish_row_queries,
@@ -319,11 +319,11 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
     nothing is asked and ``eps`` is None. The matrix-free polish weights each query's residual by
     ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted), and takes
-    the heads' rows factored at their common rank where :func:`~companion.layer._fit.head_rank` finds one. ``info``:
+    the heads' rows factored at their ranks where :func:`~companion.layer._fit.head_ranks` finds them. ``info``:
     ``polished``, ``n_polish_queries``, the polish's relative rms residual before and after (weighted as the polish
     weights it), ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), ``polish_rank`` (the
-    factored heads' rank; None unfactored or dense), and the gap's ``median_gap`` and ``eps_rtol`` (``u / gap``) from
-    its queries."""
+    factored heads' ranks, one a head; None unfactored or dense), and the gap's ``median_gap`` and ``eps_rtol``
+    (``u / gap``) from its queries."""
     d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
     n = polish_plan(d, d_out, H)
     if n == 0:
@@ -337,7 +337,7 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     free = unknowns > FLOAT32_POLISH_MAX_UNKNOWNS
     if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns; each query weighted by its scale
         t_batches = group_by_length(Xs, scales)[1]
-        rank = head_rank(Ws)  # heads of a common rank: factored, r (2 d + 1) unknowns a head
+        rank = head_ranks(Ws)  # heads of known ranks: factored, r_h (2 d + 1) unknowns a head
         Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs, scales=t_batches, rank=rank)
     else:
         Ws, Theta, before, after = polish_directions(Ws, Theta, batches, dirs)

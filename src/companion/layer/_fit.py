@@ -26,7 +26,7 @@ __all__ = [
     "FREE_POLISH_SCALE_POWER",
     "HEAD_RANK_GAP",
     "HEAD_OWN_GAP",
-    "head_rank",
+    "head_ranks",
     "residual_and_jacobian",
     "group_by_length",
     "polish_row_queries",
@@ -92,54 +92,50 @@ FREE_POLISH_STEPS = 8
 #: 40,691 u off: there the polish's queries, not its weighting, limit the heads.
 FREE_POLISH_SCALE_POWER = 1
 
-#: The least gap, ``s_r / s_(r+1)`` in geometric mean over the heads' rows' singular values, at which
-#: :func:`head_rank` names a common rank ``r`` (this book's choice). A framework's heads share their size ``d_h``, and
+#: The least geometric mean over the heads of their largest gaps ``s_r / s_(r+1)`` (their rows' singular values) at
+#: which :func:`head_ranks` factors the heads (this book's choice). A framework's heads share their size ``d_h``, and
 #: each head's rows ``W~_h[:d, :] = W_Q~ W_K^T / sqrt(d_h)`` have rank ``d_h`` at most (Section 5's rank-``r`` heads);
 #: the matrix-free polish then takes ``r (2 d + 1)`` unknowns a head, not ``d (d + 1)``. Measured (2026-12-06) on
-#: the float32 route's heads before MiniLM's polish (2.7% off, median): 10.5 at ``r = 32`` (``d_h``), at most 1.2 at
-#: any other ``r`` up to ``d / 4``; on a d = 64 head of rank 8 with 3%, 10% and 30% of its norm added as noise: 32,
-#: 10 and 3.4.
+#: the float32 route's heads before MiniLM's polish (2.7% off, median): 10.5, every head's at ``r = 32`` (``d_h``); on a
+#: d = 64 head of rank 8 with 3%, 10% and 30% of its norm added as noise: 32, 10 and 3.4.
 HEAD_RANK_GAP = 4
 
-#: The least gap ``s_r / s_(r+1)`` of a single head's rows at which :func:`head_rank` takes ``r`` as that head's own
-#: rank (this book's choice): below :data:`HEAD_RANK_GAP`, as one head's gap is noisier than the heads' mean.
-#: Measured (2026-12-06) on the heads before MiniLM's polish: their gaps at ``r = 32`` are 3.9 to 34.5; a rank-16
-#: head of a random block shows none up to ``d / 4``.
+#: The least largest gap ``s_r / s_(r+1)`` of every single head for :func:`head_ranks` to factor (this book's choice):
+#: below :data:`HEAD_RANK_GAP`, as one head's gap is noisier than the heads' mean. Measured (2026-12-06) on the heads
+#: before MiniLM's polish: 3.9 to 34.5; a rank-16 head of a random block at d = 48 shows none up to ``d / 4``.
 HEAD_OWN_GAP = 2
 
 
-def head_rank(Ws) -> int | None:
-    """The rank at which the matrix-free polish factors every head's rows, or None (this book's own).
+def head_ranks(Ws) -> list[int] | None:
+    """Each head's rank, at which the matrix-free polish factors its rows, or None (this book's own).
 
-    Two conditions, on the heads' rows' singular values ``s_1 >= s_2 >= ...`` up to ``k = d // 4`` (above it the
-    factors would save less than half the unknowns, and a near-square noise matrix's last singular values are far
-    apart): the heads share a gap, ``s_k / s_(k+1)`` at least ``HEAD_RANK_GAP`` in geometric mean over the heads at
-    some ``k``; and every head shows its own, its rank the largest ``k`` with ``s_k / s_(k+1)`` at least
-    ``HEAD_OWN_GAP``. The rank is the largest head's, so that no head is cut below its own rank (heads of different
-    sizes are factored at the largest); a head with no gap of its own up to ``d // 4`` leaves all unfactored.
+    On the heads' rows' singular values ``s_1 >= s_2 >= ...`` up to ``k = d // 4`` (above it the factors would save
+    less than half the unknowns, and a near-square noise matrix's last singular values are far apart; below
+    ``numpy.linalg.matrix_rank``'s tolerance they are zero): a head's rank is the ``k`` of its largest gap
+    ``s_k / s_(k+1)``. Every head's gap must be at least ``HEAD_OWN_GAP``, and their geometric mean at least
+    ``HEAD_RANK_GAP``; else None, every head unfactored. Each head is factored at its own rank: a factor beyond it
+    would start at the noise's size and stall there (its Jacobian is as small; measured 2026-12-06, a d = 24, H = 5
+    block of rank-4 heads served in float32, one head factored at 5: verified at 59 u, against 1.04 u at 4).
 
     ``Ws`` has shape ``(H, d + 1, d + 1)``, the rows ``Ws[:, :d, :]`` read.
 
     >>> rng = np.random.default_rng(0)
     >>> W = np.zeros((2, 13, 13)); W[:, :12, :] = rng.standard_normal((2, 12, 2)) @ rng.standard_normal((2, 2, 13))
     >>> noise = rng.standard_normal((2, 13, 13))
-    >>> head_rank(W), head_rank(W + 1e-3 * noise), head_rank(noise)
-    (2, 2, None)
+    >>> head_ranks(W), head_ranks(W + 1e-3 * noise), head_ranks(noise)
+    ([2, 2], [2, 2], None)
     """
     d = Ws.shape[1] - 1
     top = d // 4
     if top < 1:
         return None
     s = np.linalg.svd(Ws[:, :d, :], compute_uv=False)[:, : top + 1]
-    # zero below numpy.linalg.matrix_rank's tolerance (s_1 (d + 1) eps): rounding's ratios are no gaps
     s = np.maximum(s, np.maximum(s[:, :1] * (d + 1) * np.finfo(float).eps, np.finfo(float).tiny))
     logs = np.log(s[:, :-1] / s[:, 1:])  # (H, d // 4)
-    if np.max(logs.mean(axis=0)) < np.log(HEAD_RANK_GAP):
+    gaps = logs.max(axis=1)
+    if np.min(gaps) < np.log(HEAD_OWN_GAP) or np.mean(gaps) < np.log(HEAD_RANK_GAP):
         return None
-    own = logs >= np.log(HEAD_OWN_GAP)
-    if not np.all(own.any(axis=1)):
-        return None
-    return int(np.max(top - np.argmax(own[:, ::-1], axis=1)))
+    return [int(k) + 1 for k in np.argmax(logs, axis=1)]
 
 
 def polish_row_queries(d: int, max_len: int = FIT_MAX_LEN) -> int:
@@ -516,8 +512,11 @@ def polish_directions_free(
     correlated). Memory ``O(B N H d + B p + p^2)`` floats, not ``B d_out`` times the unknowns. Same residual, same
     acceptance as :func:`polish_directions`; with ``scales`` (per batch, ``(B,)``: each query's token scale ``t``)
     each query's residual is weighted by ``t^-FREE_POLISH_SCALE_POWER`` (the reason and the measurements are the
-    constant's) and the residuals returned are the weighted one's rms. Returns ``(Ws, Theta, relative residual
-    before, after, info)``, ``info`` the LSMR iterations per step.
+    constant's) and the residuals returned are the weighted one's rms. With ``rank`` (an int, or one per head, as
+    :func:`head_ranks` gives) each head's rows are factored at it (:class:`_Factored`), from their best fit of that
+    rank; the start itself is returned if that fit and its steps never lower its residual. Returns ``(Ws, Theta,
+    relative residual before, after, info)``, ``info`` the LSMR iterations per step and the ranks (one per head, or
+    None).
 
     Each step is inexact, LSMR stopped at ``lsmr_tol`` (its ``atol`` and ``btol``) or ``lsmr_iters``. Measured
     (2026-12-05, the float32 route's polish at d = 32, H = 4 and d = 48, H = 12, against 1,000 fresh queries' exact
@@ -570,7 +569,7 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     cW = op.column_norms()
     if heads is not None:
         sA, sB = heads.column_norms(cW)
-        sF = np.concatenate([(1.0 / np.maximum(sA, tiny)).ravel(), (1.0 / np.maximum(sB, tiny)).ravel()])
+        sF = np.concatenate([(heads.mask / np.maximum(sA, tiny)).ravel(), (heads.mask / np.maximum(sB, tiny)).ravel()])
         nW = sF.size
     else:
         sW = 1.0 / np.maximum(cW, tiny)
@@ -632,27 +631,33 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
             break
     if best >= first:  # the factored start and its steps never beat the start itself
         (Ws, Theta), best = start, first
-    return Ws, Theta, first, best, {"lsmr_iterations": steps, "rank": rank}
+    ranks = None if rank is None else np.broadcast_to(np.asarray(rank, dtype=int), (H,)).tolist()
+    return Ws, Theta, first, best, {"lsmr_iterations": steps, "rank": ranks}
 
 
 class _Factored:
-    """Heads' rows of rank ``r``, ``W~_h[:d, :] = A_h B_h^T`` (``A_h`` of shape ``(d, r)``, ``B_h`` ``(d + 1, r)``;
-    this book's own): the matrix-free polish's unknowns on heads of a known rank, ``H r (2 d + 1)`` of them instead
-    of ``H d (d + 1)``. A step ``(dA, dB)`` moves the rows by ``dA B^T + A dB^T`` (Gauss-Newton linearises the
-    product); the factors are balanced (``A = U S^1/2``, ``B = V S^1/2`` from the rows' SVD) at each point, which
-    leaves the step's ``r^2`` gauge directions (``A G``, ``B G^-T``) to LSMR's least-norm step."""
+    """Heads' rows of ranks ``r_h``, ``W~_h[:d, :] = A_h B_h^T`` (``A_h`` of shape ``(d, r_h)``, ``B_h``
+    ``(d + 1, r_h)``; this book's own): the matrix-free polish's unknowns on heads of known ranks, ``sum_h r_h (2 d +
+    1)`` of them instead of ``H d (d + 1)``. Held as ``(H, d, r)`` and ``(H, d + 1, r)``, ``r`` the largest rank, the
+    columns beyond each head's own zero and kept so (``mask``). A step ``(dA, dB)`` moves the rows by
+    ``dA B^T + A dB^T`` (Gauss-Newton linearises the product); the factors are balanced (``A = U S^1/2``,
+    ``B = V S^1/2`` from the rows' SVD) at each point, which leaves the step's ``r_h^2`` gauge directions (``A G``,
+    ``B G^-T``) to LSMR's least-norm step."""
 
-    def __init__(self, W, r):
+    def __init__(self, W, ranks):
+        self.ranks = np.broadcast_to(np.asarray(ranks, dtype=int), (W.shape[0],))
+        r = int(self.ranks.max())
+        self.mask = (np.arange(r)[None, :] < self.ranks[:, None])[:, None, :].astype(float)  # (H, 1, r)
         U, s, Vt = np.linalg.svd(W, full_matrices=False)
-        s = np.sqrt(s[:, :r])
-        self.A, self.B, self.r = U[:, :, :r] * s[:, None, :], Vt[:, :r, :].transpose(0, 2, 1) * s[:, None, :], r
+        s = np.sqrt(s[:, None, :r]) * self.mask
+        self.A, self.B = U[:, :, :r] * s, Vt[:, :r, :].transpose(0, 2, 1) * s
 
     def W(self):
         return self.A @ self.B.transpose(0, 2, 1)
 
     def _split(self, x):
         nA = self.A.size
-        return x[:nA].reshape(self.A.shape), x[nA:].reshape(self.B.shape)
+        return x[:nA].reshape(self.A.shape) * self.mask, x[nA:].reshape(self.B.shape) * self.mask
 
     def dW(self, x):
         """``dA B^T + A dB^T``, ``(H, d, d + 1)``, of the flat step ``x = (dA, dB)``."""
@@ -660,12 +665,13 @@ class _Factored:
         return dA @ self.B.transpose(0, 2, 1) + self.A @ dB.transpose(0, 2, 1)
 
     def grad(self, gW):
-        """The adjoint of :meth:`dW`: ``(gW B, gW^T A)`` flat."""
-        return np.concatenate([(gW @ self.B).ravel(), (gW.transpose(0, 2, 1) @ self.A).ravel()])
+        """The adjoint of :meth:`dW`: ``(gW B, gW^T A)`` flat (zero beyond each head's rank)."""
+        gA, gB = (gW @ self.B) * self.mask, (gW.transpose(0, 2, 1) @ self.A) * self.mask
+        return np.concatenate([gA.ravel(), gB.ravel()])
 
     def column_norms(self, cW):
         """The factors' columns' norms estimated from the rows' (``cW``, ``(H, d, d + 1)``), their cross terms left
-        out: ``|J dA_ak|^2 ~ sum_c cW_ac^2 B_ck^2``, ``|J dB_ck|^2 ~ sum_a cW_ac^2 A_ak^2``."""
+        out: ``|J dA_ak|^2 ~ sum_c cW_ac^2 B_ck^2``, ``|J dB_ck|^2 ~ sum_a cW_ac^2 A_ak^2``; zero beyond the ranks."""
         c2 = cW * cW
         return np.sqrt(c2 @ (self.B * self.B)), np.sqrt(c2.transpose(0, 2, 1) @ (self.A * self.A))
 
@@ -673,10 +679,10 @@ class _Factored:
         """The factors after the step ``x`` (``(dA, dB)`` flat), balanced again."""
         dA, dB = self._split(x)
         out = _Factored.__new__(_Factored)
-        A, B = self.A + dA, self.B + dB
-        QA, RA = np.linalg.qr(A)
-        QB, RB = np.linalg.qr(B)
+        out.ranks, out.mask = self.ranks, self.mask
+        QA, RA = np.linalg.qr(self.A + dA)
+        QB, RB = np.linalg.qr(self.B + dB)
         U, s, Vt = np.linalg.svd(RA @ RB.transpose(0, 2, 1))
-        s = np.sqrt(s)
-        out.A, out.B, out.r = QA @ (U * s[:, None, :]), QB @ (Vt.transpose(0, 2, 1) * s[:, None, :]), self.r
+        s = np.sqrt(s[:, None, :]) * self.mask  # the product's rank is each head's: beyond it, rounding only
+        out.A, out.B = QA @ (U * s), QB @ (Vt.transpose(0, 2, 1) * s)
         return out

@@ -18,7 +18,7 @@ from ._fit import (
     LiftedReadout,
     fit_outputs,
     group_by_length,
-    head_rank,
+    head_ranks,
     polish,
     polish_free,
     polish_row_queries,
@@ -527,7 +527,7 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, longest + 1, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
         if free:  # the directions' operator on the answers, queries of lengths 2 to FREE_POLISH_MAX_LEN
-            Ws, Theta, before, after, steps = polish_free(Ws, Theta, batches + Xs, answers + Ys, rank=head_rank(Ws))
+            Ws, Theta, before, after, steps = polish_free(Ws, Theta, batches + Xs, answers + Ys, rank=head_ranks(Ws))
             info.update(polish_lsmr_iterations=steps["lsmr_iterations"], polish_rank=steps["rank"])
         else:
             iters = 4 if gate == LSTSQ_GATE else 8
