@@ -33,7 +33,7 @@ from companion.layer._directions import (
     polish_plan,
 )
 from companion.layer._fit import HEAD_OWN_GAP, HEAD_RANK_GAP, polish_row_queries
-from companion.layer._norm import GAP_ROUNDING, GAP_ROUNDING_UNITS, estimate_post_ln, gap_rounding, probe_lines
+from companion.layer._norm import GAP_ROUNDING, GAP_ROUNDING_UNITS, PostLN, estimate_post_ln, gap_rounding, probe_lines
 from companion.oracles import VectorQueryOracle, unit_roundoff
 
 U32 = 2.0**-24
@@ -498,7 +498,8 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
     bound 5 u (3.19 u when the polish asked every token at scale 2). With each polish query weighted by its token
     scale (FREE_POLISH_SCALE_POWER, 2026-12-06): LSMR 35, 39 and 12, residual 2.5e-6 to 2.2e-8, verified at 1.67 u,
     0.73 u from the exact block. With the heads' rows factored at their rank 4 (``_fit.head_ranks``, 2026-12-06): LSMR
-    30 and 5, residual 2.5e-6 to 2.4e-8, verified at 1.04 u, 0.53 u from the exact block."""
+    30 and 5, residual 2.5e-6 to 2.4e-8, verified at 1.04 u, 0.53 u from the exact block; with the LayerNorm's gamma,
+    beta polished too: LSMR 39 and 10, to 2.2e-8, verified at 1.01 u, 0.50 u."""
     block = random_attention_layer(24, 5, residual=True, layernorm="post", eps=1e-8, seed=497)
     oracle = VectorQueryOracle(_rounded32(block), d=24, d_out=24)
     rec = learn_attention_layer(oracle, H=5)
@@ -517,7 +518,8 @@ def test_the_matrix_free_polish_takes_at_most_free_polish_steps(monkeypatch, ste
     1.7 u); capped at 1 or 2 it stops there, verified at 15.3 u and 1.9 u (the bounds about twice). With the polish's
     queries weighted (FREE_POLISH_SCALE_POWER, 2026-12-06): 35, 39 and 12 iterations, 1.67 u; capped, 13.9 u and
     1.65 u. With the heads' rows factored at their rank 4 (``_fit.head_ranks``, 2026-12-06) it takes 2 (30 and 5
-    iterations, 1.04 u); capped at 1, 1.04 u (the bounds about three times)."""
+    iterations, 1.04 u); capped at 1, 1.04 u (the bounds about three times). With gamma, beta polished too: 39 and 10
+    iterations, 1.01 u; capped at 1, 1.02 u."""
     from companion.layer import FREE_POLISH_STEPS
     from companion.layer import _fit
 
@@ -531,12 +533,14 @@ def test_the_matrix_free_polish_takes_at_most_free_polish_steps(monkeypatch, ste
     assert diag["verify_max_error"] <= bound * U32
 
 
-def _scaled_polish(power, monkeypatch, d=32, H=4, seed=0, max_len=32, rank=None):
+def _scaled_polish(power, monkeypatch, d=32, H=4, seed=0, max_len=32, rank=None, beta_off=0.0, ln=False):
     """The matrix-free directions' polish on a proxy of MiniLM's (this book's): a post-LN residual block whose heads
     are 0.03 times a random block's (scores barely spread at token scale 1), answers rounded to float32, queries of
     lengths 2 to 32 at token scales log-uniform from 1 to 16, the heads' rows started 3% off and ``Theta`` 1e-3 off;
-    the queries' weights ``t^-power``, the heads factored at ``rank`` (None: not factored). Returns the heads' median
-    relative error, the unweighted residual over its value at the truth, and the LSMR iterations."""
+    the queries' weights ``t^-power``, the heads factored at ``rank`` (None: not factored); the directions from a
+    ``beta`` ``beta_off`` off (relative), polished with the rest where ``ln``. Returns the heads' median relative
+    error, the unweighted residual (on the true ``beta``'s directions) over its value at the truth, and the LSMR
+    iterations (and with ``beta_off``, the polished ``beta``'s relative error)."""
     from companion.layer import _fit
     from companion.layer._fit import _PolishOperator, group_by_length, polish_directions_free
 
@@ -549,6 +553,8 @@ def _scaled_polish(power, monkeypatch, d=32, H=4, seed=0, max_len=32, rank=None)
     Xs = [rng.standard_normal((int(m), d)) * (t / np.sqrt(d)) for m, t in zip(lengths, scales)]
     batches, answers = group_by_length(Xs, np.array([_rounded32(block)(X[None])[0] for X in Xs]))
     dirs = [(Y - block.beta) / block.gamma for Y in answers]
+    E = rng.standard_normal(d)
+    norm = PostLN(gamma=block.gamma, beta=block.beta + beta_off * np.linalg.norm(block.beta) * E / np.linalg.norm(E))
     truth = np.concatenate([block.Ms[h][:, :d].T for h in range(H)] + [block.skip.T, block.b_O[None, :]])
     Ws = block.Ws.copy()
     for h in range(H):
@@ -556,12 +562,20 @@ def _scaled_polish(power, monkeypatch, d=32, H=4, seed=0, max_len=32, rank=None)
         Ws[h, :d] += 0.03 * np.linalg.norm(block.Ws[h, :d]) * E / np.linalg.norm(E)
     Theta = truth + 1e-3 * np.linalg.norm(truth) * rng.standard_normal(truth.shape) / np.sqrt(truth.size)
     t = group_by_length(Xs, scales)[1]
-    Ws, Theta, _, _, info = polish_directions_free(Ws, Theta, batches, dirs, scales=t, rank=rank)
+    if ln:
+        Ws, Theta, _, _, info = polish_directions_free(Ws, Theta, batches, answers, scales=t, rank=rank, norm=norm)
+    else:
+        seen = [(Y - norm.beta) / norm.gamma for Y in answers]
+        Ws, Theta, _, _, info = polish_directions_free(Ws, Theta, batches, seen, scales=t, rank=rank)
     assert info["rank"] == (None if rank is None else [rank] * H)
     What = [w / np.linalg.norm(w, axis=1, keepdims=True) for w in dirs]
     res = lambda W, T: np.linalg.norm(_PolishOperator(W, T, batches, What=What).residual())  # noqa: E731
     heads = np.median([np.linalg.norm(Ws[h, :d] - block.Ws[h, :d]) / np.linalg.norm(block.Ws[h, :d]) for h in range(H)])
-    return float(heads), float(res(Ws, Theta) / res(block.Ws, truth)), sum(info["lsmr_iterations"])
+    out = float(heads), float(res(Ws, Theta) / res(block.Ws, truth)), sum(info["lsmr_iterations"])
+    if not beta_off:
+        return out
+    beta = info["beta"] if ln else norm.beta
+    return (*out, float(np.linalg.norm(beta - block.beta) / np.linalg.norm(block.beta)))
 
 
 def test_the_free_polish_weights_each_query_by_its_token_scale(monkeypatch):
@@ -708,3 +722,47 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
     assert (None if rank is None else sorted(rec.diagnostics["polish_rank"])) == rank  # heads in the learner's order
     assert rec.diagnostics["verify_max_error"] <= 5 * U32
     assert _error_u(rec.model, block, _fresh(48)) <= 1.5
+
+
+def test_the_polish_takes_the_layernorms_beta_in(monkeypatch):
+    """The matrix-free polish with ``norm`` polishes the LayerNorm's ``gamma``, ``beta`` with the heads (this book's
+    own). Measured (2026-12-06, _scaled_polish's proxy, d = 32, H = 4, heads factored at rank 8): the directions from a
+    ``beta`` 3e-5 off (relative; MiniLM's row space left its ``beta`` 2.2e-5 off) leave the heads 1.7e-6 off, against
+    3.6e-8 from the true ``beta``; polished with ``beta``, 3.7e-8, ``beta`` 9.6e-8 off (493 LSMR iterations, against
+    103). The bounds lie between."""
+    heads, _, _, beta = _scaled_polish(1, monkeypatch, rank=8, beta_off=3e-5)
+    assert heads > 5e-7 and beta > 2e-5
+    heads, _, its, beta = _scaled_polish(1, monkeypatch, rank=8, beta_off=3e-5, ln=True)
+    assert heads < 1e-7 and beta < 1e-6 and its < 800
+
+
+def test_the_polish_operator_on_the_layernorms_answers_is_its_residuals_derivative():
+    """``_PolishOperator(..., ln=(answers, gamma, beta))``: its products in ``(gamma, beta)`` against central
+    differences of its residual (to 1e-8, relative; measured 3e-10), and its adjoint against its products (to
+    rounding), with the queries weighted."""
+    from companion.layer._fit import _PolishOperator, group_by_length
+
+    d, H = 6, 2
+    block = random_attention_layer(d, H, residual=True, layernorm="post", seed=4).canonical()
+    rng = np.random.default_rng(1)
+    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, 9, size=60)]
+    batches, answers = group_by_length(Xs, block(Xs))
+    Ws, Theta = block.Ws + 1e-2 * rng.standard_normal(block.Ws.shape), rng.standard_normal((H * d + d + 1, d))
+    g0, b0 = block.gamma + 0.01 * rng.standard_normal(d), block.beta + 0.01 * rng.standard_normal(d)
+    weights = [rng.uniform(0.5, 2.0, size=X.shape[0]) for X in batches]
+
+    def op(g, b):
+        return _PolishOperator(Ws, Theta, batches, ln=(answers, g, b), weights=weights)
+
+    dW, dT, dL = rng.standard_normal((H, d, d + 1)), rng.standard_normal(Theta.shape), rng.standard_normal((2, d))
+    y = rng.standard_normal(op(g0, b0).residual().size)
+    gW, gT, gL = op(g0, b0).rmatvec(y)
+    assert float(op(g0, b0).matvec(dW, dT, dL) @ y) == pytest.approx(
+        float(np.sum(gW * dW) + np.sum(gT * dT) + np.sum(gL * dL)), rel=1e-12
+    )
+    h = 1e-6
+    fd = (op(g0 + h * dL[0], b0 + h * dL[1]).residual() - op(g0 - h * dL[0], b0 - h * dL[1]).residual()) / (2 * h)
+    got = op(g0, b0).matvec(0 * dW, 0 * dT, dL)
+    assert np.linalg.norm(fd - got) <= 1e-8 * np.linalg.norm(fd)
+    with pytest.raises(ValueError, match="not both"):
+        _PolishOperator(Ws, Theta, batches, What=answers, ln=(answers, g0, b0))

@@ -36,6 +36,8 @@ polish on them; ``M_h`` comes from the joint stage's amplitude vectors and the s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import OracleInconsistentError, PrecisionError
@@ -305,8 +307,8 @@ def polish_max_len(n: int) -> int:
 
 
 def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float = 1.0):
-    """``(Ws, Theta, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions` (up to
-    ``FLOAT32_POLISH_MAX_UNKNOWNS``; above, :func:`~companion.layer._fit.polish_directions_free`) on
+    """``(Ws, Theta, norm, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions`
+    (up to ``FLOAT32_POLISH_MAX_UNKNOWNS``; above, :func:`~companion.layer._fit.polish_directions_free`) on
     :func:`polish_plan`'s queries (lengths 2 to 8, or to ``FREE_POLISH_MAX_LEN`` above ``FLOAT32_POLISH_MAX_UNKNOWNS``;
     each query's tokens ``N(0, t^2 I / d)``, ``t`` log-uniform from 1 to ``scale``, the joint stage's token scale:
     the range the verification checks, where the heads' errors move the answers up to ``scale^2`` times more; this
@@ -318,36 +320,43 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     then ``eps`` again from their gaps
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
     nothing is asked and ``eps`` is None. The matrix-free polish weights each query's residual by
-    ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted), and takes
-    the heads' rows factored at their ranks where :func:`~companion.layer._fit.head_ranks` finds them. ``info``:
+    ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted), takes
+    the heads' rows factored at their ranks where :func:`~companion.layer._fit.head_ranks` finds them, and polishes
+    the LayerNorm's ``gamma`` and ``beta`` with them (``norm`` returned with its polished ones; the dense polish returns
+    ``norm`` as given). ``info``:
     ``polished``, ``n_polish_queries``, the polish's relative rms residual before and after (weighted as the polish
     weights it), ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), ``polish_rank`` (the
-    factored heads' ranks, one a head; None unfactored or dense), and the gap's ``median_gap`` and ``eps_rtol``
+    factored heads' ranks, one a head; None unfactored or dense), ``polish_beta_moved`` (``|dbeta| / |beta|``; None
+    dense), and the gap's ``median_gap`` and ``eps_rtol``
     (``u / gap``) from its queries."""
     d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
     n = polish_plan(d, d_out, H)
     if n == 0:
-        return Ws, Theta, None, {"polished": False, "n_polish_queries": 0}
+        return Ws, Theta, norm, None, {"polished": False, "n_polish_queries": 0}
     unknowns = polish_unknowns(d, d_out, H)
     lengths = rng.integers(2, polish_max_len(unknowns) + 1, size=n)
     scales = np.exp(rng.uniform(0.0, np.log(scale), size=n))  # log-uniform from 1 to scale
     Xs = [rng.standard_normal((int(m), d)) * (t / np.sqrt(d)) for m, t in zip(lengths, scales)]
     batches, answers = group_by_length(Xs, oracle(Xs))
-    dirs = [directions(norm, Y) for Y in answers]
     free = unknowns > FLOAT32_POLISH_MAX_UNKNOWNS
     if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns; each query weighted by its scale
         t_batches = group_by_length(Xs, scales)[1]
         rank = head_ranks(Ws)  # heads of known ranks: factored, r_h (2 d + 1) unknowns a head
-        Ws, Theta, before, after, steps = polish_directions_free(Ws, Theta, batches, dirs, scales=t_batches, rank=rank)
+        Ws, Theta, before, after, steps = polish_directions_free(
+            Ws, Theta, batches, answers, scales=t_batches, rank=rank, norm=norm
+        )
+        moved = float(np.linalg.norm(steps["beta"] - norm.beta) / max(np.linalg.norm(norm.beta), np.finfo(float).tiny))
+        norm = replace(norm, gamma=steps["gamma"], beta=steps["beta"])  # the directions' gamma, beta, polished
     else:
-        Ws, Theta, before, after = polish_directions(Ws, Theta, batches, dirs)
+        Ws, Theta, before, after = polish_directions(Ws, Theta, batches, [directions(norm, Y) for Y in answers])
     Pu = np.concatenate([(features(Ws, X) @ Theta) @ centre(d_out) for X in batches])
     eps, gap = post_ln_eps(norm, np.concatenate(answers), Pu)
     info = {"polished": True, "n_polish_queries": n, "polish_residual_before": before, "polish_residual_after": after}
     info["polish_lsmr_iterations"] = steps["lsmr_iterations"] if free else None
     info["polish_rank"] = steps["rank"] if free else None
+    info["polish_beta_moved"] = moved if free else None
     info.update(median_gap=gap, eps_rtol=u / gap if gap > 0 else float("inf"))
-    return Ws, Theta, eps, info
+    return Ws, Theta, norm, eps, info
 
 
 class RowScaled(VectorView):

@@ -391,7 +391,14 @@ class _PolishOperator:
     float64 whatever the products' dtype.
     """
 
-    def __init__(self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None):
+    def __init__(self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None, ln=None):
+        if ln is not None:  # the directions from the answers and the LayerNorm's (gamma, beta), themselves unknowns
+            if What is not None:
+                raise ValueError("_PolishOperator takes directions What or the LayerNorm's answers ln, not both")
+            answers, self.gamma, self.beta = ln
+            self.zt = [(Y - self.beta) / self.gamma for Y in answers]  # (y - beta) / gamma, per batch
+            What = [z / np.linalg.norm(z, axis=1, keepdims=True) for z in self.zt]
+        self.ln = ln is not None
         if (What is None) == (Ys is None):
             raise ValueError("_PolishOperator takes directions What or answers Ys, one of them")
         if weights is not None and What is None:
@@ -401,7 +408,7 @@ class _PolishOperator:
         products = Xs if products is None else products
         dtype = products[0].dtype if len(products) else np.dtype(float)
         self.Theta, self.M = Theta, Theta[: self.H * self.d].astype(dtype)
-        self.batches = []
+        self.batches, self.f, self.vhat = [], [], []
         for i, (X, Xp) in enumerate(zip(Xs, products)):
             B, H, d = X.shape[0], self.H, self.d
             xN = np.concatenate([X[:, -1, :], np.ones((B, 1))], axis=1)
@@ -418,6 +425,9 @@ class _PolishOperator:
                 if weights is not None:  # query k's residual times w_k: its |v_k| over w_k, in every product
                     nv = nv / weights[i]
                 r = (v - np.einsum("bo,bo->b", v, W)[:, None] * W) / nv[:, None]
+                if self.ln:  # w = zt / |zt| moves by -(I - w w^T) q / |zt|, q = (dbeta + zt dgamma) / gamma
+                    self.f.append((1.0 if weights is None else weights[i]) / np.linalg.norm(self.zt[i], axis=1))
+                    self.vhat.append(v / np.linalg.norm(v, axis=1, keepdims=True))
             xN, alpha, phi = xN.astype(dtype), alpha.astype(dtype), phi.astype(dtype)
             self.batches.append((Xp, xN, alpha, phi, W, nv, r))
 
@@ -439,33 +449,61 @@ class _PolishOperator:
         y = (y - np.einsum("bo,bo->b", y, W)[:, None] * W) / nv[:, None]
         return y - y.mean(axis=1, keepdims=True)
 
-    def matvec(self, dW, dT):
-        """``J (dW, dTheta)``: ``dW`` of shape ``(H, d, d + 1)``, ``dT`` ``(p, d_out)``; returns ``(B d_out,)``."""
+    def matvec(self, dW, dT, dln=None):
+        """``J (dW, dTheta)``: ``dW`` of shape ``(H, d, d + 1)``, ``dT`` ``(p, d_out)`` (and with ``ln``, ``dln`` of
+        shape ``(2, d_out)``: ``dgamma``, ``dbeta``); returns ``(B d_out,)``."""
         H, d, out = self.H, self.d, []
         dWf, dT = dW.reshape(H * d, d + 1).T.astype(self.M.dtype), dT.astype(self.M.dtype)
-        for X, xN, alpha, phi, W, nv, _ in self.batches:
+        for i, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
             B = X.shape[0]
             a = (xN @ dWf).reshape(B, H, d)  # dW_h x~_N
             g = alpha * (a @ X.transpose(0, 2, 1))  # alpha_n x_n^T dW_h x~_N, (B, H, N)
             dxbar = g @ X - g.sum(axis=2)[:, :, None] * phi[:, : H * d].reshape(B, H, d)
             du = phi @ dT + dxbar.reshape(B, H * d) @ self.M
-            out.append(self._proj(du.astype(float), W, nv).reshape(-1))
+            r = self._proj(du.astype(float), W, nv)
+            if (
+                dln is not None
+            ):  # r = w_k (vhat - (vhat . w) w): dr = f ((vhat . a) w + (vhat . w) a), a = (I - w w^T) q
+                q = (dln[1] + self.zt[i] * dln[0]) / self.gamma
+                a = q - np.einsum("bo,bo->b", q, W)[:, None] * W
+                vh = self.vhat[i]
+                r += self.f[i][:, None] * (
+                    np.einsum("bo,bo->b", vh, a)[:, None] * W + np.einsum("bo,bo->b", vh, W)[:, None] * a
+                )
+            out.append(r.reshape(-1))
         return np.concatenate(out)
 
     def rmatvec(self, y):
-        """``J^T y``: ``(dW of shape (H, d, d + 1), dTheta of shape (p, d_out))``."""
+        """``J^T y``: ``(dW of shape (H, d, d + 1), dTheta of shape (p, d_out))``, and with ``ln`` the
+        ``(2, d_out)`` of ``dgamma``, ``dbeta`` third."""
         H, d, i = self.H, self.d, 0
-        gW, gT = np.zeros((H * d, d + 1)), np.zeros((self.p, self.d_out))
-        for X, xN, alpha, phi, W, nv, _ in self.batches:
+        gW, gT, gL = np.zeros((H * d, d + 1)), np.zeros((self.p, self.d_out)), np.zeros((2, self.d_out))
+        for k, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
             B = X.shape[0]
-            z = self._proj_t(y[i : i + B * self.d_out].reshape(B, self.d_out), W, nv).astype(self.M.dtype)
+            yk = y[i : i + B * self.d_out].reshape(B, self.d_out)
+            z = self._proj_t(yk, W, nv).astype(self.M.dtype)
             i += B * self.d_out
             gT += phi.T @ z
             m = (z @ self.M.T).reshape(B, H, d)  # M_h z
             xbar = phi[:, : H * d].reshape(B, H, d)
             e = alpha * (m @ X.transpose(0, 2, 1) - np.einsum("bha,bha->bh", xbar, m)[:, :, None])
             gW += (e @ X).reshape(B, H * d).T @ xN
+            if self.ln:  # the adjoint: q = f (I - w w^T) ((w . y) vhat + (vhat . w) y)
+                vh = self.vhat[k]
+                t = np.einsum("bo,bo->b", W, yk)[:, None] * vh + np.einsum("bo,bo->b", vh, W)[:, None] * yk
+                q = self.f[k][:, None] * (t - np.einsum("bo,bo->b", t, W)[:, None] * W)
+                gL += np.stack([np.sum(q * self.zt[k], axis=0), np.sum(q, axis=0)]) / self.gamma
+        if self.ln:
+            return gW.reshape(H, d, d + 1), gT, gL
         return gW.reshape(H, d, d + 1), gT
+
+    def ln_column_norms(self):
+        """``|J e_j|`` over ``(gamma, beta)``, shape ``(2, d_out)``, in closed form."""
+        c = np.zeros((2, self.d_out))
+        for k, (_, _, _, _, W, _, _) in enumerate(self.batches):
+            q = (self.f[k] ** 2)[:, None] * (1.0 - W * W)
+            c += np.stack([np.sum(q * self.zt[k] ** 2, axis=0), np.sum(q, axis=0)])
+        return np.sqrt(c) / np.abs(self.gamma)
 
     def column_norms(self):
         """``|J e_j|`` over the heads' rows, shape ``(H, d, d + 1)``, in closed form.
@@ -501,7 +539,7 @@ class _PolishOperator:
 
 
 def polish_directions_free(
-    Ws, Theta, Xs, directions, iters=None, lsmr_iters=100, lsmr_tol=1e-3, scales=None, rank=None
+    Ws, Theta, Xs, directions, iters=None, lsmr_iters=100, lsmr_tol=1e-3, scales=None, rank=None, norm=None
 ):
     """:func:`polish_directions` matrix-free: each Gauss-Newton step by LSMR (Fong & Saunders 2011,
     ``scipy.sparse.linalg.lsmr``) on :class:`_PolishOperator`'s products (this book's own).
@@ -516,7 +554,11 @@ def polish_directions_free(
     :func:`head_ranks` gives) each head's rows are factored at it (:class:`_Factored`), from their best fit of that
     rank; the start itself is returned if that fit and its steps never lower its residual. Returns ``(Ws, Theta,
     relative residual before, after, info)``, ``info`` the LSMR iterations per step and the ranks (one per head, or
-    None).
+    None). With ``norm`` (the LayerNorm's ``gamma``, ``beta``; :class:`~companion.layer._norm.PostLN`),
+    ``directions`` are the answers ``y`` themselves, the directions ``(y - beta) / gamma`` are built from them at each
+    point and ``gamma``, ``beta`` are polished with the rest (``info["gamma"]``, ``info["beta"]``; this book's own:
+    on float32 answers the row space's ``beta`` is a few 1e-5 off, and the heads fitted to its directions take its
+    error in).
 
     Each step is inexact, LSMR stopped at ``lsmr_tol`` (its ``atol`` and ``btol``) or ``lsmr_iters``. Measured
     (2026-12-05, the float32 route's polish at d = 32, H = 4 and d = 48, H = 12, against 1,000 fresh queries' exact
@@ -524,13 +566,17 @@ def polish_directions_free(
     and 1.27 u; at 1e-2, 69 and 58 in six and four steps, to 1.87 u and 1.45 u. A Kronecker-factored (K-FAC-like)
     preconditioner of each head's block took as many iterations as its columns' norms.
     """
-    What = [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]
+    if norm is None:
+        data = {"What": [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]}
+    else:  # directions are the answers themselves: (y - beta) / gamma built at each point, gamma and beta polished
+        data = {"ln": (directions, np.asarray(norm.gamma, float), np.asarray(norm.beta, float))}
+    n_queries = sum(W.shape[0] for W in directions)
     if scales is None:
-        weights, scale = None, np.sqrt(sum(W.shape[0] for W in What))
+        weights, scale = None, np.sqrt(n_queries)
     else:
         weights = [np.asarray(t, dtype=float) ** -FREE_POLISH_SCALE_POWER for t in scales]
         scale = np.sqrt(sum(float(w @ w) for w in weights))  # the weighted residual's rms
-    return _polish_free(Ws, Theta, Xs, {"What": What, "weights": weights}, scale, iters, lsmr_iters, lsmr_tol, rank)
+    return _polish_free(Ws, Theta, Xs, {**data, "weights": weights}, scale, iters, lsmr_iters, lsmr_tol, rank)
 
 
 def polish_free(Ws, Theta, Xs, Ys, iters=None, lsmr_iters=100, lsmr_tol=1e-3, rank=None):
@@ -546,7 +592,9 @@ def polish_free(Ws, Theta, Xs, Ys, iters=None, lsmr_iters=100, lsmr_tol=1e-3, ra
 
 def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=None):
     """Gauss-Newton by LSMR on :class:`_PolishOperator` built on ``data`` (``What`` or ``Ys``); residuals over
-    ``scale``. With ``rank``, on each head's rows factored, ``W~_h[:d, :] = A_h B_h^T`` (:class:`_Factored`)."""
+    ``scale``. With ``rank``, on each head's rows factored, ``W~_h[:d, :] = A_h B_h^T`` (:class:`_Factored`); with
+    ``data["ln"] = (answers, gamma, beta)`` the LayerNorm's ``gamma``, ``beta`` are unknowns too, the directions
+    ``(y - beta) / gamma`` built again at each point, and ``info`` holds them polished."""
     from scipy.linalg import cho_factor, solve_triangular
     from scipy.sparse.linalg import LinearOperator, lsmr
 
@@ -557,7 +605,8 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     op = _PolishOperator(Ws, Theta, Xs, products=products, **data)
     r = op.residual()
     first = best = float(np.linalg.norm(r)) / scale
-    start = Ws, Theta
+    start, start_data = (Ws, Theta), data
+    nL = 2 * d_out if op.ln else 0
     heads = None if rank is None else _Factored(Ws[:, :d, :], rank)
     if heads is not None:  # from the heads' rows truncated to rank: the factors' point
         Ws = Ws.copy()
@@ -573,6 +622,7 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
         nW = sF.size
     else:
         sW = 1.0 / np.maximum(cW, tiny)
+    sL = 1.0 / np.maximum(op.ln_column_norms(), tiny) if nL else None
     G = op.gram()
     D = np.sqrt(np.maximum(np.diag(G), tiny))
     G /= np.outer(D, D)
@@ -595,23 +645,26 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
         def dW_of(x):
             return x[:nW].reshape(H, d, d + 1) * sW if heads is None else heads.dW(x[:nW] * sF)
 
+        def dln_of(x):
+            return x[nW + p * d_out :].reshape(2, d_out) * sL if nL else None
+
         def mv(x):
-            return op.matvec(dW_of(x), tmap(x[nW:].reshape(p, d_out)))
+            return op.matvec(dW_of(x), tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x))
 
         def rmv(y):
-            gW, gT = op.rmatvec(y)
-            gW = (gW * sW).reshape(-1) if heads is None else heads.grad(gW) * sF
-            return np.concatenate([gW, solve_triangular(L, gT / D[:, None], lower=True).ravel()])
+            g = op.rmatvec(y)
+            gW = (g[0] * sW).reshape(-1) if heads is None else heads.grad(g[0]) * sF
+            gT = solve_triangular(L, g[1] / D[:, None], lower=True).ravel()
+            return np.concatenate([gW, gT] + ([(g[2] * sL).ravel()] if nL else []))
 
-        A = LinearOperator((r.size, nW + p * d_out), matvec=mv, rmatvec=rmv, dtype=float)
+        A = LinearOperator((r.size, nW + p * d_out + nL), matvec=mv, rmatvec=rmv, dtype=float)
         x, _, its = lsmr(A, -r, atol=lsmr_tol, btol=lsmr_tol, maxiter=lsmr_iters)[:3]
-        if heads is not None:
-            return x[:nW] * sF, tmap(x[nW:].reshape(p, d_out)), int(its)
-        return x[:nW].reshape(H, d, d + 1) * sW, tmap(x[nW:].reshape(p, d_out)), int(its)
+        dW = x[:nW] * sF if heads is not None else x[:nW].reshape(H, d, d + 1) * sW
+        return dW, tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x), int(its)
 
     steps = []
     for _ in range(iters):
-        dW, dT, its = step(op, r)
+        dW, dT, dln, its = step(op, r)
         steps.append(its)
         del op  # its features, B p floats, are built again at the new point
         W_new = Ws.copy()
@@ -621,18 +674,25 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
         else:
             W_new[:, :d, :] = moved.W()
         T_new = Theta + dT
-        op = _PolishOperator(W_new, T_new, Xs, products=products, **data)
+        data_new = data
+        if nL:
+            answers, gamma, beta = data["ln"]
+            data_new = {**data, "ln": (answers, gamma + dln[0], beta + dln[1])}
+        op = _PolishOperator(W_new, T_new, Xs, products=products, **data_new)
         r_new = op.residual()
         res = float(np.linalg.norm(r_new)) / scale
         if not res < best:
             break
-        Ws, Theta, r, gain, best, heads = W_new, T_new, r_new, best / res, res, moved
+        Ws, Theta, r, gain, best, heads, data = W_new, T_new, r_new, best / res, res, moved, data_new
         if gain < 1.01:
             break
     if best >= first:  # the factored start and its steps never beat the start itself
-        (Ws, Theta), best = start, first
+        (Ws, Theta), best, data = start, first, start_data
     ranks = None if rank is None else np.broadcast_to(np.asarray(rank, dtype=int), (H,)).tolist()
-    return Ws, Theta, first, best, {"lsmr_iterations": steps, "rank": ranks}
+    info = {"lsmr_iterations": steps, "rank": ranks}
+    if nL:
+        info["gamma"], info["beta"] = data["ln"][1], data["ln"][2]
+    return Ws, Theta, first, best, info
 
 
 class _Factored:

@@ -680,7 +680,7 @@ def _learn_post_directions(oracle, norm, o: _Options, count, rng, d: int, gap: f
             Ws, Theta, eps, info = learn_post_directions(oracle, norm, H, rng, o.u)
         if n_polish:
             with count.stage("polish"):
-                Ws, Theta, eps, polished = polish_post_directions(oracle, norm, Ws, Theta, rng, o.u, info[_SCALE])
+                Ws, Theta, norm, eps, polished = polish_post_directions(oracle, norm, Ws, Theta, rng, o.u, info[_SCALE])
             info.update(polished)
         layer, kind, skip_err = _assemble(Ws, Theta, norm, o, d, eps=eps)
         n_learn = count.total
