@@ -386,9 +386,12 @@ class _PolishOperator:
     flops; the Jacobian's entries (``B d_out`` times as many) are never formed.
 
     ``weights`` (per batch, ``(B,)``; directions only) multiply each query's residual, and so its row of the
-    Jacobian. The residual is float64's. The products, the column norms and the features they use are in the dtype of
-    ``products`` (the batches cast, once a polish; float64's ``Xs`` where None); the Gram matrix is accumulated in
-    float64 whatever the products' dtype.
+    Jacobian. ``ln = (answers, gamma, beta)`` in place of ``What``: the directions ``(y - beta) / gamma`` of the answers
+    (per batch), and the LayerNorm's ``gamma``, ``beta`` unknowns too (``matvec``'s ``dln``, ``rmatvec``'s third
+    block, ``ln_column_norms``), their Jacobian exact (the unit direction ``w`` moves by ``-(I - w w^T) q / |zt|``,
+    ``q = (dbeta + zt dgamma) / gamma``, ``zt = (y - beta) / gamma``). The residual is float64's. The products, the
+    column norms and the features they use are in the dtype of ``products`` (the batches cast, once a polish;
+    float64's ``Xs`` where None); the Gram matrix is accumulated in float64 whatever the products' dtype.
     """
 
     def __init__(self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None, ln=None):
@@ -461,9 +464,8 @@ class _PolishOperator:
             dxbar = g @ X - g.sum(axis=2)[:, :, None] * phi[:, : H * d].reshape(B, H, d)
             du = phi @ dT + dxbar.reshape(B, H * d) @ self.M
             r = self._proj(du.astype(float), W, nv)
-            if (
-                dln is not None
-            ):  # r = w_k (vhat - (vhat . w) w): dr = f ((vhat . a) w + (vhat . w) a), a = (I - w w^T) q
+            if dln is not None:
+                # r = w_k (vhat - (vhat . w) w): dr = f ((vhat . a) w + (vhat . w) a), a = (I - w w^T) q
                 q = (dln[1] + self.zt[i] * dln[0]) / self.gamma
                 a = q - np.einsum("bo,bo->b", q, W)[:, None] * W
                 vh = self.vhat[i]
