@@ -89,7 +89,7 @@ FREE_POLISH_STEPS = 8
 #: closer in 0.42 to 0.58 times the iterations; at scale 4 both reached the truth's residual (heads 5.1e-7 and 4.6e-7).
 #: At MiniLM's size (served in float32; the polish re-run from a recorded run's inputs, the same file) the heads came
 #: 14 times closer (median) and the residual to 1.003 times the true block's, yet fresh queries at scale 16 were
-#: 40,691 u off: there the polish's queries, not its weighting, limit the heads.
+#: 40,691 u off: there the unknowns per head limited the heads (factored at their rank, :data:`HEAD_RANK_GAP`, 409 u).
 FREE_POLISH_SCALE_POWER = 1
 
 #: The least geometric mean over the heads of their largest gaps ``s_r / s_(r+1)`` (their rows' singular values) at
@@ -104,6 +104,10 @@ HEAD_RANK_GAP = 4
 #: below :data:`HEAD_RANK_GAP`, as one head's gap is noisier than the heads' mean. Measured (2026-12-06) on the heads
 #: before MiniLM's polish: 3.9 to 34.5; a rank-16 head of a random block at d = 48 shows none up to ``d / 4``.
 HEAD_OWN_GAP = 2
+
+#: Whether the matrix-free polish on the answers (``polish_directions_free``'s ``norm``) moves the LayerNorm's
+#: ``gamma`` with its ``beta`` (this book's choice: it does not). MEASUREMENT PENDING.
+POLISH_LN_GAMMA = False
 
 
 def head_ranks(Ws) -> list[int] | None:
@@ -625,6 +629,8 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     else:
         sW = 1.0 / np.maximum(cW, tiny)
     sL = 1.0 / np.maximum(op.ln_column_norms(), tiny) if nL else None
+    if nL and not POLISH_LN_GAMMA:
+        sL[0] = 0.0  # gamma's columns zero: LSMR's least-norm step leaves gamma where it is
     G = op.gram()
     D = np.sqrt(np.maximum(np.diag(G), tiny))
     G /= np.outer(D, D)
