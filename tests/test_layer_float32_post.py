@@ -499,7 +499,8 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
     scale (FREE_POLISH_SCALE_POWER, 2026-12-06): LSMR 35, 39 and 12, residual 2.5e-6 to 2.2e-8, verified at 1.67 u,
     0.73 u from the exact block. With the heads' rows factored at their rank 4 (``_fit.head_ranks``, 2026-12-06): LSMR
     30 and 5, residual 2.5e-6 to 2.4e-8, verified at 1.04 u, 0.53 u from the exact block; with the LayerNorm's gamma,
-    beta polished too: LSMR 39 and 10, to 2.2e-8, verified at 1.01 u, 0.50 u."""
+    beta polished too: LSMR 39 and 10, to 2.2e-8, verified at 1.01 u, 0.50 u; its beta alone, gamma held
+    (POLISH_LN_GAMMA): LSMR 39 and 8, to 2.2e-8, verified at 1.03 u, 0.52 u."""
     block = random_attention_layer(24, 5, residual=True, layernorm="post", eps=1e-8, seed=497)
     oracle = VectorQueryOracle(_rounded32(block), d=24, d_out=24)
     rec = learn_attention_layer(oracle, H=5)
@@ -519,7 +520,8 @@ def test_the_matrix_free_polish_takes_at_most_free_polish_steps(monkeypatch, ste
     queries weighted (FREE_POLISH_SCALE_POWER, 2026-12-06): 35, 39 and 12 iterations, 1.67 u; capped, 13.9 u and
     1.65 u. With the heads' rows factored at their rank 4 (``_fit.head_ranks``, 2026-12-06) it takes 2 (30 and 5
     iterations, 1.04 u); capped at 1, 1.04 u (the bounds about three times). With gamma, beta polished too: 39 and 10
-    iterations, 1.01 u; capped at 1, 1.02 u."""
+    iterations, 1.01 u; capped at 1, 1.02 u. With beta alone, gamma held (POLISH_LN_GAMMA): 39 and 8, 1.03 u; capped
+    at 1, 1.02 u."""
     from companion.layer import FREE_POLISH_STEPS
     from companion.layer import _fit
 
@@ -540,7 +542,7 @@ def _scaled_polish(power, monkeypatch, d=32, H=4, seed=0, max_len=32, rank=None,
     the queries' weights ``t^-power``, the heads factored at ``rank`` (None: not factored); the directions from a
     ``beta`` ``beta_off`` off (relative), polished with the rest where ``ln``. Returns the heads' median relative
     error, the unweighted residual (on the true ``beta``'s directions) over its value at the truth, and the LSMR
-    iterations (and with ``beta_off``, the polished ``beta``'s relative error)."""
+    iterations (and with ``beta_off``, the polished ``beta``'s relative error; with ``ln`` too, ``gamma``'s)."""
     from companion.layer import _fit
     from companion.layer._fit import _PolishOperator, group_by_length, polish_directions_free
 
@@ -575,7 +577,8 @@ def _scaled_polish(power, monkeypatch, d=32, H=4, seed=0, max_len=32, rank=None,
     if not beta_off:
         return out
     beta = info["beta"] if ln else norm.beta
-    return (*out, float(np.linalg.norm(beta - block.beta) / np.linalg.norm(block.beta)))
+    out = (*out, float(np.linalg.norm(beta - block.beta) / np.linalg.norm(block.beta)))
+    return (*out, float(np.linalg.norm(info["gamma"] - block.gamma) / np.linalg.norm(block.gamma))) if ln else out
 
 
 def test_the_free_polish_weights_each_query_by_its_token_scale(monkeypatch):
@@ -709,7 +712,9 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
     """Heads of different ranks behind a post-LN, d = 48, served in float32 (a framework's heads share one size; these
     do not). Measured (2026-12-06, learner seed 0, 1,000 fresh queries): ranks 4, 12, 12, each factored at its own,
     verified at 1.30 u, 0.70 u from the exact block (LSMR 40, 9; all three factored at 12: 1.27 u, 0.70 u); ranks 4,
-    4, 16 (above ``d // 4``) unfactored (LSMR 59, 18), verified at 2.62 u, 0.70 u. The bounds are about twice."""
+    4, 16 (above ``d // 4``) unfactored (LSMR 59, 18), verified at 2.62 u, 0.70 u. With the LayerNorm's beta polished
+    with them, gamma held (POLISH_LN_GAMMA, 2026-12-06): 1.16 u and 0.57 u (LSMR 49, 14); 2.48 u and 0.64 u (62, 18).
+    The bounds are about twice."""
     base = random_attention_layer(48, 3, head_dim=head_dim, residual=True, layernorm="post", eps=1e-3, seed=0)
     Ws = base.Ws.copy()
     for h, r in enumerate(ranks):
@@ -725,15 +730,29 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
 
 
 def test_the_polish_takes_the_layernorms_beta_in(monkeypatch):
-    """The matrix-free polish with ``norm`` polishes the LayerNorm's ``gamma``, ``beta`` with the heads (this book's
-    own). Measured (2026-12-06, _scaled_polish's proxy, d = 32, H = 4, heads factored at rank 8): the directions from a
-    ``beta`` 3e-5 off (relative; MiniLM's row space left its ``beta`` 2.2e-5 off) leave the heads 1.7e-6 off, against
-    3.6e-8 from the true ``beta``; polished with ``beta``, 3.7e-8, ``beta`` 9.6e-8 off (493 LSMR iterations, against
-    103). The bounds lie between."""
+    """The matrix-free polish with ``norm`` polishes the LayerNorm's ``beta`` with the heads, ``gamma`` held (this
+    book's own). Measured (2026-12-06, _scaled_polish's proxy, d = 32, H = 4, heads factored at rank 8): the directions
+    from a ``beta`` 3e-5 off (relative; MiniLM's row space left its ``beta`` 2.2e-5 off) leave the heads 1.7e-6 off,
+    against 3.6e-8 from the true ``beta``; polished with ``beta``, 3.7e-8, ``beta`` 9.2e-8 off, the residual 1.14 times
+    the truth's (203 LSMR iterations, against 103). The bounds lie between."""
     heads, _, _, beta = _scaled_polish(1, monkeypatch, rank=8, beta_off=3e-5)
     assert heads > 5e-7 and beta > 2e-5
-    heads, _, its, beta = _scaled_polish(1, monkeypatch, rank=8, beta_off=3e-5, ln=True)
-    assert heads < 1e-7 and beta < 1e-6 and its < 800
+    heads, res, its, beta, gamma = _scaled_polish(1, monkeypatch, rank=8, beta_off=3e-5, ln=True)
+    assert heads < 1e-7 and beta < 1e-6 and res < 1.5 and its < 300 and gamma == 0.0
+
+
+def test_the_polish_holds_the_layernorms_gamma(monkeypatch):
+    """POLISH_LN_GAMMA = False. Measured (2026-12-06, the proxy above): ``gamma``, exact at the start, polished with
+    ``beta`` drifts to 1.0e-7 off; the residual, on the true ``beta``'s directions, ends 5.1 times the truth's (held:
+    1.14), in 492 LSMR iterations (held: 203); heads and ``beta`` as held (3.7e-8, 9.6e-8). On MiniLM's float32 block
+    the row space's ``gamma``, 1.3e-7 off, drifted to 1.3e-5 (data/results/minilm_polish_diagnosis.json,
+    ``layernorm_rerun``). The bounds lie between."""
+    from companion.layer import _fit
+
+    assert _fit.POLISH_LN_GAMMA is False
+    monkeypatch.setattr(_fit, "POLISH_LN_GAMMA", True)
+    heads, res, its, beta, gamma = _scaled_polish(1, monkeypatch, rank=8, beta_off=3e-5, ln=True)
+    assert heads < 1e-7 and beta < 1e-6 and gamma > 5e-8 and res > 3 and its > 300
 
 
 def test_the_polish_operator_on_the_layernorms_answers_is_its_residuals_derivative():

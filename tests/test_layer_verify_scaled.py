@@ -103,7 +103,8 @@ def test_scores_soft_capped_far_out_are_refused_on_the_scaled_share():
     tokens), the returned block 18 u and 75 u from the target: at the edge of what 60 u tells apart. Capped at 2,000
     (33 u and 175 u from the block): 2.4e-6 on ``N(0, I / d)`` tokens and 7.1e-6 (119 u) at scale 2, refused, both
     causes named; at 1,500 the joint stage refuses. With the LayerNorm's gamma, beta polished too (2026-12-06): 7.04e-6
-    at scale 2 (2.4e-6 on ``N(0, I / d)`` tokens), refused; capped at 3,000, verified at 3.13e-6 and returned."""
+    at scale 2 (2.4e-6 on ``N(0, I / d)`` tokens), refused; capped at 3,000, verified at 3.13e-6 and returned. With
+    beta alone, gamma held (POLISH_LN_GAMMA): the same at 2,000 and 3,000; capped at 1e9, 0.78 u."""
     block = random_attention_layer(32, 8, residual=True, layernorm="post", eps=1e-12, seed=0)
     with pytest.raises(OracleInconsistentError, match="2 times larger.*a cap on the scores") as info:
         learn_attention_layer(VectorQueryOracle(_soft_capped(block, 2000.0), d=32, d_out=32), H=8)
@@ -135,7 +136,8 @@ def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_r
     verified (30.1 u) but 31.6 u off at scale 8 and 55.6 u at 16; unscaled and unfactored, refused at 97 u. With the
     LayerNorm's gamma, beta polished too (2026-12-06): verified at 1.68 u, within 0.40 u, 0.51 u, 0.79 u, 1.56 u and
     2.84 u at scales 1 to 16; unscaled, 30.0 u, and 31.9 u off at scale 8; unscaled and unfactored, refused at
-    91.7 u."""
+    91.7 u. With beta alone, gamma held (POLISH_LN_GAMMA): verified at 1.64 u, within 0.30 u, 0.39 u, 0.63 u, 1.55 u
+    and 2.82 u; unscaled, 29.9 u, and 31.8 u off at scale 8; unscaled and unfactored, refused at 92.1 u."""
     import companion.layer._directions as directions
     import companion.layer._learn as learn
 

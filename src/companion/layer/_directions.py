@@ -322,8 +322,8 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     nothing is asked and ``eps`` is None. The matrix-free polish weights each query's residual by
     ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted), takes
     the heads' rows factored at their ranks where :func:`~companion.layer._fit.head_ranks` finds them, and polishes
-    the LayerNorm's ``gamma`` and ``beta`` with them (``norm`` returned with its polished ones; the dense polish returns
-    ``norm`` as given). ``info``:
+    the LayerNorm's ``beta`` with them, its ``gamma`` held (``_fit.POLISH_LN_GAMMA``; ``norm`` returned with the
+    polished ``beta``; the dense polish returns ``norm`` as given). ``info``:
     ``polished``, ``n_polish_queries``, the polish's relative rms residual before and after (weighted as the polish
     weights it), ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), ``polish_rank`` (the
     factored heads' ranks, one a head; None unfactored or dense), ``polish_beta_moved`` (``|dbeta| / |beta|``; None
@@ -338,23 +338,24 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     scales = np.exp(rng.uniform(0.0, np.log(scale), size=n))  # log-uniform from 1 to scale
     Xs = [rng.standard_normal((int(m), d)) * (t / np.sqrt(d)) for m, t in zip(lengths, scales)]
     batches, answers = group_by_length(Xs, oracle(Xs))
-    free = unknowns > FLOAT32_POLISH_MAX_UNKNOWNS
-    if free:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns; each query weighted by its scale
+    free = dict.fromkeys(("polish_lsmr_iterations", "polish_rank", "polish_beta_moved"))  # None on the dense polish
+    if unknowns > FLOAT32_POLISH_MAX_UNKNOWNS:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns
+        # each query weighted by its scale
         t_batches = group_by_length(Xs, scales)[1]
         rank = head_ranks(Ws)  # heads of known ranks: factored, r_h (2 d + 1) unknowns a head
         Ws, Theta, before, after, steps = polish_directions_free(
             Ws, Theta, batches, answers, scales=t_batches, rank=rank, norm=norm
         )
         moved = float(np.linalg.norm(steps["beta"] - norm.beta) / max(np.linalg.norm(norm.beta), np.finfo(float).tiny))
-        norm = replace(norm, gamma=steps["gamma"], beta=steps["beta"])  # the directions' gamma, beta, polished
+        free = {"polish_lsmr_iterations": steps["lsmr_iterations"], "polish_rank": steps["rank"]}
+        free["polish_beta_moved"] = moved
+        norm = replace(norm, gamma=steps["gamma"], beta=steps["beta"])  # beta polished (gamma held: POLISH_LN_GAMMA)
     else:
         Ws, Theta, before, after = polish_directions(Ws, Theta, batches, [directions(norm, Y) for Y in answers])
     Pu = np.concatenate([(features(Ws, X) @ Theta) @ centre(d_out) for X in batches])
     eps, gap = post_ln_eps(norm, np.concatenate(answers), Pu)
     info = {"polished": True, "n_polish_queries": n, "polish_residual_before": before, "polish_residual_after": after}
-    info["polish_lsmr_iterations"] = steps["lsmr_iterations"] if free else None
-    info["polish_rank"] = steps["rank"] if free else None
-    info["polish_beta_moved"] = moved if free else None
+    info.update(free)
     info.update(median_gap=gap, eps_rtol=u / gap if gap > 0 else float("inf"))
     return Ws, Theta, norm, eps, info
 

@@ -26,6 +26,7 @@ __all__ = [
     "FREE_POLISH_SCALE_POWER",
     "HEAD_RANK_GAP",
     "HEAD_OWN_GAP",
+    "POLISH_LN_GAMMA",
     "head_ranks",
     "residual_and_jacobian",
     "group_by_length",
@@ -307,6 +308,11 @@ def polish(Ws, Theta, Xs, Ys, iters=4):
     return Ws, Theta, first, best
 
 
+def _off(y, W):
+    """``(I - w w^T) y`` per query: ``y`` ``(B, d_out)`` off the unit directions ``W`` ``(B, d_out)``."""
+    return y - np.einsum("bo,bo->b", y, W)[:, None] * W
+
+
 def _direction_residual(Ws, Theta, Xs, What, jac):
     """``(r, J)`` of :func:`polish_directions`: shapes ``(B d_out,)`` and ``(B d_out, H d (d + 1) + p d_out)`` or None.
 
@@ -319,7 +325,7 @@ def _direction_residual(Ws, Theta, Xs, What, jac):
     P = centre(d_out)
     v = -r @ P  # P u (r = -Phi Theta)
     nv = np.linalg.norm(v, axis=1)[:, None]
-    res = (v - np.einsum("bo,bo->b", v, What)[:, None] * What) / nv
+    res = _off(v, What) / nv
     if not jac:
         return res.reshape(-1), None
     B, nW = JW.shape[0], JW.shape[2]
@@ -431,7 +437,7 @@ class _PolishOperator:
                 nv = np.linalg.norm(v, axis=1)
                 if weights is not None:  # query k's residual times w_k: its |v_k| over w_k, in every product
                     nv = nv / weights[i]
-                r = (v - np.einsum("bo,bo->b", v, W)[:, None] * W) / nv[:, None]
+                r = _off(v, W) / nv[:, None]
                 if self.ln:  # w = zt / |zt| moves by -(I - w w^T) q / |zt|, q = (dbeta + zt dgamma) / gamma
                     self.f.append((1.0 if weights is None else weights[i]) / np.linalg.norm(self.zt[i], axis=1))
                     self.vhat.append(v / np.linalg.norm(v, axis=1, keepdims=True))
@@ -446,14 +452,13 @@ class _PolishOperator:
         """``(I - w w^T) P y / |v|`` per query (``y`` itself on the answers)."""
         if W is None:
             return y
-        y = y - y.mean(axis=1, keepdims=True)
-        return (y - np.einsum("bo,bo->b", y, W)[:, None] * W) / nv[:, None]
+        return _off(y - y.mean(axis=1, keepdims=True), W) / nv[:, None]
 
     @staticmethod
     def _proj_t(y, W, nv):
         if W is None:
             return y
-        y = (y - np.einsum("bo,bo->b", y, W)[:, None] * W) / nv[:, None]
+        y = _off(y, W) / nv[:, None]
         return y - y.mean(axis=1, keepdims=True)
 
     def matvec(self, dW, dT, dln=None):
@@ -471,7 +476,7 @@ class _PolishOperator:
             if dln is not None:
                 # r = w_k (vhat - (vhat . w) w): dr = f ((vhat . a) w + (vhat . w) a), a = (I - w w^T) q
                 q = (dln[1] + self.zt[i] * dln[0]) / self.gamma
-                a = q - np.einsum("bo,bo->b", q, W)[:, None] * W
+                a = _off(q, W)
                 vh = self.vhat[i]
                 r += self.f[i][:, None] * (
                     np.einsum("bo,bo->b", vh, a)[:, None] * W + np.einsum("bo,bo->b", vh, W)[:, None] * a
@@ -497,7 +502,7 @@ class _PolishOperator:
             if self.ln:  # the adjoint: q = f (I - w w^T) ((w . y) vhat + (vhat . w) y)
                 vh = self.vhat[k]
                 t = np.einsum("bo,bo->b", W, yk)[:, None] * vh + np.einsum("bo,bo->b", vh, W)[:, None] * yk
-                q = self.f[k][:, None] * (t - np.einsum("bo,bo->b", t, W)[:, None] * W)
+                q = self.f[k][:, None] * _off(t, W)
                 gL += np.stack([np.sum(q * self.zt[k], axis=0), np.sum(q, axis=0)]) / self.gamma
         if self.ln:
             return gW.reshape(H, d, d + 1), gT, gL
@@ -562,9 +567,9 @@ def polish_directions_free(
     relative residual before, after, info)``, ``info`` the LSMR iterations per step and the ranks (one per head, or
     None). With ``norm`` (the LayerNorm's ``gamma``, ``beta``; :class:`~companion.layer._norm.PostLN`),
     ``directions`` are the answers ``y`` themselves, the directions ``(y - beta) / gamma`` are built from them at each
-    point and ``gamma``, ``beta`` are polished with the rest (``info["gamma"]``, ``info["beta"]``; this book's own:
-    on float32 answers the row space's ``beta`` is a few 1e-5 off, and the heads fitted to its directions take its
-    error in).
+    point and ``beta`` is polished with the rest, ``gamma`` held unless :data:`POLISH_LN_GAMMA` (``info["gamma"]``,
+    ``info["beta"]``; this book's own: on float32 answers the row space's ``beta`` is a few 1e-5 off, and the heads
+    fitted to its directions take its error in).
 
     Each step is inexact, LSMR stopped at ``lsmr_tol`` (its ``atol`` and ``btol``) or ``lsmr_iters``. Measured
     (2026-12-05, the float32 route's polish at d = 32, H = 4 and d = 48, H = 12, against 1,000 fresh queries' exact
@@ -574,7 +579,7 @@ def polish_directions_free(
     """
     if norm is None:
         data = {"What": [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]}
-    else:  # directions are the answers themselves: (y - beta) / gamma built at each point, gamma and beta polished
+    else:  # directions are the answers themselves: (y - beta) / gamma built at each point, beta polished
         data = {"ln": (directions, np.asarray(norm.gamma, float), np.asarray(norm.beta, float))}
     n_queries = sum(W.shape[0] for W in directions)
     if scales is None:
@@ -599,13 +604,14 @@ def polish_free(Ws, Theta, Xs, Ys, iters=None, lsmr_iters=100, lsmr_tol=1e-3, ra
 def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=None):
     """Gauss-Newton by LSMR on :class:`_PolishOperator` built on ``data`` (``What`` or ``Ys``); residuals over
     ``scale``. With ``rank``, on each head's rows factored, ``W~_h[:d, :] = A_h B_h^T`` (:class:`_Factored`); with
-    ``data["ln"] = (answers, gamma, beta)`` the LayerNorm's ``gamma``, ``beta`` are unknowns too, the directions
-    ``(y - beta) / gamma`` built again at each point, and ``info`` holds them polished."""
+    ``data["ln"] = (answers, gamma, beta)`` the LayerNorm's ``beta`` is an unknown too (``gamma`` also if
+    :data:`POLISH_LN_GAMMA`), the directions ``(y - beta) / gamma`` built again at each point, and ``info`` holds
+    them polished."""
     from scipy.linalg import cho_factor, solve_triangular
     from scipy.sparse.linalg import LinearOperator, lsmr
 
     H, d = Ws.shape[0], Ws.shape[1] - 1
-    nW, (p, d_out) = H * d * (d + 1), Theta.shape
+    p, d_out = Theta.shape
     iters = FREE_POLISH_STEPS if iters is None else iters
     products = [X.astype(FREE_POLISH_PRODUCTS) for X in Xs]  # cast once: each step builds its operator again
     op = _PolishOperator(Ws, Theta, Xs, products=products, **data)
@@ -613,21 +619,16 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     first = best = float(np.linalg.norm(r)) / scale
     start, start_data = (Ws, Theta), data
     nL = 2 * d_out if op.ln else 0
-    heads = None if rank is None else _Factored(Ws[:, :d, :], rank)
-    if heads is not None:  # from the heads' rows truncated to rank: the factors' point
+    heads = _Rows(Ws[:, :d, :]) if rank is None else _Factored(Ws[:, :d, :], rank)
+    if rank is not None:  # from the heads' rows truncated to rank: the factors' point
         Ws = Ws.copy()
         Ws[:, :d, :] = heads.W()
         op = _PolishOperator(Ws, Theta, Xs, products=products, **data)
         r = op.residual()
         best = float(np.linalg.norm(r)) / scale
     tiny = np.finfo(float).tiny
-    cW = op.column_norms()
-    if heads is not None:
-        sA, sB = heads.column_norms(cW)
-        sF = np.concatenate([(heads.mask / np.maximum(sA, tiny)).ravel(), (heads.mask / np.maximum(sB, tiny)).ravel()])
-        nW = sF.size
-    else:
-        sW = 1.0 / np.maximum(cW, tiny)
+    sF = heads.scales(op.column_norms())
+    nW = sF.size
     sL = 1.0 / np.maximum(op.ln_column_norms(), tiny) if nL else None
     if nL and not POLISH_LN_GAMMA:
         sL[0] = 0.0  # gamma's columns zero: LSMR's least-norm step leaves gamma where it is
@@ -651,7 +652,7 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
         """The Gauss-Newton step ``(dW, dTheta)`` by LSMR, and its iterations."""
 
         def dW_of(x):
-            return x[:nW].reshape(H, d, d + 1) * sW if heads is None else heads.dW(x[:nW] * sF)
+            return heads.dW(x[:nW] * sF)
 
         def dln_of(x):
             return x[nW + p * d_out :].reshape(2, d_out) * sL if nL else None
@@ -661,14 +662,13 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
 
         def rmv(y):
             g = op.rmatvec(y)
-            gW = (g[0] * sW).reshape(-1) if heads is None else heads.grad(g[0]) * sF
+            gW = heads.grad(g[0]) * sF
             gT = solve_triangular(L, g[1] / D[:, None], lower=True).ravel()
             return np.concatenate([gW, gT] + ([(g[2] * sL).ravel()] if nL else []))
 
         A = LinearOperator((r.size, nW + p * d_out + nL), matvec=mv, rmatvec=rmv, dtype=float)
         x, _, its = lsmr(A, -r, atol=lsmr_tol, btol=lsmr_tol, maxiter=lsmr_iters)[:3]
-        dW = x[:nW] * sF if heads is not None else x[:nW].reshape(H, d, d + 1) * sW
-        return dW, tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x), int(its)
+        return x[:nW] * sF, tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x), int(its)
 
     steps = []
     for _ in range(iters):
@@ -676,11 +676,8 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
         steps.append(its)
         del op  # its features, B p floats, are built again at the new point
         W_new = Ws.copy()
-        moved = None if heads is None else heads.moved(dW)
-        if moved is None:
-            W_new[:, :d, :] += dW
-        else:
-            W_new[:, :d, :] = moved.W()
+        moved = heads.moved(dW)
+        W_new[:, :d, :] = moved.W()
         T_new = Theta + dT
         data_new = data
         if nL:
@@ -701,6 +698,30 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     if nL:
         info["gamma"], info["beta"] = data["ln"][1], data["ln"][2]
     return Ws, Theta, first, best, info
+
+
+class _Rows:
+    """The heads' rows ``W~_h[:d, :]`` themselves, ``(H, d, d + 1)``: :class:`_Factored`'s interface on the
+    unfactored unknowns, for :func:`_polish_free`."""
+
+    def __init__(self, W):
+        self._W = W
+
+    def W(self):
+        return self._W
+
+    def dW(self, x):
+        return x.reshape(self._W.shape)
+
+    def grad(self, gW):
+        return gW.reshape(-1)
+
+    def scales(self, cW):
+        """The preconditioner, flat: one over the rows' column norms ``cW``."""
+        return (1.0 / np.maximum(cW, np.finfo(float).tiny)).reshape(-1)
+
+    def moved(self, x):
+        return _Rows(self._W + x.reshape(self._W.shape))
 
 
 class _Factored:
@@ -742,6 +763,12 @@ class _Factored:
         out: ``|J dA_ak|^2 ~ sum_c cW_ac^2 B_ck^2``, ``|J dB_ck|^2 ~ sum_a cW_ac^2 A_ak^2``; zero beyond the ranks."""
         c2 = cW * cW
         return np.sqrt(c2 @ (self.B * self.B)), np.sqrt(c2.transpose(0, 2, 1) @ (self.A * self.A))
+
+    def scales(self, cW):
+        """The preconditioner over ``(dA, dB)``, flat: one over :meth:`column_norms`, zero beyond the ranks."""
+        sA, sB = self.column_norms(cW)
+        tiny = np.finfo(float).tiny
+        return np.concatenate([(self.mask / np.maximum(sA, tiny)).ravel(), (self.mask / np.maximum(sB, tiny)).ravel()])
 
     def moved(self, x):
         """The factors after the step ``x`` (``(dA, dB)`` flat), balanced again."""
