@@ -72,7 +72,7 @@ row): learned from 93,789 queries (fresh error 8.2e-14; its time against the ora
 benchmarks/bench_layer.py's), where the readout route refused after 130,317.
 """
 
-from ._fit import FREE_POLISH_SCALE_POWER, FREE_POLISH_STEPS, LSTSQ_GATE, POLISH_MAX_UNKNOWNS
+from ._fit import FREE_POLISH_SCALE_POWER, FREE_POLISH_STEPS, LSTSQ_GATE, POLISH_LN_GAMMA, POLISH_MAX_UNKNOWNS
 from ._joint import (
     JOINT_FROM,
     JOINT_SCALE_STEPS,
@@ -140,6 +140,7 @@ __all__ = [
     "FLOAT32_FREE_POLISH_MAX_UNKNOWNS",
     "FREE_POLISH_STEPS",
     "FREE_POLISH_SCALE_POWER",
+    "POLISH_LN_GAMMA",
     "FLOAT32_RANK_UNITS",
     "FLOAT32_VERIFY_UNITS",
     "FLOAT32_SKIP_UNITS",
