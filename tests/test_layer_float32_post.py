@@ -755,10 +755,13 @@ def test_the_polish_holds_the_layernorms_gamma(monkeypatch):
     assert heads < 1e-7 and beta < 1e-6 and gamma > 5e-8 and res > 3 and its > 300
 
 
-def test_the_polish_operator_on_the_layernorms_answers_is_its_residuals_derivative():
+@pytest.mark.parametrize("ln_gamma", [True, False])
+def test_the_polish_operator_on_the_layernorms_answers_is_its_residuals_derivative(ln_gamma):
     """``_PolishOperator(..., ln=(answers, gamma, beta))``: its products in ``(gamma, beta)`` against central
     differences of its residual (to 1e-8, relative; measured 3e-10), and its adjoint against its products (to
-    rounding), with the queries weighted."""
+    rounding), with the queries weighted. With ``ln_gamma`` False, ``beta`` alone is an unknown: one row a block
+    (``dln``, the adjoint's third block, the column norms), and its products are the full operator's with
+    ``dgamma`` zero."""
     from companion.layer._fit import _PolishOperator, group_by_length
 
     d, H = 6, 2
@@ -770,18 +773,26 @@ def test_the_polish_operator_on_the_layernorms_answers_is_its_residuals_derivati
     g0, b0 = block.gamma + 0.01 * rng.standard_normal(d), block.beta + 0.01 * rng.standard_normal(d)
     weights = [rng.uniform(0.5, 2.0, size=X.shape[0]) for X in batches]
 
-    def op(g, b):
-        return _PolishOperator(Ws, Theta, batches, ln=(answers, g, b), weights=weights)
+    def op(g, b, ln_gamma=ln_gamma):
+        return _PolishOperator(Ws, Theta, batches, ln=(answers, g, b), weights=weights, ln_gamma=ln_gamma)
 
-    dW, dT, dL = rng.standard_normal((H, d, d + 1)), rng.standard_normal(Theta.shape), rng.standard_normal((2, d))
+    rows = 2 if ln_gamma else 1
+    dW, dT = rng.standard_normal((H, d, d + 1)), rng.standard_normal(Theta.shape)
+    dL = rng.standard_normal((2, d)) if ln_gamma else np.stack([np.zeros(d), rng.standard_normal(d)])
+    dln = dL[2 - rows :]  # (dgamma, dbeta), or dbeta alone
     y = rng.standard_normal(op(g0, b0).residual().size)
     gW, gT, gL = op(g0, b0).rmatvec(y)
-    assert float(op(g0, b0).matvec(dW, dT, dL) @ y) == pytest.approx(
-        float(np.sum(gW * dW) + np.sum(gT * dT) + np.sum(gL * dL)), rel=1e-12
+    assert gL.shape == op(g0, b0).ln_column_norms().shape == (rows, d) and op(g0, b0).ln_rows == rows
+    assert float(op(g0, b0).matvec(dW, dT, dln) @ y) == pytest.approx(
+        float(np.sum(gW * dW) + np.sum(gT * dT) + np.sum(gL * dln)), rel=1e-12
     )
     h = 1e-6
     fd = (op(g0 + h * dL[0], b0 + h * dL[1]).residual() - op(g0 - h * dL[0], b0 - h * dL[1]).residual()) / (2 * h)
-    got = op(g0, b0).matvec(0 * dW, 0 * dT, dL)
+    got = op(g0, b0).matvec(0 * dW, 0 * dT, dln)
     assert np.linalg.norm(fd - got) <= 1e-8 * np.linalg.norm(fd)
+    full = op(g0, b0, ln_gamma=True)  # beta's block is the full operator's second row
+    assert np.allclose(got, full.matvec(0 * dW, 0 * dT, dL), rtol=1e-13, atol=0)
+    assert np.allclose(gL[-1], full.rmatvec(y)[2][1], rtol=1e-13, atol=0)
+    assert np.allclose(op(g0, b0).ln_column_norms()[-1], full.ln_column_norms()[1], rtol=1e-13, atol=0)
     with pytest.raises(ValueError, match="not both"):
         _PolishOperator(Ws, Theta, batches, What=answers, ln=(answers, g0, b0))

@@ -346,9 +346,13 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
         Ws, Theta, before, after, steps = polish_directions_free(
             Ws, Theta, batches, answers, scales=t_batches, rank=rank, norm=norm
         )
-        moved = float(np.linalg.norm(steps["beta"] - norm.beta) / max(np.linalg.norm(norm.beta), np.finfo(float).tiny))
-        free = {"polish_lsmr_iterations": steps["lsmr_iterations"], "polish_rank": steps["rank"]}
-        free["polish_beta_moved"] = moved
+        free = {
+            "polish_lsmr_iterations": steps["lsmr_iterations"],
+            "polish_rank": steps["rank"],
+            "polish_beta_moved": float(
+                np.linalg.norm(steps["beta"] - norm.beta) / max(np.linalg.norm(norm.beta), np.finfo(float).tiny)
+            ),
+        }
         norm = replace(norm, gamma=steps["gamma"], beta=steps["beta"])  # beta polished (gamma held: POLISH_LN_GAMMA)
     else:
         Ws, Theta, before, after = polish_directions(Ws, Theta, batches, [directions(norm, Y) for Y in answers])

@@ -404,21 +404,23 @@ class _PolishOperator:
 
     ``weights`` (per batch, ``(B,)``; directions only) multiply each query's residual, and so its row of the
     Jacobian. ``ln = (answers, gamma, beta)`` in place of ``What``: the directions ``(y - beta) / gamma`` of the answers
-    (per batch), and the LayerNorm's ``gamma``, ``beta`` unknowns too (``matvec``'s ``dln``, ``rmatvec``'s third
-    block, ``ln_column_norms``), their Jacobian exact (the unit direction ``w`` moves by ``-(I - w w^T) q / |zt|``,
+    (per batch), and the LayerNorm's ``gamma`` (unless ``ln_gamma`` is False) and ``beta`` unknowns too (``matvec``'s
+    ``dln``, ``rmatvec``'s third block and ``ln_column_norms``, each ``(2, d_out)``, or ``(1, d_out)``: ``beta``'s
+    alone, with ``ln_gamma`` False), their Jacobian exact (the unit direction ``w`` moves by ``-(I - w w^T) q / |zt|``,
     ``q = (dbeta + zt dgamma) / gamma``, ``zt = (y - beta) / gamma``). The residual is float64's. The products, the
     column norms and the features they use are in the dtype of ``products`` (the batches cast, once a polish;
     float64's ``Xs`` where None); the Gram matrix is accumulated in float64 whatever the products' dtype.
     """
 
-    def __init__(self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None, ln=None):
+    def __init__(self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None, ln=None, ln_gamma=True):
         if ln is not None:  # the directions from the answers and the LayerNorm's (gamma, beta), themselves unknowns
             if What is not None:
                 raise ValueError("_PolishOperator takes directions What or the LayerNorm's answers ln, not both")
             answers, self.gamma, self.beta = ln
             self.zt = [(Y - self.beta) / self.gamma for Y in answers]  # (y - beta) / gamma, per batch
             What = [z / np.linalg.norm(z, axis=1, keepdims=True) for z in self.zt]
-        self.ln = ln is not None
+        self.ln, self.ln_gamma = ln is not None, bool(ln_gamma)
+        self.ln_rows = (1 + self.ln_gamma) if self.ln else 0  # the LayerNorm's unknowns: (gamma,) beta; none
         if (What is None) == (Ys is None):
             raise ValueError("_PolishOperator takes directions What or answers Ys, one of them")
         if weights is not None and What is None:
@@ -470,7 +472,8 @@ class _PolishOperator:
 
     def matvec(self, dW, dT, dln=None):
         """``J (dW, dTheta)``: ``dW`` of shape ``(H, d, d + 1)``, ``dT`` ``(p, d_out)`` (and with ``ln``, ``dln`` of
-        shape ``(2, d_out)``: ``dgamma``, ``dbeta``); returns ``(B d_out,)``."""
+        shape ``(2, d_out)``: ``dgamma``, ``dbeta``; ``(1, d_out)``, ``dbeta``, with ``ln_gamma`` False); returns
+        ``(B d_out,)``."""
         H, d, out = self.H, self.d, []
         dWf, dT = dW.reshape(H * d, d + 1).T.astype(self.M.dtype), dT.astype(self.M.dtype)
         for i, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
@@ -482,7 +485,7 @@ class _PolishOperator:
             r = self._proj(du.astype(float), W, nv)
             if dln is not None:
                 # r = w_k (vhat - (vhat . w) w): dr = f ((vhat . a) w + (vhat . w) a), a = (I - w w^T) q
-                q = (dln[1] + self.zt[i] * dln[0]) / self.gamma
+                q = (dln[-1] + self.zt[i] * dln[0] if self.ln_gamma else np.broadcast_to(dln[0], W.shape)) / self.gamma
                 a = _off(q, W)
                 vh = self.vhat[i]
                 r += self.f[i][:, None] * (
@@ -493,9 +496,9 @@ class _PolishOperator:
 
     def rmatvec(self, y):
         """``J^T y``: ``(dW of shape (H, d, d + 1), dTheta of shape (p, d_out))``, and with ``ln`` the
-        ``(2, d_out)`` of ``dgamma``, ``dbeta`` third."""
+        ``(2, d_out)`` of ``dgamma``, ``dbeta`` third (``(1, d_out)``, ``dbeta``, with ``ln_gamma`` False)."""
         H, d, i = self.H, self.d, 0
-        gW, gT, gL = np.zeros((H * d, d + 1)), np.zeros((self.p, self.d_out)), np.zeros((2, self.d_out))
+        gW, gT, gL = np.zeros((H * d, d + 1)), np.zeros((self.p, self.d_out)), np.zeros((self.ln_rows, self.d_out))
         for k, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
             B = X.shape[0]
             yk = y[i : i + B * self.d_out].reshape(B, self.d_out)
@@ -510,17 +513,18 @@ class _PolishOperator:
                 vh = self.vhat[k]
                 t = np.einsum("bo,bo->b", W, yk)[:, None] * vh + np.einsum("bo,bo->b", vh, W)[:, None] * yk
                 q = self.f[k][:, None] * _off(t, W)
-                gL += np.stack([np.sum(q * self.zt[k], axis=0), np.sum(q, axis=0)]) / self.gamma
+                gL += np.stack([np.sum(q * self.zt[k], axis=0)] * self.ln_gamma + [np.sum(q, axis=0)]) / self.gamma
         if self.ln:
             return gW.reshape(H, d, d + 1), gT, gL
         return gW.reshape(H, d, d + 1), gT
 
     def ln_column_norms(self):
-        """``|J e_j|`` over ``(gamma, beta)``, shape ``(2, d_out)``, in closed form."""
-        c = np.zeros((2, self.d_out))
+        """``|J e_j|`` over ``(gamma, beta)``, shape ``(2, d_out)`` (``beta``'s alone, ``(1, d_out)``, with
+        ``ln_gamma`` False), in closed form."""
+        c = np.zeros((self.ln_rows, self.d_out))
         for k, (_, _, _, _, W, _, _) in enumerate(self.batches):
             q = (self.f[k] ** 2)[:, None] * (1.0 - W * W)
-            c += np.stack([np.sum(q * self.zt[k] ** 2, axis=0), np.sum(q, axis=0)])
+            c += np.stack([np.sum(q * self.zt[k] ** 2, axis=0)] * self.ln_gamma + [np.sum(q, axis=0)])
         return np.sqrt(c) / np.abs(self.gamma)
 
     def column_norms(self):
@@ -588,6 +592,7 @@ def polish_directions_free(
         data = {"What": [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]}
     else:  # directions are the answers themselves: (y - beta) / gamma built at each point, beta polished
         data = {"ln": (directions, np.asarray(norm.gamma, float), np.asarray(norm.beta, float))}
+        data["ln_gamma"] = POLISH_LN_GAMMA  # gamma an unknown, or held where the row space put it
     n_queries = sum(W.shape[0] for W in directions)
     if scales is None:
         weights, scale = None, np.sqrt(n_queries)
@@ -625,7 +630,7 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     r = op.residual()
     first = best = float(np.linalg.norm(r)) / scale
     start, start_data = (Ws, Theta), data
-    nL = 2 * d_out if op.ln else 0
+    nL = op.ln_rows * d_out
     heads = _Rows(Ws[:, :d, :]) if rank is None else _Factored(Ws[:, :d, :], rank)
     if rank is not None:  # from the heads' rows truncated to rank: the factors' point
         Ws = Ws.copy()
@@ -637,8 +642,6 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     sF = heads.scales(op.column_norms())
     nW = sF.size
     sL = 1.0 / np.maximum(op.ln_column_norms(), tiny) if nL else None
-    if nL and not POLISH_LN_GAMMA:
-        sL[0] = 0.0  # gamma's columns zero: LSMR's least-norm step leaves gamma where it is
     G = op.gram()
     D = np.sqrt(np.maximum(np.diag(G), tiny))
     G /= np.outer(D, D)
@@ -658,14 +661,11 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     def step(op, r):
         """The Gauss-Newton step ``(dW, dTheta)`` by LSMR, and its iterations."""
 
-        def dW_of(x):
-            return heads.dW(x[:nW] * sF)
-
         def dln_of(x):
-            return x[nW + p * d_out :].reshape(2, d_out) * sL if nL else None
+            return x[nW + p * d_out :].reshape(-1, d_out) * sL if nL else None
 
         def mv(x):
-            return op.matvec(dW_of(x), tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x))
+            return op.matvec(heads.dW(x[:nW] * sF), tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x))
 
         def rmv(y):
             g = op.rmatvec(y)
@@ -689,7 +689,8 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
         data_new = data
         if nL:
             answers, gamma, beta = data["ln"]
-            data_new = {**data, "ln": (answers, gamma + dln[0], beta + dln[1])}
+            gamma = gamma + dln[0] if data.get("ln_gamma", True) else gamma  # held: beta's row alone
+            data_new = {**data, "ln": (answers, gamma, beta + dln[-1])}
         op = _PolishOperator(W_new, T_new, Xs, products=products, **data_new)
         r_new = op.residual()
         res = float(np.linalg.norm(r_new)) / scale
