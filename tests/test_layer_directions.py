@@ -343,3 +343,40 @@ def test_a_gap_below_min_gap_in_a_later_stage_is_followed_by_the_row_space(monke
     assert rec.diagnostics["verify_max_error"] < 1e-11
     with pytest.raises(PrecisionError, match="post-LN's eps is too small"):
         learn_attention_layer(VectorQueryOracle(block), H=2, heads="readout")
+
+
+def test_post_ln_eps_fits_eps_and_gammas_scale_from_the_gaps():
+    """``1 / (1 - gap) = s^2 + s^2 eps / var`` (this book's own, :func:`post_ln_eps`): exact answers read with
+    ``gamma`` ``s`` times the block's give back ``eps`` and ``s`` to rounding, whatever ``s``; the median rule (the
+    fallback) folds ``s`` into ``eps``. ``eps_rtol`` is ``(u + |s^2 - 1|) / (eps / median var)``: above 1 where
+    ``s`` moves the gaps more than ``eps`` does. Where the variances do not spread, ``s`` is 1 and ``eps`` the
+    median rule's."""
+    from companion.layer._directions import GapFit, post_ln_eps
+    from companion.layer._norm import PostLN
+
+    rng = np.random.default_rng(0)
+    B, d, eps = 400, 12, 1e-3
+    Pu = rng.standard_normal((B, d)) * np.exp(rng.uniform(-1.0, 2.0, size=B))[:, None]
+    Pu -= Pu.mean(axis=1, keepdims=True)
+    var = np.mean(Pu * Pu, axis=1)
+    gamma, beta = rng.uniform(0.5, 1.5, size=d), rng.standard_normal(d)
+    Y = gamma * Pu / np.sqrt(var + eps)[:, None] + beta
+    for s in (1.0, 1.0 + 1e-6, 1.0 - 3e-4):
+        fit = post_ln_eps(PostLN(gamma=s * gamma, beta=beta), Y, Pu)
+        assert isinstance(fit, GapFit)
+        assert fit.eps == pytest.approx(eps, rel=1e-9) and fit.gamma_scale == pytest.approx(s, rel=1e-12)
+        u = 2.0**-53
+        assert fit.eps_rtol == pytest.approx((u + abs(fit.gamma_scale**2 - 1)) / (fit.eps / np.median(var)), rel=1e-6)
+    # the median rule would read s = 1 + 1e-6 as eps off by about 2e-6 median var / eps (here 3e-3 relative)
+    gap = PostLN(gamma=(1 + 1e-6) * gamma, beta=beta).gaps(Y)
+    assert abs(np.median(var * gap / (1 - gap)) / eps - 1) > 1e-3
+    # a gamma scale error larger than eps's part of the gap: eps is not determined, and eps_rtol says so
+    tiny = gamma * Pu / np.sqrt(var + 1e-9)[:, None] + beta
+    assert post_ln_eps(PostLN(gamma=(1 + 1e-6) * gamma, beta=beta), tiny, Pu).eps_rtol > 1
+    assert post_ln_eps(PostLN(gamma=gamma, beta=beta), tiny, Pu, u=2.0**-24).eps_rtol > 1  # below float32's u
+    assert post_ln_eps(PostLN(gamma=gamma, beta=beta), Y, Pu, u=2.0**-24).eps_rtol < 1e-3
+    # no spread: the median rule, s = 1
+    same = Pu / np.sqrt(var)[:, None]
+    Yc = gamma * same / np.sqrt(1 + eps) + beta
+    fit = post_ln_eps(PostLN(gamma=gamma, beta=beta), Yc, same)
+    assert fit.gamma_scale == 1.0 and fit.eps == pytest.approx(eps, rel=1e-9)

@@ -26,17 +26,19 @@ to ``FLOAT32_FREE_POLISH_MAX_UNKNOWNS``), which a float32 route cannot skip: unp
 (d = 16, H = 4) missed its verification queries by 135 u; polished, it predicts 200 fresh served answers to 6.7 u.
 
 The one scale ``s0`` is then fixed as for any post-LN: by the identity skip (``canonical``), and ``eps``
-follows from the gap, to about ``u / gap`` relative (``u`` the answers' precision, ``2**-53`` at float64), which
-moves the predictions by about that error times the gap, at the answers' rounding (``eps`` enters them as
-``eps / var``). Unlike ``layer._norm.Denormalised`` (the norm from the gap) the precision of the norms here does
-not depend on ``eps``. Random queries have no such structure: at float64 the route asks no least squares and no
-polish on them; ``M_h`` comes from the joint stage's amplitude vectors and the skip and bias from the one-token map
-(the float32 polish fits random queries' directions only, never their norms).
+follows from the gaps (:func:`post_ln_eps`), to about ``u / gap`` relative (``u`` the answers' precision,
+``2**-53`` at float64), which moves the predictions by about that error times the gap, at the answers' rounding
+(``eps`` enters them as ``eps / var``); on float32 answers, where ``gamma`` and ``beta`` carry errors, ``eps`` is
+often not determined, and ``eps_rtol`` says so. Unlike ``layer._norm.Denormalised`` (the norm from the gap) the
+precision of the norms here does not depend on ``eps``. Random queries have no such structure: at float64 the route
+asks no least squares and no polish on them; ``M_h`` comes from the joint stage's amplitude vectors and the skip and
+bias from the one-token map (the float32 polish fits random queries' directions only, never their norms).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -65,6 +67,7 @@ __all__ = [
     "one_token_map",
     "RowScaled",
     "post_ln_eps",
+    "GapFit",
     "directions_plan",
     "directions_apply",
     "DIRECTIONS_MEASURED",
@@ -323,12 +326,12 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted), takes
     the heads' rows factored at their ranks where :func:`~companion.layer._fit.head_ranks` finds them, and polishes
     the LayerNorm's ``beta`` with them, its ``gamma`` held (``_fit.POLISH_LN_GAMMA``; ``norm`` returned with the
-    polished ``beta``; the dense polish returns ``norm`` as given). ``info``:
+    polished ``beta``; the dense polish returns ``norm``'s ``beta`` as given). ``info``:
     ``polished``, ``n_polish_queries``, the polish's relative rms residual before and after (weighted as the polish
     weights it), ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), ``polish_rank`` (the
     factored heads' ranks, one a head; None unfactored or dense), ``polish_beta_moved`` (``|dbeta| / |beta|``; None
-    dense), and the gap's ``median_gap`` and ``eps_rtol``
-    (``u / gap``) from its queries."""
+    dense), and from its queries' gaps (:func:`post_ln_eps`) ``median_gap``, ``eps_rtol`` and ``gamma_scale``
+    (the returned ``norm``'s ``gamma`` is divided by it, on either polish)."""
     d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
     n = polish_plan(d, d_out, H)
     if n == 0:
@@ -357,11 +360,12 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     else:
         Ws, Theta, before, after = polish_directions(Ws, Theta, batches, [directions(norm, Y) for Y in answers])
     Pu = np.concatenate([(features(Ws, X) @ Theta) @ centre(d_out) for X in batches])
-    eps, gap = post_ln_eps(norm, np.concatenate(answers), Pu)
+    fit = post_ln_eps(norm, np.concatenate(answers), Pu, u)
+    norm = replace(norm, gamma=norm.gamma / fit.gamma_scale)  # gamma's overall scale, from the gaps
     info = {"polished": True, "n_polish_queries": n, "polish_residual_before": before, "polish_residual_after": after}
     info.update(free)
-    info.update(median_gap=gap, eps_rtol=u / gap if gap > 0 else float("inf"))
-    return Ws, Theta, norm, eps, info
+    info.update(median_gap=fit.median_gap, eps_rtol=fit.eps_rtol, gamma_scale=fit.gamma_scale)
+    return Ws, Theta, norm, fit.eps, info
 
 
 class RowScaled(VectorView):
@@ -474,14 +478,51 @@ class RowScaled(VectorView):
         return vecs[:, -H:]
 
 
-def post_ln_eps(norm, Y: np.ndarray, Pu: np.ndarray) -> tuple[float, float]:
-    """``(eps, gap)``: a post-LN's ``eps`` in the units of ``Pu`` (the answers' ``P u``, ``(B, d_out)``), the
-    median over the answers ``Y`` of ``var(P u) gap / (1 - gap)``, and the median gap. Its relative precision is
-    about ``2**-53 / gap``; ``eps`` is 0 where the gap is at rounding."""
+class GapFit(NamedTuple):
+    """:func:`post_ln_eps`'s fit: ``eps`` (in the units of ``P u``, at least 0), the answers' ``median_gap``,
+    ``gamma_scale`` (``s``: the ``gamma`` the gaps were read with over the block's, in overall scale) and
+    ``eps_rtol`` (``eps``'s relative precision, a rule of thumb; above 1, or ``inf``, ``eps`` is not determined)."""
+
+    eps: float
+    median_gap: float
+    gamma_scale: float
+    eps_rtol: float
+
+
+def post_ln_eps(norm, Y: np.ndarray, Pu: np.ndarray, u: float = float(unit_roundoff("float64"))) -> GapFit:
+    """A post-LN's ``eps`` and ``gamma``'s overall scale from the answers' gaps (this book's own).
+
+    With ``z = (y - beta) / gamma'`` read with ``gamma' = s gamma`` (``s`` the one scale the directions cannot
+    see), ``|z|^2 / d_out = var / (s^2 (var + eps))``, ``var = |P u|^2 / d_out``: so ``1 / (1 - gap) = A + B / var``
+    exactly, ``A = s^2``, ``B = s^2 eps``. Fitted over the answers by least squares: ``eps = B / A``,
+    ``gamma_scale = sqrt(A)`` (divide ``gamma'`` by it). Where the variances do not spread (the fit's rank below 2)
+    or ``A <= 0``: ``A = 1`` and ``eps`` the median of ``var gap / (1 - gap)``. ``eps_rtol`` is ``(u + |A - 1|) /
+    (eps / median var)``: the gap's precision, the answers' ``u`` and the offset the fit found (``gamma``'s and
+    ``beta``'s errors move every gap, and may move it with ``var`` as much), over ``eps``'s part of the gap at the
+    median answer. Measured (2026-12-06, MiniLM's block served in float32, the gamma-held polish's end point, its
+    28,990 queries; data/results/minilm_polish_diagnosis.json): ``A - 1`` = 2.3e-7 (gamma's scale 9.4e-8 off, the
+    block's own), ``eps_rtol`` 13 (the median rule's ``u / gap``: 0.22, while ``eps``, 1.1e-8 reassembled, was 1e4
+    times the block's 1e-12).
+
+    Parameters
+    ----------
+    norm : PostLN
+        The ``gamma``, ``beta`` the gaps are read with (``norm.gaps``).
+    Y, Pu : ndarray, shape (B, d_out)
+        The answers and their ``P u`` (the learned block's, in its units).
+    u : float
+        The answers' precision (unit roundoff).
+    """
     gap = norm.gaps(Y)
     var = np.mean(Pu * Pu, axis=1)
-    eps = float(np.median(var * gap / (1.0 - gap)))
-    return max(eps, 0.0), float(np.median(gap))
+    M = np.stack([np.ones_like(var), 1.0 / var], axis=1)
+    (A, B), _, rank, _ = np.linalg.lstsq(M, 1.0 / (1.0 - gap), rcond=None)
+    if rank < 2 or not A > 0:  # no spread to tell s from eps: s = 1, eps = B (the median rule)
+        A, B = 1.0, float(np.median(var * gap / (1.0 - gap)))
+    eps = max(float(B / A), 0.0)
+    part = eps / float(np.median(var))
+    rtol = (u + abs(float(A) - 1.0)) / part if part > 0 else float("inf")
+    return GapFit(eps, float(np.median(gap)), float(np.sqrt(A)), rtol)
 
 
 def learn_post_directions(oracle, norm, H: int, rng, u: float = float(unit_roundoff("float64"))):
@@ -491,7 +532,7 @@ def learn_post_directions(oracle, norm, H: int, rng, u: float = float(unit_round
     d_out)``, centred: ``M_h[:, :d]`` from the rows' amplitude vectors, ``S = A - sum_h P M_h[:, :d]`` and
     ``b_O = c`` from the one-token map; the heads' value biases are in ``b_O``, as their weights sum to 1),
     ``eps`` the LayerNorm's in the same units (:func:`post_ln_eps`). ``info``: the one-token misfit, the rows'
-    largest scaling misfit, the median gap, the joint stage's misfits, and ``eps_rtol``, ``u / gap``: ``eps``'s
+    largest scaling misfit, the median gap, the joint stage's misfits, and ``eps_rtol`` (:func:`post_ln_eps`): ``eps``'s
     relative precision as a rule of thumb (above 1, or ``inf`` where the median gap is at rounding, ``eps`` is not
     determined; it moves the predictions by about the gap). ``u`` is the answers' precision: above float64's
     (float32's), the joint stage takes the float32 route's settings (:func:`companion.layer._float32.joint_options`).
@@ -517,7 +558,8 @@ def learn_post_directions(oracle, norm, H: int, rng, u: float = float(unit_round
     S = A - centre(d_out) @ Mt.sum(axis=0)
     Theta = np.concatenate([Mt.transpose(0, 2, 1).reshape(H * d, d_out), S.T, c[None]])
     Pu = X1[:, 0] @ A.T + c
-    eps, gap = post_ln_eps(norm, Y1, Pu)
-    info.update(one_token_misfit=misfit, row_scaling_misfit=max(inner.misfits), median_gap=gap)
-    info["eps_rtol"] = u / gap if gap > 0 else float("inf")  # eps's relative precision, a rule of thumb
+    fit = post_ln_eps(norm, Y1, Pu, u)
+    eps = fit.eps
+    info.update(one_token_misfit=misfit, row_scaling_misfit=max(inner.misfits), median_gap=fit.median_gap)
+    info["eps_rtol"] = fit.eps_rtol  # eps's relative precision, a rule of thumb (post_ln_eps)
     return Ws, Theta, eps, info
