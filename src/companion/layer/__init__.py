@@ -116,6 +116,7 @@ from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
 from ._directions import ABSORBED_OFF, DIRECTIONS_FROM_GAP, DIRECTIONS_RANK_UNITS, FLOAT32_POST_VERIFY
 from ._directions import FREE_POLISH_MAX_LEN
 from ._directions import directions_route_plan, polish_plan as float32_polish_plan
+from ._directions import GapFit, post_ln_eps
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
 from ._verify import VERIFY_LONG_LEN, VERIFY_LONG_SHARE, VERIFY_SCALED_SHARE, verify_queries
@@ -151,6 +152,8 @@ __all__ = [
     "FREE_POLISH_MAX_LEN",
     "directions_route_plan",
     "float32_polish_plan",
+    "post_ln_eps",
+    "GapFit",
     "LSTSQ_GATE_POST",
     "ROUNDING_UNITS",
     "layer_norm",
