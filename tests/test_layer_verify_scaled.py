@@ -61,6 +61,11 @@ def test_a_layer_off_on_larger_tokens_only_is_refused_naming_both_causes(scale):
     with pytest.raises(OracleInconsistentError, match="times larger") as info:
         verify_layer(oracle, off, 32, 0, rtol, U32, True, refusal, scale=scale)
     assert info.value.scaled and "a cap on the scores" in str(info.value) and f"s = {scale:g}" in str(info.value)
+    # at the default float32 tolerance the message says what it is measured against; at any other, nothing
+    assert "ten times FLOAT32_FLOOR_UNITS = 6 u" in str(info.value) and "8.1 u to 11.2 u" in str(info.value)
+    with pytest.raises(OracleInconsistentError, match="times larger") as other:
+        verify_layer(oracle, off, 32, 0, rtol * 0.999, U32, True, refusal, scale=scale)
+    assert "FLOAT32_FLOOR_UNITS" not in str(other.value)
     # the scaled share's own error, reported, and within the tolerance just inside
     got = verify_layer(oracle, block, 32, 0, rtol, U32, True, refusal, scale=scale)
     assert got["verify_token_scale"] == scale and got["verify_scaled_max_error"] <= got["verify_max_error"] < 1e-12
