@@ -80,6 +80,8 @@ __all__ = [
     "DIRECTIONS_RANK_UNITS",
     "ABSORBED_OFF",
     "polish_plan",
+    "polish_top_plan",
+    "POLISH_TOP_RANGE",
     "polish_unknowns",
     "polish_post_directions",
     "FLOAT32_POST_VERIFY",
@@ -191,6 +193,19 @@ POLISH_QUERY_FACTOR = 3
 #: queries to 18,480, below the output maps' 28,990, which then bind.
 FREE_POLISH_MAX_LEN = 32
 
+#: The matrix-free polish's second stage (this book's own): where the joint stage's token scale ``s`` is above 1, it
+#: asks :func:`polish_top_plan`'s further queries (as many as the first stage's, lengths 2 to ``FREE_POLISH_MAX_LEN``)
+#: at token scales log-uniform from ``s / POLISH_TOP_RANGE`` (at least 1) to ``s``, and polishes again from the first
+#: stage's end on both stages' queries: where the heads' score errors move the answers ``t^2`` times more, and where
+#: the verification's scaled share asks. Measured (2026-12-06, MiniLM's block served in float32, the gamma-held
+#: polish's end point continued so: its 28,990 queries and 28,990 more at scales 4 to 16, two Gauss-Newton steps of
+#: 36 and 16 LSMR iterations, 742 CPU s on one BLAS thread; data/results/minilm_polish_diagnosis.json): heads from
+#: 3.3e-6 to 7.1e-7 off (median), beta from 2.2e-6 to 9.3e-7; with eps and gamma's scale from the gaps
+#: (:func:`post_ln_eps`) the learner's verification replayed 9.9 u, 14.8 u (its scale-16 share, 75.9 u before) and
+#: 11.1 u (the emulation's own: 9.3 u, 8.1 u, 11.2 u), and fresh queries at token scales 1 to 16 within 1.8 times the
+#: emulation's own distance (at most 14.5 u, at scale 16).
+POLISH_TOP_RANGE = 4
+
 #: Tokens per link (the joint stage's pairs at delta_0 + delta_i): its default, 2, leaves a link's two tokens'
 #: row space ill-determined. Measured (2026-12-04, d = 48, H = 12 residual post-LN block at eps 1e-12, seed 0):
 #: with 2 the rows could not be linked (misfit 8.9). 8 is the float32 route's, which every joint plan reserves.
@@ -239,7 +254,8 @@ def directions_plan(d: int, H: int) -> int:
 
 def directions_route_plan(d: int, d_out: int, H: int, verify: int, float32: bool) -> int:
     """The row space's route's queries after the first answers: ``directions_plan``'s, on float32 answers the
-    polish's (``float32_polish_plan``), and its verification's (at least ``FLOAT32_POST_VERIFY`` on float32's).
+    polish's (``float32_polish_plan`` and ``polish_top_plan``), and its verification's (at least
+    ``FLOAT32_POST_VERIFY`` on float32's).
 
     ``learn_attention_layer``'s up-front plan adds it where a post-LN may take this route (this book's own count).
 
@@ -248,7 +264,7 @@ def directions_route_plan(d: int, d_out: int, H: int, verify: int, float32: bool
     >>> directions_route_plan(8, 8, 2, 32, False)  # 2 d + 1, the joint stage's 1,280 and 528 doublings, 32
     1857
     """
-    n_polish = polish_plan(d, d_out, H) if float32 else 0
+    n_polish = polish_plan(d, d_out, H) + polish_top_plan(d, d_out, H) if float32 else 0
     return directions_plan(d, H) + n_polish + (max(verify, FLOAT32_POST_VERIFY) if float32 and verify else verify)
 
 
@@ -303,6 +319,13 @@ def polish_plan(d: int, d_out: int, H: int) -> int:
     return max(rows, -(-POLISH_QUERY_FACTOR * n // max(1, d_out - 2)))
 
 
+def polish_top_plan(d: int, d_out: int, H: int) -> int:
+    """The matrix-free polish's second stage's queries (``POLISH_TOP_RANGE``): as many as :func:`polish_plan`'s on
+    the matrix-free polish (above ``FLOAT32_POLISH_MAX_UNKNOWNS``), 0 on the dense one or none; asked only where the
+    joint stage's token scale is above 1."""
+    return polish_plan(d, d_out, H) if polish_unknowns(d, d_out, H) > FLOAT32_POLISH_MAX_UNKNOWNS else 0
+
+
 def polish_max_len(n: int) -> int:
     """The float32 polish queries' longest length at ``n`` unknowns: ``FIT_MAX_LEN`` (8) on the dense polish,
     ``FREE_POLISH_MAX_LEN`` on the matrix-free one (above ``FLOAT32_POLISH_MAX_UNKNOWNS``)."""
@@ -326,12 +349,16 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted), takes
     the heads' rows factored at their ranks where :func:`~companion.layer._fit.head_ranks` finds them, and polishes
     the LayerNorm's ``beta`` with them, its ``gamma`` held (``_fit.POLISH_LN_GAMMA``; ``norm`` returned with the
-    polished ``beta``; the dense polish returns ``norm``'s ``beta`` as given). ``info``:
-    ``polished``, ``n_polish_queries``, the polish's relative rms residual before and after (weighted as the polish
-    weights it), ``polish_lsmr_iterations`` (per Gauss-Newton step; None on the dense polish), ``polish_rank`` (the
-    factored heads' ranks, one a head; None unfactored or dense), ``polish_beta_moved`` (``|dbeta| / |beta|``; None
-    dense), and from its queries' gaps (:func:`post_ln_eps`) ``median_gap``, ``eps_rtol`` and ``gamma_scale``
-    (the returned ``norm``'s ``gamma`` is divided by it, on either polish)."""
+    polished ``beta``; the dense polish returns ``norm``'s ``beta`` as given); where ``scale`` is above 1 it then
+    polishes again with :func:`polish_top_plan`'s further queries at the top token scales (:data:`POLISH_TOP_RANGE`).
+    ``info``:
+    ``polished``, ``n_polish_queries`` (both stages'), the polish's relative rms residual before and after (weighted
+    as the polish weights it; after: the last stage's, on its queries), ``polish_top_queries`` and
+    ``polish_top_lsmr_iterations`` (the second stage's, :data:`POLISH_TOP_RANGE`; 0 and None where it did not run),
+    ``polish_lsmr_iterations`` (the first stage's, per Gauss-Newton step; None on the dense polish), ``polish_rank``
+    (the factored heads' ranks, one a head; None unfactored or dense), ``polish_beta_moved`` (``|dbeta| / |beta|``,
+    the first stage's; None dense), and from its queries' gaps (:func:`post_ln_eps`) ``median_gap``, ``eps_rtol``
+    and ``gamma_scale`` (the returned ``norm``'s ``gamma`` is divided by it, on either polish)."""
     d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
     n = polish_plan(d, d_out, H)
     if n == 0:
@@ -340,7 +367,9 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     lengths = rng.integers(2, polish_max_len(unknowns) + 1, size=n)
     scales = np.exp(rng.uniform(0.0, np.log(scale), size=n))  # log-uniform from 1 to scale
     Xs = [rng.standard_normal((int(m), d)) * (t / np.sqrt(d)) for m, t in zip(lengths, scales)]
-    batches, answers = group_by_length(Xs, oracle(Xs))
+    Y = oracle(Xs)
+    batches, answers = group_by_length(Xs, Y)
+    n_top, top_its = 0, None
     free = dict.fromkeys(("polish_lsmr_iterations", "polish_rank", "polish_beta_moved"))  # None on the dense polish
     if unknowns > FLOAT32_POLISH_MAX_UNKNOWNS:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns
         # each query weighted by its scale
@@ -357,13 +386,25 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
             ),
         }
         norm = replace(norm, gamma=steps["gamma"], beta=steps["beta"])  # beta polished (gamma held: POLISH_LN_GAMMA)
+        if scale > 1.0:  # the second stage (POLISH_TOP_RANGE): more queries at the top token scales, both stages'
+            n_top = polish_top_plan(d, d_out, H)
+            lengths = rng.integers(2, polish_max_len(unknowns) + 1, size=n_top)
+            top = np.exp(rng.uniform(np.log(max(1.0, scale / POLISH_TOP_RANGE)), np.log(scale), size=n_top))
+            X2 = [rng.standard_normal((int(m), d)) * (t / np.sqrt(d)) for m, t in zip(lengths, top)]
+            Xs, scales, Y = Xs + X2, np.concatenate([scales, top]), np.concatenate([Y, oracle(X2)])
+            batches, answers = group_by_length(Xs, Y)
+            Ws, Theta, _, after, steps = polish_directions_free(
+                Ws, Theta, batches, answers, scales=group_by_length(Xs, scales)[1], rank=head_ranks(Ws), norm=norm
+            )
+            top_its = steps["lsmr_iterations"]
+            norm = replace(norm, gamma=steps["gamma"], beta=steps["beta"])
     else:
         Ws, Theta, before, after = polish_directions(Ws, Theta, batches, [directions(norm, Y) for Y in answers])
     Pu = np.concatenate([(features(Ws, X) @ Theta) @ centre(d_out) for X in batches])
     fit = post_ln_eps(norm, np.concatenate(answers), Pu, u)
     norm = replace(norm, gamma=norm.gamma / fit.gamma_scale)  # gamma's overall scale, from the gaps
-    info = {"polished": True, "n_polish_queries": n, "polish_residual_before": before, "polish_residual_after": after}
-    info.update(free)
+    info = {"polished": True, "n_polish_queries": n + n_top, "polish_residual_before": before}
+    info.update(free, polish_residual_after=after, polish_top_queries=n_top, polish_top_lsmr_iterations=top_its)
     info.update(median_gap=fit.median_gap, eps_rtol=fit.eps_rtol, gamma_scale=fit.gamma_scale)
     return Ws, Theta, norm, fit.eps, info
 
