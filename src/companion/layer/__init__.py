@@ -116,6 +116,7 @@ from ._minilm import BLOCK_FILE, MiniLMBlock, load_block_reference, minilm_block
 from ._directions import ABSORBED_OFF, DIRECTIONS_FROM_GAP, DIRECTIONS_RANK_UNITS, FLOAT32_POST_VERIFY
 from ._directions import FREE_POLISH_MAX_LEN
 from ._directions import directions_route_plan, polish_plan as float32_polish_plan
+from ._directions import POLISH_TOP_RANGE, polish_top_plan as float32_polish_top_plan
 from ._directions import GapFit, post_ln_eps
 from ._norm import LOW_GAP, MIN_GAP, ROUNDING_UNITS
 from ._seeds import SEED_REFUSALS, SeedOutcome, SeedRun, try_seeds
@@ -152,6 +153,8 @@ __all__ = [
     "FREE_POLISH_MAX_LEN",
     "directions_route_plan",
     "float32_polish_plan",
+    "float32_polish_top_plan",
+    "POLISH_TOP_RANGE",
     "post_ln_eps",
     "GapFit",
     "LSTSQ_GATE_POST",

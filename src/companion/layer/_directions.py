@@ -199,7 +199,7 @@ FREE_POLISH_MAX_LEN = 32
 #: stage's end on both stages' queries: where the heads' score errors move the answers ``t^2`` times more, and where
 #: the verification's scaled share asks. Measured (2026-12-06, MiniLM's block served in float32, the gamma-held
 #: polish's end point continued so: its 28,990 queries and 28,990 more at scales 4 to 16, two Gauss-Newton steps of
-#: 36 and 16 LSMR iterations, 742 CPU s on one BLAS thread; data/results/minilm_polish_diagnosis.json): heads from
+#: 36 and 16 LSMR iterations, 915 CPU s on one BLAS thread; data/results/minilm_polish_diagnosis.json): heads from
 #: 3.3e-6 to 7.1e-7 off (median), beta from 2.2e-6 to 9.3e-7; with eps and gamma's scale from the gaps
 #: (:func:`post_ln_eps`) the learner's verification replayed 9.9 u, 14.8 u (its scale-16 share, 75.9 u before) and
 #: 11.1 u (the emulation's own: 9.3 u, 8.1 u, 11.2 u), and fresh queries at token scales 1 to 16 within 1.8 times the
