@@ -194,7 +194,7 @@ POLISH_QUERY_FACTOR = 3
 FREE_POLISH_MAX_LEN = 32
 
 #: The matrix-free polish's second stage (this book's own): where the joint stage's token scale ``s`` is above 1, it
-#: asks :func:`polish_top_plan`'s further queries (as many as the first stage's, lengths 2 to ``FREE_POLISH_MAX_LEN``)
+#: asks ``float32_polish_top_plan``'s further queries (as many as the first stage's, lengths 2 to 32)
 #: at token scales log-uniform from ``s / POLISH_TOP_RANGE`` (at least 1) to ``s``, and polishes again from the first
 #: stage's end on both stages' queries: where the heads' score errors move the answers ``t^2`` times more, and where
 #: the verification's scaled share asks. Measured (2026-12-06, MiniLM's block served in float32, the gamma-held
@@ -320,7 +320,7 @@ def polish_plan(d: int, d_out: int, H: int) -> int:
 
 
 def polish_top_plan(d: int, d_out: int, H: int) -> int:
-    """The matrix-free polish's second stage's queries (``POLISH_TOP_RANGE``): as many as :func:`polish_plan`'s on
+    """The matrix-free polish's second stage's queries (``POLISH_TOP_RANGE``): as many as ``polish_plan``'s on
     the matrix-free polish (above ``FLOAT32_POLISH_MAX_UNKNOWNS``), 0 on the dense one or none; asked only where the
     joint stage's token scale is above 1."""
     return polish_plan(d, d_out, H) if polish_unknowns(d, d_out, H) > FLOAT32_POLISH_MAX_UNKNOWNS else 0
