@@ -297,8 +297,9 @@ def float32_post_reach(H: int, d: int, d_out: int) -> None:
         "blocks rounded to float32 (d = 22 to 48) unpolished predicted fresh queries to 4 u to 122 u (u = 2**-24; the "
         "verification allows 60 u), and a Keras block computed in float32 (d = 24, H = 4) missed its verification by "
         "153 u; polished, 0.8 u to 1.9 u. At MiniLM's size (3,691,392 unknowns) the polish took 4,000 CPU s and "
-        "5.8 GB (2026-12-06); its memory grows about as d**4. Serve the block in float64, or learn it from float32 "
-        "answers at most the cap's size. Nothing was asked beyond the first "
+        "5.8 GB (2026-12-06), and with its second stage (POLISH_TOP_RANGE: twice the queries) 3,000 CPU s on one "
+        "BLAS thread and 11.0 GiB; its memory grows about as d**4. Serve the block in float64, or learn it from "
+        "float32 answers at most the cap's size. Nothing was asked beyond the first "
         "answers (and the determinism check's, companion.layer._determinism); nothing was returned."
     )
     raise any_seed(PrecisionError(msg))

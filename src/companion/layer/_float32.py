@@ -112,7 +112,10 @@ FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 #: BLAS threads, the products in float32 since, ``_fit.FREE_POLISH_PRODUCTS``) polished for 4,000 CPU s, its 8
 #: Gauss-Newton steps (``FREE_POLISH_STEPS``, all of them) taking 454 LSMR iterations at about 7.7 CPU s, 87 s for the
 #: preconditioner, peak RSS 5.8 GB (data/results/minilm_block_float32_rows.json), and its block was refused by the
-#: verification. The cap lies above MiniLM's block; past it the memory grows as ``B p``, about ``d^4`` floats.
+#: verification. The polish's second stage (``POLISH_TOP_RANGE``, since 2026-12-06) asks as many queries again and
+#: holds both stages' features: MiniLM's polish from that run's inputs took 3,015 CPU s on one BLAS thread and 11.0 GiB
+#: RSS during its second stage (data/results/minilm_polish_diagnosis.json, top_stage_rerun). The cap lies above
+#: MiniLM's block; past it the memory grows as ``B p``, about ``d^4`` floats.
 FLOAT32_FREE_POLISH_MAX_UNKNOWNS = 4_000_000
 
 
