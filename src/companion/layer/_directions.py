@@ -333,6 +333,14 @@ def polish_max_len(n: int) -> int:
     return FREE_POLISH_MAX_LEN if n > FLOAT32_POLISH_MAX_UNKNOWNS else FIT_MAX_LEN
 
 
+def _polish_queries(rng, n: int, d: int, max_len: int, lo: float, hi: float):
+    """``(Xs, t)``: ``n`` polish queries of lengths 2 to ``max_len``, query ``k``'s tokens ``N(0, t_k^2 I / d)``, ``t``
+    (shape ``(n,)``) log-uniform from ``lo`` to ``hi`` (both stages of :func:`polish_post_directions`)."""
+    lengths = rng.integers(2, max_len + 1, size=n)
+    t = np.exp(rng.uniform(np.log(lo), np.log(hi), size=n))
+    return [rng.standard_normal((int(m), d)) * (s / np.sqrt(d)) for m, s in zip(lengths, t)], t
+
+
 def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float = 1.0):
     """``(Ws, Theta, norm, eps, info)`` refined on float32 answers: :func:`~companion.layer._fit.polish_directions`
     (up to ``FLOAT32_POLISH_MAX_UNKNOWNS``; above, :func:`~companion.layer._fit.polish_directions_free`) on
@@ -365,9 +373,7 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     if n == 0:
         return Ws, Theta, norm, None, {"polished": False, "n_polish_queries": 0}
     unknowns = polish_unknowns(d, d_out, H)
-    lengths = rng.integers(2, polish_max_len(unknowns) + 1, size=n)
-    scales = np.exp(rng.uniform(0.0, np.log(scale), size=n))  # log-uniform from 1 to scale
-    Xs = [rng.standard_normal((int(m), d)) * (t / np.sqrt(d)) for m, t in zip(lengths, scales)]
+    Xs, scales = _polish_queries(rng, n, d, polish_max_len(unknowns), 1.0, scale)
     Y = oracle(Xs)
     batches, answers = group_by_length(Xs, Y)
     n_top, top_its = 0, None
@@ -389,9 +395,8 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
         norm = replace(norm, gamma=steps["gamma"], beta=steps["beta"])  # beta polished (gamma held: POLISH_LN_GAMMA)
         if scale > 1.0:  # the second stage (POLISH_TOP_RANGE): more queries at the top token scales, both stages'
             n_top = polish_top_plan(d, d_out, H)
-            lengths = rng.integers(2, polish_max_len(unknowns) + 1, size=n_top)
-            top = np.exp(rng.uniform(np.log(max(1.0, scale / POLISH_TOP_RANGE)), np.log(scale), size=n_top))
-            X2 = [rng.standard_normal((int(m), d)) * (t / np.sqrt(d)) for m, t in zip(lengths, top)]
+            lo = max(1.0, scale / POLISH_TOP_RANGE)
+            X2, top = _polish_queries(rng, n_top, d, polish_max_len(unknowns), lo, scale)
             Xs, scales, Y = Xs + X2, np.concatenate([scales, top]), np.concatenate([Y, oracle(X2)])
             batches, answers = group_by_length(Xs, Y)
             Ws, Theta, _, after, steps = polish_directions_free(
