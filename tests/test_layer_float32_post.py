@@ -730,7 +730,9 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
     verified at 1.30 u, 0.70 u from the exact block (LSMR 40, 9; all three factored at 12: 1.27 u, 0.70 u); ranks 4,
     4, 16 (above ``d // 4``) unfactored (LSMR 59, 18), verified at 2.62 u, 0.70 u. With the LayerNorm's beta polished
     with them, gamma held (POLISH_LN_GAMMA, 2026-12-06): 1.16 u and 0.57 u (LSMR 49, 14); 2.48 u and 0.64 u (62, 18).
-    The bounds are about twice."""
+    With the second stage at the top token scales and gamma's scale from the gaps (POLISH_TOP_RANGE, post_ln_eps,
+    2026-12-06): 0.78 u and 0.53 u (LSMR 49, 14, then 16, 8); 1.24 u and 0.45 u (62, 18, then 24, 9). The bounds are
+    about twice."""
     base = random_attention_layer(48, 3, head_dim=head_dim, residual=True, layernorm="post", eps=1e-3, seed=0)
     Ws = base.Ws.copy()
     for h, r in enumerate(ranks):
@@ -741,8 +743,8 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
     )
     rec = learn_attention_layer(VectorQueryOracle(_rounded32(block), d=48, d_out=48), H=3)
     assert (None if rank is None else sorted(rec.diagnostics["polish_rank"])) == rank  # heads in the learner's order
-    assert rec.diagnostics["verify_max_error"] <= 5 * U32
-    assert _error_u(rec.model, block, _fresh(48)) <= 1.5
+    assert rec.diagnostics["verify_max_error"] <= 2.5 * U32
+    assert _error_u(rec.model, block, _fresh(48)) <= 1.1
 
 
 def test_the_polish_takes_the_layernorms_beta_in(monkeypatch):

@@ -144,7 +144,11 @@ def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_r
     LayerNorm's gamma, beta polished too (2026-12-06): verified at 1.68 u, within 0.40 u, 0.51 u, 0.79 u, 1.56 u and
     2.84 u at scales 1 to 16; unscaled, 30.0 u, and 31.9 u off at scale 8; unscaled and unfactored, refused at
     91.7 u. With beta alone, gamma held (POLISH_LN_GAMMA): verified at 1.64 u, within 0.30 u, 0.39 u, 0.63 u, 1.55 u
-    and 2.82 u; unscaled, 29.9 u, and 31.8 u off at scale 8; unscaled and unfactored, refused at 92.1 u."""
+    and 2.82 u; unscaled, 29.9 u, and 31.8 u off at scale 8; unscaled and unfactored, refused at 92.1 u. With the
+    second stage at the top token scales and gamma's scale from the gaps (POLISH_TOP_RANGE, post_ln_eps,
+    2026-12-06): verified at 0.90 u, within 0.21 u, 0.29 u, 0.39 u, 0.62 u and 1.28 u at scales 1 to 16; unscaled
+    (scale 1: no second stage), 29.9 u, and 31.8 u off at scale 8 (57.6 u at 16); unscaled and unfactored, refused
+    at 92.1 u. The bounds are about twice, the ratio about a third of the measured 51."""
     import companion.layer._directions as directions
     import companion.layer._learn as learn
 
@@ -156,13 +160,13 @@ def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_r
     rec = learn_attention_layer(oracle(), H=8)
     diag = rec.diagnostics
     assert diag["joint_token_scale"] == diag["verify_token_scale"] == 8 and diag["polish_rank"] == [8] * 8
-    assert diag["verify_max_error"] <= 3 * U32
+    assert diag["verify_max_error"] <= 2 * U32
     scaled_off = [_off_u(rec.model, block, 64, s) for s in (1, 2, 4, 8)]
-    assert max(scaled_off) <= 3
+    assert max(scaled_off) <= 1.5
     unscaled = directions.polish_post_directions
     monkeypatch.setattr(learn, "polish_post_directions", lambda *a: unscaled(*a[:6], 1.0))
     rec = learn_attention_layer(oracle(), H=8)  # factored, verified, yet far worse at the scale it was verified to
-    assert _off_u(rec.model, block, 64, 8) >= 8 * scaled_off[-1]
+    assert _off_u(rec.model, block, 64, 8) >= 20 * scaled_off[-1]
     monkeypatch.setattr(directions, "head_ranks", lambda Ws: None)
     with pytest.raises(OracleInconsistentError, match="8 times larger") as info:
         learn_attention_layer(oracle(), H=8)

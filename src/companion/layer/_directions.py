@@ -546,10 +546,14 @@ def post_ln_eps(norm, Y: np.ndarray, Pu: np.ndarray, u: float = float(unit_round
     or ``A <= 0``: ``A = 1`` and ``eps`` the median of ``var gap / (1 - gap)``. ``eps_rtol`` is ``(u + |A - 1|) /
     (eps / median var)``: the gap's precision, the answers' ``u`` and the offset the fit found (``gamma``'s and
     ``beta``'s errors move every gap, and may move it with ``var`` as much), over ``eps``'s part of the gap at the
-    median answer. Measured (2026-12-06, MiniLM's block served in float32, the gamma-held polish's end point, its
-    28,990 queries; data/results/minilm_polish_diagnosis.json): ``A - 1`` = 2.3e-7 (gamma's scale 9.4e-8 off, the
-    block's own), ``eps_rtol`` 13 (the median rule's ``u / gap``: 0.22, while ``eps``, 1.1e-8 reassembled, was 1e4
-    times the block's 1e-12).
+    median answer; plus, where fitted, ``B / A``'s relative standard error from the fit's residual (the delta
+    method): large where the variances barely spread, as ``A`` and ``B`` then trade off within the noise (a rule
+    of thumb, not a behaviour: ``eps`` and ``gamma_scale`` are the fit's either way; on float32 answers spread by
+    1e-4, 200 draws, ``eps`` was further off than the offset's part alone in 78, than the sum in none: the
+    tests). Measured (2026-12-06, MiniLM's block served in float32, the gamma-held polish's end point, its 28,990
+    queries; data/results/minilm_polish_diagnosis.json; before the noise term): ``A - 1`` = 2.3e-7 (gamma's scale
+    9.4e-8 off, the block's own), ``eps_rtol`` 13 (the median rule's ``u / gap``: 0.22, while ``eps``, 1.1e-8
+    reassembled, was 1e4 times the block's 1e-12).
 
     Parameters
     ----------
@@ -563,12 +567,19 @@ def post_ln_eps(norm, Y: np.ndarray, Pu: np.ndarray, u: float = float(unit_round
     gap = norm.gaps(Y)
     var = np.mean(Pu * Pu, axis=1)
     M = np.stack([np.ones_like(var), 1.0 / var], axis=1)
-    (A, B), _, rank, _ = np.linalg.lstsq(M, 1.0 / (1.0 - gap), rcond=None)
+    b = 1.0 / (1.0 - gap)
+    (A, B), _, rank, _ = np.linalg.lstsq(M, b, rcond=None)
+    noise = 0.0  # eps's standard error from the fit's residual (the delta method), relative
     if rank < 2 or not A > 0:  # no spread to tell s from eps: s = 1, eps = B (the median rule)
         A, B = 1.0, float(np.median(var * gap / (1.0 - gap)))
+    elif len(b) > 2 and B != 0:
+        r = b - M @ np.array([A, B])
+        cov = float(r @ r) / (len(b) - 2) * np.linalg.pinv(M.T @ M)
+        J = np.array([-B / A**2, 1.0 / A])  # d(B / A) / d(A, B)
+        noise = float(np.sqrt(max(J @ cov @ J, 0.0))) / abs(float(B / A))
     eps = max(float(B / A), 0.0)
     part = eps / float(np.median(var))
-    rtol = (u + abs(float(A) - 1.0)) / part if part > 0 else float("inf")
+    rtol = (u + abs(float(A) - 1.0)) / part + noise if part > 0 else float("inf")
     return GapFit(eps, float(np.median(gap)), float(np.sqrt(A)), rtol)
 
 
