@@ -94,7 +94,9 @@ def test_a_post_ln_block_rounded_to_float32_is_learned_from_the_row_space(d, H, 
     if polished:
         assert diag["polish_residual_after"] < diag["polish_residual_before"]
     # eps and gamma's scale from the gaps (post_ln_eps): measured (2026-12-06) eps_rtol 33, 1.1e-4 and 222; gamma's
-    # scale moved by 1.5e-8, -1.7e-8 and -9.7e-10; eps 1.0e-5 off at eps = 1e-3 (the median rule: 4.2e-5)
+    # scale moved by 1.5e-8, -1.7e-8 and -9.7e-10; eps 1.0e-5 off at eps = 1e-3 (the median rule: 4.2e-5). With the
+    # second stage and the fit's noise in eps_rtol (2026-12-06): eps_rtol 34, 1.2e-4 and 114; gamma's scale moved by
+    # 1.5e-8, -1.7e-8 and -9.8e-10; eps 1.0e-5 off at eps = 1e-3; verified at 3.84 u, 3.23 u and 0.76 u
     assert diag["eps_rtol"] > 0 and abs(diag["gamma_scale"] - 1) < 1e-7
     eps_err = abs(rec.model.canonical().eps / block.canonical().eps - 1)
     if eps == 1e-3:  # determined, and within the precision it states
@@ -282,7 +284,7 @@ class KerasPostLN32:
 
 @pytest.mark.parametrize(
     "d, H, key_dim, eps, seed, fresh_u",
-    [(8, 2, 4, 1e-3, 0, 9.8), (16, 4, 4, 1e-3, 0, 6.7), (12, 3, 4, 1e-5, 0, 5.2), (24, 4, 6, 1e-12, 0, 6.9)],
+    [(8, 2, 4, 1e-3, 0, 5.5), (16, 4, 4, 1e-3, 0, 6.2), (12, 3, 4, 1e-5, 0, 4.5), (24, 4, 6, 1e-12, 0, 4.9)],
     ids=["d8-H2", "d16-H4", "d12-H3", "d24-H4-matrix-free"],
 )
 def test_keras_post_ln_in_float32(d, H, key_dim, eps, seed, fresh_u):
@@ -290,7 +292,10 @@ def test_keras_post_ln_in_float32(d, H, key_dim, eps, seed, fresh_u):
     each block predicts 200 fresh served answers to ``fresh_u`` u (before the polish the verification refused the
     first two at 68 u and 135 u); at d = 24, H = 4 (5,304 unknowns, above the dense polish's 5,000) the verification
     refused it at 153 u unpolished, then it was refused by rule; polished matrix-free (2026-12-05), verified at 11.2 u,
-    6.9 u on 200 fresh ones. Never a result the verification did not pass, never a verdict on these in-class blocks."""
+    6.9 u on 200 fresh ones (``fresh_u`` then 9.8 u, 6.7 u, 5.2 u and 6.9 u). Re-measured (2026-12-06, at 5353587):
+    ``fresh_u`` as given, verified at 15.2 u, 20.6 u, 13.7 u and 10.9 u; which of the changes between moved them
+    (the first three are polished densely) is not told apart. Never a result the verification did not pass, never
+    a verdict on these in-class blocks."""
     keras = pytest.importorskip("keras")
     target = KerasPostLN32(keras, d, H, key_dim, eps, seed)
     oracle = VectorQueryOracle(target, d=d, d_out=d)
