@@ -36,6 +36,15 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 61 (2026-12-07, this book's; not a row): MiniLM's block served in float32 (``benchmarks/minilm_block.py
+--dtype float32`` at fb51a4a from a fresh clone, one BLAS thread, the other core busy for part of it; record
+``data/results/minilm_block_float32_fb51a4a.json``) is recovered and verified (14.6 u, fresh 9.4 u against the
+emulation's own 9.0 u): 3,937,506 queries, 7,065 CPU s against the oracle's own 2,569 inside the run, 2.75x,
+peak RSS 11.9 GiB. Its polish took 52 CPU minutes (the second stage 12); 62317e1's whole run, before the
+second stage and the gap fit, was refused at 2.30x. A second stage on its own queries alone (not the library;
+``minilm_polish_diagnosis.json``'s ``top_only_variant``) polished in 45 CPU minutes against 50 from the same
+inputs, no less accurate: about 2.6x, by our estimate, still above 2x.
+
 Session 47 (2026-12-05, AMD EPYC): ``make bench`` ran this benchmark on two BLAS threads (the row did not limit
 them, unlike the other benchmarks): d = 64, H = 8 took 2.80 CPU s against the oracle's 1.44 (1.94x), the spin-waiting
 second thread counted on both sides. The row now runs on one thread and takes the least of ``RUNS`` = 3 learner
