@@ -43,7 +43,8 @@ emulation's own 9.0 u): 3,937,506 queries, 7,065 CPU s against the oracle's own 
 peak RSS 11.9 GiB. Its polish took 52 CPU minutes (the second stage 12); 62317e1's whole run, before the
 second stage and the gap fit, was refused at 2.30x. A second stage on its own queries alone (not the library;
 ``minilm_polish_diagnosis.json``'s ``top_only_variant``) polished in 45 CPU minutes against 50 from the same
-inputs, no less accurate: about 2.6x, by our estimate, still above 2x.
+inputs, within 0.2 u of the library's polish at token scale one (fresh 9.6 u against 9.4 u) and closer above it
+(14.9 u against 17.8 u at scale 16): about 2.6x, by our estimate, still above 2x.
 
 Session 47 (2026-12-05, AMD EPYC): ``make bench`` ran this benchmark on two BLAS threads (the row did not limit
 them, unlike the other benchmarks): d = 64, H = 8 took 2.80 CPU s against the oracle's 1.44 (1.94x), the spin-waiting
