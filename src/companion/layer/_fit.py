@@ -412,7 +412,9 @@ class _PolishOperator:
     float64's ``Xs`` where None); the Gram matrix is accumulated in float64 whatever the products' dtype.
     """
 
-    def __init__(self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None, ln=None, ln_gamma=True):
+    def __init__(
+        self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None, ln=None, ln_gamma=True, factors=None
+    ):
         if ln is not None:  # the directions from the answers and the LayerNorm's (gamma, beta), themselves unknowns
             if What is not None:
                 raise ValueError("_PolishOperator takes directions What or the LayerNorm's answers ln, not both")
@@ -431,6 +433,10 @@ class _PolishOperator:
         dtype = products[0].dtype if len(products) else np.dtype(float)
         self.Theta, self.M = Theta, Theta[: self.H * self.d].astype(dtype)
         self.batches, self.f, self.vhat = [], [], []
+        # the heads' rows factored, W~_h[:d, :] = A_h B_h^T (:class:`_Factored`): a step (dA, dB) moves dW_h x~_N
+        # through B_h^T x~_N (kept per batch) and A_h, about 3 d r_h multiply-adds a head and query, not d (d + 1)
+        self.factors = None if factors is None else tuple(F.astype(dtype) for F in factors)
+        self.xB = []
         for i, (X, Xp) in enumerate(zip(Xs, products)):
             B, H, d = X.shape[0], self.H, self.d
             xN = np.concatenate([X[:, -1, :], np.ones((B, 1))], axis=1)
@@ -452,6 +458,8 @@ class _PolishOperator:
                     self.vhat.append(v / np.linalg.norm(v, axis=1, keepdims=True))
             xN, alpha, phi = xN.astype(dtype), alpha.astype(dtype), phi.astype(dtype)
             self.batches.append((Xp, xN, alpha, phi, W, nv, r))
+            if self.factors is not None:  # B_h^T x~_N, (H, B, r)
+                self.xB.append(xN[None] @ self.factors[1])
 
     def residual(self):
         return np.concatenate([b[-1].reshape(-1) for b in self.batches])
@@ -471,14 +479,25 @@ class _PolishOperator:
         return y - y.mean(axis=1, keepdims=True)
 
     def matvec(self, dW, dT, dln=None):
-        """``J (dW, dTheta)``: ``dW`` of shape ``(H, d, d + 1)``, ``dT`` ``(p, d_out)`` (and with ``ln``, ``dln`` of
-        shape ``(2, d_out)``: ``dgamma``, ``dbeta``; ``(1, d_out)``, ``dbeta``, with ``ln_gamma`` False); returns
-        ``(B d_out,)``."""
+        """``J (dW, dTheta)``: ``dW`` of shape ``(H, d, d + 1)`` (or, built with ``factors``, the factors' step
+        ``(dA, dB)`` of their shapes: ``dW_h = dA_h B_h^T + A_h dB_h^T``, never formed), ``dT`` ``(p, d_out)``
+        (and with ``ln``, ``dln`` of shape ``(2, d_out)``: ``dgamma``, ``dbeta``; ``(1, d_out)``, ``dbeta``, with
+        ``ln_gamma`` False); returns ``(B d_out,)``."""
         H, d, out = self.H, self.d, []
-        dWf, dT = dW.reshape(H * d, d + 1).T.astype(self.M.dtype), dT.astype(self.M.dtype)
+        dtype = self.M.dtype
+        if isinstance(dW, tuple):  # the factors' step (dA, dB): dW_h x~_N = dA_h B_h^T x~_N + A_h dB_h^T x~_N
+            A, (dA, dB) = self.factors[0], (F.astype(dtype) for F in dW)
+            dAA, dBf = np.concatenate([dA, A], axis=2), dB.transpose(1, 0, 2).reshape(d + 1, -1)
+        else:
+            dWf = dW.reshape(H * d, d + 1).T.astype(dtype)
+        dT = dT.astype(dtype)
         for i, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
             B = X.shape[0]
-            a = (xN @ dWf).reshape(B, H, d)  # dW_h x~_N
+            if isinstance(dW, tuple):
+                xdB = (xN @ dBf).reshape(B, H, -1).transpose(1, 0, 2)  # dB_h^T x~_N, (H, B, r)
+                a = (np.concatenate([self.xB[i], xdB], axis=2) @ dAA.transpose(0, 2, 1)).transpose(1, 0, 2)
+            else:
+                a = (xN @ dWf).reshape(B, H, d)  # dW_h x~_N
             g = alpha * (a @ X.transpose(0, 2, 1))  # alpha_n x_n^T dW_h x~_N, (B, H, N)
             dxbar = g @ X - g.sum(axis=2)[:, :, None] * phi[:, : H * d].reshape(B, H, d)
             du = phi @ dT + dxbar.reshape(B, H * d) @ self.M
@@ -495,10 +514,14 @@ class _PolishOperator:
         return np.concatenate(out)
 
     def rmatvec(self, y):
-        """``J^T y``: ``(dW of shape (H, d, d + 1), dTheta of shape (p, d_out))``, and with ``ln`` the
+        """``J^T y``: ``(dW of shape (H, d, d + 1), dTheta of shape (p, d_out))`` (built with ``factors``, the
+        factors' ``(gA, gB) = (gW_h B_h, gW_h^T A_h)`` in place of ``dW``), and with ``ln`` the
         ``(2, d_out)`` of ``dgamma``, ``dbeta`` third (``(1, d_out)``, ``dbeta``, with ``ln_gamma`` False)."""
         H, d, i = self.H, self.d, 0
         gW, gT, gL = np.zeros((H * d, d + 1)), np.zeros((self.p, self.d_out)), np.zeros((self.ln_rows, self.d_out))
+        if self.factors is not None:  # the factors' gradient (gA, gB): gW_h B_h and gW_h^T A_h, gW never formed
+            A = self.factors[0]
+            gA, gB = np.zeros(A.shape), np.zeros((H, d + 1, A.shape[2]))
         for k, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
             B = X.shape[0]
             yk = y[i : i + B * self.d_out].reshape(B, self.d_out)
@@ -508,15 +531,22 @@ class _PolishOperator:
             m = (z @ self.M.T).reshape(B, H, d)  # M_h z
             xbar = phi[:, : H * d].reshape(B, H, d)
             e = alpha * (m @ X.transpose(0, 2, 1) - np.einsum("bha,bha->bh", xbar, m)[:, :, None])
-            gW += (e @ X).reshape(B, H * d).T @ xN
+            if self.factors is None:
+                gW += (e @ X).reshape(B, H * d).T @ xN
+            else:
+                E = (e @ X).transpose(1, 2, 0)  # (H, d, B)
+                gA += E @ self.xB[k]
+                EA = (A.transpose(0, 2, 1) @ E).transpose(2, 0, 1).reshape(B, -1)  # A_h^T E_h per query, (B, H r)
+                gB += (xN.T @ EA).reshape(d + 1, H, -1).transpose(1, 0, 2)
             if self.ln:  # the adjoint: q = f (I - w w^T) ((w . y) vhat + (vhat . w) y)
                 vh = self.vhat[k]
                 t = np.einsum("bo,bo->b", W, yk)[:, None] * vh + np.einsum("bo,bo->b", vh, W)[:, None] * yk
                 q = self.f[k][:, None] * _off(t, W)
                 gL += np.stack([np.sum(q * self.zt[k], axis=0)] * self.ln_gamma + [np.sum(q, axis=0)]) / self.gamma
+        heads = gW.reshape(H, d, d + 1) if self.factors is None else (gA, gB)
         if self.ln:
-            return gW.reshape(H, d, d + 1), gT, gL
-        return gW.reshape(H, d, d + 1), gT
+            return heads, gT, gL
+        return heads, gT
 
     def ln_column_norms(self):
         """``|J e_j|`` over ``(gamma, beta)``, shape ``(2, d_out)`` (``beta``'s alone, ``(1, d_out)``, with
@@ -635,7 +665,7 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     if rank is not None:  # from the heads' rows truncated to rank: the factors' point
         Ws = Ws.copy()
         Ws[:, :d, :] = heads.W()
-        op = _PolishOperator(Ws, Theta, Xs, products=products, **data)
+        op = _PolishOperator(Ws, Theta, Xs, products=products, factors=heads.factors(), **data)
         r = op.residual()
         best = float(np.linalg.norm(r)) / scale
     tiny = np.finfo(float).tiny
@@ -665,11 +695,11 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
             return x[nW + p * d_out :].reshape(-1, d_out) * sL if nL else None
 
         def mv(x):
-            return op.matvec(heads.dW(x[:nW] * sF), tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x))
+            return op.matvec(heads.tangent(x[:nW] * sF), tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x))
 
         def rmv(y):
             g = op.rmatvec(y)
-            gW = heads.grad(g[0]) * sF
+            gW = heads.adjoint(g[0]) * sF
             gT = solve_triangular(L, g[1] / D[:, None], lower=True).ravel()
             return np.concatenate([gW, gT] + ([(g[2] * sL).ravel()] if nL else []))
 
@@ -691,7 +721,7 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
             answers, gamma, beta = data["ln"]
             gamma = gamma + dln[0] if data.get("ln_gamma", True) else gamma  # held: beta's row alone
             data_new = {**data, "ln": (answers, gamma, beta + dln[-1])}
-        op = _PolishOperator(W_new, T_new, Xs, products=products, **data_new)
+        op = _PolishOperator(W_new, T_new, Xs, products=products, factors=moved.factors(), **data_new)
         r_new = op.residual()
         res = float(np.linalg.norm(r_new)) / scale
         if not res < best:
@@ -723,6 +753,11 @@ class _Rows:
 
     def grad(self, gW):
         return gW.reshape(-1)
+
+    tangent, adjoint = dW, grad  # the operator's products take and give the rows themselves
+
+    def factors(self):
+        return None
 
     def scales(self, cW):
         """The preconditioner, flat: one over the rows' column norms ``cW``."""
@@ -763,8 +798,24 @@ class _Factored:
 
     def grad(self, gW):
         """The adjoint of :meth:`dW`: ``(gW B, gW^T A)`` flat (zero beyond each head's rank)."""
-        gA, gB = (gW @ self.B) * self.mask, (gW.transpose(0, 2, 1) @ self.A) * self.mask
-        return np.concatenate([gA.ravel(), gB.ravel()])
+        return self._flat(gW @ self.B, gW.transpose(0, 2, 1) @ self.A)
+
+    def factors(self):
+        """``(A, B)``: :class:`_PolishOperator`'s ``factors``, whose products take :meth:`tangent`'s step and give
+        :meth:`adjoint`'s gradient without forming ``dW`` (``(H, d, d + 1)``) or ``gW``."""
+        return self.A, self.B
+
+    def tangent(self, x):
+        """The flat step ``x`` as the factors' ``(dA, dB)`` (zero beyond each head's rank), for the operator's
+        :meth:`_PolishOperator.matvec` (equal to :meth:`dW`'s there)."""
+        return self._split(x)
+
+    def adjoint(self, g):
+        """The operator's factors' gradient ``(gA, gB)`` flat, zero beyond each head's rank."""
+        return self._flat(*g)
+
+    def _flat(self, gA, gB):
+        return np.concatenate([(gA * self.mask).ravel(), (gB * self.mask).ravel()])
 
     def column_norms(self, cW):
         """The factors' columns' norms estimated from the rows' (``cW``, ``(H, d, d + 1)``), their cross terms left
