@@ -690,8 +690,9 @@ def test_the_operator_on_factored_heads_gives_the_rows_products_without_forming_
     ``dW = dA B^T + A dB^T``, and ``rmatvec``'s ``(gA, gB)`` are the rows' gradient through ``_Factored.grad``
     (float64 products: to 1e-13 relative; float32's, as the polishes take them: to float32's rounding), a head of a
     lower rank included; Theta's and the LayerNorm's blocks are the rows route's to the bit. ``_polish_free``'s
-    products take this route on factored heads (2026-12-07: at MiniLM's size, d = 384, H = 12, rank 32, 8,000
-    queries, an LSMR iteration's two products from 2.29 to 1.60 CPU s; benchmarks/bench_polish_products.py)."""
+    products take this route on factored heads (measured 2026-12-07 in one process, one BLAS thread, at MiniLM's
+    size, d = 384, H = 12, rank 32, 8,000 random queries of lengths 2 to 32: an LSMR iteration's two products from
+    2.29 to 1.60 CPU s and 2.38 to 1.82 in two runs on a shared machine, 0.70 and 0.77 times the rows')."""
     from companion.layer._fit import _Factored, _PolishOperator, group_by_length
 
     rng = np.random.default_rng(5)
