@@ -43,12 +43,13 @@ Session 62 (2026-12-07, SkylakeX, one BLAS thread; the machine shared throughout
   recovered, 3,878,150 queries, 3,759 CPU s against the oracle's own 2,029 inside the run, 1.85x (PASS), peak RSS
   4,527 MB, fresh queries 5.0e-13, ``transformers``' outputs 3.1e-11. Both sides took about twice session 43's
   CPU seconds, two or three other processes sharing the two cores.
-* d = 64, H = 8 (``--only``, six runs at b03de3b, the other core idle for the first and busy after): 2.34x,
-  1.90x, 1.83x, 2.30x, 1.90x and 1.73x (FAIL twice), learner 2.43 to 3.40 CPU s, oracle 1.35 to 1.67, peak RSS
-  281 MB. At 1b4b9d3 (the pencils in passes of about 1 MB: the same poles, 17 % less time for them) eight runs:
-  2.09x, 1.75x, 1.69x, 1.74x, 1.69x, 2.25x, 2.06x and 2.01x (FAIL four times), peak RSS 176 MB. The learner's
-  least of three runs moves by a third between processes (in one process six runs took 2.6 to 3.7 CPU s, 0.06 to
-  0.48 s of it system time, from about 12,000 page faults a run): this row's verdict is the run's, near 2x.
+* d = 64, H = 8 (``--only``, six runs at b03de3b, the other core idle for the first and busy after): 2.34x, 1.90x,
+  1.83x, 2.30x, 1.90x and 1.73x (FAIL twice), learner 2.43 to 3.40 CPU s, oracle 1.35 to 1.67, peak RSS 281 MB. At
+  1b4b9d3 (the pencils in passes of ``2**17 // H**3`` tokens, 1 MB an array: the same poles, 17 % less time for
+  them) eight runs: 2.09x, 1.75x, 1.69x, 1.74x, 1.69x, 2.25x, 2.06x and 2.01x (FAIL four times), peak RSS 176 MB.
+  The learner's least of three runs moves by a third between processes (in one process six runs took 2.6 to 3.7 CPU
+  s, 0.06 to 0.48 s of it system time, from about 12,000 page faults a run): this row's verdict is the run's, near
+  2x.
 
 Session 61 (2026-12-07, this book's; not a row): MiniLM's block served in float32 (``benchmarks/minilm_block.py
 --dtype float32`` at fb51a4a from a fresh clone, one BLAS thread, the other core busy for part of it; record

@@ -305,13 +305,15 @@ def _start_Cs(Z, r, H):
     """Per row ``C`` from its tokens' Loewner poles: heads matched across tokens by their amplitude rows, medians.
 
     ``Z`` of shape ``(B, K, R, H)`` (``B`` rows); returns ``(B, H, H)``, NaN for a row where no token's pencil gives
-    ``H`` real positive poles. The pencils, pseudo-inverses and condition numbers of all rows in one array pass."""
+    ``H`` real positive poles. The pencils (in passes of ``2**17 // H**3`` tokens), pseudo-inverses and condition
+    numbers of all rows batched."""
     B, K, R, _ = Z.shape
     flat = Z.reshape(B * K, R, H)
-    # tokens per pass: each pencil holds about 12 H^3 floats; a pass of about 1 MB of them stays in cache and
-    # reuses its memory (the same poles, bit for bit: each token's pencil is its own). Measured (2026-12-07, one
-    # BLAS thread): 5,696 tokens at H = 8 from 171 to 142 ms (256 a pass, against all at once), 8,000 at H = 12 from
-    # 680 to 475 ms (75 a pass, against 8,000); all of MiniLM's 157,000 at once had taken about 15 GB
+    # tokens per pass: each pencil holds about 12 H^3 floats, in arrays of H^3 a token; a pass whose arrays hold
+    # 2**17 floats (1 MB) each stays in cache and reuses its memory (the same poles, bit for bit: each token's
+    # pencil is its own). Measured (2026-12-07, one BLAS thread): 5,696 tokens at H = 8 from 171 to 142 ms (256 a
+    # pass, against all at once), 8,000 at H = 12 from 680 to 475 ms (75 a pass, against 8,000); all of MiniLM's
+    # 157,000 at once had taken about 15 GB
     step = max(1, 2**17 // H**3)
     P = np.concatenate([_loewner_poles(flat[a : a + step], r) for a in range(0, B * K, step)]).reshape(B, K, H)
     good = np.all(np.abs(P.imag) <= START_IMAG * np.abs(P), axis=2) & np.all(P.real > 0, axis=2)
