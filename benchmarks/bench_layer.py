@@ -49,7 +49,8 @@ Session 62 (2026-12-07, SkylakeX, one BLAS thread; the machine shared throughout
   them) eight runs: 2.09x, 1.75x, 1.69x, 1.74x, 1.69x, 2.25x, 2.06x and 2.01x (FAIL four times), peak RSS 176 MB.
   The learner's least of three runs moves by a third between processes (in one process six runs took 2.6 to 3.7 CPU
   s, 0.06 to 0.48 s of it system time, from about 12,000 page faults a run): this row's verdict is the run's, near
-  2x.
+  2x. With the machine idle (at 447872c, the same library) five runs: 1.73x, 1.84x, 1.92x, 2.01x and 2.25x (FAIL
+  twice), the oracle's replays 1.41 to 1.82 CPU s.
 
 Session 61 (2026-12-07, this book's; not a row): MiniLM's block served in float32 (``benchmarks/minilm_block.py
 --dtype float32`` at fb51a4a from a fresh clone, one BLAS thread, the other core busy for part of it; record
