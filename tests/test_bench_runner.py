@@ -158,4 +158,3 @@ def test_rational_row_untimed_for_the_search_has_the_outcome_and_no_seconds(benc
     assert row["outcome"] == "ok" and row["error"] <= bench.CANON_TOL and row["start"] == "pairs"
     assert row["queries"] <= row["4Hd^2-2H+1"] == 4 * 2 * 64 - 2 * 2 + 1 and row["longest"] <= 5
     assert not {"learner s", "oracle s", "ratio"} & set(row)
-

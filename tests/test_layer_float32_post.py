@@ -703,8 +703,10 @@ def test_the_operator_on_factored_heads_gives_the_rows_products_without_forming_
     Theta = rng.standard_normal(((H + 1) * d + 1, d_out)) / d
     Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, 7, size=40)]
     batches, answers = group_by_length(Xs, rng.standard_normal((40, d_out)))
-    data = {"ln": (answers, 1.0 + 0.1 * rng.standard_normal(d_out), 0.1 * rng.standard_normal(d_out))} if ln else {}
-    data = data or {"What": [y / np.linalg.norm(y, axis=1, keepdims=True) for y in answers]}
+    if ln:
+        data = {"ln": (answers, 1.0 + 0.1 * rng.standard_normal(d_out), 0.1 * rng.standard_normal(d_out))}
+    else:
+        data = {"What": [y / np.linalg.norm(y, axis=1, keepdims=True) for y in answers]}
     x, dT = rng.standard_normal(f.A.size + f.B.size), rng.standard_normal(Theta.shape)
     dln = rng.standard_normal((2, d_out)) if ln else None
     rel = lambda a, b: float(np.max(np.abs(a - b)) / np.max(np.abs(b)))  # noqa: E731

@@ -484,8 +484,8 @@ class _PolishOperator:
         (and with ``ln``, ``dln`` of shape ``(2, d_out)``: ``dgamma``, ``dbeta``; ``(1, d_out)``, ``dbeta``, with
         ``ln_gamma`` False); returns ``(B d_out,)``."""
         H, d, out = self.H, self.d, []
-        dtype = self.M.dtype
-        if isinstance(dW, tuple):  # the factors' step (dA, dB): dW_h x~_N = dA_h B_h^T x~_N + A_h dB_h^T x~_N
+        dtype, factored = self.M.dtype, isinstance(dW, tuple)
+        if factored:  # the factors' step (dA, dB): dW_h x~_N = dA_h B_h^T x~_N + A_h dB_h^T x~_N
             A, (dA, dB) = self.factors[0], (F.astype(dtype) for F in dW)
             dAA, dBf = np.concatenate([dA, A], axis=2), dB.transpose(1, 0, 2).reshape(d + 1, -1)
         else:
@@ -493,7 +493,7 @@ class _PolishOperator:
         dT = dT.astype(dtype)
         for i, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
             B = X.shape[0]
-            if isinstance(dW, tuple):
+            if factored:
                 xdB = (xN @ dBf).reshape(B, H, -1).transpose(1, 0, 2)  # dB_h^T x~_N, (H, B, r)
                 a = (np.concatenate([self.xB[i], xdB], axis=2) @ dAA.transpose(0, 2, 1)).transpose(1, 0, 2)
             else:
@@ -518,8 +518,10 @@ class _PolishOperator:
         factors' ``(gA, gB) = (gW_h B_h, gW_h^T A_h)`` in place of ``dW``), and with ``ln`` the
         ``(2, d_out)`` of ``dgamma``, ``dbeta`` third (``(1, d_out)``, ``dbeta``, with ``ln_gamma`` False)."""
         H, d, i = self.H, self.d, 0
-        gW, gT, gL = np.zeros((H * d, d + 1)), np.zeros((self.p, self.d_out)), np.zeros((self.ln_rows, self.d_out))
-        if self.factors is not None:  # the factors' gradient (gA, gB): gW_h B_h and gW_h^T A_h, gW never formed
+        gT, gL = np.zeros((self.p, self.d_out)), np.zeros((self.ln_rows, self.d_out))
+        if self.factors is None:
+            gW = np.zeros((H * d, d + 1))
+        else:  # the factors' gradient (gA, gB): gW_h B_h and gW_h^T A_h, gW never formed
             A = self.factors[0]
             gA, gB = np.zeros(A.shape), np.zeros((H, d + 1, A.shape[2]))
         for k, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
