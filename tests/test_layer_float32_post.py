@@ -743,6 +743,156 @@ def test_the_operator_on_factored_heads_gives_the_rows_products_without_forming_
         assert rel(got[0], want[0]) < tol and got[3] == pytest.approx(want[3], rel=100 * tol)
 
 
+def test_maps_take_each_heads_best_fit_and_their_step_and_adjoint_agree():
+    """``_Maps``: ``Theta()`` is each head block's best fit of its rank (its SVD truncated), the skip's and bias's rows
+    as given; ``tangent`` and ``adjoint`` are adjoint (``<tangent(y), g> = <y, adjoint(g)>``), a head of rank 1 has its
+    second and third columns zero in the step, its gradient and after a move; the whiteners make their Gram matrices
+    the identity (``T^T G T = I``)."""
+    from companion.layer._fit import _Maps, _PolishOperator, _whitener, group_by_length
+
+    rng = np.random.default_rng(6)
+    H, d, d_out = 3, 9, 7
+    Theta = rng.standard_normal(((H + 1) * d + 1, d_out)) / d
+    m = _Maps(Theta, H, [1, 3, 3])
+    blocks = Theta[: H * d].reshape(H, d, d_out)
+    for h, r in enumerate([1, 3, 3]):
+        U, s, Vt = np.linalg.svd(blocks[h])
+        best = (U[:, :r] * s[:r]) @ Vt[:r]
+        assert np.allclose(m.Theta()[h * d : (h + 1) * d], best, rtol=0, atol=1e-14)
+    assert np.array_equal(m.Theta()[H * d :], Theta[H * d :])
+    Ws = np.zeros((H, d + 1, d + 1))
+    Ws[:, :d, :] = rng.standard_normal((H, d, d + 1))
+    Xs = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(2, 7, size=40)]
+    batches, answers = group_by_length(Xs, rng.standard_normal((40, d_out)))
+    op = _PolishOperator(Ws, m.Theta(), batches, Ys=answers, maps=m.maps())
+    m.prepare(op)
+    Gx, Gs = op.gram_blocks()
+    eye = np.eye(d)
+    assert np.allclose(m.Tx.transpose(0, 2, 1) @ Gx @ m.Tx, eye, atol=1e-9)
+    assert np.allclose(m.Ts.T @ Gs @ m.Ts, np.eye(d + 1), atol=1e-9)
+    T = _whitener(Gx[0])
+    assert np.allclose(T.T @ Gx[0] @ T, eye, atol=1e-9)
+    y = rng.standard_normal(m.size)
+    g = (rng.standard_normal(m.P.shape), rng.standard_normal(m.Q.shape), rng.standard_normal(m.Sb.shape))
+    step = m.tangent(y)
+    assert sum(float(np.sum(a * b)) for a, b in zip(step, g)) == pytest.approx(float(y @ m.adjoint(g)), rel=1e-12)
+    assert np.all(step[0][0, :, 1:] == 0) and np.all(step[1][0, :, 1:] == 0)
+    assert np.all(m.adjoint(g)[: m.P.size].reshape(m.P.shape)[0, :, 1:] == 0)
+    after = m.moved(step)
+    assert np.all(after.P[0, :, 1:] == 0) and np.all(after.Q[0, :, 1:] == 0)
+    assert np.linalg.matrix_rank(after.Theta()[:d]) == 1
+    # a move is the factors' sum, balanced: the same blocks, P^T P = Q^T Q diagonal
+    want = (m.P + step[0]) @ (m.Q + step[1]).transpose(0, 2, 1)
+    assert np.allclose(after.P @ after.Q.transpose(0, 2, 1), want, rtol=0, atol=1e-13)
+    PtP, QtQ = after.P.transpose(0, 2, 1) @ after.P, after.Q.transpose(0, 2, 1) @ after.Q
+    assert np.allclose(PtP, QtQ, atol=1e-13) and np.allclose(PtP - PtP * np.eye(3), 0, atol=1e-13)
+
+
+@pytest.mark.parametrize("ln", [False, True])
+def test_the_operator_on_factored_maps_gives_thetas_products_without_forming_them(ln):
+    """``_PolishOperator(..., maps=(P, Q))``: ``matvec`` of Theta's factors' step ``(dP, dQ, dSb)`` is the whole
+    Theta's product at ``dM_h = dP_h Q_h^T + P_h dQ_h^T`` (``dSb`` the skip's and bias's rows), and ``rmatvec``'s
+    ``(gP, gQ, gSb)`` are ``(gM_h Q_h, gM_h^T P_h, gSb)`` of the whole Theta's gradient (float64 products: to 1e-13
+    relative; float32's: to float32's rounding), with the heads factored or not, a map of rank 1 included; the heads'
+    gradient as the whole route's (the same to rounding: ``M_h z`` is formed as ``P_h (Q_h^T z)``), the
+    LayerNorm's block to the bit."""
+    from companion.layer._fit import _Factored, _Maps, _PolishOperator, group_by_length
+
+    rng = np.random.default_rng(7)
+    H, d, d_out = 3, 9, 7
+    m = _Maps(rng.standard_normal(((H + 1) * d + 1, d_out)) / d, H, [1, 3, 3])
+    Theta = m.Theta()
+    f = _Factored(rng.standard_normal((H, d, d + 1)) / d, [2, 3, 3])
+    Ws = np.zeros((H, d + 1, d + 1))
+    Ws[:, :d, :] = f.W()
+    Xs = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(2, 7, size=40)]
+    batches, answers = group_by_length(Xs, rng.standard_normal((40, d_out)))
+    if ln:
+        data = {"ln": (answers, 1.0 + 0.1 * rng.standard_normal(d_out), 0.1 * rng.standard_normal(d_out))}
+    else:
+        data = {"What": [y / np.linalg.norm(y, axis=1, keepdims=True) for y in answers]}
+    step = (rng.standard_normal(m.P.shape), rng.standard_normal(m.Q.shape), rng.standard_normal(m.Sb.shape))
+    dM = step[0] @ m.Q.transpose(0, 2, 1) + m.P @ step[1].transpose(0, 2, 1)
+    dT = np.concatenate([dM.reshape(H * d, d_out), step[2]])
+    x = rng.standard_normal(f.A.size + f.B.size)
+    dln = rng.standard_normal((2, d_out)) if ln else None
+    rel = lambda a, b: float(np.max(np.abs(a - b)) / np.max(np.abs(b)))  # noqa: E731
+    for products, tol in ((None, 1e-13), ([X.astype(np.float32) for X in batches], 1e-5)):
+        for factors, dW in ((None, f.dW(x)), (f.factors(), f.tangent(x))):
+            whole = _PolishOperator(Ws, Theta, batches, products=products, factors=factors, **data)
+            mapped = _PolishOperator(Ws, Theta, batches, products=products, factors=factors, maps=m.maps(), **data)
+            assert np.array_equal(mapped.residual(), whole.residual())
+            assert rel(mapped.matvec(dW, step, dln), whole.matvec(dW, dT, dln)) < tol
+            y = rng.standard_normal(whole.residual().size)
+            g_whole, g_mapped = whole.rmatvec(y), mapped.rmatvec(y)
+            gM = g_whole[1][: H * d].reshape(H, d, d_out)
+            assert rel(g_mapped[1][0], gM @ m.Q) < tol and rel(g_mapped[1][1], gM.transpose(0, 2, 1) @ m.P) < tol
+            assert rel(g_mapped[1][2], g_whole[1][H * d :]) < tol
+            heads = [g_whole[0]] if factors is None else g_whole[0]
+            assert all(rel(a, b) < tol for a, b in zip([g_mapped[0]] if factors is None else g_mapped[0], heads))
+            if ln:
+                assert np.array_equal(g_mapped[2], g_whole[2])
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_the_polish_on_factored_maps_reaches_the_block_as_the_whole_theta_does(norm):
+    """``polish_free`` and ``polish_directions_free`` (weighted, the LayerNorm's ``beta`` an unknown) with
+    ``map_rank``: from a start 1e-3 off a block of heads of ranks 1, 3, 3 and maps of the same ranks, four steps lower
+    the residual as far as the whole Theta's route does (within a factor 10; both by more than 1,000 times); the
+    head blocks returned have the maps' ranks; ``info["map_rank"]`` names them."""
+    from companion.layer._fit import _Factored, _Maps, _PolishOperator, group_by_length, polish_directions_free, polish_free
+
+    rng = np.random.default_rng(8)
+    H, d, d_out = 3, 12, 12
+    ranks = [1, 3, 3]
+    Theta = _Maps(rng.standard_normal(((H + 1) * d + 1, d_out)) / np.sqrt(d), H, ranks).Theta()
+    Ws = np.zeros((H, d + 1, d + 1))
+    Ws[:, :d, :] = _Factored(3 * rng.standard_normal((H, d, d + 1)) / d, ranks).W()
+    Xs = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(2, 9, size=400)]
+    batches, _ = group_by_length(Xs, np.zeros((400, d_out)))
+    zero = [np.zeros((X.shape[0], d_out)) for X in batches]
+    u = _PolishOperator(Ws, Theta, batches, Ys=zero).residual()  # the exact block's answers, Phi Theta
+    answers = np.split(u.reshape(-1, d_out), np.cumsum([X.shape[0] for X in batches])[:-1])
+    start = (Ws + 1e-3 * rng.standard_normal(Ws.shape) * (np.arange(d + 1) < d)[:, None], Theta + 1e-3)
+    if norm:
+        gamma, beta = 1.0 + 0.1 * rng.standard_normal(d_out), 0.1 * rng.standard_normal(d_out)
+        ys = [gamma * (a - a.mean(1, keepdims=True)) / a.std(1, keepdims=True) + beta for a in answers]
+        ln = PostLN(gamma=gamma, beta=beta + 1e-4)
+        scales = [np.ones(X.shape[0]) for X in batches]
+        run = lambda **k: polish_directions_free(*start, batches, ys, iters=4, scales=scales, norm=ln, **k)  # noqa: E731
+    else:
+        run = lambda **k: polish_free(*start, batches, answers, iters=4, **k)  # noqa: E731
+    got, want = run(rank=ranks, map_rank=ranks), run(rank=ranks)
+    assert got[4]["map_rank"] == ranks and want[4]["map_rank"] is None
+    assert got[2] == want[2] and want[3] < 1e-3 * want[2] and got[3] < 1e-3 * got[2] and got[3] < 10 * want[3]
+    blocks = got[1][: H * d].reshape(H, d, d_out)
+    assert [np.linalg.matrix_rank(b, tol=1e-12 * np.abs(b).max()) for b in blocks] == ranks
+
+
+@pytest.mark.parametrize("gap, want", [(HEAD_RANK_GAP * 1.05, [2, 4, 4]), (HEAD_RANK_GAP / 1.05, None)])
+def test_map_ranks_reads_the_head_blocks_by_head_ranks_rule(gap, want):
+    """``map_ranks``: :func:`head_ranks`'s rule on Theta's head blocks ``M_h`` (``(d, d_out)``, here 16 by 20, so up
+    to ``min(d, d_out) // 4 = 4``), not on the skip's and bias's rows below them (full rank here): blocks of ranks 2, 4,
+    4 whose gaps' geometric mean is HEAD_RANK_GAP times 1.05 are named (just inside), at 1 / 1.05 not (just outside);
+    a block of rank 5 leaves every map unfactored."""
+    from companion.layer._fit import map_ranks
+
+    d, d_out = 16, 20
+    rng = np.random.default_rng(9)
+
+    def block(s):
+        U, V = np.linalg.qr(rng.standard_normal((d, d)))[0], np.linalg.qr(rng.standard_normal((d_out, d)))[0]
+        return (U * s) @ V.T
+
+    # the three heads' largest gaps: g2 (head 0), gap and gap, with g2 = gap so that their mean is gap
+    s2 = np.concatenate([[1.0, 0.9], 0.9 / gap * 0.95 ** np.arange(d - 2)])
+    s4 = np.concatenate([[1.0, 0.9, 0.8, 0.7], 0.7 / gap * 0.95 ** np.arange(d - 4)])
+    s5 = np.concatenate([[1.0, 0.9, 0.8, 0.7, 0.6], 1e-6 * 0.9 ** np.arange(d - 5)])
+    tail = rng.standard_normal((d + 1, d_out))
+    assert map_ranks(np.concatenate([block(s2), block(s4), block(s4), tail]), 3) == want
+    assert map_ranks(np.concatenate([block(s4), block(s4), block(s5), tail]), 3) is None
+
+
 @pytest.mark.parametrize("gap, want", [(HEAD_RANK_GAP * 1.05, [4, 4, 4]), (HEAD_RANK_GAP / 1.05, None)])
 def test_head_rank_names_a_rank_at_its_gap_only(gap, want):
     """HEAD_RANK_GAP just inside and outside: heads of d = 16 whose singular values fall by ``gap`` after the fourth

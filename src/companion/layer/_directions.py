@@ -49,6 +49,7 @@ from ._fit import (
     features,
     group_by_length,
     head_ranks,
+    map_ranks,
     polish_directions,
     polish_directions_free,
     polish_row_queries,
@@ -356,7 +357,8 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     (:func:`post_ln_eps`: the polish moves ``Theta``'s scale, and ``eps`` is in its units). Where the plan is 0
     nothing is asked and ``eps`` is None. The matrix-free polish weights each query's residual by
     ``t^-FREE_POLISH_SCALE_POWER`` (``_fit``; the dense one solves each step exactly and is not weighted), takes
-    the heads' rows factored at their ranks where :func:`~companion.layer._fit.head_ranks` finds them, and polishes
+    the heads' rows factored at their ranks where :func:`~companion.layer._fit.head_ranks` finds them (``Theta``'s
+    head blocks where :func:`~companion.layer._fit.map_ranks` finds theirs), and polishes
     the LayerNorm's ``beta`` with them, its ``gamma`` held (``_fit.POLISH_LN_GAMMA``; ``norm`` returned with the
     polished ``beta``; the dense polish returns ``norm``'s ``beta`` as given); where ``scale`` is above 1 it then
     polishes again with :func:`polish_top_plan`'s further queries at the top token scales (:data:`POLISH_TOP_RANGE`).
@@ -365,7 +367,8 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     as the polish weights it; after: the last stage's, on its queries), ``polish_top_queries`` and
     ``polish_top_lsmr_iterations`` (the second stage's, :data:`POLISH_TOP_RANGE`; 0 and None where it did not run),
     ``polish_lsmr_iterations`` (the first stage's, per Gauss-Newton step; None on the dense polish), ``polish_rank``
-    (the factored heads' ranks, one a head; None unfactored or dense), ``polish_beta_moved`` (``|dbeta| / |beta|``,
+    (the factored heads' ranks, one a head; None unfactored or dense), ``polish_map_rank`` (the factored output
+    maps' ranks, the same way), ``polish_beta_moved`` (``|dbeta| / |beta|``,
     the first stage's; None dense), and from its queries' gaps (:func:`post_ln_eps`) ``median_gap``, ``eps_rtol``
     and ``gamma_scale`` (the returned ``norm``'s ``gamma`` is divided by it, on either polish)."""
     d, d_out, H = int(oracle.d), int(oracle.d_out), Ws.shape[0]
@@ -377,17 +380,18 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     Y = oracle(Xs)
     batches, answers = group_by_length(Xs, Y)
     n_top, top_its = 0, None
-    free = dict.fromkeys(("polish_lsmr_iterations", "polish_rank", "polish_beta_moved"))  # None on the dense polish
+    free = dict.fromkeys(("polish_lsmr_iterations", "polish_rank", "polish_map_rank", "polish_beta_moved"))  # dense
     if unknowns > FLOAT32_POLISH_MAX_UNKNOWNS:  # matrix-free: the dense Jacobian would hold B d_out times the unknowns
         # each query weighted by its scale
         t_batches = group_by_length(Xs, scales)[1]
         rank = head_ranks(Ws)  # heads of known ranks: factored, r_h (2 d + 1) unknowns a head
         Ws, Theta, before, after, steps = polish_directions_free(
-            Ws, Theta, batches, answers, scales=t_batches, rank=rank, norm=norm
+            Ws, Theta, batches, answers, scales=t_batches, rank=rank, norm=norm, map_rank=map_ranks(Theta, H)
         )
         free = {
             "polish_lsmr_iterations": steps["lsmr_iterations"],
             "polish_rank": steps["rank"],
+            "polish_map_rank": steps["map_rank"],
             "polish_beta_moved": float(
                 np.linalg.norm(steps["beta"] - norm.beta) / max(np.linalg.norm(norm.beta), np.finfo(float).tiny)
             ),
@@ -399,8 +403,10 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
             X2, top = _polish_queries(rng, n_top, d, polish_max_len(unknowns), lo, scale)
             Xs, scales, Y = Xs + X2, np.concatenate([scales, top]), np.concatenate([Y, oracle(X2)])
             batches, answers = group_by_length(Xs, Y)
+            t_batches = group_by_length(Xs, scales)[1]
+            ranks = {"rank": head_ranks(Ws), "map_rank": map_ranks(Theta, H)}
             Ws, Theta, _, after, steps = polish_directions_free(
-                Ws, Theta, batches, answers, scales=group_by_length(Xs, scales)[1], rank=head_ranks(Ws), norm=norm
+                Ws, Theta, batches, answers, scales=t_batches, norm=norm, **ranks
             )
             top_its = steps["lsmr_iterations"]
             norm = replace(norm, gamma=steps["gamma"], beta=steps["beta"])

@@ -28,6 +28,7 @@ __all__ = [
     "HEAD_OWN_GAP",
     "POLISH_LN_GAMMA",
     "head_ranks",
+    "map_ranks",
     "residual_and_jacobian",
     "group_by_length",
     "polish_row_queries",
@@ -138,12 +139,39 @@ def head_ranks(Ws) -> list[int] | None:
     ([2, 2], [2, 2], None)
     """
     d = Ws.shape[1] - 1
-    top = d // 4
+    return _block_ranks(Ws[:, :d, :])
+
+
+def map_ranks(Theta, H: int) -> list[int] | None:
+    """Each head's output map's rank, at which the matrix-free polish factors ``Theta``'s head blocks, or None
+    (this book's own): :func:`head_ranks`'s rule (largest gaps up to ``min(d, d_out) // 4``, :data:`HEAD_OWN_GAP`,
+    :data:`HEAD_RANK_GAP`) on the blocks ``M_h = Theta[h d:(h + 1) d]``, ``(d, d_out)``. A framework's head maps its
+    value through ``W_V`` and ``W_O``, so ``M_h = W_V,h^T W_O,h^T`` has rank ``d_h`` at most (the value bias goes to
+    the bias row); factored, ``M_h = P_h Q_h^T``, its ``s_h (d + d_out)`` unknowns replace ``d d_out``
+    (:class:`_Maps`).
+
+    ``Theta`` has shape ``(H d + d + 1, d_out)``: the head blocks, then the skip's rows and the bias.
+
+    >>> rng = np.random.default_rng(0)
+    >>> M = rng.standard_normal((2, 12, 2)) @ rng.standard_normal((2, 2, 12))
+    >>> Theta = np.concatenate([M.reshape(24, 12), rng.standard_normal((13, 12))])
+    >>> map_ranks(Theta, 2), map_ranks(Theta + 1e-3 * rng.standard_normal(Theta.shape), 2)
+    ([2, 2], [2, 2])
+    """
+    d_out = Theta.shape[1]
+    d = (Theta.shape[0] - 1) // (H + 1)
+    return _block_ranks(Theta[: H * d].reshape(H, d, d_out))
+
+
+def _block_ranks(M) -> list[int] | None:
+    """:func:`head_ranks`'s rule on blocks ``M`` of shape ``(H, a, b)``: each block's rank at its largest gap of
+    singular values up to ``min(a, b) // 4``, or None."""
+    top = min(M.shape[1], M.shape[2]) // 4
     if top < 1:
         return None
-    s = np.linalg.svd(Ws[:, :d, :], compute_uv=False)[:, : top + 1]
-    s = np.maximum(s, np.maximum(s[:, :1] * (d + 1) * np.finfo(float).eps, np.finfo(float).tiny))
-    logs = np.log(s[:, :-1] / s[:, 1:])  # (H, d // 4)
+    s = np.linalg.svd(M, compute_uv=False)[:, : top + 1]
+    s = np.maximum(s, np.maximum(s[:, :1] * max(M.shape[1:]) * np.finfo(float).eps, np.finfo(float).tiny))
+    logs = np.log(s[:, :-1] / s[:, 1:])  # (H, top)
     gaps = logs.max(axis=1)
     if np.min(gaps) < np.log(HEAD_OWN_GAP) or np.mean(gaps) < np.log(HEAD_RANK_GAP):
         return None
@@ -402,18 +430,33 @@ class _PolishOperator:
     rows ``Theta[h d:(h + 1) d]``): each product is a few matrix products of ``O(B (H d (d + 1) + p d_out))``
     flops; the Jacobian's entries (``B d_out`` times as many) are never formed.
 
-    ``weights`` (per batch, ``(B,)``; directions only) multiply each query's residual, and so its row of the
-    Jacobian. ``ln = (answers, gamma, beta)`` in place of ``What``: the directions ``(y - beta) / gamma`` of the answers
-    (per batch), and the LayerNorm's ``gamma`` (unless ``ln_gamma`` is False) and ``beta`` unknowns too (``matvec``'s
-    ``dln``, ``rmatvec``'s third block and ``ln_column_norms``, each ``(2, d_out)``, or ``(1, d_out)``: ``beta``'s
-    alone, with ``ln_gamma`` False), their Jacobian exact (the unit direction ``w`` moves by ``-(I - w w^T) q / |zt|``,
-    ``q = (dbeta + zt dgamma) / gamma``, ``zt = (y - beta) / gamma``). The residual is float64's. The products, the
-    column norms and the features they use are in the dtype of ``products`` (the batches cast, once a polish;
-    float64's ``Xs`` where None); the Gram matrix is accumulated in float64 whatever the products' dtype.
+    ``weights`` (per batch, ``(B,)``; directions only) multiply each query's residual, and so its row of the Jacobian.
+    Built with ``factors = (A, B)`` (:class:`_Factored`'s) its products take and give the heads' factors' step and
+    gradient; with ``maps = (P, Q)`` (:class:`_Maps`'s: ``M_h = P_h Q_h^T``), Theta's as ``(dP, dQ, dSb)`` (``dSb`` the
+    skip's and bias's rows, whole), ``u_k`` moving by ``sum_h (dxbar_h P_h + xbar_h dP_h) Q_h^T + (xbar_h P_h) dQ_h^T +
+    x~_N dSb``: ``B (2 H d s + 2 H s d_out + (d + 1) d_out)`` multiply-adds a product, not ``B p d_out`` (``s`` the
+    largest rank). ``ln = (answers, gamma, beta)`` in place of ``What``: the directions ``(y - beta) / gamma`` of the
+    answers (per batch), and the LayerNorm's ``gamma`` (unless ``ln_gamma`` is False) and ``beta`` unknowns too
+    (``matvec``'s ``dln``, ``rmatvec``'s third block and ``ln_column_norms``, each ``(2, d_out)``, or ``(1, d_out)``:
+    ``beta``'s alone, with ``ln_gamma`` False), their Jacobian exact (the unit direction ``w`` moves by ``-(I - w w^T) q
+    / |zt|``, ``q = (dbeta + zt dgamma) / gamma``, ``zt = (y - beta) / gamma``). The residual is float64's. The
+    products, the column norms and the features they use are in the dtype of ``products`` (the batches cast, once a
+    polish; float64's ``Xs`` where None); the Gram matrix is accumulated in float64 whatever the products' dtype.
     """
 
     def __init__(
-        self, Ws, Theta, Xs, What=None, Ys=None, products=None, weights=None, ln=None, ln_gamma=True, factors=None
+        self,
+        Ws,
+        Theta,
+        Xs,
+        What=None,
+        Ys=None,
+        products=None,
+        weights=None,
+        ln=None,
+        ln_gamma=True,
+        factors=None,
+        maps=None,
     ):
         if ln is not None:  # the directions from the answers and the LayerNorm's (gamma, beta), themselves unknowns
             if What is not None:
@@ -437,6 +480,9 @@ class _PolishOperator:
         # through B_h^T x~_N (kept per batch) and A_h, about 3 d r_h multiply-adds a head and query, not d (d + 1)
         self.factors = None if factors is None else tuple(F.astype(dtype) for F in factors)
         self.xB = []
+        # Theta's head blocks factored, M_h = P_h Q_h^T (:class:`_Maps`): xbar_h P_h kept per batch, (H, B, s)
+        self.maps = None if maps is None else tuple(F.astype(dtype) for F in maps)
+        self.E = []
         for i, (X, Xp) in enumerate(zip(Xs, products)):
             B, H, d = X.shape[0], self.H, self.d
             xN = np.concatenate([X[:, -1, :], np.ones((B, 1))], axis=1)
@@ -460,6 +506,8 @@ class _PolishOperator:
             self.batches.append((Xp, xN, alpha, phi, W, nv, r))
             if self.factors is not None:  # B_h^T x~_N, (H, B, r)
                 self.xB.append(xN[None] @ self.factors[1])
+            if self.maps is not None:  # xbar_h P_h, (H, B, s)
+                self.E.append(phi[:, : H * d].reshape(B, H, d).transpose(1, 0, 2) @ self.maps[0])
 
     def residual(self):
         return np.concatenate([b[-1].reshape(-1) for b in self.batches])
@@ -480,17 +528,23 @@ class _PolishOperator:
 
     def matvec(self, dW, dT, dln=None):
         """``J (dW, dTheta)``: ``dW`` of shape ``(H, d, d + 1)`` (or, built with ``factors``, the factors' step
-        ``(dA, dB)`` of their shapes: ``dW_h = dA_h B_h^T + A_h dB_h^T``, never formed), ``dT`` ``(p, d_out)``
-        (and with ``ln``, ``dln`` of shape ``(2, d_out)``: ``dgamma``, ``dbeta``; ``(1, d_out)``, ``dbeta``, with
-        ``ln_gamma`` False); returns ``(B d_out,)``."""
+        ``(dA, dB)`` of their shapes: ``dW_h = dA_h B_h^T + A_h dB_h^T``, never formed), ``dT`` ``(p, d_out)`` (or,
+        built with ``maps``, ``(dP, dQ, dSb)`` of shapes ``(H, d, s)``, ``(H, d_out, s)``, ``(d + 1, d_out)``:
+        ``dM_h = dP_h Q_h^T + P_h dQ_h^T``, never formed) (and with ``ln``, ``dln`` of shape ``(2, d_out)``:
+        ``dgamma``, ``dbeta``; ``(1, d_out)``, ``dbeta``, with ``ln_gamma`` False); returns ``(B d_out,)``."""
         H, d, out = self.H, self.d, []
-        dtype, factored = self.M.dtype, isinstance(dW, tuple)
+        dtype, factored, mapped = self.M.dtype, isinstance(dW, tuple), isinstance(dT, tuple)
         if factored:  # the factors' step (dA, dB): dW_h x~_N = dA_h B_h^T x~_N + A_h dB_h^T x~_N
             A, (dA, dB) = self.factors[0], (F.astype(dtype) for F in dW)
             dAA, dBf = np.concatenate([dA, A], axis=2), dB.transpose(1, 0, 2).reshape(d + 1, -1)
         else:
             dWf = dW.reshape(H * d, d + 1).T.astype(dtype)
-        dT = dT.astype(dtype)
+        if mapped:  # du = sum_h [dxbar_h P_h + xbar_h dP_h, xbar_h P_h] [Q_h, dQ_h]^T + x~_N dSb
+            P, Q = self.maps
+            dP, dQ, dSb = (F.astype(dtype) for F in dT)
+            QQ = np.concatenate([Q, dQ], axis=2).transpose(0, 2, 1).reshape(-1, self.d_out)  # (H 2 s, d_out)
+        else:
+            dT = dT.astype(dtype)
         for i, (X, xN, alpha, phi, W, nv, _) in enumerate(self.batches):
             B = X.shape[0]
             if factored:
@@ -499,8 +553,14 @@ class _PolishOperator:
             else:
                 a = (xN @ dWf).reshape(B, H, d)  # dW_h x~_N
             g = alpha * (a @ X.transpose(0, 2, 1))  # alpha_n x_n^T dW_h x~_N, (B, H, N)
-            dxbar = g @ X - g.sum(axis=2)[:, :, None] * phi[:, : H * d].reshape(B, H, d)
-            du = phi @ dT + dxbar.reshape(B, H * d) @ self.M
+            xbar = phi[:, : H * d].reshape(B, H, d)
+            dxbar = g @ X - g.sum(axis=2)[:, :, None] * xbar
+            if mapped:
+                c = dxbar.transpose(1, 0, 2) @ P + xbar.transpose(1, 0, 2) @ dP  # (H, B, s)
+                du = np.concatenate([c, self.E[i]], axis=2).transpose(1, 0, 2).reshape(B, -1) @ QQ
+                du += phi[:, H * d :] @ dSb
+            else:
+                du = phi @ dT + dxbar.reshape(B, H * d) @ self.M
             r = self._proj(du.astype(float), W, nv)
             if dln is not None:
                 # r = w_k (vhat - (vhat . w) w): dr = f ((vhat . a) w + (vhat . w) a), a = (I - w w^T) q
@@ -515,10 +575,16 @@ class _PolishOperator:
 
     def rmatvec(self, y):
         """``J^T y``: ``(dW of shape (H, d, d + 1), dTheta of shape (p, d_out))`` (built with ``factors``, the
-        factors' ``(gA, gB) = (gW_h B_h, gW_h^T A_h)`` in place of ``dW``), and with ``ln`` the
-        ``(2, d_out)`` of ``dgamma``, ``dbeta`` third (``(1, d_out)``, ``dbeta``, with ``ln_gamma`` False)."""
+        factors' ``(gA, gB) = (gW_h B_h, gW_h^T A_h)`` in place of ``dW``; with ``maps``, ``(gP, gQ, gSb) =
+        (gM_h Q_h, gM_h^T P_h, gSb)`` in place of ``dTheta``), and with ``ln`` the ``(2, d_out)`` of ``dgamma``,
+        ``dbeta`` third (``(1, d_out)``, ``dbeta``, with ``ln_gamma`` False)."""
         H, d, i = self.H, self.d, 0
         gT, gL = np.zeros((self.p, self.d_out)), np.zeros((self.ln_rows, self.d_out))
+        if self.maps is not None:  # Theta's factors' gradient (gP, gQ, gSb): gM never formed
+            P, Q = self.maps
+            s = P.shape[2]
+            Qs = Q.transpose(1, 0, 2).reshape(self.d_out, H * s)  # [Q_1 ... Q_H], (d_out, H s)
+            gP, gQ, gSb = np.zeros(P.shape), np.zeros(Q.shape), np.zeros((d + 1, self.d_out))
         if self.factors is None:
             gW = np.zeros((H * d, d + 1))
         else:  # the factors' gradient (gA, gB): gW_h B_h and gW_h^T A_h, gW never formed
@@ -529,9 +595,16 @@ class _PolishOperator:
             yk = y[i : i + B * self.d_out].reshape(B, self.d_out)
             z = self._proj_t(yk, W, nv).astype(self.M.dtype)
             i += B * self.d_out
-            gT += phi.T @ z
-            m = (z @ self.M.T).reshape(B, H, d)  # M_h z
             xbar = phi[:, : H * d].reshape(B, H, d)
+            if self.maps is None:
+                gT += phi.T @ z
+                m = (z @ self.M.T).reshape(B, H, d)  # M_h z
+            else:
+                zQ = (z @ Qs).reshape(B, H, s).transpose(1, 0, 2)  # Q_h^T z, (H, B, s)
+                gP += xbar.transpose(1, 2, 0) @ zQ
+                gQ += (z.T @ self.E[k].transpose(1, 0, 2).reshape(B, -1)).reshape(-1, H, s).transpose(1, 0, 2)
+                gSb += phi[:, H * d :].T @ z
+                m = (zQ @ P.transpose(0, 2, 1)).transpose(1, 0, 2)  # M_h z = P_h Q_h^T z, (B, H, d)
             e = alpha * (m @ X.transpose(0, 2, 1) - np.einsum("bha,bha->bh", xbar, m)[:, :, None])
             if self.factors is None:
                 gW += (e @ X).reshape(B, H * d).T @ xN
@@ -546,9 +619,10 @@ class _PolishOperator:
                 q = self.f[k][:, None] * _off(t, W)
                 gL += np.stack([np.sum(q * self.zt[k], axis=0)] * self.ln_gamma + [np.sum(q, axis=0)]) / self.gamma
         heads = gW.reshape(H, d, d + 1) if self.factors is None else (gA, gB)
+        theta = gT if self.maps is None else (gP, gQ, gSb)
         if self.ln:
-            return heads, gT, gL
-        return heads, gT
+            return heads, theta, gL
+        return heads, theta
 
     def ln_column_norms(self):
         """``|J e_j|`` over ``(gamma, beta)``, shape ``(2, d_out)`` (``beta``'s alone, ``(1, d_out)``, with
@@ -591,28 +665,52 @@ class _PolishOperator:
             G += A.T @ A
         return G
 
+    def gram_blocks(self):
+        """:meth:`gram`'s diagonal blocks that :class:`_Maps` uses: each head's ``xbar_h``'s, ``(H, d, d)``, and the
+        skip's and bias's features' ``x~_N``, ``(d + 1, d + 1)``; float64, ``B (H d^2 + (d + 1)^2)`` flops."""
+        H, d = self.H, self.d
+        Gx, Gs = np.zeros((H, d, d)), np.zeros((d + 1, d + 1))
+        for _, _, _, phi, _, nv, _ in self.batches:
+            A = phi.astype(float) if nv is None else phi / nv[:, None]
+            xb = A[:, : H * d].reshape(-1, H, d).transpose(1, 0, 2)
+            Gx += xb.transpose(0, 2, 1) @ xb
+            Gs += A[:, H * d :].T @ A[:, H * d :]
+        return Gx, Gs
+
 
 def polish_directions_free(
-    Ws, Theta, Xs, directions, iters=None, lsmr_iters=100, lsmr_tol=1e-3, scales=None, rank=None, norm=None
+    Ws,
+    Theta,
+    Xs,
+    directions,
+    iters=None,
+    lsmr_iters=100,
+    lsmr_tol=1e-3,
+    scales=None,
+    rank=None,
+    norm=None,
+    map_rank=None,
 ):
     """:func:`polish_directions` matrix-free: each Gauss-Newton step by LSMR (Fong & Saunders 2011,
     ``scipy.sparse.linalg.lsmr``) on :class:`_PolishOperator`'s products (this book's own).
 
-    Preconditioned on the right, once at the start: the heads' rows by their columns' norms, ``Theta`` by the
-    Cholesky factor ``L`` of its Gram matrix (:meth:`_PolishOperator.gram`, column-scaled by ``D``):
-    ``dTheta = D^-1 L^-T y``, so that its block is near-orthonormal (its columns, the features, are strongly
-    correlated). Memory ``O(B N H d + B p + p^2)`` floats, not ``B d_out`` times the unknowns. Same residual, same
-    acceptance as :func:`polish_directions`; with ``scales`` (per batch, ``(B,)``: each query's token scale ``t``)
-    each query's residual is weighted by ``t^-FREE_POLISH_SCALE_POWER`` (the reason and the measurements are the
-    constant's) and the residuals returned are the weighted one's rms. With ``rank`` (an int, or one per head, as
-    :func:`head_ranks` gives) each head's rows are factored at it (:class:`_Factored`), from their best fit of that
-    rank; the start itself is returned if that fit and its steps never lower its residual. Returns ``(Ws, Theta,
-    relative residual before, after, info)``, ``info`` the LSMR iterations per step and the ranks (one per head, or
-    None). With ``norm`` (the LayerNorm's ``gamma``, ``beta``; :class:`~companion.layer._norm.PostLN`),
-    ``directions`` are the answers ``y`` themselves, the directions ``(y - beta) / gamma`` are built from them at each
-    point and ``beta`` is polished with the rest, ``gamma`` held unless :data:`POLISH_LN_GAMMA` (``info["gamma"]``,
-    ``info["beta"]``; this book's own: on float32 answers the row space's ``beta`` is a few 1e-5 off, and the heads
-    fitted to its directions take its error in).
+    Preconditioned on the right, once at the start: the heads' rows by their columns' norms, ``Theta`` by the Cholesky
+    factor ``L`` of its Gram matrix (:meth:`_PolishOperator.gram`, column-scaled by ``D``): ``dTheta = D^-1 L^-T y``, so
+    that its block is near-orthonormal (its columns, the features, are strongly correlated; :class:`_Full`), or, with
+    ``map_rank``, its factors by their blocks' own (:class:`_Maps`). Memory ``O(B N H d + B p +
+    p^2)`` floats, not ``B d_out`` times the unknowns. Same residual, same acceptance as :func:`polish_directions`; with
+    ``scales`` (per batch, ``(B,)``: each query's token scale ``t``) each query's residual is weighted by
+    ``t^-FREE_POLISH_SCALE_POWER`` (the reason and the measurements are the constant's) and the residuals returned are
+    the weighted one's rms. With ``rank`` (an int, or one per head, as :func:`head_ranks` gives) each head's rows are
+    factored at it (:class:`_Factored`), from their best fit of that rank; the start itself is returned if that fit and
+    its steps never lower its residual. With ``map_rank`` (one per head, as :func:`map_ranks` gives) Theta's head blocks
+    are factored likewise (:class:`_Maps`). Returns ``(Ws, Theta, relative residual before, after, info)``, ``info`` the
+    LSMR iterations per step and the ranks (``rank``, ``map_rank``: one per head, or None). With ``norm`` (the
+    LayerNorm's ``gamma``, ``beta``; :class:`~companion.layer._norm.PostLN`), ``directions`` are the answers ``y``
+    themselves, the directions ``(y - beta) / gamma`` are built from them at each point and ``beta`` is polished with
+    the rest, ``gamma`` held unless :data:`POLISH_LN_GAMMA` (``info["gamma"]``, ``info["beta"]``; this book's own: on
+    float32 answers the row space's ``beta`` is a few 1e-5 off, and the heads fitted to its directions take its error
+    in).
 
     Each step is inexact, LSMR stopped at ``lsmr_tol`` (its ``atol`` and ``btol``) or ``lsmr_iters``. Measured
     (2026-12-05, the float32 route's polish at d = 32, H = 4 and d = 48, H = 12, against 1,000 fresh queries' exact
@@ -631,31 +729,32 @@ def polish_directions_free(
     else:
         weights = [np.asarray(t, dtype=float) ** -FREE_POLISH_SCALE_POWER for t in scales]
         scale = np.sqrt(sum(float(w @ w) for w in weights))  # the weighted residual's rms
-    return _polish_free(Ws, Theta, Xs, {**data, "weights": weights}, scale, iters, lsmr_iters, lsmr_tol, rank)
+    data = {**data, "weights": weights}
+    return _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank, map_rank)
 
 
-def polish_free(Ws, Theta, Xs, Ys, iters=None, lsmr_iters=100, lsmr_tol=1e-3, rank=None):
+def polish_free(Ws, Theta, Xs, Ys, iters=None, lsmr_iters=100, lsmr_tol=1e-3, rank=None, map_rank=None):
     """:func:`polish` matrix-free (this book's own): the answers' residual ``Phi Theta - Y`` (no projection, no
     scaling), by :func:`polish_directions_free`'s LSMR steps, preconditioning and acceptance (a step that does not
     lower the residual is not taken; the steps stop when one gains less than a factor 1.01), on the same
     :class:`_PolishOperator`. Returns ``(Ws, Theta, relative residual before, after, info)``, the residuals
-    relative to ``|Y|`` as :func:`polish`'s, ``info`` the LSMR iterations per step; ``rank`` as
+    relative to ``|Y|`` as :func:`polish`'s, ``info`` the LSMR iterations per step; ``rank`` and ``map_rank`` as
     :func:`polish_directions_free`'s."""
     scale = max(float(np.linalg.norm(np.concatenate([Y.reshape(-1) for Y in Ys]))), np.finfo(float).tiny)
-    return _polish_free(Ws, Theta, Xs, {"Ys": Ys}, scale, iters, lsmr_iters, lsmr_tol, rank)
+    return _polish_free(Ws, Theta, Xs, {"Ys": Ys}, scale, iters, lsmr_iters, lsmr_tol, rank, map_rank)
 
 
-def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=None):
+def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=None, map_rank=None):
     """Gauss-Newton by LSMR on :class:`_PolishOperator` built on ``data`` (``What`` or ``Ys``); residuals over
     ``scale``. With ``rank``, on each head's rows factored, ``W~_h[:d, :] = A_h B_h^T`` (:class:`_Factored`); with
-    ``data["ln"] = (answers, gamma, beta)`` the LayerNorm's ``beta`` is an unknown too (``gamma`` also if
-    :data:`POLISH_LN_GAMMA`), the directions ``(y - beta) / gamma`` built again at each point, and ``info`` holds
-    them polished."""
-    from scipy.linalg import cho_factor, solve_triangular
+    ``map_rank``, on Theta's head blocks factored, ``M_h = P_h Q_h^T`` (:class:`_Maps`; else Theta whole,
+    :class:`_Full`); with ``data["ln"] = (answers, gamma, beta)`` the LayerNorm's ``beta`` is an unknown too
+    (``gamma`` also if :data:`POLISH_LN_GAMMA`), the directions ``(y - beta) / gamma`` built again at each point, and
+    ``info`` holds them polished."""
     from scipy.sparse.linalg import LinearOperator, lsmr
 
     H, d = Ws.shape[0], Ws.shape[1] - 1
-    p, d_out = Theta.shape
+    d_out = Theta.shape[1]
     iters = FREE_POLISH_STEPS if iters is None else iters
     products = [X.astype(FREE_POLISH_PRODUCTS) for X in Xs]  # cast once: each step builds its operator again
     op = _PolishOperator(Ws, Theta, Xs, products=products, **data)
@@ -664,50 +763,37 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
     start, start_data = (Ws, Theta), data
     nL = op.ln_rows * d_out
     heads = _Rows(Ws[:, :d, :]) if rank is None else _Factored(Ws[:, :d, :], rank)
-    if rank is not None:  # from the heads' rows truncated to rank: the factors' point
+    maps = _Full(Theta) if map_rank is None else _Maps(Theta, H, map_rank)
+    if rank is not None or map_rank is not None:  # from the best fits of those ranks: the factors' point
         Ws = Ws.copy()
         Ws[:, :d, :] = heads.W()
-        op = _PolishOperator(Ws, Theta, Xs, products=products, factors=heads.factors(), **data)
+        Theta = maps.Theta()
+        op = _PolishOperator(Ws, Theta, Xs, products=products, factors=heads.factors(), maps=maps.maps(), **data)
         r = op.residual()
         best = float(np.linalg.norm(r)) / scale
     tiny = np.finfo(float).tiny
     sF = heads.scales(op.column_norms())
-    nW = sF.size
+    nW, nT = sF.size, maps.size
     sL = 1.0 / np.maximum(op.ln_column_norms(), tiny) if nL else None
-    G = op.gram()
-    D = np.sqrt(np.maximum(np.diag(G), tiny))
-    G /= np.outer(D, D)
-    for jitter in (1e-13, 1e-10, 1e-7):  # the features' near-collinear columns: a preconditioner needs no more
-        try:
-            L = cho_factor(G + jitter * np.eye(p), lower=True, overwrite_a=True)[0]
-            break
-        except np.linalg.LinAlgError:
-            L = None
-    if L is None:
-        L = np.eye(p)
-    del G
-
-    def tmap(y):  # preconditioned Theta's step y (p, d_out) -> dTheta
-        return solve_triangular(L, y, lower=True, trans="T") / D[:, None]
+    maps.prepare(op)  # Theta's preconditioner, from the start's features
 
     def step(op, r):
         """The Gauss-Newton step ``(dW, dTheta)`` by LSMR, and its iterations."""
 
         def dln_of(x):
-            return x[nW + p * d_out :].reshape(-1, d_out) * sL if nL else None
+            return x[nW + nT :].reshape(-1, d_out) * sL if nL else None
 
         def mv(x):
-            return op.matvec(heads.tangent(x[:nW] * sF), tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x))
+            return op.matvec(heads.tangent(x[:nW] * sF), maps.tangent(x[nW : nW + nT]), dln_of(x))
 
         def rmv(y):
             g = op.rmatvec(y)
             gW = heads.adjoint(g[0]) * sF
-            gT = solve_triangular(L, g[1] / D[:, None], lower=True).ravel()
-            return np.concatenate([gW, gT] + ([(g[2] * sL).ravel()] if nL else []))
+            return np.concatenate([gW, maps.adjoint(g[1])] + ([(g[2] * sL).ravel()] if nL else []))
 
-        A = LinearOperator((r.size, nW + p * d_out + nL), matvec=mv, rmatvec=rmv, dtype=float)
+        A = LinearOperator((r.size, nW + nT + nL), matvec=mv, rmatvec=rmv, dtype=float)
         x, _, its = lsmr(A, -r, atol=lsmr_tol, btol=lsmr_tol, maxiter=lsmr_iters)[:3]
-        return x[:nW] * sF, tmap(x[nW : nW + p * d_out].reshape(p, d_out)), dln_of(x), int(its)
+        return x[:nW] * sF, maps.tangent(x[nW : nW + nT]), dln_of(x), int(its)
 
     steps = []
     for _ in range(iters):
@@ -715,29 +801,185 @@ def _polish_free(Ws, Theta, Xs, data, scale, iters, lsmr_iters, lsmr_tol, rank=N
         steps.append(its)
         del op  # its features, B p floats, are built again at the new point
         W_new = Ws.copy()
-        moved = heads.moved(dW)
+        moved, moved_maps = heads.moved(dW), maps.moved(dT)
         W_new[:, :d, :] = moved.W()
-        T_new = Theta + dT
+        T_new = moved_maps.Theta()
         data_new = data
         if nL:
             answers, gamma, beta = data["ln"]
             gamma = gamma + dln[0] if data.get("ln_gamma", True) else gamma  # held: beta's row alone
             data_new = {**data, "ln": (answers, gamma, beta + dln[-1])}
-        op = _PolishOperator(W_new, T_new, Xs, products=products, factors=moved.factors(), **data_new)
+        op = _PolishOperator(
+            W_new, T_new, Xs, products=products, factors=moved.factors(), maps=moved_maps.maps(), **data_new
+        )
         r_new = op.residual()
         res = float(np.linalg.norm(r_new)) / scale
         if not res < best:
             break
-        Ws, Theta, r, gain, best, heads, data = W_new, T_new, r_new, best / res, res, moved, data_new
+        Ws, Theta, r, gain, best, heads, maps, data = W_new, T_new, r_new, best / res, res, moved, moved_maps, data_new
         if gain < 1.01:
             break
     if best >= first:  # the factored start and its steps never beat the start itself
         (Ws, Theta), best, data = start, first, start_data
     ranks = None if rank is None else np.broadcast_to(np.asarray(rank, dtype=int), (H,)).tolist()
-    info = {"lsmr_iterations": steps, "rank": ranks}
+    m_ranks = None if map_rank is None else np.broadcast_to(np.asarray(map_rank, dtype=int), (H,)).tolist()
+    info = {"lsmr_iterations": steps, "rank": ranks, "map_rank": m_ranks}
     if nL:
         info["gamma"], info["beta"] = data["ln"][1], data["ln"][2]
     return Ws, Theta, first, best, info
+
+
+def _whitener(G):
+    """``T = D^-1 L^-T`` with ``T^T G T`` the identity (to rounding and jitter), ``L`` the Cholesky factor of ``G``
+    scaled to a unit diagonal (``D`` its diagonal's roots), ``G`` of shape ``(..., n, n)``: a step ``T y`` moves
+    features of Gram matrix ``G`` orthonormally. Jitter ``1e-13``, ``1e-10``, ``1e-7`` of the unit diagonal as
+    needed (the features' near-collinear columns: a preconditioner needs no more); the identity if none serves."""
+    tiny = np.finfo(float).tiny
+    D = np.sqrt(np.maximum(np.diagonal(G, axis1=-2, axis2=-1), tiny))
+    Gs = G / (D[..., :, None] * D[..., None, :])
+    eye = np.eye(G.shape[-1])
+    for jitter in (1e-13, 1e-10, 1e-7):
+        try:
+            L = np.linalg.cholesky(Gs + jitter * eye)
+            break
+        except np.linalg.LinAlgError:
+            L = None
+    if L is None:
+        return np.broadcast_to(eye, G.shape) / D[..., :, None]
+    return np.swapaxes(np.linalg.inv(L), -1, -2) / D[..., :, None]
+
+
+class _Full:
+    """Theta itself, ``(p, d_out)``: the matrix-free polish's output maps unfactored (:class:`_Maps`' interface),
+    preconditioned on the right by the Cholesky factor ``L`` of its features' Gram matrix
+    (:meth:`_PolishOperator.gram`, column-scaled by ``D``): ``dTheta = D^-1 L^-T y``, so that its block is
+    near-orthonormal (its columns, the features, are strongly correlated)."""
+
+    def __init__(self, Theta):
+        self._T = Theta
+        self.size = Theta.size
+
+    def Theta(self):
+        return self._T
+
+    def maps(self):
+        return None
+
+    def prepare(self, op):
+        """The preconditioner ``(L, D)``, once, from the operator at the start."""
+        from scipy.linalg import cho_factor
+
+        G = op.gram()
+        p = G.shape[0]
+        tiny = np.finfo(float).tiny
+        self.D = np.sqrt(np.maximum(np.diag(G), tiny))
+        G /= np.outer(self.D, self.D)
+        for jitter in (1e-13, 1e-10, 1e-7):  # the features' near-collinear columns: a preconditioner needs no more
+            try:
+                L = cho_factor(G + jitter * np.eye(p), lower=True, overwrite_a=True)[0]
+                break
+            except np.linalg.LinAlgError:
+                L = None
+        self.L = np.eye(p) if L is None else L
+
+    def tangent(self, y):
+        """The preconditioned step ``y`` (flat) as ``dTheta``, ``(p, d_out)``."""
+        from scipy.linalg import solve_triangular
+
+        return solve_triangular(self.L, y.reshape(self._T.shape), lower=True, trans="T") / self.D[:, None]
+
+    def adjoint(self, g):
+        """:meth:`tangent`'s adjoint on the operator's ``gTheta``, flat."""
+        from scipy.linalg import solve_triangular
+
+        return solve_triangular(self.L, g / self.D[:, None], lower=True).ravel()
+
+    def moved(self, dT):
+        out = _Full(self._T + dT)
+        out.L, out.D = self.L, self.D
+        return out
+
+
+class _Maps:
+    """Theta with its head blocks factored, ``M_h = P_h Q_h^T`` (``P_h`` of shape ``(d, s_h)``, ``Q_h``
+    ``(d_out, s_h)``), the skip's and bias's rows ``Sb`` (``(d + 1, d_out)``) whole (this book's own): the matrix-free
+    polish's output maps at ranks ``s_h`` (:func:`map_ranks`), ``sum_h s_h (d + d_out) + (d + 1) d_out`` unknowns
+    instead of ``p d_out``. Held as ``(H, d, s)`` and ``(H, d_out, s)``, ``s`` the largest rank, the columns beyond
+    each head's own zero and kept so; balanced (``P = U S^1/2``, ``Q = V S^1/2``) at each point, as
+    :class:`_Factored`.
+
+    Preconditioned on the right, per head: ``dP_h = T_x,h y / |Q_h|`` (columnwise), ``T_x,h`` the whitener
+    (:func:`_whitener`) of ``xbar_h``'s Gram matrix (:meth:`_PolishOperator.gram_blocks`, from the start's features),
+    so that ``xbar_h dP_h Q_h^T`` is orthonormal in ``y`` (``Q_h``'s columns are orthogonal, balanced);
+    ``dQ_h = y T_e,h^T``, ``T_e,h`` the whitener of ``xbar_h P_h``'s Gram ``P_h^T G_x,h P_h`` (at each point);
+    ``dSb = T_s y``, ``T_s`` the skip's and bias's features' whitener. The directions' projections aside, these are
+    the blocks' own Gauss-Newton metrics."""
+
+    def __init__(self, Theta, H, ranks):
+        p, d_out = Theta.shape
+        d = (p - 1) // (H + 1)
+        self.H, self.d = H, d
+        self.ranks = np.broadcast_to(np.asarray(ranks, dtype=int), (H,))
+        s = int(self.ranks.max())
+        self.mask = (np.arange(s)[None, :] < self.ranks[:, None])[:, None, :].astype(float)  # (H, 1, s)
+        U, sv, Vt = np.linalg.svd(Theta[: H * d].reshape(H, d, d_out), full_matrices=False)
+        r = np.sqrt(sv[:, None, :s]) * self.mask
+        self.P, self.Q = U[:, :, :s] * r, Vt[:, :s, :].transpose(0, 2, 1) * r
+        self.Sb = Theta[H * d :].copy()
+        self.size = self.P.size + self.Q.size + self.Sb.size
+
+    def Theta(self):
+        return np.concatenate([(self.P @ self.Q.transpose(0, 2, 1)).reshape(-1, self.Q.shape[1]), self.Sb])
+
+    def maps(self):
+        """``(P, Q)``: :class:`_PolishOperator`'s ``maps``."""
+        return self.P, self.Q
+
+    def prepare(self, op):
+        """The whiteners of ``xbar_h``'s and of the skip's and bias's features' Gram matrices, once, from the
+        operator at the start; ``dQ_h``'s and the columns' scales at this point."""
+        self.Gx, Gs = op.gram_blocks()
+        self.Tx, self.Ts = _whitener(self.Gx), _whitener(Gs)
+        self._at_point()
+
+    def _at_point(self):
+        tiny = np.finfo(float).tiny
+        Ge = self.P.transpose(0, 2, 1) @ self.Gx @ self.P  # xbar_h P_h's Gram, (H, s, s)
+        Ge += (1.0 - self.mask) * np.eye(self.mask.shape[2])  # beyond each head's rank: the identity, masked out
+        self.Te = _whitener(Ge)
+        self.qs = self.mask / np.maximum(np.linalg.norm(self.Q, axis=1, keepdims=True), tiny)  # (H, 1, s)
+
+    def _split(self, x):
+        nP, nQ = self.P.size, self.Q.size
+        return x[:nP].reshape(self.P.shape), x[nP : nP + nQ].reshape(self.Q.shape), x[nP + nQ :].reshape(self.Sb.shape)
+
+    def tangent(self, y):
+        """The preconditioned step ``y`` (flat) as ``(dP, dQ, dSb)``, zero beyond each head's rank."""
+        yP, yQ, yS = self._split(y)
+        return (self.Tx @ yP) * self.qs, (yQ @ self.Te.transpose(0, 2, 1)) * self.mask, self.Ts @ yS
+
+    def adjoint(self, g):
+        """:meth:`tangent`'s adjoint on the operator's ``(gP, gQ, gSb)``, flat."""
+        gP, gQ, gS = g
+        a = self.Tx.transpose(0, 2, 1) @ (gP * self.qs)
+        return np.concatenate([a.ravel(), ((gQ * self.mask) @ self.Te).ravel(), (self.Ts.T @ gS).ravel()])
+
+    def moved(self, dT):
+        """The maps after the step ``(dP, dQ, dSb)``, balanced again; the whiteners of the start carried, ``dQ_h``'s
+        and the columns' scales at the new point."""
+        dP, dQ, dSb = dT
+        out = _Maps.__new__(_Maps)
+        out.H, out.d, out.ranks, out.mask, out.size = self.H, self.d, self.ranks, self.mask, self.size
+        QA, RA = np.linalg.qr(self.P + dP)
+        QB, RB = np.linalg.qr(self.Q + dQ)
+        U, sv, Vt = np.linalg.svd(RA @ RB.transpose(0, 2, 1))
+        r = np.sqrt(sv[:, None, :]) * self.mask  # the product's rank is each head's: beyond it, rounding only
+        out.P, out.Q = QA @ (U * r), QB @ (Vt.transpose(0, 2, 1) * r)
+        out.Sb = self.Sb + dSb
+        if hasattr(self, "Gx"):
+            out.Gx, out.Tx, out.Ts = self.Gx, self.Tx, self.Ts
+            out._at_point()
+        return out
 
 
 class _Rows:

@@ -19,6 +19,7 @@ from ._fit import (
     fit_outputs,
     group_by_length,
     head_ranks,
+    map_ranks,
     polish,
     polish_free,
     polish_row_queries,
@@ -527,8 +528,13 @@ def _outputs(inner, Ws, batches, answers, n_polish, o: _Options, rng, gate=LSTSQ
         Xp = [rng.standard_normal((int(n), d)) / np.sqrt(d) for n in rng.integers(2, longest + 1, size=n_polish)]
         Xs, Ys = group_by_length(Xp, inner(Xp))
         if free:  # the directions' operator on the answers, queries of lengths 2 to FREE_POLISH_MAX_LEN
-            Ws, Theta, before, after, steps = polish_free(Ws, Theta, batches + Xs, answers + Ys, rank=head_ranks(Ws))
-            info.update(polish_lsmr_iterations=steps["lsmr_iterations"], polish_rank=steps["rank"])
+            ranks = {"rank": head_ranks(Ws), "map_rank": map_ranks(Theta, Ws.shape[0])}
+            Ws, Theta, before, after, steps = polish_free(Ws, Theta, batches + Xs, answers + Ys, **ranks)
+            info.update(
+                polish_lsmr_iterations=steps["lsmr_iterations"],
+                polish_rank=steps["rank"],
+                polish_map_rank=steps["map_rank"],
+            )
         else:
             iters = 4 if gate == LSTSQ_GATE else 8
             Ws, Theta, before, after = polish(Ws, Theta, batches + Xs, answers + Ys, iters=iters)
