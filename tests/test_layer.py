@@ -506,13 +506,16 @@ def test_float32_block_above_the_dense_polish_without_layernorm_is_polished_matr
     5,000): unpolished, its heads about 1e-6 off, it was refused by its verification (65 u to 103 u at d = 32 and 64).
     Polished matrix-free on the answers (``_fit.polish_free``; measured 2026-12-05, learner seed 0: LSMR 36, 44 and 13
     iterations, the residual from 2.0e-6 to 1.8e-8), verified at 1.54 u, 1.88 u from the exact block on 500 fresh
-    queries; about 2.3 CPU s. The bounds are about twice."""
+    queries; about 2.3 CPU s. The bounds are about twice. With Theta's head blocks factored too (``_fit.map_ranks``,
+    2026-12-07; the whole Theta's route in the same process in brackets): LSMR 27, 15 and 4 (24, 14 and 5), verified at
+    0.65 u (0.77 u), 0.43 u (0.65 u) from the exact block on this test's 200 fresh queries."""
     block = random_attention_layer(32, 8, seed=0)
     served = VectorQueryOracle(_rounded32(block), d=32, d_out=32)
     rec = learn_attention_layer(served, H=8)
     diag = rec.diagnostics
     assert diag["polished"] and diag["heads_learner"] == "joint" and len(diag["polish_lsmr_iterations"]) >= 1
     assert diag["polish_rank"] == [4] * 8  # d_h = d / H: the heads' rows factored (_fit.head_ranks)
+    assert diag["polish_map_rank"] == [4] * 8  # and Theta's head blocks (_fit.map_ranks)
     assert diag["polish_residual"] < 3e-2 * diag["polish_residual_before"]
     assert diag["verify_max_error"] <= 3 * U32
     assert floor_and_error(block, rec.model, 32) <= 4

@@ -96,7 +96,9 @@ def test_a_post_ln_block_rounded_to_float32_is_learned_from_the_row_space(d, H, 
     # eps and gamma's scale from the gaps (post_ln_eps): measured (2026-12-06) eps_rtol 33, 1.1e-4 and 222; gamma's
     # scale moved by 1.5e-8, -1.7e-8 and -9.7e-10; eps 1.0e-5 off at eps = 1e-3 (the median rule: 4.2e-5). With the
     # second stage and the fit's noise in eps_rtol (2026-12-06): eps_rtol 34, 1.2e-4 and 114; gamma's scale moved by
-    # 1.5e-8, -1.7e-8 and -9.8e-10; eps 1.0e-5 off at eps = 1e-3; verified at 3.84 u, 3.23 u and 0.76 u
+    # 1.5e-8, -1.7e-8 and -9.8e-10; eps 1.0e-5 off at eps = 1e-3; verified at 3.84 u, 3.23 u and 0.76 u. With Theta's
+    # head blocks factored at d = 32 (_fit.map_ranks, 2026-12-07): eps_rtol 105, gamma's scale moved by -1.0e-9,
+    # verified at 0.77 u (the whole Theta's route in the same process: 114, -9.8e-10, 0.76 u)
     assert diag["eps_rtol"] > 0 and abs(diag["gamma_scale"] - 1) < 1e-7
     eps_err = abs(rec.model.canonical().eps / block.canonical().eps - 1)
     if eps == 1e-3:  # determined, and within the precision it states
@@ -294,8 +296,10 @@ def test_keras_post_ln_in_float32(d, H, key_dim, eps, seed, fresh_u):
     refused it at 153 u unpolished, then it was refused by rule; polished matrix-free (2026-12-05), verified at 11.2 u,
     6.9 u on 200 fresh ones (``fresh_u`` then 9.8 u, 6.7 u, 5.2 u and 6.9 u). Re-measured (2026-12-06, at 5353587):
     ``fresh_u`` as given, verified at 15.2 u, 20.6 u, 13.7 u and 10.9 u; which of the changes between moved them
-    (the first three are polished densely) is not told apart. Never a result the verification did not pass, never
-    a verdict on these in-class blocks."""
+    (the first three are polished densely) is not told apart. With Theta's head blocks factored at d = 24
+    (``_fit.map_ranks``, 2026-12-07): verified at 10.85 u, 4.64 u on the 200 fresh ones (the whole Theta's route in
+    the same process: 10.91 u, 4.86 u). Never a result the verification did not pass, never a verdict on these
+    in-class blocks."""
     keras = pytest.importorskip("keras")
     target = KerasPostLN32(keras, d, H, key_dim, eps, seed)
     oracle = VectorQueryOracle(target, d=d, d_out=d)
@@ -520,14 +524,16 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
     beta polished too: LSMR 39 and 10, to 2.2e-8, verified at 1.01 u, 0.50 u; its beta alone, gamma held
     (POLISH_LN_GAMMA): LSMR 39 and 8, to 2.2e-8, verified at 1.03 u, 0.52 u; with the second stage at the top token
     scales (POLISH_TOP_RANGE: 884 more queries) LSMR 11 and 6 more, to 2.3e-8 on both stages' queries, verified at
-    0.76 u, 0.33 u from the exact block."""
+    0.76 u, 0.33 u from the exact block. With Theta's head blocks factored too (``_fit.map_ranks``, 2026-12-07): LSMR
+    39 and 8, then 12 and 6, to 2.4e-8, verified at 0.76 u, 0.31 u from the exact block on 200 fresh queries (0.37 u
+    on 1,000); the whole Theta's route in the same process: the same iterations, 2.3e-8, 0.76 u, 0.33 u (0.37 u)."""
     block = random_attention_layer(24, 5, residual=True, layernorm="post", eps=1e-8, seed=497)
     oracle = VectorQueryOracle(_rounded32(block), d=24, d_out=24)
     rec = learn_attention_layer(oracle, H=5)
     diag = rec.diagnostics
     assert diag["polished"] and diag["n_polish_queries"] == 2 * polish_plan(24, 24, 5) == 2 * 884
     assert diag["polish_top_queries"] == polish_top_plan(24, 24, 5) == 884 and len(diag["polish_top_lsmr_iterations"])
-    assert len(diag["polish_lsmr_iterations"]) >= 1 and diag["polish_rank"] == [4] * 5
+    assert len(diag["polish_lsmr_iterations"]) >= 1 and diag["polish_rank"] == diag["polish_map_rank"] == [4] * 5
     assert diag["polish_residual_after"] < 3e-2 * diag["polish_residual_before"]
     assert diag["verify_max_error"] == diag["verify_scaled_max_error"] <= 5 * U32
     assert _error_u(rec.model, block, _fresh(24)) <= 3
@@ -542,7 +548,8 @@ def test_the_matrix_free_polish_takes_at_most_free_polish_steps(monkeypatch, ste
     1.65 u. With the heads' rows factored at their rank 4 (``_fit.head_ranks``, 2026-12-06) it takes 2 (30 and 5
     iterations, 1.04 u); capped at 1, 1.04 u (the bounds about three times). With gamma, beta polished too: 39 and 10
     iterations, 1.01 u; capped at 1, 1.02 u. With beta alone, gamma held (POLISH_LN_GAMMA): 39 and 8, 1.03 u; capped
-    at 1, 1.02 u."""
+    at 1, 1.02 u. With the second stage and Theta's head blocks factored (``_fit.map_ranks``, 2026-12-07): 39 and 8,
+    0.76 u; capped at 1, 0.76 u."""
     from companion.layer import FREE_POLISH_STEPS
     from companion.layer import _fit
 
@@ -945,8 +952,10 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
     4, 16 (above ``d // 4``) unfactored (LSMR 59, 18), verified at 2.62 u, 0.70 u. With the LayerNorm's beta polished
     with them, gamma held (POLISH_LN_GAMMA, 2026-12-06): 1.16 u and 0.57 u (LSMR 49, 14); 2.48 u and 0.64 u (62, 18).
     With the second stage at the top token scales and gamma's scale from the gaps (POLISH_TOP_RANGE, post_ln_eps,
-    2026-12-06): 0.78 u and 0.53 u (LSMR 49, 14, then 16, 8); 1.24 u and 0.45 u (62, 18, then 24, 9). The bounds are
-    about twice."""
+    2026-12-06): 0.78 u and 0.53 u (LSMR 49, 14, then 16, 8); 1.24 u and 0.45 u (62, 18, then 24, 9). With Theta's
+    head blocks factored where ``_fit.map_ranks`` finds their ranks (2026-12-07): ranks 4, 12, 12, maps at 12, 12, 12
+    (the value maps were not truncated): 0.77 u and 0.52 u (LSMR 48, 14, then 15, 8); ranks 4, 4, 16: maps of rank 16,
+    above ``d // 4``, unfactored, as before. The bounds are about twice."""
     base = random_attention_layer(48, 3, head_dim=head_dim, residual=True, layernorm="post", eps=1e-3, seed=0)
     Ws = base.Ws.copy()
     for h, r in enumerate(ranks):
@@ -957,6 +966,7 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
     )
     rec = learn_attention_layer(VectorQueryOracle(_rounded32(block), d=48, d_out=48), H=3)
     assert (None if rank is None else sorted(rec.diagnostics["polish_rank"])) == rank  # heads in the learner's order
+    assert rec.diagnostics["polish_map_rank"] == (None if rank is None else [head_dim] * 3)  # the value maps' d_h
     assert rec.diagnostics["verify_max_error"] <= 2.5 * U32
     assert _error_u(rec.model, block, _fresh(48)) <= 1.1
 

@@ -150,7 +150,10 @@ def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_r
     second stage at the top token scales and gamma's scale from the gaps (POLISH_TOP_RANGE, post_ln_eps,
     2026-12-06): verified at 0.90 u, within 0.21 u, 0.29 u, 0.39 u, 0.62 u and 1.28 u at scales 1 to 16; unscaled
     (scale 1: no second stage), 29.9 u, and 31.8 u off at scale 8 (57.6 u at 16); unscaled and unfactored, refused
-    at 92.1 u. The bounds are about twice, the ratio about a third of the measured 51."""
+    at 92.1 u. With Theta's head blocks factored too (``_fit.map_ranks``, 2026-12-07): verified at 0.70 u, within
+    0.22 u, 0.30 u, 0.35 u, 0.49 u and 1.21 u at scales 1 to 16; unscaled, 36.4 u, and 39.5 u off at scale 8 (59.2 u
+    at 16); unscaled and the heads' rows unfactored (the maps factored), refused at 95.2 u. The bounds are about
+    twice, the ratio about a quarter of the measured 80."""
     import companion.layer._directions as directions
     import companion.layer._learn as learn
 
@@ -162,6 +165,7 @@ def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_r
     rec = learn_attention_layer(oracle(), H=8)
     diag = rec.diagnostics
     assert diag["joint_token_scale"] == diag["verify_token_scale"] == 8 and diag["polish_rank"] == [8] * 8
+    assert diag["polish_map_rank"] == [8] * 8
     assert diag["verify_max_error"] <= 2 * U32
     scaled_off = [_off_u(rec.model, block, 64, s) for s in (1, 2, 4, 8)]
     assert max(scaled_off) <= 1.5
