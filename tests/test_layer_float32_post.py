@@ -691,6 +691,18 @@ def test_the_factored_heads_step_is_the_product_rule_and_its_adjoint():
     assert np.all(after.A[0, :, 1] == 0) and np.all(after.B[0, :, 1] == 0)
 
 
+def _operator_data(rng, d, d_out, ln):
+    """40 random queries of 2 to 6 tokens grouped by length, random answers, and the operator's data on them:
+    the LayerNorm's answers with a random ``(gamma, beta)`` where ``ln``, else the answers' unit directions."""
+    from companion.layer._fit import group_by_length
+
+    Xs = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(2, 7, size=40)]
+    batches, answers = group_by_length(Xs, rng.standard_normal((40, d_out)))
+    if ln:
+        return batches, answers, {"ln": (answers, 1.0 + 0.1 * rng.standard_normal(d_out), 0.1 * rng.standard_normal(d_out))}
+    return batches, answers, {"What": [y / np.linalg.norm(y, axis=1, keepdims=True) for y in answers]}
+
+
 @pytest.mark.parametrize("ln", [False, True])
 def test_the_operator_on_factored_heads_gives_the_rows_products_without_forming_them(ln):
     """``_PolishOperator(..., factors=(A, B))``: ``matvec`` of the factors' step ``(dA, dB)`` is the rows' product at
@@ -700,7 +712,7 @@ def test_the_operator_on_factored_heads_gives_the_rows_products_without_forming_
     products take this route on factored heads (measured 2026-12-07 in one process, one BLAS thread, at MiniLM's
     size, d = 384, H = 12, rank 32, 8,000 random queries of lengths 2 to 32: an LSMR iteration's two products from
     2.29 to 1.60 CPU s and 2.38 to 1.82 in two runs on a shared machine, 0.70 and 0.77 times the rows')."""
-    from companion.layer._fit import _Factored, _PolishOperator, group_by_length
+    from companion.layer._fit import _Factored, _PolishOperator
 
     rng = np.random.default_rng(5)
     H, d, r, d_out = 3, 9, 3, 7
@@ -708,12 +720,7 @@ def test_the_operator_on_factored_heads_gives_the_rows_products_without_forming_
     Ws = np.zeros((H, d + 1, d + 1))
     Ws[:, :d, :] = f.W()
     Theta = rng.standard_normal(((H + 1) * d + 1, d_out)) / d
-    Xs = [rng.standard_normal((int(m), d)) / np.sqrt(d) for m in rng.integers(2, 7, size=40)]
-    batches, answers = group_by_length(Xs, rng.standard_normal((40, d_out)))
-    if ln:
-        data = {"ln": (answers, 1.0 + 0.1 * rng.standard_normal(d_out), 0.1 * rng.standard_normal(d_out))}
-    else:
-        data = {"What": [y / np.linalg.norm(y, axis=1, keepdims=True) for y in answers]}
+    batches, answers, data = _operator_data(rng, d, d_out, ln)
     x, dT = rng.standard_normal(f.A.size + f.B.size), rng.standard_normal(Theta.shape)
     dln = rng.standard_normal((2, d_out)) if ln else None
     rel = lambda a, b: float(np.max(np.abs(a - b)) / np.max(np.abs(b)))  # noqa: E731
@@ -803,7 +810,7 @@ def test_the_operator_on_factored_maps_gives_thetas_products_without_forming_the
     relative; float32's: to float32's rounding), with the heads factored or not, a map of rank 1 included; the heads'
     gradient as the whole route's (the same to rounding: ``M_h z`` is formed as ``P_h (Q_h^T z)``), the
     LayerNorm's block to the bit."""
-    from companion.layer._fit import _Factored, _Maps, _PolishOperator, group_by_length
+    from companion.layer._fit import _Factored, _Maps, _PolishOperator
 
     rng = np.random.default_rng(7)
     H, d, d_out = 3, 9, 7
@@ -812,12 +819,7 @@ def test_the_operator_on_factored_maps_gives_thetas_products_without_forming_the
     f = _Factored(rng.standard_normal((H, d, d + 1)) / d, [2, 3, 3])
     Ws = np.zeros((H, d + 1, d + 1))
     Ws[:, :d, :] = f.W()
-    Xs = [rng.standard_normal((int(k), d)) / np.sqrt(d) for k in rng.integers(2, 7, size=40)]
-    batches, answers = group_by_length(Xs, rng.standard_normal((40, d_out)))
-    if ln:
-        data = {"ln": (answers, 1.0 + 0.1 * rng.standard_normal(d_out), 0.1 * rng.standard_normal(d_out))}
-    else:
-        data = {"What": [y / np.linalg.norm(y, axis=1, keepdims=True) for y in answers]}
+    batches, answers, data = _operator_data(rng, d, d_out, ln)
     step = (rng.standard_normal(m.P.shape), rng.standard_normal(m.Q.shape), rng.standard_normal(m.Sb.shape))
     dM = step[0] @ m.Q.transpose(0, 2, 1) + m.P @ step[1].transpose(0, 2, 1)
     dT = np.concatenate([dM.reshape(H * d, d_out), step[2]])
