@@ -36,6 +36,16 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 63 (2026-12-07, this book's; not a row): MiniLM's block served in float32 at 9c4371f (Theta's head blocks
+factored in the matrix-free polish, ``_fit.map_ranks``; ``benchmarks/minilm_block.py --dtype float32`` from a fresh
+clone, one BLAS thread; record ``data/results/minilm_block_float32_9c4371f.json``) is recovered and verified (11.9 u,
+fresh 9.5 u against the emulation's own 9.0 u, ``transformers``' outputs 10.9 u): 3,937,506 queries, 6,880 CPU s
+against the oracle's own 3,382 inside the run, 2.03x (FAIL), peak RSS 12.1 GiB. Its polish took 1,648 CPU s (LSMR
+338 iterations, then 41), against 3,136 at fb51a4a; its stages before the polish took 5,187 CPU s against 3,927
+there, the machine shared with the tests for about 35 of its first 80 CPU minutes, and the oracle's own time rose
+from 2,569 s to 3,382 s with them. With fb51a4a's stages before the polish and this polish, about 2.2x (our estimate,
+not a run).
+
 Session 62 (2026-12-07, SkylakeX, one BLAS thread; the machine shared throughout):
 
 * MiniLM's row: ``benchmarks/minilm_block.py`` at b03de3b (the float64 route as at 1b4b9d3 but for the Loewner

@@ -114,7 +114,10 @@ FLOAT32_POLISH_MAX_UNKNOWNS = 5000
 #: preconditioner, peak RSS 5.8 GB (data/results/minilm_block_float32_rows.json), and its block was refused by the
 #: verification. The polish's second stage (``POLISH_TOP_RANGE``, since 2026-12-06) asks as many queries again and
 #: holds both stages' features: MiniLM's polish from that run's inputs took 3,015 CPU s on one BLAS thread and 11.0 GiB
-#: RSS during its second stage (data/results/minilm_polish_diagnosis.json, top_stage_rerun). The cap lies above
+#: RSS during its second stage (data/results/minilm_polish_diagnosis.json, top_stage_rerun). With the heads' rows and
+#: Theta's head blocks factored (``_fit.map_ranks``; 2026-12-07, MiniLM's whole run at 9c4371f, one BLAS thread,
+#: data/results/minilm_block_float32_9c4371f.json) the polish took 1,648 CPU s in its two stages (LSMR 338 and 41
+#: iterations), against 3,136 at fb51a4a (279 and 51), peak RSS 12.1 GiB. The cap lies above
 #: MiniLM's block; past it the memory grows as ``B p``, about ``d^4`` floats.
 FLOAT32_FREE_POLISH_MAX_UNKNOWNS = 4_000_000
 
