@@ -152,8 +152,8 @@ def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_r
     (scale 1: no second stage), 29.9 u, and 31.8 u off at scale 8 (57.6 u at 16); unscaled and unfactored, refused
     at 92.1 u. With Theta's head blocks factored too (``_fit.map_ranks``, 2026-12-07): verified at 0.70 u, within
     0.22 u, 0.30 u, 0.35 u, 0.49 u and 1.21 u at scales 1 to 16; unscaled, 36.4 u, and 39.5 u off at scale 8 (59.2 u
-    at 16); unscaled and the heads' rows unfactored (the maps factored), refused at 95.2 u. The bounds are about
-    twice, the ratio about a quarter of the measured 80."""
+    at 16); unscaled and the heads' rows unfactored (the maps factored), refused at 95.2 u. The bounds are now about
+    three times these, the ratio about a quarter of the measured 80."""
     import companion.layer._directions as directions
     import companion.layer._learn as learn
 
