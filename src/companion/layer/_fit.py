@@ -922,9 +922,7 @@ class _Maps:
         self.ranks = np.broadcast_to(np.asarray(ranks, dtype=int), (H,))
         s = int(self.ranks.max())
         self.mask = (np.arange(s)[None, :] < self.ranks[:, None])[:, None, :].astype(float)  # (H, 1, s)
-        U, sv, Vt = np.linalg.svd(Theta[: H * d].reshape(H, d, d_out), full_matrices=False)
-        r = np.sqrt(sv[:, None, :s]) * self.mask
-        self.P, self.Q = U[:, :, :s] * r, Vt[:, :s, :].transpose(0, 2, 1) * r
+        self.P, self.Q = _balanced(Theta[: H * d].reshape(H, d, d_out), self.mask)
         self.Sb = Theta[H * d :].copy()
         self.size = self.P.size + self.Q.size + self.Sb.size
 
@@ -970,11 +968,7 @@ class _Maps:
         dP, dQ, dSb = dT
         out = _Maps.__new__(_Maps)
         out.H, out.d, out.ranks, out.mask, out.size = self.H, self.d, self.ranks, self.mask, self.size
-        QA, RA = np.linalg.qr(self.P + dP)
-        QB, RB = np.linalg.qr(self.Q + dQ)
-        U, sv, Vt = np.linalg.svd(RA @ RB.transpose(0, 2, 1))
-        r = np.sqrt(sv[:, None, :]) * self.mask  # the product's rank is each head's: beyond it, rounding only
-        out.P, out.Q = QA @ (U * r), QB @ (Vt.transpose(0, 2, 1) * r)
+        out.P, out.Q = _rebalanced(self.P + dP, self.Q + dQ, self.mask)
         out.Sb = self.Sb + dSb
         if hasattr(self, "Gx"):
             out.Gx, out.Tx, out.Ts = self.Gx, self.Tx, self.Ts
@@ -1024,9 +1018,7 @@ class _Factored:
         self.ranks = np.broadcast_to(np.asarray(ranks, dtype=int), (W.shape[0],))
         r = int(self.ranks.max())
         self.mask = (np.arange(r)[None, :] < self.ranks[:, None])[:, None, :].astype(float)  # (H, 1, r)
-        U, s, Vt = np.linalg.svd(W, full_matrices=False)
-        s = np.sqrt(s[:, None, :r]) * self.mask
-        self.A, self.B = U[:, :, :r] * s, Vt[:, :r, :].transpose(0, 2, 1) * s
+        self.A, self.B = _balanced(W, self.mask)
 
     def W(self):
         return self.A @ self.B.transpose(0, 2, 1)
@@ -1078,9 +1070,23 @@ class _Factored:
         dA, dB = self._split(x)
         out = _Factored.__new__(_Factored)
         out.ranks, out.mask = self.ranks, self.mask
-        QA, RA = np.linalg.qr(self.A + dA)
-        QB, RB = np.linalg.qr(self.B + dB)
-        U, s, Vt = np.linalg.svd(RA @ RB.transpose(0, 2, 1))
-        s = np.sqrt(s[:, None, :]) * self.mask  # the product's rank is each head's: beyond it, rounding only
-        out.A, out.B = QA @ (U * s), QB @ (Vt.transpose(0, 2, 1) * s)
+        out.A, out.B = _rebalanced(self.A + dA, self.B + dB, self.mask)
         return out
+
+
+def _balanced(M, mask):
+    """Blocks ``M`` (``(H, a, b)``) truncated to the ranks ``mask`` (``(H, 1, r)``, ones up to each block's rank)
+    keeps, as balanced factors ``(U S^1/2, V S^1/2)`` of shapes ``(H, a, r)`` and ``(H, b, r)`` (their SVD's)."""
+    r = mask.shape[2]
+    U, s, Vt = np.linalg.svd(M, full_matrices=False)
+    s = np.sqrt(s[:, None, :r]) * mask
+    return U[:, :, :r] * s, Vt[:, :r, :].transpose(0, 2, 1) * s
+
+
+def _rebalanced(A, B, mask):
+    """The factors ``(A, B)`` of ``A B^T`` balanced again (as :func:`_balanced`), by the QR factors' small SVD."""
+    QA, RA = np.linalg.qr(A)
+    QB, RB = np.linalg.qr(B)
+    U, s, Vt = np.linalg.svd(RA @ RB.transpose(0, 2, 1))
+    s = np.sqrt(s[:, None, :]) * mask  # the product's rank is each head's: beyond it, rounding only
+    return QA @ (U * s), QB @ (Vt.transpose(0, 2, 1) * s)
