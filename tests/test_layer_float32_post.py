@@ -808,8 +808,9 @@ def test_the_operator_on_factored_maps_gives_thetas_products_without_forming_the
     Theta's product at ``dM_h = dP_h Q_h^T + P_h dQ_h^T`` (``dSb`` the skip's and bias's rows), and ``rmatvec``'s
     ``(gP, gQ, gSb)`` are ``(gM_h Q_h, gM_h^T P_h, gSb)`` of the whole Theta's gradient (float64 products: to 1e-13
     relative; float32's: to float32's rounding), with the heads factored or not, a map of rank 1 included; the heads'
-    gradient as the whole route's (the same to rounding: ``M_h z`` is formed as ``P_h (Q_h^T z)``), the
-    LayerNorm's block to the bit."""
+    gradient as the whole route's (the same to rounding: ``(x_n - xbar_h)^T M_h z`` is formed from ``P_h^T x_n``, kept
+    per batch, and ``Q_h^T z``), the LayerNorm's block to the bit; the heads' columns' norms as the whole route's, on
+    the directions and on the answers themselves (``Z Z^T = Yp K Yp^T``, no ``(B, N, d_out)`` product formed)."""
     from companion.layer._fit import _Factored, _Maps, _PolishOperator
 
     rng = np.random.default_rng(7)
@@ -841,6 +842,10 @@ def test_the_operator_on_factored_maps_gives_thetas_products_without_forming_the
             assert all(rel(a, b) < tol for a, b in zip([g_mapped[0]] if factors is None else g_mapped[0], heads))
             if ln:
                 assert np.array_equal(g_mapped[2], g_whole[2])
+            assert rel(mapped.column_norms(), whole.column_norms()) < tol
+            on_answers = {"Ys": answers}
+            cn = [_PolishOperator(Ws, Theta, batches, products=products, maps=M, **on_answers) for M in (m.maps(), None)]
+            assert rel(cn[0].column_norms(), cn[1].column_norms()) < tol
 
 
 @pytest.mark.parametrize("norm", [False, True])
