@@ -298,8 +298,9 @@ def test_keras_post_ln_in_float32(d, H, key_dim, eps, seed, fresh_u):
     ``fresh_u`` as given, verified at 15.2 u, 20.6 u, 13.7 u and 10.9 u; which of the changes between moved them
     (the first three are polished densely) is not told apart. With Theta's head blocks factored at d = 24
     (``_fit.map_ranks``, 2026-12-07): verified at 10.85 u, 4.64 u on the 200 fresh ones (the whole Theta's route in
-    the same process: 10.91 u, 4.86 u). Never a result the verification did not pass, never a verdict on these
-    in-class blocks."""
+    the same process: 10.91 u, 4.86 u); with ``P_h^T x_n`` kept per batch in the polish's products (ea893fc, the
+    same arithmetic reordered in float32): 10.77 u, 4.62 u. Never a result the verification did not pass, never a
+    verdict on these in-class blocks."""
     keras = pytest.importorskip("keras")
     target = KerasPostLN32(keras, d, H, key_dim, eps, seed)
     oracle = VectorQueryOracle(target, d=d, d_out=d)

@@ -152,8 +152,10 @@ def test_faint_heads_are_polished_at_the_token_scale_and_an_unscaled_polish_is_r
     (scale 1: no second stage), 29.9 u, and 31.8 u off at scale 8 (57.6 u at 16); unscaled and unfactored, refused
     at 92.1 u. With Theta's head blocks factored too (``_fit.map_ranks``, 2026-12-07): verified at 0.70 u, within
     0.22 u, 0.30 u, 0.35 u, 0.49 u and 1.21 u at scales 1 to 16; unscaled, 36.4 u, and 39.5 u off at scale 8 (59.2 u
-    at 16); unscaled and the heads' rows unfactored (the maps factored), refused at 95.2 u. The bounds are now about
-    three times these, the ratio about a quarter of the measured 80."""
+    at 16); unscaled and the heads' rows unfactored (the maps factored), refused at 95.2 u. With ``P_h^T x_n`` kept
+    per batch in the polish's products (ea893fc): 0.71 u; 0.22 u, 0.30 u, 0.35 u, 0.50 u and 1.21 u; 36.4 u, 39.5 u
+    (59.1 u); refused at 95.6 u. The bounds are now about three times these, the ratio about a quarter of the
+    measured 80."""
     import companion.layer._directions as directions
     import companion.layer._learn as learn
 
