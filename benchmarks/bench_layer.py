@@ -36,6 +36,14 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 64 (2026-12-07, this book's; not a row): the polish's products on factored maps keep the tokens' ``P_h^T x_n``
+per batch (ea893fc): an LSMR iteration's two products at MiniLM's size (d = 384, H = 12, rank 32, 4,000 random
+queries, one BLAS thread, one process) 0.495 -> 0.321 CPU s and the heads' column norms 6.29 -> 0.95 s. Two
+changes measured and not taken (the first stage replayed from 9c4371f's recorded polish inputs): LSMR stopped at
+1e-4 instead of 1e-3 took 175 iterations in its first step to a residual 1.6e-3, where the library's restarted steps
+reach 1.2e-3 in 133; and counting the factored heads' unknowns in the polish's queries (``polish_plan``) left the
+faint heads of ``tests/test_layer_verify_scaled.py`` refused at 154 u on the scaled share (0.70 u as asked now).
+
 Session 63 (2026-12-07, this book's; not a row): MiniLM's block served in float32 at 9c4371f (Theta's head blocks
 factored in the matrix-free polish, ``_fit.map_ranks``; ``benchmarks/minilm_block.py --dtype float32`` from a fresh
 clone, one BLAS thread; record ``data/results/minilm_block_float32_9c4371f.json``) is recovered and verified (11.9 u,
