@@ -42,7 +42,8 @@ queries, one BLAS thread, one process) 0.495 -> 0.321 CPU s and the heads' colum
 changes measured and not taken (the first stage replayed from 9c4371f's recorded polish inputs): LSMR stopped at
 1e-4 instead of 1e-3 took 175 iterations in its first step to a residual 1.6e-3, where the library's restarted steps
 reach 1.2e-3 in 133; and counting the factored heads' unknowns in the polish's queries (``polish_plan``) left the
-faint heads of ``tests/test_layer_verify_scaled.py`` refused at 154 u on the scaled share (0.70 u as asked now).
+faint heads of ``tests/test_layer_verify_scaled.py`` refused at 154 u on the scaled share (0.71 u with the queries
+asked now).
 
 Session 63 (2026-12-07, this book's; not a row): MiniLM's block served in float32 at 9c4371f (Theta's head blocks
 factored in the matrix-free polish, ``_fit.map_ranks``; ``benchmarks/minilm_block.py --dtype float32`` from a fresh

@@ -481,7 +481,7 @@ class _PolishOperator:
         self.factors = None if factors is None else tuple(F.astype(dtype) for F in factors)
         self.xB = []
         # Theta's head blocks factored, M_h = P_h Q_h^T (:class:`_Maps`): xbar_h P_h kept per batch, (H, B, s), and
-        # the tokens' P_h x_n, (B, H, N, s): a step moves xbar_h P_h by g_h (X P_h) - (sum g_h) xbar_h P_h, N s
+        # the tokens' P_h^T x_n, (B, H, N, s): a step moves xbar_h P_h by g_h (X P_h) - (sum g_h) xbar_h P_h, N s
         # multiply-adds a head and query where forming dxbar_h and then dxbar_h P_h took N d + d s (and the adjoint
         # likewise). Measured (2026-12-07, one BLAS thread, in one process: d = 384, H = 12, heads and maps of rank 32,
         # 4,000 random queries of 2 to 32 tokens): an LSMR iteration's two products 0.495 -> 0.321 CPU s, the heads'
