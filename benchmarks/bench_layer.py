@@ -36,6 +36,19 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 65 (2026-12-07, this book's; not a row): where MiniLM's float32 runs' CPU time moves. On this Firecracker VM,
+page faults on fresh memory are the kernel's work and cost far more than the arithmetic that fills it: a fresh 750 MB
+numpy array, filled once, took 2.04 s of system CPU with numpy's transparent huge pages (the default), 0.28 to 0.39 s
+with ``NUMPY_MADVISE_HUGEPAGE=0``, and 0.03 s refilled; with glibc's large blocks kept in its heap as well
+(``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000``), 0.07 s a fill over the first five (the heap's
+growth) and 0.00 over the next five (five fills of each, averaged, one process). A whole float32 run at bc09569 on glibc's defaults had spent 3,648 of 5,446 CPU s in the kernel when it
+was stopped, still in the joint heads' rows, its oracle's own 4,566 s already above the whole runs' 2,569 s (fb51a4a)
+and 3,382 s (9c4371f): the factor between runs of the same code (session 64) is the machine's memory, not the
+learner. With huge pages off alone, 97 of its first 174 CPU s were the kernel's (87 of the oracle's 127). The records
+now keep the split (``cpu_split``; ``Timed.user_s``, ``Timed.sys_s``; ``minilm_block.py``'s ``cpu_user_s``,
+``cpu_sys_s``, ``oracle_user_s``, ``oracle_sys_s`` and ``memory_env``). The d = 64, H = 8 row is arithmetic: its
+learner's system time 0.67 s in the first run of a process, 0.00 to 0.12 s after, its oracle's replay 0.00 to 0.01 s.
+
 Session 64 (2026-12-07, this book's; not a row): the polish's products on factored maps keep the tokens' ``P_h^T x_n``
 per batch (ea893fc): an LSMR iteration's two products at MiniLM's size (d = 384, H = 12, rank 32, 4,000 random
 queries, one BLAS thread, one process) 0.495 -> 0.321 CPU s and the heads' column norms 6.29 -> 0.95 s. Two
@@ -292,32 +305,47 @@ class Recording:
         return self.target(X.copy())
 
 
+def cpu_split():
+    """This process's (user, system) CPU seconds so far (``getrusage``): ``time.process_time`` is their sum.
+
+    The system share is the kernel's, mostly page faults on fresh memory: on this Firecracker VM a fresh
+    750 MB numpy array, filled once, took 2.04 s of system time (numpy's transparent huge pages), 0.39 s
+    without them (``NUMPY_MADVISE_HUGEPAGE=0``), 0.03 s refilled (2026-12-07, /tmp scratch, five of each), and
+    MiniLM's float32 run spent 3,648 of its first 5,446 CPU seconds in the kernel. The split says how much of
+    a row's time is the machine's memory rather than the arithmetic."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime
+
+
 class Timed:
-    """The target, with the CPU seconds spent inside its calls summed (``seconds``): the oracle's own time
-    measured in the learner's run, for MiniLM's row, whose 3.9 million queries of 25 tokens (about 300 GB)
-    cannot be recorded for a replay. A reading-only target gets the oracle's validated batch, as the oracle
-    would hand it over."""
+    """The target, with the CPU seconds spent inside its calls summed (``seconds``; ``user_s`` and ``sys_s``
+    their user and system parts, :func:`cpu_split`): the oracle's own time measured in the learner's run, for
+    MiniLM's row, whose 3.9 million queries of 25 tokens (about 300 GB) cannot be recorded for a replay. A
+    reading-only target gets the oracle's validated batch, as the oracle would hand it over."""
 
     _reads_only = True
 
     def __init__(self, target, d):
-        self.target, self.d, self.d_out, self.seconds = target, d, d, 0.0
+        self.target, self.d, self.d_out = target, d, d
+        self.seconds, self.user_s, self.sys_s = 0.0, 0.0, 0.0
+
+    def _timed(self, call, X):
+        c0, (u0, s0) = time.process_time(), cpu_split()
+        try:
+            return call(X)
+        finally:
+            u1, s1 = cpu_split()
+            self.seconds += time.process_time() - c0
+            self.user_s += u1 - u0
+            self.sys_s += s1 - s0
 
     def __call__(self, X):
-        c0 = time.process_time()
-        try:
-            return self.target(X)
-        finally:
-            self.seconds += time.process_time() - c0
+        return self._timed(self.target, X)
 
     def _batch(self, X):
-        c0 = time.process_time()
-        try:
-            if getattr(type(self.target), "_reads_only", False):
-                return self.target._batch(X)
-            return self.target(X.copy())
-        finally:
-            self.seconds += time.process_time() - c0
+        if getattr(type(self.target), "_reads_only", False):
+            return self._timed(self.target._batch, X)
+        return self._timed(lambda X: self.target(X.copy()), X)
 
 
 #: Runs of the learner and replays of the oracle per row (each side's least CPU seconds), as in bench_multihead.py:

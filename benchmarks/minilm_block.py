@@ -11,7 +11,8 @@ machine the oracle's own time dominates (about 4.5 CPU s a row of 9,816 queries,
 this is a recorded run, not a chapter's default (chapter 09 reads the record).
 
 Reported and recorded (atomically, with the commit and the BLAS kernel): the outcome, the queries per stage, CPU
-seconds, peak RSS, the learner's verification, the learned block against
+seconds (the run's and the oracle's, each also as user and system seconds: ``bench_layer.cpu_split``), peak RSS,
+the learner's verification, the learned block against
 ``transformers``' own float64 outputs on the reference's fixed inputs (``layer.load_block_reference``, made
 independently in a scratch environment) and against the emulation on fresh queries, the recovered eps and the
 canonical heads against the true ones.
@@ -33,6 +34,9 @@ import numpy as np
 from _targets import Targets, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
+# glibc's and numpy's settings that decide whether large arrays are fresh memory each time (page faults, system
+# time) or reused: recorded with the run (``bench_layer.cpu_split``)
+MEMORY_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "NUMPY_MADVISE_HUGEPAGE")
 
 
 def _rel(a, b):
@@ -44,23 +48,29 @@ def run(seed: int, dtype: str = "float64") -> dict:
     from companion.layer import MiniLMBlock, learn_attention_layer, load_block_reference, minilm_block
     from companion.oracles import VectorQueryOracle
 
-    from bench_layer import Timed  # the oracle's own CPU seconds, summed inside the run
+    from bench_layer import Timed, cpu_split  # the oracle's own CPU seconds, summed inside the run
 
     emulation = minilm_block()
     block = emulation if dtype == "float64" else MiniLMBlock(dtype)  # as served: numpy's float32 arithmetic
     timed = Timed(block, 384)
     oracle = VectorQueryOracle(timed)
-    t0 = time.process_time()
+    t0, (u0, s0) = time.process_time(), cpu_split()
     row = {"seed": seed, "dtype": dtype}
+
+    def times():  # the learner's run and the oracle's share of it, user and system CPU seconds apart
+        u1, s1 = cpu_split()
+        row["cpu_s"], row["oracle_s"] = time.process_time() - t0, timed.seconds
+        row["cpu_user_s"], row["cpu_sys_s"] = u1 - u0, s1 - s0
+        row["oracle_user_s"], row["oracle_sys_s"] = timed.user_s, timed.sys_s
+
     try:
         rec = learn_attention_layer(oracle, H=12, seed=seed)
     except errors.CompanionError as exc:
         row.update(outcome=type(exc).__name__, message=str(exc), queries=int(oracle.n_queries))
         row["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}" if exc.__cause__ is not None else None
-        row["cpu_s"], row["oracle_s"] = time.process_time() - t0, timed.seconds
+        times()
         return row
-    row["cpu_s"] = time.process_time() - t0
-    row["oracle_s"] = timed.seconds
+    times()
     row["ratio"] = row["cpu_s"] / timed.seconds
     dg = rec.diagnostics
     model = rec.model
@@ -134,6 +144,8 @@ def main(argv=None) -> int:
             "commit": commit + ("-dirty" if dirty.stdout.strip() else ""),
             "blas_threads": f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}",
             "blas": blas,  # the kernel OpenBLAS picked: its rounding, and so the rank counts' margins, depend on it
+            # the allocator's and numpy's settings: they decide how much of cpu_s is the kernel's (cpu_sys_s)
+            "memory_env": {k: os.environ.get(k) for k in MEMORY_ENV},
             **row,
         }
         write_atomic(Path(args.record), record)

@@ -46,3 +46,32 @@ def test_only_an_unknown_row_names_the_rows(bench_layer, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bench_layer.py", "--only", "d=64"])
     with pytest.raises(SystemExit, match="--only 'd=64': no such row; the rows: 'd=8 H=2 residual'"):
         bench_layer.main()
+
+
+def test_timed_splits_the_oracle_seconds_into_user_and_system(bench_layer):
+    """``Timed`` sums the target's CPU seconds, and the same seconds as user and system parts (getrusage): the
+    split is what tells the kernel's page faults on fresh memory from the target's arithmetic (session 65)."""
+    import numpy as np
+
+    from companion.layer import random_attention_layer
+
+    target = random_attention_layer(16, 2, residual=True, seed=0)
+    timed = bench_layer.Timed(target, 16)
+    X = np.random.default_rng(0).standard_normal((4000, 24, 16))
+    want = target(X)
+    assert np.array_equal(timed(X), want) and np.array_equal(timed._batch(X), want)
+    assert timed.seconds > 0 and timed.user_s > 0 and timed.sys_s >= 0
+    # two clocks of the same CPU time (process_time and getrusage): equal but for their resolutions
+    assert abs(timed.user_s + timed.sys_s - timed.seconds) <= 0.05 * timed.seconds + 0.01
+    u, s = bench_layer.cpu_split()
+    assert u >= timed.user_s and s >= timed.sys_s
+
+    def fresh(X):  # 100 MB of fresh memory a call, touched once: page faults, the kernel's seconds
+        big = np.empty(13 * 2**20)
+        big.fill(1.0)
+        return X[:, -1] + big[0]
+
+    faults = bench_layer.Timed(fresh, 16)
+    for _ in range(3):
+        faults(X)
+    assert faults.sys_s > 0 and abs(faults.user_s + faults.sys_s - faults.seconds) <= 0.05 * faults.seconds + 0.01
