@@ -45,10 +45,10 @@ with ``NUMPY_MADVISE_HUGEPAGE=0``, and 0.03 s refilled; with glibc's large block
 had spent 3,648 of 5,446 CPU s in the kernel when it was stopped, still in the joint heads' rows, its oracle's own 4,566
 s already above the whole runs' 2,569 s (fb51a4a) and 3,382 s (9c4371f). In our reading the factor between runs of the
 same code (session 64) is this kernel time, not the learner's arithmetic; the earlier runs did not record the split.
-With huge pages off alone, 97 of its first 174 CPU s were the kernel's (87 of the oracle's 127). The records now keep
-the split (``cpu_split``; ``Timed.user_s``, ``Timed.sys_s``; ``minilm_block.py``'s ``cpu_user_s``, ``cpu_sys_s``,
-``oracle_user_s``, ``oracle_sys_s`` and ``memory_env``). The d = 64, H = 8 row is arithmetic: its learner's system time
-0.67 s in the first run of a process, 0.00 to 0.12 s after, its oracle's replay 0.00 to 0.01 s.
+Started again with huge pages off alone, 97 of its first 174 CPU s were the kernel's (87 of the oracle's 127). The
+records now keep the split (``cpu_split``; ``Timed.user_s``, ``Timed.sys_s``; ``minilm_block.py``'s ``cpu_user_s``,
+``cpu_sys_s``, ``oracle_user_s``, ``oracle_sys_s`` and ``memory_env``). The d = 64, H = 8 row is arithmetic: its
+learner's system time 0.67 s in the first run of a process, 0.00 to 0.12 s after, its oracle's replay 0.00 to 0.01 s.
 
 Session 64 (2026-12-07, this book's; not a row): the polish's products on factored maps keep the tokens' ``P_h^T x_n``
 per batch (ea893fc): an LSMR iteration's two products at MiniLM's size (d = 384, H = 12, rank 32, 4,000 random
