@@ -4,6 +4,11 @@ Run: .venv/bin/python benchmarks/minilm_block.py [--record data/results/minilm_b
      [--dtype float32] (the block as served: ``layer.MiniLMBlock("float32")``; record
      ``data/results/minilm_block_float32.json``)
 
+On a machine where fresh memory's page faults are costly (this Firecracker VM: ``bench_layer.cpu_split``), prefix
+``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 NUMPY_MADVISE_HUGEPAGE=0`` to keep the kernel's share of the
+CPU seconds near zero for learner and oracle alike; the record keeps these settings (``memory_env``) and the user and
+system seconds apart.
+
 ``learn_attention_layer(VectorQueryOracle(layer.minilm_block()), H=12)``: 12 heads, d = 384, biases, W_O, the
 residual and the post-LN at BERT's eps = 1e-12, whose norms the learner takes from the pair queries' row space
 (``companion.layer._directions``). About 3.8 million queries of 25 tokens; on one BLAS thread of this 2-core
