@@ -37,18 +37,22 @@ book's:
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
 Session 65 (2026-12-07, this book's; not a row): where MiniLM's float32 runs' CPU time moves. On this Firecracker VM,
-page faults on fresh memory are the kernel's work and cost far more than the arithmetic that fills it: a fresh 750 MB
-numpy array, filled once, took 2.04 s of system CPU with numpy's transparent huge pages (the default), 0.28 to 0.39 s
-with ``NUMPY_MADVISE_HUGEPAGE=0``, and 0.03 s refilled; with glibc's large blocks kept in its heap as well
-(``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000``), 0.07 s a fill over the first five (the heap's growth) and
-0.00 over the next five (five fills of each, averaged, one process). A whole float32 run at bc09569 on glibc's defaults
-had spent 3,648 of 5,446 CPU s in the kernel when it was stopped, still in the joint heads' rows, its oracle's own 4,566
-s already above the whole runs' 2,569 s (fb51a4a) and 3,382 s (9c4371f). In our reading the factor between runs of the
-same code (session 64) is this kernel time, not the learner's arithmetic; the earlier runs did not record the split.
-Started again with huge pages off alone, 97 of its first 174 CPU s were the kernel's (87 of the oracle's 127). The
-records now keep the split (``cpu_split``; ``Timed.user_s``, ``Timed.sys_s``; ``minilm_block.py``'s ``cpu_user_s``,
-``cpu_sys_s``, ``oracle_user_s``, ``oracle_sys_s`` and ``memory_env``). The d = 64, H = 8 row is arithmetic: its
-learner's system time 0.67 s in the first run of a process, 0.00 to 0.12 s after, its oracle's replay 0.00 to 0.01 s.
+page faults on fresh memory are the kernel's work, and costly: a fresh 750 MB numpy array, filled once, took 2.04 s of
+system CPU with numpy's transparent huge pages (the default), 0.28 to 0.39 s with ``NUMPY_MADVISE_HUGEPAGE=0``, and 0.03
+s of system CPU refilled; with glibc's large blocks kept in its heap as well (``MALLOC_MMAP_MAX_=0
+MALLOC_TRIM_THRESHOLD_=100000000000``), 0.07 s a fill over the first five (the heap's growth) and 0.00 over the next
+five (each figure the mean of five fills, one process). A float32 run at bc09569 on glibc's defaults (stopped by hand:
+not a whole run; record ``data/results/minilm_block_float32_kernel_bc09569.json``) had spent 3,648 of 5,446 CPU s in the
+kernel when it was stopped, still in the joint heads' rows, its oracle's own 4,566 s already above the whole runs' 2,569
+s (fb51a4a) and 3,382 s (9c4371f). In our reading this kernel time, not the learner's arithmetic nor the other core's
+work, is what moved the earlier whole runs' CPU seconds (the stages before the polish: 3,927 s at fb51a4a, 5,187 s at
+9c4371f, more than 7,000 s unfinished at ea893fc in session 64); their records do not keep the split. The same run
+started again with huge pages off alone (stopped after 3 CPU minutes, no record): 97 of its first 174 CPU s were the
+kernel's (87 of the oracle's 127). Started a third time with the allocator's settings too: 0.72 of its first 21 CPU
+minutes were the kernel's, 0.71 of them in its first two (the heap's growth). The records now keep the split
+(``cpu_split``; ``Timed.user_s``, ``Timed.sys_s``; ``minilm_block.py``'s ``cpu_user_s``, ``cpu_sys_s``,
+``oracle_user_s``, ``oracle_sys_s`` and ``memory_env``). The d = 64, H = 8 row is arithmetic: its learner's system time
+0.67 s in the first run of a process, 0.00 to 0.12 s after, its oracle's replay 0.00 to 0.01 s.
 
 Session 64 (2026-12-07, this book's; not a row): the polish's products on factored maps keep the tokens' ``P_h^T x_n``
 per batch (ea893fc): an LSMR iteration's two products at MiniLM's size (d = 384, H = 12, rank 32, 4,000 random
@@ -67,7 +71,7 @@ against the oracle's own 3,382 inside the run, 2.03x (FAIL), peak RSS 12.1 GiB. 
 338 iterations, then 41), against 3,136 at fb51a4a; its stages before the polish took 5,187 CPU s against 3,927
 there, the machine shared with the tests for about 35 of its first 80 CPU minutes, and the oracle's own time rose
 from 2,569 s to 3,382 s with them. With fb51a4a's stages before the polish and this polish, about 2.2x (our estimate,
-not a run).
+not a run; session 65 found neither this reading nor the estimate supported).
 
 Session 62 (2026-12-07, SkylakeX, one BLAS thread; the machine shared throughout):
 
@@ -310,9 +314,10 @@ def cpu_split():
     """This process's (user, system) CPU seconds so far (``getrusage``): ``time.process_time`` is their sum.
 
     The system share is the kernel's, mostly page faults on fresh memory: on this Firecracker VM a fresh
-    750 MB numpy array, filled once, took 2.04 s of system time (numpy's transparent huge pages), 0.39 s
-    without them (``NUMPY_MADVISE_HUGEPAGE=0``), 0.03 s refilled (2026-12-07, /tmp scratch, five of each), and
-    MiniLM's float32 run spent 3,648 of its first 5,446 CPU seconds in the kernel. The split says how much of
+    750 MB numpy array, filled once, took 2.04 s of system time (numpy's transparent huge pages), 0.28 to 0.39 s
+    without them (``NUMPY_MADVISE_HUGEPAGE=0``), 0.03 s of system time refilled (2026-12-07, each the mean of five
+    fills), and a float32 MiniLM run, stopped by hand in its joint heads' rows, had spent 3,648 of its 5,446 CPU
+    seconds in the kernel (``data/results/minilm_block_float32_kernel_bc09569.json``). The split says how much of
     a row's time is the machine's memory rather than the arithmetic."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime, r.ru_stime
