@@ -36,6 +36,21 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 66 (2026-12-07, this book's; not a row): MiniLM's block served in float32, whole, with memory reused
+(``benchmarks/minilm_block.py --dtype float32`` at bf4a189 from a fresh clone, one BLAS thread, ``MALLOC_MMAP_MAX_=0
+MALLOC_TRIM_THRESHOLD_=100000000000 NUMPY_MADVISE_HUGEPAGE=0``, the other core idle but for a 12-s profile at its
+start; record ``data/results/minilm_block_float32_bf4a189.json``, with a timeline split by stage): recovered and
+verified (12.4 u; fresh 9.5 u against the emulation's own 9.0 u, ``transformers``' outputs 11.0 u), 3,937,506
+queries, 4,718 CPU s (120 of them system) against the oracle's own 1,683 (39 system): 2.80x, user seconds alone
+2.80x (FAIL), peak RSS 16.6 GiB. The oracle's own time is half the 9c4371f run's 3,382 s (the same code before the
+polish, default memory settings); the learner's own time outside the oracle fell from 3,498 to 3,036 s (the polish's
+products changed between them, ea893fc). So the earlier float32 ratios (2.03x, 2.75x) were lowered by kernel time
+that fell mostly inside the oracle's calls, in our reading (their records have no split). The learner's own 3,036 s
+by stage (the timeline's 30-s ticks, each given to the stage its frames show): the rows' stage 620 (its oracle
+1,623), the rows' starts, fits and restarts 475, the links 425, the polish and what follows it 1,472 (the polish's
+two stages 1,402: 337 and 40 LSMR iterations). Within 2x needs 1,353 s of the learner's own time cut. The float64
+row's PASS (1.85x at b03de3b) was measured on the default settings too, with no split.
+
 Session 65 (2026-12-07, this book's; not a row): where MiniLM's float32 runs' CPU time moves. On this Firecracker VM,
 page faults on fresh memory are the kernel's work, and costly: a fresh 750 MB numpy array, filled once, took 2.04 s of
 system CPU with numpy's transparent huge pages (the default), 0.28 to 0.39 s with ``NUMPY_MADVISE_HUGEPAGE=0``, and 0.03

@@ -6,8 +6,9 @@ Run: .venv/bin/python benchmarks/minilm_block.py [--record data/results/minilm_b
 
 On a machine where fresh memory's page faults are costly (this Firecracker VM: ``bench_layer.cpu_split``), prefix
 ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 NUMPY_MADVISE_HUGEPAGE=0``: large arrays are then reused,
-not fresh (a partial float32 run with them, 2026-12-07: 0.72 of its first 21 CPU minutes were the kernel's, 0.71 of
-them in its first two); the record keeps these settings (``memory_env``) and the user and system seconds apart.
+not fresh (a whole float32 run with them at bf4a189: 120 of its 4,718 CPU s were the kernel's, against 3,648 of the
+first 5,446 on glibc's defaults at bc09569); the record keeps these settings (``memory_env``) and the user and
+system seconds apart.
 
 ``learn_attention_layer(VectorQueryOracle(layer.minilm_block()), H=12)``: 12 heads, d = 384, biases, W_O, the
 residual and the post-LN at BERT's eps = 1e-12, whose norms the learner takes from the pair queries' row space
