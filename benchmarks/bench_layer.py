@@ -43,13 +43,15 @@ start; record ``data/results/minilm_block_float32_bf4a189.json``, with a timelin
 verified (12.4 u; fresh 9.5 u against the emulation's own 9.0 u, ``transformers``' outputs 11.0 u), 3,937,506
 queries, 4,718 CPU s (120 of them system) against the oracle's own 1,683 (39 system): 2.80x, user seconds alone
 2.80x (FAIL), peak RSS 16.6 GiB. The oracle's own time is half the 9c4371f run's 3,382 s (the same code before the
-polish, default memory settings); the learner's own time outside the oracle fell from 3,498 to 3,036 s (the polish's
-products changed between them, ea893fc). So the earlier float32 ratios (2.03x, 2.75x) were lowered by kernel time
-that fell mostly inside the oracle's calls, in our reading (their records have no split). The learner's own 3,036 s
-by stage (the timeline's 30-s ticks, each given to the stage its frames show): the rows' stage 620 (its oracle
-1,623), the rows' starts, fits and restarts 475, the links 425, the polish and what follows it 1,472 (the polish's
-two stages 1,402: 337 and 40 LSMR iterations). Within 2x needs 1,353 s of the learner's own time cut. The float64
-row's PASS (1.85x at b03de3b) was measured on the default settings too, with no split.
+polish, default memory settings, and the machine shared for part of those stages); the learner's own time outside the
+oracle fell from 3,498 to 3,036 s (the polish's products changed between them, ea893fc). In our reading, kernel time
+lowered the earlier float32 ratios (2.30x at 62317e1, 2.75x at fb51a4a, 2.03x at 9c4371f): their records have no
+split, and the evidence that it fell mostly inside the oracle's calls is the stopped bc09569 run's. The learner's own
+3,036 s by stage (the timeline's 30-s ticks, each given to the stage its frames show): the rows' stage 620 (its
+oracle 1,623), the rows' starts, fits and restarts 475, the links 425, the polish and what follows it 1,472 (the
+polish's two stages 1,402: 337 and 40 LSMR iterations); the other 44 s fall in ticks of no named stage or after the
+last tick. Within 2x needs 1,353 s of the learner's own time cut. The float64 row's PASS (1.85x at b03de3b) was
+measured on the default settings too, with no split.
 
 Session 65 (2026-12-07, this book's; not a row): where MiniLM's float32 runs' CPU time moves. On this Firecracker VM,
 page faults on fresh memory are the kernel's work, and costly: a fresh 750 MB numpy array, filled once, took 2.04 s of
