@@ -50,8 +50,13 @@ split, and the evidence that it fell mostly inside the oracle's calls is the sto
 3,036 s by stage (the timeline's 30-s ticks, each given to the stage its frames show): the rows' stage 620 (its
 oracle 1,623), the rows' starts, fits and restarts 475, the links 425, the polish and what follows it 1,472 (the
 polish's two stages 1,402: 337 and 40 LSMR iterations); the other 44 s fall in ticks of no named stage or after the
-last tick. Within 2x needs 1,353 s of the learner's own time cut. The float64 row's PASS (1.85x at b03de3b) was
-measured on the default settings too, with no split.
+last tick. Within 2x needs 1,353 s of the learner's own time cut. The float64 row, measured the same way right after
+(``benchmarks/minilm_block.py`` at bf4a189, memory reused, the other core busy with chapter runs and tests for about
+10 of its first 11 wall minutes and idle after; record ``data/results/minilm_block_bf4a189.json``): recovered
+(3,878,150 queries, fresh queries 5.0e-13, ``transformers``' outputs 3.1e-11, peak RSS 6.5 GiB), 2,653 CPU s (27
+system) against the oracle's own 1,594 (1 system): 1.66x, user alone 1.65x (PASS). Its learner's own 1,059 s: the
+rows' stage 611, the fits 345, the links 71 (float32's: 620, 475, 425); the float32 row's extra is its polish and
+its links.
 
 Session 65 (2026-12-07, this book's; not a row): where MiniLM's float32 runs' CPU time moves. On this Firecracker VM,
 page faults on fresh memory are the kernel's work, and costly: a fresh 750 MB numpy array, filled once, took 2.04 s of
