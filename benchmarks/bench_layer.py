@@ -55,8 +55,8 @@ last tick. Within 2x needs 1,353 s of the learner's own time cut. The float64 ro
 10 of its first 11 wall minutes and idle after; record ``data/results/minilm_block_bf4a189.json``): recovered
 (3,878,150 queries, fresh queries 5.0e-13, ``transformers``' outputs 3.1e-11, peak RSS 6.5 GiB), 2,653 CPU s (27
 system) against the oracle's own 1,594 (1 system): 1.66x, user alone 1.65x (PASS). Its learner's own 1,059 s: the
-rows' stage 611, the fits 345, the links 71 (float32's: 620, 475, 425); the float32 row's extra is its polish and
-its links.
+rows' stage 611, the fits 345, the links 71 (float32's: 620, 475, 425); of the float32 row's 1,977 s more, its
+polish took 1,472 and its links 354 more.
 
 Session 65 (2026-12-07, this book's; not a row): where MiniLM's float32 runs' CPU time moves. On this Firecracker VM,
 page faults on fresh memory are the kernel's work, and costly: a fresh 750 MB numpy array, filled once, took 2.04 s of
