@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python benchmarks/minilm_block.py [--record data/results/minilm_block.json] [--seed 0]
      [--dtype float32] (the block as served: ``layer.MiniLMBlock("float32")``; record
-     ``data/results/minilm_block_float32.json``)
+     ``data/results/minilm_block_float32.json``) [--timeline 30] (every 30 wall seconds the run's and the
+     oracle's CPU seconds and the learner's stage, :class:`Timeline`; recorded as ``timeline`` and ``stages``)
 
 On a machine where fresh memory's page faults are costly (this Firecracker VM: ``bench_layer.cpu_split``), prefix
 ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 NUMPY_MADVISE_HUGEPAGE=0``: large arrays are then reused,
@@ -27,12 +28,15 @@ canonical heads against the true ones.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import resource
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +49,90 @@ ROOT = Path(__file__).resolve().parents[1]
 MEMORY_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "NUMPY_MADVISE_HUGEPAGE")
 
 
+#: The learner's stages as the timeline names them (this book's own sampling): a tick belongs to the first stage
+#: one of whose function names lies on the learner's stack at that tick; the
+#: rows' stage holds the joint stage's rows and its token scale's (``_token_scale``), the fits the rows' starts,
+#: fits and restarts, the links the pair queries between rows; ``other`` is whatever lies outside them.
+STAGES = (
+    ("polish", ("polish_post_directions", "polish_directions_free", "polish_free")),
+    ("links", ("_link_pair", "_linked_through", "_link")),
+    ("rows", ("_row", "_token_scale", "_scaled", "_refine")),
+    ("fits", ("_restarted", "_start_Cs", "_start_C_columns", "_als", "_fit_columns")),
+)
+
+
+def stage_of(names) -> str:
+    """The stage (:data:`STAGES`) of a tick whose learner stack holds the function ``names``, else ``"other"``."""
+    for stage, marks in STAGES:
+        if any(n in marks for n in names):
+            return stage
+    return "other"
+
+
+class Timeline:
+    """Every ``every`` wall seconds, from a daemon thread: the run's CPU seconds (user and system apart,
+    ``bench_layer.cpu_split``), the oracle's own so far (``bench_layer.Timed``: a call still running counts when it
+    ends, so ``oracle_s`` lags by at most one call), and the learner's stage (:func:`stage_of` on the functions of
+    ``companion`` on the main thread's stack; the innermost three kept, outside the oracle's). :meth:`stages` sums
+    each tick's seconds since the tick before into the stage of that tick: each stage's seconds are right to about
+    one tick at each of its ends. This book's own sampling; the thread's own CPU is in the run's."""
+
+    _skip = ("oracles", "_validation", "pretrained", "_minilm")  # the oracle's and the target's frames
+
+    def __init__(self, timed, every: float):
+        self.timed, self.every, self.ticks = timed, float(every), []
+        self._main, self._stop = threading.main_thread().ident, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        from bench_layer import cpu_split
+
+        self._t0, self._c0, self._ru0 = time.monotonic(), time.process_time(), cpu_split()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        from bench_layer import cpu_split
+
+        while not self._stop.wait(self.every):
+            frame = sys._current_frames().get(self._main)
+            stack = [f for f in traceback.extract_stack(frame) if f"companion{os.sep}" in f.filename] if frame else []
+            names = [f.name for f in stack if not any(k in f.filename for k in self._skip)]
+            user, system = cpu_split()
+            self.ticks.append(
+                {
+                    "wall_s": round(time.monotonic() - self._t0, 1),
+                    "cpu_s": round(time.process_time() - self._c0, 2),
+                    "user_s": round(user - self._ru0[0], 2),
+                    "sys_s": round(system - self._ru0[1], 2),
+                    "oracle_s": round(self.timed.seconds, 2),
+                    "stage": stage_of(names),
+                    "where": names[-3:],
+                }
+            )
+
+    def stages(self) -> dict:
+        """``{stage: {"cpu_s", "oracle_s", "ticks"}}`` summed over the ticks (to the last tick only)."""
+        out: dict = {}
+        prev = {"cpu_s": 0.0, "oracle_s": 0.0}
+        for tick in self.ticks:
+            a = out.setdefault(tick["stage"], {"cpu_s": 0.0, "oracle_s": 0.0, "ticks": 0})
+            a["cpu_s"] = round(a["cpu_s"] + tick["cpu_s"] - prev["cpu_s"], 2)
+            a["oracle_s"] = round(a["oracle_s"] + tick["oracle_s"] - prev["oracle_s"], 2)
+            a["ticks"] += 1
+            prev = tick
+        return out
+
+
 def _rel(a, b):
     return float(np.max(np.linalg.norm(a - b, axis=-1) / np.linalg.norm(b, axis=-1)))
 
 
-def run(seed: int, dtype: str = "float64") -> dict:
+def run(seed: int, dtype: str = "float64", every: float | None = None) -> dict:
     from companion import errors
     from companion.layer import MiniLMBlock, learn_attention_layer, load_block_reference, minilm_block
     from companion.oracles import VectorQueryOracle
@@ -68,9 +151,14 @@ def run(seed: int, dtype: str = "float64") -> dict:
         row["cpu_s"], row["oracle_s"] = time.process_time() - t0, timed.seconds
         row["cpu_user_s"], row["cpu_sys_s"] = u1 - u0, s1 - s0
         row["oracle_user_s"], row["oracle_sys_s"] = timed.user_s, timed.sys_s
+        if timeline is not None:
+            row["timeline"] = {"every_s": timeline.every, "ticks": timeline.ticks, "what": Timeline.__doc__}
+            row["stages"] = {"by_stage": timeline.stages(), "rules": STAGES, "what": stage_of.__doc__}
 
+    timeline = Timeline(timed, every) if every else None
     try:
-        rec = learn_attention_layer(oracle, H=12, seed=seed)
+        with timeline or contextlib.nullcontext():  # stopped at the learner's end: its ticks are whole
+            rec = learn_attention_layer(oracle, H=12, seed=seed)
     except errors.CompanionError as exc:
         row.update(outcome=type(exc).__name__, message=str(exc), queries=int(oracle.n_queries))
         row["cause"] = f"{type(exc.__cause__).__name__}: {exc.__cause__}" if exc.__cause__ is not None else None
@@ -123,6 +211,7 @@ def main(argv=None) -> int:
     p.add_argument("--record", default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64", help="the block as computed")
+    p.add_argument("--timeline", type=float, default=None, metavar="SECONDS", help="sample the stages this often")
     args = p.parse_args(argv)
     commit = subprocess.run(  # at the start: the library the run used
         ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
@@ -131,9 +220,9 @@ def main(argv=None) -> int:
     from threadpoolctl import threadpool_info
 
     blas = sorted({f"{i['internal_api']} {i.get('version')} {i.get('architecture')}" for i in threadpool_info()})
-    row = run(args.seed, args.dtype)
+    row = run(args.seed, args.dtype, args.timeline)
     row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(row, flush=True)
+    print({k: v for k, v in row.items() if k != "timeline"}, flush=True)
     targets = Targets()
     if args.dtype == "float64":
         ok = row["outcome"] == "recovered" and row["fresh_error"] <= 1e-8 and row["vs_transformers"] <= 1e-8
