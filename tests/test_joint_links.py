@@ -185,3 +185,45 @@ def test_a_learned_block_reports_its_links(d, layernorm, learner):
     assert diag["joint_links_by_fit"] == 0 and diag["joint_link_swap_ratio"] == np.inf
     assert diag["joint_links_through"] == 0 and "amplitudes" not in diag
     assert diag["joint_link_misfit"] <= np.sqrt(1e-9) and diag["joint_token_scale"] >= J.TOKEN_SCALE
+
+
+def test_link_rounding_is_the_stated_bound():
+    """``LINK_ROUNDING_LAMBDA sqrt(n + H^2) kappa u |coef|`` to first order, on a Gram matrix of condition 1e6."""
+    G = np.diag([1.0, 1.0, 1.0, 1e-6])
+    coef = np.array([3.0, 0.0, 4.0, 0.0])
+    size = 10.0 * np.sqrt(12 + 4) * 2.0**-53
+    assert J.LINK_ROUNDING_LAMBDA == 10.0
+    assert J.link_rounding(G, coef, 12) == pytest.approx(1e6 * size / (1 - 1e6 * size) * 5.0, rel=1e-9)
+    assert J.link_rounding(np.diag([1.0, 0.0, 1.0, 1.0]), coef, 12) == np.inf  # singular: no bound
+
+
+def test_coefficients_far_from_every_permutation_skip_the_designs_qr(monkeypatch):
+    """The fit-route case above: coefficients 0.038 from the permutation, 6e-3 beyond sqrt(tol), against a rounding
+    bound near 1e-9: the design's QR is not formed, and the verdict and numbers are the QR route's."""
+    Phi, amp, GL, pi = _pairs()
+    monkeypatch.setattr(J, "link_rounding", lambda *a: np.inf)  # no bound: the QR decides, as before the rule
+    forced = J._link(Phi, amp, GL, TOL_LINK)
+    monkeypatch.undo()
+
+    def no_qr(*a, **k):
+        raise AssertionError("the design's QR was formed")
+
+    monkeypatch.setattr(J, "lstsq", no_qr)
+    skipped = J._link(Phi, amp, GL, TOL_LINK)
+    assert np.array_equal(skipped[0], forced[0]) and skipped[1] is forced[1] is False
+    assert skipped[2]["coef"] == pytest.approx(forced[2]["coef"], abs=1e-9)
+    assert skipped[2]["fit"] == forced[2]["fit"] and skipped[2]["swap"] == forced[2]["swap"]
+
+
+@pytest.mark.parametrize("factor, qr", [(0.99, False), (1.01, True)])
+def test_the_qr_is_skipped_just_inside_and_formed_just_outside_the_rounding_margin(monkeypatch, factor, qr):
+    """The QR is skipped where the coefficients miss the permutation by more than twice the rounding bound beyond
+    sqrt(tol): the bound set at ``factor`` times half that margin."""
+    Phi, amp, GL, pi = _pairs()
+    err = J._link(Phi, amp, GL, TOL_LINK)[2]["coef"]
+    monkeypatch.setattr(J, "link_rounding", lambda *a: factor * (err - TOL_LINK) / 2)
+    calls = []
+    lstsq = J.lstsq
+    monkeypatch.setattr(J, "lstsq", lambda *a, **k: calls.append(1) or lstsq(*a, **k))
+    J._link(Phi, amp, GL, TOL_LINK)
+    assert bool(calls) is qr
