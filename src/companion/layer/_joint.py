@@ -732,14 +732,15 @@ def _matched(coef):
 
 
 #: The probabilistic rounding bound's multiple (Higham and Mary 2019, "A new approach to probabilistic rounding error
-#: analysis", SIAM J. Sci. Comput. 41(5), Thm 2.4: an inner product of ``n`` terms carries a relative error at most
-#: ``lambda sqrt(n) u`` with probability at least ``1 - 2 exp(-lambda^2 / 2)`` under their model of independent
-#: roundings) that :func:`link_rounding` takes (this book's choice: at 10, that probability is above
-#: ``1 - 4e-22``). Measured (2026-12-07, MiniLM layer 0 served in float32, learner seed 0, its first six links):
+#: analysis", SIAM J. Sci. Comput. 41(5): under their model, roundings independent and of mean zero, an inner
+#: product of ``n`` terms carries a relative backward error of at most about ``lambda sqrt(n) u`` with a failure
+#: probability at most ``n`` times ``2 exp(-lambda^2 (1 - u)^2 / 2)``) that :func:`link_rounding` takes (this
+#: book's choice: at 10, ``n`` times 3.9e-22). Measured (2026-12-07, MiniLM layer 0 served in float32, learner
+#: seed 0, its first six links):
 #: the normal equations' coefficients within 6.0e-10 of the QR's, their Gram matrix's condition numbers 3.8e7 to
 #: 1.0e8, the bound 3.9e-6 to 1.1e-5, the coefficients 0.051 to 0.084 from a permutation (``sqrt(tol)`` = 0.032);
-#: each QR took about 2 CPU s (each link 5 ms without it), nearly all of the float32 links' 425 s outside the
-#: oracle (bf4a189).
+#: the QR and its design took 1.8 to 2.2 CPU s a link here (the other core busy), each link 5 ms without them; at
+#: bf4a189, with the QR in each of its 383 links, the float32 links took 425 s outside the oracle.
 LINK_ROUNDING_LAMBDA = 10.0
 
 
