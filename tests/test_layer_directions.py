@@ -407,3 +407,20 @@ def test_post_ln_eps_rtol_counts_the_fits_noise_where_the_variances_barely_sprea
         offset_misses += off > (u32 + abs(fit.gamma_scale**2 - 1)) / (fit.eps / np.median(var))
         rtol_misses += off > fit.eps_rtol
     assert offset_misses >= 5 and rtol_misses == 0
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_token_groups_are_numpys_unique_rows(tie):
+    """Grouped by the first entries, or (two distinct rows sharing their first entry) by ``np.unique`` itself: the
+    same tokens, in the same order, and the same groups."""
+    from companion.layer._directions import _token_groups
+
+    rng = np.random.default_rng(0)
+    tokens = rng.standard_normal((7, 5))
+    if tie:
+        tokens[3, 0] = tokens[5, 0]
+    T = tokens[rng.integers(0, 7, size=40)]
+    got, which = _token_groups(T)
+    want, inverse = np.unique(T, axis=0, return_inverse=True)
+    assert np.array_equal(got, want) and np.array_equal(which, np.ravel(inverse))
+    assert np.array_equal(got[which], T)
