@@ -75,7 +75,8 @@ def test_a_post_ln_block_rounded_to_float32_is_learned_from_the_row_space(d, H, 
     queries). H = 8 at d = 32 (17,696 unknowns, polished matrix-free) was refused at the joint stage, a row misfit
     by 0.06 to 0.6, until its rows were restarted (``_joint._restarted``); now 0.90 u (about 4 CPU s). With the
     polish's second stage at the top token scales (POLISH_TOP_RANGE, 2026-12-06; 1,770 more queries at d = 32): 0.24
-    u; the others, polished densely, 1.0 u and 1.8 u."""
+    u; the others, polished densely, 1.0 u and 1.8 u. With the second stage on its own queries alone (2026-12-07):
+    0.22 u."""
     block = random_attention_layer(d, H, residual=True, layernorm="post", eps=eps, seed=seed)
     oracle = VectorQueryOracle(_rounded32(block), d=d, d_out=d)
     rec = learn_attention_layer(oracle, H=H)
@@ -527,7 +528,9 @@ def test_a_block_above_the_dense_polish_is_polished_matrix_free():
     scales (POLISH_TOP_RANGE: 884 more queries) LSMR 11 and 6 more, to 2.3e-8 on both stages' queries, verified at
     0.76 u, 0.33 u from the exact block. With Theta's head blocks factored too (``_fit.map_ranks``, 2026-12-07): LSMR
     39 and 8, then 12 and 6, to 2.4e-8, verified at 0.76 u, 0.31 u from the exact block on 200 fresh queries (0.37 u
-    on 1,000); the whole Theta's route in the same process: the same iterations, 2.3e-8, 0.76 u, 0.33 u (0.37 u)."""
+    on 1,000); the whole Theta's route in the same process: the same iterations, 2.3e-8, 0.76 u, 0.33 u (0.37 u).
+    With the second stage on its own queries alone (2026-12-07): LSMR 39 and 8, then 16 and 6, verified at 0.80 u,
+    0.32 u from the exact block (0.38 u on 1,000)."""
     block = random_attention_layer(24, 5, residual=True, layernorm="post", eps=1e-8, seed=497)
     oracle = VectorQueryOracle(_rounded32(block), d=24, d_out=24)
     rec = learn_attention_layer(oracle, H=5)
@@ -550,7 +553,8 @@ def test_the_matrix_free_polish_takes_at_most_free_polish_steps(monkeypatch, ste
     iterations, 1.04 u); capped at 1, 1.04 u (the bounds about three times). With gamma, beta polished too: 39 and 10
     iterations, 1.01 u; capped at 1, 1.02 u. With beta alone, gamma held (POLISH_LN_GAMMA): 39 and 8, 1.03 u; capped
     at 1, 1.02 u. With the second stage and Theta's head blocks factored (``_fit.map_ranks``, 2026-12-07): 39 and 8,
-    0.76 u; capped at 1, 0.76 u."""
+    0.76 u; capped at 1, 0.76 u. With the second stage on its own queries alone (2026-12-07): 39 and 8, then 16 and
+    6, 0.80 u; capped at 1, 0.79 u."""
     from companion.layer import FREE_POLISH_STEPS
     from companion.layer import _fit
 
@@ -952,8 +956,10 @@ def test_head_rank_needs_every_head_to_show_its_own_gap(gap, want):
     assert head_ranks(_heads([low, low, full], d)) is None
 
 
-@pytest.mark.parametrize("head_dim, ranks, rank", [(12, (4, 12, 12), [4, 12, 12]), (16, (4, 4, 16), None)])
-def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(head_dim, ranks, rank):
+@pytest.mark.parametrize(
+    "head_dim, ranks, rank, bound", [(12, (4, 12, 12), [4, 12, 12], 2.5), (16, (4, 4, 16), None, 5.0)]
+)
+def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(head_dim, ranks, rank, bound):
     """Heads of different ranks behind a post-LN, d = 48, served in float32 (a framework's heads share one size; these
     do not). Measured (2026-12-06, learner seed 0, 1,000 fresh queries): ranks 4, 12, 12, each factored at its own,
     verified at 1.30 u, 0.70 u from the exact block (LSMR 40, 9; all three factored at 12: 1.27 u, 0.70 u); ranks 4,
@@ -963,7 +969,8 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
     2026-12-06): 0.78 u and 0.53 u (LSMR 49, 14, then 16, 8); 1.24 u and 0.45 u (62, 18, then 24, 9). With Theta's
     head blocks factored where ``_fit.map_ranks`` finds their ranks (2026-12-07): ranks 4, 12, 12, maps at 12, 12, 12
     (the value maps were not truncated): 0.77 u and 0.52 u (LSMR 48, 14, then 15, 8); ranks 4, 4, 16: maps of rank 16,
-    above ``d // 4``, unfactored, as before. The bounds are about twice."""
+    above ``d // 4``, unfactored, as before. With the second stage on its own queries alone (2026-12-07): 1.10 u and
+    0.54 u (LSMR 48, 14, then 21, 9); 2.31 u and 0.57 u (62, 18, then 36, 13). The bounds are about twice."""
     base = random_attention_layer(48, 3, head_dim=head_dim, residual=True, layernorm="post", eps=1e-3, seed=0)
     Ws = base.Ws.copy()
     for h, r in enumerate(ranks):
@@ -975,7 +982,7 @@ def test_heads_of_different_sizes_are_factored_each_at_its_rank_or_not_at_all(he
     rec = learn_attention_layer(VectorQueryOracle(_rounded32(block), d=48, d_out=48), H=3)
     assert (None if rank is None else sorted(rec.diagnostics["polish_rank"])) == rank  # heads in the learner's order
     assert rec.diagnostics["polish_map_rank"] == (None if rank is None else [head_dim] * 3)  # the value maps' d_h
-    assert rec.diagnostics["verify_max_error"] <= 2.5 * U32
+    assert rec.diagnostics["verify_max_error"] <= bound * U32
     assert _error_u(rec.model, block, _fresh(48)) <= 1.1
 
 

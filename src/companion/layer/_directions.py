@@ -195,16 +195,21 @@ POLISH_QUERY_FACTOR = 3
 FREE_POLISH_MAX_LEN = 32
 
 #: The matrix-free polish's second stage (this book's own): where the joint stage's token scale ``s`` is above 1, it
-#: asks ``float32_polish_top_plan``'s further queries (as many as the first stage's, lengths 2 to 32)
-#: at token scales log-uniform from ``s / POLISH_TOP_RANGE`` (at least 1) to ``s``, and polishes again from the first
-#: stage's end on both stages' queries: where the heads' score errors move the answers ``t^2`` times more, and where
-#: the verification's scaled share asks. Measured (2026-12-06, MiniLM's block served in float32, the gamma-held
-#: polish's end point continued so: its 28,990 queries and 28,990 more at scales 4 to 16, two Gauss-Newton steps of
-#: 36 and 16 LSMR iterations, 915 CPU s on one BLAS thread; data/results/minilm_polish_diagnosis.json): heads from
-#: 3.3e-6 to 7.1e-7 off (median), beta from 2.2e-6 to 9.3e-7; with eps and gamma's scale from the gaps
-#: (:func:`post_ln_eps`) the learner's verification replayed 9.9 u, 14.8 u (its scale-16 share, 75.9 u before) and
-#: 11.1 u (the emulation's own: 9.3 u, 8.1 u, 11.2 u), and fresh queries at token scales 1 to 16 within 1.8 times the
-#: emulation's own distance (at most 14.5 u, at scale 16).
+#: asks ``float32_polish_top_plan``'s further queries (as many as the first stage's, lengths 2 to 32) at token scales
+#: log-uniform from ``s / POLISH_TOP_RANGE`` (at least 1) to ``s``, and polishes again from the first stage's end on
+#: those queries alone: where the heads' score errors move the answers ``t^2`` times more, and where the
+#: verification's scaled share asks. Measured on both stages' queries, as the stage ran until 2026-12-07 (2026-12-06,
+#: MiniLM's block served in float32, the gamma-held polish's end point continued so: its 28,990 queries and 28,990
+#: more at scales 4 to 16, two Gauss-Newton steps of 36 and 16 LSMR iterations, 915 CPU s on one BLAS thread;
+#: data/results/minilm_polish_diagnosis.json): heads from 3.3e-6 to 7.1e-7 off (median), beta from 2.2e-6 to
+#: 9.3e-7; with eps and gamma's scale from the gaps (:func:`post_ln_eps`) the learner's verification replayed 9.9 u,
+#: 14.8 u (its scale-16 share, 75.9 u before) and 11.1 u (the emulation's own: 9.3 u, 8.1 u, 11.2 u), and fresh
+#: queries at token scales 1 to 16 within 1.8 times the emulation's own distance (at most 14.5 u, at scale 16). On
+#: its own queries alone (the same file's ``top_only_variant`` against ``top_stage_rerun``, both from the ffec805
+#: run's polish inputs, products on the whole Theta then): 73 LSMR iterations against 52, in 533 CPU s against 703,
+#: the verification replayed 10.0 u, 11.3 u and 11.8 u against 9.8 u, 14.6 u and 11.1 u, fresh queries at scales 1
+#: to 16 within 1.9 times the emulation's own distance against 2.2 (14.9 u against 17.8 u at scale 16); ``eps`` and
+#: gamma's scale are then fitted from the top queries' gaps.
 POLISH_TOP_RANGE = 4
 
 #: Tokens per link (the joint stage's pairs at delta_0 + delta_i): its default, 2, leaves a link's two tokens'
@@ -361,7 +366,8 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
     head blocks where :func:`~companion.layer._fit.map_ranks` finds theirs), and polishes
     the LayerNorm's ``beta`` with them, its ``gamma`` held (``_fit.POLISH_LN_GAMMA``; ``norm`` returned with the
     polished ``beta``; the dense polish returns ``norm``'s ``beta`` as given); where ``scale`` is above 1 it then
-    polishes again with :func:`polish_top_plan`'s further queries at the top token scales (:data:`POLISH_TOP_RANGE`).
+    polishes again on :func:`polish_top_plan`'s further queries at the top token scales alone
+    (:data:`POLISH_TOP_RANGE`), and fits ``eps`` from their gaps.
     ``info``:
     ``polished``, ``n_polish_queries`` (both stages'), the polish's relative rms residual before and after (weighted
     as the polish weights it; after: the last stage's, on its queries), ``polish_top_queries`` and
@@ -401,7 +407,7 @@ def polish_post_directions(oracle, norm, Ws, Theta, rng, u: float, scale: float 
             n_top = polish_top_plan(d, d_out, H)
             lo = max(1.0, scale / POLISH_TOP_RANGE)
             X2, top = _polish_queries(rng, n_top, d, polish_max_len(unknowns), lo, scale)
-            Xs, scales, Y = Xs + X2, np.concatenate([scales, top]), np.concatenate([Y, oracle(X2)])
+            Xs, scales, Y = X2, top, oracle(X2)  # its own queries alone (POLISH_TOP_RANGE)
             batches, answers = group_by_length(Xs, Y)
             t_batches = group_by_length(Xs, scales)[1]
             ranks = {"rank": head_ranks(Ws), "map_rank": map_ranks(Theta, H)}
