@@ -741,7 +741,12 @@ def polish_directions_free(
     (2026-12-05, the float32 route's polish at d = 32, H = 4 and d = 48, H = 12, against 1,000 fresh queries' exact
     directions): at 1e-6, 155 and 139 iterations in two steps, to 1.49 u and 1.25 u; at 1e-3, 72 and 63, to 1.60 u
     and 1.27 u; at 1e-2, 69 and 58 in six and four steps, to 1.87 u and 1.45 u. A Kronecker-factored (K-FAC-like)
-    preconditioner of each head's block took as many iterations as its columns' norms.
+    preconditioner of each head's block took as many iterations as its columns' norms. Nor did a coarse start on
+    every fourth query of each batch pay (tried 2026-12-07, MiniLM's first stage served in float32, replayed from the
+    9c4371f run's inputs on one BLAS thread): its five steps (450 LSMR iterations, 361 CPU s) gained 2.0 to 2.6 times
+    each after the first, against about 5 on all the queries, and left the residual on all of them at 1.8e-5, where
+    two steps on all (118 iterations, 454 CPU s) leave 1.4e-5: with 3.75 answers' numbers an unknown the quarter's
+    least squares is worse conditioned, and its steps fit its own queries.
     """
     if norm is None:
         data = {"What": [W / np.linalg.norm(W, axis=1, keepdims=True) for W in directions]}
