@@ -36,6 +36,26 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 67 (2026-12-07, this book's; not a row): three cuts of the learner's own time that change none of its queries,
+then MiniLM's block served in float32 run whole again. (1) A link forms its design's QR only where the normal
+equations' coefficients could be moved across the link's tolerance by rounding (``_joint.link_rounding``): on the
+first six links of the served block the QR had moved them by at most 6.0e-10, against margins of 0.02 to 0.05, and
+took about 2 CPU s a link. (2) A row's pair queries are grouped by their tokens' first entries
+(``_directions._token_groups``; 0.37 s to 0.017 s a row) and the row-space scaling no longer passes over the whole
+750 MB batch for its tolerance's scale. (3) The polish's second stage runs on its own top-scale queries alone (the
+measured ``top_only_variant``). Tried and not kept: a coarse start of the polish on every fourth query (no gain:
+``_fit.polish_directions_free``'s docstring). The run (``benchmarks/minilm_block.py --dtype float32 --timeline 30``
+at 7303568 from a fresh clone, one BLAS thread, memory reused, the other core idle but for a few seconds of file
+edits; record ``data/results/minilm_block_float32_7303568.json``, its timeline and split by stage made by the
+benchmark itself): recovered and verified (11.2 u; fresh 9.3 u against the emulation's own 9.05 u,
+``transformers``' outputs 10.6 u), the same 3,937,506 queries, 4,058 CPU s (68 system) against the oracle's own
+1,719 (51 system): 2.36x, user seconds alone 2.39x (FAIL; 2.80x at bf4a189), peak RSS 9.8 GiB (16.6 at bf4a189, not
+explained). The learner's own 2,339 s by stage, against bf4a189's: the rows' stage 438 (620; its oracle 1,654), the
+fits 443 (475), the links 90 (424), the polish 1,320 (1,472; its first stage's 337 LSMR iterations as before), 47
+in no named stage or after the last tick. Within 2x needs 620 s more of the learner's own time cut: the polish's
+first stage (1,060 s at bf4a189 for the same 337 LSMR iterations, about 3.1 CPU s each) and the fits are what is
+left to cut.
+
 Session 66 (2026-12-07, this book's; not a row): MiniLM's block served in float32, whole, with memory reused
 (``benchmarks/minilm_block.py --dtype float32`` at bf4a189 from a fresh clone, one BLAS thread, ``MALLOC_MMAP_MAX_=0
 MALLOC_TRIM_THRESHOLD_=100000000000 NUMPY_MADVISE_HUGEPAGE=0``, the other core idle but for a 12-s profile at its
