@@ -478,6 +478,8 @@ def background_jobs(items):
     def run_05(run, out):
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
         env.pop("COMPANION_RESULTS_DIR", None)
+        env.pop("COMPANION_PERTURB_ULPS", None)  # a serial test's perturbed answers are not this run's
+        env.pop("COMPANION_PERTURB_PATTERN", None)
         return run([str(Path(sys.executable).with_name("companion")), "run", "05", "-p", "minilm_heads", "[]",
                     "-o", str(out), "--no-progress"], env=env, cwd=ROOT, capture_output=True, text=True,
                    timeout=3600), out
