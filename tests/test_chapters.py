@@ -133,7 +133,8 @@ def _run_with_test_parameters(path: Path, run, out: Path):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     env.pop("COMPANION_RESULTS_DIR", None)                       # the results go next to the run's notebook
     # the job starts while the serial suite runs: a serial test's perturbed answers (its monkeypatched
-    # COMPANION_PERTURB_*) are not the reader's (a CI run, 2026-12-07: chapter 02's bound failed at 5.18e-11, what answers perturbed by 4 ulps give)
+    # COMPANION_PERTURB_*) are not the reader's (a CI run, 2026-12-07: chapter 02's bound failed at 5.18e-11,
+    # what answers perturbed by 4 ulps give)
     env.pop(PERTURB_ENV, None)
     env.pop(PERTURB_PATTERN_ENV, None)
     companion = Path(os.sys.executable).with_name("companion")
