@@ -218,7 +218,8 @@ def pytest_unconfigure(config):
 # the serial suite leaves idle. A test module takes part by defining ``background_jobs(items)`` for
 # its tests that request the ``background`` fixture (conftest.py moves those tests to the end: they
 # wait for their job and assert on its result). Each job is a dict: ``key``, ``fn`` (called as
-# ``fn(run, out)``: ``run`` is :func:`run_measured`, ``out`` a fresh folder deleted at the end),
+# ``fn(run, out)``: ``run`` is :func:`run_measured`, ``out`` a fresh folder deleted at the end; a job's
+# subprocess environment starts from ``run.environ``, the pool's snapshot, never from ``os.environ``),
 # ``chapter`` (the chapter it runs, for its expected time), ``threads`` (its BLAS threads) and ``kind``
 # (a label for the time summary).
 #
@@ -305,8 +306,13 @@ class Background:
     """The pool of background jobs (see above): :meth:`submit`, then :meth:`start`; :meth:`serial_done`
     when the serial suite ends; :meth:`stop` at the end."""
 
-    def __init__(self, cores: int):
+    def __init__(self, cores: int, environ=None):
         self.cores = max(1, cores)
+        #: The environment every job starts from (``run.environ``, a copy a job), taken when the pool is made,
+        #: at collection's end, before any test runs. A job built from ``os.environ`` at its start took whatever
+        #: a serial test had monkeypatched at that moment (the CI run of 2026-12-07: chapter 02 on its test
+        #: parameters got answers perturbed by 4 ulps from a test's ``COMPANION_PERTURB_ULPS``).
+        self.environ = dict(os.environ if environ is None else environ)
         self.cond = threading.Condition()
         self.queue: list = []
         self.busy = 0
@@ -387,6 +393,7 @@ class Background:
             record["reaped"] += done.reaped
             return done
 
+        run.environ = dict(self.environ)  # type: ignore[attr-defined]
         try:
             result = job["fn"](run, out)
         except BaseException as exc:   # the waiting test re-raises it

@@ -1,6 +1,7 @@
 """The background pool of conftest.py: no core runs two jobs, the longest jobs start first,
 multi-thread jobs wait for the serial suite, a job's error reaches its test, CPU time is measured."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -106,6 +107,30 @@ def test_a_jobs_error_reaches_its_test_and_stop_cancels_what_has_not_started(poo
     assert pool.futures["later"].cancelled()
     with pytest.raises(ValueError, match="two background jobs"):
         pool.submit("bad", fails, chapter="01_definitions")
+
+
+def test_a_job_starts_from_the_environment_of_the_pools_creation_not_from_a_serial_tests(pool_module, monkeypatch):
+    """A job's ``run.environ`` is the environment when the pool was made (collection's end): a variable a serial
+    test sets or deletes while the job starts does not reach it, and each job gets its own copy."""
+    monkeypatch.setenv("COMPANION_POOL_PROBE", "collection")
+    monkeypatch.delenv("COMPANION_PERTURB_ULPS", raising=False)
+    pool = pool_module.Background(2)
+    monkeypatch.setenv("COMPANION_POOL_PROBE", "a serial test's")  # after the snapshot, before the jobs run
+    monkeypatch.setenv("COMPANION_PERTURB_ULPS", "4")
+
+    def job(run, out):
+        seen = dict(run.environ)
+        run.environ["COMPANION_POOL_PROBE"] = "changed by a job"
+        return seen
+
+    pool.submit("one", job, chapter="01_definitions", kind="t")
+    pool.submit("two", job, chapter="01_definitions", kind="t")
+    pool.start()
+    seen = [pool.futures[k].result(timeout=10) for k in ("one", "two")]
+    pool.stop()
+    assert [s["COMPANION_POOL_PROBE"] for s in seen] == ["collection", "collection"]
+    assert all("COMPANION_PERTURB_ULPS" not in s for s in seen)
+    assert os.environ["COMPANION_POOL_PROBE"] == "a serial test's"
 
 
 def test_run_measured_returns_the_output_and_the_cpu_time_and_times_out(pool_module, tmp_path):

@@ -130,13 +130,8 @@ def _run_with_test_parameters(path: Path, run, out: Path):
     suite's environment: strict, one BLAS thread); the finished process."""
     params = json.loads(path.read_text())["metadata"]["companion"]["test_parameters"]
     (out / "params.json").write_text(json.dumps(params))       # a JSON file is a YAML file of parameters
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    env = dict(run.environ, OPENBLAS_NUM_THREADS="1")            # the pool's snapshot (conftest.py), not os.environ
     env.pop("COMPANION_RESULTS_DIR", None)                       # the results go next to the run's notebook
-    # the job starts while the serial suite runs: a serial test's perturbed answers (its monkeypatched
-    # COMPANION_PERTURB_*) are not the reader's (a CI run, 2026-12-07: chapter 02's bound failed at 5.18e-11,
-    # what answers perturbed by 4 ulps give)
-    env.pop(PERTURB_ENV, None)
-    env.pop(PERTURB_PATTERN_ENV, None)
     companion = Path(os.sys.executable).with_name("companion")
     return run([str(companion), "run", path.stem, "-f", str(out / "params.json"), "-o", str(out / "run"),
                 "--no-progress"], env=env, capture_output=True, text=True, timeout=3600)
@@ -334,9 +329,10 @@ def test_no_backtick_fence_has_a_backtick_in_its_argument(path):
 
 def test_a_run_on_test_parameters_never_takes_a_serial_tests_perturbed_answers(monkeypatch, tmp_path):
     """The background job is built while the serial suite runs: with a test's COMPANION_PERTURB_* set at that
-    moment, the chapter's run still gets exact answers (the CI run of 2026-12-07 did not: chapter 02 on its test
-    parameters stopped on a bound, 5.18e-11 against 1e-11: the value answers perturbed by 4 ulps give; exact answers
-    give 4.17e-12)."""
+    moment, the chapter's run still gets the pool's snapshot of the environment, so exact answers (the CI run of
+    2026-12-07 did not: chapter 02 on its test parameters stopped on a bound, 5.18e-11 against 1e-11: the value
+    answers perturbed by 4 ulps give; exact answers give 4.17e-12)."""
+    snapshot = {k: v for k, v in os.environ.items() if not k.startswith("COMPANION_PERTURB")}
     monkeypatch.setenv(PERTURB_ENV, "8")
     monkeypatch.setenv(PERTURB_PATTERN_ENV, "parity")
     seen = {}
@@ -345,5 +341,6 @@ def test_a_run_on_test_parameters_never_takes_a_serial_tests_perturbed_answers(m
         seen.update(env)
         return subprocess.CompletedProcess(cmd, 0)
 
+    fake_run.environ = snapshot
     _run_with_test_parameters(CHAPTERS[0], fake_run, tmp_path)
     assert PERTURB_ENV not in seen and PERTURB_PATTERN_ENV not in seen and seen["OPENBLAS_NUM_THREADS"] == "1"

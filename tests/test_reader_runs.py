@@ -115,7 +115,8 @@ def run_chapter(stem: str, params: dict, out: Path, run=subprocess.run) -> dict:
     ``outcome`` is ``"completed"``, ``"refused"`` (a parameter the chapter refuses) or ``"failed"``
     (with ``error``); ``not_holding`` lists the claims and bounds that did not hold.
     """
-    env = dict(os.environ, MPLBACKEND="Agg", OPENBLAS_NUM_THREADS="1", COMPANION_STRICT="0")
+    # the background pool's snapshot of the environment (conftest.py) where run is its runner
+    env = dict(getattr(run, "environ", os.environ), MPLBACKEND="Agg", OPENBLAS_NUM_THREADS="1", COMPANION_STRICT="0")
     env.pop("COMPANION_RESULTS_DIR", None)        # the results go next to the run's notebook
     env.pop("COMPANION_PERTURB_ULPS", None)
     spec = out / "params.json"

@@ -156,7 +156,7 @@ def _config_id(config) -> str:
 
 
 def _execute(path: Path, config, run, out_dir: Path) -> Path:
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0")
+    env = dict(run.environ, MPLBACKEND="Agg", PYTHONHASHSEED="0")  # the pool's snapshot (conftest.py)
     env.pop("COMPANION_RESULTS_DIR", None)  # companion run publishes next to the notebook, in out_dir
     env.pop(PERTURB_ENV, None)
     env.pop(PERTURB_PATTERN_ENV, None)

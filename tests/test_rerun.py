@@ -476,10 +476,8 @@ def background_jobs(items):
     """Chapter 05 without MiniLM heads as a `companion run` in the background pool of conftest.py (it
     overlaps the serial suite); the finished process and its folder."""
     def run_05(run, out):
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+        env = dict(run.environ, OPENBLAS_NUM_THREADS="1")  # the pool's snapshot (conftest.py), not os.environ
         env.pop("COMPANION_RESULTS_DIR", None)
-        env.pop("COMPANION_PERTURB_ULPS", None)  # a serial test's perturbed answers are not this run's
-        env.pop("COMPANION_PERTURB_PATTERN", None)
         return run([str(Path(sys.executable).with_name("companion")), "run", "05", "-p", "minilm_heads", "[]",
                     "-o", str(out), "--no-progress"], env=env, cwd=ROOT, capture_output=True, text=True,
                    timeout=3600), out
