@@ -200,8 +200,9 @@ def run(seed: int, dtype: str = "float64", every: float | None = None) -> dict:
         token_scale=float(dg["joint_token_scale"]),
         median_gap=float(dg["median_gap"]),
     )
-    for key in ("n_polish_queries", "polish_lsmr_iterations", "joint_links_by_fit", "verify_scaled_max_error"):
-        if key in dg:  # the float32 route's polish, links and its verification's share at the token scale
+    keys = ("n_polish_queries", "polish_lsmr_iterations", "polish_top_queries", "polish_top_lsmr_iterations")
+    for key in keys + ("joint_links_by_fit", "verify_scaled_max_error"):
+        if key in dg:  # the float32 route's polish (both stages), links and its verification's share at the token scale
             row[key] = dg[key]
     return row
 

@@ -72,6 +72,23 @@ def test_row_scaled_answers_are_the_norms_before_the_layernorm():
     assert max(inner.misfits) < 1e-12
 
 
+def test_pair_queries_are_n_copies_of_x_plus_delta_then_m_of_x_written_into_the_buffer():
+    """Query ``j`` of token ``k`` (index ``2 H k + j``): ``n_j`` copies of ``x_k + delta``, then ``m_j`` of ``x_k``,
+    ``(n_j, m_j)`` the ``2 H`` ratios; the same batch, bit for bit, written into a reused buffer."""
+    from companion.layer._joint import _ratios
+
+    rng = np.random.default_rng(5)
+    H, d, K = 3, 7, 4
+    X, delta = rng.standard_normal((K, d)), rng.standard_normal(d)
+    n, m = _ratios(H)
+    want = np.stack([np.concatenate([np.tile(x + delta, (nj, 1)), np.tile(x, (mj, 1))]) for x in X
+                     for nj, mj in zip(n, m)])
+    assert want.shape == (K * 2 * H, 2 * H + 1, d) and np.all(n + m == 2 * H + 1)
+    assert np.array_equal(_pair_queries(delta, X, H), want)
+    buffer = np.full(want.shape, np.nan)
+    assert _pair_queries(delta, X, H, out=buffer) is buffer and np.array_equal(buffer, want)
+
+
 def test_row_scaled_refuses_what_it_cannot_scale():
     block, oracle, norm, bare, rng = _setup(d=8, H=2)
     A, c, *_ = one_token_map(oracle, norm, rng)
