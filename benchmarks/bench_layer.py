@@ -36,6 +36,37 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 68 (2026-12-07, this book's; not a row): the joint stage's column fits and a row's pair queries made cheaper
+(neither changes a query), then MiniLM's block served in float32 run whole again. (1) ``_joint._fit_columns`` sums over
+a row's tokens by matrix products and ``_column_poles`` forms each Newton step's ``1 / (r + p)`` once: a column start on
+409 synthetic tokens at H = 12 took 1.2 to 1.3 CPU s against 2.0 to 2.3, its C within 4e-11 of the earlier arithmetic's.
+(2) ``_joint._pair_queries`` copies each ratio's blocks (0.13 s against 0.20 s a MiniLM row, bit for bit). The run
+(``benchmarks/minilm_block.py --dtype float32 --timeline 30`` at af27925 from a fresh clone, one BLAS thread, memory
+reused; the other core busy with chapter re-executions, measurement scripts and tests for the first 37 minutes (the
+rows' and the fits' stages), idle after; record ``data/results/minilm_block_float32_af27925.json``): recovered and
+verified (11.2 u; fresh 9.3 u against the emulation's own 9.05 u, ``transformers``' outputs 10.6 u), the same 3,937,506
+queries, 3,505 CPU s (47 system) against the oracle's own 1,591 (37 system): 2.20x, user seconds alone 2.23x (FAIL;
+2.36x at 7303568), peak RSS 10.0 GiB. The learner's own 1,915 s by stage, against 7303568's: the rows' stage 364 (438),
+the fits 251 (443), the links 62 (90), the polish 1,147 (1,320; its first stage's LSMR iterations 62, 56, 55, 59, 67,
+23, 15, its second's 38, 10), 89 in no named stage or after the last tick. The polish and the oracle, which no change
+touched, also fell (one run each side, the machine shared differently): only the fits' fall is credited to the change.
+Within 2x needs 324 s more of the learner's own time cut.
+d = 64, H = 8 (``--only``, five runs at af27925, the other core running the MiniLM run): 2.14x, 1.89x, 1.75x, 1.70x and
+1.62x (FAIL once), learner 2.25 to 3.15 CPU s, oracle 1.29 to 1.58, peak RSS 176 to 178 MB.
+Measured in the polish's first stage and not kept (replayed from the 9c4371f run's first-stage inputs, one BLAS thread,
+the other core busy; each point scored on 2,400 fresh queries of the float64 emulation at token scales 1 to 16, its
+direction's sine against the true one, in float32 units u): (a) on half of each batch's queries it took 491 LSMR
+iterations in eight steps (the full set: 337 in seven) and 772 CPU s (1,069), and left the fresh queries at rms 3.3 u at
+scales 1 to 2 and 44 u at 8 to 16, against the full set's 2.2 u and 17 u: half the queries conditions the least squares
+worse, each iteration gaining less. (b) The full set's last two steps (38 iterations) took the top scales from 23 u to
+17 u. (c) Which block is slow: with the heads frozen LSMR fitted the maps alone to their least squares (residual 0.157
+to 0.0446) in 43 iterations, with the maps frozen the heads alone (0.157 to 0.148) in 19; together the first step
+reached 0.0050 at its tolerance in 62, so the residual falls only through both together. (d) Theta unfactored
+(``_Full``, the whole Gram matrix whitened, its blocks between heads included) from its own start (0.0737): two steps,
+43 and 87 iterations, to 2.0e-4 in 821 CPU s; the factored maps' two steps, 62 and 56, went from 0.157 to 1.0e-3: per
+iteration the log residual fell alike (0.045 and 0.043), so the cross-head blocks are not what the factored maps'
+preconditioner misses.
+
 Session 67 (2026-12-07, this book's; not a row): three cuts of the learner's own time that change none of its queries,
 then MiniLM's block served in float32 run whole again. (1) A link forms its design's QR only where the normal
 equations' coefficients could be moved across the link's tolerance by rounding (``_joint.link_rounding``): on the
