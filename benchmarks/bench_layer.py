@@ -49,7 +49,8 @@ queries, 3,505 CPU s (47 system) against the oracle's own 1,591 (37 system): 2.2
 2.36x at 7303568), peak RSS 10.0 GiB. The learner's own 1,915 s by stage, against 7303568's: the rows' stage 364 (438),
 the fits 251 (443), the links 62 (90), the polish 1,147 (1,320; its first stage's LSMR iterations 62, 56, 55, 59, 67,
 23, 15, its second's 38, 10), 89 in no named stage or after the last tick. The polish and the oracle, which no change
-touched, also fell (one run each side, the machine shared differently): only the fits' fall is credited to the change.
+touched, also fell (one run each side; both polishes ran with the other core idle; why is not measured): the fits'
+fall may overstate what the change saved.
 Within 2x needs 324 s more of the learner's own time cut.
 d = 64, H = 8 (``--only``, five runs at af27925, the other core running the MiniLM run): 2.14x, 1.89x, 1.75x, 1.70x and
 1.62x (FAIL once), learner 2.25 to 3.15 CPU s, oracle 1.29 to 1.58, peak RSS 176 to 178 MB.

@@ -344,8 +344,8 @@ def _start_Cs(Z, r, H):
 def _column_poles(Y, r, logp=None, steps=20):
     """Per start and token the log-pole of the one-pole fit ``Y ~ phi(r, p)`` (Newton in ``log p``, within
     ``+-COLUMN_LOGP``); ``Y`` of shape ``(S, K, R)``, returns ``(S, K)``. Each step forms ``1 / (r + p)`` once and
-    its sums without temporaries: measured (2026-12-07, one BLAS thread, 96 starts of 64 tokens at H = 12, 20
-    steps) 29 against 45 ms, the log-poles within 4.4e-16 of the earlier arithmetic's."""
+    its sums without temporaries: measured (2026-12-07, one BLAS thread, 96 starts of 64 synthetic tokens at
+    H = 12, 20 steps) 29 against 45 ms, the log-poles within 4.4e-16 of the earlier arithmetic's."""
     tiny = np.finfo(float).tiny
     if logp is None:  # the linear estimate (:func:`_linear_poles`), clipped into the window
         logp = np.log(np.clip(_linear_poles(Y, r), np.exp(-COLUMN_LOGP), np.exp(COLUMN_LOGP)))
@@ -379,8 +379,10 @@ def _fit_columns(Z, B, r, iters=30):
     eliminated (variable projection: per token the Jacobian's pole column projected out, the poles refitted
     after each step). Each start keeps its own damping and stops on its own: when its rms misfit is at
     ``COLUMN_FLOOR``, when no damping lowers it, or when a step gains less than 0.1%. Returns
-    ``(B, rms misfit per start)``. Its sums over tokens are matrix products (measured 2026-12-07, one BLAS thread,
-    a MiniLM row's 96 starts on 64 tokens: see :func:`_column_poles`)."""
+    ``(B, rms misfit per start)``. Its sums over tokens are matrix products: measured (2026-12-07, one BLAS thread,
+    with :func:`_column_poles`' arithmetic) a column start (:func:`_start_C_columns`, every start) on 409 synthetic
+    tokens at H = 12 took 1.2 to 1.3 CPU s against 2.0 to 2.3 with ``einsum``, its ``C`` within 4e-11
+    (relative) of the earlier arithmetic's."""
     S = B.shape[0]
     K, R, H = Z.shape
     tiny = np.finfo(float).tiny
