@@ -306,13 +306,13 @@ class Background:
     """The pool of background jobs (see above): :meth:`submit`, then :meth:`start`; :meth:`serial_done`
     when the serial suite ends; :meth:`stop` at the end."""
 
-    def __init__(self, cores: int, environ=None):
+    def __init__(self, cores: int):
         self.cores = max(1, cores)
         #: The environment every job starts from (``run.environ``, a copy a job), taken when the pool is made,
         #: at collection's end, before any test runs. A job built from ``os.environ`` at its start took whatever
         #: a serial test had monkeypatched at that moment (the CI run of 2026-12-07: chapter 02 on its test
         #: parameters got answers perturbed by 4 ulps from a test's ``COMPANION_PERTURB_ULPS``).
-        self.environ = dict(os.environ if environ is None else environ)
+        self.environ = dict(os.environ)
         self.cond = threading.Condition()
         self.queue: list = []
         self.busy = 0
