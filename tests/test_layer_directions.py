@@ -129,6 +129,32 @@ def test_the_gauss_newton_refinement_is_what_reaches_rounding(monkeypatch):
     assert refined < 1e-12 < 1e-10 < start
 
 
+def test_the_refinements_step_is_the_whole_jacobians_least_squares():
+    """``RowScaled._refine_step`` eliminates each query's scale and solves the tilt ``dD`` alone: the same step as
+    the least squares of the whole Jacobian ``(n m, n + H m)`` (its residual ``N^T (s_j w_j - c_j)``; the scales'
+    block diagonal, the tilt's ``B^T g_j`` times the identity), which it replaced (2026-12-08), to 1e-12; and the
+    linearised residual's gradient vanishes there."""
+    rng = np.random.default_rng(3)
+    n, k, H = 40, 14, 6
+    m = k - H
+    ws, cs = rng.standard_normal((n, k)), rng.standard_normal((n, k))
+    Q = np.linalg.qr(rng.standard_normal((k, k)))[0]
+    B, N = Q[:, :H], Q[:, H:]
+    s = 1.0 + 0.1 * rng.standard_normal(n)
+    ds, dD = RowScaled._refine_step(ws, cs, s, B, N)
+    g = s[:, None] * ws - cs
+    J = np.zeros((n, m, n + H * m))
+    J[np.arange(n), :, np.arange(n)] = ws @ N
+    J[:, :, n:] = ((g @ B)[:, None, :, None] * np.eye(m)[None, :, None, :]).reshape(n, m, H * m)
+    J = J.reshape(n * m, -1)
+    want = np.linalg.lstsq(J, -(g @ N).ravel(), rcond=None)[0]
+    got = np.concatenate([ds, dD.ravel()])
+    assert np.max(np.abs(got - want)) < 1e-12 * np.max(np.abs(want))
+    assert np.max(np.abs(J.T @ (J @ got + (g @ N).ravel()))) < 1e-10 * np.abs(J).max() * np.abs(g).max()
+    with pytest.raises(AssertionError):  # the scales' elimination is what makes it the least squares
+        np.testing.assert_allclose(np.linalg.lstsq(J[:, n:], -(g @ N).ravel(), rcond=None)[0], dD.ravel())
+
+
 @pytest.mark.parametrize("absorbs", [1, 2], ids=["refit-helps", "refit-absorbs-too"])
 def test_a_row_space_that_takes_in_a_tokens_one_token_answer_is_refitted_without_it(monkeypatch, absorbs):
     """MiniLM served in float32 (two BLAS threads, the run at b84b139): the refinement of row 153's link batch took

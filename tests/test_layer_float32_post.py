@@ -713,7 +713,8 @@ def test_the_operator_on_factored_heads_gives_the_rows_products_without_forming_
     """``_PolishOperator(..., factors=(A, B))``: ``matvec`` of the factors' step ``(dA, dB)`` is the rows' product at
     ``dW = dA B^T + A dB^T``, and ``rmatvec``'s ``(gA, gB)`` are the rows' gradient through ``_Factored.grad``
     (float64 products: to 1e-13 relative; float32's, as the polishes take them: to float32's rounding), a head of a
-    lower rank included; Theta's and the LayerNorm's blocks are the rows route's to the bit. ``_polish_free``'s
+    lower rank included; the residual, Theta's and the LayerNorm's blocks are the rows route's to 1e-13 (the
+    scores formed as ``A_h (B_h^T x~_N)``: the same numbers but for the order of the sums). ``_polish_free``'s
     products take this route on factored heads (measured 2026-12-07 in one process, one BLAS thread, at MiniLM's
     size, d = 384, H = 12, rank 32, 8,000 random queries of lengths 2 to 32: an LSMR iteration's two products from
     2.29 to 1.60 CPU s and 2.38 to 1.82 in two runs on a shared machine, 0.70 and 0.77 times the rows')."""
@@ -732,12 +733,12 @@ def test_the_operator_on_factored_heads_gives_the_rows_products_without_forming_
     for products, tol in ((None, 1e-13), ([X.astype(np.float32) for X in batches], 1e-5)):
         rows = _PolishOperator(Ws, Theta, batches, products=products, **data)
         fac = _PolishOperator(Ws, Theta, batches, products=products, factors=f.factors(), **data)
-        assert np.array_equal(fac.residual(), rows.residual())
+        assert rel(fac.residual(), rows.residual()) < 1e-13
         assert rel(fac.matvec(f.tangent(x), dT, dln), rows.matvec(f.dW(x), dT, dln)) < tol
         y = rng.standard_normal(rows.residual().size)
         g_rows, g_fac = rows.rmatvec(y), fac.rmatvec(y)
         assert rel(f.adjoint(g_fac[0]), f.grad(g_rows[0])) < tol
-        assert all(np.array_equal(a, b) for a, b in zip(g_fac[1:], g_rows[1:]))
+        assert all(rel(a, b) < max(tol, 1e-13) for a, b in zip(g_fac[1:], g_rows[1:]))
         assert np.all(f.adjoint(g_fac[0])[: f.A.size].reshape(f.A.shape)[0, :, 1:] == 0)  # head 0: rank 1
     if ln:
         return
@@ -814,7 +815,8 @@ def test_the_operator_on_factored_maps_gives_thetas_products_without_forming_the
     ``(gP, gQ, gSb)`` are ``(gM_h Q_h, gM_h^T P_h, gSb)`` of the whole Theta's gradient (float64 products: to 1e-13
     relative; float32's: to float32's rounding), with the heads factored or not, a map of rank 1 included; the heads'
     gradient as the whole route's (the same to rounding: ``(x_n - xbar_h)^T M_h z`` is formed from ``P_h^T x_n``, kept
-    per batch, and ``Q_h^T z``), the LayerNorm's block to the bit; the heads' columns' norms as the whole route's, on
+    per batch, and ``Q_h^T z``), the residual and the LayerNorm's block to 1e-13 (u formed as
+    ``sum_h (xbar_h P_h) Q_h^T``: the sums reordered); the heads' columns' norms as the whole route's, on
     the directions and on the answers themselves (``Z Z^T = Yp K Yp^T``, no ``(B, N, d_out)`` product formed)."""
     from companion.layer._fit import _Factored, _Maps, _PolishOperator
 
@@ -836,7 +838,7 @@ def test_the_operator_on_factored_maps_gives_thetas_products_without_forming_the
         for factors, dW in ((None, f.dW(x)), (f.factors(), f.tangent(x))):
             whole = _PolishOperator(Ws, Theta, batches, products=products, factors=factors, **data)
             mapped = _PolishOperator(Ws, Theta, batches, products=products, factors=factors, maps=m.maps(), **data)
-            assert np.array_equal(mapped.residual(), whole.residual())
+            assert rel(mapped.residual(), whole.residual()) < 1e-13  # u as sum_h (xbar_h P_h) Q_h^T: sums reordered
             assert rel(mapped.matvec(dW, step, dln), whole.matvec(dW, dT, dln)) < tol
             y = rng.standard_normal(whole.residual().size)
             g_whole, g_mapped = whole.rmatvec(y), mapped.rmatvec(y)
@@ -846,7 +848,7 @@ def test_the_operator_on_factored_maps_gives_thetas_products_without_forming_the
             heads = [g_whole[0]] if factors is None else g_whole[0]
             assert all(rel(a, b) < tol for a, b in zip([g_mapped[0]] if factors is None else g_mapped[0], heads))
             if ln:
-                assert np.array_equal(g_mapped[2], g_whole[2])
+                assert rel(g_mapped[2], g_whole[2]) < 1e-13
             assert rel(mapped.column_norms(), whole.column_norms()) < tol
             on_answers = {"Ys": answers}
             cn = [_PolishOperator(Ws, Theta, batches, products=products, maps=M, **on_answers) for M in (m.maps(), None)]
