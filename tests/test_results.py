@@ -33,6 +33,34 @@ def test_record_parameters_discards_old_values(results_tmp):
     assert results.load("99_demo")["values"] == {}
 
 
+@pytest.mark.parametrize("strict", ["1", "0"])
+def test_a_key_published_twice_in_a_run_with_another_value_is_refused_in_the_build(results_tmp, monkeypatch,
+                                                                                   strict, capsys):
+    """Two cells sharing a glue key (chapter 09's tag w, session 68: four values of one paragraph silently took
+    another's): the book's build refuses the second value and writes nothing of it; a reader's run warns and keeps
+    the later one. The same entry again, a claim's included, is no collision; nor is a key of an earlier run."""
+    monkeypatch.setenv("COMPANION_STRICT", strict)
+    results.record_parameters("99_demo", seed=0, glue=False)
+    results.publish("n", 20, glue=False)
+    results.publish("n", 20, glue=False)  # the same entry: allowed
+    results.claim("c", True, text="yes", glue=False)
+    results.claim("c", True, text="yes", glue=False)
+    if strict == "1":
+        with pytest.raises(InvalidInputError, match=r"glue key 'n' was published earlier in this run of 99_demo "
+                                                    r"as '20' and now as '21'.*nothing of this call was written"):
+            results.publish("n", 21, glue=False)
+        assert results.load("99_demo")["values"]["n"]["value"] == 20
+        with pytest.raises(InvalidInputError, match=r"glue key 'c'"):
+            results.claim("c", True, text="no", glue=False)
+    else:
+        results.publish("n", 21, glue=False)
+        assert results.load("99_demo")["values"]["n"]["value"] == 21
+        assert "glue key 'n' was published earlier" in capsys.readouterr().err
+    results.record_parameters("99_demo", seed=0, glue=False)  # a new run: its keys are its own
+    results.publish("n", 22, glue=False)
+    assert results.load("99_demo")["values"]["n"]["value"] == 22
+
+
 def test_default_formats():
     assert results._format(1234567, None) == "1,234,567"
     assert results._format(0.000123456, None) == "0.000123"

@@ -739,7 +739,10 @@ def publish(
         tolerance is negative, NaN, or given for a value that is not a real number, ``kind`` is not
         one of :data:`KINDS`, ``"measured"`` comes without a tolerance or ``"exact"`` with one, or
         ``measured`` is missing for a bound (or given for another kind, or not a real number), or
-        ``note`` is not a non-empty string.
+        ``note`` is not a non-empty string; or, in the book's build (``COMPANION_STRICT=1``), if
+        ``name`` was published earlier in this run of the chapter with another entry (two cells
+        sharing a key: the prose would cite the later value for both; a reader's run warns on
+        stderr and keeps the later one). Republishing the same entry is allowed.
     ClaimError
         If ``kind="bound"``, the measured value breaks the bound (the sentence stating it would be
         false) and the run is the book's build (``COMPANION_STRICT=1``).
@@ -902,6 +905,19 @@ def _record(name, text, entry, chapter, glue) -> None:
     except (FileNotFoundError, json.JSONDecodeError):
         same = chapter == _state["chapter"]
         data = _header(chapter, _state["parameters"] if same else {}, _state["seed"] if same else None) | {"values": {}}
+    earlier = data["values"].get(name)
+    if earlier is not None and earlier != entry and chapter == _state["chapter"] and _state["path"] is not None:
+        # two cells of one run publishing one key: the prose cites the last value for both (a collision)
+        message = (
+            f"glue key {name!r} was published earlier in this run of {chapter} as {earlier.get('text')!r} and now "
+            f"as {text!r}: the prose would cite the later value wherever it names the key; give one of the two "
+            "another name"
+        )
+        if strict():
+            raise InvalidInputError(message + " (nothing of this call was written).")
+        import sys
+
+        print(f"companion: {message} (a reader's run goes on with the later value).", file=sys.stderr)
     data["values"][name] = entry
     _write_atomic(path, data)
     if glue:
