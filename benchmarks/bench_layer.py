@@ -36,6 +36,34 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
+Session 69 (2026-12-08, this book's; not a row): four cuts of the learner's own time that change no query, then
+MiniLM's block served in float32 run whole again. (1) ``_fit._PolishOperator`` builds its float64 residual through the
+heads' and the maps' factors (``A_h (B_h^T x~_N)``, ``sum_h (xbar_h P_h) Q_h^T``; the same to 1e-15) and (2) keeps each
+batch's tokens' ``A_h^T x_n`` (an LSMR iteration's products 2.56 to 2.42 CPU s on 28,990 synthetic queries at MiniLM's
+size, the build 1.2 s dearer warm). (3) ``learn_heads_joint``'s weighted least squares form a pass's normal matrices
+by one product (26.6 to 12.6 CPU s, bit for bit). (4) ``RowScaled._refine_step`` eliminates the queries' scales (0.13
+to 0.03 CPU s a MiniLM row). The run (``benchmarks/minilm_block.py --dtype float32 --timeline 30`` at e566391 from a
+fresh clone, one BLAS thread, memory reused; the other core: a replay script, chapter re-executions, then a fresh-clone
+``.ci/run`` at nice 19 until about minute 33, idle from the polish's second minute on; record
+``data/results/minilm_block_float32_e566391.json``): recovered and verified (11.2 u; fresh 9.3 u, ``transformers``'
+outputs 10.6 u), the same 3,937,506 queries, 2,832 CPU s (32 system) against the oracle's own 1,446 (19 system):
+1.96x, user seconds alone 1.96x (PASS, by 2%: one run's verdict), peak RSS 13.0 GiB (10.0 at af27925; where it moved
+is not measured). The learner's own 1,386 s by stage, against af27925's: rows 195 (364), fits 157 (251), links 14 (62),
+polish 960 (1,147; LSMR iterations 62, 56, 55, 59, 67, 24, 15 and 38, 11), 61 in no named stage or after the last
+tick (89). The fits and the links, untouched, fell too, and the oracle by 145 s: the two runs shared the machine
+differently, so the cuts are not credited with the whole fall.
+d = 64, H = 8 (``--only``, three runs at e566391's library, the other core running a MiniLM run to the polish):
+1.53x, 1.45x, 1.50x (PASS), against 1.62x to 2.14x at af27925.
+Measured in the polish's first stage and not kept (replayed from this session's dump of its inputs, HEAD 233898e's
+rows, with e566391's operator, one BLAS thread, the other core busy): (a) after the first Gauss-Newton step the
+linear model predicts the new point's residual within 0.2% (steps 2 and 3: LSMR's 1.0014e-3 and 2.1556e-4, the new
+point's 1.0033e-3 and 2.1556e-4); the first step's within 5% (5.007e-3 against 5.245e-3). The polish is bound by its
+linear solves, not by the model. (b) One LSMR run of 118 iterations on the first step's system (tolerance 1e-9) reached 1.37e-3 (linear;
+2.09e-3 at the new point), where the restarted steps reached 1.0e-3 in as many: restarting at each point, whose
+factors are balanced and whose maps' metric is taken again, helps. (c) Freezing the skip's rows (the bias free) left
+the first step's residual higher after 20 iterations (2.97e-4 against 2.68e-4, scaled): the skip block is not what
+slows the solves.
+
 Session 68 (2026-12-07, this book's; not a row): the joint stage's column fits and a row's pair queries made cheaper
 (neither changes a query), then MiniLM's block served in float32 run whole again. (1) ``_joint._fit_columns`` sums over
 a row's tokens by matrix products and ``_column_poles`` forms each Newton step's ``1 / (r + p)`` once: a column start on
