@@ -58,7 +58,8 @@ Measured in the polish's first stage and not kept (replayed from this session's 
 rows, with e566391's operator, one BLAS thread, the other core busy): (a) after the first Gauss-Newton step the
 linear model predicts the new point's residual within 0.2% (steps 2 and 3: LSMR's 1.0014e-3 and 2.1556e-4, the new
 point's 1.0033e-3 and 2.1556e-4); the first step's within 5% (5.007e-3 against 5.245e-3). The polish is bound by its
-linear solves, not by the model. (b) One LSMR run of 118 iterations on the first step's system (tolerance 1e-9) reached 1.37e-3 (linear;
+linear solves, not by the model. (b) One LSMR run of 118 iterations on the first step's system (tolerance 1e-9)
+reached 1.37e-3 (linear;
 2.09e-3 at the new point), where the restarted steps reached 1.0e-3 in as many: restarting at each point, whose
 factors are balanced and whose maps' metric is taken again, helps. (c) Freezing the skip's rows (the bias free) left
 the first step's residual higher after 20 iterations (2.97e-4 against 2.68e-4, scaled): the skip block is not what
