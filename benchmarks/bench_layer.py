@@ -36,24 +36,28 @@ book's:
     d=64 H=8 residual   recovered                       93,789       2.41      1.20   2.01      277
     d=384 H=12 MiniLM   PrecisionError (post-LN eps)     5,021       1.52      0.90   1.69      346
 
-Session 69 (2026-12-08, this book's; not a row): four cuts of the learner's own time that change no query, then
-MiniLM's block served in float32 run whole again. (1) ``_fit._PolishOperator`` builds its float64 residual through the
-heads' and the maps' factors (``A_h (B_h^T x~_N)``, ``sum_h (xbar_h P_h) Q_h^T``; the same to 1e-15) and (2) keeps each
-batch's tokens' ``A_h^T x_n`` (an LSMR iteration's products 2.56 to 2.42 CPU s on 28,990 synthetic queries at MiniLM's
-size, the build 1.2 s dearer warm). (3) ``learn_heads_joint``'s weighted least squares form a pass's normal matrices
-by one product (26.6 to 12.6 CPU s, bit for bit). (4) ``RowScaled._refine_step`` eliminates the queries' scales (0.13
-to 0.03 CPU s a MiniLM row). The run (``benchmarks/minilm_block.py --dtype float32 --timeline 30`` at e566391 from a
-fresh clone, one BLAS thread, memory reused; the other core: a replay script, chapter re-executions, then a fresh-clone
-``.ci/run`` at nice 19 until about minute 33, idle from the polish's second minute on; record
-``data/results/minilm_block_float32_e566391.json``): recovered and verified (11.2 u; fresh 9.3 u, ``transformers``'
-outputs 10.6 u), the same 3,937,506 queries, 2,832 CPU s (32 system) against the oracle's own 1,446 (19 system):
-1.96x, user seconds alone 1.96x (PASS, by 2%: one run's verdict), peak RSS 13.0 GiB (10.0 at af27925; where it moved
-is not measured). The learner's own 1,386 s by stage, against af27925's: rows 195 (364), fits 157 (251), links 14 (62),
-polish 960 (1,147; LSMR iterations 62, 56, 55, 59, 67, 24, 15 and 38, 11), 61 in no named stage or after the last
-tick (89). The fits and the links, untouched, fell too, and the oracle by 145 s: the two runs shared the machine
-differently, so the cuts are not credited with the whole fall.
+Session 69 (2026-12-08, this book's; not a row): four cuts of the learner's own time that change no query, then MiniLM's
+block served in float32 run whole again. (1) ``_fit._PolishOperator`` builds its float64 residual through the heads' and
+the maps' factors (``A_h (B_h^T x~_N)``, ``sum_h (xbar_h P_h) Q_h^T``; the same to 1e-15) and (2) keeps each batch's
+tokens' ``A_h^T x_n`` (an LSMR iteration's products 2.56 to 2.42 CPU s on 28,990 synthetic queries at MiniLM's size, the
+build 1.0 to 1.7 s dearer warm). (3) ``learn_heads_joint``'s weighted least squares form a pass's normal matrices by one
+product (26.6 to 12.6 CPU s, bit for bit on random weights). (4) ``RowScaled._refine_step`` eliminates the queries'
+scales (0.13 to 0.03 CPU s a MiniLM row; the links' pair queries take it too). The run (``benchmarks/minilm_block.py
+--dtype float32 --timeline 30`` at e566391 from a fresh clone, one BLAS thread, memory reused; the other core: a replay
+script, chapter re-executions, then a fresh-clone ``.ci/run`` at nice 19 until about minute 33, idle after the polish's
+first 73 seconds; record ``data/results/minilm_block_float32_e566391.json``): recovered and verified (11.2 u; fresh 9.3
+u, ``transformers``' outputs 10.6 u), as many queries (3,937,506), 2,832 CPU s (32 system) against the oracle's own
+1,446 (19 system): 1.96x, user seconds alone 1.96x (PASS, by 2%: one run's verdict), peak RSS 13.0 GiB (10.0 at af27925;
+where it moved is not measured). The learner's own 1,386 s by stage, against af27925's: rows 195 (364), fits 157 (251),
+links 14 (62), polish 960 (1,147; LSMR iterations 62, 56, 55, 59, 67, 24, 15 and 38, 11), 61 in no named stage or after
+the last tick (89). The fits, untouched, fell too, and the oracle by 145 s; the two runs shared the machine differently,
+which may account for it (not measured). The savings measured above predict less than the falls: the polish about 0.14 s
+times 387 iterations less 1.0 to 1.7 s times 9 builds, plus about 2 s times 13 builds for the residual (some 50 to 70 s,
+against its 187 s); the refinement about 0.1 s times 384 rows and 381 links (some 75 s, against the rows' 169 s and the
+links' 48 s); the normal matrices 14 s (no named stage: 28 s). So the cuts are not credited with the whole fall, and at
+af27925's conditions this run might have been above 2x: a second run would settle it.
 d = 64, H = 8 (``--only``, three runs at e566391's library, the other core running a MiniLM run to the polish):
-1.53x, 1.45x, 1.50x (PASS), against 1.62x to 2.14x at af27925.
+1.53x, 1.45x, 1.50x (PASS; printed, not recorded), against 1.62x to 2.14x at af27925.
 Measured in the polish's first stage and not kept (replayed from this session's dump of its inputs, HEAD 233898e's
 rows, with e566391's operator, one BLAS thread, the other core busy): (a) after the first Gauss-Newton step the
 linear model predicts the new point's residual within 0.2% (steps 2 and 3: LSMR's 1.0014e-3 and 2.1556e-4, the new
@@ -109,7 +113,7 @@ measured ``top_only_variant``). Tried and not kept: a coarse start of the polish
 at 7303568 from a fresh clone, one BLAS thread, memory reused, the other core idle but for a few seconds of file
 edits; record ``data/results/minilm_block_float32_7303568.json``, its timeline and split by stage made by the
 benchmark itself): recovered and verified (11.2 u; fresh 9.3 u against the emulation's own 9.05 u,
-``transformers``' outputs 10.6 u), the same 3,937,506 queries, 4,058 CPU s (68 system) against the oracle's own
+``transformers``' outputs 10.6 u), as many queries (3,937,506), 4,058 CPU s (68 system) against the oracle's own
 1,719 (51 system): 2.36x, user seconds alone 2.39x (FAIL; 2.80x at bf4a189), peak RSS 9.8 GiB (16.6 at bf4a189, not
 explained). The learner's own 2,339 s by stage, against bf4a189's: the rows' stage 438 (620; its oracle 1,654), the
 fits 443 (475), the links 90 (424), the polish 1,320 (1,472; its first stage's 337 LSMR iterations as before), 47
