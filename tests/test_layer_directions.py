@@ -153,6 +153,17 @@ def test_the_refinements_step_is_the_whole_jacobians_least_squares():
     assert np.max(np.abs(J.T @ (J @ got + (g @ N).ravel()))) < 1e-10 * np.abs(J).max() * np.abs(g).max()
     with pytest.raises(AssertionError):  # the scales' elimination is what makes it the least squares
         np.testing.assert_allclose(np.linalg.lstsq(J[:, n:], -(g @ N).ravel(), rcond=None)[0], dD.ravel())
+    # a query whose direction lies in the row space (a_j = 0: its scale's column is zero) moves no scale, as the whole
+    # Jacobian's minimum-norm least squares has it, and the step stays finite
+    ws[0] = B @ rng.standard_normal(H)
+    ds, dD = RowScaled._refine_step(ws, cs, s, B, N)
+    g = s[:, None] * ws - cs
+    J = np.zeros((n, m, n + H * m))
+    J[np.arange(n), :, np.arange(n)] = ws @ N
+    J[:, :, n:] = ((g @ B)[:, None, :, None] * np.eye(m)[None, :, None, :]).reshape(n, m, H * m)
+    want = np.linalg.lstsq(J.reshape(n * m, -1), -(g @ N).ravel(), rcond=None)[0]
+    assert np.all(np.isfinite(ds)) and abs(ds[0]) < 1e-12 and abs(want[0]) < 1e-12
+    assert np.max(np.abs(np.concatenate([ds, dD.ravel()]) - want)) < 1e-10 * np.max(np.abs(want))
 
 
 @pytest.mark.parametrize("absorbs", [1, 2], ids=["refit-helps", "refit-absorbs-too"])

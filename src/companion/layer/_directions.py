@@ -548,6 +548,10 @@ class RowScaled(VectorView):
         g = s[:, None] * ws - cs
         r, a, gB = g @ N, ws @ N, g @ B  # (n, m), (n, m), (n, H)
         a2 = np.einsum("jm,jm->j", a, a)
+        # a direction in the row space to rounding (its scale's column zero): no scale step, as the whole
+        # Jacobian's minimum-norm least squares takes it
+        flat = a2 <= 1e-24 * np.einsum("jk,jk->j", ws, ws)
+        a[flat], a2[flat] = 0.0, 1.0
         Pj = np.eye(m)[None] - a[:, :, None] * a[:, None, :] / a2[:, None, None]  # (n, m, m)
         Jd = (gB[:, None, :, None] * Pj[:, :, None, :]).reshape(n * m, H * m)
         dD = np.linalg.lstsq(Jd, -np.einsum("jik,jk->ji", Pj, r).ravel(), rcond=None)[0].reshape(H, m)
