@@ -147,13 +147,18 @@ def strict() -> bool:
     return _STRICT_WORDS[word]
 
 
-def _does_not_hold(name: str, message: str) -> None:
-    """Stop the chapter (strict) or say on stderr that ``name`` does not hold (a reader's run)."""
+def _stop_or_warn(error: type[Exception], stop: str, warn: str) -> None:
+    """Stop the chapter with ``error(stop)`` (strict: the book's build) or say ``warn`` on stderr (a reader's run)."""
     import sys
 
     if strict():
-        raise ClaimError(message)
-    print(f"companion: {name} does not hold for this run (a reader's run goes on): {message}", file=sys.stderr)
+        raise error(stop)
+    print(f"companion: {warn}", file=sys.stderr)
+
+
+def _does_not_hold(name: str, message: str) -> None:
+    """Stop the chapter (strict) or say on stderr that ``name`` does not hold (a reader's run)."""
+    _stop_or_warn(ClaimError, message, f"{name} does not hold for this run (a reader's run goes on): {message}")
 
 
 def _nulls(x, where: str, found: dict):
@@ -913,11 +918,11 @@ def _record(name, text, entry, chapter, glue) -> None:
             f"as {text!r}: the prose would cite the later value wherever it names the key; give one of the two "
             "another name"
         )
-        if strict():
-            raise InvalidInputError(message + " (nothing of this call was written).")
-        import sys
-
-        print(f"companion: {message} (a reader's run goes on with the later value).", file=sys.stderr)
+        _stop_or_warn(
+            InvalidInputError,
+            message + " (nothing of this call was written).",
+            message + " (a reader's run goes on with the later value).",
+        )
     data["values"][name] = entry
     _write_atomic(path, data)
     if glue:

@@ -485,7 +485,6 @@ class _PolishOperator:
         # post-LN's directions): an LSMR iteration's two products 2.56 -> 2.42 CPU s (three each, alternated), the
         # operator's build 3.8-4.3 -> 5.3-5.5 s once warm (one a Gauss-Newton step, about 55 iterations)
         self.xB, self.XA = [], []
-        self.A = None if self.factors is None else self.factors[0]
         # Theta's head blocks factored, M_h = P_h Q_h^T (:class:`_Maps`): xbar_h P_h kept per batch, (H, B, s), and
         # the tokens' P_h^T x_n, (B, H, N, s): a step moves xbar_h P_h by g_h (X P_h) - (sum g_h) xbar_h P_h, N s
         # multiply-adds a head and query where forming dxbar_h and then dxbar_h P_h took N d + d s (and the adjoint
@@ -542,7 +541,11 @@ class _PolishOperator:
     def _token_coordinates(self, X):
         """Append batch ``X``'s (``(B, N, d)``) tokens' coordinates on the maps' ``P_h`` to ``XP`` and on the heads'
         factors ``A_h`` to ``XA``, each ``(B, H, N, rank)`` (where built with them): one matrix product."""
-        pairs = [(F, out) for F, out in ((self.maps and self.maps[0], self.XP), (self.A, self.XA)) if F is not None]
+        pairs = [
+            (F, out)
+            for F, out in ((self.maps and self.maps[0], self.XP), (self.factors and self.factors[0], self.XA))
+            if F is not None
+        ]
         if not pairs:
             return
         B, N, d = X.shape
